@@ -1,0 +1,97 @@
+"""Session fixtures: a real Kafka broker, unique topics and settings per test."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.kafka_harness import LocalBroker, find_or_start_kafka
+from tracevault.config import Settings
+from tracevault.kafka import ensure_topics
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap servers of a real broker; the session fails (never skips) without one."""
+    try:
+        bootstrap, owner = find_or_start_kafka()
+    except Exception as exc:
+        pytest.fail(f"no Kafka broker could be found or started: {exc}", pytrace=False)
+    yield bootstrap
+    if isinstance(owner, LocalBroker):
+        owner.stop()
+    elif owner is not None:
+        owner.stop()  # type: ignore[attr-defined]
+
+
+def unique_name(stem: str = "t") -> str:
+    return f"{stem}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def topic_factory(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics for one test; they are deleted afterwards."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap, "log_level": 0})
+    made: list[str] = []
+
+    def make(stem: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = unique_name(stem)
+        fut = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name]
+        fut.result(timeout=30)
+        made.append(name)
+        return name
+
+    yield make
+    if made:
+        for fut in admin.delete_topics(made, request_timeout=30).values():
+            with contextlib.suppress(Exception):  # a test may have deleted it already
+                fut.result(timeout=30)
+
+
+@pytest.fixture
+def settings_factory(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., Settings]:
+    """Settings with a unique topic prefix (topics created) and private archive/spool dirs."""
+
+    def make(partitions: int = 3, create: bool = True, **overrides: object) -> Settings:
+        base = tmp_path_factory.mktemp("tv")
+        values: dict[str, object] = {
+            "bootstrap_servers": kafka_bootstrap,
+            "topic_prefix": unique_name("tv"),
+            "partitions": partitions,
+            "archive_url": f"file://{base / 'archive'}",
+            "spool_dir": str(base / "spool"),
+        }
+        values.update(overrides)
+        settings = Settings(**values)  # type: ignore[arg-type]
+        if create:
+            ensure_topics(settings)
+        return settings
+
+    return make
+
+
+@pytest.fixture
+def local_broker_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[], LocalBroker]]:
+    """Private brokers on free ports, for tests that stop or kill a broker; stopped at the end."""
+    from tests.kafka_harness import free_port
+
+    started: list[LocalBroker] = []
+
+    def make() -> LocalBroker:
+        broker = LocalBroker(free_port())
+        broker.start()
+        started.append(broker)
+        return broker
+
+    yield make
+    for b in started:
+        with contextlib.suppress(Exception):
+            b.stop()

@@ -1,0 +1,3 @@
+from tracevault.cli import main
+
+main()

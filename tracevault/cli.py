@@ -1,0 +1,115 @@
+"""The ``tracevault`` command: one click group that mounts each component's commands.
+
+Component commands live beside their component (``tracevault/<component>/commands.py``) and
+are imported only when invoked, so ``tracevault --help`` stays fast and a missing optional
+dependency of one command cannot break the others. Errors: the CLI catches only
+:class:`TraceVaultError` and exits with its ``exit_code`` (DESIGN.md: 0 ok, 1 verification
+failure or divergence, 2 usage error, 3 not found / unreachable service).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+from tracevault import __version__
+from tracevault.errors import TraceVaultError
+
+__all__ = ["main", "tracevault"]
+
+# name -> "module:attribute" of a click command or group, loaded on first use.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "topics": ("tracevault.kafka.commands:topics", "create and describe the four Kafka topics"),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target[0].partition(":")
+        cmd = getattr(importlib.import_module(module), attr)
+        if not isinstance(cmd, click.Command):
+            raise TypeError(f"{target[0]} is not a click command")
+        return cmd
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # Mapping errors here (not only in main) makes click's CliRunner see real exit codes.
+        try:
+            return super().invoke(ctx)
+        except TraceVaultError as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            raise click.exceptions.Exit(exc.exit_code) from exc
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help from the table above, so --help does not import every component.
+        rows = [(name, _COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--bootstrap-servers",
+    envvar="TRACEVAULT_BOOTSTRAP_SERVERS",
+    help="Kafka bootstrap servers [env TRACEVAULT_BOOTSTRAP_SERVERS; default 127.0.0.1:9092].",
+)
+@click.option(
+    "--prefix",
+    "topic_prefix",
+    envvar="TRACEVAULT_TOPIC_PREFIX",
+    help="Topic prefix: topics are <prefix>.raw/.sealed/.heads/.dlq [default agent-traces].",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.version_option(__version__, prog_name="tracevault")
+@click.pass_context
+def tracevault(
+    ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | None, verbose: int
+) -> None:
+    """Record AI-agent runs as a tamper-evident log on Kafka, archive them for at least six
+    months, and replay any run deterministically.
+
+    \b
+    Typical session:
+      dev/kafka start                      # a local broker, if you have none
+      tracevault topics create             # the four topics
+      tracevault sequencer &               # chain every run (exactly-once)
+      tracevault archiver &                # write immutable segments
+      tracevault replay verify RUN_ID --from archive
+
+    Every option can also be set as TRACEVAULT_<OPTION> in the environment.
+    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
+    3 not found or service unreachable.
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.ensure_object(dict)
+    ctx.obj["settings_overrides"] = {
+        "bootstrap_servers": bootstrap_servers,
+        "topic_prefix": topic_prefix,
+    }
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console-script entry point: run the group and map tracevault errors to exit codes."""
+    try:
+        return tracevault.main(args=argv, prog_name="tracevault", standalone_mode=False)
+    except TraceVaultError as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

@@ -1,0 +1,128 @@
+"""One settings model for every component, read from flags and ``TRACEVAULT_*`` variables.
+
+Frozen and validated at the boundary; unknown keys are refused so a typo in a setting fails
+loudly instead of silently running with a default. ``kafka_config`` is the single explicit
+translation to librdkafka's dotted keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tracevault.errors import ConfigError
+
+__all__ = ["MIN_RETENTION_DAYS", "Settings", "TopicNames", "load_settings"]
+
+#: EU AI Act Art. 19(1): logs kept "for a period ... of at least six months".
+MIN_RETENTION_DAYS = 183
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    """The four topics of one deployment, derived from its prefix."""
+
+    prefix: str
+
+    @property
+    def raw(self) -> str:
+        return f"{self.prefix}.raw"
+
+    @property
+    def sealed(self) -> str:
+        return f"{self.prefix}.sealed"
+
+    @property
+    def heads(self) -> str:
+        return f"{self.prefix}.heads"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}.dlq"
+
+    def all(self) -> tuple[str, str, str, str]:
+        return (self.raw, self.sealed, self.heads, self.dlq)
+
+
+class Settings(BaseSettings):
+    """Deployment settings. Every field can be set as ``TRACEVAULT_<FIELD>`` or by a CLI flag."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TRACEVAULT_", frozen=True, extra="forbid", validate_default=True
+    )
+
+    bootstrap_servers: str = Field(
+        default="127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers"
+    )
+    topic_prefix: str = Field(
+        default="agent-traces",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="topics are <prefix>.raw, .sealed, .heads, .dlq",
+    )
+    partitions: int = Field(default=6, ge=1, le=10_000)
+    replication_factor: int = Field(default=1, ge=1, le=32)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    client_id: str = "tracevault"
+
+    archive_url: str = Field(
+        default="file://./.tracevault/archive", description="file://PATH or s3://BUCKET/PREFIX"
+    )
+    s3_endpoint_url: str | None = Field(default=None, description="for MinIO or another S3 store")
+    s3_region: str = "us-east-1"
+    retention_days: int = Field(default=MIN_RETENTION_DAYS)
+    lock_mode: Literal["COMPLIANCE", "GOVERNANCE"] = "COMPLIANCE"
+
+    spool_dir: str = Field(
+        default="./.tracevault/spool", description="where the Recorder keeps undelivered events"
+    )
+
+    @field_validator("retention_days")
+    @classmethod
+    def _retention_floor(cls, v: int) -> int:
+        if v < MIN_RETENTION_DAYS:
+            raise ValueError(
+                f"retention_days={v} is under {MIN_RETENTION_DAYS} days; EU AI Act Art. 19 "
+                "requires automatically generated logs to be kept for at least six months"
+            )
+        return v
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.topic_prefix)
+
+    def kafka_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka configuration for any client of this deployment, plus ``overrides``."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username is not None:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        conf.update(overrides)
+        return conf
+
+
+def load_settings(**values: Any) -> Settings:
+    """Settings from the environment, overridden by ``values`` that are not None.
+
+    Turns pydantic's ValidationError into a :class:`ConfigError` naming each bad setting.
+    """
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None

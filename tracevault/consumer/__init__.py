@@ -1,0 +1,1 @@
+"""tracevault.consumer (see DESIGN.md)."""

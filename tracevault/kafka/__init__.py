@@ -1,0 +1,13 @@
+"""The thin typed layer between tracevault and confluent-kafka: partitioning and topics."""
+
+from tracevault.kafka._partitioner import murmur2, partition_for
+from tracevault.kafka._topics import TopicReport, describe_topics, ensure_topics, topic_specs
+
+__all__ = [
+    "TopicReport",
+    "describe_topics",
+    "ensure_topics",
+    "murmur2",
+    "partition_for",
+    "topic_specs",
+]

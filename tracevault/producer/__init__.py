@@ -1,0 +1,1 @@
+"""tracevault.producer (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""tracevault.replayer (see DESIGN.md)."""

@@ -1,0 +1,63 @@
+"""The published Avro schemas of tracevault and their codec.
+
+Import from here, never from the private modules::
+
+    from tracevault.schemas import TraceEvent, encode_event, decode_event, canonical_json
+"""
+
+from tracevault.schemas._canonical import canonical_json, check_canonical, loads_canonical
+from tracevault.schemas._codec import (
+    MAGIC,
+    Codec,
+    decode_event,
+    decode_sealed,
+    encode_event,
+    encode_sealed,
+)
+from tracevault.schemas._events import (
+    AgentInfo,
+    ErrorInfo,
+    EventKind,
+    SealedEvent,
+    TraceEvent,
+    micros_to_datetime,
+)
+from tracevault.schemas._models import AgentModel, ErrorModel, EventModel
+from tracevault.schemas._registry import (
+    SCHEMA_DIR,
+    SchemaSet,
+    SchemaVersion,
+    default_schemas,
+    fingerprint,
+)
+
+__all__ = [
+    # records
+    "AgentInfo",
+    "ErrorInfo",
+    "EventKind",
+    "SealedEvent",
+    "TraceEvent",
+    "micros_to_datetime",
+    # codec
+    "MAGIC",
+    "Codec",
+    "decode_event",
+    "decode_sealed",
+    "encode_event",
+    "encode_sealed",
+    # canonical JSON
+    "canonical_json",
+    "check_canonical",
+    "loads_canonical",
+    # schema versions
+    "SCHEMA_DIR",
+    "SchemaSet",
+    "SchemaVersion",
+    "default_schemas",
+    "fingerprint",
+    # boundary models
+    "AgentModel",
+    "ErrorModel",
+    "EventModel",
+]

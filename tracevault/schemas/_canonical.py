@@ -1,0 +1,77 @@
+"""Canonical JSON: the one place request/response payloads become bytes.
+
+Sorted keys, compact separators, UTF-8 (no ASCII escaping), no NaN/Infinity. Replay compares
+a re-run's request with the recorded one byte for byte, so both sides must go through here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from tracevault.errors import NonCanonicalJSONError, PayloadError
+
+__all__ = ["canonical_json", "check_canonical", "loads_canonical"]
+
+_encoder = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def canonical_json(value: Any, *, field: str = "payload") -> bytes:
+    """Serialise ``value`` canonically, or raise :class:`PayloadError` naming the bad path."""
+    try:
+        return _encoder.encode(value).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        # Only the failure path walks the value: the fast path is json's C encoder.
+        path, why = _find_bad(value, f"$.{field}")
+        raise PayloadError(
+            f"{path} cannot be recorded: {why}. Record only JSON values (dict with str keys, "
+            "list, str, int, float, bool, None); convert other objects before the call.",
+            path=path,
+        ) from exc
+
+
+def _find_bad(value: Any, path: str) -> tuple[str, str]:
+    if value is None or isinstance(value, (str, bool, int)):
+        return path, "unknown problem"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return path, f"{value!r} is not valid JSON"
+        return path, "unknown problem"
+    if isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str):
+                return path, f"key {k!r} is a {type(k).__name__}, not a str"
+        for k, v in value.items():
+            sub, why = _find_bad(v, f"{path}.{k}" if k.isidentifier() else f"{path}[{k!r}]")
+            if why != "unknown problem":
+                return sub, why
+        return path, "unknown problem"
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            sub, why = _find_bad(v, f"{path}[{i}]")
+            if why != "unknown problem":
+                return sub, why
+        return path, "unknown problem"
+    return path, f"a {type(value).__module__}.{type(value).__qualname__} is not JSON-serialisable"
+
+
+def loads_canonical(data: bytes, *, field: str = "payload") -> Any:
+    """Parse canonical JSON bytes, raising :class:`NonCanonicalJSONError` if they are not."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise NonCanonicalJSONError(f"{field} is not UTF-8 JSON: {exc}") from exc
+    if _encoder.encode(value).encode("utf-8") != data:
+        raise NonCanonicalJSONError(
+            f"{field} is JSON but not canonical (keys must be sorted, no white space between "
+            "tokens, UTF-8 not \\u escapes); encode it with tracevault.schemas.canonical_json"
+        )
+    return value
+
+
+def check_canonical(data: bytes, *, field: str = "payload") -> None:
+    """Raise :class:`NonCanonicalJSONError` unless ``data`` is canonical JSON."""
+    loads_canonical(data, field=field)
