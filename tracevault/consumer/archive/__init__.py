@@ -1,0 +1,1 @@
+"""The archiver: immutable Avro segments in object storage under a retention lock."""

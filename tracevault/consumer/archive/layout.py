@@ -1,0 +1,162 @@
+"""Where things live in the archive, and what a receipt says.
+
+This is the contract between the archiver (which writes) and the replayer (which reads and
+verifies). Every key is derived here, nowhere else::
+
+    runs/<run>/seg-<first:012d>-<last:012d>.avro            Avro OCF of SealedEvent records
+    runs/<run>/seg-<first:012d>-<last:012d>.receipt.json    SegmentReceipt (canonical JSON)
+    runs/<run>/final.receipt.json                           FinalReceipt, once the run ended
+    index/days/<YYYY-MM-DD>/<run>                           empty marker: run seen that day (UTC)
+
+``<run>`` is the run id percent-encoded (``quote(run_id, safe="-_.")``), so any run id is a
+safe single path segment and a run is found by id with one listing of ``runs/<run>/``.
+Zero-padded seq ranges make a plain lexicographic listing come back in seq order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from typing import Any
+from urllib.parse import quote, unquote
+
+from tracevault.errors import ArchiveError
+
+__all__ = [
+    "FinalReceipt",
+    "SegmentReceipt",
+    "day_index_key",
+    "day_prefix",
+    "final_key",
+    "parse_segment_key",
+    "receipt_key",
+    "run_id_from_key",
+    "run_prefix",
+    "segment_key",
+]
+
+_SEQ_WIDTH = 12
+
+
+def _run(run_id: str) -> str:
+    return quote(run_id, safe="-_.")
+
+
+def run_prefix(run_id: str) -> str:
+    return f"runs/{_run(run_id)}/"
+
+
+def segment_key(run_id: str, first_seq: int, last_seq: int) -> str:
+    return f"{run_prefix(run_id)}seg-{first_seq:0{_SEQ_WIDTH}d}-{last_seq:0{_SEQ_WIDTH}d}.avro"
+
+
+def receipt_key(run_id: str, first_seq: int, last_seq: int) -> str:
+    return segment_key(run_id, first_seq, last_seq)[: -len(".avro")] + ".receipt.json"
+
+
+def final_key(run_id: str) -> str:
+    return f"{run_prefix(run_id)}final.receipt.json"
+
+
+def day_prefix(day: date) -> str:
+    return f"index/days/{day.isoformat()}/"
+
+
+def day_index_key(day: date, run_id: str) -> str:
+    return f"{day_prefix(day)}{_run(run_id)}"
+
+
+def run_id_from_key(key: str) -> str:
+    """The run id in a ``runs/<run>/...`` or ``index/days/<day>/<run>`` key."""
+    parts = key.split("/")
+    if len(parts) >= 3 and parts[0] == "runs":
+        return unquote(parts[1])
+    if len(parts) == 4 and parts[:2] == ["index", "days"]:
+        return unquote(parts[3])
+    raise ArchiveError(f"object {key!r} is not a run or day-index key of this archive")
+
+
+def parse_segment_key(key: str) -> tuple[int, int] | None:
+    """``(first_seq, last_seq)`` of a segment key, or None if ``key`` is not a segment."""
+    name = key.rsplit("/", 1)[-1]
+    if not (name.startswith("seg-") and name.endswith(".avro")):
+        return None
+    try:
+        first, last = name[4:-5].split("-")
+        return int(first), int(last)
+    except ValueError:
+        return None
+
+
+def _canonical(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _load(data: bytes, key: str, cls: type[Any]) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ArchiveError(f"receipt {key} is not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ArchiveError(f"receipt {key} is not a JSON object")
+    expected = set(cls.__dataclass_fields__)
+    missing = expected - obj.keys()
+    extra = obj.keys() - expected
+    if missing or extra:
+        raise ArchiveError(
+            f"receipt {key} does not match {cls.__name__}: missing {sorted(missing)}, "
+            f"unexpected {sorted(extra)}"
+        )
+    return obj
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentReceipt:
+    """What one segment holds, written beside it after the segment is durable.
+
+    ``sha256`` is of the segment object's exact bytes; ``first_prev_hash`` and ``last_hash``
+    (hex) tie the segment into the run's chain, so segments can be checked one by one and
+    against each other without trusting the listing.
+    """
+
+    run_id: str
+    segment: str
+    sha256: str
+    first_seq: int
+    last_seq: int
+    count: int
+    first_prev_hash: str
+    last_hash: str
+    created_at: str
+    version: int = 1
+
+    def to_json(self) -> bytes:
+        return _canonical(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes, key: str = "receipt") -> SegmentReceipt:
+        return cls(**_load(data, key, cls))
+
+
+@dataclass(frozen=True, slots=True)
+class FinalReceipt:
+    """Written when a run's last event (RUN_FINISHED) is archived: the run is complete.
+
+    ``segments`` lists every segment key in seq order; ``last_hash`` is the chain head.
+    """
+
+    run_id: str
+    count: int
+    last_seq: int
+    last_hash: str
+    segments: list[str] = field(default_factory=list)
+    created_at: str = ""
+    version: int = 1
+
+    def to_json(self) -> bytes:
+        return _canonical(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes, key: str = "final receipt") -> FinalReceipt:
+        return cls(**_load(data, key, cls))

@@ -1,0 +1,167 @@
+"""The agent-facing edges: the one interface the Recorder and the Replayer both implement.
+
+An agent takes its input and an :class:`Edges` object; every model call, tool call, clock
+read, random seed, external-state read and decision goes through it. Live, the Recorder's
+edges call the real thing and publish one event per crossing; under replay, the Replayer's
+edges return exactly what was recorded, in order, and never touch the network. The same
+agent code runs in both, so only the edges change.
+
+The ``*_crossing`` functions below are the single definition of what each crossing records
+(kind, request JSON, model, seed). Recording and replay both build crossings through them,
+so a re-run's request is comparable byte for byte with the recorded one.
+
+Payload conventions (canonical JSON in ``request``/``response``):
+
+=============== ============================================= =============================
+kind            request                                        response
+=============== ============================================= =============================
+RUN_STARTED     ``{"input": <agent input>}``                   ``null``
+MODEL_CALL      the request as the agent gave it               the model's answer
+TOOL_CALL       ``{"tool": name, "args": args}``               the tool's result (or error)
+CLOCK           ``{"name": name}``                             ``{"time": <float seconds>}``
+RANDOM          ``{"name": name}`` (``seed`` field set)        ``{"seed": seed}``
+EXTERNAL_STATE  ``{"name": name}``                             the value read
+DECISION        ``{"name": n, "choice": c, "options": [...]}`` ``null``
+ERROR           ``{}`` (``error`` field set)                   ``null``
+RUN_FINISHED    ``{}``                                         ``{"output": <agent output>}``
+GAP             ``{"missing_from": a, "missing_to": b}``       ``null`` (sequencer only)
+=============== ============================================= =============================
+
+Every run starts with RUN_STARTED (seq 0) and ends with exactly one RUN_FINISHED. When the
+agent raises, the Recorder writes ERROR (the exception's type and message in ``error``) and
+then RUN_FINISHED with the same ``error`` and ``{"output": null}``, and re-raises; a crossing
+that raised (a tool, the model) is recorded in its own event's ``error`` field instead.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from tracevault.errors import PayloadError
+from tracevault.schemas import EventKind
+
+__all__ = [
+    "JSON",
+    "Crossing",
+    "Edges",
+    "clock_crossing",
+    "decision_crossing",
+    "model_crossing",
+    "random_crossing",
+    "state_crossing",
+    "tool_crossing",
+    "validate_model_id",
+]
+
+JSON = Any
+"""A JSON value: dict with str keys, list, str, int, float, bool or None."""
+
+# Aliases move under you: a record that says "latest" cannot say what actually answered.
+_ALIAS = re.compile(r"(^|[-_:/@.])(latest|default|auto|stable|current|preview)$", re.IGNORECASE)
+
+
+def validate_model_id(model: object, *, path: str = "$.model") -> str:
+    """Return ``model`` if it names an exact build; raise :class:`PayloadError` otherwise."""
+    if not isinstance(model, str) or not model.strip():
+        raise PayloadError(
+            f"{path} must name the exact model build (e.g. 'gpt-4o-2024-08-06'), got {model!r}",
+            path=path,
+        )
+    if model != model.strip() or any(c.isspace() for c in model):
+        raise PayloadError(f"{path} {model!r} contains white space", path=path)
+    if _ALIAS.search(model):
+        raise PayloadError(
+            f"{path} {model!r} is an alias that can change under you; record the exact build "
+            "the provider answered with (e.g. 'claude-sonnet-4-5-20250929')",
+            path=path,
+        )
+    return model
+
+
+@dataclass(frozen=True, slots=True)
+class Crossing:
+    """What one edge call records before the response is known."""
+
+    kind: EventKind
+    request: JSON
+    model: str | None = None
+    seed: int | None = None
+
+
+def model_crossing(request: JSON, *, model: str, seed: int | None = None) -> Crossing:
+    return Crossing(EventKind.MODEL_CALL, request, validate_model_id(model), seed)
+
+
+def _require_name(name: object, path: str, what: str) -> None:
+    # Callers are typed, but agents are not: a None name must fail in the agent, named.
+    if not isinstance(name, str) or not name:
+        raise PayloadError(f"{path} must be {what}, got {name!r}", path)
+
+
+def tool_crossing(name: str, args: JSON) -> Crossing:
+    _require_name(name, "$.request.tool", "a non-empty tool name")
+    return Crossing(EventKind.TOOL_CALL, {"tool": name, "args": args})
+
+
+def clock_crossing(name: str = "now") -> Crossing:
+    return Crossing(EventKind.CLOCK, {"name": name})
+
+
+def random_crossing(name: str = "rng", seed: int | None = None) -> Crossing:
+    return Crossing(EventKind.RANDOM, {"name": name}, seed=seed)
+
+
+def state_crossing(name: str) -> Crossing:
+    _require_name(name, "$.request.name", "the name of the state read")
+    return Crossing(EventKind.EXTERNAL_STATE, {"name": name})
+
+
+def decision_crossing(name: str, choice: JSON, options: list[JSON] | None = None) -> Crossing:
+    return Crossing(
+        EventKind.DECISION,
+        {"name": name, "choice": choice, "options": list(options) if options is not None else None},
+    )
+
+
+@runtime_checkable
+class Edges(Protocol):
+    """What an agent is given: every crossing of the harness boundary goes through here.
+
+    Live (``tracevault.producer.Recorder``) each call does the real work and records it;
+    under replay (``tracevault.replayer``) each call returns the recorded value and raises
+    ``ReplayDivergence`` when the call differs from the record.
+    """
+
+    @property
+    def run_id(self) -> str: ...
+
+    def model(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
+        """Call the model with ``request``; ``model`` is the exact build (no aliases)."""
+
+    async def amodel(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
+        """``model`` for async agents (the injected model function may be a coroutine)."""
+
+    def tool(self, name: str, args: JSON) -> JSON:
+        """Dispatch tool ``name``; a recorded exception is raised again under replay."""
+
+    async def atool(self, name: str, args: JSON) -> JSON:
+        """``tool`` for async agents."""
+
+    def clock(self, name: str = "now") -> float:
+        """Wall-clock seconds since the epoch, as recorded."""
+
+    def random(self, name: str = "rng", *, seed: int | None = None) -> random.Random:
+        """An RNG whose seed is recorded (drawn fresh when ``seed`` is None)."""
+
+    def state(self, name: str, read: Callable[[], JSON] | None = None) -> JSON:
+        """A named read of external state; ``read`` is not called under replay."""
+
+    async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
+        """``state`` for async readers."""
+
+    def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
+        """Record a control-flow choice and return it; replay checks the same choice is made."""
