@@ -1,0 +1,90 @@
+"""The heads contract: the codec round-trips, and locate_run finds a run from its head alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from tracevault.chain import genesis, link
+from tracevault.config import Settings
+from tracevault.consumer.heads import (
+    GapRange,
+    Head,
+    HeldEvent,
+    decode_head,
+    encode_head,
+    locate_run,
+)
+from tracevault.errors import SchemaError
+from tracevault.kafka import partition_for
+
+
+def test_head_round_trips_through_avro() -> None:
+    head = Head(
+        run_id="run-1",
+        next_seq=7,
+        last_hash=link(genesis("run-1"), b"x"),
+        finished=True,
+        partition=2,
+        first_offset=10,
+        last_offset=99,
+        gaps=(GapRange(3, 4),),
+        held=(HeldEvent(9, b"\xc3\x01raw", 2, 1234, 1_700_000_000_000_000),),
+        updated_at=1_700_000_000_000_001,
+        sequencer_id="seq-a",
+    )
+    data = encode_head(head)
+    assert data[:2] == b"\xc3\x01"
+    assert decode_head(data) == head
+    assert head.last_seq == 6
+    assert head.in_gap(3) and head.in_gap(4) and not head.in_gap(5)
+
+
+def test_new_head_starts_at_genesis() -> None:
+    head = Head.new("r", 0)
+    assert (head.next_seq, head.last_hash, head.finished, head.first_offset) == (
+        0,
+        genesis("r"),
+        False,
+        -1,
+    )
+
+
+def test_decode_head_refuses_other_bytes() -> None:
+    with pytest.raises(SchemaError):
+        decode_head(b"not a head")
+
+
+def test_locate_run_reads_the_committed_head(settings_factory: Callable[..., Settings]) -> None:
+    settings = settings_factory(partitions=3)
+    run_id = "run-located"
+    part = partition_for(run_id, 3)
+    producer = Producer(
+        settings.kafka_config(**{"transactional.id": f"{settings.topic_prefix}-t", "log_level": 0})
+    )
+    producer.init_transactions(30)
+    old = Head(run_id, 3, b"\x01" * 32, False, part, first_offset=5, last_offset=8)
+    new = Head(run_id, 4, b"\x02" * 32, True, part, first_offset=5, last_offset=12)
+    for head in (old, new):
+        producer.begin_transaction()
+        producer.produce(settings.topics.heads, encode_head(head), run_id.encode(), partition=part)
+        producer.commit_transaction(30)
+    # An aborted newer head must stay invisible (read_committed).
+    producer.begin_transaction()
+    aborted = Head(run_id, 99, b"\x03" * 32, True, part, first_offset=5, last_offset=500)
+    producer.produce(settings.topics.heads, encode_head(aborted), run_id.encode(), partition=part)
+    producer.flush(30)
+    producer.abort_transaction(30)
+
+    loc = locate_run(settings, run_id, timeout=20)
+    assert loc is not None
+    assert (loc.partition, loc.start_offset, loc.end_offset, loc.last_seq, loc.finished) == (
+        part,
+        5,
+        12,
+        3,
+        True,
+    )
+    assert locate_run(settings, "no-such-run", timeout=20) is None

@@ -1,0 +1,315 @@
+"""Run heads: the sequencer's per-run state, and how anyone finds a run without a scan.
+
+The sequencer keeps one :class:`Head` per run in the compacted ``<prefix>.heads`` topic
+(key = run_id, value = Avro single-object ``HeadState.v1``, written in the same Kafka
+transaction as the sealed records it describes). Heads are co-partitioned with raw and
+sealed: a run's head lives at ``partition_for(run_id, partitions)`` of every one of them.
+
+Finding a run (the replayer's entry point)::
+
+    loc = locate_run(settings, "run-42")
+    # loc.partition, loc.start_offset: seek <prefix>.sealed there and read records keyed
+    # "run-42" until seq == loc.last_seq (or offset == loc.end_offset).
+
+``first_offset`` is **exact**: the sequencer learns the sealed offsets from the delivery
+reports inside the transaction, before it writes the head in that same transaction, so a
+committed head never points at an aborted record. ``start_offset`` of a :class:`RunLocation`
+is that offset of seq 0 (records of other runs sharing the partition are interleaved after it;
+filter by key).
+
+Why Avro: heads are read by other components (replayer, operators' tools) and outlive
+releases; a published, fingerprinted schema gives them the same evolution rules as events.
+The record also carries events held behind a gap (``held``) so a crash loses none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from tracevault.chain import genesis
+from tracevault.config import Settings
+from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.kafka import partition_for
+from tracevault.schemas import Codec
+
+__all__ = [
+    "GapRange",
+    "Head",
+    "HeldEvent",
+    "RunLocation",
+    "decode_head",
+    "encode_head",
+    "heads_partition_count",
+    "locate_run",
+    "read_heads",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GapRange:
+    """An inclusive seq range sealed as GAP markers (one GAP event per missing seq)."""
+
+    missing_from: int
+    missing_to: int
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int) and self.missing_from <= seq <= self.missing_to
+
+
+@dataclass(frozen=True, slots=True)
+class HeldEvent:
+    """A raw event that arrived past a gap, waiting for the gap to fill or to time out."""
+
+    seq: int
+    raw: bytes
+    source_partition: int
+    source_offset: int
+    held_at: int  # micros since the epoch; the gap timeout counts from the oldest
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The chain head of one run after the last committed sequencer transaction.
+
+    Every seq below ``next_seq`` is sealed, exactly once, at offsets ``first_offset`` (seq 0)
+    .. ``last_offset`` (seq ``next_seq - 1``) of ``<prefix>.sealed`` partition ``partition``;
+    ``last_hash`` is the hash of seq ``next_seq - 1`` (the genesis before seq 0 is sealed).
+    """
+
+    run_id: str
+    next_seq: int
+    last_hash: bytes
+    finished: bool
+    partition: int
+    first_offset: int = -1
+    last_offset: int = -1
+    gaps: tuple[GapRange, ...] = ()
+    held: tuple[HeldEvent, ...] = ()
+    updated_at: int = 0
+    sequencer_id: str = ""
+
+    @classmethod
+    def new(cls, run_id: str, partition: int) -> Head:
+        """The head of a run nothing of which is sealed yet."""
+        return cls(run_id, 0, genesis(run_id), False, partition)
+
+    @property
+    def last_seq(self) -> int:
+        """The last sealed seq, -1 when nothing is sealed."""
+        return self.next_seq - 1
+
+    def in_gap(self, seq: int) -> bool:
+        return any(seq in g for g in self.gaps)
+
+
+_CODEC: Codec | None = None
+
+
+def _codec() -> Codec:
+    global _CODEC  # noqa: PLW0603 - built on first use, not at import
+    if _CODEC is None:
+        _CODEC = Codec("HeadState")
+    return _CODEC
+
+
+def encode_head(head: Head) -> bytes:
+    """Single-object Avro (``HeadState.v1``) of ``head``: the value written to ``heads``."""
+    rec: dict[str, Any] = {
+        "run_id": head.run_id,
+        "next_seq": head.next_seq,
+        "last_hash": head.last_hash,
+        "finished": head.finished,
+        "partition": head.partition,
+        "first_offset": head.first_offset,
+        "last_offset": head.last_offset,
+        "gaps": [{"missing_from": g.missing_from, "missing_to": g.missing_to} for g in head.gaps],
+        "held": [
+            {
+                "seq": h.seq,
+                "raw": h.raw,
+                "source_partition": h.source_partition,
+                "source_offset": h.source_offset,
+                "held_at": h.held_at,
+            }
+            for h in head.held
+        ],
+        "updated_at": head.updated_at,
+        "sequencer_id": head.sequencer_id,
+    }
+    return _codec().encode(rec)
+
+
+def decode_head(data: bytes) -> Head:
+    """Read a heads value; raises :class:`SchemaError` for bytes that are not a HeadState."""
+    rec: Mapping[str, Any] = _codec().decode(data, what="heads value")
+    return Head(
+        run_id=rec["run_id"],
+        next_seq=rec["next_seq"],
+        last_hash=bytes(rec["last_hash"]),
+        finished=rec["finished"],
+        partition=rec["partition"],
+        first_offset=rec["first_offset"],
+        last_offset=rec["last_offset"],
+        gaps=tuple(GapRange(g["missing_from"], g["missing_to"]) for g in rec["gaps"]),
+        held=tuple(
+            HeldEvent(
+                h["seq"], bytes(h["raw"]), h["source_partition"], h["source_offset"], h["held_at"]
+            )
+            for h in rec["held"]
+        ),
+        updated_at=rec["updated_at"],
+        sequencer_id=rec["sequencer_id"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunLocation:
+    """Where a run's sealed records are: seek ``partition`` to ``start_offset`` and filter by key.
+
+    ``start_offset`` is the exact offset of seq 0 and ``end_offset`` that of ``last_seq``
+    (inclusive) in ``<prefix>.sealed``; ``gaps`` are the seq ranges sealed as GAP markers.
+    """
+
+    run_id: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    last_seq: int
+    finished: bool
+    gaps: tuple[GapRange, ...] = field(default=())
+
+
+def heads_partition_count(settings: Settings, timeout: float = 10.0) -> int:
+    """Partitions of ``<prefix>.heads`` as the broker reports them (not as configured)."""
+    topic = settings.topics.heads
+    consumer = Consumer(
+        settings.kafka_config(**{"group.id": "tracevault-heads-probe", "log_level": 0})
+    )
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} did not answer ({exc}); start it or fix "
+            "--bootstrap-servers"
+        ) from exc
+    finally:
+        consumer.close()
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None or not tmd.partitions:
+        raise NotFoundError(
+            f"topic {topic} does not exist; create the topics with `tracevault topics create`"
+        )
+    return len(tmd.partitions)
+
+
+def read_heads(
+    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0
+) -> dict[str, Head]:
+    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
+
+    Reads each partition from the beginning to its end with ``read_committed`` (an open
+    transaction holds the end back until it commits or aborts). Raises
+    :class:`ServiceUnavailableError` when the end is not reached within ``timeout`` seconds.
+    """
+    parts = sorted(set(partitions))
+    heads: dict[str, Head] = {}
+    if not parts:
+        return heads
+    topic = settings.topics.heads
+    consumer = Consumer(
+        settings.kafka_config(
+            **{
+                "group.id": f"tracevault-heads-reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "log_level": 0,
+            }
+        )
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        pending: set[int] = set()
+        for p in parts:
+            lo, hi = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=max(0.1, deadline - time.monotonic())
+            )
+            if hi > lo:
+                pending.add(p)
+        if pending:
+            consumer.assign([TopicPartition(topic, p, 0) for p in sorted(pending)])
+        while pending:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"reading {topic} partitions {sorted(pending)} did not reach the end within "
+                    f"{timeout:.0f}s; check the broker, or wait for an open transaction of a "
+                    "killed sequencer to time out and retry"
+                )
+            for msg in consumer.consume(500, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise NotFoundError(
+                            f"topic {topic} does not exist; create the topics with "
+                            "`tracevault topics create`"
+                        )
+                    log.warning("heads read: %s", err)
+                    continue
+                key = msg.key()
+                value = msg.value()
+                if key is None:
+                    continue
+                run_id = key.decode("utf-8", "replace")
+                if value is None:  # tombstone: the run's head was deleted
+                    heads.pop(run_id, None)
+                    continue
+                try:
+                    heads[run_id] = decode_head(value)
+                except SchemaError as exc:
+                    raise SchemaError(
+                        f"{topic}[{msg.partition()}]@{msg.offset()} (run {run_id}) is not a "
+                        f"HeadState: {exc}; the heads topic must be written by the sequencer only"
+                    ) from exc
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} failed reading {topic} ({exc})"
+        ) from exc
+    finally:
+        consumer.close()
+    return heads
+
+
+def locate_run(settings: Settings, run_id: str, *, timeout: float = 10.0) -> RunLocation | None:
+    """Where ``run_id`` is in ``<prefix>.sealed``, from its committed head; None if unknown.
+
+    Reads only the one heads partition the run hashes to (murmur2 over the broker's actual
+    partition count), never the sealed topic. A run whose events are all still held behind a
+    gap (nothing sealed yet) is reported as None too.
+    """
+    n = heads_partition_count(settings, timeout=timeout)
+    part = partition_for(run_id, n)
+    head = read_heads(settings, [part], timeout=timeout).get(run_id)
+    if head is None or head.first_offset < 0:
+        return None
+    return RunLocation(
+        run_id=run_id,
+        partition=head.partition,
+        start_offset=head.first_offset,
+        end_offset=head.last_offset,
+        last_seq=head.last_seq,
+        finished=head.finished,
+        gaps=head.gaps,
+    )
