@@ -1,0 +1,73 @@
+"""Sealed records for the archive tests, made the way the sequencer makes them.
+
+The tests do not depend on the sequencer: they chain TraceEvents with ``tracevault.chain`` and
+encode them with ``encode_sealed``, which is exactly what lands on ``<prefix>.sealed``.
+"""
+
+from __future__ import annotations
+
+from tracevault.chain import genesis, link
+from tracevault.schemas import (
+    AgentInfo,
+    EventKind,
+    SealedEvent,
+    TraceEvent,
+    canonical_json,
+    encode_event,
+    encode_sealed,
+)
+
+AGENT = AgentInfo("agent-a", "1.0.0", "host-1", "pytest", "0.1.0")
+T0_MICROS = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+
+
+def raw_event(run_id: str, seq: int, kind: EventKind, at: int | None = None) -> bytes:
+    response = canonical_json({"output": "done"}) if kind is EventKind.RUN_FINISHED else b"null"
+    return encode_event(
+        TraceEvent(
+            run_id=run_id,
+            seq=seq,
+            kind=kind,
+            at=T0_MICROS + seq if at is None else at,
+            agent=AGENT,
+            request=canonical_json({"i": seq, "pad": "x" * 40}),
+            response=response,
+        )
+    )
+
+
+def sealed_run(
+    run_id: str, n: int, *, finish: bool = True, start: int = 0, partition: int = 0
+) -> list[SealedEvent]:
+    """Events ``start .. start+n-1`` of a run; the last is RUN_FINISHED when ``finish``."""
+    prev = genesis(run_id)
+    out: list[SealedEvent] = []
+    for seq in range(start + n):
+        if seq == 0:
+            kind = EventKind.RUN_STARTED
+        elif finish and seq == start + n - 1:
+            kind = EventKind.RUN_FINISHED
+        else:
+            kind = EventKind.TOOL_CALL
+        raw = raw_event(run_id, seq, kind)
+        h = link(prev, raw)
+        if seq >= start:
+            out.append(
+                SealedEvent(
+                    run_id=run_id,
+                    seq=seq,
+                    prev_hash=prev,
+                    hash=h,
+                    raw=raw,
+                    sealed_at=T0_MICROS + seq,
+                    source_partition=partition,
+                    source_offset=seq,
+                    sequencer_id="test-sequencer",
+                )
+            )
+        prev = h
+    return out
+
+
+def sealed_values(run_id: str, n: int, **kw: object) -> list[bytes]:
+    return [encode_sealed(s) for s in sealed_run(run_id, n, **kw)]  # type: ignore[arg-type]

@@ -1,0 +1,115 @@
+"""One contract, every backend: the ``store`` fixture runs each test on file:// and s3://."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tracevault.consumer.archive import ObjectStore
+from tracevault.errors import ArchiveError, ConfigError, NotFoundError, RetentionError
+
+T0 = datetime(2020, 1, 1, tzinfo=UTC)
+RETAIN = T0 + timedelta(days=183)
+FUTURE = datetime.now(UTC) + timedelta(days=183)
+
+
+def test_put_then_get_returns_the_same_bytes(store: ObjectStore) -> None:
+    store.put("runs/r1/a.bin", b"\x00hello\xff", retain_until=FUTURE)
+    assert store.get("runs/r1/a.bin") == b"\x00hello\xff"
+
+
+def test_same_bytes_again_is_a_no_op_and_keeps_the_lock(store: ObjectStore) -> None:
+    store.put("k/x", b"one", retain_until=FUTURE)
+    before = store.head("k/x")
+    store.put("k/x", b"one", retain_until=FUTURE + timedelta(days=9))
+    assert store.head("k/x") == before
+    assert store.get("k/x") == b"one"
+
+
+def test_different_bytes_under_an_existing_key_are_refused(store: ObjectStore) -> None:
+    store.put("k/x", b"one", retain_until=FUTURE)
+    with pytest.raises(
+        ArchiveError, match=r"object k/x already exists in .* with different content"
+    ):
+        store.put("k/x", b"two", retain_until=FUTURE)
+    assert store.get("k/x") == b"one"
+
+
+def test_get_and_head_of_a_missing_key_name_it(store: ObjectStore) -> None:
+    with pytest.raises(NotFoundError, match="runs/nope/seg"):
+        store.get("runs/nope/seg")
+    with pytest.raises(NotFoundError, match="runs/nope/seg"):
+        store.head("runs/nope/seg")
+
+
+def test_list_is_sorted_by_key_and_filtered_by_prefix(store: ObjectStore) -> None:
+    for key in ["runs/b/2", "runs/a/1", "runs/ab/1", "index/days/2026-01-01/a", "runs/b/10"]:
+        store.put(key, key.encode(), retain_until=FUTURE)
+    assert [i.key for i in store.list("runs/")] == [
+        "runs/a/1",
+        "runs/ab/1",
+        "runs/b/10",
+        "runs/b/2",
+    ]
+    assert [i.key for i in store.list("runs/a/")] == ["runs/a/1"]
+    assert [i.key for i in store.list("runs/a")] == ["runs/a/1", "runs/ab/1"]
+    assert [(i.key, i.size) for i in store.list("index/")] == [("index/days/2026-01-01/a", 23)]
+    assert store.list("nothing/") == []
+
+
+def test_head_reports_size_lock_mode_and_retain_until(store: ObjectStore) -> None:
+    store.put("k/x", b"12345", retain_until=FUTURE)
+    info = store.head("k/x")
+    assert info.size == 5
+    assert info.lock_mode == "COMPLIANCE"
+    assert info.retain_until is not None
+    assert abs(info.retain_until - FUTURE) < timedelta(seconds=1)
+    assert info.legal_hold is False
+
+
+def test_delete_before_retain_until_is_refused(store: ObjectStore) -> None:
+    store.put("k/x", b"keep", retain_until=FUTURE)
+    with pytest.raises(RetentionError, match="k/x is retained until"):
+        store.delete("k/x")
+    assert store.get("k/x") == b"keep"
+
+
+def test_purge_after_expiry_with_injected_time(store: ObjectStore) -> None:
+    store.put("k/x", b"old", retain_until=RETAIN)
+    with pytest.raises(RetentionError, match="retained until"):
+        store.delete("k/x", now=T0 + timedelta(days=182))
+    store.delete("k/x", now=RETAIN + timedelta(days=1))
+    with pytest.raises(NotFoundError):
+        store.get("k/x")
+    assert store.list("k/") == []
+
+
+def test_legal_hold_blocks_delete_even_after_expiry(store: ObjectStore) -> None:
+    store.put("k/x", b"held", retain_until=RETAIN)
+    store.set_legal_hold("k/x", True)
+    assert store.head("k/x").legal_hold is True
+    with pytest.raises(RetentionError, match="legal hold"):
+        store.delete("k/x", now=RETAIN + timedelta(days=400))
+    store.set_legal_hold("k/x", False)
+    assert store.head("k/x").legal_hold is False
+    store.delete("k/x", now=RETAIN + timedelta(days=400))
+    assert store.list("k/") == []
+
+
+def test_legal_hold_on_a_missing_object_is_not_found(store: ObjectStore) -> None:
+    with pytest.raises(NotFoundError, match="k/none"):
+        store.set_legal_hold("k/none", True)
+
+
+def test_a_deleted_key_can_be_written_again(store: ObjectStore) -> None:
+    store.put("k/x", b"old", retain_until=RETAIN)
+    store.delete("k/x", now=RETAIN)
+    store.put("k/x", b"new", retain_until=FUTURE)
+    assert store.get("k/x") == b"new"
+
+
+@pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/../b", "a/./b", "a b", "a/"])
+def test_unsafe_keys_are_refused(store: ObjectStore, key: str) -> None:
+    with pytest.raises(ConfigError, match="object key"):
+        store.put(key, b"x", retain_until=FUTURE)

@@ -1,0 +1,228 @@
+"""``s3://BUCKET/PREFIX``: S3 (or MinIO, or any S3-compatible store) with Object Lock.
+
+Every PUT carries ``ObjectLockMode`` and ``ObjectLockRetainUntilDate`` plus ``Content-MD5``
+(S3 requires an integrity header on lock PUTs) and ``If-None-Match: *``, so the store itself
+refuses to replace an existing object. Deleting removes the object's versions by version id:
+a delete without one would only add a delete marker and leave the locked version in place.
+Lock state is read through ``head_object`` (``get_object_retention`` is broken in moto).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tracevault.consumer.archive._store import (
+    LockMode,
+    ObjectInfo,
+    check_deletable,
+    check_key,
+)
+from tracevault.errors import (
+    ArchiveError,
+    ConfigError,
+    NotFoundError,
+    RetentionError,
+    ServiceUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+__all__ = ["S3Store"]
+
+log = logging.getLogger(__name__)
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchVersion"}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class S3Store:
+    """An S3 bucket (optionally under a key prefix) whose Object Lock enforces retention."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str = "us-east-1",
+        lock_mode: LockMode = "COMPLIANCE",
+        client: S3Client | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self._lock_mode: LockMode = lock_mode
+        self._client: S3Client = client or boto3.client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region,
+            config=Config(retries={"max_attempts": 5, "mode": "standard"}),
+        )
+        self._check_bucket()
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @property
+    def lock_mode(self) -> LockMode:
+        return self._lock_mode
+
+    def _call(self, what: str, key: str, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(Bucket=self.bucket, **kwargs)
+        except ClientError as exc:
+            if _code(exc) in _NOT_FOUND:
+                raise NotFoundError(f"object {key} does not exist in {self.url}") from None
+            if _code(exc) in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                raise ServiceUnavailableError(
+                    f"{what} {key} in {self.url} was refused ({_code(exc)}): check the "
+                    "credentials and the bucket policy"
+                ) from exc
+            raise ArchiveError(f"{what} {key} in {self.url} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise ServiceUnavailableError(
+                f"object store {self.url} did not answer ({what} {key}): {exc}"
+            ) from exc
+
+    def _check_bucket(self) -> None:
+        try:
+            conf = self._client.get_object_lock_configuration(Bucket=self.bucket)
+        except ClientError as exc:
+            code = _code(exc)
+            if code == "ObjectLockConfigurationNotFoundError":
+                raise ConfigError(
+                    f"bucket {self.bucket} has no Object Lock, so retention could not be "
+                    "enforced; create the bucket with Object Lock enabled (aws s3api "
+                    "create-bucket --object-lock-enabled-for-bucket, or mc mb --with-lock)"
+                ) from None
+            if code in ("NoSuchBucket", "404"):
+                raise NotFoundError(
+                    f"bucket {self.bucket} does not exist; create it with Object Lock enabled"
+                ) from None
+            raise ServiceUnavailableError(
+                f"cannot read the Object Lock configuration of bucket {self.bucket}: {exc}"
+            ) from exc
+        except BotoCoreError as exc:
+            raise ServiceUnavailableError(
+                f"object store for bucket {self.bucket} did not answer: {exc}"
+            ) from exc
+        if conf.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") != "Enabled":
+            raise ConfigError(
+                f"bucket {self.bucket} does not have Object Lock enabled; retention could not "
+                "be enforced. Use a bucket created with Object Lock"
+            )
+
+    def _k(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
+        md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        try:
+            self._client.put_object(
+                Bucket=self.bucket,
+                Key=self._k(key),
+                Body=data,
+                ContentMD5=md5,
+                IfNoneMatch="*",
+                ObjectLockMode=self._lock_mode,
+                ObjectLockRetainUntilDate=retain_until.astimezone(UTC),
+                Metadata={"sha256": hashlib.sha256(data).hexdigest()},
+            )
+        except ClientError as exc:
+            if _code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                existing = self.get(key)
+                if existing != data:
+                    raise ArchiveError(
+                        f"object {key} already exists in {self.url} with different content "
+                        f"({len(existing)} bytes, refused {len(data)} bytes); archive objects "
+                        "are never overwritten: investigate which writer produced it"
+                    ) from None
+                return
+            if _code(exc) == "InvalidRequest":
+                raise ConfigError(
+                    f"{self.url} refused a locked PUT of {key} ({exc}); the bucket needs "
+                    "Object Lock enabled"
+                ) from exc
+            raise ArchiveError(f"PUT {key} to {self.url} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise ServiceUnavailableError(
+                f"object store {self.url} did not answer (PUT {key}): {exc}"
+            ) from exc
+
+    def get(self, key: str) -> bytes:
+        resp = self._call("GET", key, self._client.get_object, Key=self._k(key))
+        body: bytes = resp["Body"].read()
+        return body
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        out: list[ObjectInfo] = []
+        token: str | None = None
+        cut = len(self.prefix)
+        while True:
+            kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = self._call("LIST", prefix or "(all)", self._client.list_objects_v2, **kwargs)
+            out.extend(ObjectInfo(o["Key"][cut:], int(o["Size"])) for o in resp.get("Contents", []))
+            if not resp.get("IsTruncated"):
+                break
+            token = resp.get("NextContinuationToken")
+        out.sort(key=lambda i: i.key)
+        return out
+
+    def head(self, key: str) -> ObjectInfo:
+        resp = self._call("HEAD", key, self._client.head_object, Key=self._k(key))
+        until = resp.get("ObjectLockRetainUntilDate")
+        return ObjectInfo(
+            key,
+            int(resp["ContentLength"]),
+            resp.get("ObjectLockMode"),
+            until.astimezone(UTC) if until is not None else None,
+            resp.get("ObjectLockLegalHoldStatus") == "ON",
+        )
+
+    def delete(self, key: str, *, now: datetime | None = None) -> None:
+        check_deletable(self.head(key), now)
+        full = self._k(key)
+        resp = self._call("LIST VERSIONS", key, self._client.list_object_versions, Prefix=full)
+        versions = [
+            v["VersionId"]
+            for v in [*resp.get("Versions", []), *resp.get("DeleteMarkers", [])]
+            if v["Key"] == full
+        ]
+        for vid in versions:
+            try:
+                self._client.delete_object(Bucket=self.bucket, Key=full, VersionId=vid)
+            except ClientError as exc:
+                if _code(exc) == "AccessDenied":
+                    raise RetentionError(
+                        f"{self.url} refused to delete {key} (version {vid}): its Object "
+                        "Lock is still in force by the store's clock"
+                    ) from None
+                raise ArchiveError(f"DELETE {key} from {self.url} failed: {exc}") from exc
+        log.info("deleted %s (%d versions) from %s", key, len(versions), self.url)
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        self.head(key)  # a clear NotFoundError (moto answers 500 for a missing key)
+        self._call(
+            "LEGAL HOLD",
+            key,
+            self._client.put_object_legal_hold,
+            Key=self._k(key),
+            LegalHold={"Status": "ON" if on else "OFF"},
+        )
+
+    def close(self) -> None:
+        self._client.close()

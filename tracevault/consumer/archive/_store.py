@@ -1,0 +1,169 @@
+"""The object-store interface every archive backend implements, and ``open_store``.
+
+The archive's guarantees live in this contract, not in the archiver: an object, once written,
+is never overwritten (the same bytes again is a no-op, different bytes an error), and nothing
+is deleted before its retain-until or while it is under legal hold. ``file://`` enforces this
+itself; ``s3://`` lets S3 Object Lock enforce it and checks the same rules client-side first,
+so both backends refuse with the same errors (one contract test suite runs against both).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+from tracevault.config import Settings, load_settings
+from tracevault.errors import ConfigError, NotFoundError, RetentionError
+
+__all__ = ["LockMode", "ObjectInfo", "ObjectStore", "check_deletable", "check_key", "open_store"]
+
+LockMode = Literal["COMPLIANCE", "GOVERNANCE"]
+
+_KEY_PART = re.compile(r"^[A-Za-z0-9%._~-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a store knows about one object.
+
+    ``list`` fills ``key`` and ``size`` only (lock fields None: a listing does not carry them
+    on S3); ``head`` fills everything. ``lock_mode``/``retain_until`` None after ``head`` mean
+    the object is *not* locked, which the retention report flags.
+    """
+
+    key: str
+    size: int
+    lock_mode: str | None = None
+    retain_until: datetime | None = None
+    legal_hold: bool | None = None
+
+    def expired(self, now: datetime) -> bool:
+        """True when retain-until has passed at ``now`` (an unlocked object is expired)."""
+        return self.retain_until is None or now >= self.retain_until
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A write-once, retention-enforcing object store. Keys are ``/``-separated paths."""
+
+    @property
+    def url(self) -> str:
+        """Where the store lives (``file:///...`` or ``s3://bucket/prefix``)."""
+        ...
+
+    @property
+    def lock_mode(self) -> LockMode:
+        """The lock mode every ``put`` applies."""
+        ...
+
+    def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
+        """Write ``data`` under ``key``, locked until ``retain_until``, durably.
+
+        The object appears whole or not at all. If ``key`` already holds the same bytes this
+        is a no-op (the existing lock is kept); different bytes raise ``ArchiveError``.
+        """
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; ``NotFoundError`` naming ``key`` if there is none."""
+        ...
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, sorted by key (one listing)."""
+        ...
+
+    def head(self, key: str) -> ObjectInfo:
+        """Size, lock mode, retain-until and legal hold of ``key``; ``NotFoundError`` if none."""
+        ...
+
+    def delete(self, key: str, *, now: datetime | None = None) -> None:
+        """Remove ``key`` for good; ``RetentionError`` before retain-until or under hold.
+
+        ``now`` (default: the wall clock) is injectable so purge after expiry is testable;
+        on S3 the store's own clock still has the last word.
+        """
+        ...
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        """Place (``on=True``) or clear a legal hold: a held object cannot be deleted."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...
+
+
+def check_key(key: str) -> str:
+    """``key`` if it is a safe relative ``/`` path; ``ConfigError`` otherwise.
+
+    The same rule on both backends keeps an archive portable between them.
+    """
+    parts = key.split("/")
+    if not key or any(not p or p in (".", "..") or not _KEY_PART.match(p) for p in parts):
+        raise ConfigError(
+            f"object key {key!r} is not a relative path of [A-Za-z0-9%._~-] segments; "
+            "derive keys with tracevault.consumer.archive.layout"
+        )
+    return key
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def check_deletable(info: ObjectInfo, now: datetime | None) -> None:
+    """Raise ``RetentionError`` unless ``info`` may be deleted at ``now``."""
+    at = now or utc_now()
+    if info.legal_hold:
+        raise RetentionError(
+            f"object {info.key} is under legal hold and cannot be deleted; release the hold "
+            "first (tracevault archive release RUN_ID) if the matter is closed"
+        )
+    if info.retain_until is not None and at < info.retain_until:
+        raise RetentionError(
+            f"object {info.key} is retained until {info.retain_until.isoformat()} "
+            f"({info.lock_mode or 'locked'}); it cannot be deleted at {at.isoformat()}"
+        )
+
+
+def open_store(url: str, settings: Settings | None = None) -> ObjectStore:
+    """The store at ``url``: ``file://PATH`` or ``s3://BUCKET[/PREFIX]``.
+
+    ``settings`` supplies the lock mode and, for S3, the endpoint and region (defaults:
+    ``Settings()`` from the environment). An S3 bucket without Object Lock is refused.
+    """
+    if settings is None:
+        settings = load_settings()
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        from tracevault.consumer.archive._filestore import FileStore  # noqa: PLC0415 - cycle
+
+        path = parts.netloc + parts.path
+        if not path:
+            raise ConfigError(f"archive URL {url!r} has no path; use file:///abs/path")
+        return FileStore(path, lock_mode=settings.lock_mode)
+    if parts.scheme == "s3":
+        # boto3 is imported only when an s3:// archive is used: it is slow to import.
+        from tracevault.consumer.archive._s3store import S3Store  # noqa: PLC0415
+
+        if not parts.netloc:
+            raise ConfigError(f"archive URL {url!r} names no bucket; use s3://BUCKET/PREFIX")
+        return S3Store(
+            parts.netloc,
+            parts.path.strip("/"),
+            endpoint_url=settings.s3_endpoint_url,
+            region=settings.s3_region,
+            lock_mode=settings.lock_mode,
+        )
+    raise ConfigError(
+        f"archive URL {url!r} has scheme {parts.scheme!r}; use file://PATH or s3://BUCKET/PREFIX"
+    )
+
+
+def require(info: ObjectInfo | None, key: str) -> ObjectInfo:
+    if info is None:
+        raise NotFoundError(f"object {key} does not exist in the archive")
+    return info
