@@ -1,1 +1,50 @@
-"""tracevault.replayer (see DESIGN.md)."""
+"""Reading a run back, verifying it, re-running it deterministically, diffing two runs.
+
+Import from here, never from the private modules::
+
+    from tracevault.replayer import load_run, verify, replay
+
+    run = load_run(settings, "run-42", source="archive")
+    report = verify(run)                         # raises ChainError naming seq and object
+    result = replay(report.events, my_agent)     # raises ReplayDivergence at the first difference
+"""
+
+from tracevault.errors import ChainError, ReplayDivergence
+from tracevault.replayer._checks import RECORD_CHECKS
+from tracevault.replayer._diff import json_diff
+from tracevault.replayer._load import load_run
+from tracevault.replayer._recorded_error import RecordedError
+from tracevault.replayer._replay import Agent, AsyncAgent, areplay, replay
+from tracevault.replayer._results import (
+    DivergenceReport,
+    LoadedRun,
+    ReplayResult,
+    SegmentInfo,
+    StepSummary,
+    VerifyReport,
+)
+from tracevault.replayer._verify import verify
+
+__all__ = [
+    # re-run
+    "Agent",
+    "AsyncAgent",
+    "RecordedError",
+    "ReplayDivergence",
+    "areplay",
+    "replay",
+    # results
+    "DivergenceReport",
+    "LoadedRun",
+    "ReplayResult",
+    "SegmentInfo",
+    "StepSummary",
+    "VerifyReport",
+    # loading and verification
+    "ChainError",
+    "RECORD_CHECKS",
+    "load_run",
+    "verify",
+    # diff
+    "json_diff",
+]

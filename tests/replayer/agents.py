@@ -1,0 +1,154 @@
+"""Agents for the replayer's tests: one honest agent and the variants of the divergence corpus.
+
+Each variant changes exactly one thing against ``research_agent`` so ``replay run`` must
+name one seq and one difference. They are module-level callables so the CLI can load them
+as ``tests.replayer.agents:NAME``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+MODEL = "gpt-4o-2024-08-06"
+OTHER_MODEL = "gpt-4o-2024-11-20"
+SEED = 7
+INPUT = {"question": "What is the boiling point of water at 2000 m?"}
+
+
+def fake_model(request: Any, model: str, seed: int | None) -> Any:
+    """A deterministic stand-in for a model: the answer depends on the request only."""
+    text = request["messages"][-1]["content"]
+    if text.startswith("plan:"):
+        return {"query": "boiling point altitude 2000 m", "tokens": 12}
+    return {"text": f"About 93 °C ({len(text)} chars of context)", "tokens": 40}
+
+
+def _search(q: str) -> Any:
+    return {"urls": ["https://example.org/boiling", "https://example.org/altitude"], "q": q}
+
+
+def _fetch(url: str) -> Any:
+    if "missing" in url:
+        raise FileNotFoundError(f"no such page: {url}")
+    return {"url": url, "body": "Water boils at about 93.4 °C at 2000 m."}
+
+
+TOOLS = {"search": _search, "fetch": _fetch}
+STATES = {"inventory": {"pages_cached": 3}}
+
+
+def _agent(
+    agent_input: Any,
+    edges: Any,
+    *,
+    prompt: str = "plan: ",
+    model: str = MODEL,
+    seed: int = SEED,
+    extra_tool: bool = False,
+    skip_fetch: bool = False,
+    reorder: bool = False,
+    extra_clock: bool = False,
+) -> Any:
+    started = edges.clock()
+    rng = edges.random("sampling")
+    plan = edges.model(
+        {"messages": [{"role": "user", "content": prompt + agent_input["question"]}]},
+        model=model,
+        seed=seed,
+    )
+    if extra_clock:
+        edges.clock("timeout_check")
+    if reorder:
+        page = edges.tool("fetch", {"url": "https://example.org/boiling"})
+        found = edges.tool("search", {"q": plan["query"]})
+    else:
+        found = edges.tool("search", {"q": plan["query"]})
+        page = None if skip_fetch else edges.tool("fetch", {"url": found["urls"][0]})
+    if extra_tool:
+        edges.tool("search", {"q": "again"})
+    cached = edges.state("inventory")
+    go = edges.decision("next", "answer", options=["answer", "search_more"])
+    answer = edges.model(
+        {
+            "messages": [
+                {"role": "user", "content": agent_input["question"]},
+                {"role": "tool", "content": (page or {}).get("body", "")},
+            ]
+        },
+        model=model,
+        seed=seed,
+    )
+    return {
+        "answer": answer["text"],
+        "pick": rng.randint(0, 1000),
+        "cached": cached["pages_cached"],
+        "took": edges.clock() - started,
+        "go": go,
+    }
+
+
+def research_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges)
+
+
+async def async_research_agent(agent_input: Any, edges: Any) -> Any:
+    started = edges.clock()
+    plan = await edges.amodel(
+        {"messages": [{"role": "user", "content": "plan: " + agent_input["question"]}]},
+        model=MODEL,
+        seed=SEED,
+    )
+    found = await edges.atool("search", {"q": plan["query"]})
+    cached = await edges.astate("inventory")
+    return {"urls": found["urls"], "cached": cached, "took": edges.clock() - started}
+
+
+def changed_prompt_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges, prompt="plan carefully: ")
+
+
+def extra_tool_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges, extra_tool=True)
+
+
+def missing_call_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges, skip_fetch=True)
+
+
+def reordered_tools_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges, reorder=True)
+
+
+def extra_clock_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges, extra_clock=True)
+
+
+def other_model_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges, model=OTHER_MODEL)
+
+
+def other_seed_agent(agent_input: Any, edges: Any) -> Any:
+    return _agent(agent_input, edges, seed=SEED + 1)
+
+
+def failing_tool_agent(agent_input: Any, edges: Any) -> Any:
+    """Catches a tool's FileNotFoundError and goes on: replay must take the same branch."""
+    try:
+        edges.tool("fetch", {"url": "https://example.org/missing"})
+    except FileNotFoundError as exc:
+        note = f"fallback after {type(exc).__name__}"
+    return {"note": note, "t": edges.clock()}
+
+
+def crashing_agent(agent_input: Any, edges: Any) -> Any:
+    """Lets the tool's error escape: the run records ERROR then RUN_FINISHED."""
+    edges.clock()
+    return edges.tool("fetch", {"url": "https://example.org/missing"})
+
+
+def swallowing_agent(agent_input: Any, edges: Any) -> Any:
+    """Hides every exception, the replayer's divergence included: replay must still report it."""
+    with contextlib.suppress(Exception):
+        edges.tool("search", {"q": "something else"})
+    return {"fine": True}

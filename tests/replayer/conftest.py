@@ -1,0 +1,32 @@
+"""Fixtures of the replayer tests: a recorded run, sealed, and archive stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.replayer import agents
+from tests.replayer.recording import record, seal
+from tracevault.consumer.archive import ObjectStore, open_store
+from tracevault.schemas import SealedEvent, TraceEvent
+
+
+def recorded(run_id: str = "run-a") -> list[TraceEvent]:
+    return record(agents.research_agent, agents.INPUT, run_id=run_id, model_fn=agents.fake_model,
+                  tools=agents.TOOLS, states=agents.STATES)  # fmt: skip
+
+
+@pytest.fixture
+def events() -> list[TraceEvent]:
+    return recorded()
+
+
+@pytest.fixture
+def sealed(events: list[TraceEvent]) -> list[SealedEvent]:
+    return seal(events)
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> ObjectStore:
+    return open_store(f"file://{tmp_path / 'archive'}")

@@ -1,0 +1,194 @@
+"""Verification of a run's sealed records: numbered checks, the first failure raised.
+
+Checks on every record, in seq order (the first failing one is raised as a
+:class:`ChainError` naming the seq and the object the record came from):
+
+1. **run** — the record belongs to this run.
+2. **seq** — seqs are contiguous from 0 (a deleted or swapped event fails here).
+3. **link** — ``prev_hash`` is the previous record's hash; seq 0's is the run's genesis.
+4. **hash** — ``hash == SHA-256(domain ‖ prev_hash ‖ raw)`` (``tracevault.chain.link``): a
+   flipped bit anywhere in the producer's bytes fails here.
+5. **content** — ``raw`` is a TraceEvent of this run at this seq (an event moved in from
+   another run and re-chained fails here).
+6. **shape** — seq 0 is RUN_STARTED and nothing follows RUN_FINISHED.
+
+Then the source's own evidence (archive: segments and receipts, ``_verify_archive``; topic:
+the sequencer's committed head). A run with no RUN_FINISHED verifies but is reported as
+unfinished; GAP markers (one per missing seq, sealed by the sequencer) are reported too.
+
+Verifiers raise, they never return False (sigstore's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from tracevault.chain import genesis, link
+from tracevault.errors import ChainError, SchemaError
+from tracevault.schemas import MAGIC, EventKind, decode_event, default_schemas
+
+__all__ = ["RECORD_CHECKS", "RecordsSummary", "check_records", "fail"]
+
+RECORD_CHECKS = (
+    "1 run: every record belongs to the run",
+    "2 seq: seqs are contiguous from 0",
+    "3 link: every prev_hash is the previous hash (seq 0: the run's genesis)",
+    "4 hash: every hash is SHA-256(domain, prev_hash, raw)",
+    "5 content: every raw value is a TraceEvent of this run at its seq",
+    "6 shape: seq 0 is RUN_STARTED and nothing follows RUN_FINISHED",
+)
+
+_ACTION = (
+    "Operator action: treat the run as tampered or damaged; compare with the other copy "
+    "(topic vs archive, or an exported bundle) and keep this one for the investigation"
+)
+
+
+def fail(check: str, seq: int | None, obj: str | None, what: str) -> ChainError:
+    """The ChainError for a failed numbered check (``check`` is e.g. ``"4 hash"``)."""
+    where = "" if seq is None else f" at seq {seq}"
+    inside = "" if obj is None else f" in {obj}"
+    return ChainError(
+        f"verify failed: check {check}{where}{inside}: {what}. {_ACTION}", seq=seq, obj=obj
+    )
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+@lru_cache(maxsize=1)
+def _layouts() -> Mapping[bytes, tuple[str, ...]]:
+    """Header -> enum symbols, for TraceEvent versions that start (run_id, seq, kind).
+
+    Those let check 5 compare a value's prefix with the expected bytes instead of decoding
+    the whole event; any other version falls back to a full decode.
+    """
+    out: dict[bytes, tuple[str, ...]] = {}
+    for v in default_schemas().versions("TraceEvent"):
+        f = v.source.get("fields", [])
+        if (
+            len(f) >= 3
+            and (f[0]["name"], f[0]["type"]) == ("run_id", "string")
+            and (f[1]["name"], f[1]["type"]) == ("seq", "long")
+            and f[2]["name"] == "kind"
+            and isinstance(f[2]["type"], dict)
+            and f[2]["type"].get("type") == "enum"
+        ):
+            out[MAGIC + v.fingerprint] = tuple(f[2]["type"]["symbols"])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsSummary:
+    """What checks 1-6 learnt: the chain head, each event's kind, the GAP seqs."""
+
+    head: bytes
+    kinds: tuple[str, ...]
+    gaps: tuple[int, ...]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.kinds) and self.kinds[-1] == EventKind.RUN_FINISHED.value
+
+
+def _slow_kind(raw: bytes, run_id: str, seq: int, obj: str | None) -> str:
+    try:
+        ev = decode_event(raw, check_json=False, what=f"raw value of seq {seq}")
+    except SchemaError as exc:
+        raise fail(
+            "5 content", seq, obj, f"the raw value is not a readable TraceEvent ({exc})"
+        ) from exc
+    if ev.run_id != run_id:
+        raise fail(
+            "5 content",
+            seq,
+            obj,
+            f"the event inside is seq {ev.seq} of run {ev.run_id!r}, moved in from another run",
+        )
+    if ev.seq != seq:
+        raise fail("5 content", seq, obj, f"the event inside says it is seq {ev.seq}")
+    return ev.kind.value
+
+
+def check_records(
+    run_id: str, rows: Sequence[Mapping[str, Any]], objects: Sequence[str]
+) -> RecordsSummary:
+    """Checks 1-6 over SealedEvent rows in the order the source returned them."""
+    expected_prev = genesis(run_id)
+    rid = run_id.encode("utf-8")
+    rid_prefix = _zigzag(len(rid)) + rid
+    layouts = _layouts()
+    kinds: list[str] = []
+    append = kinds.append
+    for i, r in enumerate(rows):
+        if r["run_id"] != run_id:
+            raise fail(
+                "1 run",
+                i,
+                objects[i],
+                f"the record belongs to run {r['run_id']!r} (seq {r['seq']})",
+            )
+        if r["seq"] != i:
+            found = r["seq"]
+            what = (
+                f"seq {i} is missing (the next record is seq {found})"
+                if found > i
+                else f"found seq {found} where seq {i} belongs (events out of order)"
+            )
+            raise fail("2 seq", i, objects[i], what)
+        prev = r["prev_hash"]
+        if prev != expected_prev:
+            raise fail(
+                "3 link",
+                i,
+                objects[i],
+                f"prev_hash {bytes(prev).hex()[:16]}… is not the hash of seq {i - 1} "
+                f"({expected_prev.hex()[:16]}…)"
+                if i
+                else "prev_hash is not the run's genesis hash",
+            )
+        raw = r["raw"]
+        h = link(prev, raw)
+        if h != r["hash"]:
+            raise fail(
+                "4 hash",
+                i,
+                objects[i],
+                f"the event's bytes hash to {h.hex()[:16]}…, the record says "
+                f"{bytes(r['hash']).hex()[:16]}…: the bytes were changed after sealing",
+            )
+        symbols = layouts.get(raw[:10])
+        kind: str | None = None
+        if symbols is not None:
+            p = rid_prefix + _zigzag(i)
+            at = 10 + len(p)
+            if len(raw) > at and raw.startswith(p, 10) and raw[at] < 0x80:
+                idx = raw[at] >> 1
+                if idx < len(symbols):
+                    kind = symbols[idx]
+        append(kind if kind is not None else _slow_kind(raw, run_id, i, objects[i]))
+        expected_prev = h
+    if kinds and kinds[0] != EventKind.RUN_STARTED.value:
+        raise fail("6 shape", 0, objects[0], f"seq 0 is {kinds[0]}, not RUN_STARTED")
+    fin = EventKind.RUN_FINISHED.value
+    for i, k in enumerate(kinds[:-1]):
+        if k == fin:
+            raise fail(
+                "6 shape", i + 1, objects[i + 1], f"seq {i + 1} follows RUN_FINISHED at seq {i}"
+            )
+    gap = EventKind.GAP.value
+    return RecordsSummary(
+        head=expected_prev,
+        kinds=tuple(kinds),
+        gaps=tuple(i for i, k in enumerate(kinds) if k == gap),
+    )

@@ -1,0 +1,77 @@
+"""JSON-path differences between a recorded payload and a re-run's payload.
+
+A divergence report is only useful if it points at the field that changed, so differences
+are listed as ``$.messages[2].content: expected "hi", got "hello"`` lines, one per leaf, in
+document order. ``1`` and ``1.0`` and ``true`` differ here because canonical JSON (what the
+chain covers) tells them apart.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["MAX_DIFFS", "json_path", "json_diff", "short_json"]
+
+MAX_DIFFS = 50
+_SHORT = 80
+
+
+def short_json(value: Any, limit: int = _SHORT) -> str:
+    """Compact JSON of ``value``, cut to ``limit`` characters with an ellipsis."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def json_path(parent: str, key: str | int) -> str:
+    """``$.a.b``, ``$.a[3]`` or ``$["odd key"]``: the JSONPath of ``key`` under ``parent``."""
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    if key.isidentifier():
+        return f"{parent}.{key}"
+    return f"{parent}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _same_type(a: Any, b: Any) -> bool:
+    # bool is an int subclass and 1 == 1.0 in Python, but not in the bytes the chain covers.
+    return type(a) is type(b)
+
+
+def json_diff(
+    expected: Any, actual: Any, path: str = "$", limit: int = MAX_DIFFS
+) -> tuple[str, ...]:
+    """Every leaf where ``actual`` differs from ``expected``, as JSON-path lines.
+
+    At most ``limit`` lines; a last line says how many more were left out.
+    """
+    out: list[str] = []
+    _walk(expected, actual, path, out)
+    if len(out) > limit:
+        more = len(out) - limit
+        return (*out[:limit], f"… and {more} more difference{'s' if more > 1 else ''}")
+    return tuple(out)
+
+
+def _walk(expected: Any, actual: Any, path: str, out: list[str]) -> None:
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(expected.keys() | actual.keys()):
+            sub = json_path(path, key)
+            if key not in actual:
+                out.append(f"{sub}: missing (recorded {short_json(expected[key])})")
+            elif key not in expected:
+                out.append(f"{sub}: unexpected {short_json(actual[key])} (not in the record)")
+            else:
+                _walk(expected[key], actual[key], sub, out)
+        return
+    if isinstance(expected, list) and isinstance(actual, list):
+        for i in range(max(len(expected), len(actual))):
+            sub = json_path(path, i)
+            if i >= len(actual):
+                out.append(f"{sub}: missing (recorded {short_json(expected[i])})")
+            elif i >= len(expected):
+                out.append(f"{sub}: unexpected {short_json(actual[i])} (not in the record)")
+            else:
+                _walk(expected[i], actual[i], sub, out)
+        return
+    if not _same_type(expected, actual) or expected != actual:
+        out.append(f"{path}: expected {short_json(expected)}, got {short_json(actual)}")

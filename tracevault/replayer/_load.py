@@ -1,0 +1,34 @@
+"""``load_run``: one entry point for the topic and the archive."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tracevault.config import Settings
+from tracevault.consumer.archive import open_store
+from tracevault.errors import ConfigError
+from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer._results import LoadedRun
+from tracevault.replayer._topic import load_from_topic
+
+__all__ = ["load_run"]
+
+
+def load_run(
+    settings: Settings, run_id: str, *, source: Literal["topic", "archive"] = "archive"
+) -> LoadedRun:
+    """The run's sealed records from ``source`` (unverified: pass the result to ``verify``).
+
+    ``topic`` seeks ``<prefix>.sealed`` straight to the run (its heads entry gives partition
+    and offsets); ``archive`` makes one listing of ``runs/<run>/`` at ``settings.archive_url``.
+    Raises ``NotFoundError`` when the run is unknown there.
+    """
+    if source == "topic":
+        return load_from_topic(settings, run_id)
+    if source == "archive":
+        store = open_store(settings.archive_url, settings)
+        try:
+            return load_from_archive(store, run_id)
+        finally:
+            store.close()
+    raise ConfigError(f"source must be 'topic' or 'archive', got {source!r}")

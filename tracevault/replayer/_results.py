@@ -1,0 +1,270 @@
+"""Typed, frozen results of the replayer: what was loaded, verified, re-run and where it diverged.
+
+Results are plain frozen dataclasses with ``to_json()`` so the CLI's ``--json`` output, the
+batch workers (which send results across processes) and the evidence bundle share one shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tracevault.consumer.archive.layout import FinalReceipt, SegmentReceipt
+from tracevault.replayer._diff import short_json
+from tracevault.replayer._records import SealedRows
+from tracevault.schemas import ErrorInfo, EventKind, SealedEvent, TraceEvent, micros_to_datetime
+
+__all__ = [
+    "DivergenceReport",
+    "LoadedRun",
+    "ReplayResult",
+    "SegmentInfo",
+    "StepSummary",
+    "VerifyReport",
+    "summarize",
+]
+
+Source = Literal["topic", "archive", "bundle", "memory"]
+
+
+def _payload(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return f"<{len(data)} bytes, not JSON>"
+
+
+def summarize(ev: TraceEvent, limit: int = 60) -> tuple[str, str]:
+    """Short human summaries of an event's request and response (never the whole payload)."""
+    req = _payload(ev.request)
+    resp = _payload(ev.response)
+    if ev.kind is EventKind.TOOL_CALL and isinstance(req, dict):
+        r = f"{req.get('tool')}({short_json(req.get('args'), limit)})"
+    elif ev.kind in (EventKind.CLOCK, EventKind.RANDOM, EventKind.EXTERNAL_STATE) and isinstance(
+        req, dict
+    ):
+        r = str(req.get("name"))
+    else:
+        r = short_json(req, limit)
+    if ev.error is not None:
+        s = f"raised {ev.error.type}: {ev.error.message}"[:limit]
+    else:
+        s = short_json(resp, limit)
+    return r, s
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """One line of a run's timeline."""
+
+    seq: int
+    kind: str
+    at: int
+    model: str | None
+    seed: int | None
+    request: str
+    response: str
+
+    @classmethod
+    def of(cls, ev: TraceEvent) -> StepSummary:
+        req, resp = summarize(ev)
+        return cls(ev.seq, ev.kind.value, ev.at, ev.model, ev.seed, req, resp)
+
+    @property
+    def at_iso(self) -> str:
+        return micros_to_datetime(self.at).isoformat()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "at": self.at,
+            "at_iso": self.at_iso,
+            "model": self.model,
+            "seed": self.seed,
+            "request": self.request,
+            "response": self.response,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """One archived segment as read: its key, its bytes' SHA-256, its receipt if any."""
+
+    key: str
+    first_seq: int
+    last_seq: int
+    sha256: str
+    size: int
+    receipt_key: str
+    receipt: SegmentReceipt | None
+    receipt_bytes: bytes | None
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRun:
+    """A run's sealed records as read from one source, in the order the source returned them.
+
+    ``objects[i]`` names where ``records[i]`` came from (an archive segment key, or
+    ``<topic>[<partition>]@<offset>``) so verification can name the object of a bad seq.
+    Nothing here has been verified yet: pass it to :func:`tracevault.replayer.verify`.
+    """
+
+    run_id: str
+    source: Source
+    records: SealedRows
+    objects: Sequence[str]
+    segments: tuple[SegmentInfo, ...] = ()
+    final_receipt: FinalReceipt | None = None
+    final_receipt_key: str | None = None
+    final_receipt_bytes: bytes | None = None
+    expected_last_seq: int | None = None
+    expected_finished: bool | None = None
+    expected_head: bytes | None = None
+    expected_gaps: tuple[tuple[int, int], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @classmethod
+    def of(cls, records: Sequence[SealedEvent], *, run_id: str | None = None) -> LoadedRun:
+        """A run from sealed records in hand (tests, other tools); verified like any other."""
+        rid = run_id if run_id is not None else (records[0].run_id if records else "")
+        return cls(
+            run_id=rid,
+            source="memory",
+            records=SealedRows.of(records),
+            objects=[f"record[{i}]" for i in range(len(records))],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """A run that verified: the numbered checks that passed and what the run is.
+
+    ``finished`` is False for a run still in progress (or cut short): it verifies, but it is
+    reported as unfinished. ``gaps`` lists the seqs of GAP markers the sequencer sealed in.
+    """
+
+    run_id: str
+    source: str
+    count: int
+    last_seq: int
+    head: str
+    finished: bool
+    checks: tuple[str, ...]
+    gaps: tuple[int, ...] = ()
+    warnings: tuple[str, ...] = ()
+    events: Sequence[TraceEvent] = field(default=(), repr=False, compare=False)
+
+    @property
+    def status(self) -> str:
+        if self.gaps:
+            return "verified, with gaps"
+        return "verified" if self.finished else "verified, unfinished"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "source": self.source,
+            "ok": True,
+            "status": self.status,
+            "count": self.count,
+            "last_seq": self.last_seq,
+            "head": self.head,
+            "finished": self.finished,
+            "gaps": list(self.gaps),
+            "checks": list(self.checks),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DivergenceReport:
+    """Where a re-run left the record: seq, kinds, JSON-path diff and what the record had next."""
+
+    run_id: str
+    seq: int
+    expected: str | None
+    actual: str | None
+    reason: str
+    diff: tuple[str, ...]
+    expected_request: Any = None
+    actual_request: Any = None
+    next_in_record: tuple[StepSummary, ...] = ()
+
+    def render(self) -> str:
+        """The report as plain text (the ReplayDivergence message)."""
+        lines = [
+            f"run {self.run_id} diverged at seq {self.seq}: {self.reason}",
+            f"  expected kind: {self.expected or '(end of record)'}",
+            f"  actual kind:   {self.actual or '(agent made no further call)'}",
+        ]
+        if self.diff:
+            lines.append("  differences:")
+            lines.extend(f"    {d}" for d in self.diff)
+        if self.next_in_record:
+            lines.append("  the record says came next:")
+            lines.extend(
+                f"    seq {s.seq} {s.kind}"
+                + (f" model={s.model}" if s.model else "")
+                + f" {s.request} -> {s.response}"
+                for s in self.next_in_record
+            )
+        else:
+            lines.append("  the record has nothing after this point")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "expected": self.expected,
+            "actual": self.actual,
+            "reason": self.reason,
+            "diff": list(self.diff),
+            "expected_request": self.expected_request,
+            "actual_request": self.actual_request,
+            "next_in_record": [s.to_json() for s in self.next_in_record],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """The outcome of a re-run.
+
+    ``matched`` is True when every crossing and the final output (or the agent's error) were
+    as recorded; with ``until`` the run stopped after seq ``until`` (``stopped``) and the
+    output is not compared. ``served`` are the recorded events handed to the agent, in order.
+    """
+
+    run_id: str
+    matched: bool
+    steps: int
+    until: int | None
+    stopped: bool
+    output: Any = None
+    error: ErrorInfo | None = None
+    divergence: DivergenceReport | None = None
+    served: tuple[TraceEvent, ...] = field(default=(), repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "matched": self.matched,
+            "steps": self.steps,
+            "until": self.until,
+            "stopped": self.stopped,
+            "output": self.output,
+            "error": None
+            if self.error is None
+            else {"type": self.error.type, "message": self.error.message},
+            "divergence": None if self.divergence is None else self.divergence.to_json(),
+        }
+
+
+def error_json(err: ErrorInfo | None) -> Mapping[str, str] | None:
+    return None if err is None else {"type": err.type, "message": err.message}

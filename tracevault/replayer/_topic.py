@@ -1,0 +1,118 @@
+"""Loading a run from ``<prefix>.sealed``: straight to its partition and offsets, no scan.
+
+1. The run's committed head is read from its one ``<prefix>.heads`` partition
+   (``partition_for(run_id, partitions)``, see ``tracevault.consumer.heads``).
+2. The sealed partition is assigned at the head's ``first_offset`` (seq 0), read with
+   ``read_committed``, keeping records keyed by the run id, until the head's ``last_offset``
+   (or the partition's end, if records the head promised are missing).
+
+The head also says what the records must end with (last seq, chain hash, finished), which the
+verifier checks (T1), so an event deleted from the end of the topic is caught too.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from tracevault.config import Settings
+from tracevault.consumer.heads import heads_partition_count, read_heads
+from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.kafka import partition_for
+from tracevault.replayer._checks import fail
+from tracevault.replayer._records import SealedRows
+from tracevault.replayer._results import LoadedRun
+from tracevault.schemas import Codec
+
+__all__ = ["load_from_topic"]
+
+_SEALED: Codec | None = None
+
+
+def _codec() -> Codec:
+    global _SEALED  # noqa: PLW0603 - built on first use, not at import
+    if _SEALED is None:
+        _SEALED = Codec("SealedEvent")
+    return _SEALED
+
+
+def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -> LoadedRun:
+    """The run's sealed records from Kafka; ``NotFoundError`` if no head knows the run."""
+    n = heads_partition_count(settings, timeout=min(timeout, 10.0))
+    part = partition_for(run_id, n)
+    head = read_heads(settings, [part], timeout=timeout).get(run_id)
+    if head is None or head.first_offset < 0:
+        raise NotFoundError(
+            f"run {run_id!r} has no sealed events in {settings.topics.sealed} (no head in "
+            f"{settings.topics.heads}[{part}]); check the run id, that the sequencer runs, or "
+            "read it from the archive (--from archive)"
+        )
+    topic = settings.topics.sealed
+    consumer = Consumer(
+        settings.kafka_config(
+            **{
+                "group.id": f"tracevault-replayer-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "log_level": 0,
+            }
+        )
+    )
+    key = run_id.encode("utf-8")
+    codec = _codec()
+    rows: list[dict[str, Any]] = []
+    objects: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.assign([TopicPartition(topic, head.partition, head.first_offset)])
+        done = False
+        while not done:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"reading {topic}[{head.partition}] from offset {head.first_offset} did not "
+                    f"reach offset {head.last_offset} within {timeout:.0f}s; check the broker"
+                )
+            for msg in consumer.consume(1000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        done = True
+                        break
+                    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise NotFoundError(f"topic {topic} does not exist")
+                    continue
+                off = msg.offset() or 0
+                if msg.key() == key:
+                    where = f"{topic}[{head.partition}]@{off}"
+                    value = msg.value() or b""
+                    try:
+                        rows.append(codec.decode(value, what=where))
+                    except SchemaError as exc:
+                        raise fail(
+                            "1 run", len(rows), where, f"not a readable SealedEvent ({exc})"
+                        ) from exc
+                    objects.append(where)
+                if off >= head.last_offset:
+                    done = True
+                    break
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} failed reading {topic} ({exc})"
+        ) from exc
+    finally:
+        consumer.close()
+    return LoadedRun(
+        run_id=run_id,
+        source="topic",
+        records=SealedRows(rows),
+        objects=objects,
+        expected_last_seq=head.last_seq,
+        expected_finished=head.finished,
+        expected_head=head.last_hash,
+        expected_gaps=tuple((g.missing_from, g.missing_to) for g in head.gaps),
+    )

@@ -1,0 +1,93 @@
+"""``verify``: the record checks, then the source's own evidence; the first failure raised.
+
+The numbered checks are listed in ``_checks`` (1-6, every record), ``_verify_archive``
+(A1-A3: segments and receipts) and here (T1: the topic's committed head; F: finished, when
+required). A run with no RUN_FINISHED verifies but is reported as unfinished; GAP markers
+(one per missing seq, sealed by the sequencer) are reported as warnings.
+"""
+
+from __future__ import annotations
+
+from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
+from tracevault.replayer._records import LazyEvents
+from tracevault.replayer._results import LoadedRun, VerifyReport
+from tracevault.replayer._verify_archive import check_archive, check_archive_structure
+
+__all__ = ["verify"]
+
+
+def _check_topic_head(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> None:
+    checks.append("T1 head: the records end where the sequencer's committed head says")
+    n = len(run.records)
+    if run.expected_last_seq is not None and n - 1 != run.expected_last_seq:
+        raise fail(
+            "T1 head",
+            n,
+            run.objects[-1] if n else None,
+            f"the topic holds seqs 0..{n - 1} but the sequencer sealed up to seq "
+            f"{run.expected_last_seq}: seqs {n}..{run.expected_last_seq} are missing",
+        )
+    if run.expected_head is not None and s.head != run.expected_head:
+        raise fail(
+            "T1 head",
+            n - 1,
+            run.objects[-1] if n else None,
+            f"the chain ends at {s.head.hex()[:16]}…, the sequencer's head says "
+            f"{run.expected_head.hex()[:16]}…",
+        )
+    if run.expected_finished is not None and run.expected_finished != s.finished:
+        raise fail(
+            "T1 head",
+            n - 1,
+            None,
+            f"the sequencer says finished={run.expected_finished}, the records say {s.finished}",
+        )
+
+
+def verify(run: LoadedRun, *, require_finished: bool = False) -> VerifyReport:
+    """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
+
+    With ``require_finished`` an unfinished run fails too (check "finished").
+    """
+    rows = run.records.rows
+    if not rows:
+        raise fail("2 seq", 0, None, "the run has no records")
+    checks: list[str] = []
+    warnings: list[str] = []
+    if run.source == "archive":
+        check_archive_structure(run, checks)
+    checks.extend(RECORD_CHECKS)
+    summary = check_records(run.run_id, rows, run.objects)
+    if run.source == "archive":
+        warnings.extend(check_archive(run, summary, checks))
+    elif run.source == "topic":
+        _check_topic_head(run, summary, checks)
+    if require_finished:
+        checks.append("F finished: the run ends with RUN_FINISHED")
+        if not summary.finished:
+            raise fail(
+                "F finished",
+                len(rows),
+                None,
+                f"the run is unfinished: its last event is seq {len(rows) - 1} "
+                f"{summary.kinds[-1]}, not RUN_FINISHED",
+            )
+    if summary.gaps:
+        warnings.append(
+            f"{len(summary.gaps)} seq(s) are GAP markers (events that never reached the "
+            f"sequencer): {list(summary.gaps)[:10]}"
+        )
+    if not summary.finished:
+        warnings.append("the run is unfinished: no RUN_FINISHED (still running, or cut short)")
+    return VerifyReport(
+        run_id=run.run_id,
+        source=run.source,
+        count=len(rows),
+        last_seq=len(rows) - 1,
+        head=summary.head.hex(),
+        finished=summary.finished,
+        checks=tuple(checks),
+        gaps=summary.gaps,
+        warnings=tuple(warnings),
+        events=LazyEvents([r["raw"] for r in rows]),
+    )
