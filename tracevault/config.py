@@ -77,6 +77,22 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     retention_days: int = Field(default=MIN_RETENTION_DAYS)
     lock_mode: Literal["COMPLIANCE", "GOVERNANCE"] = "COMPLIANCE"
+    # The archiver: a segment is closed at run end or when any of these bounds is reached.
+    archive_segment_max_events: int = Field(default=10_000, ge=1, le=10_000_000)
+    archive_segment_max_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024, description="uncompressed sealed bytes per segment"
+    )
+    archive_segment_max_age_s: float = Field(
+        default=60.0, gt=0, description="seconds a segment stays open before it is written"
+    )
+    archive_group_id: str | None = Field(
+        default=None, description="archiver consumer group [tracevault-archiver.<prefix>]"
+    )
+    archive_instance_id: str | None = Field(
+        default=None,
+        description="static group membership: a restarted archiver gets its partitions back "
+        "at once instead of after the session timeout",
+    )
 
     spool_dir: str = Field(
         default="./.tracevault/spool", description="where the Recorder keeps undelivered events"

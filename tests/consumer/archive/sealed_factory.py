@@ -6,7 +6,12 @@ encode them with ``encode_sealed``, which is exactly what lands on ``<prefix>.se
 
 from __future__ import annotations
 
+import hashlib
+from datetime import UTC, datetime, timedelta
+
 from tracevault.chain import genesis, link
+from tracevault.consumer.archive import ObjectStore, encode_segment, sealed_body
+from tracevault.consumer.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -71,3 +76,29 @@ def sealed_run(
 
 def sealed_values(run_id: str, n: int, **kw: object) -> list[bytes]:
     return [encode_sealed(s) for s in sealed_run(run_id, n, **kw)]  # type: ignore[arg-type]
+
+
+FUTURE = datetime.now(UTC) + timedelta(days=183)
+
+
+def write_segment_objects(
+    store: ObjectStore, events: list[SealedEvent], *, receipt: bool = True
+) -> str:
+    run, first, last = events[0].run_id, events[0].seq, events[-1].seq
+    data = encode_segment(run, first, [sealed_body(encode_sealed(e)) for e in events])
+    key = segment_key(run, first, last)
+    store.put(key, data, retain_until=FUTURE)
+    if receipt:
+        r = SegmentReceipt(
+            run_id=run,
+            segment=key,
+            sha256=hashlib.sha256(data).hexdigest(),
+            first_seq=first,
+            last_seq=last,
+            count=len(events),
+            first_prev_hash=events[0].prev_hash.hex(),
+            last_hash=events[-1].hash.hex(),
+            created_at="2026-01-01T00:00:00+00:00",
+        )
+        store.put(receipt_key(run, first, last), r.to_json(), retain_until=FUTURE)
+    return key

@@ -7,6 +7,7 @@ import tracevault.consumer.archive
 
 def test_archive_exports() -> None:
     assert set(tracevault.consumer.archive.__all__) == {
+        "Archiver", "ArchiverStats", "ArchiveWriter", "RunCursor",
         "LockMode", "ObjectInfo", "ObjectStore", "open_store",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
         "CODEC", "FinalReceipt", "SegmentReceipt", "encode_segment", "iter_segment",

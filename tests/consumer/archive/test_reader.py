@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime, timedelta
 from io import BytesIO
 
@@ -10,7 +9,7 @@ import avro.datafile
 import avro.io
 import pytest
 
-from tests.consumer.archive.sealed_factory import sealed_run
+from tests.consumer.archive.sealed_factory import sealed_run, write_segment_objects
 from tracevault.chain import genesis
 from tracevault.consumer.archive import (
     ObjectStore,
@@ -22,41 +21,17 @@ from tracevault.consumer.archive import (
 )
 from tracevault.consumer.archive.layout import (
     FinalReceipt,
-    SegmentReceipt,
     final_key,
-    receipt_key,
-    segment_key,
 )
 from tracevault.errors import ChainError, NotFoundError
-from tracevault.schemas import SealedEvent, encode_sealed
+from tracevault.schemas import encode_sealed
 
 FUTURE = datetime.now(UTC) + timedelta(days=183)
 
 
-def _write(store: ObjectStore, events: list[SealedEvent], *, receipt: bool = True) -> str:
-    run, first, last = events[0].run_id, events[0].seq, events[-1].seq
-    data = encode_segment(run, first, [sealed_body(encode_sealed(e)) for e in events])
-    key = segment_key(run, first, last)
-    store.put(key, data, retain_until=FUTURE)
-    if receipt:
-        r = SegmentReceipt(
-            run_id=run,
-            segment=key,
-            sha256=hashlib.sha256(data).hexdigest(),
-            first_seq=first,
-            last_seq=last,
-            count=len(events),
-            first_prev_hash=events[0].prev_hash.hex(),
-            last_hash=events[-1].hash.hex(),
-            created_at="2026-01-01T00:00:00+00:00",
-        )
-        store.put(receipt_key(run, first, last), r.to_json(), retain_until=FUTURE)
-    return key
-
-
 def test_segments_come_back_in_seq_order_with_their_receipts(store: ObjectStore) -> None:
     events = sealed_run("run/1 é", 25)
-    keys = [_write(store, events[i : i + 10]) for i in (20, 0, 10)]
+    keys = [write_segment_objects(store, events[i : i + 10]) for i in (20, 0, 10)]
     store.put(
         final_key("run/1 é"),
         FinalReceipt(
@@ -73,8 +48,8 @@ def test_segments_come_back_in_seq_order_with_their_receipts(store: ObjectStore)
 
 def test_a_segment_without_receipt_is_not_taken_as_complete(store: ObjectStore) -> None:
     events = sealed_run("r2", 20, finish=False)
-    _write(store, events[:10])
-    pending = _write(store, events[10:], receipt=False)
+    write_segment_objects(store, events[:10])
+    pending = write_segment_objects(store, events[10:], receipt=False)
     run = read_run_objects(store, "r2")
     assert [s.last_seq for s in run.segments] == [9]
     assert run.unreceipted == (pending,)
@@ -89,7 +64,7 @@ def test_an_unknown_run_is_not_found(store: ObjectStore) -> None:
 
 def test_check_run_names_the_segment_whose_bytes_were_flipped(store: ObjectStore) -> None:
     events = sealed_run("r3", 10)
-    key = _write(store, events)
+    key = write_segment_objects(store, events)
     run = read_run_objects(store, "r3")
     seg = run.segments[0]
     bad = bytearray(seg.data)

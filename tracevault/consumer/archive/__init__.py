@@ -12,6 +12,7 @@ Import from here::
 Keys and receipts are defined in :mod:`tracevault.consumer.archive.layout`.
 """
 
+from tracevault.consumer.archive._archiver import Archiver, ArchiverStats
 from tracevault.consumer.archive._reader import (
     RunListing,
     RunObjects,
@@ -33,9 +34,15 @@ from tracevault.consumer.archive._store import (
     ObjectStore,
     open_store,
 )
+from tracevault.consumer.archive._writer import ArchiveWriter, RunCursor
 from tracevault.consumer.archive.layout import FinalReceipt, SegmentReceipt
 
 __all__ = [
+    # the archiver
+    "Archiver",
+    "ArchiverStats",
+    "ArchiveWriter",
+    "RunCursor",
     # stores
     "LockMode",
     "ObjectInfo",
