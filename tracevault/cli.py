@@ -24,6 +24,14 @@ __all__ = ["main", "tracevault"]
 # name -> "module:attribute" of a click command or group, loaded on first use.
 _COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("tracevault.kafka.commands:topics", "create and describe the four Kafka topics"),
+    "spool": (
+        "tracevault.producer.commands:spool",
+        "see and drain events spooled while Kafka was away",
+    ),
+    "sequencer": (
+        "tracevault.consumer.sequencer.commands:sequencer",
+        "seal raw events into per-run hash chains, exactly once (service)",
+    ),
 }
 
 

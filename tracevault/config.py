@@ -97,6 +97,43 @@ class Settings(BaseSettings):
     spool_dir: str = Field(
         default="./.tracevault/spool", description="where the Recorder keeps undelivered events"
     )
+    producer_linger_ms: int = Field(
+        default=5, ge=0, le=1000, description="how long the Recorder's producer batches events"
+    )
+    spool_after_ms: int = Field(
+        default=5000,
+        ge=100,
+        description="events the broker has not acknowledged for this long go to the local spool",
+    )
+    max_payload_bytes: int = Field(
+        default=450_000,
+        ge=64,
+        le=900_000,
+        description="largest request or response (canonical JSON bytes) a Recorder accepts; "
+        "two must fit Kafka's 1 MB message limit",
+    )
+
+    # Sequencer (tracevault.consumer.sequencer): one Kafka transaction per batch.
+    sequencer_instance_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="stable per instance: transactional id and static group member (host name)",
+    )
+    sequencer_batch_size: int = Field(default=500, ge=1, le=100_000)
+    sequencer_batch_wait_ms: int = Field(
+        default=50, ge=1, le=60_000, description="longest wait for a batch to fill"
+    )
+    sequencer_gap_timeout_s: float = Field(
+        default=30.0, gt=0, description="a gap not filled in this time is sealed as GAP markers"
+    )
+    sequencer_max_gap: int = Field(
+        default=10_000, ge=1, description="a seq further than this past the head goes to the DLQ"
+    )
+    sequencer_transaction_timeout_ms: int = Field(default=60_000, ge=1_000, le=900_000)
+    sequencer_session_timeout_ms: int = Field(default=10_000, ge=1_000, le=1_800_000)
+    sequencer_metrics_port: int | None = Field(
+        default=None, ge=0, le=65_535, description="Prometheus /metrics port (off when unset)"
+    )
 
     @field_validator("retention_days")
     @classmethod

@@ -20,7 +20,8 @@ error, 3 not found / unreachable service). Messages say what went wrong *and* wh
     ├── ChainError                       exit 1: hash chain broken (names seq and object)
     ├── ReplayDivergence                 exit 1: re-run differs from the record
     ├── RetentionError                   retention under the legal minimum, or a locked object
-    └── ArchiveError                     the archive's objects are inconsistent or unwritable
+    ├── ArchiveError                     the archive's objects are inconsistent or unwritable
+    └── FencedError                      a sequencer stopped: another took its transactional id
 
 Subclasses call ``super().__init__(message)`` with a single string so they pickle across
 processes (batch replay runs in worker processes).
@@ -33,6 +34,7 @@ __all__ = [
     "BadMagicError",
     "ChainError",
     "ConfigError",
+    "FencedError",
     "NonCanonicalJSONError",
     "NotFoundError",
     "PayloadError",
@@ -161,3 +163,11 @@ class RetentionError(TraceVaultError):
 
 class ArchiveError(TraceVaultError):
     """The archive cannot be written, or what it holds is inconsistent."""
+
+
+class FencedError(TraceVaultError):
+    """A newer process with the same transactional id (or group member id) took over.
+
+    The fenced sequencer stops at once: everything it wrote after the newer one started is
+    aborted by the broker, so exactly-once holds. Give each instance its own ``--instance-id``.
+    """

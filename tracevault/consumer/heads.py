@@ -231,6 +231,7 @@ def read_heads(
                 "group.id": f"tracevault-heads-reader-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
                 "log_level": 0,
@@ -255,7 +256,7 @@ def read_heads(
                     f"{timeout:.0f}s; check the broker, or wait for an open transaction of a "
                     "killed sequencer to time out and retry"
                 )
-            for msg in consumer.consume(500, timeout=0.5):
+            for msg in consumer.consume(500, timeout=0.05):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

@@ -1,0 +1,34 @@
+"""The exactly-once sequencer: seals every raw event into its run's hash chain.
+
+``tracevault sequencer`` runs it as a service; embedders use :class:`Sequencer` directly.
+Rules per run are in ``_rules`` (and listed in ``tracevault sequencer --help``), the
+transaction protocol in ``_loop``, the GAP marker rule in ``_records``: a gap of missing seqs
+``a..b`` is sealed as one GAP event per missing seq, each carrying
+``{"missing_from": a, "missing_to": b}``, so a run's sealed seqs are always ``0, 1, 2, ...``.
+"""
+
+from tracevault.consumer.sequencer._loop import Sequencer, default_instance_id
+from tracevault.consumer.sequencer._metrics import SequencerMetrics
+from tracevault.consumer.sequencer._records import (
+    DLQ_HEADER_PREFIX,
+    GAP_AGENT_ID,
+    DlqReason,
+    DlqRecord,
+    gap_event,
+)
+from tracevault.consumer.sequencer._rules import BatchOutput, RunBook
+
+__all__ = [
+    # service
+    "Sequencer",
+    "SequencerMetrics",
+    "default_instance_id",
+    # rules and records
+    "BatchOutput",
+    "RunBook",
+    "DlqReason",
+    "DlqRecord",
+    "DLQ_HEADER_PREFIX",
+    "GAP_AGENT_ID",
+    "gap_event",
+]

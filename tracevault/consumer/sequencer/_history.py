@@ -1,0 +1,90 @@
+"""Read a run's sealed hashes back from ``<prefix>.sealed`` (for resent old duplicates).
+
+The sequencer keeps hashes of what it sealed in memory, but after a restart (or once a run
+has finished) it knows only each run's last hash. An event resent with an old seq then needs
+the sealed hash of that seq and of the one before it to tell a harmless duplicate from a
+conflict. The head's exact ``first_offset``/``last_offset`` bound the read to the run's own
+span of one partition; this is rare (a producer resending long-sealed events) and cheap.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from tracevault.config import Settings
+from tracevault.errors import ServiceUnavailableError
+from tracevault.schemas import decode_sealed
+
+__all__ = ["SealedHistory"]
+
+
+class SealedHistory:
+    """Callable ``(run_id, partition, first_offset, last_offset) -> {seq: hash}``."""
+
+    def __init__(self, settings: Settings, *, timeout: float = 30.0) -> None:
+        self._settings = settings
+        self._timeout = timeout
+        self._consumer: Consumer | None = None
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                self._settings.kafka_config(
+                    **{
+                        "group.id": f"tracevault-sealed-history-{uuid.uuid4().hex[:8]}",
+                        "enable.auto.commit": False,
+                        "isolation.level": "read_committed",
+                        "log_level": 0,
+                    }
+                )
+            )
+        return self._consumer
+
+    def __call__(
+        self, run_id: str, partition: int, first_offset: int, last_offset: int
+    ) -> dict[int, bytes]:
+        if first_offset < 0 or last_offset < first_offset:
+            return {}
+        topic = self._settings.topics.sealed
+        consumer = self._client()
+        consumer.assign([TopicPartition(topic, partition, first_offset)])
+        key = run_id.encode("utf-8")
+        hashes: dict[int, bytes] = {}
+        deadline = time.monotonic() + self._timeout
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailableError(
+                        f"reading run {run_id}'s sealed history from {topic}[{partition}] "
+                        f"offsets {first_offset}..{last_offset} did not finish in "
+                        f"{self._timeout:.0f}s; check the broker"
+                    )
+                done = False
+                for msg in consumer.consume(1000, timeout=0.05):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            raise ServiceUnavailableError(f"reading {topic}: {err}")
+                        continue
+                    if msg.key() == key:
+                        value = msg.value()
+                        if value is not None:
+                            sealed = decode_sealed(value)
+                            hashes[sealed.seq] = sealed.hash
+                    if (msg.offset() or 0) >= last_offset:
+                        done = True
+                        break
+                if done:
+                    return hashes
+        except KafkaException as exc:
+            raise ServiceUnavailableError(f"reading {topic}: {exc}") from exc
+        finally:
+            consumer.unassign()
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -1,0 +1,489 @@
+"""The transactional loop: consume raw, apply the rules, write everything in one transaction.
+
+Per batch (KAFKA-LOCAL.md's exactly-once pattern, with its abort path):
+
+1. ``consume`` up to ``sequencer_batch_size`` raw records (``read_committed``, no auto
+   commit); apply the rules (``_rules``) and, when a gap may have timed out, the gap sweep.
+2. ``begin_transaction``; produce the sealed records (key = run_id, partition = the raw
+   record's partition index) and the DLQ records; ``flush`` so each sealed record's exact
+   offset is known from its delivery report.
+3. Produce one heads record per touched run (carrying those offsets) to the same partition
+   index; ``send_offsets_to_transaction`` with the consumer's positions and group metadata;
+   ``commit_transaction``.
+
+Errors, as librdkafka classifies them: retriable → the same call again; ``txn_requires_abort``
+→ ``abort_transaction``, then rewind the consumer to the committed offsets and restore the
+run book from the heads topic (the book is never half-applied); fatal → a new producer
+(``init_transactions`` fences nothing but our own old session), then the same rewind; fenced
+(another process took our ``transactional.id`` or ``group.instance.id``) → stop with
+:class:`FencedError`. A crash at any instant leaves either the whole batch (sealed, heads,
+DLQ and offsets) or none of it.
+
+Identity: ``transactional.id = <prefix>.sequencer.<instance_id>`` and the consumer's
+``group.instance.id = <instance_id>`` (static membership), so a restarted instance fences its
+own zombie and takes its partitions back without waiting for a session timeout. Partition
+movements between instances are fenced by the group generation in the offsets commit
+(KIP-447). On assignment an instance restores the heads of exactly its new partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from tracevault.config import Settings
+from tracevault.consumer.heads import encode_head, read_heads
+from tracevault.consumer.sequencer._history import SealedHistory
+from tracevault.consumer.sequencer._metrics import SequencerMetrics
+from tracevault.consumer.sequencer._records import now_micros, sealed_value
+from tracevault.consumer.sequencer._rules import BatchOutput, RunBook
+from tracevault.errors import (
+    FencedError,
+    NotFoundError,
+    ServiceUnavailableError,
+    TopicMismatchError,
+)
+
+__all__ = ["Sequencer", "default_instance_id"]
+
+log = logging.getLogger(__name__)
+
+_FENCED_CODES = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.FENCED_INSTANCE_ID,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+_LOG_EVERY_S = 10.0
+_LAG_EVERY_S = 5.0
+
+
+def default_instance_id() -> str:
+    """The host name, reduced to the characters Kafka ids and our settings accept."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "sequencer"
+
+
+class _AbortBatch(Exception):
+    """A delivery inside the transaction failed: abort it and redo the batch."""
+
+
+class Sequencer:
+    """One sequencer instance. ``run()`` blocks until ``stop()`` (or a fatal error).
+
+    Opens no connection until ``run()``; ``stop()`` is safe from a signal handler or another
+    thread and lets the current transaction finish first.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        instance_id: str | None = None,
+        metrics: SequencerMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.instance_id = instance_id or settings.sequencer_instance_id or default_instance_id()
+        self.metrics = metrics or SequencerMetrics(self.instance_id)
+        self._stop = threading.Event()
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._book: RunBook | None = None
+        self._history = SealedHistory(settings)
+        self._delivery_error: KafkaError | None = None
+        self.partitions = 0
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.settings.topic_prefix}.sequencer.{self.instance_id}"
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.settings.topic_prefix}.sequencer"
+
+    @property
+    def _txn_timeout_s(self) -> float:
+        return self.settings.sequencer_transaction_timeout_ms / 1000.0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _new_producer(self) -> Producer:
+        s = self.settings
+        producer = Producer(
+            s.kafka_config(
+                **{
+                    "transactional.id": self.transactional_id,
+                    "enable.idempotence": True,
+                    "transaction.timeout.ms": s.sequencer_transaction_timeout_ms,
+                    "partitioner": "murmur2_random",
+                    "linger.ms": 2,
+                    "queue.buffering.max.messages": max(100_000, 4 * s.sequencer_batch_size),
+                    "log_level": 3,
+                }
+            )
+        )
+        deadline = time.monotonic() + self._txn_timeout_s + 30
+        while True:
+            try:
+                producer.init_transactions(max(1.0, deadline - time.monotonic()))
+                return producer
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable() and time.monotonic() < deadline:
+                    continue
+                self._raise_if_fenced(err)
+                raise ServiceUnavailableError(
+                    f"init_transactions for {self.transactional_id} failed ({err}); check the "
+                    "broker's transaction state log settings (replication factor 1 on one node)"
+                ) from exc
+
+    def _new_consumer(self) -> Consumer:
+        s = self.settings
+        return Consumer(
+            s.kafka_config(
+                **{
+                    "group.id": self.group_id,
+                    "group.instance.id": self.instance_id,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                    "session.timeout.ms": s.sequencer_session_timeout_ms,
+                    "log_level": 3,
+                }
+            )
+        )
+
+    def _check_topics(self, consumer: Consumer) -> int:
+        names = self.settings.topics
+        try:
+            md = consumer.list_topics(timeout=15)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"Kafka at {self.settings.bootstrap_servers} did not answer ({exc})"
+            ) from exc
+        counts: dict[str, int] = {}
+        for topic in names.all():
+            t = md.topics.get(topic)
+            if t is None or t.error is not None:
+                raise NotFoundError(
+                    f"topic {topic} does not exist; create the topics with "
+                    "`tracevault topics create`"
+                )
+            counts[topic] = len(t.partitions)
+        if len(set(counts.values())) != 1:
+            raise TopicMismatchError(
+                f"raw, sealed, heads and dlq must have the same partition count, found {counts}; "
+                "recreate them or use a new --prefix"
+            )
+        return counts[names.raw]
+
+    def _raise_if_fenced(self, err: KafkaError) -> None:
+        if err.code() in _FENCED_CODES:
+            raise FencedError(
+                f"sequencer {self.instance_id} was fenced ({err.str()}): another process runs "
+                f"with transactional.id {self.transactional_id} or group.instance.id "
+                f"{self.instance_id}; this one stopped. Give each instance its own "
+                "--instance-id"
+            )
+
+    # -- rebalance ---------------------------------------------------------------------------
+
+    def _restore(self, partitions: list[int]) -> None:
+        assert self._book is not None
+        heads = read_heads(self.settings, partitions, timeout=self._txn_timeout_s + 30)
+        self._book.restore(heads.values())
+        log.info(
+            "sequencer %s restored %d run heads for partitions %s",
+            self.instance_id,
+            len(heads),
+            partitions,
+        )
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.inc()
+        self._restore([tp.partition for tp in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Every batch commits before the next poll, so no transaction is open here.
+        self.metrics.rebalances.inc()
+        assert self._book is not None
+        self._book.drop_partitions(tp.partition for tp in partitions)
+        log.info("sequencer %s revoked %s", self.instance_id, [tp.partition for tp in partitions])
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.inc()
+        assert self._book is not None
+        self._book.drop_partitions(tp.partition for tp in partitions)
+        log.warning("sequencer %s lost %s", self.instance_id, [tp.partition for tp in partitions])
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        s = self.settings
+        consumer = self._consumer = self._new_consumer()
+        try:
+            self.partitions = self._check_topics(consumer)
+            self._producer = self._new_producer()
+            self._book = RunBook(
+                raw_topic=s.topics.raw,
+                partitions=self.partitions,
+                sequencer_id=self.instance_id,
+                gap_timeout_us=int(s.sequencer_gap_timeout_s * 1_000_000),
+                max_gap=s.sequencer_max_gap,
+                history=self._history,
+            )
+            consumer.subscribe(
+                [s.topics.raw],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            log.info(
+                "sequencer %s started (group %s, transactional.id %s)",
+                self.instance_id,
+                self.group_id,
+                self.transactional_id,
+            )
+            self._loop(consumer)
+        finally:
+            self._close()
+
+    def _loop(self, consumer: Consumer) -> None:
+        s = self.settings
+        assert self._book is not None
+        wait = s.sequencer_batch_wait_ms / 1000.0
+        sweep_every = min(1.0, s.sequencer_gap_timeout_s / 4)
+        next_sweep = next_log = next_lag = 0.0
+        while not self._stop.is_set():
+            try:
+                msgs = consumer.consume(s.sequencer_batch_size, timeout=wait)
+            except KafkaException as exc:
+                self._raise_if_fenced(exc.args[0])
+                raise
+            now_us = now_micros()
+            out = BatchOutput()
+            consumed = 0
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    self._raise_if_fenced(err)
+                    if err.fatal():
+                        raise ServiceUnavailableError(f"consumer failed: {err}")
+                    log.warning("consumer: %s", err)
+                    continue
+                consumed += 1
+                self._book.apply(
+                    out,
+                    key=msg.key(),
+                    value=msg.value(),
+                    partition=_part(msg),
+                    offset=_off(msg),
+                    now_us=now_us,
+                )
+            mono = time.monotonic()
+            if mono >= next_sweep:
+                next_sweep = mono + sweep_every
+                self._book.sweep(out, now_us)
+            if consumed or out:
+                self._transact(consumer, out)
+            if mono >= next_lag:
+                next_lag = mono + _LAG_EVERY_S
+                self._update_lag(consumer)
+            if mono >= next_log:
+                next_log = mono + _LOG_EVERY_S
+                self.metrics.held.set(self._book.held_count)
+                log.info("sequencer %s %s", self.instance_id, self.metrics.snapshot())
+
+    def _transact(self, consumer: Consumer, out: BatchOutput) -> None:
+        try:
+            self._write(consumer, out)
+        except (KafkaException, _AbortBatch) as exc:
+            err = exc.args[0] if isinstance(exc, KafkaException) else self._delivery_error
+            self._recover(consumer, err)
+            return
+        m = self.metrics
+        m.transaction("committed")
+        m.sealed.inc(len(out.sealed))
+        m.duplicates.inc(out.duplicates)
+        m.gap_markers.inc(out.gap_markers)
+        for rec in out.dlq:
+            m.dlq(rec.reason)
+
+    def _write(self, consumer: Consumer, out: BatchOutput) -> None:
+        producer = self._producer
+        assert producer is not None
+        topics = self.settings.topics
+        sid = self.instance_id
+        timeout = self._txn_timeout_s
+        self._delivery_error = None
+        producer.begin_transaction()
+        for rec in out.sealed:
+            run = rec.run
+            producer.produce(
+                topics.sealed,
+                sealed_value(
+                    run_id=run.run_id,
+                    seq=rec.seq,
+                    prev_hash=rec.prev_hash,
+                    hash_=rec.hash,
+                    raw=rec.raw,
+                    source_partition=rec.source_partition,
+                    source_offset=rec.source_offset,
+                    sequencer_id=sid,
+                ),
+                run.run_id.encode("utf-8"),
+                partition=run.partition,
+                on_delivery=_offset_setter(self, rec),
+            )
+        for d in out.dlq:
+            producer.produce(
+                topics.dlq,
+                d.value,
+                d.key,
+                partition=d.source_partition,
+                headers=d.headers(sid),
+                on_delivery=self._on_delivery,
+            )
+        if producer.flush(timeout) > 0:
+            self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
+        if self._delivery_error is not None:
+            raise _AbortBatch(self._delivery_error)
+        for rec in out.sealed:
+            if rec.seq == 0:
+                rec.run.first_offset = rec.offset
+            rec.run.last_offset = rec.offset
+        now_us = now_micros()
+        for run in out.touched.values():
+            producer.produce(
+                topics.heads,
+                encode_head(run.to_head(now_us, sid)),
+                run.run_id.encode("utf-8"),
+                partition=run.partition,
+                on_delivery=self._on_delivery,
+            )
+        positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+        _retrying(
+            lambda: producer.send_offsets_to_transaction(
+                positions, consumer.consumer_group_metadata(), timeout
+            )
+        )
+        _retrying(lambda: producer.commit_transaction(timeout))
+        if self._delivery_error is not None:  # pragma: no cover - commit would have failed
+            raise _AbortBatch(self._delivery_error)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None and self._delivery_error is None:
+            self._delivery_error = err
+
+    def _recover(self, consumer: Consumer, err: KafkaError | None) -> None:
+        """Abort (or recreate the producer), rewind to committed offsets, restore heads."""
+        self.metrics.transaction("aborted")
+        if err is not None:
+            self._raise_if_fenced(err)
+        producer = self._producer
+        assert producer is not None
+        fatal = err is not None and err.fatal()
+        log.warning(
+            "sequencer %s: transaction failed (%s); %s",
+            self.instance_id,
+            err,
+            "recreating the producer" if fatal else "aborting and rewinding",
+        )
+        if not fatal:
+            try:
+                producer.abort_transaction(self._txn_timeout_s)
+            except KafkaException as exc:
+                abort_err = exc.args[0]
+                self._raise_if_fenced(abort_err)
+                fatal = True
+                log.warning("abort_transaction failed (%s); recreating the producer", abort_err)
+        if fatal:
+            self._producer = None
+            self._producer = self._new_producer()
+        self._rewind(consumer)
+
+    def _rewind(self, consumer: Consumer) -> None:
+        assert self._book is not None
+        assignment = consumer.assignment()
+        self._book.clear()
+        if not assignment:
+            return
+        committed = consumer.committed(assignment, timeout=self._txn_timeout_s)
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+            consumer.seek(tp)
+        self._restore([tp.partition for tp in assignment])
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        try:
+            assignment = consumer.assignment()
+            lag: dict[int, int] = {}
+            for tp in consumer.position(assignment):
+                _, hi = consumer.get_watermark_offsets(tp, timeout=2)
+                pos = max(tp.offset, 0)
+                lag[tp.partition] = max(0, hi - pos)
+            self.metrics.set_lag(lag)
+        except KafkaException as exc:
+            log.debug("lag not updated: %s", exc)
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("consumer close: %s", exc)
+            self._consumer = None
+        self._history.close()
+        self._producer = None
+        log.info("sequencer %s stopped", self.instance_id)
+
+
+def _part(msg: Message) -> int:
+    p = msg.partition()
+    return -1 if p is None else int(p)
+
+
+def _off(msg: Message) -> int:
+    o = msg.offset()
+    return -1 if o is None else int(o)
+
+
+def _offset_setter(seq: Sequencer, rec: Any) -> Any:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            if seq._delivery_error is None:
+                seq._delivery_error = err
+            return
+        rec.offset = _off(msg)
+
+    return on_delivery
+
+
+def _retrying(call: Any, attempts: int = 10) -> None:
+    """Run a transactional call again while librdkafka says the error is retriable."""
+    for i in range(attempts):
+        try:
+            call()
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or i == attempts - 1:
+                raise
+            log.info("retrying after retriable error: %s", exc.args[0])

@@ -1,0 +1,103 @@
+"""The sequencer's counters, on a private Prometheus registry (optionally served on a port).
+
+A registry per instance, not the process-global one, so tests and embedders can run several
+sequencers in one process without duplicate-metric errors. Counters are incremented only
+after their transaction commits: an aborted batch is counted as an abort, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from tracevault.consumer.sequencer._records import DlqReason
+
+__all__ = ["SequencerMetrics"]
+
+
+class SequencerMetrics:
+    """``tracevault_sequencer_*`` counters and gauges of one sequencer instance."""
+
+    def __init__(self, instance: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = {"instance_id": instance}
+        self._labels = labels
+        r = self.registry
+        self.sealed = Counter(
+            "tracevault_sequencer_sealed", "events sealed into a chain", ["instance_id"], registry=r
+        ).labels(**labels)
+        self.duplicates = Counter(
+            "tracevault_sequencer_duplicates",
+            "resent duplicates dropped (same seq, same bytes)",
+            ["instance_id"],
+            registry=r,
+        ).labels(**labels)
+        self._dlq = Counter(
+            "tracevault_sequencer_dlq",
+            "events refused to the DLQ, by reason",
+            ["instance_id", "reason"],
+            registry=r,
+        )
+        self.gap_markers = Counter(
+            "tracevault_sequencer_gap_markers",
+            "GAP markers sealed for seqs that never arrived",
+            ["instance_id"],
+            registry=r,
+        ).labels(**labels)
+        self._txn = Counter(
+            "tracevault_sequencer_transactions",
+            "Kafka transactions, by outcome",
+            ["instance_id", "outcome"],
+            registry=r,
+        )
+        self._lag = Gauge(
+            "tracevault_sequencer_consumer_lag",
+            "raw records not yet consumed, per assigned partition",
+            ["instance_id", "partition"],
+            registry=r,
+        )
+        self.held = Gauge(
+            "tracevault_sequencer_held_events",
+            "events waiting behind a gap",
+            ["instance_id"],
+            registry=r,
+        ).labels(**labels)
+        self.rebalances = Counter(
+            "tracevault_sequencer_rebalances",
+            "partition assignments, revocations and losses",
+            ["instance_id"],
+            registry=r,
+        ).labels(**labels)
+        for reason in DlqReason:
+            self._dlq.labels(instance_id=instance, reason=reason.value)
+        for outcome in ("committed", "aborted"):
+            self._txn.labels(instance_id=instance, outcome=outcome)
+
+    def dlq(self, reason: DlqReason, n: int = 1) -> None:
+        self._dlq.labels(reason=reason.value, **self._labels).inc(n)
+
+    def transaction(self, outcome: str) -> None:
+        self._txn.labels(outcome=outcome, **self._labels).inc()
+
+    def set_lag(self, lag: Mapping[int, int]) -> None:
+        self._lag.clear()
+        for partition, value in lag.items():
+            self._lag.labels(partition=str(partition), **self._labels).set(value)
+
+    def serve(self, port: int) -> None:
+        """Serve ``/metrics`` on ``port`` (0 picks a free one) in a daemon thread."""
+        start_http_server(port, registry=self.registry)
+
+    def snapshot(self) -> dict[str, float]:
+        """Every sample as ``name{labels}`` -> value, for logs and tests."""
+        out: dict[str, float] = {}
+        for metric in self.registry.collect():
+            for s in metric.samples:
+                if s.name.endswith("_created"):
+                    continue
+                extra = ",".join(
+                    f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "instance_id"
+                )
+                out[f"{s.name}{{{extra}}}" if extra else s.name] = s.value
+        return out

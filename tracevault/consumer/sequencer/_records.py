@@ -1,0 +1,145 @@
+"""What the sequencer writes besides heads: sealed values, GAP markers and DLQ records.
+
+GAP rule (the replayer and every verifier rely on it): a gap of missing seqs ``a..b`` that is
+not filled within the gap timeout is sealed as **one GAP event per missing seq**, at that
+seq, in order. Each GAP event's request is ``{"missing_from": a, "missing_to": b}`` (the
+whole range it belongs to), its response ``null``, its agent the sequencer. So the sealed seqs
+of a run are always exactly ``0, 1, 2, ...`` with no hole and no repeat, and the chain links
+every one of them: a verifier checks ``seq == previous seq + 1`` and the hash link, nothing
+else. A GAP's ``source_offset`` in the SealedEvent is ``-1`` (it was never on the raw topic).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tracevault import __version__
+from tracevault.schemas import (
+    AgentInfo,
+    EventKind,
+    SealedEvent,
+    TraceEvent,
+    canonical_json,
+    encode_event,
+    encode_sealed,
+)
+
+__all__ = [
+    "DLQ_HEADER_PREFIX",
+    "GAP_AGENT_ID",
+    "DlqReason",
+    "DlqRecord",
+    "gap_event",
+    "now_micros",
+    "sealed_value",
+]
+
+GAP_AGENT_ID = "tracevault-sequencer"
+DLQ_HEADER_PREFIX = "tracevault."
+
+
+class DlqReason(StrEnum):
+    """Why the sequencer refused an event; the value of the ``tracevault.reason`` header."""
+
+    UNDECODABLE = "undecodable"
+    """Not a TraceEvent we can read: no ``C3 01`` marker, unknown schema, truncated body."""
+    INVALID = "invalid"
+    """Decodes, but breaks a rule: key is not the run id, wrong partition for the key,
+    non-canonical JSON, negative seq, or a producer-written GAP."""
+    CONFLICT = "conflict"
+    """Same seq as an event already sealed (or held) for the run, different bytes."""
+    LATE = "late"
+    """Arrived after its seq was sealed as a GAP marker."""
+    AFTER_FINISH = "after_finish"
+    """A seq past the run's sealed RUN_FINISHED."""
+    OUT_OF_RANGE = "out_of_range"
+    """A seq so far past the head (``sequencer_max_gap``) that holding it is not credible."""
+
+
+@dataclass(frozen=True, slots=True)
+class DlqRecord:
+    """One refused event: original bytes and key, where it came from, and why."""
+
+    reason: DlqReason
+    detail: str
+    key: bytes | None
+    value: bytes | None
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    run_id: str | None = None
+    seq: int | None = None
+
+    def headers(self, sequencer_id: str) -> list[tuple[str, str | bytes | None]]:
+        p = DLQ_HEADER_PREFIX
+        out: list[tuple[str, str | bytes | None]] = [
+            (p + "reason", self.reason.value.encode()),
+            (p + "detail", self.detail.encode("utf-8", "replace")),
+            (p + "source.topic", self.source_topic.encode()),
+            (p + "source.partition", str(self.source_partition).encode()),
+            (p + "source.offset", str(self.source_offset).encode()),
+            (p + "sequencer", sequencer_id.encode()),
+        ]
+        if self.run_id is not None:
+            out.append((p + "run_id", self.run_id.encode("utf-8", "replace")))
+        if self.seq is not None:
+            out.append((p + "seq", str(self.seq).encode()))
+        return out
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+_HOST = socket.gethostname()
+
+
+def gap_event(
+    run_id: str, seq: int, missing_from: int, missing_to: int, sequencer_id: str
+) -> bytes:
+    """The raw value of the GAP marker sealed at ``seq`` (one of ``missing_from..missing_to``)."""
+    ev = TraceEvent(
+        run_id=run_id,
+        seq=seq,
+        kind=EventKind.GAP,
+        at=now_micros(),
+        agent=AgentInfo(
+            agent_id=GAP_AGENT_ID,
+            agent_version=__version__,
+            host=_HOST,
+            harness=f"sequencer:{sequencer_id}",
+            sdk_version=__version__,
+        ),
+        request=canonical_json({"missing_from": missing_from, "missing_to": missing_to}),
+        response=canonical_json(None),
+    )
+    return encode_event(ev)
+
+
+def sealed_value(
+    *,
+    run_id: str,
+    seq: int,
+    prev_hash: bytes,
+    hash_: bytes,
+    raw: bytes,
+    source_partition: int,
+    source_offset: int,
+    sequencer_id: str,
+) -> bytes:
+    return encode_sealed(
+        SealedEvent(
+            run_id=run_id,
+            seq=seq,
+            prev_hash=prev_hash,
+            hash=hash_,
+            raw=raw,
+            sealed_at=now_micros(),
+            source_partition=source_partition,
+            source_offset=source_offset,
+            sequencer_id=sequencer_id,
+        )
+    )

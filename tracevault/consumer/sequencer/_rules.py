@@ -1,0 +1,434 @@
+"""The per-run rules: what the sequencer does with each raw event (no Kafka in here).
+
+For an event of run ``r`` with seq ``s`` and the run's head ``next``:
+
+1. Not a readable TraceEvent → DLQ ``undecodable``; readable but key != run_id, on the
+   wrong partition for its key, non-canonical JSON, ``s < 0`` or kind GAP → DLQ ``invalid``.
+2. ``s < next``: ``s`` inside a sealed GAP range → DLQ ``late``; same bytes as the sealed
+   event (its hash re-computes) → dropped, counted as a duplicate; else DLQ ``conflict``.
+3. ``s >= next`` and the run's RUN_FINISHED is sealed → DLQ ``after_finish``.
+4. ``s == next`` → sealed; then held events ``next, next+1, ...`` are sealed behind it.
+5. ``s > next`` → held (persisted in the head); the same seq again is a duplicate or a
+   conflict like a sealed one; ``s - next > max_gap`` → DLQ ``out_of_range``.
+6. Held events whose oldest has waited ``gap_timeout`` (or whose bytes outgrow what one heads
+   record should carry) → the missing seqs are sealed as GAP markers, one per seq (see
+   ``_records``), and the held events follow.
+
+State lives in mutable ``_Run`` objects owned by one :class:`RunBook`; the transactional loop
+throws the whole book away and restores it from the heads topic when a transaction aborts,
+so nothing here has to be undoable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tracevault.chain import genesis, link
+from tracevault.consumer.heads import GapRange, Head, HeldEvent
+from tracevault.consumer.sequencer._records import DlqReason, DlqRecord, gap_event
+from tracevault.errors import NonCanonicalJSONError, SchemaError
+from tracevault.kafka import partition_for
+from tracevault.schemas import EventKind, decode_event
+
+__all__ = ["BatchOutput", "HistoryLoader", "RunBook", "SealOut"]
+
+log = logging.getLogger(__name__)
+
+#: Held raw bytes per run beyond which the gap is closed at once: the head record that
+#: carries them must stay well under Kafka's 1 MiB default message size.
+MAX_HELD_BYTES = 256 * 1024
+
+
+class _Run:
+    """Mutable state of one run (the in-memory form of a :class:`Head`)."""
+
+    __slots__ = (
+        "finished",
+        "first_offset",
+        "gaps",
+        "hashes",
+        "held",
+        "history_complete",
+        "last_hash",
+        "last_offset",
+        "next_seq",
+        "partition",
+        "run_id",
+    )
+
+    def __init__(self, head: Head) -> None:
+        self.run_id = head.run_id
+        self.partition = head.partition
+        self.next_seq = head.next_seq
+        self.last_hash = head.last_hash
+        self.finished = head.finished
+        self.first_offset = head.first_offset
+        self.last_offset = head.last_offset
+        self.gaps: list[GapRange] = list(head.gaps)
+        self.held: dict[int, HeldEvent] = {h.seq: h for h in head.held}
+        # seq -> hash of sealed events known in memory; -1 -> genesis. A run restored from
+        # its head knows only its last hash until the history loader reads the sealed topic.
+        self.hashes: dict[int, bytes] = {-1: genesis(head.run_id)}
+        if head.next_seq > 0:
+            self.hashes[head.next_seq - 1] = head.last_hash
+        self.history_complete = head.next_seq == 0
+
+    def to_head(self, updated_at: int, sequencer_id: str) -> Head:
+        return Head(
+            run_id=self.run_id,
+            next_seq=self.next_seq,
+            last_hash=self.last_hash,
+            finished=self.finished,
+            partition=self.partition,
+            first_offset=self.first_offset,
+            last_offset=self.last_offset,
+            gaps=tuple(self.gaps),
+            held=tuple(self.held[s] for s in sorted(self.held)),
+            updated_at=updated_at,
+            sequencer_id=sequencer_id,
+        )
+
+    def in_gap(self, seq: int) -> bool:
+        return any(seq in g for g in self.gaps)
+
+
+#: Reads a run's sealed history: seq -> hash of every sealed event of ``run``.
+HistoryLoader = Callable[[str, int, int, int], dict[int, bytes]]
+
+
+@dataclass(slots=True)
+class SealOut:
+    """One record to write to ``sealed``; ``offset`` is filled from the delivery report."""
+
+    run: _Run
+    seq: int
+    prev_hash: bytes
+    hash: bytes
+    raw: bytes
+    source_partition: int
+    source_offset: int
+    offset: int = -1
+
+
+@dataclass(slots=True)
+class BatchOutput:
+    """Everything one batch (or one gap sweep) produces; written in one transaction."""
+
+    sealed: list[SealOut] = field(default_factory=list)
+    dlq: list[DlqRecord] = field(default_factory=list)
+    touched: dict[str, _Run] = field(default_factory=dict)
+    duplicates: int = 0
+    gap_markers: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.sealed or self.dlq or self.touched or self.duplicates)
+
+
+class RunBook:
+    """The runs of the partitions this instance owns, and the rules applied to them."""
+
+    def __init__(
+        self,
+        *,
+        raw_topic: str,
+        partitions: int,
+        sequencer_id: str,
+        gap_timeout_us: int,
+        max_gap: int,
+        history: HistoryLoader,
+    ) -> None:
+        self.raw_topic = raw_topic
+        self.partitions = partitions
+        self.sequencer_id = sequencer_id
+        self.gap_timeout_us = gap_timeout_us
+        self.max_gap = max_gap
+        self._history = history
+        self.runs: dict[str, _Run] = {}
+        self._waiting: set[str] = set()  # runs with held events
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    def restore(self, heads: Iterable[Head]) -> None:
+        for head in heads:
+            run = _Run(head)
+            self.runs[head.run_id] = run
+            if run.held:
+                self._waiting.add(run.run_id)
+
+    def drop_partitions(self, partitions: Iterable[int]) -> None:
+        gone = set(partitions)
+        for run_id in [r for r, run in self.runs.items() if run.partition in gone]:
+            del self.runs[run_id]
+            self._waiting.discard(run_id)
+
+    def clear(self) -> None:
+        self.runs.clear()
+        self._waiting.clear()
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(self.runs[r].held) for r in self._waiting if r in self.runs)
+
+    # -- rules -------------------------------------------------------------------------------
+
+    def apply(
+        self,
+        out: BatchOutput,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        now_us: int,
+    ) -> None:
+        """Apply the rules to one raw record, appending what to write to ``out``."""
+
+        def refuse(
+            reason: DlqReason, detail: str, run_id: str | None = None, seq: int | None = None
+        ) -> None:
+            out.dlq.append(
+                DlqRecord(
+                    reason, detail, key, value, self.raw_topic, partition, offset, run_id, seq
+                )
+            )
+
+        if value is None:
+            refuse(DlqReason.UNDECODABLE, "record has no value (tombstone)")
+            return
+        try:
+            ev = decode_event(value, what=f"{self.raw_topic}[{partition}]@{offset}")
+        except NonCanonicalJSONError as exc:
+            refuse(DlqReason.INVALID, str(exc))
+            return
+        except SchemaError as exc:
+            refuse(DlqReason.UNDECODABLE, str(exc))
+            return
+        run_id, seq = ev.run_id, ev.seq
+        if key is None or key != run_id.encode("utf-8"):
+            refuse(
+                DlqReason.INVALID,
+                f"key {key!r} is not the event's run_id; producers must key by run_id",
+                run_id,
+                seq,
+            )
+            return
+        if seq < 0:
+            refuse(DlqReason.INVALID, f"seq {seq} is negative", run_id, seq)
+            return
+        if ev.kind is EventKind.GAP:
+            refuse(DlqReason.INVALID, "GAP events are written by the sequencer only", run_id, seq)
+            return
+        want = partition_for(key, self.partitions)
+        if want != partition:
+            refuse(
+                DlqReason.INVALID,
+                f"run {run_id} belongs on partition {want} (murmur2), not {partition}; "
+                "configure the producer with partitioner=murmur2_random",
+                run_id,
+                seq,
+            )
+            return
+        run = self.runs.get(run_id)
+        if run is None:
+            run = self.runs[run_id] = _Run(Head.new(run_id, partition))
+        if seq < run.next_seq:
+            self._past(out, run, seq, value, refuse)
+        elif run.finished:
+            refuse(
+                DlqReason.AFTER_FINISH,
+                f"seq {seq} comes after RUN_FINISHED at seq {run.next_seq - 1}",
+                run_id,
+                seq,
+            )
+        elif seq == run.next_seq:
+            self._seal(
+                out,
+                run,
+                seq=seq,
+                raw=value,
+                source_partition=partition,
+                source_offset=offset,
+                finishes=ev.kind is EventKind.RUN_FINISHED,
+            )
+            self._drain(out, run)
+        elif seq - run.next_seq > self.max_gap:
+            refuse(
+                DlqReason.OUT_OF_RANGE,
+                f"seq {seq} is {seq - run.next_seq} past the next expected seq {run.next_seq} "
+                f"(sequencer_max_gap={self.max_gap})",
+                run_id,
+                seq,
+            )
+        else:
+            self._hold(
+                out,
+                run,
+                seq=seq,
+                value=value,
+                partition=partition,
+                offset=offset,
+                now_us=now_us,
+                refuse=refuse,
+            )
+
+    def _past(
+        self,
+        out: BatchOutput,
+        run: _Run,
+        seq: int,
+        value: bytes,
+        refuse: Callable[[DlqReason, str, str | None, int | None], None],
+    ) -> None:
+        if run.in_gap(seq):
+            refuse(DlqReason.LATE, f"seq {seq} was already sealed as a GAP marker", run.run_id, seq)
+            return
+        prev, h = run.hashes.get(seq - 1), run.hashes.get(seq)
+        if (prev is None or h is None) and not run.history_complete:
+            run.hashes.update(
+                self._history(run.run_id, run.partition, run.first_offset, run.last_offset)
+            )
+            run.history_complete = True
+            prev, h = run.hashes.get(seq - 1), run.hashes.get(seq)
+        if prev is not None and h is not None and link(prev, value) == h:
+            out.duplicates += 1
+            return
+        refuse(
+            DlqReason.CONFLICT,
+            f"seq {seq} is already sealed with different bytes",
+            run.run_id,
+            seq,
+        )
+
+    def _seal(
+        self,
+        out: BatchOutput,
+        run: _Run,
+        *,
+        seq: int,
+        raw: bytes,
+        source_partition: int,
+        source_offset: int,
+        finishes: bool,
+    ) -> None:
+        prev = run.last_hash
+        h = link(prev, raw)
+        out.sealed.append(SealOut(run, seq, prev, h, raw, source_partition, source_offset))
+        run.hashes[seq] = h
+        run.last_hash = h
+        run.next_seq = seq + 1
+        out.touched[run.run_id] = run
+        if finishes:
+            run.finished = True
+            # A finished run's hashes are only needed for resent duplicates: read them back
+            # from the sealed topic then, rather than keep every finished run in memory.
+            run.hashes = {-1: run.hashes[-1], seq: h}
+            run.history_complete = False
+
+    def _drain(self, out: BatchOutput, run: _Run) -> None:
+        while run.held:
+            if run.finished:
+                for s in sorted(run.held):
+                    held = run.held[s]
+                    out.dlq.append(
+                        DlqRecord(
+                            DlqReason.AFTER_FINISH,
+                            f"seq {s} comes after RUN_FINISHED at seq {run.next_seq - 1}",
+                            run.run_id.encode("utf-8"),
+                            held.raw,
+                            self.raw_topic,
+                            held.source_partition,
+                            held.source_offset,
+                            run.run_id,
+                            s,
+                        )
+                    )
+                run.held.clear()
+                break
+            nxt = run.held.pop(run.next_seq, None)
+            if nxt is None:
+                break
+            kind = decode_event(nxt.raw, check_json=False).kind
+            self._seal(
+                out,
+                run,
+                seq=nxt.seq,
+                raw=nxt.raw,
+                source_partition=nxt.source_partition,
+                source_offset=nxt.source_offset,
+                finishes=kind is EventKind.RUN_FINISHED,
+            )
+        out.touched[run.run_id] = run
+        if not run.held:
+            self._waiting.discard(run.run_id)
+
+    def _hold(
+        self,
+        out: BatchOutput,
+        run: _Run,
+        *,
+        seq: int,
+        value: bytes,
+        partition: int,
+        offset: int,
+        now_us: int,
+        refuse: Callable[[DlqReason, str, str | None, int | None], None],
+    ) -> None:
+        held = run.held.get(seq)
+        if held is not None:
+            if held.raw == value:
+                out.duplicates += 1
+            else:
+                refuse(
+                    DlqReason.CONFLICT,
+                    f"seq {seq} is already held (behind a gap) with different bytes",
+                    run.run_id,
+                    seq,
+                )
+            return
+        run.held[seq] = HeldEvent(seq, value, partition, offset, now_us)
+        out.touched[run.run_id] = run
+        self._waiting.add(run.run_id)
+        if sum(len(h.raw) for h in run.held.values()) > MAX_HELD_BYTES:
+            log.warning(
+                "run %s: %d held events exceed %d bytes; sealing the gap now",
+                run.run_id,
+                len(run.held),
+                MAX_HELD_BYTES,
+            )
+            self._close_gap(out, run)
+            self._drain(out, run)
+
+    def sweep(self, out: BatchOutput, now_us: int) -> None:
+        """Seal GAP markers for every gap whose oldest held event has waited too long."""
+        for run_id in list(self._waiting):
+            run = self.runs.get(run_id)
+            if run is None:
+                self._waiting.discard(run_id)
+                continue
+            while run.held and not run.finished:
+                oldest = min(h.held_at for h in run.held.values())
+                if now_us - oldest < self.gap_timeout_us:
+                    break
+                self._close_gap(out, run)
+                self._drain(out, run)
+
+    def _close_gap(self, out: BatchOutput, run: _Run) -> None:
+        a, b = run.next_seq, min(run.held) - 1
+        log.warning(
+            "run %s: seqs %d..%d missing past the gap timeout; sealing GAP", run.run_id, a, b
+        )
+        for s in range(a, b + 1):
+            raw = gap_event(run.run_id, s, a, b, self.sequencer_id)
+            self._seal(
+                out,
+                run,
+                seq=s,
+                raw=raw,
+                source_partition=run.partition,
+                source_offset=-1,
+                finishes=False,
+            )
+            out.gap_markers += 1
+        run.gaps.append(GapRange(a, b))

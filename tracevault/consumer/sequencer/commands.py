@@ -1,0 +1,105 @@
+"""``tracevault sequencer``: run the exactly-once sequencer as a long-running service."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+from typing import Any
+
+import click
+
+from tracevault._clitools import settings_from, stderr
+from tracevault.consumer.sequencer._loop import Sequencer
+
+__all__ = ["sequencer"]
+
+log = logging.getLogger(__name__)
+
+
+@click.command("sequencer")
+@click.option(
+    "--instance-id",
+    help="Stable id of this instance: transactional id and static group member [host name]. "
+    "Restart an instance with the same id; run others with different ids.",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1, 100_000), help="Records per transaction [500]."
+)
+@click.option(
+    "--batch-wait-ms", type=click.IntRange(1, 60_000), help="Longest wait for a batch to fill [50]."
+)
+@click.option(
+    "--gap-timeout",
+    "gap_timeout_s",
+    type=click.FloatRange(min=0.001),
+    help="Seconds a gap may stay open before its seqs are sealed as GAP markers [30].",
+)
+@click.option(
+    "--max-gap",
+    type=click.IntRange(min=1),
+    help="Seqs this far past the head go to the DLQ [10000].",
+)
+@click.option(
+    "--transaction-timeout-ms",
+    type=click.IntRange(1_000, 900_000),
+    help="Kafka transaction.timeout.ms [60000]; must not exceed the broker's maximum.",
+)
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(1_000, 1_800_000),
+    help="Consumer group session timeout [10000].",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65_535),
+    help="Serve Prometheus counters on http://0.0.0.0:PORT/metrics [off].",
+)
+@click.pass_context
+def sequencer(ctx: click.Context, /, **options: Any) -> None:
+    """Seal every raw event into its run's hash chain, exactly once.
+
+    Consumes <prefix>.raw in the consumer group <prefix>.sequencer and, in one Kafka
+    transaction per batch, writes <prefix>.sealed, <prefix>.heads (the run heads), <prefix>.dlq
+    and the consumer offsets. Kill it at any moment: after a restart nothing is sealed twice or
+    skipped. Several instances (distinct --instance-id) split the partitions.
+
+    \b
+    Per run, for an event with seq s when the run expects seq n:
+      s == n        sealed (and any held events that now follow)
+      s <  n        same bytes: dropped and counted; different bytes: DLQ "conflict";
+                    a seq sealed as a GAP marker: DLQ "late"
+      s >  n        held until the gap fills; after --gap-timeout each missing seq is
+                    sealed as a GAP event {"missing_from": a, "missing_to": b}
+      after RUN_FINISHED: DLQ "after_finish"; unreadable: DLQ "undecodable";
+      wrong key/partition, non-canonical JSON, producer-written GAP: DLQ "invalid"
+    DLQ records keep the original key and bytes; the reason, source topic/partition/offset
+    are in tracevault.* headers.
+
+    \b
+    Examples:
+      tracevault sequencer --instance-id seq-a --metrics-port 9464
+      TRACEVAULT_PREFIX=prod tracevault -v sequencer --instance-id seq-b
+      tracevault --prefix dev sequencer --gap-timeout 5 --batch-size 200
+
+    Stops cleanly on SIGTERM or SIGINT (the current transaction finishes first). Exits 2 when
+    fenced by another process with the same --instance-id, 3 when Kafka or a topic is missing.
+    """
+    # Every option maps to the Settings field of the same name with a "sequencer_" prefix.
+    settings = settings_from(ctx, **{f"sequencer_{k}": v for k, v in options.items()})
+    seq = Sequencer(settings)
+    if settings.sequencer_metrics_port is not None:
+        seq.metrics.serve(settings.sequencer_metrics_port)
+        stderr.print(f"metrics on http://0.0.0.0:{settings.sequencer_metrics_port}/metrics")
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping after the current transaction", signum)
+        seq.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    stderr.print(
+        f"sequencer {seq.instance_id} on {settings.bootstrap_servers}, "
+        f"topics {settings.topic_prefix}.*"
+    )
+    seq.run()
