@@ -1,0 +1,212 @@
+"""Bad input fails in the agent, before anything is published, naming the offending field."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.producer.conftest import read_partition
+from tracevault.config import Settings
+from tracevault.edges import JSON
+from tracevault.errors import ConfigError, PayloadError
+from tracevault.producer import Publisher, Recorder
+
+MODEL = "gpt-4o-2024-08-06"
+
+
+@pytest.fixture
+def publisher(tmp_path: Path) -> Iterator[Publisher]:
+    # Nothing here may reach Kafka: the publisher would start its producer on the first
+    # event, and the assertions below prove none was published.
+    pub = Publisher(Settings(spool_dir=str(tmp_path / "spool"), max_payload_bytes=1000))
+    yield pub
+    assert pub.close(timeout=5).ok
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.model = 0
+        self.tool = 0
+
+    def call_model(self, request: JSON, *, model: str, seed: int | None) -> JSON:
+        self.model += 1
+        return request.get("reply", "ok")
+
+    def echo(self, args: JSON) -> JSON:
+        self.tool += 1
+        return args.get("reply", "ok")
+
+
+def started(publisher: Publisher, calls: Calls) -> Recorder:
+    rec = Recorder(
+        publisher=publisher, agent_id="a", agent_version="1", model=calls.call_model,
+        tools={"echo": calls.echo}, input=None,
+    )  # fmt: skip
+    # Enter without publishing RUN_STARTED: these tests look only at the crossing under test.
+    rec._started = True
+    return rec
+
+
+def refused(exc: pytest.ExceptionInfo[PayloadError], path: str) -> None:
+    assert exc.value.path == path
+    assert path in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("request_", "path"),
+    [
+        ({"messages": [{"role": "user", "content": object()}]}, "$.request.messages[0].content"),
+        ({"messages": [{"content": datetime.date(2026, 1, 1)}]}, "$.request.messages[0].content"),
+        ({"temperature": float("nan")}, "$.request.temperature"),
+        ({"stop": {1: "x", "b": 2}}, "$.request.stop"),
+        ({"big": "x" * 2000}, "$.request"),
+    ],
+)
+def test_bad_model_request_names_the_field_and_calls_nothing(
+    publisher: Publisher, request_: Any, path: str
+) -> None:
+    calls = Calls()
+    rec = started(publisher, calls)
+    with pytest.raises(PayloadError) as exc:
+        rec.model(request_, model=MODEL)
+    refused(exc, path)
+    assert calls.model == 0
+    assert publisher.stats().published == 0
+    assert rec._next_seq == 0  # no seq taken: the run stays contiguous
+
+
+@pytest.mark.parametrize(
+    ("model", "path_word"),
+    [("", "exact model build"), ("gpt-4o-latest", "alias"), ("latest", "alias"),
+     (None, "exact model build"), (" gpt-4o ", "white space")],
+)  # fmt: skip
+def test_invalid_model_id_is_refused(publisher: Publisher, model: Any, path_word: str) -> None:
+    calls = Calls()
+    rec = started(publisher, calls)
+    with pytest.raises(PayloadError, match=path_word) as exc:
+        rec.model({"q": 1}, model=model)
+    refused(exc, "$.model")
+    assert calls.model == 0 and publisher.stats().published == 0
+
+
+@pytest.mark.parametrize("seed", [True, 1.5, 2**63, "7"])
+def test_bad_seed_is_refused(publisher: Publisher, seed: Any) -> None:
+    rec = started(publisher, Calls())
+    with pytest.raises(PayloadError) as exc:
+        rec.model({"q": 1}, model=MODEL, seed=seed)
+    refused(exc, "$.seed")
+    with pytest.raises(PayloadError) as exc:
+        rec.random("rng", seed=seed)
+    refused(exc, "$.seed")
+    assert publisher.stats().published == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [({"when": datetime.datetime(2026, 1, 1)}, "$.request.args.when"),
+     ({"ids": [1, 2, {3}]}, "$.request.args.ids[2]"),
+     ({"blob": "y" * 5000}, "$.request")],
+)  # fmt: skip
+def test_bad_tool_args_name_the_field(publisher: Publisher, args: Any, path: str) -> None:
+    calls = Calls()
+    rec = started(publisher, calls)
+    with pytest.raises(PayloadError) as exc:
+        rec.tool("echo", args)
+    refused(exc, path)
+    assert calls.tool == 0 and publisher.stats().published == 0
+
+
+def test_unknown_tool_and_bad_names_are_refused(publisher: Publisher) -> None:
+    rec = started(publisher, Calls())
+    with pytest.raises(PayloadError, match="known: echo") as exc:
+        rec.tool("nope", {})
+    refused(exc, "$.request.tool")
+    with pytest.raises(PayloadError) as exc:
+        rec.tool(None, {})  # type: ignore[arg-type]
+    refused(exc, "$.request.tool")
+    with pytest.raises(PayloadError) as exc:
+        rec.state("", read=lambda: 1)
+    refused(exc, "$.request.name")
+    with pytest.raises(PayloadError) as exc:
+        rec.decision("route", {"at": datetime.time(1)})
+    refused(exc, "$.request.choice.at")
+    assert publisher.stats().published == 0
+
+
+@pytest.mark.parametrize(
+    ("reply", "path"),
+    [({"a": [object()]}, "$.response.a[0]"), ("z" * 5000, "$.response")],
+)
+def test_bad_response_names_the_field_and_the_call_is_recorded_as_refused(
+    settings_factory: Callable[..., Settings], reply: Any, path: str
+) -> None:
+    """The callee already ran, so its crossing is recorded, with the refusal as its error."""
+    settings = settings_factory(partitions=1, max_payload_bytes=1000)
+    with Publisher(settings) as publisher:
+        rec = Recorder(
+            publisher=publisher, agent_id="a", agent_version="1",
+            model=lambda request, *, model, seed: reply, tools={"give": lambda args: reply},
+        )  # fmt: skip
+
+        def agent(task: JSON, edges: Any) -> JSON:
+            with pytest.raises(PayloadError) as exc:
+                edges.model({"q": 1}, model=MODEL)
+            refused(exc, path)
+            with pytest.raises(PayloadError) as exc:
+                edges.tool("give", {})
+            refused(exc, path)
+            return "handled"
+
+        rec.run(agent, None)
+        assert publisher.flush(30)
+    evs = [ev for _, ev in read_partition(settings, 0, 4)]
+    assert [e.seq for e in evs] == [0, 1, 2, 3]
+    for ev in evs[1:3]:
+        assert ev.error is not None and ev.error.type == "tracevault.errors.PayloadError"
+        assert path in ev.error.message and ev.response == b"null"
+
+
+def test_unrecordable_input_and_output_of_a_run(publisher: Publisher) -> None:
+    def agent(task: JSON, edges: Any) -> JSON:
+        return {"when": datetime.date(2026, 1, 1)}
+
+    rec = Recorder(publisher=publisher, agent_id="a", agent_version="1")
+    with pytest.raises(PayloadError) as exc:
+        rec.run(agent, {"file": open})
+    refused(exc, "$.request.input.file")
+    assert publisher.stats().published == 0
+    with (
+        pytest.raises(PayloadError) as exc,
+        Recorder(publisher=publisher, agent_id="a", agent_version="1", input=1) as edges,
+    ):
+        edges.finish({"when": datetime.date(2026, 1, 1)})
+    refused(exc, "$.response.output.when")
+
+
+def test_configuration_mistakes_are_config_errors(publisher: Publisher) -> None:
+    with pytest.raises(ConfigError, match="agent_id"):
+        Recorder(publisher=publisher, agent_id="", agent_version="1")
+    with pytest.raises(ConfigError, match="attributes"):
+        Recorder(publisher=publisher, agent_id="a", agent_version="1", attributes={"a": 1})  # type: ignore[dict-item]
+    with (
+        pytest.raises(ConfigError, match="input"),
+        Recorder(publisher=publisher, agent_id="a", agent_version="1"),
+    ):
+        pass
+    rec = started(publisher, Calls())
+    with pytest.raises(ConfigError, match="read="):
+        rec.state("price")
+
+    async def async_tool(args: JSON) -> JSON:
+        return 1
+
+    rec2 = Recorder(
+        publisher=publisher, agent_id="a", agent_version="1", tools={"t": async_tool}, input=1
+    )
+    rec2._started = True
+    with pytest.raises(ConfigError, match="atool"):
+        rec2.tool("t", {})

@@ -1,0 +1,105 @@
+"""Sending spooled events back to Kafka, in order, committing a durable cursor as they land.
+
+Used by the Publisher's background thread (its own spool and segments left by dead
+processes) and by ``tracevault spool drain``. Protocol for one batch:
+
+1. read up to ``batch`` intact records after the segment's cursor;
+2. produce them in file order (idempotent producer, so Kafka keeps that order);
+3. serve delivery reports until all are acknowledged or ``timeout`` passes;
+4. on a timeout purge what is left, so nothing of this batch can land later, out of order;
+5. commit the cursor past the longest acknowledged prefix (a purged record after an
+   acknowledged one is simply sent again next time; the sequencer drops the same bytes
+   arriving twice, so a resend can duplicate on ``raw`` but never reorder or lose).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+from tracevault.producer._spool import SpoolSegment
+
+__all__ = ["BatchResult", "drain_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What one batch did: the new cursor, records delivered, and whether any are left."""
+
+    offset: int
+    delivered: int
+    read: int
+    complete: bool
+    reached_end: bool
+    error: str | None = None
+
+
+def _nothing() -> None:
+    return None
+
+
+def drain_batch(
+    producer: Producer,
+    segment: SpoolSegment,
+    *,
+    start: int,
+    end: int | None = None,
+    batch: int = 5000,
+    timeout: float = 5.0,
+    between: Callable[[], None] = _nothing,
+) -> BatchResult:
+    """Send one batch of ``segment`` from byte ``start``; see the module docstring."""
+    records = list(segment.records(start, end, limit=batch))
+    reached_end = len(records) < batch
+    if not records:
+        return BatchResult(start, 0, 0, True, True)
+    acked = [False] * len(records)
+    pending = [0]
+    last_error: list[str] = []
+
+    def on_delivery(i: int) -> Callable[[Any, Any], None]:
+        def cb(err: KafkaError | None, _msg: Any) -> None:
+            pending[0] -= 1
+            if err is None:
+                acked[i] = True
+            elif err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+                last_error[:] = [err.str()]
+
+        return cb
+
+    for i, rec in enumerate(records):
+        try:
+            producer.produce(segment.topic, rec.value, rec.key, on_delivery=on_delivery(i))
+        except BufferError:
+            break  # the local queue is full: what was produced is this batch
+        pending[0] += 1
+    deadline = time.monotonic() + timeout
+    while pending[0] > 0 and time.monotonic() < deadline:
+        producer.poll(0.05)
+        between()
+    if pending[0] > 0:
+        producer.purge(in_queue=True, in_flight=True)
+        purge_deadline = time.monotonic() + 5.0
+        while pending[0] > 0 and time.monotonic() < purge_deadline:
+            producer.poll(0.01)
+    prefix = 0
+    while prefix < len(records) and acked[prefix]:
+        prefix += 1
+    offset = records[prefix - 1].end if prefix else start
+    if prefix:
+        segment.commit(offset)
+    complete = prefix == len(records)
+    error = None
+    if not complete:
+        error = last_error[0] if last_error else f"no acknowledgement within {timeout:g}s"
+        logger.info(
+            "spool %s: %s of %s records delivered (%s)", segment.path, prefix, len(records), error
+        )
+    return BatchResult(offset, prefix, len(records), complete, reached_end and complete, error)

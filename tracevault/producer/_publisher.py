@@ -1,0 +1,482 @@
+"""The Kafka side of the Recorder: one producer per process, never blocking the agent.
+
+``publish()`` runs on the agent's thread and only hands bytes to librdkafka (or, while Kafka
+is away, to an in-memory list); everything that can wait on the network or the disk runs on
+one background thread that owns delivery reports, the spool and draining. States:
+
+``direct``
+    events go to librdkafka (idempotent, ``acks=all``, zstd, ``murmur2_random``, key = run
+    id). librdkafka retries without a deadline (``message.timeout.ms=0``) so its order is
+    never broken by a timeout.
+``spooling``
+    entered when nothing was acknowledged for ``spool_after_ms`` while events were
+    outstanding (or librdkafka's queue is full). Steps, in this order so a run's events stay
+    in seq order: (1) new events are held in memory; (2) everything still inside librdkafka
+    is purged and written to the spool, sorted by (run, seq); (3) held events follow, fsync'd
+    every ~20 ms. Every ``retry`` the oldest spooled events are sent again (``_drain``); once
+    the spool and the held list are empty, under the lock, the state returns to ``direct``.
+
+Segments left by a process that died are adopted at start and drained the same way (their
+runs are unrelated to this process's, so order is unaffected). ``close(timeout)`` delivers
+what it can within ``timeout`` and spools the rest, returning a :class:`CloseReport`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from tracevault.config import Settings
+from tracevault.errors import ConfigError, TraceVaultError
+from tracevault.producer._drain import drain_batch
+from tracevault.producer._spool import SpoolSegment, SpoolWriter, list_segments
+from tracevault.producer._wire import read_run_seq
+
+__all__ = ["CloseReport", "Publisher", "PublisherStats", "producer_config"]
+
+logger = logging.getLogger(__name__)
+
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+_RETRY_S = 1.0
+_DRAIN_BATCH = 5000
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """The librdkafka settings every tracevault event producer uses (DESIGN.md)."""
+    return settings.kafka_config(
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": "zstd",
+            "linger.ms": settings.producer_linger_ms,
+            "partitioner": "murmur2_random",
+            # Never expire a message: an expiry could let a later event of the same run land
+            # first. Outages are handled by spooling, which purges in order.
+            "message.timeout.ms": 0,
+            "logger": logging.getLogger("tracevault.producer.librdkafka"),
+            **extra,
+        }
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStats:
+    """Counters since the Publisher started (events = Kafka messages)."""
+
+    published: int
+    delivered: int
+    spooled: int
+    drained: int
+    in_flight: int
+    spooling: bool
+    lost: int
+
+
+@dataclass(frozen=True, slots=True)
+class CloseReport:
+    """What ``close`` left behind: ``undelivered`` events wait in ``spool_files``.
+
+    ``lost`` counts events that could be neither delivered nor written to the spool (a full
+    or unwritable disk); it is logged as an error and should be zero.
+    """
+
+    delivered: int
+    drained: int
+    spooled: int
+    undelivered: int
+    lost: int
+    spool_files: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.undelivered == 0 and self.lost == 0
+
+
+_LIVE: weakref.WeakSet[Publisher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_publishers() -> None:  # pragma: no cover - runs at interpreter exit
+    for pub in list(_LIVE):
+        with contextlib.suppress(Exception):
+            pub.close(timeout=5.0)
+
+
+class Publisher:
+    """One per process: a shared, thread-safe producer of TraceEvents to ``<prefix>.raw``.
+
+    Creating it opens nothing; the producer and its background thread start on the first
+    event. Use it as a context manager or call :meth:`close` before exit (an ``atexit`` hook
+    closes forgotten ones with a 5 s timeout).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topic = settings.topics.raw
+        self._spool_dir = Path(settings.spool_dir)
+        self._spool_after = settings.spool_after_ms / 1000.0
+        self._lock = threading.Lock()
+        self._producer: Producer | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+        self._direct = True
+        self._spool_requested = False
+        self._held: list[tuple[bytes, bytes]] = []
+        self._purged: list[tuple[bytes, bytes]] = []
+        self._writer = SpoolWriter(self._spool_dir, self.topic)
+        self._backlog: deque[SpoolSegment] = deque()
+        self._offsets: dict[Path, int] = {}
+        self._own_paths: set[Path] = set()
+        self._busy_since: float | None = None
+        self._last_progress = 0.0
+        self._next_drain = 0.0
+        self._published = 0
+        self._delivered = 0
+        self._spooled = 0
+        self._drained = 0
+        self._drained_own = 0
+        self._lost = 0
+        self._report: CloseReport | None = None
+        self._close_timeout = 10.0
+        _LIVE.add(self)
+
+    # -- agent threads ----------------------------------------------------------------------
+    def publish(self, key: bytes, value: bytes) -> None:
+        """Hand one encoded event to Kafka (or the spool); never waits on the network."""
+        with self._lock:
+            if self._closed:
+                raise TraceVaultError(
+                    "this Publisher is closed; create a new one (one per process) before "
+                    "recording more runs"
+                )
+            producer = self._producer or self._start_locked()
+            self._published += 1
+            if self._direct:
+                try:
+                    producer.produce(self.topic, value, key)
+                    return
+                except (BufferError, KafkaException):
+                    # librdkafka's queue is full: Kafka is too slow or away. Spool from here on.
+                    self._direct = False
+                    self._spool_requested = True
+            self._held.append((key, value))
+
+    def _start_locked(self) -> Producer:
+        conf = producer_config(
+            self.settings, on_delivery=self._on_delivery, error_cb=self._on_error
+        )
+        try:
+            self._producer = Producer(conf)
+        except KafkaException as exc:
+            raise ConfigError(f"the Kafka producer refused its settings: {exc}") from exc
+        self._adopt_orphans()
+        self._thread = threading.Thread(
+            target=self._run, name=f"tracevault-publisher-{self.topic}", daemon=True
+        )
+        self._thread.start()
+        return self._producer
+
+    # -- background thread ------------------------------------------------------------------
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            self._delivered += 1
+            self._last_progress = time.monotonic()
+            return
+        if err.code() not in _PURGED:
+            # Not a purge of ours: Kafka refused it. Keep it (spool) and stop sending directly.
+            logger.warning("delivery to %s failed (%s); spooling", self.topic, err.str())
+            self._spool_requested = True
+        self._purged.append((msg.key(), msg.value()))
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            logger.info("Kafka client error: %s", err.str())
+        else:
+            logger.warning("Kafka client error: %s", err.str())
+        if err.fatal():
+            self._spool_requested = True
+
+    def _adopt_orphans(self) -> None:
+        """Take over segments whose writer died, so this process delivers them."""
+        for seg in list_segments(self._spool_dir):
+            try:
+                if not seg.try_lock():
+                    continue
+                seg.read_header()
+            except (OSError, ValueError) as exc:
+                logger.error("cannot adopt spool segment %s: %s", seg.path, exc)
+                seg.unlock()
+                continue
+            if seg.topic != self.topic:
+                seg.unlock()  # another deployment's spool in the same directory
+                continue
+            self._backlog.append(seg)
+            self._direct = False
+        if self._backlog:
+            logger.warning(
+                "found %s spool segment(s) from an earlier process; delivering them",
+                len(self._backlog),
+            )
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._spool_requested or self._stalled():
+                    self._enter_spool()
+                if self._direct:
+                    self._poll(0.05)
+                else:
+                    self._spool_tick()
+        except Exception:  # pragma: no cover - a bug here must not vanish silently
+            logger.exception("tracevault publisher thread failed; events will be spooled")
+        finally:
+            self._shutdown()
+
+    def _poll(self, timeout: float) -> None:
+        assert self._producer is not None
+        self._producer.poll(timeout)
+
+    def _stalled(self) -> bool:
+        assert self._producer is not None
+        if not self._direct:
+            return False
+        if len(self._producer) == 0:
+            self._busy_since = None
+            return False
+        now = time.monotonic()
+        if self._busy_since is None:
+            self._busy_since = now
+        return now - max(self._busy_since, self._last_progress) > self._spool_after
+
+    def _enter_spool(self) -> None:
+        producer = self._producer
+        assert producer is not None
+        with self._lock:
+            was_direct = self._direct
+            self._direct = False
+            self._spool_requested = False
+        if was_direct:
+            logger.warning(
+                "Kafka has not acknowledged events for %.1fs; spooling to %s",
+                self._spool_after,
+                self._spool_dir,
+            )
+        producer.purge(in_queue=True, in_flight=True)
+        deadline = time.monotonic() + 5.0
+        while len(producer) > 0 and time.monotonic() < deadline:
+            producer.poll(0.01)
+        self._spool_purged()
+        self._write_held()
+        self._busy_since = None
+        self._next_drain = time.monotonic() + _RETRY_S
+
+    def _spool_purged(self) -> None:
+        if not self._purged:
+            return
+        purged, self._purged = self._purged, []
+        # Per run (key) in seq order: librdkafka may report in-flight and queued separately.
+        purged.sort(key=lambda kv: (kv[0], read_run_seq(kv[1])[1]))
+        self._append(purged)
+
+    def _write_held(self) -> None:
+        with self._lock:
+            held, self._held = self._held, []
+        self._append(held)
+
+    def _append(self, records: list[tuple[bytes, bytes]]) -> None:
+        if not records:
+            return
+        try:
+            if self._writer.full:
+                self._writer.close()
+            self._writer.append(records)
+        except OSError as exc:
+            self._lost += len(records)
+            logger.error(
+                "could not write %s events to the spool %s (%s): they are lost; free disk "
+                "space or fix TRACEVAULT_SPOOL_DIR",
+                len(records),
+                self._spool_dir,
+                exc,
+            )
+            return
+        self._spooled += len(records)
+        path = self._writer.path
+        assert path is not None
+        if not self._backlog or self._backlog[-1].path != path:
+            seg = SpoolSegment(path)
+            seg.read_header()
+            self._backlog.append(seg)
+            self._own_paths.add(path)
+
+    def _spool_tick(self) -> None:
+        self._spool_purged()
+        self._write_held()
+        now = time.monotonic()
+        if now < self._next_drain:
+            self._stop.wait(0.02)
+            return
+        progressed = self._drain_once(timeout=max(self._spool_after, 1.0))
+        if not self._backlog:
+            with self._lock:
+                if not self._held and not self._spool_requested:
+                    self._direct = True
+                    logger.warning("Kafka is back: spool delivered, publishing directly again")
+                    return
+        self._next_drain = now if progressed else time.monotonic() + _RETRY_S
+
+    def _drain_once(self, timeout: float) -> bool:
+        """Send one batch of the oldest spooled events; True if any were delivered."""
+        producer = self._producer
+        assert producer is not None
+        if not self._backlog:
+            return False
+        seg = self._backlog[0]
+        own = seg.path == self._writer.path
+        start = self._offsets.get(seg.path)
+        if start is None:
+            start = seg.cursor()
+        result = drain_batch(
+            producer,
+            seg,
+            start=start,
+            end=self._writer.size if own else None,
+            batch=_DRAIN_BATCH,
+            timeout=timeout,
+            between=self._write_held,
+        )
+        self._offsets[seg.path] = result.offset
+        self._drained += result.delivered
+        if seg.path in self._own_paths:
+            self._drained_own += result.delivered
+        if result.reached_end or seg.corruption is not None:
+            if seg.corruption is not None:
+                logger.error(
+                    "spool segment %s is corrupt at byte %s (%s); events after it are left "
+                    "there for `tracevault spool status`",
+                    seg.path,
+                    seg.corruption.offset,
+                    seg.corruption.reason,
+                )
+            # The writer's segment is finished only if nothing was appended meanwhile.
+            if not own or (result.offset >= self._writer.size and not self._held):
+                if own:
+                    self._writer.close()
+                if seg.corruption is None:
+                    seg.remove()
+                else:
+                    seg.unlock()
+                self._offsets.pop(seg.path, None)
+                self._backlog.popleft()
+        return result.delivered > 0
+
+    def _shutdown(self) -> None:
+        producer = self._producer
+        assert producer is not None
+        deadline = time.monotonic() + self._close_timeout
+        if self._direct and not self._spool_requested:
+            while len(producer) > 0 and time.monotonic() < deadline:
+                producer.poll(0.05)
+                if self._stalled():
+                    break
+            if len(producer) > 0 or self._spool_requested:
+                self._enter_spool()
+        else:
+            self._enter_spool()
+        while self._backlog and time.monotonic() < deadline:
+            self._write_held()
+            remaining = deadline - time.monotonic()
+            if not self._drain_once(timeout=max(0.1, min(remaining, self._spool_after))):
+                break
+        self._write_held()
+        self._spool_purged()
+        files = tuple(str(s.path) for s in self._backlog)
+        self._writer.close()
+        for seg in self._backlog:
+            seg.unlock()
+        self._report = CloseReport(
+            delivered=self._delivered,
+            drained=self._drained,
+            spooled=self._spooled,
+            undelivered=max(0, self._spooled - self._drained_own),
+            lost=self._lost,
+            spool_files=files,
+        )
+        if files:
+            logger.warning(
+                "%s events were not delivered and wait in %s; they are sent by the next "
+                "Publisher using this spool directory or by `tracevault spool drain`",
+                self._report.undelivered,
+                ", ".join(files),
+            )
+
+    # -- owners -----------------------------------------------------------------------------
+    def stats(self) -> PublisherStats:
+        producer = self._producer
+        return PublisherStats(
+            published=self._published,
+            delivered=self._delivered,
+            spooled=self._spooled,
+            drained=self._drained,
+            in_flight=0 if producer is None else len(producer),
+            spooling=not self._direct,
+            lost=self._lost,
+        )
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every event published so far is acknowledged by Kafka; False on timeout.
+
+        While Kafka is away this waits for the spool to drain, so use a timeout.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            producer = self._producer
+            with self._lock:
+                idle = producer is None or (
+                    self._direct
+                    and not self._spool_requested
+                    and len(producer) == 0
+                    and not self._held
+                    and not self._backlog
+                )
+            if idle:
+                return True
+            if time.monotonic() >= deadline or self._stop.is_set():
+                return False
+            self._stop.wait(0.01)
+
+    def close(self, timeout: float = 10.0) -> CloseReport:
+        """Deliver what can be delivered within ``timeout``, spool the rest, and stop.
+
+        Safe to call more than once; later calls return the first report.
+        """
+        with self._lock:
+            already = self._closed
+            self._closed = True
+            thread = self._thread
+        if not already:
+            self._close_timeout = timeout
+            self._stop.set()
+        if thread is not None:
+            thread.join()
+        if self._report is None:
+            self._report = CloseReport(self._delivered, self._drained, 0, 0, 0, ())
+        _LIVE.discard(self)
+        return self._report
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,506 @@
+"""The Recorder: one recorded agent run, and the live :class:`~tracevault.edges.Edges`.
+
+Every edge call follows the same steps, on the agent's own thread, so bad input fails in
+the agent and nothing on the path waits on the network:
+
+1. build the crossing with the shared ``*_crossing`` function (model ids, names checked);
+2. turn the request into canonical JSON and check its size: a failure here raises
+   :class:`PayloadError` naming the field, and nothing is published or called;
+3. take the next seq of the run (seq is taken *before* the call, so a side-effecting tool
+   gets its idempotency key ``<run_id>:<seq>`` and nested crossings sort after their parent);
+4. call the real thing (model, tool, state reader); an exception it raises is recorded in
+   the event's ``error`` and raised again to the agent;
+5. canonical JSON of the response, encode the event, hand it to the Publisher in seq order
+   (a crossing that finishes before an earlier one waits in a small per-run buffer).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import random
+import secrets
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tracevault import __version__
+from tracevault.edges import (
+    JSON,
+    Crossing,
+    clock_crossing,
+    decision_crossing,
+    model_crossing,
+    random_crossing,
+    state_crossing,
+    tool_crossing,
+)
+from tracevault.errors import ConfigError, PayloadError, TraceVaultError
+from tracevault.producer._publisher import Publisher
+from tracevault.producer._tool import Tool
+from tracevault.producer._wire import EventEncoder
+from tracevault.schemas import AgentInfo, ErrorInfo, EventKind, canonical_json
+
+__all__ = ["Recorder"]
+
+_MISSING: Any = object()
+_NULL = b"null"
+_EMPTY = b"{}"
+_MAX_ERROR_CHARS = 16_384
+_MAX_ATTRIBUTE_BYTES = 8_192
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_HOST = socket.gethostname()
+
+# (recorder identity, seq) of the crossing whose callee is running: gives nested crossings
+# their parent_seq, per thread and per asyncio task.
+_CURRENT: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "tracevault_current_crossing", default=None
+)
+
+
+@dataclass(slots=True)
+class _Open:
+    """A crossing whose callee is running: what its event needs once it returns."""
+
+    seq: int
+    crossing: Crossing
+    request: bytes
+    key: str | None
+    parent: int | None
+    at: int
+    t0: int
+
+
+def _error_info(exc: BaseException) -> ErrorInfo:
+    cls = type(exc)
+    mod = cls.__module__
+    name = cls.__qualname__ if mod == "builtins" else f"{mod}.{cls.__qualname__}"
+    return ErrorInfo(name, str(exc)[:_MAX_ERROR_CHARS])
+
+
+def _is_text(value: object) -> bool:
+    # Callers are typed, agents are not: runtime checks for what annotations promise.
+    return isinstance(value, str)
+
+
+def _check_seed(seed: object, path: str = "$.seed") -> None:
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int) or not _INT64[0] <= seed <= _INT64[1]:
+        raise PayloadError(f"{path} must be an int in the 64-bit range or None, got {seed!r}", path)
+
+
+class Recorder:
+    """Record one agent run: ``RUN_STARTED`` … crossings … ``RUN_FINISHED``.
+
+    Three ways to run, all producing the same record::
+
+        output = Recorder(publisher=pub, agent_id="triage-bot", agent_version="1.2.0",
+                          model=call_model, tools={"search": search}).run(agent, task)
+        output = await Recorder(...).arun(async_agent, task)
+        with Recorder(..., input=task) as edges:      # or: async with
+            edges.finish(my_loop(task, edges))
+
+    ``model`` is ``call_model(request, *, model, seed)`` (plain or ``async def``); ``tools``
+    maps names to callables ``fn(args)`` or :class:`Tool` (side effects get
+    ``idempotency_key=``). When the agent raises, ``ERROR`` and then ``RUN_FINISHED`` with the
+    same error are recorded and the exception propagates.
+    """
+
+    def __init__(
+        self,
+        *,
+        publisher: Publisher,
+        agent_id: str,
+        agent_version: str,
+        model: Callable[..., Any] | None = None,
+        tools: Mapping[str, Callable[..., Any] | Tool] | None = None,
+        run_id: str | None = None,
+        harness: str = "python",
+        attributes: Mapping[str, str] | None = None,
+        max_payload_bytes: int | None = None,
+        input: JSON = _MISSING,
+    ) -> None:
+        if not isinstance(publisher, Publisher):
+            raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
+        for field, value in (("agent_id", agent_id), ("agent_version", agent_version)):
+            if not _is_text(value) or not value.strip():
+                raise ConfigError(f"Recorder({field}=...) must be a non-empty string")
+        if run_id is None:
+            run_id = str(uuid.uuid4())
+        elif not _is_text(run_id) or not run_id or len(run_id.encode()) > 255:
+            raise ConfigError(f"Recorder(run_id=...) must be 1-255 bytes of text, got {run_id!r}")
+        self._tools: dict[str, Tool] = {}
+        for name, fn in (tools or {}).items():
+            if not _is_text(name) or not name:
+                raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
+            self._tools[name] = fn if isinstance(fn, Tool) else Tool(fn)
+        if model is not None and not callable(model):
+            raise ConfigError("Recorder(model=...) must be callable")
+        attrs = dict(attributes or {})
+        if any(not _is_text(k) or not _is_text(v) for k, v in attrs.items()):
+            raise ConfigError("Recorder(attributes=...) must map str to str")
+        if sum(len(k) + len(v) for k, v in attrs.items()) > _MAX_ATTRIBUTE_BYTES:
+            raise ConfigError(
+                f"Recorder(attributes=...) is over {_MAX_ATTRIBUTE_BYTES} characters; keep "
+                "attributes small and put data in the run's input"
+            )
+        self._publisher = publisher
+        self._model_fn = model
+        self._run_id = run_id
+        self._key = run_id.encode("utf-8")
+        self._attributes = attrs
+        self._max = max_payload_bytes or publisher.settings.max_payload_bytes
+        self._enc = EventEncoder(
+            run_id, AgentInfo(agent_id, agent_version, _HOST, harness, __version__)
+        )
+        self._ident = id(self)
+        self._lock = threading.Lock()
+        self._next_seq = 0
+        self._next_emit = 0
+        self._waiting: dict[int, bytes] = {}
+        self._started = False
+        self._finished = False
+        self._input = input
+        self._output: JSON = None
+        self._output_set = False
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    # -- run forms --------------------------------------------------------------------------
+    def run(self, agent: Callable[[JSON, Recorder], JSON], input: JSON) -> JSON:
+        """Record ``agent(input, edges)``; returns its output."""
+        if inspect.iscoroutinefunction(agent):
+            raise ConfigError("the agent is async: use `await recorder.arun(agent, input)`")
+        self._start(input)
+        try:
+            output = agent(input, self)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        self._finish(output)
+        return output
+
+    async def arun(
+        self, agent: Callable[[JSON, Recorder], Awaitable[JSON] | JSON], input: JSON
+    ) -> JSON:
+        """Record ``await agent(input, edges)`` (a plain function works too)."""
+        self._start(input)
+        try:
+            output = agent(input, self)
+            if inspect.isawaitable(output):
+                output = await output
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        self._finish(output)
+        return output
+
+    def finish(self, output: JSON) -> None:
+        """Set the run's output in the ``with`` form; RUN_FINISHED carries it on exit."""
+        if self._output_set:
+            raise TraceVaultError(f"run {self._run_id}: finish() was already called")
+        self._payload({"output": output}, "response")  # fail here, in the agent, if unrecordable
+        self._output = output
+        self._output_set = True
+
+    def __enter__(self) -> Recorder:
+        if self._input is _MISSING:
+            raise ConfigError(
+                "the `with Recorder(...)` form needs the agent's input: Recorder(..., input=task)"
+            )
+        self._start(self._input)
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self._fail(exc)
+        else:
+            self._finish(self._output)
+
+    async def __aenter__(self) -> Recorder:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # -- run boundaries ---------------------------------------------------------------------
+    def _start(self, input: JSON) -> None:
+        with self._lock:
+            if self._started:
+                raise TraceVaultError(
+                    f"run {self._run_id} was already started: a Recorder records one run, "
+                    "create a new Recorder for the next"
+                )
+        request = self._payload({"input": input}, "request")
+        with self._lock:
+            self._started = True
+        seq = self._alloc()
+        self._emit(
+            seq,
+            self._enc.encode(
+                seq, EventKind.RUN_STARTED, _now_us(), request, _NULL, attributes=self._attributes
+            ),
+        )
+
+    def _finish(self, output: JSON) -> None:
+        try:
+            response = self._payload({"output": output}, "response")
+        except PayloadError as exc:
+            self._fail(exc)
+            raise
+        seq = self._alloc(final=True)
+        self._emit(seq, self._enc.encode(seq, EventKind.RUN_FINISHED, _now_us(), _EMPTY, response))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._finished:
+            return
+        err = _error_info(exc)
+        seq = self._alloc()
+        self._emit(seq, self._enc.encode(seq, EventKind.ERROR, _now_us(), _EMPTY, _NULL, error=err))
+        seq = self._alloc(final=True)
+        self._emit(
+            seq,
+            self._enc.encode(
+                seq, EventKind.RUN_FINISHED, _now_us(), _EMPTY, b'{"output":null}', error=err
+            ),
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _payload(self, value: JSON, field: str) -> bytes:
+        data = canonical_json(value, field=field)
+        if len(data) > self._max:
+            raise PayloadError(
+                f"$.{field} is {len(data)} bytes of canonical JSON, over max_payload_bytes="
+                f"{self._max}; record a reference (an object-store key, a hash) instead of the "
+                "bulk, or raise TRACEVAULT_MAX_PAYLOAD_BYTES",
+                f"$.{field}",
+            )
+        return data
+
+    def _alloc(self, final: bool = False) -> int:
+        with self._lock:
+            if not self._started:
+                raise TraceVaultError(
+                    "this Recorder's run has not started: call edges inside recorder.run(...), "
+                    "await recorder.arun(...) or `with Recorder(..., input=...)`"
+                )
+            if self._finished:
+                raise TraceVaultError(
+                    f"run {self._run_id} has finished (RUN_FINISHED was recorded); a crossing "
+                    "after the end cannot be recorded: create a new Recorder"
+                )
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            if final:
+                self._finished = True
+            return seq
+
+    def _emit(self, seq: int, value: bytes) -> None:
+        """Publish in seq order: a crossing that completes early waits for earlier ones."""
+        with self._lock:
+            if seq != self._next_emit:
+                self._waiting[seq] = value
+                return
+            publish = self._publisher.publish
+            publish(self._key, value)
+            nxt = seq + 1
+            waiting = self._waiting
+            while nxt in waiting:
+                publish(self._key, waiting.pop(nxt))
+                nxt += 1
+            self._next_emit = nxt
+
+    def _parent(self) -> int | None:
+        cur = _CURRENT.get()
+        return cur[1] if cur is not None and cur[0] == self._ident else None
+
+    def _open(self, crossing: Crossing, effect: bool) -> _Open:
+        request = self._payload(crossing.request, "request")
+        seq = self._alloc()
+        return _Open(
+            seq,
+            crossing,
+            request,
+            f"{self._run_id}:{seq}" if effect else None,
+            self._parent(),
+            _now_us(),
+            time.perf_counter_ns(),
+        )
+
+    def _record(self, op: _Open, response: bytes, error: ErrorInfo | None) -> None:
+        duration = (time.perf_counter_ns() - op.t0) // 1000
+        c = op.crossing
+        self._emit(
+            op.seq,
+            self._enc.encode(
+                op.seq,
+                c.kind,
+                op.at,
+                op.request,
+                response,
+                model=c.model,
+                seed=c.seed,
+                error=error,
+                idempotency_key=op.key,
+                parent_seq=op.parent,
+                attributes={"duration_us": str(duration)},
+            ),
+        )
+
+    def _respond(self, op: _Open, result: Any) -> Any:
+        try:
+            response = self._payload(result, "response")
+        except PayloadError as exc:
+            # The call happened: record it with the refusal so the seq stays contiguous.
+            self._record(op, _NULL, _error_info(exc))
+            raise
+        self._record(op, response, None)
+        return result
+
+    def _call(self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool) -> Any:
+        op = self._open(crossing, effect)
+        token = _CURRENT.set((self._ident, op.seq))
+        try:
+            result = invoke(op.key)
+            if inspect.isawaitable(result):
+                _close(result)
+                raise ConfigError(
+                    f"the {crossing.kind.value} callee is async: use the a-prefixed edge "
+                    "(amodel, atool, astate) from an async agent"
+                )
+        except BaseException as exc:
+            self._record(op, _NULL, _error_info(exc))
+            raise
+        finally:
+            _CURRENT.reset(token)
+        return self._respond(op, result)
+
+    async def _acall(
+        self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool
+    ) -> Any:
+        op = self._open(crossing, effect)
+        token = _CURRENT.set((self._ident, op.seq))
+        try:
+            result = invoke(op.key)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            self._record(op, _NULL, _error_info(exc))
+            raise
+        finally:
+            _CURRENT.reset(token)
+        return self._respond(op, result)
+
+    def _instant(self, crossing: Crossing, response: bytes, at: int, seed: int | None) -> None:
+        request = self._payload(crossing.request, "request")
+        seq = self._alloc()
+        self._emit(
+            seq,
+            self._enc.encode(
+                seq,
+                crossing.kind,
+                at,
+                request,
+                response,
+                seed=seed,
+                parent_seq=self._parent(),
+            ),
+        )
+
+    # -- the edges --------------------------------------------------------------------------
+    def _model_target(self, request: JSON, model: str, seed: int | None) -> Callable[..., Any]:
+        _check_seed(seed)
+        fn = self._model_fn
+        if fn is None:
+            raise ConfigError("this Recorder has no model: pass Recorder(model=call_model)")
+        return fn
+
+    def model(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
+        crossing = model_crossing(request, model=model, seed=seed)
+        fn = self._model_target(request, model, seed)
+        return self._call(crossing, lambda _k: fn(request, model=model, seed=seed), False)
+
+    async def amodel(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
+        crossing = model_crossing(request, model=model, seed=seed)
+        fn = self._model_target(request, model, seed)
+        return await self._acall(crossing, lambda _k: fn(request, model=model, seed=seed), False)
+
+    def _tool(self, name: str) -> Tool:
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise PayloadError(
+                f"$.request.tool {name!r} is not a tool of this Recorder (known: {known}); "
+                "register it in Recorder(tools={...})",
+                "$.request.tool",
+            )
+        return tool
+
+    @staticmethod
+    def _invoker(tool: Tool, args: JSON) -> Callable[[str | None], Any]:
+        fn = tool.fn
+        if tool.side_effect:
+            return lambda key: fn(args, idempotency_key=key)
+        return lambda _k: fn(args)
+
+    def tool(self, name: str, args: JSON) -> JSON:
+        crossing = tool_crossing(name, args)
+        tool = self._tool(name)
+        return self._call(crossing, self._invoker(tool, args), tool.side_effect)
+
+    async def atool(self, name: str, args: JSON) -> JSON:
+        crossing = tool_crossing(name, args)
+        tool = self._tool(name)
+        return await self._acall(crossing, self._invoker(tool, args), tool.side_effect)
+
+    def clock(self, name: str = "now") -> float:
+        ns = time.time_ns()
+        now = ns / 1e9
+        self._instant(clock_crossing(name), canonical_json({"time": now}), ns // 1000, None)
+        return now
+
+    def random(self, name: str = "rng", *, seed: int | None = None) -> random.Random:
+        _check_seed(seed)
+        drawn = secrets.randbits(63) if seed is None else seed
+        self._instant(
+            random_crossing(name, seed), canonical_json({"seed": drawn}), _now_us(), drawn
+        )
+        return random.Random(drawn)
+
+    def state(self, name: str, read: Callable[[], JSON] | None = None) -> JSON:
+        crossing = state_crossing(name)
+        if read is None:
+            raise ConfigError(f"state({name!r}) needs read=: live, the value must come from it")
+        return self._call(crossing, lambda _k: read(), False)
+
+    async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
+        crossing = state_crossing(name)
+        if read is None:
+            raise ConfigError(f"astate({name!r}) needs read=: live, the value must come from it")
+        return await self._acall(crossing, lambda _k: read(), False)
+
+    def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
+        self._instant(decision_crossing(name, choice, options), _NULL, _now_us(), None)
+        return choice
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _close(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()

@@ -1,0 +1,181 @@
+"""Draining a spool directory from outside the agent: ``tracevault spool drain`` / ``status``.
+
+Segments still held by a live Publisher (its ``flock``) are reported as ``in use`` and left
+alone: that process drains them itself. Everything else is sent oldest first, each segment
+in file order, with the cursor committed after every acknowledged batch, so an interrupted
+drain resumes where it stopped and never reorders a run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from confluent_kafka import Producer
+
+from tracevault.config import Settings
+from tracevault.producer._drain import drain_batch
+from tracevault.producer._publisher import producer_config
+from tracevault.producer._spool import SpoolSegment, list_segments
+
+__all__ = ["DrainReport", "SegmentReport", "drain_spool", "spool_status"]
+
+logger = logging.getLogger(__name__)
+
+Status = Literal["drained", "pending", "in use", "corrupt", "unreadable", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentReport:
+    """One segment: its topic, how many events were sent now and how many remain."""
+
+    path: str
+    topic: str
+    status: Status
+    delivered: int = 0
+    remaining: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainReport:
+    """The result of :func:`drain_spool` or :func:`spool_status` for one spool directory."""
+
+    spool_dir: str
+    segments: tuple[SegmentReport, ...] = field(default_factory=tuple)
+
+    @property
+    def delivered(self) -> int:
+        return sum(s.delivered for s in self.segments)
+
+    @property
+    def remaining(self) -> int:
+        return sum(s.remaining for s in self.segments)
+
+    @property
+    def problems(self) -> tuple[SegmentReport, ...]:
+        return tuple(s for s in self.segments if s.status in ("corrupt", "unreadable", "failed"))
+
+
+def _count(seg: SpoolSegment, start: int) -> int:
+    return sum(1 for _ in seg.records(start))
+
+
+def _open(seg: SpoolSegment) -> SegmentReport | None:
+    """Lock and read ``seg``'s header, or say why it cannot be drained now."""
+    try:
+        if not seg.try_lock():
+            return SegmentReport(str(seg.path), "", "in use", detail="held by a live Publisher")
+        seg.read_header()
+    except (OSError, ValueError) as exc:
+        seg.unlock()
+        return SegmentReport(str(seg.path), "", "unreadable", detail=str(exc))
+    return None
+
+
+def spool_status(settings: Settings) -> DrainReport:
+    """What waits in ``settings.spool_dir``, without sending anything."""
+    reports = []
+    for seg in list_segments(Path(settings.spool_dir)):
+        blocked = _open(seg)
+        if blocked is not None:
+            reports.append(blocked)
+            continue
+        try:
+            remaining = _count(seg, seg.cursor())
+            corrupt = seg.corruption
+            reports.append(
+                SegmentReport(
+                    str(seg.path),
+                    seg.topic,
+                    "corrupt" if corrupt else "pending",
+                    remaining=remaining,
+                    detail=f"{corrupt.reason} at byte {corrupt.offset}" if corrupt else "",
+                )
+            )
+        finally:
+            seg.unlock()
+    return DrainReport(str(settings.spool_dir), tuple(reports))
+
+
+def drain_spool(
+    settings: Settings,
+    *,
+    timeout: float = 30.0,
+    batch: int = 5000,
+    on_total: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> DrainReport:
+    """Send every spooled event not held by a live process to Kafka, oldest first.
+
+    ``timeout`` bounds the wait for each batch's acknowledgements; a segment whose batch is
+    not acknowledged in time is reported ``failed`` (nothing is lost: run again later).
+    ``on_total`` receives the number of events to send, ``on_progress`` each delivered count.
+    """
+    segments = list_segments(Path(settings.spool_dir))
+    opened: list[tuple[SpoolSegment, int]] = []
+    reports: list[SegmentReport] = []
+    for seg in segments:
+        blocked = _open(seg)
+        if blocked is not None:
+            reports.append(blocked)
+            continue
+        opened.append((seg, _count(seg, seg.cursor())))
+    if on_total is not None:
+        on_total(sum(n for _, n in opened))
+    if not opened:
+        return DrainReport(str(settings.spool_dir), tuple(reports))
+    producer = Producer(producer_config(settings))
+    try:
+        for seg, total in opened:
+            reports.append(
+                _drain_segment(
+                    producer, seg, total, timeout=timeout, batch=batch, on_progress=on_progress
+                )
+            )
+    finally:
+        for seg, _ in opened:
+            seg.unlock()
+    return DrainReport(str(settings.spool_dir), tuple(reports))
+
+
+def _drain_segment(
+    producer: Producer,
+    seg: SpoolSegment,
+    total: int,
+    *,
+    timeout: float,
+    batch: int,
+    on_progress: Callable[[int], None] | None,
+) -> SegmentReport:
+    offset = seg.cursor()
+    sent = 0
+    while True:
+        result = drain_batch(producer, seg, start=offset, batch=batch, timeout=timeout)
+        offset = result.offset
+        sent += result.delivered
+        if on_progress is not None and result.delivered:
+            on_progress(result.delivered)
+        if not result.complete:
+            return SegmentReport(
+                str(seg.path), seg.topic, "failed", sent, total - sent, result.error or ""
+            )
+        if result.reached_end:
+            break
+    if seg.corruption is not None:
+        c = seg.corruption
+        return SegmentReport(
+            str(seg.path),
+            seg.topic,
+            "corrupt",
+            sent,
+            0,
+            f"{c.reason} at byte {c.offset}; the bytes after it were not sent: inspect or "
+            "move the file",
+        )
+    seg.remove()
+    logger.info("spool segment %s delivered (%s events) and removed", seg.path, sent)
+    return SegmentReport(str(seg.path), seg.topic, "drained", sent, 0)
