@@ -32,6 +32,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "tracevault.consumer.sequencer.commands:sequencer",
         "seal raw events into per-run hash chains, exactly once (service)",
     ),
+    "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
 }
 
 

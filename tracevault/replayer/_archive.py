@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Sequence
 from io import BytesIO
-from typing import Any
+from typing import Any, Protocol
 
 from fastavro import reader as ocf_reader
 
-from tracevault.consumer.archive import ObjectStore
+from tracevault.consumer.archive import ObjectInfo
 from tracevault.consumer.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
@@ -29,7 +30,18 @@ from tracevault.replayer._checks import fail
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
 
-__all__ = ["load_from_archive", "read_segment_rows"]
+__all__ = ["ReadableStore", "load_from_archive", "read_segment_rows"]
+
+
+class ReadableStore(Protocol):
+    """The reading half of ``ObjectStore``: all the replayer needs (bundles implement it too)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def list(self, prefix: str) -> Sequence[ObjectInfo]: ...
 
 
 def read_segment_rows(data: bytes, key: str, first_seq: int) -> list[dict[str, Any]]:
@@ -56,7 +68,7 @@ def _receipt(data: bytes | None, key: str) -> SegmentReceipt | None:
         return None  # the verifier reports it, naming the key
 
 
-def load_from_archive(store: ObjectStore, run_id: str) -> LoadedRun:
+def load_from_archive(store: ReadableStore, run_id: str) -> LoadedRun:
     """Every object of ``run_id`` in ``store``: segments in seq order, receipts, final receipt."""
     infos = store.list(run_prefix(run_id))
     keys = {i.key for i in infos}

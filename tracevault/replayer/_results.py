@@ -76,6 +76,11 @@ class StepSummary:
     def at_iso(self) -> str:
         return micros_to_datetime(self.at).isoformat()
 
+    @property
+    def at_time(self) -> str:
+        """``HH:MM:SS.ffffff`` UTC, for timelines."""
+        return micros_to_datetime(self.at).strftime("%H:%M:%S.%f")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "seq": self.seq,

@@ -60,7 +60,7 @@ def verify(run: LoadedRun, *, require_finished: bool = False) -> VerifyReport:
     summary = check_records(run.run_id, rows, run.objects)
     if run.source == "archive":
         warnings.extend(check_archive(run, summary, checks))
-    elif run.source == "topic":
+    elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
     if require_finished:
         checks.append("F finished: the run ends with RUN_FINISHED")

@@ -1,0 +1,139 @@
+"""``tracevault replay`` end to end against a file:// archive: output, --json and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.replayer import agents
+from tests.replayer.archiving import write_run
+from tests.replayer.conftest import recorded
+from tests.replayer.recording import record, seal
+from tracevault.cli import tracevault
+from tracevault.consumer.archive import open_store
+from tracevault.consumer.archive.layout import segment_key
+
+AGENT = "tests.replayer.agents:research_agent"
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> str:
+    url = f"file://{tmp_path / 'archive'}"
+    store = open_store(url)
+    write_run(store, seal(recorded("run-a")))
+    write_run(store, seal(recorded("run-b")))
+    other = record(
+        agents.changed_prompt_agent, agents.INPUT, run_id="run-c",
+        model_fn=agents.fake_model, tools=agents.TOOLS, states=agents.STATES,
+    )  # fmt: skip
+    write_run(store, seal(other))
+    return url
+
+
+def _run(url: str, *args: str):
+    return CliRunner().invoke(tracevault, ["replay", "--archive-url", url, *args])
+
+
+def test_show_prints_the_timeline_and_json_lines(archive) -> None:
+    res = _run(archive, "show", "run-a")
+    assert res.exit_code == 0, res.output
+    assert "MODEL_CALL" in res.output and "gpt-4o" in res.output
+    res = _run(archive, "show", "run-a", "--json")
+    lines = [json.loads(x) for x in res.output.splitlines()]
+    assert [x["seq"] for x in lines] == list(range(11))
+    assert lines[4]["request"] == {"args": {"q": "boiling point altitude 2000 m"}, "tool": "search"}
+
+
+def test_verify_ok_and_json(archive) -> None:
+    res = _run(archive, "verify", "run-a")
+    assert res.exit_code == 0, res.output
+    assert "verified" in res.output and "A2 receipts" in res.output
+    res = _run(archive, "verify", "run-a", "--json")
+    out = json.loads(res.output)
+    assert out["ok"] and out["finished"] and out["count"] == 11
+
+
+def test_verify_failure_exits_1_naming_seq_and_object(archive) -> None:
+    objects = Path(archive.removeprefix("file://")) / "objects"
+    p = objects / segment_key("run-a", 4, 7)
+    p.chmod(0o644)
+    p.write_bytes(p.read_bytes()[:-25])
+    res = _run(archive, "verify", "run-a", "--json")
+    assert res.exit_code == 1
+    out = json.loads(res.output)
+    assert out["ok"] is False and out["object"] == segment_key("run-a", 4, 7)
+    res = _run(archive, "verify", "run-a")
+    assert res.exit_code == 1 and segment_key("run-a", 4, 7) in res.output
+
+
+def test_unknown_run_exits_3(archive) -> None:
+    res = _run(archive, "verify", "run-zzz")
+    assert res.exit_code == 3 and "run-zzz" in res.output
+
+
+def test_usage_errors_exit_2(archive) -> None:
+    assert _run(archive, "verify").exit_code == 2
+    assert _run(archive, "run", "run-a", "--agent", "no_colon").exit_code == 2
+    assert _run(archive, "run", "run-a", "--agent", "tests.replayer.agents:nope").exit_code == 2
+
+
+def test_run_matches_and_until(archive) -> None:
+    res = _run(archive, "run", "run-a", "--agent", AGENT)
+    assert res.exit_code == 0, res.output
+    assert "matched the record" in res.output
+    res = _run(archive, "run", "run-a", "--agent", AGENT, "--until", "4", "--json")
+    out = json.loads(res.output)
+    assert out["matched"] and out["stopped"] and out["steps"] == 5
+
+
+def test_run_divergence_exits_1_with_the_report(archive) -> None:
+    res = _run(archive, "run", "run-c", "--agent", AGENT)
+    assert res.exit_code == 1
+    assert "diverged at seq 3" in res.output and "what the record says came next" in res.output
+    out = json.loads(_run(archive, "run", "run-c", "--agent", AGENT, "--json").output)
+    assert out["divergence"]["seq"] == 3
+    assert out["divergence"]["diff"][0].startswith("$.request.messages[0].content")
+
+
+def test_run_refuses_a_run_that_does_not_verify(archive) -> None:
+    objects = Path(archive.removeprefix("file://")) / "objects"
+    os.remove(objects / segment_key("run-a", 4, 7))
+    res = _run(archive, "run", "run-a", "--agent", AGENT)
+    assert res.exit_code == 1 and "check A1 segments" in res.output
+
+
+def test_diff_of_two_runs(archive) -> None:
+    res = _run(archive, "diff", "run-a", "run-c", "--json")
+    assert res.exit_code == 1
+    out = json.loads(res.output)
+    assert out["divergence"]["seq"] == 3  # run-c was recorded with a changed prompt
+    assert out["divergence"]["diff"][0].startswith("$.request.messages[0].content: expected")
+    # run-c's model answered the changed prompt differently and the agent crashed
+    assert (out["a"]["count"], out["b"]["count"]) == (11, 6)
+    assert out["b"]["error"].startswith("KeyError")
+
+
+def test_export_and_verify_bundle(archive, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    res = _run(archive, "export", "run-a", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    assert (out / "README.md").is_file() and len(list((out / "raw").iterdir())) == 11
+    res = CliRunner().invoke(tracevault, ["replay", "verify", "--bundle", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["checks"][0].startswith("B1")
+
+
+def test_batch_over_a_day_reports_each_run(archive) -> None:
+    today = datetime.now(UTC).date().isoformat()
+    res = _run(archive, "batch", "--agent", AGENT, "--since", today, "--workers", "2", "--json")
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.output)
+    by_run = {r["run_id"]: r for r in out["runs"]}
+    assert by_run["run-a"]["status"] == by_run["run-b"]["status"] == "ok"
+    assert by_run["run-c"]["status"] == "diverged" and by_run["run-c"]["seq"] == 3
+    assert out["totals"] == {"runs": 3, "ok": 2, "diverged": 1, "verify_failed": 0, "error": 0}

@@ -1,0 +1,329 @@
+"""Evidence bundles: a verified run in a folder anyone can check with no Kafka, no object store.
+
+Layout (every file listed with its SHA-256 in ``manifest.json``)::
+
+    README.md              how to check the bundle, by tool and by hand
+    manifest.json          run id, source, count, chain head, finished, file hashes
+    raw/<seq>.bin          the exact bytes the producer wrote (what the chain covers)
+    chain.jsonl            per seq: prev_hash, hash, sha256 of raw, transport metadata
+    events.jsonl           the events decoded, one JSON object a line (for people and jq)
+    schemas/*.avsc         every schema version the events can be read with
+    archive/runs/<run>/…   (from the archive) the segments and receipts, byte for byte
+    head.json              (from the topic) the sequencer's committed head that was checked
+
+``verify_bundle`` recomputes the chain from genesis over ``raw/`` (checks 1-6), re-runs the
+archive checks (A1-A3) over ``archive/`` as if it were the store, checks the head, that
+``events.jsonl`` is what the raw bytes decode to with the bundled schemas, and every file's
+hash; the first failure is a ChainError naming the seq and the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tracevault import __version__
+from tracevault.consumer.archive import ObjectInfo
+from tracevault.errors import ConfigError, NotFoundError
+from tracevault.replayer._archive import ReadableStore, load_from_archive
+from tracevault.replayer._checks import fail
+from tracevault.replayer._records import SealedRows
+from tracevault.replayer._results import LoadedRun, VerifyReport
+from tracevault.replayer._verify import verify
+from tracevault.schemas import Codec, EventModel, SchemaSet, TraceEvent, default_schemas
+
+__all__ = ["BUNDLE_FORMAT", "export_bundle", "verify_bundle"]
+
+BUNDLE_FORMAT = "tracevault-bundle/1"
+
+_README = """# Evidence bundle: run {run_id}
+
+Exported by tracevault {version} at {created} from the {source}. It holds {count} events
+(seq 0..{last_seq}); chain head `{head}`; finished: {finished}.
+
+## Check it with tracevault (no Kafka, no object store needed)
+
+    tracevault replay verify --bundle .
+
+## Check it by hand
+
+The chain covers the exact bytes in `raw/`:
+
+    genesis  = SHA-256("tracevault/v1/genesis\\0" + run_id)
+    hash_n   = SHA-256("tracevault/v1/event\\0" + hash_(n-1) + raw_n)     (hash_(-1) = genesis)
+
+`chain.jsonl` lists `prev_hash` and `hash` per seq (hex); the last hash must equal the head
+above and `manifest.json`'s `head`. Every file's SHA-256 is in `manifest.json`.
+`raw/*.bin` are Avro single-object encoded TraceEvents (`C3 01`, the 8-byte CRC-64-AVRO
+fingerprint of the writer schema, the body); the schemas are in `schemas/`.
+`events.jsonl` is the same events decoded, for reading. {archive_note}
+"""
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _raw_name(seq: int) -> str:
+    return f"raw/{seq:012d}.bin"
+
+
+class _Writer:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, str] = {}
+
+    def put(self, rel: str, data: bytes) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        self.files[rel] = _sha(data)
+
+
+def export_bundle(
+    run: LoadedRun,
+    out_dir: Path,
+    *,
+    store: ReadableStore | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify ``run`` and write its evidence bundle to ``out_dir`` (new or empty).
+
+    ``store`` is where an archive-sourced run's segments and receipts are copied from.
+    Raises ``ChainError`` (nothing written) if the run does not verify.
+    """
+    report = verify(run)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ConfigError(
+            f"{out_dir} is not empty; export into a new folder (evidence is never overwritten)"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    w = _Writer(out_dir)
+    chain_lines: list[bytes] = []
+    event_lines: list[bytes] = []
+    for i, sealed in enumerate(run.records):
+        w.put(_raw_name(sealed.seq), sealed.raw)
+        chain_lines.append(
+            _json_line(
+                {
+                    "seq": sealed.seq,
+                    "prev_hash": sealed.prev_hash.hex(),
+                    "hash": sealed.hash.hex(),
+                    "raw_sha256": _sha(sealed.raw),
+                    "sealed_at": sealed.sealed_at,
+                    "source_partition": sealed.source_partition,
+                    "source_offset": sealed.source_offset,
+                    "sequencer_id": sealed.sequencer_id,
+                    "object": run.objects[i],
+                }
+            )
+        )
+        event_lines.append(_event_line(report.events[i]))
+        if progress is not None:
+            progress(1)
+    w.put("chain.jsonl", b"".join(chain_lines))
+    w.put("events.jsonl", b"".join(event_lines))
+    for v in default_schemas().all():
+        w.put(f"schemas/{v.path.name}", v.path.read_bytes())
+    if run.source == "archive" and store is not None:
+        keys = [s.key for s in run.segments] + [
+            s.receipt_key for s in run.segments if s.receipt_bytes is not None
+        ]
+        if run.final_receipt_bytes is not None and run.final_receipt_key is not None:
+            keys.append(run.final_receipt_key)
+        for key in keys:
+            w.put(f"archive/{key}", store.get(key))
+    if run.expected_head is not None:
+        w.put(
+            "head.json",
+            _json_line(
+                {
+                    "last_seq": run.expected_last_seq,
+                    "last_hash": run.expected_head.hex(),
+                    "finished": run.expected_finished,
+                }
+            ),
+        )
+    created = datetime.now(UTC).isoformat()
+    note = (
+        "`archive/` holds the archived segments and receipts byte for byte, under their keys."
+        if run.source == "archive"
+        else "`head.json` is the sequencer's committed head the run was checked against."
+    )
+    w.put(
+        "README.md",
+        _README.format(
+            run_id=run.run_id,
+            version=__version__,
+            created=created,
+            source=run.source,
+            count=report.count,
+            last_seq=report.last_seq,
+            head=report.head,
+            finished=report.finished,
+            archive_note=note,
+        ).encode(),
+    )
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "run_id": run.run_id,
+        "source": run.source,
+        "count": report.count,
+        "last_seq": report.last_seq,
+        "head": report.head,
+        "finished": report.finished,
+        "checks": list(report.checks),
+        "created_at": created,
+        "tracevault": __version__,
+        "files": dict(sorted(w.files.items())),
+    }
+    (out_dir / "manifest.json").write_bytes(
+        json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
+    )
+    return report
+
+
+def _json_line(obj: dict[str, Any]) -> bytes:
+    return (
+        json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    )
+
+
+def _event_line(ev: TraceEvent) -> bytes:
+    return _json_line(EventModel.from_event(ev).model_dump(mode="json"))
+
+
+class _BundleStore:
+    """``archive/`` of a bundle read as if it were the object store."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def url(self) -> str:
+        return f"bundle://{self.root}"
+
+    def get(self, key: str) -> bytes:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"bundle file archive/{key} is missing") from None
+
+    def list(self, prefix: str) -> Sequence[ObjectInfo]:
+        out: list[ObjectInfo] = []
+        for dirpath, _, names in os.walk(self.root):
+            for name in names:
+                rel = (Path(dirpath) / name).relative_to(self.root).as_posix()
+                if rel.startswith(prefix):
+                    out.append(ObjectInfo(rel, (Path(dirpath) / name).stat().st_size))
+        return sorted(out, key=lambda o: o.key)
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    path = root / "manifest.json"
+    if not path.is_file():
+        raise NotFoundError(f"{root} is not an evidence bundle: manifest.json is missing")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise fail("B1 manifest", None, "manifest.json", f"not JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise fail("B1 manifest", None, "manifest.json", f"not a {BUNDLE_FORMAT} manifest")
+    return manifest
+
+
+def verify_bundle(root: Path) -> VerifyReport:
+    """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file."""
+    manifest = _read_manifest(root)
+    run_id = str(manifest["run_id"])
+    checks = ["B1 manifest: every file listed is present with its SHA-256"]
+    files: dict[str, str] = manifest.get("files", {})
+    for rel, digest in files.items():
+        path = root / rel
+        if not path.is_file():
+            raise fail("B1 manifest", None, rel, "the file is listed in manifest.json but missing")
+        if _sha(path.read_bytes()) != digest:
+            raise fail("B1 manifest", None, rel, "the file's SHA-256 differs from manifest.json")
+    chain = [json.loads(line) for line in (root / "chain.jsonl").read_bytes().splitlines() if line]
+    rows: list[dict[str, Any]] = []
+    objects: list[str] = []
+    for i, c in enumerate(chain):
+        rel = _raw_name(int(c["seq"]))
+        try:
+            raw = (root / rel).read_bytes()
+        except FileNotFoundError:
+            raise fail("2 seq", i, rel, "the raw file of this seq is missing") from None
+        rows.append(
+            {
+                "run_id": run_id,
+                "seq": c["seq"],
+                "prev_hash": bytes.fromhex(c["prev_hash"]),
+                "hash": bytes.fromhex(c["hash"]),
+                "raw": raw,
+                "sealed_at": c["sealed_at"],
+                "source_partition": c["source_partition"],
+                "source_offset": c["source_offset"],
+                "sequencer_id": c["sequencer_id"],
+            }
+        )
+        objects.append(rel)
+    head: dict[str, Any] = {}
+    if (root / "head.json").is_file():
+        head = json.loads((root / "head.json").read_bytes())
+    run = LoadedRun(
+        run_id=run_id,
+        source="bundle",
+        records=SealedRows(rows),
+        objects=objects,
+        expected_last_seq=head.get("last_seq"),
+        expected_finished=head.get("finished"),
+        expected_head=bytes.fromhex(head["last_hash"]) if head.get("last_hash") else None,
+    )
+    report = verify(run)
+    checks.extend(report.checks)
+    if report.head != manifest.get("head") or report.count != manifest.get("count"):
+        raise fail(
+            "B1 manifest",
+            report.last_seq,
+            "manifest.json",
+            f"the manifest says head {manifest.get('head')} / {manifest.get('count')} events, "
+            f"the chain has {report.head} / {report.count}",
+        )
+    if (root / "archive").is_dir():
+        archived = verify(load_from_archive(_BundleStore(root / "archive"), run_id))
+        checks.extend(c for c in archived.checks if c.startswith("A"))
+        if archived.head != report.head or archived.count != report.count:
+            raise fail(
+                "B2 archive",
+                None,
+                "archive/",
+                "the archived segments hold a different chain than raw/",
+            )
+    checks.append("B3 events: events.jsonl is what raw/ decodes to with the bundled schemas")
+    codec = Codec("TraceEvent", SchemaSet(root / "schemas"))
+    lines = (root / "events.jsonl").read_bytes().splitlines()
+    if len(lines) != len(rows):
+        raise fail("B3 events", None, "events.jsonl", f"{len(lines)} lines for {len(rows)} events")
+    for i, line in enumerate(lines):
+        ev = TraceEvent.from_avro(codec.decode(rows[i]["raw"], what=objects[i]))
+        if line + b"\n" != _event_line(ev):
+            raise fail(
+                "B3 events", i, "events.jsonl", "the line differs from the decoded raw event"
+            )
+    return VerifyReport(
+        run_id=run_id,
+        source="bundle",
+        count=report.count,
+        last_seq=report.last_seq,
+        head=report.head,
+        finished=report.finished,
+        checks=tuple(checks),
+        gaps=report.gaps,
+        warnings=report.warnings,
+        events=report.events,
+    )
