@@ -32,6 +32,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "tracevault.consumer.sequencer.commands:sequencer",
         "seal raw events into per-run hash chains, exactly once (service)",
     ),
+    "archiver": ("tracevault.consumer.archive.commands:archiver", "archive sealed runs (service)"),
+    "archive": ("tracevault.consumer.archive.commands:archive", "ls/hold/release/purge/retention"),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
 }
 

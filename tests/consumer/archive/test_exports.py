@@ -10,6 +10,8 @@ def test_archive_exports() -> None:
         "Archiver", "ArchiverStats", "ArchiveWriter", "RunCursor",
         "LockMode", "ObjectInfo", "ObjectStore", "open_store",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
+        "ObjectRetention", "PurgeReport", "RunRetention", "RunSummary", "hold_run", "list_runs",
+        "purge", "retention_report",
         "CODEC", "FinalReceipt", "SegmentReceipt", "encode_segment", "iter_segment",
         "read_segment", "sealed_body",
     }  # fmt: skip

@@ -21,6 +21,16 @@ from tracevault.consumer.archive._reader import (
     list_run,
     read_run_objects,
 )
+from tracevault.consumer.archive._retention import (
+    ObjectRetention,
+    PurgeReport,
+    RunRetention,
+    RunSummary,
+    hold_run,
+    list_runs,
+    purge,
+    retention_report,
+)
 from tracevault.consumer.archive._segment import (
     CODEC,
     encode_segment,
@@ -55,6 +65,15 @@ __all__ = [
     "check_run",
     "list_run",
     "read_run_objects",
+    # retention operations
+    "ObjectRetention",
+    "PurgeReport",
+    "RunRetention",
+    "RunSummary",
+    "hold_run",
+    "list_runs",
+    "purge",
+    "retention_report",
     # segments and receipts
     "CODEC",
     "FinalReceipt",

@@ -86,6 +86,7 @@ class Archiver:
         self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
         self._committed: dict[int, int] = {}
         self._run_partition: dict[str, int] = {}
+        self._assigned_at: float | None = None  # idle time counts from the first assignment
 
     def stop(self) -> None:
         """Ask ``run()`` to flush, commit and return (safe from a signal handler)."""
@@ -107,6 +108,7 @@ class Archiver:
         return Consumer(self.settings.kafka_config(**conf))
 
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        self._assigned_at = time.monotonic()
         log.info("archiver assigned %s", [p.partition for p in parts])
 
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -133,7 +135,7 @@ class Archiver:
             on_lost=self._on_revoke,
         )
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
-        last_msg = time.monotonic()
+        last_msg: float | None = None
         try:
             while not self._stop.is_set():
                 msgs = consumer.consume(num_messages=5000, timeout=0.2)
@@ -150,10 +152,12 @@ class Archiver:
                     last_msg = time.monotonic()
                 self._flush_aged()
                 self._commit(consumer)
+                since = last_msg or self._assigned_at
                 if (
                     until_idle is not None
+                    and since is not None
                     and not self._buffers
-                    and time.monotonic() - last_msg >= until_idle
+                    and time.monotonic() - since >= until_idle
                 ):
                     break
             for run_id in list(self._buffers):

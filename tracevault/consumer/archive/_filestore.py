@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tracevault.consumer.archive._store import (
@@ -157,7 +157,7 @@ class FileStore:
 
     def head(self, key: str) -> ObjectInfo:
         try:
-            size = self._obj(key).stat().st_size
+            st = self._obj(key).stat()
         except FileNotFoundError:
             raise NotFoundError(f"object {key} does not exist in {self.url}") from None
         try:
@@ -166,7 +166,8 @@ class FileStore:
             until: datetime | None = datetime.fromisoformat(lock["retain_until"])
         except FileNotFoundError:
             mode, until = None, None
-        return ObjectInfo(key, size, mode, until, self._hold(key).exists())
+        written = datetime.fromtimestamp(st.st_mtime, tz=UTC)
+        return ObjectInfo(key, st.st_size, mode, until, self._hold(key).exists(), written)
 
     def delete(self, key: str, *, now: datetime | None = None) -> None:
         info = self.head(key)

@@ -191,6 +191,7 @@ class S3Store:
             resp.get("ObjectLockMode"),
             until.astimezone(UTC) if until is not None else None,
             resp.get("ObjectLockLegalHoldStatus") == "ON",
+            resp["LastModified"].astimezone(UTC) if "LastModified" in resp else None,
         )
 
     def delete(self, key: str, *, now: datetime | None = None) -> None:

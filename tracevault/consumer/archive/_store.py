@@ -29,9 +29,10 @@ _KEY_PART = re.compile(r"^[A-Za-z0-9%._~-]+$")
 class ObjectInfo:
     """What a store knows about one object.
 
-    ``list`` fills ``key`` and ``size`` only (lock fields None: a listing does not carry them
-    on S3); ``head`` fills everything. ``lock_mode``/``retain_until`` None after ``head`` mean
-    the object is *not* locked, which the retention report flags.
+    ``list`` fills ``key`` and ``size`` only (a listing does not carry lock state on S3);
+    ``head`` fills everything, ``last_modified`` being when the object was written.
+    ``lock_mode``/``retain_until`` None after ``head`` mean the object is *not* locked, which
+    the retention report flags.
     """
 
     key: str
@@ -39,6 +40,7 @@ class ObjectInfo:
     lock_mode: str | None = None
     retain_until: datetime | None = None
     legal_hold: bool | None = None
+    last_modified: datetime | None = None
 
     def expired(self, now: datetime) -> bool:
         """True when retain-until has passed at ``now`` (an unlocked object is expired)."""

@@ -7,6 +7,7 @@ verifies). Every key is derived here, nowhere else::
     runs/<run>/seg-<first:012d>-<last:012d>.receipt.json    SegmentReceipt (canonical JSON)
     runs/<run>/final.receipt.json                           FinalReceipt, once the run ended
     index/days/<YYYY-MM-DD>/<run>                           empty marker: run seen that day (UTC)
+    purges/<YYYYMMDDTHHMMSSZ>-<id>.json                     what one purge deleted (immutable)
 
 ``<run>`` is the run id percent-encoded (``quote(run_id, safe="-_.")``), so any run id is a
 safe single path segment and a run is found by id with one listing of ``runs/<run>/``.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -30,6 +31,7 @@ __all__ = [
     "day_prefix",
     "final_key",
     "parse_segment_key",
+    "purge_record_key",
     "receipt_key",
     "run_id_from_key",
     "run_prefix",
@@ -65,6 +67,11 @@ def day_prefix(day: date) -> str:
 
 def day_index_key(day: date, run_id: str) -> str:
     return f"{day_prefix(day)}{_run(run_id)}"
+
+
+def purge_record_key(at: datetime, purge_id: str) -> str:
+    """Where a purge records what it deleted (added by the archiver; readers may ignore it)."""
+    return f"purges/{at.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{purge_id}.json"
 
 
 def run_id_from_key(key: str) -> str:

@@ -1,0 +1,97 @@
+"""``tracevault archive …`` and ``tracevault archiver``: JSON for scripts, exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tests.consumer.archive.helpers import produce_sealed
+from tests.consumer.archive.sealed_factory import sealed_values
+from tracevault.cli import tracevault
+from tracevault.config import Settings
+from tracevault.consumer.archive import ArchiveWriter, check_run, open_store, read_run_objects
+from tracevault.consumer.archive._sealed import parse_sealed
+
+
+def _archive(url: str, run_id: str, n: int = 8) -> None:
+    store = open_store(url, Settings())
+    writer = ArchiveWriter(store)
+    writer.write_segment(writer.cursor(run_id), [parse_sealed(v) for v in sealed_values(run_id, n)])
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(tracevault, list(args))
+    return result.exit_code, result.output
+
+
+def test_ls_hold_release_and_report_as_json(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    _archive(url, "run-a")
+    _archive(url, "run-b", 3)
+    code, out = _run("archive", "ls", "--archive", url, "--json")
+    assert code == 0
+    assert json.loads(out) == [
+        {"run_id": "run-a", "segments": 1, "events": 8, "complete": True},
+        {"run_id": "run-b", "segments": 1, "events": 3, "complete": True},
+    ]
+    code, out = _run("archive", "ls", "--archive", url, "--day", "2026-01-01", "--json")
+    assert [r["run_id"] for r in json.loads(out)] == ["run-a", "run-b"]
+    code, out = _run("archive", "ls", "run-a", "--archive", url, "--json")
+    assert [r["run_id"] for r in json.loads(out)] == ["run-a"]
+
+    code, out = _run("archive", "hold", "run-a", "--archive", url, "--json")
+    assert (code, json.loads(out)) == (0, {"run_id": "run-a", "legal_hold": True, "objects": 3})
+    code, out = _run("archive", "retention-report", "--archive", url, "--json")
+    assert code == 0
+    report = {r["run_id"]: r for r in json.loads(out)}
+    assert report["run-a"]["held"] and report["run-a"]["ok"]
+    assert {o["lock_mode"] for o in report["run-b"]["objects"]} == {"COMPLIANCE"}
+    code, _ = _run("archive", "release", "run-a", "--archive", url)
+    assert code == 0
+    assert not open_store(url, Settings()).head("runs/run-a/final.receipt.json").legal_hold
+
+
+def test_unknown_run_exits_3_and_flagged_report_exits_1(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    code, out = _run("archive", "ls", "nope", "--archive", url)
+    assert code == 3 and "run 'nope' is not in the archive" in out
+    code, _ = _run("archive", "hold", "nope", "--archive", url)
+    assert code == 3
+    store = open_store(url, Settings())
+    store.put("runs/x/final.receipt.json", b"{}", retain_until=datetime.now(UTC) + timedelta(1))
+    code, out = _run("archive", "retention-report", "--archive", url)
+    assert code == 1 and "under 183" in out
+
+
+def test_purge_dry_run_deletes_nothing(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    _archive(url, "young")
+    code, out = _run("archive", "purge", "--dry-run", "--archive", url, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["deleted"] == {} and "retained until" in report["kept"]["young"]
+    code, out = _run("archive", "purge", "--archive", url)
+    assert code == 0 and "kept" in out
+
+
+def test_retention_under_183_days_is_a_usage_error(tmp_path: Path) -> None:
+    code, out = _run("archiver", "--archive", f"file://{tmp_path}", "--retention-days", "90")
+    assert code == 2 and "Art. 19" in out
+
+
+def test_archiver_command_archives_until_idle(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    settings = settings_factory()
+    produce_sealed(settings, {"cli-run": sealed_values("cli-run", 20)})
+    url = f"file://{tmp_path / 'a'}"
+    code, out = _run(
+        "--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix,
+        "archiver", "--archive", url, "--until-idle", "1",
+    )  # fmt: skip
+    assert code == 0, out
+    assert check_run(read_run_objects(open_store(url, Settings()), "cli-run")) == 20

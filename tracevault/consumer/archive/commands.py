@@ -1,0 +1,332 @@
+"""``tracevault archiver`` (the long-running writer) and ``tracevault archive`` (operations)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import date
+from types import FrameType
+from typing import Any
+
+import click
+from rich.progress import Progress as RichProgress
+from rich.table import Table
+
+from tracevault._clitools import echo_json, settings_from, stderr, stdout
+from tracevault.config import Settings
+from tracevault.consumer.archive._store import ObjectStore, open_store
+from tracevault.errors import RetentionError
+
+__all__ = ["archive", "archiver"]
+
+
+def _archive_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--s3-endpoint-url",
+        envvar="TRACEVAULT_S3_ENDPOINT_URL",
+        help="S3 endpoint for MinIO or another S3-compatible store.",
+    )(fn)
+    return click.option(
+        "--archive",
+        "archive_url",
+        envvar="TRACEVAULT_ARCHIVE_URL",
+        metavar="URL",
+        help="file://PATH or s3://BUCKET/PREFIX [env TRACEVAULT_ARCHIVE_URL; "
+        "default file://./.tracevault/archive].",
+    )(fn)
+
+
+def _store(ctx: click.Context, **overrides: Any) -> tuple[Settings, ObjectStore]:
+    settings = settings_from(ctx, **overrides)
+    return settings, open_store(settings.archive_url, settings)
+
+
+@click.command("archiver")
+@_archive_option
+@click.option("--retention-days", type=int, help="Days every object is locked [183, minimum 183].")
+@click.option(
+    "--lock-mode", type=click.Choice(["COMPLIANCE", "GOVERNANCE"]), help="S3 Object Lock mode."
+)
+@click.option("--segment-max-events", type=click.IntRange(1), help="Events per segment [10000].")
+@click.option("--segment-max-bytes", type=click.IntRange(1024), help="Bytes per segment [64 MiB].")
+@click.option(
+    "--segment-max-age", type=click.FloatRange(min=0, min_open=True), help="Seconds [60]."
+)
+@click.option("--group-id", help="Consumer group [tracevault-archiver.<prefix>].")
+@click.option("--instance-id", help="Static group member id: fast restarts (e.g. the host name).")
+@click.option(
+    "--until-idle",
+    type=click.FloatRange(min=0),
+    help="Exit after this many seconds without a message (backfills, batch jobs).",
+)
+@click.pass_context
+def archiver(
+    ctx: click.Context,
+    *,
+    archive_url: str | None,
+    s3_endpoint_url: str | None,
+    retention_days: int | None,
+    lock_mode: str | None,
+    segment_max_events: int | None,
+    segment_max_bytes: int | None,
+    segment_max_age: float | None,
+    group_id: str | None,
+    instance_id: str | None,
+    until_idle: float | None,
+) -> None:
+    """Archive every sealed run as immutable, retained Avro segments.
+
+    Consumes <prefix>.sealed (read_committed) and writes, per run, Avro container files
+    named by seq range, each with a receipt, and a final receipt when the run ends. Offsets
+    are committed only after the objects are durably written; a kill at any moment loses
+    nothing and archives nothing twice. SIGTERM or Ctrl-C flushes open segments and exits.
+
+    \b
+    Examples:
+      tracevault archiver --archive file:///var/lib/tracevault/archive
+      tracevault archiver --archive s3://audit-logs/tracevault \\
+          --s3-endpoint-url http://minio:9000 --lock-mode COMPLIANCE
+      TRACEVAULT_ARCHIVE_URL=s3://audit-logs/tv tracevault archiver --instance-id $(hostname)
+    """
+    from tracevault.consumer.archive._archiver import Archiver  # noqa: PLC0415 - Kafka import
+
+    settings, store = _store(
+        ctx,
+        archive_url=archive_url,
+        s3_endpoint_url=s3_endpoint_url,
+        retention_days=retention_days,
+        lock_mode=lock_mode,
+        archive_segment_max_events=segment_max_events,
+        archive_segment_max_bytes=segment_max_bytes,
+        archive_segment_max_age_s=segment_max_age,
+        archive_group_id=group_id,
+        archive_instance_id=instance_id,
+    )
+    worker = Archiver(settings, store=store)
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        worker.stop()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stderr.print(f"archiving {settings.topics.sealed} to {store.url} (Ctrl-C to stop)")
+    try:
+        stats = worker.run(until_idle=until_idle)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stderr.print(
+        f"stopped: {stats.events_archived} events archived in {stats.segments_written} "
+        f"segments, {stats.runs_finished} runs finished, {stats.events_skipped} skipped"
+    )
+
+
+@click.group("archive")
+def archive() -> None:
+    """List, hold, release and purge archived runs; prove their retention.
+
+    \b
+    Examples:
+      tracevault archive ls --day 2026-01-31
+      tracevault archive ls RUN_ID --json
+      tracevault archive hold RUN_ID            # legal hold: the run cannot be purged
+      tracevault archive release RUN_ID
+      tracevault archive purge --dry-run        # what would go, and why the rest stays
+      tracevault archive retention-report --json > evidence.json
+    """
+
+
+@contextmanager
+def _progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    if not enabled:
+        yield lambda done, total: None
+        return
+    with RichProgress(console=stderr, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+@archive.command("ls")
+@click.argument("run_id", required=False)
+@click.option(
+    "--day",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    help="Only runs sealed on this UTC day (YYYY-MM-DD).",
+)
+@_archive_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def ls(
+    ctx: click.Context,
+    *,
+    run_id: str | None,
+    day: Any,
+    archive_url: str | None,
+    s3_endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """List archived runs: all, one day's (--day), or one run by id (one listing).
+
+    Exits 3 when RUN_ID is not in the archive.
+    """
+    from tracevault.consumer.archive._retention import list_runs  # noqa: PLC0415
+
+    _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    the_day: date | None = day.date() if day is not None else None
+    runs = list_runs(store, day=the_day, run_id=run_id)
+    if as_json:
+        echo_json([asdict(r) for r in runs])
+        return
+    t = Table(title=f"runs in {store.url}" + (f" on {the_day}" if the_day else ""))
+    for col in ("run", "segments", "events", "complete"):
+        t.add_column(col)
+    for r in runs:
+        t.add_row(
+            r.run_id, str(r.segments), str(r.events), "yes" if r.complete else "[yellow]open[/]"
+        )
+    stdout.print(t)
+
+
+def _hold(
+    ctx: click.Context,
+    run_id: str,
+    *,
+    on: bool,
+    archive_url: str | None,
+    ep: str | None,
+    as_json: bool,
+) -> None:
+    from tracevault.consumer.archive._retention import hold_run  # noqa: PLC0415
+
+    _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=ep)
+    n = hold_run(store, run_id, on)
+    if as_json:
+        echo_json({"run_id": run_id, "legal_hold": on, "objects": n})
+    else:
+        stdout.print(f"legal hold {'placed on' if on else 'released from'} {run_id}: {n} objects")
+
+
+@archive.command("hold")
+@click.argument("run_id")
+@_archive_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def hold(
+    ctx: click.Context,
+    run_id: str,
+    archive_url: str | None,
+    s3_endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """Place a legal hold on RUN_ID: none of its objects can be deleted or purged.
+
+    Exits 3 when the run has no archived objects.
+    """
+    _hold(ctx, run_id, on=True, archive_url=archive_url, ep=s3_endpoint_url, as_json=as_json)
+
+
+@archive.command("release")
+@click.argument("run_id")
+@_archive_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def release(
+    ctx: click.Context,
+    run_id: str,
+    archive_url: str | None,
+    s3_endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """Release RUN_ID's legal hold; retention (retain-until) still applies."""
+    _hold(ctx, run_id, on=False, archive_url=archive_url, ep=s3_endpoint_url, as_json=as_json)
+
+
+@archive.command("purge")
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
+@_archive_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def purge_cmd(
+    ctx: click.Context,
+    dry_run: bool,
+    archive_url: str | None,
+    s3_endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """Delete runs whose every object is past retain-until and not under legal hold.
+
+    Writes an immutable record of what it deleted (purges/<time>-<id>.json in the archive)
+    before deleting anything. Runs still retained or held are kept and listed with why.
+    """
+    from tracevault.consumer.archive._retention import purge  # noqa: PLC0415
+
+    settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    with _progress("checking runs", not as_json) as progress:
+        report = purge(
+            store, dry_run=dry_run, retention_days=settings.retention_days, progress=progress
+        )
+    if as_json:
+        echo_json(asdict(report))
+        return
+    t = Table(title=("would purge" if dry_run else "purged") + f" from {store.url}")
+    for col in ("run", "action", "detail"):
+        t.add_column(col)
+    for rid, keys in report.deleted.items():
+        t.add_row(
+            rid, "[red]would delete[/]" if dry_run else "[red]deleted[/]", f"{len(keys)} objects"
+        )
+    for rid, why in report.kept.items():
+        t.add_row(rid, "kept", why)
+    stdout.print(t)
+    if report.record:
+        stdout.print(f"record: {report.record}")
+
+
+@archive.command("retention-report")
+@_archive_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (every object of every run).")
+@click.pass_context
+def retention_report_cmd(
+    ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | None, as_json: bool
+) -> None:
+    """For every archived run: its objects' lock mode and retain-until, and what is wrong.
+
+    Flags objects that are unlocked or retained fewer than 183 days from when they were
+    written (EU AI Act Art. 19). Exits 1 when anything is flagged: use it as an audit check.
+    """
+    from tracevault.consumer.archive._retention import retention_report  # noqa: PLC0415
+
+    _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    with _progress("reading locks", not as_json) as progress:
+        runs = retention_report(store, progress=progress)
+    if as_json:
+        echo_json([{**asdict(r), "ok": r.ok} for r in runs])
+    else:
+        t = Table(title=f"retention of {store.url}")
+        for col in ("run", "objects", "lock modes", "earliest retain-until", "hold", "problems"):
+            t.add_column(col, overflow="fold")
+        for r in runs:
+            modes = ",".join(sorted({o.lock_mode or "NONE" for o in r.objects}))
+            t.add_row(
+                r.run_id,
+                str(len(r.objects)),
+                modes,
+                r.earliest_retain_until or "-",
+                "yes" if r.held else "",
+                "[red]" + "; ".join(r.problems) + "[/]" if r.problems else "ok",
+            )
+        stdout.print(t)
+    bad = [r.run_id for r in runs if not r.ok]
+    if bad:
+        raise _Flagged(f"{len(bad)} run(s) have unlocked or short-retained objects: {bad[:5]}")
+
+
+class _Flagged(RetentionError):
+    """The retention report found problems: exit 1, like any failed verification."""
+
+    exit_code = 1
