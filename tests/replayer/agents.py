@@ -16,7 +16,7 @@ SEED = 7
 INPUT = {"question": "What is the boiling point of water at 2000 m?"}
 
 
-def fake_model(request: Any, model: str, seed: int | None) -> Any:
+def fake_model(request: Any, *, model: str, seed: int | None) -> Any:
     """A deterministic stand-in for a model: the answer depends on the request only."""
     text = request["messages"][-1]["content"]
     if text.startswith("plan:"):
@@ -24,11 +24,13 @@ def fake_model(request: Any, model: str, seed: int | None) -> Any:
     return {"text": f"About 93 °C ({len(text)} chars of context)", "tokens": 40}
 
 
-def _search(q: str) -> Any:
+def _search(args: Any) -> Any:
+    q = args["q"]
     return {"urls": ["https://example.org/boiling", "https://example.org/altitude"], "q": q}
 
 
-def _fetch(url: str) -> Any:
+def _fetch(args: Any) -> Any:
+    url = args["url"]
     if "missing" in url:
         raise FileNotFoundError(f"no such page: {url}")
     return {"url": url, "body": "Water boils at about 93.4 °C at 2000 m."}
@@ -36,6 +38,14 @@ def _fetch(url: str) -> Any:
 
 TOOLS = {"search": _search, "fetch": _fetch}
 STATES = {"inventory": {"pages_cached": 3}}
+
+
+def _inventory() -> Any:
+    return STATES["inventory"]
+
+
+async def _ainventory() -> Any:
+    return STATES["inventory"]
 
 
 def _agent(
@@ -67,7 +77,7 @@ def _agent(
         page = None if skip_fetch else edges.tool("fetch", {"url": found["urls"][0]})
     if extra_tool:
         edges.tool("search", {"q": "again"})
-    cached = edges.state("inventory")
+    cached = edges.state("inventory", read=_inventory)
     go = edges.decision("next", "answer", options=["answer", "search_more"])
     answer = edges.model(
         {
@@ -100,7 +110,7 @@ async def async_research_agent(agent_input: Any, edges: Any) -> Any:
         seed=SEED,
     )
     found = await edges.atool("search", {"q": plan["query"]})
-    cached = await edges.astate("inventory")
+    cached = await edges.astate("inventory", read=_ainventory)
     return {"urls": found["urls"], "cached": cached, "took": edges.clock() - started}
 
 

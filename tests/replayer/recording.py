@@ -41,7 +41,7 @@ T0 = 1_790_000_000_000_000  # micros
 @dataclass
 class LiveEdges:
     run_id: str
-    model_fn: Callable[[Any, str, int | None], Any]
+    model_fn: Callable[..., Any]
     tools: dict[str, Callable[..., Any]]
     states: dict[str, Any] = field(default_factory=dict)
     clock_values: list[float] = field(
@@ -69,7 +69,7 @@ class LiveEdges:
 
     def model(self, request: Any, *, model: str, seed: int | None = None) -> Any:
         c = model_crossing(request, model=model, seed=seed)
-        out = self.model_fn(request, model, seed)
+        out = self.model_fn(request, model=model, seed=seed)
         self.emit(c, out)
         return out
 
@@ -79,7 +79,7 @@ class LiveEdges:
     def tool(self, name: str, args: Any) -> Any:
         c = tool_crossing(name, args)
         try:
-            out = self.tools[name](**args)
+            out = self.tools[name](args)
         except Exception as exc:
             self.emit(c, None, ErrorInfo(type(exc).__name__, str(exc)))
             raise
@@ -133,7 +133,7 @@ def record(
     agent_input: Any,
     *,
     run_id: str,
-    model_fn: Callable[[Any, str, int | None], Any],
+    model_fn: Callable[..., Any],
     tools: dict[str, Callable[..., Any]],
     states: dict[str, Any] | None = None,
     finish: bool = True,
@@ -155,7 +155,7 @@ async def arecord(
     agent_input: Any,
     *,
     run_id: str,
-    model_fn: Callable[[Any, str, int | None], Any],
+    model_fn: Callable[..., Any],
     tools: dict[str, Callable[..., Any]],
     states: dict[str, Any] | None = None,
 ) -> list[TraceEvent]:

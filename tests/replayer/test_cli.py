@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,11 @@ from click.testing import CliRunner
 from tests.replayer import agents
 from tests.replayer.archiving import write_run
 from tests.replayer.conftest import recorded
-from tests.replayer.recording import record, seal
+from tests.replayer.recording import T0, record, seal
 from tracevault.cli import tracevault
 from tracevault.consumer.archive import open_store
 from tracevault.consumer.archive.layout import segment_key
+from tracevault.schemas import micros_to_datetime
 
 AGENT = "tests.replayer.agents:research_agent"
 
@@ -129,8 +129,20 @@ def test_export_and_verify_bundle(archive, tmp_path: Path) -> None:
 
 
 def test_batch_over_a_day_reports_each_run(archive) -> None:
-    today = datetime.now(UTC).date().isoformat()
-    res = _run(archive, "batch", "--agent", AGENT, "--since", today, "--workers", "2", "--json")
+    day = micros_to_datetime(T0).date().isoformat()  # the runs were sealed that day
+    res = _run(
+        archive,
+        "batch",
+        "--agent",
+        AGENT,
+        "--since",
+        day,
+        "--until",
+        day,
+        "--workers",
+        "2",
+        "--json",
+    )
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
     by_run = {r["run_id"]: r for r in out["runs"]}

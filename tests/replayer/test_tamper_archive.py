@@ -179,6 +179,6 @@ def test_an_edited_final_receipt(archived) -> None:
 
 def test_an_unfinished_archived_run_verifies_as_unfinished(tmp_path: Path, sealed) -> None:
     store = open_store(f"file://{tmp_path / 'a'}")
-    write_run(store, sealed[:8], per_segment=4, final=False)
+    write_run(store, sealed[:8], per_segment=4)
     report = _verify(Settings(archive_url=f"file://{tmp_path / 'a'}"))
     assert not report.finished and report.status == "verified, unfinished"

@@ -12,9 +12,8 @@ Checks on every record, in seq order (the first failing one is raised as a
    another run and re-chained fails here).
 6. **shape** — seq 0 is RUN_STARTED and nothing follows RUN_FINISHED.
 
-Then the source's own evidence (archive: segments and receipts, ``_verify_archive``; topic:
-the sequencer's committed head). A run with no RUN_FINISHED verifies but is reported as
-unfinished; GAP markers (one per missing seq, sealed by the sequencer) are reported too.
+Then the source's own evidence (archive: A1-A3 in ``_verify_archive``; topic: T1, the
+sequencer's committed head, in ``_verify``).
 
 Verifiers raise, they never return False (sigstore's rule).
 """

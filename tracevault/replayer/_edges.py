@@ -170,7 +170,19 @@ class ReplayCursor:
                 actual_request=actual_req,
             )
         self.pos += 1
+        self._skip_nested(ev.seq)
         return ev
+
+    def _skip_nested(self, seq: int) -> None:
+        """Skip crossings recorded *inside* the one just served (``parent_seq`` under it).
+
+        Live, a tool may call the model through the edges; under replay the tool is not run
+        (its recorded result is served), so its nested crossings are not made again.
+        """
+        inside = {seq}
+        while (nxt := self.peek()) is not None and nxt.parent_seq in inside:
+            inside.add(nxt.seq)
+            self.pos += 1
 
     @staticmethod
     def _seed_differs(ev: TraceEvent, crossing: Crossing) -> bool:

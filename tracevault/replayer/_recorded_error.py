@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import sys
 
 from tracevault.schemas import ErrorInfo
 
@@ -33,8 +34,19 @@ class RecordedError(Exception):
 
 
 def _builtin_class(name: str) -> type[BaseException] | None:
+    """The exception class ``name`` names: a built-in, or one in an already imported module.
+
+    Only ``sys.modules`` is consulted: replay never imports a module because a record says so.
+    """
     short = name.removeprefix("builtins.")
     cls = getattr(builtins, short, None)
+    if cls is None and "." in name:
+        module, _, qual = name.rpartition(".")
+        owner: object = sys.modules.get(module)
+        if owner is None and "." in module:  # a nested class: module.Outer.Inner
+            module, _, outer = module.rpartition(".")
+            owner = getattr(sys.modules.get(module), outer, None)
+        cls = getattr(owner, qual, None) if owner is not None else None
     if isinstance(cls, type) and issubclass(cls, Exception):
         return cls
     return None
@@ -54,7 +66,10 @@ def _class_for(type_name: str) -> type[RecordedError]:
 
 def recorded_error(err: ErrorInfo) -> RecordedError:
     """The exception to raise for a recorded error."""
-    exc = _class_for(err.type)(err.message)
+    try:
+        exc = _class_for(err.type)(err.message)
+    except TypeError:  # the original class wants other constructor arguments
+        exc = RecordedError(err.message)
     exc.recorded_type = err.type
     return exc
 

@@ -1,0 +1,84 @@
+"""The real pipeline for the replayer's tests: Recorder -> raw -> Sequencer -> sealed (-> archive).
+
+Used by ``test_pipeline.py`` and by ``make_golden.py`` (which records the golden runs kept
+under ``tests/replayer/golden/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tests.replayer import agents
+from tracevault.config import Settings
+from tracevault.consumer.heads import locate_run
+from tracevault.consumer.sequencer import Sequencer
+from tracevault.producer import Publisher, Recorder
+
+
+def record_live(
+    settings: Settings, agent: Callable[..., Any], agent_input: Any, run_id: str
+) -> Any:
+    """Run ``agent`` under the real Recorder, publishing to ``<prefix>.raw``; returns its output.
+
+    An agent that raises is recorded (ERROR, RUN_FINISHED) and its exception returned.
+    """
+    publisher = Publisher(settings)
+    try:
+        rec = Recorder(
+            publisher=publisher,
+            agent_id="replayer-golden",
+            agent_version="1.0.0",
+            model=agents.fake_model,
+            tools=agents.TOOLS,
+            run_id=run_id,
+        )
+        try:
+            if inspect.iscoroutinefunction(agent):
+                return asyncio.run(rec.arun(agent, agent_input))
+            return rec.run(agent, agent_input)
+        except Exception as exc:
+            return exc
+    finally:
+        assert publisher.flush(30), "the publisher could not deliver to Kafka"
+        publisher.close()
+
+
+@contextlib.contextmanager
+def sequencer_running(settings: Settings) -> Iterator[Sequencer]:
+    """The real Sequencer in a thread; stopped and joined on exit."""
+    seq = Sequencer(settings, instance_id="replayer-tests")
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            seq.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="sequencer", daemon=True)
+    thread.start()
+    try:
+        yield seq
+    finally:
+        seq.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "sequencer did not stop within 60s"
+        assert not errors, errors
+
+
+def wait_sealed(settings: Settings, run_id: str, *, timeout: float = 60.0) -> None:
+    """Wait (deadline-bounded) until the sequencer has committed the run's RUN_FINISHED."""
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while True:
+        loc = locate_run(settings, run_id)
+        if loc is not None and loc.finished:
+            return
+        assert time.monotonic() < deadline, f"run {run_id} was not sealed within {timeout}s"
+        tick.wait(0.2)

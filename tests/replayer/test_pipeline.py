@@ -1,0 +1,36 @@
+"""Through the real pipeline: Recorder -> raw -> Sequencer -> sealed -> Archiver -> archive.
+
+One recorded run is read back from both the topic and the archive, verified, and replayed;
+a variant of the agent diverges at the same seq from either source.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.replayer import agents
+from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
+from tracevault.consumer.archive import Archiver
+from tracevault.errors import ReplayDivergence
+from tracevault.replayer import load_run, replay, verify
+
+
+def test_recorded_sequenced_archived_run_replays_from_topic_and_archive(settings_factory) -> None:
+    settings = settings_factory(partitions=2)
+    run_id = "pipeline-run-1"
+    with sequencer_running(settings):
+        output = record_live(settings, agents.research_agent, agents.INPUT, run_id)
+        wait_sealed(settings, run_id)
+    Archiver(settings).run(until_idle=1.0)
+
+    from_topic = verify(load_run(settings, run_id, source="topic"))
+    from_archive = verify(load_run(settings, run_id, source="archive"))
+    assert from_topic.finished and from_archive.finished
+    assert (from_topic.count, from_topic.head) == (from_archive.count, from_archive.head)
+    assert not from_archive.warnings
+    for report in (from_topic, from_archive):
+        result = replay(report.events, agents.research_agent)
+        assert result.matched and result.output == output
+        with pytest.raises(ReplayDivergence) as info:
+            replay(report.events, agents.other_seed_agent)
+        assert info.value.seq == 3 and "$.seed: expected 7, got 8" in info.value.diff
