@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
@@ -100,21 +100,28 @@ def produce_raw(
     items: list[tuple[str | bytes | None, bytes | None]],
     *,
     partition: int | None = None,
-) -> None:
-    """Publish ``(key, value)`` pairs to ``<prefix>.raw`` in order and wait for delivery."""
+) -> list[tuple[int, int]]:
+    """Publish ``(key, value)`` pairs to ``<prefix>.raw`` in order; their (partition, offset)."""
     p = producer(settings)
     errors: list[KafkaError] = []
+    where: list[tuple[int, int]] = [(-1, -1)] * len(items)
 
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
-            errors.append(err)
+    def on_delivery(i: int) -> Callable[[KafkaError | None, Message], None]:
+        def cb(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                where[i] = (msg.partition(), msg.offset())
 
-    for key, value in items:
+        return cb
+
+    for i, (key, value) in enumerate(items):
         kwargs = {} if partition is None else {"partition": partition}
-        p.produce(settings.topics.raw, value, key, on_delivery=on_delivery, **kwargs)
+        p.produce(settings.topics.raw, value, key, on_delivery=on_delivery(i), **kwargs)
         p.poll(0)
     assert p.flush(30) == 0
     assert not errors, errors
+    return where
 
 
 @dataclass(frozen=True)

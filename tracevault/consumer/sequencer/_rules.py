@@ -323,7 +323,7 @@ class RunBook:
             run.finished = True
             # A finished run's hashes are only needed for resent duplicates: read them back
             # from the sealed topic then, rather than keep every finished run in memory.
-            run.hashes = {-1: run.hashes[-1], seq: h}
+            run.hashes = {-1: run.hashes[-1], seq - 1: prev, seq: h}
             run.history_complete = False
 
     def _drain(self, out: BatchOutput, run: _Run) -> None:
