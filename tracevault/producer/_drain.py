@@ -60,37 +60,42 @@ def drain_batch(
     reached_end = len(records) < batch
     if not records:
         return BatchResult(start, 0, 0, True, True)
-    acked = [False] * len(records)
-    pending = [0]
+    failed = [False] * len(records)
     last_error: list[str] = []
 
-    def on_delivery(i: int) -> Callable[[Any, Any], None]:
+    def on_failure(i: int) -> Callable[[Any, Any], None]:
+        # With delivery.report.only.error only failures (purges included) call back.
         def cb(err: KafkaError | None, _msg: Any) -> None:
-            pending[0] -= 1
             if err is None:
-                acked[i] = True
-            elif err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+                return
+            failed[i] = True
+            if err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
                 last_error[:] = [err.str()]
 
         return cb
 
+    produced = 0
     for i, rec in enumerate(records):
         try:
-            producer.produce(segment.topic, rec.value, rec.key, on_delivery=on_delivery(i))
+            producer.produce(segment.topic, rec.value, rec.key, on_delivery=on_failure(i))
         except BufferError:
             break  # the local queue is full: what was produced is this batch
-        pending[0] += 1
+        produced += 1
+    # The producer holds nothing but this batch (the Publisher drains only while spooling,
+    # when it has purged everything else), so an empty queue means every report is in.
     deadline = time.monotonic() + timeout
-    while pending[0] > 0 and time.monotonic() < deadline:
+    while len(producer) > 0 and time.monotonic() < deadline:
         producer.poll(0.05)
         between()
-    if pending[0] > 0:
+    if len(producer) > 0:
         producer.purge(in_queue=True, in_flight=True)
         purge_deadline = time.monotonic() + 5.0
-        while pending[0] > 0 and time.monotonic() < purge_deadline:
+        while len(producer) > 0 and time.monotonic() < purge_deadline:
             producer.poll(0.01)
+    producer.poll(0)
+    settled = len(producer) == 0
     prefix = 0
-    while prefix < len(records) and acked[prefix]:
+    while settled and prefix < produced and not failed[prefix]:
         prefix += 1
     offset = records[prefix - 1].end if prefix else start
     if prefix:

@@ -11,12 +11,15 @@ the agent and nothing on the path waits on the network:
 4. call the real thing (model, tool, state reader); an exception it raises is recorded in
    the event's ``error`` and raised again to the agent;
 5. canonical JSON of the response, encode the event, hand it to the Publisher in seq order
-   (a crossing that finishes before an earlier one waits in a small per-run buffer).
+   (a crossing that finishes before an earlier one waits in a small per-run buffer);
+6. return the *recorded* response (parsed back from its canonical JSON) to the agent, so the
+   agent sees live exactly what replay will serve.
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
 import inspect
 import random
 import secrets
@@ -367,7 +370,10 @@ class Recorder:
             self._record(op, _NULL, _error_info(exc))
             raise
         self._record(op, response, None)
-        return result
+        # Hand the agent the recorded form, not the callee's object: replay can only serve
+        # what the record holds (sorted keys, lists for tuples), so live must see the same
+        # or an agent that iterates a dict or formats it would diverge under replay.
+        return json.loads(response)
 
     def _call(self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool) -> Any:
         op = self._open(crossing, effect)

@@ -128,7 +128,7 @@ def drain_spool(
         on_total(sum(n for _, n in opened))
     if not opened:
         return DrainReport(str(settings.spool_dir), tuple(reports))
-    producer = Producer(producer_config(settings))
+    producer = Producer(producer_config(settings, **{"delivery.report.only.error": True}))
     try:
         for seg, total in opened:
             reports.append(

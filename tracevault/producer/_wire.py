@@ -41,11 +41,24 @@ _KINDS = [
 ]
 
 
+def _varint(z: int) -> bytes:
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+# Seqs and payload lengths are almost always small: their encodings are looked up.
+_TABLE = tuple(_varint(z) for z in range(1 << 14))
+
+
 def avro_long(n: int) -> bytes:
     """Avro's zig-zag varint encoding of a long."""
     z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return bytes((z,))
+    if z < 16384:
+        return _TABLE[z]
     out = bytearray()
     while z >= 0x80:
         out.append((z & 0x7F) | 0x80)
