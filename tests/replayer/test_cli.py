@@ -149,3 +149,17 @@ def test_batch_over_a_day_reports_each_run(archive) -> None:
     assert by_run["run-a"]["status"] == by_run["run-b"]["status"] == "ok"
     assert by_run["run-c"]["status"] == "diverged" and by_run["run-c"]["seq"] == 3
     assert out["totals"] == {"runs": 3, "ok": 2, "diverged": 1, "verify_failed": 0, "error": 0}
+
+
+def test_batch_reports_a_run_that_does_not_verify(archive) -> None:
+    objects = Path(archive.removeprefix("file://")) / "objects"
+    os.remove(objects / segment_key("run-b", 4, 7))
+    day = micros_to_datetime(T0).date().isoformat()
+    res = _run(archive, "batch", "--agent", AGENT, "--since", day, "--until", day)
+    assert res.exit_code == 1
+    assert "verify_failed" in res.output and "ok=1" in res.output and "diverged=1" in res.output
+
+
+def test_batch_over_an_empty_window_is_ok(archive) -> None:
+    res = _run(archive, "batch", "--agent", AGENT, "--since", "2020-01-01", "--until", "2020-01-02")
+    assert res.exit_code == 0 and "runs=0" in res.output

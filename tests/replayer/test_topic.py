@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -99,3 +100,25 @@ def test_event_moved_in_from_another_run_on_the_topic(settings) -> None:
     other = seal(recorded("run-t-src"))
     err = _tampered(settings, "run-t-move", lambda s: [*s[:6], other[6], *s[7:]])
     assert err.seq == 6 and "run-t-src" in str(err)
+
+
+def test_cli_show_and_verify_from_the_topic(settings) -> None:
+    from click.testing import CliRunner
+
+    from tracevault.cli import tracevault
+
+    publish(settings, seal(recorded("run-topic-cli")))
+    base = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
+    runner = CliRunner()
+    res = runner.invoke(
+        tracevault, [*base, "replay", "verify", "run-topic-cli", "--from", "topic", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["checks"][-1].startswith("T1 head")
+    res = runner.invoke(
+        tracevault, [*base, "replay", "show", "run-topic-cli", "--from", "topic", "--json"]
+    )
+    assert res.exit_code == 0 and len(res.output.splitlines()) == 11
+    res = runner.invoke(tracevault, [*base, "replay", "run", "run-topic-cli", "--from", "topic",
+                                     "--agent", "tests.replayer.agents:extra_clock_agent"])  # fmt: skip
+    assert res.exit_code == 1 and "diverged at seq 4" in res.output

@@ -7,9 +7,13 @@ Import from here, never from the private modules::
     run = load_run(settings, "run-42", source="archive")
     report = verify(run)                         # raises ChainError naming seq and object
     result = replay(report.events, my_agent)     # raises ReplayDivergence at the first difference
+
+The same as commands: ``tracevault replay show|verify|run|diff|export|batch``.
 """
 
 from tracevault.errors import ChainError, ReplayDivergence
+from tracevault.replayer._batch import BatchItem, BatchReport, run_batch
+from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._checks import RECORD_CHECKS
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._load import load_run
@@ -23,6 +27,7 @@ from tracevault.replayer._results import (
     StepSummary,
     VerifyReport,
 )
+from tracevault.replayer._rundiff import RunDiff, RunSummary, diff_runs
 from tracevault.replayer._verify import verify
 
 __all__ = [
@@ -46,5 +51,15 @@ __all__ = [
     "load_run",
     "verify",
     # diff
+    "RunDiff",
+    "RunSummary",
+    "diff_runs",
     "json_diff",
+    # evidence bundles
+    "export_bundle",
+    "verify_bundle",
+    # batch
+    "BatchItem",
+    "BatchReport",
+    "run_batch",
 ]
