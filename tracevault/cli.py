@@ -35,6 +35,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "archiver": ("tracevault.consumer.archive.commands:archiver", "archive sealed runs (service)"),
     "archive": ("tracevault.consumer.archive.commands:archive", "ls/hold/release/purge/retention"),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
+    "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
 }
 
 

@@ -1,0 +1,307 @@
+"""The demo job, step by step.
+
+1. find a broker (or start the local one) and create the topics;
+2. start the sequencer and the archiver as subprocesses;
+3. run the fleet: ``agents`` threads, each recording ``runs`` tickets through one Publisher;
+4. wait until every run is sealed (its head is finished) and archived (its final receipt);
+5. verify and replay a sample from the archive and from the topic;
+6. stop everything it started and return a :class:`DemoSummary`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tracevault.config import Settings
+from tracevault.consumer.archive import open_store
+from tracevault.consumer.archive.layout import FinalReceipt, run_id_from_key
+from tracevault.consumer.heads import heads_partition_count, read_heads
+from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
+from tracevault.demo.services import LocalBroker, Service, broker_answers
+from tracevault.errors import ServiceUnavailableError, TraceVaultError
+from tracevault.kafka import ensure_topics
+from tracevault.producer import Publisher, Recorder
+from tracevault.replayer import load_run, replay, verify
+
+__all__ = ["DemoOptions", "DemoSummary", "run_demo"]
+
+log = logging.getLogger(__name__)
+_TICKETS = [
+    "Where is my order",
+    "My parcel is late, what is the status of my order",
+    "I was charged twice, chargeback requested for order",
+    "Please check the status of order",
+    "Can you tell me about my order",
+    "Refund status for order",
+]
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    agents: int = 4
+    runs: int = 5
+    sample: int = 4
+    timeout: float = 180.0
+    work_dir: Path = Path(".tracevault")
+    keep_broker: bool = False
+
+
+@dataclass
+class DemoSummary:
+    runs: int = 0
+    failed_runs: int = 0
+    events: int = 0
+    events_sealed: int = 0
+    events_archived: int = 0
+    runs_archived: int = 0
+    record_seconds: float = 0.0
+    pipeline_seconds: float = 0.0
+    archive: str = ""
+    prefix: str = ""
+    bootstrap_servers: str = ""
+    verified: dict[str, int] = field(default_factory=lambda: {"archive": 0, "topic": 0})
+    replayed: dict[str, int] = field(default_factory=lambda: {"archive": 0, "topic": 0})
+    sampled: dict[str, list[str]] = field(default_factory=dict)
+    run_ids: list[str] = field(default_factory=list)
+    logs: dict[str, str] = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.record_seconds if self.record_seconds else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "failed_runs": self.failed_runs,
+            "events": self.events,
+            "events_sealed": self.events_sealed,
+            "events_archived": self.events_archived,
+            "runs_archived": self.runs_archived,
+            "record_seconds": round(self.record_seconds, 3),
+            "pipeline_seconds": round(self.pipeline_seconds, 3),
+            "events_per_s": round(self.events_per_s, 1),
+            "archive": self.archive,
+            "prefix": self.prefix,
+            "bootstrap_servers": self.bootstrap_servers,
+            "verified": self.verified,
+            "replayed": self.replayed,
+            "sampled": self.sampled,
+            "run_ids": self.run_ids,
+            "logs": self.logs,
+            "commands": self.commands,
+        }
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description:<26}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+@contextlib.contextmanager
+def _broker(settings: Settings, opts: DemoOptions, console: Console) -> Iterator[None]:
+    if broker_answers(settings):
+        yield
+        return
+    broker = LocalBroker.for_settings(settings)
+    console.print(f"[dim]no broker at {settings.bootstrap_servers}: starting dev/kafka[/]")
+    broker.start()
+    try:
+        yield
+    finally:
+        if not opts.keep_broker:
+            broker.stop()
+
+
+def _record_fleet(
+    settings: Settings, opts: DemoOptions, progress: Progress, summary: DemoSummary
+) -> None:
+    world = FleetWorld()
+    publisher = Publisher(settings)
+    task = progress.add_task("recording runs", total=opts.agents * opts.runs)
+    failed = 0
+
+    def one_agent(agent_no: int) -> list[tuple[str, bool]]:
+        done = []
+        for run_no in range(opts.runs):
+            n = agent_no * opts.runs + run_no
+            ticket = _TICKETS[n % len(_TICKETS)]
+            rec = Recorder(
+                publisher=publisher,
+                agent_id=f"support-agent-{agent_no:02d}",
+                agent_version="2.3.1",
+                model=scripted_model,
+                tools=world.tools(),
+                harness="tracevault-demo",
+                attributes={"fleet": "demo", "ticket_no": str(n)},
+            )
+            task_input = {"ticket": ticket, "order_id": f"A{1000 + n}", "seed": 7 * n + 1}
+            ok = True
+            try:
+                rec.run(support_agent, task_input)
+            except RefundRefused:
+                ok = False  # recorded as ERROR + RUN_FINISHED: part of the demo
+            done.append((rec.run_id, ok))
+            progress.advance(task)
+        return done
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=opts.agents, thread_name_prefix="agent") as pool:
+        results = [r for batch in pool.map(one_agent, range(opts.agents)) for r in batch]
+    publisher.close(timeout=30)
+    summary.record_seconds = time.perf_counter() - started
+    stats = publisher.stats()
+    for run_id, ok in results:
+        summary.run_ids.append(run_id)
+        failed += 0 if ok else 1
+    summary.runs = len(results)
+    summary.failed_runs = failed
+    summary.events = stats.published
+
+
+def _wait_pipeline(
+    settings: Settings,
+    opts: DemoOptions,
+    progress: Progress,
+    summary: DemoSummary,
+    services: list[Service],
+) -> None:
+    wanted = set(summary.run_ids)
+    sealed_task = progress.add_task("sealed (sequencer)", total=len(wanted))
+    archived_task = progress.add_task("archived (archiver)", total=len(wanted))
+    parts = range(heads_partition_count(settings))
+    store = open_store(settings.archive_url, settings)
+    deadline = time.monotonic() + opts.timeout
+    started = time.monotonic()
+    try:
+        while True:
+            for svc in services:
+                svc.check_alive()
+            heads = read_heads(settings, parts)
+            finished = {r: h for r, h in heads.items() if r in wanted and h.finished}
+            progress.update(sealed_task, completed=len(finished))
+            finals = {
+                run_id_from_key(info.key): info.key
+                for info in store.list("runs/")
+                if info.key.endswith("/final.receipt.json")
+            }
+            archived = wanted & finals.keys()
+            progress.update(archived_task, completed=len(archived))
+            if len(finished) == len(wanted) and archived == wanted:
+                break
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"after {opts.timeout:.0f}s only {len(finished)}/{len(wanted)} runs are "
+                    f"sealed and {len(archived)}/{len(wanted)} archived; see the service logs: "
+                    + ", ".join(f"{s.name}: {s.log_path}" for s in services)
+                )
+            time.sleep(0.5)
+        summary.pipeline_seconds = time.monotonic() - started
+        summary.events_sealed = sum(finished[r].next_seq for r in wanted)
+        for run_id in sorted(wanted):
+            receipt = FinalReceipt.from_json(store.get(finals[run_id]), finals[run_id])
+            summary.events_archived += receipt.count
+        summary.runs_archived = len(archived)
+    finally:
+        store.close()
+
+
+def _check_samples(
+    settings: Settings, opts: DemoOptions, progress: Progress, summary: DemoSummary
+) -> None:
+    sample = summary.run_ids[: max(1, min(opts.sample, len(summary.run_ids)))]
+    for source in ("archive", "topic"):
+        task = progress.add_task(f"verify+replay ({source})", total=len(sample))
+        summary.sampled[source] = sample
+        for run_id in sample:
+            report = verify(load_run(settings, run_id, source=source))  # raises ChainError
+            summary.verified[source] += 1
+            result = replay(report.events, support_agent)  # raises ReplayDivergence
+            if result.matched:
+                summary.replayed[source] += 1
+            progress.advance(task)
+
+
+def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSummary:
+    """Run the whole pipeline once on ``settings`` and return what happened."""
+    summary = DemoSummary(
+        archive=settings.archive_url,
+        prefix=settings.topic_prefix,
+        bootstrap_servers=settings.bootstrap_servers,
+    )
+    tag = uuid.uuid4().hex[:8]
+    logs = opts.work_dir / "demo-logs"
+    common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
+    with _broker(settings, opts, console):
+        ensure_topics(settings)
+        services = [
+            Service(
+                "sequencer",
+                [
+                    *common,
+                    "sequencer",
+                    "--instance-id",
+                    f"demo-seq-{tag}",
+                    "--gap-timeout",
+                    "10",
+                    "--batch-wait-ms",
+                    "20",
+                ],
+                logs / f"sequencer-{tag}.log",
+            ),
+            Service(
+                "archiver",
+                [
+                    *common,
+                    "archiver",
+                    "--archive",
+                    settings.archive_url,
+                    "--instance-id",
+                    f"demo-arc-{tag}",
+                    "--segment-max-age",
+                    "2",
+                ],
+                logs / f"archiver-{tag}.log",
+            ),
+        ]
+        summary.logs = {s.name: str(s.log_path) for s in services}
+        try:
+            for svc in services:
+                svc.start()
+            with _progress(console) as progress:
+                _record_fleet(settings, opts, progress, summary)
+                _wait_pipeline(settings, opts, progress, summary, services)
+                _check_samples(settings, opts, progress, summary)
+        finally:
+            codes = {svc.name: svc.stop() for svc in services}
+        bad = {n: c for n, c in codes.items() if c not in (0, None)}
+        if bad:
+            raise TraceVaultError(f"services did not shut down cleanly: {bad}; see {summary.logs}")
+    one = summary.run_ids[0]
+    pre = f"tracevault --prefix {settings.topic_prefix}"
+    arch = f"--archive-url {settings.archive_url}"
+    summary.commands = [
+        f"{pre} replay {arch} show {one} --from archive",
+        f"{pre} replay {arch} verify {one} --from archive",
+        f"{pre} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive",
+        f"{pre} replay {arch} export {one} -o evidence/{one}",
+        f"tracevault archive ls --archive {settings.archive_url}",
+    ]
+    return summary
