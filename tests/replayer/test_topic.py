@@ -119,6 +119,8 @@ def test_cli_show_and_verify_from_the_topic(settings) -> None:
         tracevault, [*base, "replay", "show", "run-topic-cli", "--from", "topic", "--json"]
     )
     assert res.exit_code == 0 and len(res.output.splitlines()) == 11
-    res = runner.invoke(tracevault, [*base, "replay", "run", "run-topic-cli", "--from", "topic",
-                                     "--agent", "tests.replayer.agents:extra_clock_agent"])  # fmt: skip
+    agent = "tests.replayer.agents:extra_clock_agent"
+    res = runner.invoke(
+        tracevault, [*base, "replay", "run", "run-topic-cli", "--from", "topic", "--agent", agent]
+    )
     assert res.exit_code == 1 and "diverged at seq 4" in res.output
