@@ -34,3 +34,23 @@ def test_recorded_sequenced_archived_run_replays_from_topic_and_archive(settings
         with pytest.raises(ReplayDivergence) as info:
             replay(report.events, agents.other_seed_agent)
         assert info.value.seq == 3 and "$.seed: expected 7, got 8" in info.value.diff
+
+
+def test_gap_markers_from_the_real_sequencer_are_reported(settings_factory, events) -> None:
+    from confluent_kafka import Producer
+
+    from tracevault.schemas import encode_event
+
+    settings = settings_factory(partitions=1, sequencer_gap_timeout_s=1.0)
+    producer = Producer(settings.kafka_config(**{"partitioner": "murmur2_random"}))
+    for ev in events:
+        if ev.seq != 5:  # seq 5 never reaches Kafka
+            producer.produce(settings.topics.raw, encode_event(ev), ev.run_id.encode())
+    assert producer.flush(30) == 0
+    with sequencer_running(settings):
+        wait_sealed(settings, "run-a")
+    report = verify(load_run(settings, "run-a", source="topic"))
+    assert report.gaps == (5,) and report.status == "verified, with gaps"
+    result = replay(report.events, agents.research_agent, raise_on_divergence=False)
+    assert result.divergence is not None and result.divergence.seq == 5
+    assert "GAP marker" in result.divergence.reason

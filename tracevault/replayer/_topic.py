@@ -12,6 +12,7 @@ verifier checks (T1), so an event deleted from the end of the topic is caught to
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -28,6 +29,8 @@ from tracevault.replayer._results import LoadedRun
 from tracevault.schemas import Codec
 
 __all__ = ["load_from_topic"]
+
+log = logging.getLogger(__name__)
 
 _SEALED: Codec | None = None
 
@@ -69,6 +72,23 @@ def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -
     objects: list[str] = []
     deadline = time.monotonic() + timeout
     try:
+        low, _high = consumer.get_watermark_offsets(
+            TopicPartition(topic, head.partition), timeout=min(timeout, 10.0)
+        )
+        if low > head.first_offset:
+            raise NotFoundError(
+                f"run {run_id!r}: its sealed records (from offset {head.first_offset} of "
+                f"{topic}[{head.partition}]) have expired from the topic (it now starts at "
+                f"{low}); read the run from the archive (--from archive)"
+            )
+        log.debug(
+            "reading run %s from %s[%d] offsets %d..%d",
+            run_id,
+            topic,
+            head.partition,
+            head.first_offset,
+            head.last_offset,
+        )
         consumer.assign([TopicPartition(topic, head.partition, head.first_offset)])
         done = False
         while not done:

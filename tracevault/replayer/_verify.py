@@ -35,6 +35,16 @@ def _check_topic_head(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> N
             f"the chain ends at {s.head.hex()[:16]}…, the sequencer's head says "
             f"{run.expected_head.hex()[:16]}…",
         )
+    if run.expected_gaps:
+        promised = sorted({q for a, b in run.expected_gaps for q in range(a, b + 1)})
+        if promised != sorted(s.gaps):
+            raise fail(
+                "T1 head",
+                None,
+                None,
+                f"the sequencer's head lists GAP seqs {promised[:10]}, the records hold GAP "
+                f"markers at {list(s.gaps)[:10]}",
+            )
     if run.expected_finished is not None and run.expected_finished != s.finished:
         raise fail(
             "T1 head",
