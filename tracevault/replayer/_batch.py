@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import logging
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -31,6 +33,8 @@ from tracevault.replayer._verify import verify
 __all__ = ["BatchItem", "BatchReport", "load_agent", "run_batch", "runs_between", "replay_with"]
 
 Status = Literal["ok", "diverged", "verify_failed", "error"]
+
+log = logging.getLogger(__name__)
 
 
 def load_agent(spec: str) -> Callable[..., Any]:
@@ -170,7 +174,10 @@ def _results(
         for rid in run_ids:
             yield replay_archived(settings, rid, agent_spec)
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # spawn, not fork: the parent runs a progress-bar thread, and forking a threaded process
+    # can deadlock the child on a lock held at fork time
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [pool.submit(replay_archived, settings, rid, agent_spec) for rid in run_ids]
         for fut in as_completed(futures):
             yield fut.result()
@@ -189,6 +196,13 @@ def run_batch(
     """Replay every run archived between ``since`` and ``until`` (UTC days, inclusive)."""
     load_agent(agent_spec)  # a bad --agent is a usage error before any worker starts
     run_ids = runs_between(settings, since, until)
+    log.info(
+        "batch replay of %d runs archived %s..%s with %d workers",
+        len(run_ids),
+        since,
+        until,
+        workers,
+    )
     if on_total is not None:
         on_total(len(run_ids))
     order = {rid: i for i, rid in enumerate(run_ids)}
