@@ -124,3 +124,20 @@ def test_cli_show_and_verify_from_the_topic(settings) -> None:
         tracevault, [*base, "replay", "run", "run-topic-cli", "--from", "topic", "--agent", agent]
     )
     assert res.exit_code == 1 and "diverged at seq 4" in res.output
+
+
+def test_export_from_the_topic_carries_the_head(settings, tmp_path) -> None:
+    from tracevault.replayer import export_bundle, verify_bundle
+
+    publish(settings, seal(recorded("run-topic-export")))
+    out = tmp_path / "bundle"
+    export_bundle(load_run(settings, "run-topic-export", source="topic"), out)
+    head = json.loads((out / "head.json").read_bytes())
+    assert head["last_seq"] == 10 and head["finished"] is True
+    report = verify_bundle(out)
+    assert report.finished and any(c.startswith("T1 head") for c in report.checks)
+    # a head edited to hide an event the sequencer sealed is caught offline too
+    head["last_seq"] = 11
+    (out / "head.json").write_text(json.dumps(head))
+    with pytest.raises(ChainError):
+        verify_bundle(out)
