@@ -36,6 +36,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "archive": ("tracevault.consumer.archive.commands:archive", "ls/hold/release/purge/retention"),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
+    "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
 }
 
 

@@ -1,0 +1,92 @@
+"""``tracevault doctor`` on a healthy deployment, and on the two problems it must name."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import unique_name
+from tests.stack.conftest import DemoRun
+from tracevault.cli import tracevault
+from tracevault.config import Settings
+from tracevault.consumer.archive import open_store
+from tracevault.consumer.archive.layout import segment_key
+from tracevault.kafka import ensure_topics
+
+
+def _doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, dict[str, str]]]:
+    res = CliRunner().invoke(tracevault, [*args, "doctor", "--json"], env=env)
+    checks = {c["check"]: c for c in json.loads(res.output)}
+    return res.exit_code, checks
+
+
+def test_healthy_local_deployment(demo_run: DemoRun) -> None:
+    code, checks = _doctor(
+        "--bootstrap-servers", demo_run.bootstrap, "--prefix", demo_run.prefix,
+        env={"TRACEVAULT_ARCHIVE_URL": demo_run.archive},
+    )  # fmt: skip
+    assert code == 0, checks
+    assert {c["status"] for c in checks.values()} == {"ok"}, checks
+    assert set(checks) >= {
+        "retention policy", "broker", "topic raw", "topic sealed", "topic heads", "topic dlq",
+        "sequencer lag", "archiver lag", "archive", "archive retention",
+    }  # fmt: skip
+
+
+def test_heads_not_compacted_is_named_with_the_fix(kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = Settings(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("doc"), partitions=2
+    )
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics(
+        [NewTopic(settings.topics.heads, 2, 1, config={"cleanup.policy": "delete"})]
+    )[settings.topics.heads].result(30)
+    for name in (settings.topics.raw, settings.topics.sealed, settings.topics.dlq):
+        admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    code, checks = _doctor(
+        "--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
+        env={"TRACEVAULT_ARCHIVE_URL": f"file://{tmp_path / 'a'}"},
+    )  # fmt: skip
+    assert code == 1
+    heads = checks["topic heads"]
+    assert heads["status"] == "fail"
+    assert "cleanup.policy=delete, expected compact" in heads["detail"]
+    assert "cleanup.policy=compact" in heads["fix"]
+    assert checks["topic raw"]["status"] == "ok"
+
+
+def test_short_archive_retention_is_named(kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = Settings(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("doc"), partitions=1
+    )
+    ensure_topics(settings)
+    archive = f"file://{tmp_path / 'short'}"
+    store = open_store(archive, settings)
+    try:
+        # An object written by a misconfigured writer: locked for 30 days only.
+        store.put(segment_key("run-short", 0, 0), b"not-really-avro",
+                  retain_until=datetime.now(UTC) + timedelta(days=30))  # fmt: skip
+    finally:
+        store.close()
+    code, checks = _doctor(
+        "--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
+        env={"TRACEVAULT_ARCHIVE_URL": archive},
+    )  # fmt: skip
+    assert code == 1
+    assert checks["archive retention"]["status"] == "fail"
+    assert "run-short" in checks["archive retention"]["detail"]
+    assert "under 183" in checks["archive retention"]["detail"]
+
+    code, checks = _doctor(
+        "--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
+        env={"TRACEVAULT_ARCHIVE_URL": f"file://{tmp_path / 'ok'}",
+             "TRACEVAULT_RETENTION_DAYS": "30"},
+    )  # fmt: skip
+    assert code == 1
+    assert checks["retention policy"]["status"] == "fail"
+    assert "Art. 19" in checks["retention policy"]["detail"]
+    assert checks["archive retention"]["status"] == "ok"  # the other checks still ran
