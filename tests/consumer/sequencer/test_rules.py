@@ -188,3 +188,16 @@ def test_dlq_headers_name_the_reason_and_the_source() -> None:
     assert headers["tracevault.source.topic"] == RAW.encode()
     assert headers["tracevault.source.offset"] == b"9"
     assert headers["tracevault.sequencer"] == b"seq-a"
+
+
+def test_a_value_too_large_to_seal_is_invalid() -> None:
+    from tracevault.schemas import AgentInfo, TraceEvent, canonical_json, encode_event
+
+    big = encode_event(
+        TraceEvent(
+            "r", 0, EventKind.RUN_STARTED, 0, AgentInfo("a", "1", "h", "x", "0"),
+            canonical_json({"input": "x" * 1_000_001}), b"null",
+        )
+    )  # fmt: skip
+    d = feed(book(), "r", big).dlq[0]
+    assert d.reason is DlqReason.INVALID and "1 MiB" in d.detail

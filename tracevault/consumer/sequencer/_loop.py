@@ -195,7 +195,12 @@ class Sequencer:
         return counts[names.raw]
 
     def _raise_if_fenced(self, err: KafkaError) -> None:
-        if err.code() in _FENCED_CODES:
+        # librdkafka reports a fenced static member as a generic _FATAL error whose text
+        # names the original cause; the producer's fencing has its own codes.
+        fenced = err.code() in _FENCED_CODES or (
+            err.code() == KafkaError._FATAL and "fenced" in err.str().lower()
+        )
+        if fenced:
             raise FencedError(
                 f"sequencer {self.instance_id} was fenced ({err.str()}): another process runs "
                 f"with transactional.id {self.transactional_id} or group.instance.id "
@@ -284,8 +289,11 @@ class Sequencer:
                 err = msg.error()
                 if err is not None:
                     self._raise_if_fenced(err)
-                    if err.fatal():
-                        raise ServiceUnavailableError(f"consumer failed: {err}")
+                    if err.fatal() or err.code() == KafkaError._FATAL:
+                        raise ServiceUnavailableError(
+                            f"the raw consumer failed fatally ({err.str()}); restart the "
+                            "sequencer (exactly-once holds: nothing of this batch committed)"
+                        )
                     log.warning("consumer: %s", err)
                     continue
                 consumed += 1

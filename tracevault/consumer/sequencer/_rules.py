@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 #: Held raw bytes per run beyond which the gap is closed at once: the head record that
 #: carries them must stay well under Kafka's 1 MiB default message size.
 MAX_HELD_BYTES = 256 * 1024
+#: Raw values larger than this are refused: the sealed record wraps the raw bytes with about
+#: 150 bytes of chain and transport fields and must still fit Kafka's 1 MiB default.
+MAX_RAW_BYTES = 1_000_000
 
 
 class _Run:
@@ -206,6 +209,15 @@ class RunBook:
             refuse(DlqReason.UNDECODABLE, str(exc))
             return
         run_id, seq = ev.run_id, ev.seq
+        if len(value) > MAX_RAW_BYTES:
+            refuse(
+                DlqReason.INVALID,
+                f"value is {len(value)} bytes; over {MAX_RAW_BYTES} its sealed record would "
+                "exceed Kafka's 1 MiB message limit (record large payloads by reference)",
+                run_id,
+                seq,
+            )
+            return
         if key is None or key != run_id.encode("utf-8"):
             refuse(
                 DlqReason.INVALID,

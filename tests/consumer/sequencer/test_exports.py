@@ -1,0 +1,25 @@
+"""The sequencer's public surface is pinned: a change to it is deliberate."""
+
+from __future__ import annotations
+
+import tracevault.consumer.heads
+import tracevault.consumer.sequencer
+
+
+def test_sequencer_exports() -> None:
+    assert set(tracevault.consumer.sequencer.__all__) == {
+        "Sequencer", "SequencerMetrics", "default_instance_id",
+        "BatchOutput", "RunBook", "DlqReason", "DlqRecord", "DLQ_HEADER_PREFIX",
+        "GAP_AGENT_ID", "gap_event",
+    }  # fmt: skip
+    for name in tracevault.consumer.sequencer.__all__:
+        assert getattr(tracevault.consumer.sequencer, name) is not None
+
+
+def test_heads_exports() -> None:
+    assert set(tracevault.consumer.heads.__all__) == {
+        "GapRange", "Head", "HeldEvent", "RunLocation", "decode_head", "encode_head",
+        "heads_partition_count", "locate_run", "read_heads",
+    }  # fmt: skip
+    for name in tracevault.consumer.heads.__all__:
+        assert getattr(tracevault.consumer.heads, name) is not None
