@@ -124,7 +124,7 @@ class ReplayCursor:
             raise self.diverge(
                 f"the agent made an extra {kind} call after the record ended",
                 actual_kind=kind,
-                diff=json_diff(None, actual_req),
+                diff=json_diff(None, actual_req, "$.request"),
                 actual_request=actual_req,
             )
         if ev.kind is EventKind.GAP:
@@ -139,7 +139,7 @@ class ReplayCursor:
             raise self.diverge(
                 f"the agent made a {kind} call where the record has {ev.kind.value}",
                 actual_kind=kind,
-                diff=json_diff(_loads(ev.request), actual_req),
+                diff=json_diff(_loads(ev.request), actual_req, "$.request"),
                 actual_request=actual_req,
             )
         diff: list[str] = []
@@ -150,9 +150,7 @@ class ReplayCursor:
         if self._seed_differs(ev, crossing):
             diff.append(f"$.seed: expected {short_json(ev.seed)}, got {short_json(crossing.seed)}")
         if actual_bytes != ev.request:
-            diff.extend(
-                d.replace("$", "$.request", 1) for d in json_diff(_loads(ev.request), actual_req)
-            )
+            diff.extend(json_diff(_loads(ev.request), actual_req, "$.request"))
             if len(diff) == 0:  # same JSON value, different bytes: impossible for canonical JSON
                 diff.append("$.request: same value, different canonical bytes")
         if diff:

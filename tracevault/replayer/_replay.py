@@ -93,7 +93,7 @@ class _Run:
                 f"the agent finished where the record has a {ev.kind.value} call "
                 "(a call is missing from the re-run)",
                 actual_kind=EventKind.RUN_FINISHED.value,
-                diff=json_diff(json.loads(ev.request or b"null"), {}),
+                diff=json_diff(json.loads(ev.request or b"null"), {}, "$.request"),
                 actual_request={},
             )
         if ev.error is not None:
@@ -104,11 +104,11 @@ class _Run:
                 actual_request={},
             )
         if actual_bytes != ev.response:
-            diff = json_diff(json.loads(ev.response or b"null"), actual)
+            diff = json_diff(json.loads(ev.response or b"null"), actual, "$.response")
             raise c.diverge(
                 "the agent's final output differs from the record",
                 actual_kind=EventKind.RUN_FINISHED.value,
-                diff=tuple(d.replace("$", "$.response", 1) for d in diff),
+                diff=diff,
                 actual_request={},
             )
         c.pos += 1

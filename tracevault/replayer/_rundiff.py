@@ -102,7 +102,7 @@ def _step_diff(a: TraceEvent, b: TraceEvent) -> tuple[str, tuple[str, ...]] | No
     if a.kind is not b.kind:
         return (
             f"run A has {a.kind.value} where run B has {b.kind.value}",
-            json_diff(_loads(a.request), _loads(b.request)),
+            json_diff(_loads(a.request), _loads(b.request), "$.request"),
         )
     lines: list[str] = []
     if a.model != b.model:
@@ -110,9 +110,7 @@ def _step_diff(a: TraceEvent, b: TraceEvent) -> tuple[str, tuple[str, ...]] | No
     if a.seed != b.seed:
         lines.append(f"$.seed: expected {short_json(a.seed)}, got {short_json(b.seed)}")
     if a.request != b.request:
-        lines += [
-            d.replace("$", "$.request", 1) for d in json_diff(_loads(a.request), _loads(b.request))
-        ]
+        lines += json_diff(_loads(a.request), _loads(b.request), "$.request")
     if lines:
         return f"the {a.kind.value} calls differ", tuple(lines)
     ea = None if a.error is None else {"type": a.error.type, "message": a.error.message}
@@ -122,11 +120,8 @@ def _step_diff(a: TraceEvent, b: TraceEvent) -> tuple[str, tuple[str, ...]] | No
             {"error": ea}, {"error": eb}
         )
     if a.response != b.response:
-        resp = json_diff(_loads(a.response), _loads(b.response))
-        return (
-            f"the {a.kind.value} calls got different responses",
-            tuple(d.replace("$", "$.response", 1) for d in resp),
-        )
+        resp = json_diff(_loads(a.response), _loads(b.response), "$.response")
+        return f"the {a.kind.value} calls got different responses", resp
     return None
 
 
