@@ -36,7 +36,15 @@ def _fetch(args: Any) -> Any:
     return {"url": url, "body": "Water boils at about 93.4 °C at 2000 m."}
 
 
-TOOLS = {"search": _search, "fetch": _fetch}
+class QuotaExceededError(Exception):
+    """An agent-defined error: replay raises it as this class again (its module is imported)."""
+
+
+def _quota(args: Any) -> Any:
+    raise QuotaExceededError(f"quota of {args['user']} exhausted")
+
+
+TOOLS = {"search": _search, "fetch": _fetch, "quota": _quota}
 STATES = {"inventory": {"pages_cached": 3}}
 
 
@@ -162,3 +170,11 @@ def swallowing_agent(agent_input: Any, edges: Any) -> Any:
     with contextlib.suppress(Exception):
         edges.tool("search", {"q": "something else"})
     return {"fine": True}
+
+
+def quota_agent(agent_input: Any, edges: Any) -> Any:
+    try:
+        edges.tool("quota", {"user": "u1"})
+    except QuotaExceededError as exc:
+        return {"handled": str(exc)}
+    return {"handled": None}

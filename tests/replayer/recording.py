@@ -38,6 +38,15 @@ AGENT = AgentInfo("test-agent", "1.0.0", "test-host", "pytest", "0.1.0")
 T0 = 1_790_000_000_000_000  # micros
 
 
+def error_info(exc: BaseException) -> ErrorInfo:
+    """The type name as the Recorder writes it: bare for built-ins, module-qualified otherwise."""
+    cls = type(exc)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    return ErrorInfo(name, str(exc))
+
+
 @dataclass
 class LiveEdges:
     run_id: str
@@ -81,7 +90,7 @@ class LiveEdges:
         try:
             out = self.tools[name](args)
         except Exception as exc:
-            self.emit(c, None, ErrorInfo(type(exc).__name__, str(exc)))
+            self.emit(c, None, error_info(exc))
             raise
         self.emit(c, out)
         return out
@@ -120,7 +129,7 @@ def _begin(edges: LiveEdges, agent_input: Any) -> None:
 
 def _end(edges: LiveEdges, output: Any, exc: BaseException | None, finish: bool) -> None:
     if exc is not None:
-        err = ErrorInfo(type(exc).__name__, str(exc))
+        err = error_info(exc)
         edges.emit(Crossing(EventKind.ERROR, {}), None, err)
         if finish:
             edges.emit(Crossing(EventKind.RUN_FINISHED, {}), {"output": None}, err)

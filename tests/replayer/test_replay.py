@@ -117,3 +117,23 @@ def test_raise_on_divergence_false_returns_the_report() -> None:
     assert not result.matched and result.divergence is not None
     assert result.divergence.seq == 3
     assert result.to_json()["divergence"]["seq"] == 3
+
+
+def test_crossings_nested_inside_a_served_tool_call_are_not_expected_again() -> None:
+    # live, the search tool called the model itself (parent_seq = the tool's seq); under
+    # replay the tool is not run, so its nested call must be skipped, not awaited
+    import dataclasses
+
+    events = _record()
+    search = events[4]
+    nested = dataclasses.replace(events[3], seq=5, parent_seq=search.seq)
+    rest = [dataclasses.replace(e, seq=e.seq + 1) for e in events[5:]]
+    result = replay([*events[:5], nested, *rest], agents.research_agent)
+    assert result.matched and result.steps == len(events) + 1
+
+
+def test_an_agent_defined_error_is_raised_again_as_its_own_class() -> None:
+    events = _record(agents.quota_agent)
+    assert events[1].error.type == "tests.replayer.agents.QuotaExceededError"
+    result = replay(events, agents.quota_agent)
+    assert result.matched and result.output == {"handled": "quota of u1 exhausted"}
