@@ -182,3 +182,11 @@ def test_an_unfinished_archived_run_verifies_as_unfinished(tmp_path: Path, seale
     write_run(store, sealed[:8], per_segment=4)
     report = _verify(Settings(archive_url=f"file://{tmp_path / 'a'}"))
     assert not report.finished and report.status == "verified, unfinished"
+
+
+def test_a_receipt_that_is_not_json_any_more(archived) -> None:
+    settings, objects, _ = archived
+    key = receipt_key(RUN, 8, 10)
+    _path(objects, key).write_bytes(b"{ this was a receipt")
+    err = _failure(settings)
+    assert err.obj == key and err.seq == 8 and "unreadable" in str(err)

@@ -7,7 +7,7 @@ batch workers (which send results across processes) and the evidence bundle shar
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -270,6 +270,3 @@ class ReplayResult:
             "divergence": None if self.divergence is None else self.divergence.to_json(),
         }
 
-
-def error_json(err: ErrorInfo | None) -> Mapping[str, str] | None:
-    return None if err is None else {"type": err.type, "message": err.message}
