@@ -14,7 +14,7 @@ Against a live broker (``--bootstrap``, default ``$KAFKA_BOOTSTRAP_SERVERS`` or
 Prints progress lines as JSON, and last one JSON object with ``median_overhead_us``,
 ``p99_overhead_us``, ``events_per_s``, ``baseline_events_per_s``, ``throughput_ratio``.
 
-    .venv/bin/python bench/producer_overhead.py [--calls 20000] [--events 30000] [--rounds 3]
+    .venv/bin/python bench/producer_overhead.py [--calls 20000] [--events 30000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main() -> None:
     )
     ap.add_argument("--calls", type=int, default=20_000, help="latency samples")
     ap.add_argument("--events", type=int, default=30_000, help="events per throughput round")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     opts = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as spool:

@@ -12,7 +12,8 @@
 Import from here, never from the private modules.
 """
 
-from tracevault.producer._publisher import CloseReport, Publisher, PublisherStats, producer_config
+from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
+from tracevault.producer._publisher import Publisher
 from tracevault.producer._recorder import Recorder
 from tracevault.producer._spool_drain import DrainReport, SegmentReport, drain_spool, spool_status
 from tracevault.producer._tool import Tool

@@ -1,20 +1,24 @@
 """The Kafka side of the Recorder: one producer per process, never blocking the agent.
 
-``publish()`` runs on the agent's thread and only hands bytes to librdkafka (or, while Kafka
-is away, to an in-memory list); everything that can wait on the network or the disk runs on
-one background thread that owns delivery reports, the spool and draining. States:
+The agent's thread only appends an event (its key and how to encode it) to an in-memory
+queue, under a lock, and never wakes anyone: the background thread takes the queue every
+5 ms (like ``linger.ms``), because waking it per event costs the agent GIL hand-offs that
+showed up as a 300 µs p99. That one thread owns everything else, so the states below
+change without races: it encodes the Avro bytes, produces them, tracks delivery, writes and
+drains the spool. States:
 
 ``direct``
     events go to librdkafka (idempotent, ``acks=all``, zstd, ``murmur2_random``, key = run
     id). librdkafka retries without a deadline (``message.timeout.ms=0``) so its order is
-    never broken by a timeout.
+    never broken by an expiry.
 ``spooling``
     entered when nothing was acknowledged for ``spool_after_ms`` while events were
-    outstanding (or librdkafka's queue is full). Steps, in this order so a run's events stay
-    in seq order: (1) new events are held in memory; (2) everything still inside librdkafka
-    is purged and written to the spool, sorted by (run, seq); (3) held events follow, fsync'd
-    every ~20 ms. Every ``retry`` the oldest spooled events are sent again (``_drain``); once
-    the spool and the held list are empty, under the lock, the state returns to ``direct``.
+    outstanding, or librdkafka's queue is full. In this order, so a run's events stay in seq
+    order: (1) stop producing; (2) purge everything inside librdkafka and write it to the
+    spool sorted by (run, seq); (3) every later event is appended behind it (fsync'd per
+    batch, at least every ~20 ms). About every second the oldest spooled events are sent
+    again (``_drain_once``); when the spool and the queue are empty the state is ``direct``
+    again.
 
 Segments left by a process that died are adopted at start and drained the same way (their
 runs are unrelated to this process's, so order is unaffected). ``close(timeout)`` delivers
@@ -30,7 +34,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,68 +42,25 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, TraceVaultError
+from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
 from tracevault.producer._drain import drain_batch
 from tracevault.producer._spool import SpoolSegment, SpoolWriter, list_segments
 from tracevault.producer._wire import read_run_seq
 
-__all__ = ["CloseReport", "Publisher", "PublisherStats", "producer_config"]
+__all__ = ["Publisher"]
 
 logger = logging.getLogger(__name__)
 
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 _RETRY_S = 1.0
 _DRAIN_BATCH = 5000
+_POLL_EVERY = 500
+
+Item = tuple[bytes, Callable[..., bytes], tuple[Any, ...]]
 
 
-def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """The librdkafka settings every tracevault event producer uses (DESIGN.md)."""
-    return settings.kafka_config(
-        **{
-            "enable.idempotence": True,
-            "acks": "all",
-            "compression.type": "zstd",
-            "linger.ms": settings.producer_linger_ms,
-            "partitioner": "murmur2_random",
-            # Never expire a message: an expiry could let a later event of the same run land
-            # first. Outages are handled by spooling, which purges in order.
-            "message.timeout.ms": 0,
-            "logger": logging.getLogger("tracevault.producer.librdkafka"),
-            **extra,
-        }
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PublisherStats:
-    """Counters since the Publisher started (events = Kafka messages)."""
-
-    published: int
-    delivered: int
-    spooled: int
-    drained: int
-    in_flight: int
-    spooling: bool
-    lost: int
-
-
-@dataclass(frozen=True, slots=True)
-class CloseReport:
-    """What ``close`` left behind: ``undelivered`` events wait in ``spool_files``.
-
-    ``lost`` counts events that could be neither delivered nor written to the spool (a full
-    or unwritable disk); it is logged as an error and should be zero.
-    """
-
-    delivered: int
-    drained: int
-    spooled: int
-    undelivered: int
-    lost: int
-    spool_files: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return self.undelivered == 0 and self.lost == 0
+def _same(value: bytes) -> bytes:
+    return value
 
 
 _LIVE: weakref.WeakSet[Publisher] = weakref.WeakSet()
@@ -115,7 +76,7 @@ def _close_live_publishers() -> None:  # pragma: no cover - runs at interpreter 
 class Publisher:
     """One per process: a shared, thread-safe producer of TraceEvents to ``<prefix>.raw``.
 
-    Creating it opens nothing; the producer and its background thread start on the first
+    Creating it opens nothing; the producer and its background thread start with the first
     event. Use it as a context manager or call :meth:`close` before exit (an ``atexit`` hook
     closes forgotten ones with a 5 s timeout).
     """
@@ -126,25 +87,30 @@ class Publisher:
         self._spool_dir = Path(settings.spool_dir)
         self._spool_after = settings.spool_after_ms / 1000.0
         self._lock = threading.Lock()
-        self._producer: Producer | None = None
-        self._thread: threading.Thread | None = None
+        self._queue: deque[Item] = deque()
+        self._wake = threading.Event()
+        self._sleeping = False
         self._stop = threading.Event()
         self._closed = False
+        self._producer: Producer | None = None
+        self._thread: threading.Thread | None = None
+        # Owned by the background thread from here on.
         self._direct = True
         self._spool_requested = False
-        self._held: list[tuple[bytes, bytes]] = []
         self._purged: list[tuple[bytes, bytes]] = []
+        self._carry: list[tuple[bytes, bytes]] = []
         self._writer = SpoolWriter(self._spool_dir, self.topic)
         self._backlog: deque[SpoolSegment] = deque()
         self._offsets: dict[Path, int] = {}
         self._own_paths: set[Path] = set()
         self._busy_since: float | None = None
         self._last_progress = 0.0
+        self._seen_delivered = 0
         self._next_drain = 0.0
         self._published = 0
-        self._produced = 0  # handed to librdkafka directly (not via the spool)
-        self._errored = 0  # of those, reported back failed or purged
-        self._seen_delivered = 0
+        self._handled = 0
+        self._produced = 0
+        self._errored = 0
         self._spooled = 0
         self._drained = 0
         self._drained_own = 0
@@ -155,49 +121,38 @@ class Publisher:
 
     # -- agent threads ----------------------------------------------------------------------
     def publish(self, key: bytes, value: bytes) -> None:
-        """Hand one encoded event to Kafka (or the spool); never waits on the network."""
+        """Queue one encoded event for Kafka (or the spool); never waits on the network."""
+        self._enqueue(key, _same, (value,))
+
+    def _enqueue(self, key: bytes, encode: Callable[..., bytes], args: tuple[Any, ...]) -> None:
+        """Queue an event whose bytes ``encode(*args)`` makes on the background thread."""
         with self._lock:
             if self._closed:
                 raise TraceVaultError(
                     "this Publisher is closed; create a new one (one per process) before "
                     "recording more runs"
                 )
-            producer = self._producer or self._start_locked()
+            if self._thread is None:
+                self._start_locked()
             self._published += 1
-            if self._direct:
-                try:
-                    producer.produce(self.topic, value, key)
-                    self._produced += 1
-                    return
-                except (BufferError, KafkaException):
-                    # librdkafka's queue is full: Kafka is too slow or away. Spool from here on.
-                    self._direct = False
-                    self._spool_requested = True
-            self._held.append((key, value))
+            self._queue.append((key, encode, args))
 
-    def _start_locked(self) -> Producer:
+    def _start_locked(self) -> None:
         conf = producer_config(
-            self.settings,
-            on_delivery=self._on_delivery,
-            error_cb=self._on_error,
-            # Only failures come back to Python: a success costs no callback on the hot path.
-            # Acknowledged = produced - failed - still inside librdkafka.
-            **{"delivery.report.only.error": True},
+            self.settings, on_delivery=self._on_delivery, error_cb=self._on_error
         )
         try:
             self._producer = Producer(conf)
         except KafkaException as exc:
             raise ConfigError(f"the Kafka producer refused its settings: {exc}") from exc
-        self._adopt_orphans()
         self._thread = threading.Thread(
             target=self._run, name=f"tracevault-publisher-{self.topic}", daemon=True
         )
         self._thread.start()
-        return self._producer
 
-    # -- background thread ------------------------------------------------------------------
+    # -- librdkafka callbacks (served by poll on the background thread) ---------------------
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is None:  # only with delivery.report.only.error off (never, but be safe)
+        if err is None:  # only failures are reported (delivery.report.only.error)
             return
         self._errored += 1
         if err.code() not in _PURGED:
@@ -214,51 +169,90 @@ class Publisher:
         if err.fatal():
             self._spool_requested = True
 
-    def _adopt_orphans(self) -> None:
-        """Take over segments whose writer died, so this process delivers them."""
-        for seg in list_segments(self._spool_dir):
-            try:
-                if not seg.try_lock():
-                    continue
-                seg.read_header()
-            except (OSError, ValueError) as exc:
-                logger.error("cannot adopt spool segment %s: %s", seg.path, exc)
-                seg.unlock()
-                continue
-            if seg.topic != self.topic:
-                seg.unlock()  # another deployment's spool in the same directory
-                continue
-            self._backlog.append(seg)
-            self._direct = False
-        if self._backlog:
-            logger.warning(
-                "found %s spool segment(s) from an earlier process; delivering them",
-                len(self._backlog),
-            )
-
+    # -- background thread ------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            while not self._stop.is_set():
+            self._adopt_orphans()
+            while True:
+                stopping = self._stop.is_set()
                 if self._spool_requested or self._stalled():
                     self._enter_spool()
                 if self._direct:
-                    self._poll(0.05)
+                    self._pump_direct()
                 else:
                     self._spool_tick()
+                if stopping and not self._queue:
+                    break
+                if not self._queue:
+                    self._nap(0.005 if self._direct else 0.02)
         except Exception:  # pragma: no cover - a bug here must not vanish silently
-            logger.exception("tracevault publisher thread failed; events will be spooled")
+            logger.exception("tracevault publisher thread failed; undelivered events are spooled")
         finally:
             self._shutdown()
 
-    def _poll(self, timeout: float) -> None:
-        assert self._producer is not None
-        self._producer.poll(timeout)
+    def _nap(self, timeout: float) -> None:
+        self._sleeping = True
+        if not self._queue and not self._stop.is_set():
+            self._wake.wait(timeout)
+        self._sleeping = False
+        self._wake.clear()
+        producer = self._producer
+        assert producer is not None
+        producer.poll(0)
+
+    def _encode(self, item: Item) -> bytes | None:
+        _key, encode, args = item
+        try:
+            return encode(*args)
+        except Exception:
+            # Inputs were validated in the agent; this is a bug, but must not stop the thread.
+            self._lost += 1
+            logger.exception("could not encode an event for %s; it is lost", self.topic)
+            return None
+
+    def _pump_direct(self) -> None:
+        producer = self._producer
+        assert producer is not None
+        queue, produce, topic = self._queue, producer.produce, self.topic
+        n = 0
+        while queue and self._direct:
+            item = queue.popleft()
+            value = self._encode(item)
+            self._handled += 1
+            if value is None:
+                continue
+            try:
+                produce(topic, value, item[0])
+            except (BufferError, KafkaException):
+                # librdkafka's queue is full (Kafka slow or away) or the client failed: keep
+                # this event for the spool, after whatever the purge returns.
+                self._carry.append((item[0], value))
+                self._spool_requested = True
+                return
+            self._produced += 1
+            n += 1
+            if n % _POLL_EVERY == 0:
+                producer.poll(0)
+                if self._stalled():
+                    return
+
+    def _pump_to_spool(self) -> None:
+        queue = self._queue
+        records: list[tuple[bytes, bytes]] = []
+        while queue:
+            item = queue.popleft()
+            value = self._encode(item)
+            self._handled += 1
+            if value is not None:
+                records.append((item[0], value))
+        self._append(records)
 
     def _stalled(self) -> bool:
-        assert self._producer is not None
+        producer = self._producer
+        assert producer is not None
         if not self._direct:
             return False
-        if len(self._producer) == 0:
+        if len(producer) == 0:
             self._busy_since = None
             return False
         now = time.monotonic()
@@ -279,22 +273,27 @@ class Publisher:
     def _enter_spool(self) -> None:
         producer = self._producer
         assert producer is not None
-        with self._lock:
-            was_direct = self._direct
-            self._direct = False
-            self._spool_requested = False
-        if was_direct:
+        self._spool_requested = False
+        if self._direct:
             logger.warning(
                 "Kafka has not acknowledged events for %.1fs; spooling to %s",
                 self._spool_after,
                 self._spool_dir,
             )
+        self._direct = False
         producer.purge(in_queue=True, in_flight=True)
         deadline = time.monotonic() + 5.0
         while len(producer) > 0 and time.monotonic() < deadline:
             producer.poll(0.01)
+        if len(producer) > 0:
+            logger.warning(
+                "%s events were still inside the Kafka client 5s after the purge; if they are "
+                "reported later they are spooled after newer ones (the sequencer reorders)",
+                len(producer),
+            )
         self._spool_purged()
-        self._write_held()
+        carry, self._carry = self._carry, []
+        self._append(carry)
         self._busy_since = None
         self._next_drain = time.monotonic() + _RETRY_S
 
@@ -305,11 +304,6 @@ class Publisher:
         # Per run (key) in seq order: librdkafka may report in-flight and queued separately.
         purged.sort(key=lambda kv: (kv[0], read_run_seq(kv[1])[1]))
         self._append(purged)
-
-    def _write_held(self) -> None:
-        with self._lock:
-            held, self._held = self._held, []
-        self._append(held)
 
     def _append(self, records: list[tuple[bytes, bytes]]) -> None:
         if not records:
@@ -337,20 +331,39 @@ class Publisher:
             self._backlog.append(seg)
             self._own_paths.add(path)
 
+    def _adopt_orphans(self) -> None:
+        """Take over segments whose writer died, so this process delivers them."""
+        for seg in list_segments(self._spool_dir):
+            try:
+                if not seg.try_lock():
+                    continue
+                seg.read_header()
+            except (OSError, ValueError) as exc:
+                logger.error("cannot adopt spool segment %s: %s", seg.path, exc)
+                seg.unlock()
+                continue
+            if seg.topic != self.topic:
+                seg.unlock()  # another deployment's spool in the same directory
+                continue
+            self._backlog.append(seg)
+            self._direct = False
+        if self._backlog:
+            logger.warning(
+                "found %s spool segment(s) from an earlier process; delivering them first",
+                len(self._backlog),
+            )
+
     def _spool_tick(self) -> None:
         self._spool_purged()
-        self._write_held()
+        self._pump_to_spool()
         now = time.monotonic()
         if now < self._next_drain:
-            self._stop.wait(0.02)
             return
         progressed = self._drain_once(timeout=max(self._spool_after, 1.0))
-        if not self._backlog:
-            with self._lock:
-                if not self._held and not self._spool_requested:
-                    self._direct = True
-                    logger.warning("Kafka is back: spool delivered, publishing directly again")
-                    return
+        if not self._backlog and not self._queue and not self._spool_requested:
+            self._direct = True
+            logger.warning("Kafka is back: spool delivered, publishing directly again")
+            return
         self._next_drain = now if progressed else time.monotonic() + _RETRY_S
 
     def _drain_once(self, timeout: float) -> bool:
@@ -371,7 +384,7 @@ class Publisher:
             end=self._writer.size if own else None,
             batch=_DRAIN_BATCH,
             timeout=timeout,
-            between=self._write_held,
+            between=self._pump_to_spool,
         )
         self._offsets[seg.path] = result.offset
         self._drained += result.delivered
@@ -387,7 +400,7 @@ class Publisher:
                     seg.corruption.reason,
                 )
             # The writer's segment is finished only if nothing was appended meanwhile.
-            if not own or (result.offset >= self._writer.size and not self._held):
+            if not own or result.offset >= self._writer.size:
                 if own:
                     self._writer.close()
                 if seg.corruption is None:
@@ -403,20 +416,17 @@ class Publisher:
         assert producer is not None
         deadline = time.monotonic() + self._close_timeout
         if self._direct and not self._spool_requested:
-            while len(producer) > 0 and time.monotonic() < deadline:
+            self._pump_direct()
+            while len(producer) > 0 and time.monotonic() < deadline and not self._stalled():
                 producer.poll(0.05)
-                if self._stalled():
-                    break
-            if len(producer) > 0 or self._spool_requested:
-                self._enter_spool()
-        else:
+        if not self._direct or self._spool_requested or len(producer) > 0 or self._queue:
             self._enter_spool()
+            self._pump_to_spool()
         while self._backlog and time.monotonic() < deadline:
-            self._write_held()
             remaining = deadline - time.monotonic()
             if not self._drain_once(timeout=max(0.1, min(remaining, self._spool_after))):
                 break
-        self._write_held()
+        self._pump_to_spool()
         self._spool_purged()
         files = tuple(str(s.path) for s in self._backlog)
         self._writer.close()
@@ -446,6 +456,7 @@ class Publisher:
             delivered=self._delivered(),
             spooled=self._spooled,
             drained=self._drained,
+            queued=len(self._queue),
             in_flight=0 if producer is None else len(producer),
             spooling=not self._direct,
             lost=self._lost,
@@ -459,15 +470,13 @@ class Publisher:
         deadline = time.monotonic() + timeout
         while True:
             producer = self._producer
-            with self._lock:
-                idle = producer is None or (
-                    self._direct
-                    and not self._spool_requested
-                    and len(producer) == 0
-                    and not self._held
-                    and not self._backlog
-                )
-            if idle:
+            if producer is None or (
+                self._handled == self._published
+                and self._direct
+                and not self._spool_requested
+                and len(producer) == 0
+                and not self._backlog
+            ):
                 return True
             if time.monotonic() >= deadline or self._stop.is_set():
                 return False
@@ -485,6 +494,7 @@ class Publisher:
         if not already:
             self._close_timeout = timeout
             self._stop.set()
+            self._wake.set()
         if thread is not None:
             thread.join()
         if self._report is None:

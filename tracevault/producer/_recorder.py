@@ -19,8 +19,8 @@ the agent and nothing on the path waits on the network:
 from __future__ import annotations
 
 import contextvars
-import json
 import inspect
+import json
 import random
 import secrets
 import socket
@@ -45,7 +45,7 @@ from tracevault.edges import (
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
-from tracevault.producer._wire import EventEncoder
+from tracevault.producer._wire import EventEncoder, EventFields
 from tracevault.schemas import AgentInfo, ErrorInfo, EventKind, canonical_json
 
 __all__ = ["Recorder"]
@@ -53,6 +53,7 @@ __all__ = ["Recorder"]
 _MISSING: Any = object()
 _NULL = b"null"
 _EMPTY = b"{}"
+_NONE6 = (None, None, None, None, None, None)
 _MAX_ERROR_CHARS = 16_384
 _MAX_ATTRIBUTE_BYTES = 8_192
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -161,11 +162,12 @@ class Recorder:
         self._enc = EventEncoder(
             run_id, AgentInfo(agent_id, agent_version, _HOST, harness, __version__)
         )
+        self._encode = self._enc.encode_fields
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
         self._next_emit = 0
-        self._waiting: dict[int, bytes] = {}
+        self._waiting: dict[int, EventFields] = {}
         self._started = False
         self._finished = False
         self._input = input
@@ -252,8 +254,18 @@ class Recorder:
         seq = self._alloc()
         self._emit(
             seq,
-            self._enc.encode(
-                seq, EventKind.RUN_STARTED, _now_us(), request, _NULL, attributes=self._attributes
+            (
+                seq,
+                EventKind.RUN_STARTED,
+                _now_us(),
+                request,
+                _NULL,
+                None,
+                None,
+                None,
+                None,
+                None,
+                self._attributes,
             ),
         )
 
@@ -264,19 +276,31 @@ class Recorder:
             self._fail(exc)
             raise
         seq = self._alloc(final=True)
-        self._emit(seq, self._enc.encode(seq, EventKind.RUN_FINISHED, _now_us(), _EMPTY, response))
+        self._emit(seq, (seq, EventKind.RUN_FINISHED, _now_us(), _EMPTY, response, *_NONE6))
 
     def _fail(self, exc: BaseException) -> None:
         if self._finished:
             return
         err = _error_info(exc)
         seq = self._alloc()
-        self._emit(seq, self._enc.encode(seq, EventKind.ERROR, _now_us(), _EMPTY, _NULL, error=err))
+        self._emit(
+            seq, (seq, EventKind.ERROR, _now_us(), _EMPTY, _NULL, None, None, err, None, None, None)
+        )
         seq = self._alloc(final=True)
         self._emit(
             seq,
-            self._enc.encode(
-                seq, EventKind.RUN_FINISHED, _now_us(), _EMPTY, b'{"output":null}', error=err
+            (
+                seq,
+                EventKind.RUN_FINISHED,
+                _now_us(),
+                _EMPTY,
+                b'{"output":null}',
+                None,
+                None,
+                err,
+                None,
+                None,
+                None,
             ),
         )
 
@@ -310,18 +334,22 @@ class Recorder:
                 self._finished = True
             return seq
 
-    def _emit(self, seq: int, value: bytes) -> None:
-        """Publish in seq order: a crossing that completes early waits for earlier ones."""
+    def _emit(self, seq: int, fields: EventFields) -> None:
+        """Publish in seq order: a crossing that completes early waits for earlier ones.
+
+        The Avro bytes are made on the Publisher's thread (``encode_fields``), off the
+        agent's path; everything in ``fields`` is already validated.
+        """
         with self._lock:
             if seq != self._next_emit:
-                self._waiting[seq] = value
+                self._waiting[seq] = fields
                 return
-            publish = self._publisher.publish
-            publish(self._key, value)
+            enqueue, key, encode = self._publisher._enqueue, self._key, self._encode
+            enqueue(key, encode, (fields,))
             nxt = seq + 1
             waiting = self._waiting
             while nxt in waiting:
-                publish(self._key, waiting.pop(nxt))
+                enqueue(key, encode, (waiting.pop(nxt),))
                 nxt += 1
             self._next_emit = nxt
 
@@ -347,18 +375,18 @@ class Recorder:
         c = op.crossing
         self._emit(
             op.seq,
-            self._enc.encode(
+            (
                 op.seq,
                 c.kind,
                 op.at,
                 op.request,
                 response,
-                model=c.model,
-                seed=c.seed,
-                error=error,
-                idempotency_key=op.key,
-                parent_seq=op.parent,
-                attributes={"duration_us": str(duration)},
+                c.model,
+                c.seed,
+                error,
+                op.key,
+                op.parent,
+                duration,
             ),
         )
 
@@ -414,14 +442,18 @@ class Recorder:
         seq = self._alloc()
         self._emit(
             seq,
-            self._enc.encode(
+            (
                 seq,
                 crossing.kind,
                 at,
                 request,
                 response,
-                seed=seed,
-                parent_seq=self._parent(),
+                None,
+                seed,
+                None,
+                None,
+                self._parent(),
+                None,
             ),
         )
 

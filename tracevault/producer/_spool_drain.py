@@ -17,8 +17,8 @@ from typing import Literal
 from confluent_kafka import Producer
 
 from tracevault.config import Settings
+from tracevault.producer._delivery import producer_config
 from tracevault.producer._drain import drain_batch
-from tracevault.producer._publisher import producer_config
 from tracevault.producer._spool import SpoolSegment, list_segments
 
 __all__ = ["DrainReport", "SegmentReport", "drain_spool", "spool_status"]
@@ -128,7 +128,7 @@ def drain_spool(
         on_total(sum(n for _, n in opened))
     if not opened:
         return DrainReport(str(settings.spool_dir), tuple(reports))
-    producer = Producer(producer_config(settings, **{"delivery.report.only.error": True}))
+    producer = Producer(producer_config(settings))
     try:
         for seg, total in opened:
             reports.append(

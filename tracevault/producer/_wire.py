@@ -25,7 +25,24 @@ from tracevault.schemas import (
     encode_event,
 )
 
-__all__ = ["EventEncoder", "avro_long", "read_run_seq"]
+__all__ = ["EventEncoder", "EventFields", "avro_long", "read_run_seq"]
+
+#: seq, kind, at, request, response, model, seed, error, idempotency_key, parent_seq, and
+#: attributes or just the call's duration in µs: one event as the agent thread hands it over
+#: (a tuple is the cheapest record to build).
+EventFields = tuple[
+    int,
+    EventKind,
+    int,
+    bytes,
+    bytes,
+    "str | None",
+    "int | None",
+    "ErrorInfo | None",
+    "str | None",
+    "int | None",
+    "int | Mapping[str, str] | None",
+]
 
 _KINDS = [
     "RUN_STARTED",
@@ -124,6 +141,23 @@ class EventEncoder:
                 agent.harness,
                 agent.sdk_version,
             )
+        )
+
+    def encode_fields(self, fields: EventFields) -> bytes:
+        """``encode`` from one tuple, for deferred encoding off the agent thread."""
+        seq, kind, at, request, response, model, seed, error, key, parent, extra = fields
+        return self.encode(
+            seq,
+            kind,
+            at,
+            request,
+            response,
+            model=model,
+            seed=seed,
+            error=error,
+            idempotency_key=key,
+            parent_seq=parent,
+            attributes={"duration_us": str(extra)} if isinstance(extra, int) else extra,
         )
 
     def encode(
