@@ -82,7 +82,8 @@ def test_bad_model_request_names_the_field_and_calls_nothing(
 @pytest.mark.parametrize(
     ("model", "path_word"),
     [("", "exact model build"), ("gpt-4o-latest", "alias"), ("latest", "alias"),
-     (None, "exact model build"), (" gpt-4o ", "white space")],
+     (None, "exact model build"), (" gpt-4o ", "white space"),
+     ("gpt-4o-2024-08-06\udc80", "UTF-8")],
 )  # fmt: skip
 def test_invalid_model_id_is_refused(publisher: Publisher, model: Any, path_word: str) -> None:
     calls = Calls()

@@ -41,6 +41,8 @@ class Ledger:
 def search(args: JSON) -> JSON:
     if args["q"] == "boom":
         raise LookupError("index offline")
+    if args["q"] == "surrogate":
+        raise ValueError("bad byte \udc80 from a decoded file name")
     return {"hits": [args["q"]] * 3}
 
 
@@ -155,6 +157,19 @@ def test_tool_exception_is_recorded_and_reraised_then_error_and_run_finished(
     assert tool_ev.response == b"null"
     assert error_ev.error == tool_ev.error == finished.error
     assert json.loads(finished.response) == {"output": None}
+
+
+def test_an_exception_message_that_is_not_utf8_is_recorded_escaped(
+    settings: Settings, publisher: Publisher
+) -> None:
+    rec = recorder(publisher)
+    with pytest.raises(ValueError, match="bad byte"):
+        rec.run(lambda task, e: e.tool("search", {"q": "surrogate"}), None)
+    assert publisher.flush(30)
+    evs = events_of(settings, rec.run_id, 4)
+    assert evs[1].error is not None
+    assert evs[1].error.message == "bad byte \\udc80 from a decoded file name"
+    assert publisher.stats().lost == 0
 
 
 def test_with_form_sync_and_async_and_arun(settings: Settings, publisher: Publisher) -> None:

@@ -83,12 +83,25 @@ def _error_info(exc: BaseException) -> ErrorInfo:
     cls = type(exc)
     mod = cls.__module__
     name = cls.__qualname__ if mod == "builtins" else f"{mod}.{cls.__qualname__}"
-    return ErrorInfo(name, str(exc)[:_MAX_ERROR_CHARS])
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not hide the exception being recorded
+        message = f"<unprintable {cls.__qualname__}>"
+    # Lone surrogates cannot be UTF-8 (Avro strings): keep them visible as escapes.
+    message = message[:_MAX_ERROR_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+    return ErrorInfo(name, message)
 
 
 def _is_text(value: object) -> bool:
+    """A str that UTF-8 can encode (no lone surrogates): the Avro strings must be."""
     # Callers are typed, agents are not: runtime checks for what annotations promise.
-    return isinstance(value, str)
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_seed(seed: object, path: str = "$.seed") -> None:
@@ -131,9 +144,10 @@ class Recorder:
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
-        for field, value in (("agent_id", agent_id), ("agent_version", agent_version)):
+        named = (("agent_id", agent_id), ("agent_version", agent_version), ("harness", harness))
+        for field, value in named:
             if not _is_text(value) or not value.strip():
-                raise ConfigError(f"Recorder({field}=...) must be a non-empty string")
+                raise ConfigError(f"Recorder({field}=...) must be a non-empty UTF-8 string")
         if run_id is None:
             run_id = str(uuid.uuid4())
         elif not _is_text(run_id) or not run_id or len(run_id.encode()) > 255:
@@ -147,7 +161,7 @@ class Recorder:
             raise ConfigError("Recorder(model=...) must be callable")
         attrs = dict(attributes or {})
         if any(not _is_text(k) or not _is_text(v) for k, v in attrs.items()):
-            raise ConfigError("Recorder(attributes=...) must map str to str")
+            raise ConfigError("Recorder(attributes=...) must map str to str (UTF-8)")
         if sum(len(k) + len(v) for k, v in attrs.items()) > _MAX_ATTRIBUTE_BYTES:
             raise ConfigError(
                 f"Recorder(attributes=...) is over {_MAX_ATTRIBUTE_BYTES} characters; keep "
@@ -459,6 +473,8 @@ class Recorder:
 
     # -- the edges --------------------------------------------------------------------------
     def _model_target(self, request: JSON, model: str, seed: int | None) -> Callable[..., Any]:
+        if not _is_text(model):
+            raise PayloadError(f"$.model {model!r} is not UTF-8 text", "$.model")
         _check_seed(seed)
         fn = self._model_fn
         if fn is None:
