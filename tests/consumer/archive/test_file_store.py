@@ -16,24 +16,26 @@ from tracevault.errors import ConfigError
 FUTURE = datetime.now(UTC) + timedelta(days=183)
 
 
-def test_objects_and_their_locks_are_read_only_files(tmp_path: Path) -> None:
+def test_objects_are_read_only_files_whose_mtime_is_the_retain_until(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
     store.put("runs/r/seg", b"data", retain_until=FUTURE)
     obj = tmp_path / "objects" / "runs" / "r" / "seg"
-    lock = tmp_path / "locks" / "runs" / "r" / "seg.json"
     assert obj.read_bytes() == b"data"
     assert stat.S_IMODE(obj.stat().st_mode) == 0o444
-    assert stat.S_IMODE(lock.stat().st_mode) == 0o444
-    assert json.loads(lock.read_bytes())["lock_mode"] == "COMPLIANCE"
+    assert obj.stat().st_mtime_ns // 1000 == int(FUTURE.timestamp() * 1_000_000)
+    assert json.loads((tmp_path / "store.json").read_bytes())["lock_mode"] == "COMPLIANCE"
+
+
+def test_the_lock_mode_is_fixed_when_the_store_is_made(tmp_path: Path) -> None:
+    open_store(f"file://{tmp_path}", Settings(lock_mode="GOVERNANCE"))
+    store = open_store(f"file://{tmp_path}", Settings())
+    store.put("k", b"v", retain_until=FUTURE)
+    assert store.head("k").lock_mode == "GOVERNANCE"
 
 
 def test_leftovers_of_a_crashed_put_are_invisible_and_harmless(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
-    # What a SIGKILL mid-put can leave: a temp file and a lock whose object never appeared.
-    (tmp_path / "tmp" / "deadbeef").write_bytes(b"half an obj")
-    orphan = tmp_path / "locks" / "runs" / "r" / "seg.json"
-    orphan.parent.mkdir(parents=True)
-    orphan.write_text('{"lock_mode": "COMPLIANCE", "retain_until": "2000-01-01T00:00:00+00:00"}')
+    (tmp_path / "tmp" / "deadbeef").write_bytes(b"half an object a SIGKILL left")
     assert store.list("") == []
     store.put("runs/r/seg", b"whole", retain_until=FUTURE)
     assert store.head("runs/r/seg").retain_until == FUTURE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -96,9 +97,10 @@ def test_retention_report_shows_locks_and_flags_short_retention(store: ObjectSto
     assert "under 183" in runs["short"].problems[0]
 
 
-def test_retention_report_flags_an_unlocked_file(tmp_path: Path) -> None:
+def test_retention_report_flags_a_file_whose_lock_was_reset(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "r", datetime.now(UTC))
-    (tmp_path / "locks" / "runs" / "r" / "final.receipt.json.json").unlink()
+    os.utime(tmp_path / "objects" / "runs" / "r" / "final.receipt.json")  # mtime = now
     (bad,) = retention_report(store)
-    assert bad.problems == ["runs/r/final.receipt.json: not locked"]
+    assert len(bad.problems) == 1
+    assert bad.problems[0].startswith("runs/r/final.receipt.json: retained 0.0 days")

@@ -7,19 +7,23 @@ Loop, per batch of messages:
 2. an event at or below the archived seq is skipped (it was archived before a crash); the
    next seq is checked against the chain (prev_hash = last hash, hash = link(prev, raw)) and
    buffered; a seq beyond the next one is a hole and stops the archiver loudly;
-3. a run's buffer becomes a segment at RUN_FINISHED (plus the final receipt) or when it
-   reaches the configured event count, byte size or age;
-4. offsets are committed only up to the first event still buffered in each partition, i.e.
-   only for events whose objects are durably written.
+3. a run's buffer becomes a segment job at RUN_FINISHED (plus the final receipt) or when it
+   reaches the configured event count, byte size or age. Writer threads run the jobs, each
+   run always on the same one so its segments go in order (compression and I/O release the
+   GIL, so parsing and writing overlap, and fsync or PUT latencies overlap each other);
+4. offsets are committed only up to the first event of each partition that is still
+   buffered or in a job not yet written, i.e. only for events whose objects are durable.
 
-A SIGKILL anywhere loses only buffered events, which Kafka re-delivers; the cursor skips what
-was written. On revocation the buffers of the revoked partitions are dropped for the same
-reason: their new owner reads them again from the committed offset.
+A SIGKILL anywhere loses only unwritten events, which Kafka re-delivers; the cursor skips
+what was written. On revocation the writer is drained first (no write after we lose the
+partition), then the buffers of the revoked partitions are dropped: their new owner reads
+them again from the committed offset.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -35,13 +39,15 @@ from tracevault.config import Settings
 from tracevault.consumer.archive._sealed import Sealed, parse_sealed
 from tracevault.consumer.archive._store import ObjectStore, open_store, utc_now
 from tracevault.consumer.archive._writer import ArchiveWriter, RunCursor
-from tracevault.errors import ArchiveError, ChainError, ServiceUnavailableError
+from tracevault.errors import ArchiveError, ChainError, SchemaError, ServiceUnavailableError
 
 __all__ = ["Archiver", "ArchiverStats"]
 
 log = logging.getLogger(__name__)
 
-_CURSOR_CACHE = 100_000
+_RUN_CACHE = 100_000  # run states kept; the oldest idle ones are dropped (reloaded if seen)
+_QUEUE_JOBS = 8  # per writer; back-pressure: parsing waits when the writers fall behind
+_WRITERS = 4  # I/O-bound (fsync, S3 PUT latency): more writers than cores pays
 
 
 @dataclass(slots=True)
@@ -52,16 +58,35 @@ class ArchiverStats:
     events_skipped: int = 0
     segments_written: int = 0
     runs_finished: int = 0
+    first_message_at: float | None = None  # time.monotonic() of the first message consumed
+    last_write_at: float | None = None  # time.monotonic() after the last segment was written
 
 
 @dataclass(slots=True)
-class _Buffer:
+class _Run:
+    """The main thread's view of a run: what is accepted (written, queued or buffered)."""
+
+    cursor: RunCursor  # belongs to the writer thread once the run has a job
+    partition: int
+    next_seq: int
+    last_hash: bytes
+    finished: bool
+    buffer: list[Sealed] = field(default_factory=list)
+    first_offset: int = -1
+    opened: float = 0.0
+    size: int = 0
+    jobs: int = 0
+
+
+@dataclass(slots=True)
+class _Job:
+    run_id: str
     cursor: RunCursor
+    events: list[Sealed]
     partition: int
     first_offset: int
-    opened: float
-    events: list[Sealed] = field(default_factory=list)
-    size: int = 0
+    done: bool = False
+    finished_at: float = 0.0
 
 
 class Archiver:
@@ -81,16 +106,75 @@ class Archiver:
         self.group_id = settings.archive_group_id or f"tracevault-archiver.{settings.topic_prefix}"
         self.stats = ArchiverStats()
         self._stop = threading.Event()
-        self._cursors: OrderedDict[str, RunCursor] = OrderedDict()
-        self._buffers: dict[str, _Buffer] = {}
+        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._jobs: list[_Job] = []  # submitted, not yet reaped, in submission order
+        # A run always goes to the same writer, so its segments are written in order.
+        self._queues: list[queue.Queue[_Job | None]] = [
+            queue.Queue(maxsize=_QUEUE_JOBS) for _ in range(_WRITERS)
+        ]
+        self._writer_error: BaseException | None = None
         self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
         self._committed: dict[int, int] = {}
-        self._run_partition: dict[str, int] = {}
         self._assigned_at: float | None = None  # idle time counts from the first assignment
+        self._max_events = settings.archive_segment_max_events
+        self._max_bytes = settings.archive_segment_max_bytes
 
     def stop(self) -> None:
         """Ask ``run()`` to flush, commit and return (safe from a signal handler)."""
         self._stop.set()
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def _write_loop(self, jobs: queue.Queue[_Job | None]) -> None:
+        while True:
+            job = jobs.get()
+            try:
+                if job is None:
+                    return
+                if self._writer_error is None:  # after a failure, only drain the queue
+                    self.writer.write_segment(job.cursor, job.events)
+                    job.finished_at = time.monotonic()
+                    job.done = True
+            except BaseException as exc:
+                self._writer_error = exc
+            finally:
+                jobs.task_done()
+
+    def _submit(self, job: _Job) -> None:
+        self._jobs.append(job)
+        jobs = self._queues[hash(job.run_id) % len(self._queues)]
+        while True:
+            self._raise_writer_error()
+            try:
+                jobs.put(job, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _raise_writer_error(self) -> None:
+        if self._writer_error is not None:
+            raise self._writer_error
+
+    def _drain(self) -> None:
+        """Wait until every submitted job is written (or the writer failed)."""
+        for jobs in self._queues:
+            jobs.join()
+        self._reap()
+
+    def _reap(self) -> None:
+        """Account for written jobs (the writer's errors are raised by the main loop)."""
+        done = [j for j in self._jobs if j.done]
+        if not done:
+            return
+        self._jobs = [j for j in self._jobs if not j.done]
+        for job in done:
+            self.stats.events_archived += len(job.events)
+            self.stats.segments_written += 1
+            self.stats.runs_finished += 1 if job.events[-1].finishes_run else 0
+            self.stats.last_write_at = max(self.stats.last_write_at or 0.0, job.finished_at)
+            run = self._runs.get(job.run_id)
+            if run is not None:
+                run.jobs -= 1
 
     # -- Kafka ------------------------------------------------------------------------------
 
@@ -101,6 +185,9 @@ class Archiver:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
+            # Bigger fetches: segments are written in bulk, and librdkafka's 1 MiB default
+            # per partition made fetch round trips the archiver's bottleneck.
+            "max.partition.fetch.bytes": 8 * 1024 * 1024,
             "log_level": 3,
         }
         if self.settings.archive_instance_id:
@@ -113,13 +200,11 @@ class Archiver:
 
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         gone = {p.partition for p in parts}
+        self._drain()  # nothing of ours may be written after the partitions move on
         # Unwritten events of revoked partitions are not committed: their next owner
         # re-reads them, and its cursor skips whatever we did write.
-        for run_id in [r for r, b in self._buffers.items() if b.partition in gone]:
-            del self._buffers[run_id]
-        for run_id in [r for r, p in self._run_partition.items() if p in gone]:
-            self._cursors.pop(run_id, None)
-            del self._run_partition[run_id]
+        for run_id in [r for r, run in self._runs.items() if run.partition in gone]:
+            del self._runs[run_id]
         for p in gone:
             self._consumed.pop(p, None)
             self._committed.pop(p, None)
@@ -134,11 +219,20 @@ class Archiver:
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
         )
+        writers = [
+            threading.Thread(target=self._write_loop, args=(q,), name=f"archive-writer-{i}")
+            for i, q in enumerate(self._queues)
+        ]
+        for w in writers:
+            w.daemon = True
+            w.start()
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
         last_msg: float | None = None
         try:
             while not self._stop.is_set():
-                msgs = consumer.consume(num_messages=5000, timeout=0.2)
+                msgs = consumer.consume(num_messages=1000, timeout=0.2)
+                if msgs and self.stats.first_message_at is None:
+                    self.stats.first_message_at = time.monotonic()
                 for msg in msgs:
                     err = msg.error()
                     if err is not None:
@@ -151,19 +245,29 @@ class Archiver:
                 if msgs:
                     last_msg = time.monotonic()
                 self._flush_aged()
+                self._reap()
+                self._raise_writer_error()
                 self._commit(consumer)
                 since = last_msg or self._assigned_at
                 if (
                     until_idle is not None
                     and since is not None
-                    and not self._buffers
+                    and not self._jobs
+                    and not any(r.buffer for r in self._runs.values())
                     and time.monotonic() - since >= until_idle
                 ):
                     break
-            for run_id in list(self._buffers):
-                self._flush(run_id)
+            for run in list(self._runs.values()):
+                if run.buffer:
+                    self._flush(run)
+            self._drain()
+            self._raise_writer_error()
             self._commit(consumer)
         finally:
+            for q in self._queues:
+                q.put(None)
+            for w in writers:
+                w.join(60)
             consumer.close()
         log.info(
             "archiver stopped: %d events archived, %d skipped, %d segments, %d runs finished",
@@ -180,14 +284,17 @@ class Archiver:
         log.warning("Kafka consumer: %s", err.str())
 
     def _commit(self, consumer: Consumer) -> None:
-        first_buffered: dict[int, int] = {}
-        for b in self._buffers.values():
-            first_buffered[b.partition] = min(
-                b.first_offset, first_buffered.get(b.partition, b.first_offset)
-            )
+        hold: dict[int, int] = {}  # partition -> first offset not yet durable
+        for run in self._runs.values():
+            if run.buffer:
+                hold[run.partition] = min(
+                    run.first_offset, hold.get(run.partition, run.first_offset)
+                )
+        for job in self._jobs:
+            hold[job.partition] = min(job.first_offset, hold.get(job.partition, job.first_offset))
         offsets = []
         for p, consumed in self._consumed.items():
-            upto = first_buffered.get(p, consumed)
+            upto = hold.get(p, consumed)
             if self._committed.get(p) != upto:
                 offsets.append(TopicPartition(self.topic, p, upto))
         if not offsets:
@@ -209,74 +316,63 @@ class Archiver:
 
     # -- runs -------------------------------------------------------------------------------
 
-    def _cursor(self, run_id: str, partition: int) -> RunCursor:
-        cur = self._cursors.get(run_id)
-        if cur is None:
-            cur = self.writer.cursor(run_id)
-            self._cursors[run_id] = cur
-            self._run_partition[run_id] = partition
-            if len(self._cursors) > _CURSOR_CACHE:
-                self._evict()
-        else:
-            self._cursors.move_to_end(run_id)
-        return cur
-
-    def _evict(self) -> None:
-        for run_id in list(self._cursors)[: _CURSOR_CACHE // 10]:
-            if run_id not in self._buffers:
-                del self._cursors[run_id]
-                self._run_partition.pop(run_id, None)
+    def _load(self, run_id: str, partition: int) -> _Run:
+        cur = self.writer.cursor(run_id)
+        run = _Run(cur, partition, cur.next_seq, cur.last_hash, cur.finished)
+        self._runs[run_id] = run
+        if len(self._runs) > _RUN_CACHE:
+            for old in list(self._runs)[: _RUN_CACHE // 10]:
+                r = self._runs[old]
+                if not r.buffer and not r.jobs:
+                    del self._runs[old]
+        return run
 
     def _take(self, partition: int, offset: int, value: bytes | None) -> None:
         self._consumed[partition] = offset + 1
         if value is None:
             raise ArchiveError(f"{self.topic}[{partition}]@{offset} has no value")
-        ev = parse_sealed(value, what=f"{self.topic}[{partition}]@{offset}")
-        buf = self._buffers.get(ev.run_id)
-        cur = buf.cursor if buf is not None else self._cursor(ev.run_id, partition)
-        expected = cur.next_seq + (len(buf.events) if buf is not None else 0)
-        if cur.finished or ev.seq < expected:
+        try:
+            ev = parse_sealed(value)
+        except SchemaError as exc:
+            raise SchemaError(f"{self.topic}[{partition}]@{offset}: {exc}") from exc
+        run = self._runs.get(ev.run_id) or self._load(ev.run_id, partition)
+        if run.finished or ev.seq < run.next_seq:
             self.stats.events_skipped += 1
             return
-        if ev.seq > expected:
+        if ev.seq > run.next_seq:
             raise ArchiveError(
                 f"run {ev.run_id!r}: {self.topic}[{partition}]@{offset} is seq {ev.seq}, but "
-                f"seq {expected} was expected; the sealed topic has a hole (retention shorter "
-                "than the archiver's lag?). Operator action: find the missing events before "
-                "restarting; the archive never skips a seq"
+                f"seq {run.next_seq} was expected; the sealed topic has a hole (retention "
+                "shorter than the archiver's lag?). Operator action: find the missing events "
+                "before restarting; the archive never skips a seq"
             )
-        prev = buf.events[-1].hash if buf is not None and buf.events else cur.last_hash
-        if ev.prev_hash != prev or link(prev, ev.raw) != ev.hash:
+        if ev.prev_hash != run.last_hash or link(run.last_hash, ev.raw) != ev.hash:
             raise ChainError(
                 f"run {ev.run_id!r} seq {ev.seq} at {self.topic}[{partition}]@{offset} does "
                 "not continue the run's hash chain; refusing to archive it",
                 seq=ev.seq,
                 obj=f"{self.topic}[{partition}]@{offset}",
             )
-        if buf is None:
-            buf = _Buffer(cur, partition, offset, time.monotonic())
-            self._buffers[ev.run_id] = buf
-        buf.events.append(ev)
-        buf.size += len(ev.body)
-        s = self.settings
-        if (
-            ev.finishes_run
-            or len(buf.events) >= s.archive_segment_max_events
-            or buf.size >= s.archive_segment_max_bytes
-        ):
-            self._flush(ev.run_id)
+        if not run.buffer:
+            run.first_offset = offset
+            run.opened = time.monotonic()
+        run.buffer.append(ev)
+        run.size += len(ev.body)
+        run.next_seq += 1
+        run.last_hash = ev.hash
+        if ev.finishes_run:
+            run.finished = True
+            self._flush(run)
+        elif len(run.buffer) >= self._max_events or run.size >= self._max_bytes:
+            self._flush(run)
 
     def _flush_aged(self) -> None:
         deadline = time.monotonic() - self.settings.archive_segment_max_age_s
-        for run_id in [r for r, b in self._buffers.items() if b.opened <= deadline]:
-            self._flush(run_id)
+        for run in list(self._runs.values()):
+            if run.buffer and run.opened <= deadline:
+                self._flush(run)
 
-    def _flush(self, run_id: str) -> None:
-        buf = self._buffers.pop(run_id)
-        if not buf.events:
-            return
-        self.writer.write_segment(buf.cursor, buf.events)
-        self.stats.events_archived += len(buf.events)
-        self.stats.segments_written += 1
-        if buf.cursor.finished:
-            self.stats.runs_finished += 1
+    def _flush(self, run: _Run) -> None:
+        events, run.buffer, run.size = run.buffer, [], 0
+        run.jobs += 1
+        self._submit(_Job(events[0].run_id, run.cursor, events, run.partition, run.first_offset))

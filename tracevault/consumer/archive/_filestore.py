@@ -2,18 +2,24 @@
 
 On disk::
 
-    PATH/objects/<key>        the object, mode 0444 once written
-    PATH/locks/<key>.json     {"lock_mode", "retain_until", "sha256"}, mode 0444
+    PATH/store.json           {"format": 1, "lock_mode": ...}, fixed when the store is made
+    PATH/objects/<key>        the object: mode 0444, mtime = its retain-until
     PATH/holds/<key>          empty marker while the object is under legal hold
     PATH/tmp/                 objects being written (never visible under objects/)
 
-Why this shape: an object appears by ``os.link`` of a fully written, fsynced temp file, which
-fails if the name exists, so a crash leaves either nothing or the whole object and a second
-writer can never replace a first. The lock is written (atomically, ``os.replace``) *before*
-the object appears, so no visible object is ever without its retain-until. The files are
-read-only, but file permissions do not stop root or the owner: the real enforcement is that
-every tracevault path goes through this class. For tamper-proof retention use ``s3://`` with
-Object Lock in COMPLIANCE mode.
+Why this shape:
+
+- An object appears by ``os.link`` of a fully written, fsynced temp file, which fails if the
+  name exists: a crash leaves either nothing or the whole object, and a second writer can
+  never replace a first.
+- The retain-until is the object's **mtime** (as NetApp SnapLock keeps it in the atime), set
+  on the temp file before it is fsynced, so the lock is part of the object's own inode: no
+  visible object is ever without it, and it costs no second file (two fsyncs per put, not
+  four). ``ctime``, which no user call can set, is when the object was written; the
+  retention report compares the two.
+- Permissions do not stop root or the owner: the enforcement is that every tracevault path
+  goes through this class. For tamper-proof retention use ``s3://`` with Object Lock in
+  COMPLIANCE mode.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ __all__ = ["FileStore"]
 log = logging.getLogger(__name__)
 
 _READ_ONLY = 0o444
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -50,24 +57,53 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _ns(at: datetime) -> int:
+    delta = at.astimezone(UTC) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def _from_ns(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).replace(
+        microsecond=(ns % 1_000_000_000) // 1_000
+    )
+
+
 class FileStore:
     """A directory that behaves like a write-once, retention-locked bucket."""
 
     def __init__(self, root: str | Path, *, lock_mode: LockMode = "COMPLIANCE") -> None:
         self.root = Path(root).resolve()
-        self._lock_mode: LockMode = lock_mode
         self._objects = self.root / "objects"
-        self._locks = self.root / "locks"
         self._holds = self.root / "holds"
         self._tmp = self.root / "tmp"
+        self._dirs: set[Path] = set()
         try:
-            for d in (self._objects, self._locks, self._holds, self._tmp):
+            for d in (self._objects, self._holds, self._tmp):
                 d.mkdir(parents=True, exist_ok=True)
+            self._lock_mode = self._store_meta(lock_mode)
         except OSError as exc:
             raise ServiceUnavailableError(
                 f"archive directory {self.root} cannot be created or written: {exc}; "
                 "check the path and its permissions"
             ) from exc
+
+    def _store_meta(self, lock_mode: LockMode) -> LockMode:
+        meta = self.root / "store.json"
+        if not meta.exists():
+            tmp = self._write_tmp(json.dumps({"format": 1, "lock_mode": lock_mode}).encode())
+            with contextlib.suppress(FileExistsError):  # another process made it first
+                os.link(tmp, meta)
+            tmp.unlink()
+            _fsync_dir(self.root)
+        recorded: LockMode = json.loads(meta.read_bytes())["lock_mode"]
+        if recorded != lock_mode:
+            log.warning(
+                "file store %s was made with lock mode %s; the configured %s does not apply",
+                self.root,
+                recorded,
+                lock_mode,
+            )
+        return recorded
 
     @property
     def url(self) -> str:
@@ -80,19 +116,18 @@ class FileStore:
     def _obj(self, key: str) -> Path:
         return self._objects / check_key(key)
 
-    def _lock(self, key: str) -> Path:
-        return self._locks / (check_key(key) + ".json")
-
     def _hold(self, key: str) -> Path:
         return self._holds / check_key(key)
 
-    def _write_tmp(self, data: bytes) -> Path:
+    def _write_tmp(self, data: bytes, until: datetime | None = None) -> Path:
         tmp = self._tmp / uuid.uuid4().hex
         with open(tmp, "xb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), _READ_ONLY)
+            if until is not None:
+                os.utime(f.fileno(), ns=(_ns(until), _ns(until)))
             os.fsync(f.fileno())
-        os.chmod(tmp, _READ_ONLY)
         return tmp
 
     def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
@@ -100,20 +135,11 @@ class FileStore:
         if path.exists():
             self._same_or_raise(key, path, data)
             return
-        digest = hashlib.sha256(data).hexdigest()
-        lock = {
-            "lock_mode": self._lock_mode,
-            "retain_until": retain_until.isoformat(),
-            "sha256": digest,
-        }
-        lock_path = self._lock(key)
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # A lock left by a crash before its object appeared protects nothing: replace it.
-        tmp_lock = self._write_tmp(json.dumps(lock, sort_keys=True).encode())
-        os.replace(tmp_lock, lock_path)
-        _fsync_dir(lock_path.parent)
-        tmp = self._write_tmp(data)
+        parent = path.parent
+        if parent not in self._dirs:
+            parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(parent)
+        tmp = self._write_tmp(data, retain_until)
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -121,7 +147,7 @@ class FileStore:
             return
         finally:
             tmp.unlink()
-        _fsync_dir(path.parent)
+        _fsync_dir(parent)
 
     def _same_or_raise(self, key: str, path: Path, data: bytes) -> None:
         existing = path.read_bytes()
@@ -141,9 +167,7 @@ class FileStore:
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        start = self._objects / base if base else self._objects
-        if base:
-            check_key(base)
+        start = self._objects / check_key(base) if base else self._objects
         out: list[ObjectInfo] = []
         for dirpath, _dirs, files in os.walk(start):
             rel = Path(dirpath).relative_to(self._objects).as_posix()
@@ -160,22 +184,21 @@ class FileStore:
             st = self._obj(key).stat()
         except FileNotFoundError:
             raise NotFoundError(f"object {key} does not exist in {self.url}") from None
-        try:
-            lock = json.loads(self._lock(key).read_bytes())
-            mode: str | None = lock["lock_mode"]
-            until: datetime | None = datetime.fromisoformat(lock["retain_until"])
-        except FileNotFoundError:
-            mode, until = None, None
-        written = datetime.fromtimestamp(st.st_mtime, tz=UTC)
-        return ObjectInfo(key, st.st_size, mode, until, self._hold(key).exists(), written)
+        return ObjectInfo(
+            key,
+            st.st_size,
+            self._lock_mode,
+            _from_ns(st.st_mtime_ns),
+            self._hold(key).exists(),
+            _from_ns(st.st_ctime_ns),
+        )
 
     def delete(self, key: str, *, now: datetime | None = None) -> None:
         info = self.head(key)
         check_deletable(info, now)
-        self._obj(key).unlink()
-        with contextlib.suppress(FileNotFoundError):
-            self._lock(key).unlink()
-        _fsync_dir(self._obj(key).parent)
+        path = self._obj(key)
+        path.unlink()
+        _fsync_dir(path.parent)
         log.info("deleted %s from %s", key, self.url)
 
     def set_legal_hold(self, key: str, on: bool) -> None:

@@ -10,7 +10,7 @@ codec, so an older or newer schema is still read correctly, just slower.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tracevault.consumer.archive._segment import current_sealed_header
 from tracevault.errors import SchemaError
@@ -27,9 +27,12 @@ __all__ = ["Sealed", "finishes_run", "parse_sealed"]
 _HEADER = 10
 
 
-@dataclass(frozen=True, slots=True)
-class Sealed:
-    """The fields the archiver routes, checks and indexes by, plus the Avro body it copies."""
+class Sealed(NamedTuple):
+    """The fields the archiver routes, checks and indexes by, plus the Avro body it copies.
+
+    A NamedTuple, not a frozen dataclass: one is built per archived event, and a frozen
+    dataclass's ``__init__`` costs several times more.
+    """
 
     run_id: str
     seq: int
@@ -38,11 +41,8 @@ class Sealed:
     raw: bytes
     sealed_at: int
     body: bytes
-
-    @property
-    def finishes_run(self) -> bool:
-        """True when ``raw`` is the run's RUN_FINISHED event (see tracevault/edges.py)."""
-        return finishes_run(self.raw)
+    finishes_run: bool
+    """True when ``raw`` is the run's RUN_FINISHED event (see tracevault/edges.py)."""
 
 
 def finishes_run(raw: bytes) -> bool:
@@ -51,8 +51,12 @@ def finishes_run(raw: bytes) -> bool:
 
 
 def _long(b: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    acc = 0
+    byte = b[pos]
+    if byte < 0x80:  # most lengths and small numbers: one byte
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    acc = byte & 0x7F
+    shift = 7
+    pos += 1
     while True:
         byte = b[pos]
         pos += 1
@@ -64,12 +68,21 @@ def _long(b: bytes, pos: int) -> tuple[int, int]:
             raise SchemaError("varint longer than 10 bytes")
 
 
+_SEALED_HEADER: bytes | None = None
+
+
 def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
     """The archiver's view of one ``<prefix>.sealed`` value; ``SchemaError`` if malformed."""
-    if value[:_HEADER] != current_sealed_header():
+    global _SEALED_HEADER  # noqa: PLW0603 - built on first use, not at import
+    if _SEALED_HEADER is None:
+        _SEALED_HEADER = current_sealed_header()
+    if value[:_HEADER] != _SEALED_HEADER:
         ev = decode_sealed(value, what=what)
         body = encode_sealed(ev)[_HEADER:]
-        return Sealed(ev.run_id, ev.seq, ev.prev_hash, ev.hash, ev.raw, ev.sealed_at, body)
+        return Sealed(
+            ev.run_id, ev.seq, ev.prev_hash, ev.hash, ev.raw, ev.sealed_at, body,
+            finishes_run(ev.raw),
+        )  # fmt: skip
     b = value
     try:
         n, p = _long(b, _HEADER)
@@ -93,9 +106,10 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
             f"{what} ({run_id!r} seq {seq}) does not end where its record does "
             f"({p} of {len(b)} bytes)"
         )
-    return Sealed(run_id, seq, prev, h, raw, sealed_at, b[_HEADER:])
+    return Sealed(run_id, seq, prev, h, raw, sealed_at, b[_HEADER:], _kind(raw) is _FINISHED)
 
 
+_FINISHED = EventKind.RUN_FINISHED
 _EVENT_V1: tuple[bytes, list[EventKind]] | None = None
 
 

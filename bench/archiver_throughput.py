@@ -1,0 +1,203 @@
+"""Archiver throughput to file:// against fastavro writing the same records to one OCF.
+
+Both sides write the same SealedEvent records as deflate Avro container files to the same
+disk, in the same run. The archiver's figure is end to end from the sealed topic: fetch from
+Kafka (read_committed), parse, chain check, segment + receipt + final receipt per run, each
+object fsynced and locked; it is timed from its first consumed message to its last written
+object (the consumer group join before that is not archiving work). The baseline is
+``fastavro.writer`` over the already-decoded records into a single file, fsynced once.
+
+    .venv/bin/python bench/archiver_throughput.py [--events 60000] [--runs 60] [--reps 5]
+
+Last line: {"events_per_s", "baseline_events_per_s", "ratio", ...}. Target ratio >= 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import fastavro
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from tracevault.chain import genesis, link
+from tracevault.config import Settings
+from tracevault.consumer.archive import Archiver, open_store
+from tracevault.kafka import ensure_topics
+from tracevault.schemas import (
+    AgentInfo,
+    EventKind,
+    SealedEvent,
+    TraceEvent,
+    canonical_json,
+    default_schemas,
+    encode_event,
+    encode_sealed,
+)
+
+AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
+
+
+def make_runs(runs: int, per_run: int) -> dict[str, list[SealedEvent]]:
+    out: dict[str, list[SealedEvent]] = {}
+    for r in range(runs):
+        run_id = f"bench-{r:04d}"
+        prev = genesis(run_id)
+        events = []
+        for seq in range(per_run):
+            kind = (
+                EventKind.RUN_STARTED
+                if seq == 0
+                else EventKind.RUN_FINISHED
+                if seq == per_run - 1
+                else EventKind.MODEL_CALL
+            )
+            raw = encode_event(
+                TraceEvent(
+                    run_id=run_id,
+                    seq=seq,
+                    kind=kind,
+                    at=1_767_225_600_000_000 + seq,
+                    agent=AGENT,
+                    model="model-2025-01-01" if kind is EventKind.MODEL_CALL else None,
+                    request=canonical_json({"messages": [{"role": "user", "content": f"q{seq}"}]}),
+                    response=canonical_json({"content": f"answer {seq} " + "lorem ipsum " * 8}),
+                )
+            )
+            h = link(prev, raw)
+            events.append(
+                SealedEvent(run_id, seq, prev, h, raw, 1_767_225_600_000_000 + seq, 0, seq, "b")
+            )
+            prev = h
+        out[run_id] = events
+    return out
+
+
+def fleet_order(runs: dict[str, list[SealedEvent]], concurrent: int) -> list[SealedEvent]:
+    """Events as a fleet makes them: ``concurrent`` runs at a time, interleaved; when one
+    finishes the next starts. (All runs interleaved from the start would end together.)"""
+    pending = list(runs.values())
+    active: list[list[SealedEvent]] = []
+    out: list[SealedEvent] = []
+    while pending or active:
+        while pending and len(active) < concurrent:
+            active.append(list(reversed(pending.pop(0))))
+        for evs in active:
+            out.append(evs.pop())
+        active = [evs for evs in active if evs]
+    return out
+
+
+def produce(settings: Settings, events: list[SealedEvent]) -> None:
+    p = Producer(settings.kafka_config(**{"partitioner": "murmur2_random", "linger.ms": 20}))
+    for ev in events:
+        while True:
+            try:
+                p.produce(settings.topics.sealed, key=ev.run_id.encode(), value=encode_sealed(ev))
+                break
+            except BufferError:
+                p.poll(0.1)
+    if p.flush(120):
+        sys.exit("could not produce the benchmark's sealed events")
+
+
+def baseline(records: list[dict[str, object]], directory: Path) -> float:
+    schema = fastavro.parse_schema(default_schemas().get("SealedEvent").source)
+    path = directory / f"baseline-{uuid.uuid4().hex}.avro"
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        fastavro.writer(f, schema, records, codec="deflate")
+        f.flush()
+        os.fsync(f.fileno())
+    return time.perf_counter() - t0
+
+
+def archive_once(settings: Settings, directory: Path, expected: int) -> tuple[float, int]:
+    url = f"file://{directory / ('archive-' + uuid.uuid4().hex)}"
+    s = settings.model_copy(
+        update={"archive_url": url, "archive_group_id": f"bench-{uuid.uuid4().hex}"}
+    )
+    stats = Archiver(s, store=open_store(url, s)).run(until_idle=2.0)
+    if stats.events_archived != expected or stats.first_message_at is None:
+        sys.exit(f"archiver archived {stats.events_archived} of {expected} events")
+    assert stats.last_write_at is not None
+    size = sum(f.stat().st_size for f in Path(url[7:], "objects").rglob("*.avro"))
+    return stats.last_write_at - stats.first_message_at, size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=60_000)
+    ap.add_argument("--runs", type=int, default=60)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--concurrent", type=int, default=10, help="runs in flight at a time")
+    ap.add_argument(
+        "--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    )
+    args = ap.parse_args()
+    per_run = args.events // args.runs
+    n = per_run * args.runs
+    settings = Settings(
+        bootstrap_servers=args.bootstrap_servers,
+        topic_prefix=f"bench-archiver-{uuid.uuid4().hex[:8]}",
+        partitions=3,
+    )
+    ensure_topics(settings)
+    try:
+        runs = make_runs(args.runs, per_run)
+        events = fleet_order(runs, args.concurrent)
+        produce(settings, events)
+        records = [e.to_avro() for e in events]
+        with tempfile.TemporaryDirectory(prefix="tv-bench-") as tmp:
+            d = Path(tmp)
+            baseline(records, d)  # warm-up: page cache, first-use schema parsing
+            archive_once(settings, d, n)
+            # Interleaved pairs: on a shared machine the load changes between reps; a ratio of
+            # two figures taken moments apart survives that, a ratio of global medians not.
+            base: list[float] = []
+            arch: list[tuple[float, int]] = []
+            for _ in range(args.reps):
+                base.append(baseline(records, d))
+                arch.append(archive_once(settings, d, n))
+        base_s = statistics.median(base)
+        arch_s = statistics.median(t for t, _ in arch)
+        ratio = statistics.median(b / a for b, (a, _) in zip(base, arch, strict=True))
+        result = {
+            "events": n,
+            "runs": args.runs,
+            "events_per_run": per_run,
+            "concurrent_runs": args.concurrent,
+            "reps": args.reps,
+            "codec": "deflate",
+            "events_per_s": round(n / arch_s),
+            "baseline_events_per_s": round(n / base_s),
+            "ratio": round(ratio, 3),
+            "archive_segment_bytes": arch[0][1],
+            "timing": "medians of interleaved reps after a warm-up; ratio = median of per-rep "
+            "ratios; archiver from first consumed message to last object written",
+        }
+        print(
+            json.dumps(
+                {
+                    "archiver_s": [round(t, 3) for t, _ in arch],
+                    "baseline_s": [round(t, 3) for t in base],
+                }
+            )
+        )
+        print(json.dumps(result))
+    finally:
+        AdminClient({"bootstrap.servers": settings.bootstrap_servers}).delete_topics(
+            list(settings.topics.all())
+        )
+
+
+if __name__ == "__main__":
+    main()
