@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 from tracevault.chain import genesis, link
 from tracevault.consumer.heads import GapRange, Head, HeldEvent
+from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.consumer.sequencer._records import DlqReason, DlqRecord, gap_event
 from tracevault.errors import NonCanonicalJSONError, SchemaError
 from tracevault.kafka import partition_for
-from tracevault.schemas import EventKind, decode_event
+from tracevault.schemas import EventKind, check_canonical, decode_event
 
 __all__ = ["BatchOutput", "HistoryLoader", "RunBook", "SealOut"]
 
@@ -200,15 +201,22 @@ class RunBook:
         if value is None:
             refuse(DlqReason.UNDECODABLE, "record has no value (tombstone)")
             return
+        what = f"{self.raw_topic}[{partition}]@{offset}"
         try:
-            ev = decode_event(value, what=f"{self.raw_topic}[{partition}]@{offset}")
+            peeked = peek_event(value)
+            if peeked is None:  # not plain v1, or broken: the full codec decides and explains
+                ev = decode_event(value, what=what)
+                run_id, seq, kind = ev.run_id, ev.seq, ev.kind
+            else:
+                run_id, seq, kind = peeked.run_id, peeked.seq, peeked.kind
+                check_canonical(peeked.request, field=f"{what} seq {seq} request")
+                check_canonical(peeked.response, field=f"{what} seq {seq} response")
         except NonCanonicalJSONError as exc:
             refuse(DlqReason.INVALID, str(exc))
             return
         except SchemaError as exc:
             refuse(DlqReason.UNDECODABLE, str(exc))
             return
-        run_id, seq = ev.run_id, ev.seq
         if len(value) > MAX_RAW_BYTES:
             refuse(
                 DlqReason.INVALID,
@@ -229,10 +237,11 @@ class RunBook:
         if seq < 0:
             refuse(DlqReason.INVALID, f"seq {seq} is negative", run_id, seq)
             return
-        if ev.kind is EventKind.GAP:
+        if kind is EventKind.GAP:
             refuse(DlqReason.INVALID, "GAP events are written by the sequencer only", run_id, seq)
             return
-        want = partition_for(key, self.partitions)
+        run = self.runs.get(run_id)
+        want = run.partition if run is not None else partition_for(key, self.partitions)
         if want != partition:
             refuse(
                 DlqReason.INVALID,
@@ -242,7 +251,6 @@ class RunBook:
                 seq,
             )
             return
-        run = self.runs.get(run_id)
         if run is None:
             run = self.runs[run_id] = _Run(Head.new(run_id, partition))
         if seq < run.next_seq:
@@ -262,7 +270,7 @@ class RunBook:
                 raw=value,
                 source_partition=partition,
                 source_offset=offset,
-                finishes=ev.kind is EventKind.RUN_FINISHED,
+                finishes=kind is EventKind.RUN_FINISHED,
             )
             self._drain(out, run)
         elif seq - run.next_seq > self.max_gap:
@@ -361,7 +369,8 @@ class RunBook:
             nxt = run.held.pop(run.next_seq, None)
             if nxt is None:
                 break
-            kind = decode_event(nxt.raw, check_json=False).kind
+            peeked = peek_event(nxt.raw)
+            kind = peeked.kind if peeked else decode_event(nxt.raw, check_json=False).kind
             self._seal(
                 out,
                 run,
