@@ -211,42 +211,54 @@ def heads_partition_count(settings: Settings, timeout: float = 10.0) -> int:
     return len(tmd.partitions)
 
 
-def read_heads(
-    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0
-) -> dict[str, Head]:
-    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
-
-    Reads each partition from the beginning to its end with ``read_committed`` (an open
-    transaction holds the end back until it commits or aborts). Raises
-    :class:`ServiceUnavailableError` when the end is not reached within ``timeout`` seconds.
-    """
-    parts = sorted(set(partitions))
-    heads: dict[str, Head] = {}
-    if not parts:
-        return heads
-    topic = settings.topics.heads
-    consumer = Consumer(
+def _reader(settings: Settings, isolation: str) -> Consumer:
+    return Consumer(
         settings.kafka_config(
             **{
                 "group.id": f"tracevault-heads-reader-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "fetch.wait.max.ms": 10,
-                "isolation.level": "read_committed",
+                "isolation.level": isolation,
                 "auto.offset.reset": "earliest",
                 "log_level": 0,
             }
         )
     )
+
+
+def read_heads(
+    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
+) -> dict[str, Head]:
+    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
+
+    Reads each partition from the beginning with ``read_committed``. By default it stops at
+    the last stable offset (what is committed now). With ``stable=True`` it also waits until
+    no transaction is open on the partition (last stable offset == high watermark): a
+    sequencer taking over partitions must not miss the heads of a transaction the previous
+    owner is still committing, or it would disagree with the consumer offsets that commit
+    carries. Raises :class:`ServiceUnavailableError` when that takes more than ``timeout``.
+    """
+    parts = sorted(set(partitions))
+    heads: dict[str, Head] = {}
+    if not parts:
+        return heads
+    topic = settings.topics.heads
+    consumer = _reader(settings, "read_committed")
+    # A read_uncommitted client's watermark is the real high watermark (a read_committed
+    # client is told the last stable offset instead).
+    probe = _reader(settings, "read_uncommitted") if stable else consumer
     deadline = time.monotonic() + timeout
+
+    def end_of(p: int) -> tuple[int, int]:
+        lo, hi = probe.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=max(0.1, deadline - time.monotonic())
+        )
+        return int(lo), int(hi)
+
     try:
-        pending: set[int] = set()
-        for p in parts:
-            lo, hi = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=max(0.1, deadline - time.monotonic())
-            )
-            if hi > lo:
-                pending.add(p)
+        ends = {p: end_of(p) for p in parts}
+        pending = {p for p, (lo, hi) in ends.items() if hi > lo}
         if pending:
             consumer.assign([TopicPartition(topic, p, 0) for p in sorted(pending)])
         while pending:
@@ -254,13 +266,14 @@ def read_heads(
                 raise ServiceUnavailableError(
                     f"reading {topic} partitions {sorted(pending)} did not reach the end within "
                     f"{timeout:.0f}s; check the broker, or wait for an open transaction of a "
-                    "killed sequencer to time out and retry"
+                    "killed sequencer to time out (transaction.timeout.ms) and retry"
                 )
             for msg in consumer.consume(500, timeout=0.05):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
+                        if not stable:
+                            pending.discard(msg.partition())
                         continue
                     if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise NotFoundError(
@@ -269,28 +282,40 @@ def read_heads(
                         )
                     log.warning("heads read: %s", err)
                     continue
-                key = msg.key()
-                value = msg.value()
-                if key is None:
-                    continue
-                run_id = key.decode("utf-8", "replace")
-                if value is None:  # tombstone: the run's head was deleted
-                    heads.pop(run_id, None)
-                    continue
-                try:
-                    heads[run_id] = decode_head(value)
-                except SchemaError as exc:
-                    raise SchemaError(
-                        f"{topic}[{msg.partition()}]@{msg.offset()} (run {run_id}) is not a "
-                        f"HeadState: {exc}; the heads topic must be written by the sequencer only"
-                    ) from exc
+                _take(heads, topic, msg)
+            if stable:
+                for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
+                    if tp.offset >= ends[tp.partition][1]:
+                        ends[tp.partition] = end_of(tp.partition)
+                        if tp.offset >= ends[tp.partition][1]:
+                            pending.discard(tp.partition)
     except KafkaException as exc:
         raise ServiceUnavailableError(
             f"Kafka at {settings.bootstrap_servers} failed reading {topic} ({exc})"
         ) from exc
     finally:
         consumer.close()
+        if probe is not consumer:
+            probe.close()
     return heads
+
+
+def _take(heads: dict[str, Head], topic: str, msg: Any) -> None:
+    key = msg.key()
+    value = msg.value()
+    if key is None:
+        return
+    run_id = key.decode("utf-8", "replace")
+    if value is None:  # tombstone: the run's head was deleted
+        heads.pop(run_id, None)
+        return
+    try:
+        heads[run_id] = decode_head(value)
+    except SchemaError as exc:
+        raise SchemaError(
+            f"{topic}[{msg.partition()}]@{msg.offset()} (run {run_id}) is not a HeadState: "
+            f"{exc}; the heads topic must be written by the sequencer only"
+        ) from exc
 
 
 def locate_run(settings: Settings, run_id: str, *, timeout: float = 10.0) -> RunLocation | None:

@@ -212,7 +212,7 @@ class Sequencer:
 
     def _restore(self, partitions: list[int]) -> None:
         assert self._book is not None
-        heads = read_heads(self.settings, partitions, timeout=self._txn_timeout_s + 30)
+        heads = read_heads(self.settings, partitions, timeout=self._txn_timeout_s + 30, stable=True)
         self._book.restore(heads.values())
         log.info(
             "sequencer %s restored %d run heads for partitions %s",
@@ -386,7 +386,12 @@ class Sequencer:
                 partition=run.partition,
                 on_delivery=self._on_delivery,
             )
-        positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+        assignment = consumer.assignment()
+        positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
+        if not positions and assignment:
+            # Nothing consumed yet (a gap sweep of restored heads): send the committed offsets
+            # again, so the group coordinator still checks our generation and fences a zombie.
+            positions = [tp for tp in consumer.committed(assignment, timeout) if tp.offset >= 0]
         _retrying(
             lambda: producer.send_offsets_to_transaction(
                 positions, consumer.consumer_group_metadata(), timeout

@@ -1,0 +1,53 @@
+"""Taking over partitions waits for the previous owner's open transaction to finish.
+
+The previous owner's last transaction (its heads and its consumer offsets) may still be
+committing when another instance restores those partitions. Restoring the heads from before
+that commit while the consumer offsets come from after it would put the run book behind the
+offsets; the restore therefore waits until no transaction is open on the heads partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from confluent_kafka import Producer
+
+from tests.consumer.sequencer.support import (
+    produce_raw,
+    raw_event,
+    running,
+    sealed_by_run,
+    wait_until,
+)
+from tracevault.config import Settings
+from tracevault.consumer.heads import Head, encode_head
+
+
+def test_restore_waits_for_the_previous_owners_open_transaction(
+    seq_settings: Callable[..., Settings],
+) -> None:
+    settings = seq_settings(partitions=1)
+    last_hash = b"\x07" * 32
+    head = Head("t", 5, last_hash, False, 0, first_offset=0, last_offset=4)
+    previous = Producer(
+        settings.kafka_config(
+            **{"transactional.id": f"{settings.topic_prefix}.previous", "log_level": 0}
+        )
+    )
+    previous.init_transactions(30)
+    previous.begin_transaction()
+    previous.produce(settings.topics.heads, encode_head(head), b"t", partition=0)
+    assert previous.flush(30) == 0
+    produce_raw(settings, [("t", raw_event("t", 5, last=5))])
+    with running(settings, "t1") as (seq, errors):
+        wait_until(
+            lambda: seq.metrics.snapshot()["tracevault_sequencer_rebalances_total"] >= 1,
+            timeout=30,
+            what="the sequencer to start restoring its partition",
+            every=0.05,
+        )
+        previous.commit_transaction(30)
+        wait_until(lambda: "t" in sealed_by_run(settings), timeout=20, what="seq 5 sealed")
+        assert not errors
+    [(_, sealed)] = sealed_by_run(settings)["t"]
+    assert (sealed.seq, sealed.prev_hash) == (5, last_hash), "continued from the committed head"
