@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -45,8 +46,9 @@ def test_service_serves_metrics_and_stops_on_sigterm(
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "tracevault", "--bootstrap-servers",
-                settings.bootstrap_servers, "--prefix", settings.topic_prefix, "sequencer",
-                "--instance-id", "cli", "--metrics-port", str(port),
+                settings.bootstrap_servers, "--prefix", settings.topic_prefix,
+                "-v", "sequencer", "--instance-id", "cli", "--metrics-port", str(port),
+                "--log-json",
             ],
             stdout=out, stderr=out, env=env,
         )  # fmt: skip
@@ -67,3 +69,7 @@ def test_service_serves_metrics_and_stops_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
     assert code == 0, log.read_text()
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    assert any(x["message"].startswith("sequencer cli started") for x in lines)
+    stats = [x["stats"] for x in lines if "stats" in x]
+    assert stats and "tracevault_sequencer_sealed_total" in stats[0]

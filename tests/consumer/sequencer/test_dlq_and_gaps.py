@@ -143,3 +143,30 @@ class _Empty:
 
 
 _NO = _Empty()
+
+
+def test_old_resends_after_a_restart_are_checked_against_the_sealed_topic(
+    seq_settings: Callable[..., Settings],
+) -> None:
+    settings = seq_settings(partitions=2)
+    raws = [raw_event("old", s, last=4) for s in range(5)]
+    produce_raw(settings, [("old", r) for r in raws])
+    with running(settings, "o1") as (_, errors):
+        wait_until(lambda: len(sealed_by_run(settings).get("old", [])) == 5, timeout=30, what="5")
+        assert not errors
+    # After a restart the sequencer knows only the run's head; an old seq must be looked up.
+    tampered = raw_event("old", 2, note="-tampered")
+    produce_raw(settings, [("old", raws[1]), ("old", tampered)])
+    with running(settings, "o1") as (seq, errors):
+        wait_until(
+            lambda: len(read_all(settings, settings.topics.dlq)) == 1, timeout=30, what="DLQ"
+        )
+        wait_until(
+            lambda: seq.metrics.snapshot()["tracevault_sequencer_duplicates_total"] == 1,
+            timeout=30,
+            what="the resent seq 1 counted as a duplicate",
+        )
+        assert not errors
+    [rec] = read_all(settings, settings.topics.dlq)
+    assert rec.headers["tracevault.reason"] == b"conflict" and rec.value == tampered
+    assert_chain("old", [ev for _, ev in sealed_by_run(settings)["old"]], raws)

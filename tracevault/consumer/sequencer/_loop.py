@@ -317,7 +317,13 @@ class Sequencer:
             if mono >= next_log:
                 next_log = mono + _LOG_EVERY_S
                 self.metrics.held.set(self._book.held_count)
-                log.info("sequencer %s %s", self.instance_id, self.metrics.snapshot())
+                stats = self.metrics.snapshot()
+                log.info(
+                    "sequencer %s stats %s",
+                    self.instance_id,
+                    stats,
+                    extra={"instance_id": self.instance_id, "stats": stats},
+                )
 
     def _transact(self, consumer: Consumer, out: BatchOutput) -> None:
         try:

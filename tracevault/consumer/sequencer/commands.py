@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
+from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
@@ -12,9 +14,29 @@ import click
 from tracevault._clitools import settings_from, stderr
 from tracevault.consumer.sequencer._loop import Sequencer
 
-__all__ = ["sequencer"]
+__all__ = ["JsonLogFormatter", "sequencer"]
 
 log = logging.getLogger(__name__)
+
+_EXTRA_FIELDS = ("instance_id", "stats")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """Log records as single-line JSON; the sequencer's periodic stats ride along as ``stats``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in _EXTRA_FIELDS:
+            if hasattr(record, name):
+                doc[name] = getattr(record, name)
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, sort_keys=True, default=str)
 
 
 @click.command("sequencer")
@@ -55,6 +77,11 @@ log = logging.getLogger(__name__)
     type=click.IntRange(0, 65_535),
     help="Serve Prometheus counters on http://0.0.0.0:PORT/metrics [off].",
 )
+@click.option(
+    "--log-json",
+    is_flag=True,
+    help="One JSON object per log line (ts, level, logger, message, stats) for log shippers.",
+)
 @click.pass_context
 def sequencer(ctx: click.Context, /, **options: Any) -> None:
     """Seal every raw event into its run's hash chain, exactly once.
@@ -85,6 +112,9 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
     Stops cleanly on SIGTERM or SIGINT (the current transaction finishes first). Exits 2 when
     fenced by another process with the same --instance-id, 3 when Kafka or a topic is missing.
     """
+    if options.pop("log_json"):
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())
     # Every option maps to the Settings field of the same name with a "sequencer_" prefix.
     settings = settings_from(ctx, **{f"sequencer_{k}": v for k, v in options.items()})
     seq = Sequencer(settings)
