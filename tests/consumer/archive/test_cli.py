@@ -91,7 +91,7 @@ def test_archiver_command_archives_until_idle(
     url = f"file://{tmp_path / 'a'}"
     code, out = _run(
         "--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix,
-        "archiver", "--archive", url, "--until-idle", "1",
+        "archiver", "--archive", url, "--until-idle", "2",
     )  # fmt: skip
     assert code == 0, out
     assert check_run(read_run_objects(open_store(url, Settings()), "cli-run")) == 20

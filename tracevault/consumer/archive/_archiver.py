@@ -248,14 +248,7 @@ class Archiver:
                 self._reap()
                 self._raise_writer_error()
                 self._commit(consumer)
-                since = last_msg or self._assigned_at
-                if (
-                    until_idle is not None
-                    and since is not None
-                    and not self._jobs
-                    and not any(r.buffer for r in self._runs.values())
-                    and time.monotonic() - since >= until_idle
-                ):
+                if until_idle is not None and self._idle(consumer, last_msg, until_idle):
                     break
             for run in list(self._runs.values()):
                 if run.buffer:
@@ -277,6 +270,20 @@ class Archiver:
             self.stats.runs_finished,
         )
         return self.stats
+
+    def _idle(self, consumer: Consumer, last_msg: float | None, until_idle: float) -> bool:
+        """Nothing buffered or unwritten, no message for ``until_idle`` s, and every assigned
+        partition fetched at least once (so a slow first fetch is not taken for idleness)."""
+        since = last_msg or self._assigned_at
+        if since is None or time.monotonic() - since < until_idle:
+            return False
+        if self._jobs or any(r.buffer for r in self._runs.values()):
+            return False
+        for tp in consumer.assignment():
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0:
+                return False
+        return True
 
     def _kafka_error(self, err: KafkaError) -> None:
         if err.fatal():

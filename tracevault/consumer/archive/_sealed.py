@@ -84,47 +84,84 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
             finishes_run(ev.raw),
         )  # fmt: skip
     b = value
+    # One-byte varints (lengths, small numbers) are decoded inline: this runs once per
+    # archived event and Python function calls are most of its cost.
     try:
-        n, p = _long(b, _HEADER)
+        x = b[10]
+        if x < 0x80:
+            n, p = x >> 1, 11
+        else:
+            n, p = _long(b, 10)
         run_id = b[p : p + n].decode()
         p += n
-        seq, p = _long(b, p)
+        x = b[p]
+        if x < 0x80:
+            seq, p = (x >> 1) ^ -(x & 1), p + 1
+        else:
+            seq, p = _long(b, p)
         prev, h = b[p : p + 32], b[p + 32 : p + 64]
         p += 64
-        n, p = _long(b, p)
-        raw = b[p : p + n]
-        p += n
+        x = b[p]
+        if x < 0x80:
+            m, p = x >> 1, p + 1
+        else:
+            m, p = _long(b, p)
+        raw = b[p : p + m]
+        p += m
         sealed_at, p = _long(b, p)
-        _partition, p = _long(b, p)
+        if b[p] < 0x80:  # source_partition
+            p += 1
+        else:
+            _partition, p = _long(b, p)
         _offset, p = _long(b, p)
-        n, p = _long(b, p)
-        p += n
+        x = b[p]
+        if x < 0x80:
+            p += 1 + (x >> 1)
+        else:
+            m, p = _long(b, p)
+            p += m
     except (IndexError, UnicodeDecodeError) as exc:
         raise SchemaError(f"{what} is truncated or malformed: {exc}") from exc
-    if p != len(b) or len(h) != 32 or n < 0:
+    if p != len(b) or len(h) != 32 or n < 0 or m < 0:
         raise SchemaError(
             f"{what} ({run_id!r} seq {seq}) does not end where its record does "
             f"({p} of {len(b)} bytes)"
         )
-    return Sealed(run_id, seq, prev, h, raw, sealed_at, b[_HEADER:], _kind(raw) is _FINISHED)
+    return Sealed(run_id, seq, prev, h, raw, sealed_at, b[_HEADER:], _finishes(raw, b, n))
 
 
-_FINISHED = EventKind.RUN_FINISHED
-_EVENT_V1: tuple[bytes, list[EventKind]] | None = None
+def _finishes(raw: bytes, sealed: bytes, n: int) -> bool:
+    """``finishes_run(raw)``, reading the kind in place when raw is a TraceEvent v1 whose
+    run id (its first field) is the sealed record's: ``sealed[10 : 11 + n]``."""
+    header, _, finished = _event_v1()
+    if n < 64 and raw[:_HEADER] == header and raw[10 : 11 + n] == sealed[10 : 11 + n]:
+        q = 11 + n
+        try:
+            while raw[q] & 0x80:  # skip seq
+                q += 1
+            return raw[q + 1] == finished
+        except IndexError:
+            pass  # truncated: let the codec name the problem
+    return finishes_run(raw)
 
 
-def _event_v1() -> tuple[bytes, list[EventKind]]:
-    """TraceEvent v1's single-object header and its kind symbols, by enum index."""
+_EVENT_V1: tuple[bytes, list[EventKind], int] | None = None
+
+
+def _event_v1() -> tuple[bytes, list[EventKind], int]:
+    """TraceEvent v1's single-object header, its kind symbols by enum index, and the one
+    byte (zigzag of the index) that encodes RUN_FINISHED."""
     global _EVENT_V1  # noqa: PLW0603 - built on first use, not at import
     if _EVENT_V1 is None:
         v1 = default_schemas().get("TraceEvent", 1)
         kind = next(f for f in v1.source["fields"] if f["name"] == "kind")
-        _EVENT_V1 = (b"\xc3\x01" + v1.fingerprint, [EventKind(s) for s in kind["type"]["symbols"]])
+        kinds = [EventKind(s) for s in kind["type"]["symbols"]]
+        _EVENT_V1 = (b"\xc3\x01" + v1.fingerprint, kinds, 2 * kinds.index(EventKind.RUN_FINISHED))
     return _EVENT_V1
 
 
 def _kind(raw: bytes) -> EventKind:
-    header, kinds = _event_v1()
+    header, kinds, _ = _event_v1()
     if raw[:_HEADER] == header:
         # TraceEvent v1 starts run_id (string), seq (long), kind (enum index).
         try:
