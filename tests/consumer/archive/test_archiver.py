@@ -21,6 +21,7 @@ from tracevault.consumer.archive import (
     check_run,
     open_store,
     read_run_objects,
+    sealed_body,
 )
 from tracevault.consumer.archive.layout import day_prefix, run_id_from_key
 from tracevault.errors import ArchiveError, ChainError
@@ -116,3 +117,34 @@ def test_a_hole_or_a_broken_chain_stops_the_archiver(
     produce_sealed(settings, {"bad": values})
     with pytest.raises((ArchiveError, ChainError), match=r"seq 4|seq 5"):
         Archiver(settings).run(until_idle=20)
+
+
+def test_segments_rotate_at_the_byte_bound(settings_factory: Callable[..., Settings]) -> None:
+    settings = settings_factory(archive_segment_max_bytes=4096)
+    produce_sealed(settings, {"big": sealed_values("big", 60)})
+    _archive(settings, ["big"])
+    run = read_run_objects(open_store(settings.archive_url, settings), "big")
+    assert len(run.segments) > 2
+    for seg in run.segments[:-1]:  # each closed by the event that reached the bound
+        sizes = [len(sealed_body(encode_sealed(e))) for e in seg.events()]
+        assert sum(sizes) >= 4096 > sum(sizes[:-1])
+    assert check_run(run) == 60
+
+
+def test_the_archiver_writes_to_s3_with_object_lock(
+    settings_factory: Callable[..., Settings],
+    s3_bucket_factory: Callable[..., str],
+    s3_endpoint: str,
+) -> None:
+    settings = settings_factory(
+        archive_url=f"s3://{s3_bucket_factory()}/tv", s3_endpoint_url=s3_endpoint,
+        archive_segment_max_events=30,
+    )  # fmt: skip
+    runs = {f"s3-{i}": sealed_values(f"s3-{i}", 70) for i in range(3)}
+    produce_sealed(settings, runs)
+    _archive(settings, list(runs))
+    store = open_store(settings.archive_url, settings)
+    for run_id in runs:
+        run = read_run_objects(store, run_id)
+        assert check_run(run) == 70 and run.complete
+        assert {store.head(s.key).lock_mode for s in run.segments} == {"COMPLIANCE"}

@@ -95,3 +95,22 @@ def test_archiver_command_archives_until_idle(
     )  # fmt: skip
     assert code == 0, out
     assert check_run(read_run_objects(open_store(url, Settings()), "cli-run")) == 20
+
+
+def test_archive_commands_reach_s3_through_the_endpoint_flag(
+    s3_bucket_factory: Callable[..., str], s3_endpoint: str
+) -> None:
+    url = f"s3://{s3_bucket_factory()}/cli"
+    store = open_store(url, Settings(s3_endpoint_url=s3_endpoint))
+    writer = ArchiveWriter(store)
+    writer.write_segment(
+        writer.cursor("on-s3"), [parse_sealed(v) for v in sealed_values("on-s3", 5)]
+    )
+    code, out = _run("archive", "ls", "--archive", url, "--s3-endpoint-url", s3_endpoint, "--json")
+    assert code == 0, out
+    assert json.loads(out) == [{"run_id": "on-s3", "segments": 1, "events": 5, "complete": True}]
+    code, out = _run(
+        "archive", "retention-report", "--archive", url, "--s3-endpoint-url", s3_endpoint, "--json"
+    )
+    assert code == 0, out
+    assert {o["lock_mode"] for o in json.loads(out)[0]["objects"]} == {"COMPLIANCE"}

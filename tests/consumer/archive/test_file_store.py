@@ -11,6 +11,7 @@ import pytest
 
 from tracevault.config import Settings
 from tracevault.consumer.archive import open_store
+from tracevault.consumer.archive._filestore import FileStore
 from tracevault.errors import ConfigError
 
 FUTURE = datetime.now(UTC) + timedelta(days=183)
@@ -45,3 +46,13 @@ def test_leftovers_of_a_crashed_put_are_invisible_and_harmless(tmp_path: Path) -
 def test_unusable_urls_are_refused(url: str) -> None:
     with pytest.raises(ConfigError, match="archive URL"):
         open_store(url, Settings())
+
+
+def test_old_temp_files_are_swept_when_the_store_opens(tmp_path: Path) -> None:
+    open_store(f"file://{tmp_path}", Settings())
+    left = tmp_path / "tmp" / "left-by-a-sigkill"
+    left.write_bytes(b"half an object")
+    open_store(f"file://{tmp_path}", Settings())  # under an hour old: maybe a live writer's
+    assert left.exists()
+    FileStore(tmp_path, tmp_max_age_s=0)
+    assert not left.exists()

@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +47,7 @@ __all__ = ["FileStore"]
 log = logging.getLogger(__name__)
 
 _READ_ONLY = 0o444
+_TMP_MAX_AGE_S = 3600
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -71,7 +73,13 @@ def _from_ns(ns: int) -> datetime:
 class FileStore:
     """A directory that behaves like a write-once, retention-locked bucket."""
 
-    def __init__(self, root: str | Path, *, lock_mode: LockMode = "COMPLIANCE") -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        lock_mode: LockMode = "COMPLIANCE",
+        tmp_max_age_s: float = _TMP_MAX_AGE_S,
+    ) -> None:
         self.root = Path(root).resolve()
         self._objects = self.root / "objects"
         self._holds = self.root / "holds"
@@ -81,6 +89,7 @@ class FileStore:
             for d in (self._objects, self._holds, self._tmp):
                 d.mkdir(parents=True, exist_ok=True)
             self._lock_mode = self._store_meta(lock_mode)
+            self._sweep_tmp(tmp_max_age_s)
         except OSError as exc:
             raise ServiceUnavailableError(
                 f"archive directory {self.root} cannot be created or written: {exc}; "
@@ -104,6 +113,18 @@ class FileStore:
                 lock_mode,
             )
         return recorded
+
+    def _sweep_tmp(self, max_age_s: float) -> None:
+        """Remove temp files a killed writer left (by ctime: their mtime is a retain-until).
+
+        Only files over ``max_age_s`` old (an hour): a live writer in another process may
+        own younger ones.
+        """
+        cutoff = time.time() - max_age_s
+        for entry in os.scandir(self._tmp):
+            with contextlib.suppress(FileNotFoundError):
+                if entry.stat().st_ctime < cutoff:
+                    os.unlink(entry.path)
 
     @property
     def url(self) -> str:
