@@ -173,6 +173,12 @@ def ls(
     """List archived runs: all, one day's (--day), or one run by id (one listing).
 
     Exits 3 when RUN_ID is not in the archive.
+
+    \b
+    Examples:
+      tracevault archive ls --day 2026-01-31
+      tracevault archive ls run-42 --json
+      tracevault archive ls --archive s3://audit-logs/tv --s3-endpoint-url http://minio:9000
     """
     from tracevault.consumer.archive._retention import list_runs  # noqa: PLC0415
 
@@ -225,7 +231,12 @@ def hold(
 ) -> None:
     """Place a legal hold on RUN_ID: none of its objects can be deleted or purged.
 
-    Exits 3 when the run has no archived objects.
+    Holds every object the run has now; a run with any held object is never purged, so
+    segments written later are protected with it. Exits 3 when the run has no objects.
+
+    \b
+    Example:
+      tracevault archive hold run-42 && tracevault archive retention-report
     """
     _hold(ctx, run_id, on=True, archive_url=archive_url, ep=s3_endpoint_url, as_json=as_json)
 
@@ -242,7 +253,12 @@ def release(
     s3_endpoint_url: str | None,
     as_json: bool,
 ) -> None:
-    """Release RUN_ID's legal hold; retention (retain-until) still applies."""
+    """Release RUN_ID's legal hold; retention (retain-until) still applies.
+
+    \b
+    Example:
+      tracevault archive release run-42 --json
+    """
     _hold(ctx, run_id, on=False, archive_url=archive_url, ep=s3_endpoint_url, as_json=as_json)
 
 
@@ -262,6 +278,11 @@ def purge_cmd(
 
     Writes an immutable record of what it deleted (purges/<time>-<id>.json in the archive)
     before deleting anything. Runs still retained or held are kept and listed with why.
+
+    \b
+    Examples:
+      tracevault archive purge --dry-run          # what would go, and why the rest stays
+      tracevault archive purge --json > purge-$(date +%F).json
     """
     from tracevault.consumer.archive._retention import purge  # noqa: PLC0415
 
@@ -298,6 +319,11 @@ def retention_report_cmd(
 
     Flags objects that are unlocked or retained fewer than 183 days from when they were
     written (EU AI Act Art. 19). Exits 1 when anything is flagged: use it as an audit check.
+
+    \b
+    Examples:
+      tracevault archive retention-report
+      tracevault archive retention-report --json > retention-evidence.json
     """
     from tracevault.consumer.archive._retention import retention_report  # noqa: PLC0415
 
