@@ -18,6 +18,17 @@ A SIGKILL anywhere loses only unwritten events, which Kafka re-delivers; the cur
 what was written. On revocation the writer is drained first (no write after we lose the
 partition), then the buffers of the revoked partitions are dropped: their new owner reads
 them again from the committed offset.
+
+A hole in a run's seqs or a break in its chain stops the archiver with the run, seq and
+topic position named: the archive never skips a seq, so an operator has to look. Errors of
+the object store stop it too (after boto3's retries): run it under a supervisor; on restart
+it resumes from the archive itself.
+
+Known limit: object stores have no fencing, so an archiver that stalls past
+``max.poll.interval.ms`` without noticing it lost its partitions could still write a segment
+after the new owner did; the two would overlap and ``check_run`` / ``replay verify`` would
+name them. Static membership (``archive_instance_id``) and a supervisor that kills, rather
+than pauses, a stuck process keep that window closed in practice.
 """
 
 from __future__ import annotations
