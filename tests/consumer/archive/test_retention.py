@@ -6,6 +6,9 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
+
+import pytest
 
 from tests.consumer.archive.sealed_factory import sealed_values
 from tracevault.config import Settings
@@ -13,6 +16,7 @@ from tracevault.consumer.archive import (
     ArchiveWriter,
     ObjectStore,
     hold_run,
+    list_run,
     list_runs,
     open_store,
     purge,
@@ -21,6 +25,7 @@ from tracevault.consumer.archive import (
 )
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.consumer.archive.layout import day_prefix
+from tracevault.errors import ServiceUnavailableError
 
 T0 = datetime(2020, 1, 1, tzinfo=UTC)
 
@@ -104,3 +109,27 @@ def test_retention_report_flags_a_file_whose_lock_was_reset(tmp_path: Path) -> N
     (bad,) = retention_report(store)
     assert len(bad.problems) == 1
     assert bad.problems[0].startswith("runs/r/final.receipt.json: retained 0.0 days")
+
+
+def test_a_purge_that_dies_half_way_leaves_no_complete_looking_run(store: ObjectStore) -> None:
+    _archive(store, "doomed", T0)
+    real_delete = store.delete
+    calls = {"n": 0}
+
+    def failing_delete(key: str, *, now: datetime | None = None) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise ServiceUnavailableError("object store went away mid-purge")
+        real_delete(key, now=now)
+
+    later = T0 + timedelta(days=200)
+    with (
+        mock.patch.object(store, "delete", autospec=True, side_effect=failing_delete),
+        pytest.raises(ServiceUnavailableError),
+    ):
+        purge(store, now=later)
+    assert not list_run(store, "doomed").has_final  # the final receipt went first
+    assert len(store.list("purges/")) == 1  # the record was written before deleting
+    report = purge(store, now=later)
+    assert list(report.deleted) == ["doomed"]
+    assert store.list("runs/") == [] and len(store.list("purges/")) == 2
