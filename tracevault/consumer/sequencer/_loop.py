@@ -332,6 +332,13 @@ class Sequencer:
             err = exc.args[0] if isinstance(exc, KafkaException) else self._delivery_error
             self._recover(consumer, err)
             return
+        except SystemError as exc:
+            # confluent-kafka's flush() can return NULL without an exception when the
+            # producer turns fatal (seen on fencing) mid-flush; abort_transaction then
+            # reports the real cause, and _recover stops or recovers accordingly.
+            log.warning("sequencer %s: producer call failed (%s)", self.instance_id, exc)
+            self._recover(consumer, self._delivery_error)
+            return
         m = self.metrics
         m.transaction("committed")
         m.sealed.inc(len(out.sealed))
