@@ -17,7 +17,6 @@ from rich.table import Table
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.config import Settings
 from tracevault.consumer.archive._store import ObjectStore, open_store
-from tracevault.errors import RetentionError
 
 __all__ = ["archive", "archiver"]
 
@@ -349,10 +348,7 @@ def retention_report_cmd(
         stdout.print(t)
     bad = [r.run_id for r in runs if not r.ok]
     if bad:
-        raise _Flagged(f"{len(bad)} run(s) have unlocked or short-retained objects: {bad[:5]}")
-
-
-class _Flagged(RetentionError):
-    """The retention report found problems: exit 1, like any failed verification."""
-
-    exit_code = 1
+        stderr.print(
+            f"[red]{len(bad)} run(s) have unlocked or short-retained objects: {bad[:5]}[/]"
+        )
+        ctx.exit(1)
