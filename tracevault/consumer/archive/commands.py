@@ -294,7 +294,8 @@ def purge_cmd(
         echo_json(asdict(report))
         return
     t = Table(title=("would purge" if dry_run else "purged") + f" from {store.url}")
-    for col in ("run", "action", "detail"):
+    t.add_column("run", no_wrap=True)
+    for col in ("action", "detail"):
         t.add_column(col)
     for rid, keys in report.deleted.items():
         t.add_row(
@@ -333,7 +334,8 @@ def retention_report_cmd(
         echo_json([{**asdict(r), "ok": r.ok} for r in runs])
     else:
         t = Table(title=f"retention of {store.url}")
-        for col in ("run", "objects", "lock modes", "earliest retain-until", "hold", "problems"):
+        t.add_column("run", no_wrap=True)
+        for col in ("objects", "lock modes", "earliest retain-until", "hold", "problems"):
             t.add_column(col, overflow="fold")
         for r in runs:
             modes = ",".join(sorted({o.lock_mode or "NONE" for o in r.objects}))
