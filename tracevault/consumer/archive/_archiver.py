@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 _RUN_CACHE = 100_000  # run states kept; the oldest idle ones are dropped (reloaded if seen)
 _QUEUE_JOBS = 8  # per writer; back-pressure: parsing waits when the writers fall behind
+_REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
 _WRITERS = 4  # I/O-bound (fsync, S3 PUT latency): more writers than cores pays
 
 
@@ -239,6 +240,7 @@ class Archiver:
             w.start()
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
         last_msg: float | None = None
+        next_report = time.monotonic() + _REPORT_EVERY_S
         try:
             while not self._stop.is_set():
                 msgs = consumer.consume(num_messages=1000, timeout=0.2)
@@ -259,6 +261,9 @@ class Archiver:
                 self._reap()
                 self._raise_writer_error()
                 self._commit(consumer)
+                if time.monotonic() >= next_report:
+                    next_report = time.monotonic() + _REPORT_EVERY_S
+                    self._log_stats("archiving")
                 if until_idle is not None and self._idle(consumer, last_msg, until_idle):
                     break
             for run in list(self._runs.values()):
@@ -273,14 +278,22 @@ class Archiver:
             for w in writers:
                 w.join(60)
             consumer.close()
-        log.info(
-            "archiver stopped: %d events archived, %d skipped, %d segments, %d runs finished",
-            self.stats.events_archived,
-            self.stats.events_skipped,
-            self.stats.segments_written,
-            self.stats.runs_finished,
-        )
+        self._log_stats("stopped")
         return self.stats
+
+    def _log_stats(self, state: str) -> None:
+        st = self.stats
+        log.info(
+            "archiver %s: %d events archived, %d skipped, %d segments, %d runs finished, "
+            "%d runs open, %d segments being written",
+            state,
+            st.events_archived,
+            st.events_skipped,
+            st.segments_written,
+            st.runs_finished,
+            sum(1 for r in self._runs.values() if r.buffer),
+            len(self._jobs),
+        )
 
     def _idle(self, consumer: Consumer, last_msg: float | None, until_idle: float) -> bool:
         """Nothing buffered or unwritten, no message for ``until_idle`` s, and every assigned
