@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from tracevault.chain import link
 from tracevault.config import Settings
@@ -246,16 +246,8 @@ class Archiver:
                 msgs = consumer.consume(num_messages=1000, timeout=0.2)
                 if msgs and self.stats.first_message_at is None:
                     self.stats.first_message_at = time.monotonic()
-                for msg in msgs:
-                    err = msg.error()
-                    if err is not None:
-                        self._kafka_error(err)
-                        continue
-                    part, off = msg.partition(), msg.offset()
-                    if part is None or off is None:
-                        continue  # only error events lack a position
-                    self._take(part, off, msg.value())
                 if msgs:
+                    self._take_all(msgs)
                     last_msg = time.monotonic()
                 self._flush_aged()
                 self._reap()
@@ -358,44 +350,57 @@ class Archiver:
                     del self._runs[old]
         return run
 
-    def _take(self, partition: int, offset: int, value: bytes | None) -> None:
-        self._consumed[partition] = offset + 1
-        if value is None:
-            raise ArchiveError(f"{self.topic}[{partition}]@{offset} has no value")
-        try:
-            ev = parse_sealed(value)
-        except SchemaError as exc:
-            raise SchemaError(f"{self.topic}[{partition}]@{offset}: {exc}") from exc
-        run = self._runs.get(ev.run_id) or self._load(ev.run_id, partition)
-        if run.finished or ev.seq < run.next_seq:
-            self.stats.events_skipped += 1
-            return
-        if ev.seq > run.next_seq:
-            raise ArchiveError(
-                f"run {ev.run_id!r}: {self.topic}[{partition}]@{offset} is seq {ev.seq}, but "
-                f"seq {run.next_seq} was expected; the sealed topic has a hole (retention "
-                "shorter than the archiver's lag?). Operator action: find the missing events "
-                "before restarting; the archive never skips a seq"
-            )
-        if ev.prev_hash != run.last_hash or link(run.last_hash, ev.raw) != ev.hash:
-            raise ChainError(
-                f"run {ev.run_id!r} seq {ev.seq} at {self.topic}[{partition}]@{offset} does "
-                "not continue the run's hash chain; refusing to archive it",
-                seq=ev.seq,
-                obj=f"{self.topic}[{partition}]@{offset}",
-            )
-        if not run.buffer:
-            run.first_offset = offset
-            run.opened = time.monotonic()
-        run.buffer.append(ev)
-        run.size += len(ev.body)
-        run.next_seq += 1
-        run.last_hash = ev.hash
-        if ev.finishes_run:
-            run.finished = True
-            self._flush(run)
-        elif len(run.buffer) >= self._max_events or run.size >= self._max_bytes:
-            self._flush(run)
+    def _take_all(self, msgs: list[Message]) -> None:
+        """Check and buffer one consumed batch (the hot loop: locals, no per-event calls
+        beyond the parse and the hash)."""
+        runs, consumed, stats = self._runs, self._consumed, self.stats
+        max_events, max_bytes = self._max_events, self._max_bytes
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                self._kafka_error(err)
+                continue
+            partition, offset, value = msg.partition(), msg.offset(), msg.value()
+            if partition is None or offset is None:
+                continue  # only error events lack a position
+            consumed[partition] = offset + 1
+            if value is None:
+                raise ArchiveError(f"{self.topic}[{partition}]@{offset} has no value")
+            try:
+                ev = parse_sealed(value)
+            except SchemaError as exc:
+                raise SchemaError(f"{self.topic}[{partition}]@{offset}: {exc}") from exc
+            run = runs.get(ev.run_id) or self._load(ev.run_id, partition)
+            if run.finished or ev.seq < run.next_seq:
+                stats.events_skipped += 1
+                continue
+            if ev.seq > run.next_seq:
+                raise ArchiveError(
+                    f"run {ev.run_id!r}: {self.topic}[{partition}]@{offset} is seq {ev.seq}, "
+                    f"but seq {run.next_seq} was expected; the sealed topic has a hole "
+                    "(retention shorter than the archiver's lag?). Operator action: find the "
+                    "missing events before restarting; the archive never skips a seq"
+                )
+            if ev.prev_hash != run.last_hash or link(run.last_hash, ev.raw) != ev.hash:
+                raise ChainError(
+                    f"run {ev.run_id!r} seq {ev.seq} at {self.topic}[{partition}]@{offset} "
+                    "does not continue the run's hash chain; refusing to archive it",
+                    seq=ev.seq,
+                    obj=f"{self.topic}[{partition}]@{offset}",
+                )
+            buffer = run.buffer
+            if not buffer:
+                run.first_offset = offset
+                run.opened = time.monotonic()
+            buffer.append(ev)
+            run.size += len(ev.body)
+            run.next_seq += 1
+            run.last_hash = ev.hash
+            if ev.finishes_run:
+                run.finished = True
+                self._flush(run)
+            elif len(buffer) >= max_events or run.size >= max_bytes:
+                self._flush(run)
 
     def _flush_aged(self) -> None:
         deadline = time.monotonic() - self.settings.archive_segment_max_age_s
