@@ -33,6 +33,7 @@ from tracevault.consumer.archive.layout import (
     SegmentReceipt,
     day_index_key,
     final_key,
+    parse_segment_key,
     receipt_key,
     segment_key,
 )
@@ -111,9 +112,8 @@ class ArchiveWriter:
             last_event = self._repair_receipt(cur, key) or last_event
         if not cur.finished and cur.segments:
             if last_event is None:
-                last_event = read_segment(self.store.get(cur.segments[-1]), key=cur.segments[-1])[
-                    -1
-                ]
+                last_key = cur.segments[-1]
+                last_event = read_segment(self.store.get(last_key), key=last_key)[-1]
             if finishes_run(last_event.raw):
                 log.warning("run %s: writing the final receipt a crash left unwritten", run_id)
                 self._write_final(cur)
@@ -123,7 +123,11 @@ class ArchiveWriter:
         """Receipt a segment a crash left without one, after checking it continues the run."""
         data = self.store.get(key)
         events = read_segment(data, key=key)
-        if not events or events[0].seq != cur.next_seq:
+        if (
+            not events
+            or events[0].seq != cur.next_seq
+            or parse_segment_key(key) != (events[0].seq, events[-1].seq)
+        ):
             # Only the segment right after the last receipted one can be unreceipted.
             raise ArchiveError(
                 f"segment {key} has no receipt and does not continue run {cur.run_id!r} at "
