@@ -20,7 +20,7 @@ import avro.datafile
 import avro.io
 
 from tests.consumer.archive.helpers import finished_runs, produce_sealed, wait_for
-from tests.consumer.archive.sealed_factory import sealed_values
+from tests.consumer.archive.sealed_factory import sealed_run, sealed_values
 from tracevault.config import Settings
 from tracevault.consumer.archive import check_run, list_run, open_store, read_run_objects
 from tracevault.consumer.archive.layout import parse_segment_key
@@ -90,7 +90,7 @@ def test_sigkill_five_times_during_20000_events_leaves_a_complete_archive(
         run = read_run_objects(store, run_id)
         assert run.complete
         assert check_run(run) == EVENTS_PER_RUN  # contiguous, chained, receipts agree
-        assert [e.raw for e in run.events()] == [v for v in (e.raw for e in _sealed(run_id))]
+        assert [e.raw for e in run.events()] == [e.raw for e in sealed_run(run_id, EVENTS_PER_RUN)]
         for seg in run.segments:
             reader = avro.datafile.DataFileReader(BytesIO(seg.data), avro.io.DatumReader())
             try:
@@ -107,9 +107,3 @@ def test_sigkill_five_times_during_20000_events_leaves_a_complete_archive(
             assert info.key[: -len(".avro")] + ".receipt.json" in {
                 i.key for i in store.list(info.key.rsplit("/", 1)[0] + "/")
             }
-
-
-def _sealed(run_id: str) -> list:  # type: ignore[type-arg]
-    from tests.consumer.archive.sealed_factory import sealed_run
-
-    return sealed_run(run_id, EVENTS_PER_RUN)
