@@ -5,8 +5,10 @@ processes) and by ``tracevault spool drain``. Protocol for one batch:
 
 1. read up to ``batch`` intact records after the segment's cursor;
 2. produce them in file order (idempotent producer, so Kafka keeps that order);
-3. serve delivery reports until all are acknowledged or ``timeout`` passes;
-4. on a timeout purge what is left, so nothing of this batch can land later, out of order;
+3. serve delivery reports until all are acknowledged, or ``timeout`` passes with none
+   arriving (each acknowledgement restarts the wait);
+4. on such a timeout purge what is left, so nothing of this batch can land later, out of
+   order;
 5. commit the cursor past the longest acknowledged prefix (a purged record after an
    acknowledged one is simply sent again next time; the sequencer drops the same bytes
    arriving twice, so a resend can duplicate on ``raw`` but never reorder or lose).
@@ -83,10 +85,19 @@ def drain_batch(
         produced += 1
     # The producer holds nothing but this batch (the Publisher drains only while spooling,
     # when it has purged everything else), so an empty queue means every report is in.
+    # ``timeout`` is patience without progress, not a budget for the batch: a purge of a
+    # record Kafka wrote but had not acknowledged yet is what makes a resend a duplicate,
+    # so never purge while acknowledgements are still arriving (a broker that has just come
+    # back can take seconds for the first ones).
     deadline = time.monotonic() + timeout
-    while len(producer) > 0 and time.monotonic() < deadline:
+    left = len(producer)
+    while left > 0 and time.monotonic() < deadline:
         producer.poll(0.05)
         between()
+        now_left = len(producer)
+        if now_left < left:
+            deadline = time.monotonic() + timeout
+        left = now_left
     if len(producer) > 0:
         producer.purge(in_queue=True, in_flight=True)
         purge_deadline = time.monotonic() + 5.0

@@ -359,7 +359,7 @@ class Publisher:
         now = time.monotonic()
         if now < self._next_drain:
             return
-        progressed = self._drain_once(timeout=max(self._spool_after, 1.0))
+        progressed = self._drain_once(timeout=max(self._spool_after, 5.0))
         if not self._backlog and not self._queue and not self._spool_requested:
             self._direct = True
             logger.warning("Kafka is back: spool delivered, publishing directly again")
@@ -373,6 +373,13 @@ class Publisher:
         if not self._backlog:
             return False
         seg = self._backlog[0]
+        try:
+            # Ask the broker before sending: while it is away nothing is produced, so nothing
+            # has to be purged later (a purged record that Kafka did write becomes a
+            # duplicate when it is sent again).
+            producer.list_topics(self.topic, timeout=min(timeout, 2.0))
+        except KafkaException:
+            return False
         own = seg.path == self._writer.path
         start = self._offsets.get(seg.path)
         if start is None:
