@@ -269,4 +269,3 @@ class ReplayResult:
             else {"type": self.error.type, "message": self.error.message},
             "divergence": None if self.divergence is None else self.divergence.to_json(),
         }
-
