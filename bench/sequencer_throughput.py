@@ -14,7 +14,7 @@ event's ``at`` field). The first second is a warm-up and is not counted.
 
 Usage::
 
-    .venv/bin/python bench/sequencer_throughput.py [--events 50000] [--rate 5000]
+    .venv/bin/python bench/sequencer_throughput.py [--events 100000] [--rate 5000]
 
 The last output line is one JSON object with ``events_per_s``, ``baseline_events_per_s``,
 ``ratio``, ``latency_p50_ms``, ``latency_p99_ms`` (and the parameters used).
@@ -300,8 +300,8 @@ def main() -> None:
         "--bootstrap-servers",
         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
     )
-    ap.add_argument("--events", type=int, default=30_000)
-    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--runs", type=int, default=500)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=500)
     ap.add_argument(

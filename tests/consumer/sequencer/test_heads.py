@@ -88,3 +88,30 @@ def test_locate_run_reads_the_committed_head(settings_factory: Callable[..., Set
         True,
     )
     assert locate_run(settings, "no-such-run", timeout=20) is None
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        Head("r", 0, genesis("r"), False, 0),
+        Head(
+            "run-é🙂" * 20,
+            2**40,
+            b"\x09" * 32,
+            True,
+            2**31 - 1,
+            2**62,
+            2**62 + 5,
+            (),
+            (),
+            2**60,
+            "seq-b",
+        ),
+        Head("x", 64, b"\x00" * 32, False, 63, -1, -1, updated_at=-5, sequencer_id=""),
+    ],
+)
+def test_direct_head_encoding_matches_the_codec(head: Head) -> None:
+    from tracevault.consumer.heads import _encode_head_avro
+
+    assert encode_head(head) == _encode_head_avro(head)
+    assert decode_head(encode_head(head)) == head

@@ -201,3 +201,16 @@ def test_a_value_too_large_to_seal_is_invalid() -> None:
     )  # fmt: skip
     d = feed(book(), "r", big).dlq[0]
     assert d.reason is DlqReason.INVALID and "1 MiB" in d.detail
+
+
+def test_non_canonical_json_is_invalid() -> None:
+    from tracevault.schemas import AgentInfo, TraceEvent, encode_event
+
+    value = encode_event(
+        TraceEvent(
+            "r", 0, EventKind.RUN_STARTED, 0, AgentInfo("a", "1", "h", "x", "0"),
+            b'{"b": 1, "a": 2}', b"null",
+        )
+    )  # fmt: skip
+    d = feed(book(), "r", value).dlq[0]
+    assert d.reason is DlqReason.INVALID and "canonical" in d.detail and "seq 0" in d.detail

@@ -354,39 +354,49 @@ class Sequencer:
         sid = self.instance_id
         timeout = self._txn_timeout_s
         self._delivery_error = None
+        sealed_at = now_micros()  # transport metadata: one sealing time per transaction
         producer.begin_transaction()
-        for rec in out.sealed:
+        # Offsets are needed only for seq 0 and each run's last record of this batch (the
+        # head's first/last offsets). Other records need no delivery callback: a failed one
+        # fails commit_transaction, which aborts the whole batch.
+        tracked = _needs_offset(out)
+        for i, rec in enumerate(out.sealed):
             run = rec.run
-            producer.produce(
-                topics.sealed,
-                sealed_value(
-                    run_id=run.run_id,
-                    seq=rec.seq,
-                    prev_hash=rec.prev_hash,
-                    hash_=rec.hash,
-                    raw=rec.raw,
-                    source_partition=rec.source_partition,
-                    source_offset=rec.source_offset,
-                    sequencer_id=sid,
-                ),
-                run.run_id.encode("utf-8"),
-                partition=run.partition,
-                on_delivery=_offset_setter(self, rec),
+            value = sealed_value(
+                run_id=run.run_id,
+                seq=rec.seq,
+                prev_hash=rec.prev_hash,
+                hash_=rec.hash,
+                raw=rec.raw,
+                source_partition=rec.source_partition,
+                source_offset=rec.source_offset,
+                sequencer_id=sid,
+                sealed_at=sealed_at,
             )
+            key = run.run_id.encode("utf-8")
+            if i in tracked:
+                producer.produce(
+                    topics.sealed,
+                    value,
+                    key,
+                    partition=run.partition,
+                    on_delivery=_offset_setter(self, rec),
+                )
+            else:
+                producer.produce(topics.sealed, value, key, partition=run.partition)
         for d in out.dlq:
             producer.produce(
-                topics.dlq,
-                d.value,
-                d.key,
-                partition=d.source_partition,
-                headers=d.headers(sid),
-                on_delivery=self._on_delivery,
+                topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
             )
         if producer.flush(timeout) > 0:
             self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
         if self._delivery_error is not None:
             raise _AbortBatch(self._delivery_error)
-        for rec in out.sealed:
+        for i in sorted(tracked):
+            rec = out.sealed[i]
+            if rec.offset < 0:
+                self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
+                raise _AbortBatch(self._delivery_error)
             if rec.seq == 0:
                 rec.run.first_offset = rec.offset
             rec.run.last_offset = rec.offset
@@ -397,7 +407,6 @@ class Sequencer:
                 encode_head(run.to_head(now_us, sid)),
                 run.run_id.encode("utf-8"),
                 partition=run.partition,
-                on_delivery=self._on_delivery,
             )
         assignment = consumer.assignment()
         positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
@@ -413,10 +422,6 @@ class Sequencer:
         _retrying(lambda: producer.commit_transaction(timeout))
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None and self._delivery_error is None:
-            self._delivery_error = err
 
     def _recover(self, consumer: Consumer, err: KafkaError | None) -> None:
         """Abort (or recreate the producer), rewind to committed offsets, restore heads."""
@@ -463,7 +468,8 @@ class Sequencer:
             assignment = consumer.assignment()
             lag: dict[int, int] = {}
             for tp in consumer.position(assignment):
-                _, hi = consumer.get_watermark_offsets(tp, timeout=2)
+                # cached: the high watermark of the last fetch response, no broker round trip
+                _, hi = consumer.get_watermark_offsets(tp, cached=True)
                 pos = max(tp.offset, 0)
                 lag[tp.partition] = max(0, hi - pos)
             self.metrics.set_lag(lag)
@@ -490,6 +496,21 @@ def _part(msg: Message) -> int:
 def _off(msg: Message) -> int:
     o = msg.offset()
     return -1 if o is None else int(o)
+
+
+def _needs_offset(out: BatchOutput) -> set[int]:
+    """Indexes of the sealed records whose offsets go into heads: seq 0 and each run's last."""
+    seen: set[str] = set()
+    need: set[int] = set()
+    for i in range(len(out.sealed) - 1, -1, -1):
+        rec = out.sealed[i]
+        run_id = rec.run.run_id
+        if run_id not in seen:
+            seen.add(run_id)
+            need.add(i)
+        elif rec.seq == 0:
+            need.add(i)
+    return need
 
 
 def _offset_setter(seq: Sequencer, rec: Any) -> Any:

@@ -48,6 +48,8 @@ def _setup() -> bytes:
 def _long(buf: bytes, pos: int) -> tuple[int, int]:
     b = buf[pos]
     pos += 1
+    if b < 0x80:  # one-byte varint: most lengths, indexes and small numbers
+        return (b >> 1) ^ -(b & 1), pos
     n = b & 0x7F
     shift = 7
     while b & 0x80:

@@ -149,6 +149,11 @@ def _sealed_v1_header() -> bytes | None:
     return _SEALED_V1_HEADER or None
 
 
+_RUN_PREFIX: dict[str, bytes] = {}
+_SID_SUFFIX: dict[str, bytes] = {}
+_LAST_AT: tuple[int, bytes] = (-1, b"")
+
+
 def sealed_value(
     *,
     run_id: str,
@@ -159,14 +164,18 @@ def sealed_value(
     source_partition: int,
     source_offset: int,
     sequencer_id: str,
+    sealed_at: int | None = None,
 ) -> bytes:
     """The single-object Avro value of a SealedEvent, written directly.
 
     This is the sequencer's hot path: building the record dict for fastavro cost more than
     sealing itself. The layout is SealedEvent v1's field order; a test pins it byte for byte
-    to ``encode_sealed``, and a newer current version falls back to ``encode_sealed``.
+    to ``encode_sealed``, and a newer current version falls back to ``encode_sealed``. The
+    encoded run id, sequencer id and sealing time are reused across the records of a batch.
     """
-    sealed_at = now_micros()
+    global _LAST_AT  # noqa: PLW0603 - a one-entry cache of the batch's encoded sealing time
+    if sealed_at is None:
+        sealed_at = now_micros()
     header = _sealed_v1_header()
     if header is None or len(prev_hash) != 32 or len(hash_) != 32:
         return encode_sealed(
@@ -182,22 +191,29 @@ def sealed_value(
                 sequencer_id=sequencer_id,
             )
         )
-    rid = run_id.encode("utf-8")
-    sid = sequencer_id.encode("utf-8")
+    prefix = _RUN_PREFIX.get(run_id)
+    if prefix is None:
+        if len(_RUN_PREFIX) > 100_000:
+            _RUN_PREFIX.clear()
+        rid = run_id.encode("utf-8")
+        prefix = _RUN_PREFIX[run_id] = header + _long(len(rid)) + rid
+    suffix = _SID_SUFFIX.get(sequencer_id)
+    if suffix is None:
+        sid = sequencer_id.encode("utf-8")
+        suffix = _SID_SUFFIX[sequencer_id] = _long(len(sid)) + sid
+    if _LAST_AT[0] != sealed_at:
+        _LAST_AT = (sealed_at, _long(sealed_at))
     return b"".join(
         (
-            header,
-            _long(len(rid)),
-            rid,
+            prefix,
             _long(seq),
             prev_hash,
             hash_,
             _long(len(raw)),
             raw,
-            _long(sealed_at),
+            _LAST_AT[1],
             _long(source_partition),
             _long(source_offset),
-            _long(len(sid)),
-            sid,
+            suffix,
         )
     )

@@ -98,6 +98,9 @@ class _Run:
         return any(seq in g for g in self.gaps)
 
 
+#: (key, value, partition, offset) of the raw record being judged, for its DLQ record.
+_Source = tuple[bytes | None, bytes | None, int, int]
+
 #: Reads a run's sealed history: seq -> hash of every sealed event of ``run``.
 HistoryLoader = Callable[[str, int, int, int], dict[int, bytes]]
 
@@ -177,6 +180,21 @@ class RunBook:
 
     # -- rules -------------------------------------------------------------------------------
 
+    def _refuse(
+        self,
+        out: BatchOutput,
+        src: _Source,
+        reason: DlqReason,
+        detail: str,
+        *,
+        run_id: str | None = None,
+        seq: int | None = None,
+    ) -> None:
+        key, value, partition, offset = src
+        out.dlq.append(
+            DlqRecord(reason, detail, key, value, self.raw_topic, partition, offset, run_id, seq)
+        )
+
     def apply(
         self,
         out: BatchOutput,
@@ -188,79 +206,87 @@ class RunBook:
         now_us: int,
     ) -> None:
         """Apply the rules to one raw record, appending what to write to ``out``."""
-
-        def refuse(
-            reason: DlqReason, detail: str, run_id: str | None = None, seq: int | None = None
-        ) -> None:
-            out.dlq.append(
-                DlqRecord(
-                    reason, detail, key, value, self.raw_topic, partition, offset, run_id, seq
-                )
-            )
-
+        src = (key, value, partition, offset)
+        refuse = self._refuse
         if value is None:
-            refuse(DlqReason.UNDECODABLE, "record has no value (tombstone)")
+            refuse(out, src, DlqReason.UNDECODABLE, "record has no value (tombstone)")
             return
-        what = f"{self.raw_topic}[{partition}]@{offset}"
+        peeked = None
         try:
             peeked = peek_event(value)
             if peeked is None:  # not plain v1, or broken: the full codec decides and explains
-                ev = decode_event(value, what=what)
+                ev = decode_event(value, what=f"{self.raw_topic}[{partition}]@{offset}")
                 run_id, seq, kind = ev.run_id, ev.seq, ev.kind
             else:
                 run_id, seq, kind = peeked.run_id, peeked.seq, peeked.kind
-                check_canonical(peeked.request, field=f"{what} seq {seq} request")
-                check_canonical(peeked.response, field=f"{what} seq {seq} response")
+                check_canonical(peeked.request, field="request")
+                check_canonical(peeked.response, field="response")
         except NonCanonicalJSONError as exc:
-            refuse(DlqReason.INVALID, str(exc))
+            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
+            refuse(out, src, DlqReason.INVALID, str(exc) if peeked is None else f"{where}: {exc}")
             return
         except SchemaError as exc:
-            refuse(DlqReason.UNDECODABLE, str(exc))
+            refuse(out, src, DlqReason.UNDECODABLE, str(exc))
             return
         if len(value) > MAX_RAW_BYTES:
             refuse(
+                out,
+                src,
                 DlqReason.INVALID,
                 f"value is {len(value)} bytes; over {MAX_RAW_BYTES} its sealed record would "
                 "exceed Kafka's 1 MiB message limit (record large payloads by reference)",
-                run_id,
-                seq,
+                run_id=run_id,
+                seq=seq,
             )
             return
         if key is None or key != run_id.encode("utf-8"):
             refuse(
+                out,
+                src,
                 DlqReason.INVALID,
                 f"key {key!r} is not the event's run_id; producers must key by run_id",
-                run_id,
-                seq,
+                run_id=run_id,
+                seq=seq,
             )
             return
         if seq < 0:
-            refuse(DlqReason.INVALID, f"seq {seq} is negative", run_id, seq)
+            refuse(out, src, DlqReason.INVALID, f"seq {seq} is negative", run_id=run_id, seq=seq)
             return
         if kind is EventKind.GAP:
-            refuse(DlqReason.INVALID, "GAP events are written by the sequencer only", run_id, seq)
+            refuse(
+                out,
+                src,
+                DlqReason.INVALID,
+                "GAP events are written by the sequencer only",
+                run_id=run_id,
+                seq=seq,
+            )
             return
         run = self.runs.get(run_id)
         want = run.partition if run is not None else partition_for(key, self.partitions)
         if want != partition:
             refuse(
+                out,
+                src,
                 DlqReason.INVALID,
                 f"run {run_id} belongs on partition {want} (murmur2), not {partition}; "
                 "configure the producer with partitioner=murmur2_random",
-                run_id,
-                seq,
+                run_id=run_id,
+                seq=seq,
             )
             return
         if run is None:
             run = self.runs[run_id] = _Run(Head.new(run_id, partition))
         if seq < run.next_seq:
-            self._past(out, run, seq, value, refuse)
+            self._past(out, run, seq, value, src)
         elif run.finished:
             refuse(
+                out,
+                src,
                 DlqReason.AFTER_FINISH,
                 f"seq {seq} comes after RUN_FINISHED at seq {run.next_seq - 1}",
-                run_id,
-                seq,
+                run_id=run_id,
+                seq=seq,
             )
         elif seq == run.next_seq:
             self._seal(
@@ -272,14 +298,17 @@ class RunBook:
                 source_offset=offset,
                 finishes=kind is EventKind.RUN_FINISHED,
             )
-            self._drain(out, run)
+            if run.held:
+                self._drain(out, run)
         elif seq - run.next_seq > self.max_gap:
             refuse(
+                out,
+                src,
                 DlqReason.OUT_OF_RANGE,
                 f"seq {seq} is {seq - run.next_seq} past the next expected seq {run.next_seq} "
                 f"(sequencer_max_gap={self.max_gap})",
-                run_id,
-                seq,
+                run_id=run_id,
+                seq=seq,
             )
         else:
             self._hold(
@@ -290,7 +319,7 @@ class RunBook:
                 partition=partition,
                 offset=offset,
                 now_us=now_us,
-                refuse=refuse,
+                src=src,
             )
 
     def _past(
@@ -299,10 +328,18 @@ class RunBook:
         run: _Run,
         seq: int,
         value: bytes,
-        refuse: Callable[[DlqReason, str, str | None, int | None], None],
+        src: _Source,
     ) -> None:
+        refuse = self._refuse
         if run.in_gap(seq):
-            refuse(DlqReason.LATE, f"seq {seq} was already sealed as a GAP marker", run.run_id, seq)
+            refuse(
+                out,
+                src,
+                DlqReason.LATE,
+                f"seq {seq} was already sealed as a GAP marker",
+                run_id=run.run_id,
+                seq=seq,
+            )
             return
         prev, h = run.hashes.get(seq - 1), run.hashes.get(seq)
         if (prev is None or h is None) and not run.history_complete:
@@ -315,10 +352,12 @@ class RunBook:
             out.duplicates += 1
             return
         refuse(
+            out,
+            src,
             DlqReason.CONFLICT,
             f"seq {seq} is already sealed with different bytes",
-            run.run_id,
-            seq,
+            run_id=run.run_id,
+            seq=seq,
         )
 
     def _seal(
@@ -394,18 +433,21 @@ class RunBook:
         partition: int,
         offset: int,
         now_us: int,
-        refuse: Callable[[DlqReason, str, str | None, int | None], None],
+        src: _Source,
     ) -> None:
+        refuse = self._refuse
         held = run.held.get(seq)
         if held is not None:
             if held.raw == value:
                 out.duplicates += 1
             else:
                 refuse(
+                    out,
+                    src,
                     DlqReason.CONFLICT,
                     f"seq {seq} is already held (behind a gap) with different bytes",
-                    run.run_id,
-                    seq,
+                    run_id=run.run_id,
+                    seq=seq,
                 )
             return
         run.held[seq] = HeldEvent(seq, value, partition, offset, now_us)
