@@ -62,9 +62,12 @@ def test_service_serves_metrics_and_stops_on_sigterm(
                     body = r.read().decode()
             except OSError:
                 return False
-            return 'tracevault_sequencer_sealed_total{instance_id="cli"} 2.0' in body
+            return (
+                'tracevault_sequencer_sealed_total{instance_id="cli"} 2.0' in body
+                and 'tracevault_sequencer_consumer_lag{instance_id="cli",partition="0"} 0.0' in body
+            )
 
-        wait_until(scraped, timeout=30, what="metrics to show 2 sealed events")
+        wait_until(scraped, timeout=30, what="metrics to show 2 sealed events and no lag")
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
