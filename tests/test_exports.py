@@ -12,6 +12,7 @@ def test_schemas_exports() -> None:
         "canonical_json", "check_canonical", "loads_canonical",
         "SCHEMA_DIR", "SchemaSet", "SchemaVersion", "default_schemas", "fingerprint",
         "AgentModel", "ErrorModel", "EventModel",
+        "VarintError", "avro_bytes", "avro_long", "read_long",
     }  # fmt: skip
     for name in tracevault.schemas.__all__:
         assert getattr(tracevault.schemas, name) is not None

@@ -27,6 +27,7 @@ from tracevault.schemas import (
     SealedEvent,
     TraceEvent,
     canonical_json,
+    check_canonical,
     decode_event,
     decode_sealed,
     default_schemas,
@@ -200,3 +201,26 @@ def test_errors_pickle_across_processes() -> None:
     err = UnknownFingerprintError("msg", fingerprint="ab")
     back = pickle.loads(pickle.dumps(err))
     assert (str(back), back.fingerprint) == ("msg", "ab")
+
+
+@pytest.mark.parametrize(
+    ("data", "ok"),
+    [
+        (b"1e+16", True),
+        (b"100000.0", True),
+        (b"123456789012345678901234567890", True),  # past 64 bits: exact, not a float
+        (b'{"a":[1,2.5,"\xc3\xbc"]}', True),
+        (b"1e5", False),
+        (b"NaN", False),
+        (b'{"a":NaN}', False),
+        (b'{"a":1,"a":2}', False),  # duplicate keys lose data: refused
+        (b'"\\u00fc"', False),  # escaped, not UTF-8
+        (b"[1, 2]", False),
+    ],
+)
+def test_canonical_check_is_exact_at_the_edges(data: bytes, ok: bool) -> None:
+    if ok:
+        assert check_canonical(data) is None
+    else:
+        with pytest.raises(NonCanonicalJSONError):
+            check_canonical(data)

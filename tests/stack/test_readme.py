@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import unique_name
 from tests.stack.conftest import DemoRun
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +57,7 @@ def test_readme_opens_with_the_two_commands() -> None:
 def test_first_command_runs_the_demo(demo_run: DemoRun, tmp_path: Path) -> None:
     env = _env(demo_run)
     env["TRACEVAULT_ARCHIVE_URL"] = f"file://{tmp_path / 'archive'}"
+    env["TRACEVAULT_TOPIC_PREFIX"] = unique_name("readme")
     proc = subprocess.run(
         ["bash", str(ROOT / "dev" / "demo"), "--json"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,

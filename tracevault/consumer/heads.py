@@ -37,7 +37,7 @@ from tracevault.chain import genesis
 from tracevault.config import Settings
 from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.kafka import partition_for
-from tracevault.schemas import MAGIC, Codec
+from tracevault.schemas import MAGIC, Codec, avro_long
 
 __all__ = [
     "GapRange",
@@ -121,16 +121,6 @@ def _codec() -> Codec:
     return _CODEC
 
 
-def _zigzag(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 _V1_HEADER: bytes | None = None
 
 
@@ -152,18 +142,18 @@ def encode_head(head: Head) -> bytes:
     return b"".join(
         (
             _V1_HEADER,
-            _zigzag(len(rid)),
+            avro_long(len(rid)),
             rid,
-            _zigzag(head.next_seq),
+            avro_long(head.next_seq),
             head.last_hash,
             b"\x01" if head.finished else b"\x00",
-            _zigzag(head.partition),
-            _zigzag(head.first_offset),
-            _zigzag(head.last_offset),
+            avro_long(head.partition),
+            avro_long(head.first_offset),
+            avro_long(head.last_offset),
             b"\x00",  # gaps: empty array
             b"\x00",  # held: empty array
-            _zigzag(head.updated_at),
-            _zigzag(len(sid)),
+            avro_long(head.updated_at),
+            avro_long(len(sid)),
             sid,
         )
     )

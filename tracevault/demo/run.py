@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -257,8 +258,10 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
                 [
                     *common,
                     "sequencer",
+                    # Stable per host (the default): a demo run again reclaims the same
+                    # static group membership at once instead of waiting out the last one's.
                     "--instance-id",
-                    f"demo-seq-{tag}",
+                    f"demo-{socket.gethostname()}",
                     "--gap-timeout",
                     "10",
                     "--batch-wait-ms",
@@ -274,7 +277,7 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
                     "--archive",
                     settings.archive_url,
                     "--instance-id",
-                    f"demo-arc-{tag}",
+                    f"demo-{socket.gethostname()}",
                     "--segment-max-age",
                     "2",
                 ],

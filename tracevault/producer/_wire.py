@@ -21,8 +21,10 @@ from tracevault.schemas import (
     ErrorInfo,
     EventKind,
     TraceEvent,
+    avro_long,
     default_schemas,
     encode_event,
+    read_long,
 )
 
 __all__ = ["EventEncoder", "EventFields", "avro_long", "read_run_seq"]
@@ -58,50 +60,11 @@ _KINDS = [
 ]
 
 
-def _varint(z: int) -> bytes:
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-# Seqs and payload lengths are almost always small: their encodings are looked up.
-_TABLE = tuple(_varint(z) for z in range(1 << 14))
-
-
-def avro_long(n: int) -> bytes:
-    """Avro's zig-zag varint encoding of a long."""
-    z = (n << 1) ^ (n >> 63)
-    if z < 16384:
-        return _TABLE[z]
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    z = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    return (z >> 1) ^ -(z & 1), pos
-
-
 def read_run_seq(value: bytes) -> tuple[str, int]:
     """The run id and seq at the front of an encoded TraceEvent (no full decode)."""
-    n, pos = _read_long(value, 10)
+    n, pos = read_long(value, 10)
     run_id = value[pos : pos + n].decode("utf-8")
-    seq, _ = _read_long(value, pos + n)
+    seq, _ = read_long(value, pos + n)
     return run_id, seq
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from tracevault.chain import genesis, link
 from tracevault.errors import ChainError, SchemaError
-from tracevault.schemas import MAGIC, EventKind, decode_event, default_schemas
+from tracevault.schemas import MAGIC, EventKind, avro_long, decode_event, default_schemas
 
 __all__ = ["RECORD_CHECKS", "RecordsSummary", "check_records", "fail"]
 
@@ -53,16 +53,6 @@ def fail(check: str, seq: int | None, obj: str | None, what: str) -> ChainError:
     return ChainError(
         f"verify failed: check {check}{where}{inside}: {what}. {_ACTION}", seq=seq, obj=obj
     )
-
-
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @lru_cache(maxsize=1)
@@ -125,7 +115,7 @@ def check_records(
     """Checks 1-6 over SealedEvent rows in the order the source returned them."""
     expected_prev = genesis(run_id)
     rid = run_id.encode("utf-8")
-    rid_prefix = _zigzag(len(rid)) + rid
+    rid_prefix = avro_long(len(rid)) + rid
     layouts = _layouts()
     kinds: list[str] = []
     append = kinds.append
@@ -169,7 +159,7 @@ def check_records(
         symbols = layouts.get(raw[:10])
         kind: str | None = None
         if symbols is not None:
-            p = rid_prefix + _zigzag(i)
+            p = rid_prefix + avro_long(i)
             at = 10 + len(p)
             if len(raw) > at and raw.startswith(p, 10) and raw[at] < 0x80:
                 idx = raw[at] >> 1

@@ -5,6 +5,7 @@ Import from here, never from the private modules::
     from tracevault.schemas import TraceEvent, encode_event, decode_event, canonical_json
 """
 
+from tracevault.schemas._binary import VarintError, avro_bytes, avro_long, read_long
 from tracevault.schemas._canonical import canonical_json, check_canonical, loads_canonical
 from tracevault.schemas._codec import (
     MAGIC,
@@ -56,6 +57,11 @@ __all__ = [
     "SchemaVersion",
     "default_schemas",
     "fingerprint",
+    # Avro binary primitives (for hand-written fast paths)
+    "VarintError",
+    "avro_bytes",
+    "avro_long",
+    "read_long",
     # boundary models
     "AgentModel",
     "ErrorModel",

@@ -10,6 +10,8 @@ import json
 import math
 from typing import Any
 
+import orjson
+
 from tracevault.errors import NonCanonicalJSONError, PayloadError
 
 __all__ = ["canonical_json", "check_canonical", "loads_canonical"]
@@ -60,11 +62,22 @@ def _find_bad(value: Any, path: str) -> tuple[str, str]:
 
 def loads_canonical(data: bytes, *, field: str = "payload") -> Any:
     """Parse canonical JSON bytes, raising :class:`NonCanonicalJSONError` if they are not."""
+    # Fast path: orjson parses three times faster than json.loads; when re-encoding its
+    # value gives back the exact bytes, json.loads would have built the same value. Anything
+    # else (orjson turns ints past 64 bits into floats, refuses some texts) is decided by
+    # json.loads, which defines the canonical form together with the encoder.
+    try:
+        value = orjson.loads(data)
+        if _encoder.encode(value).encode("utf-8") == data:
+            return value
+    except (orjson.JSONDecodeError, UnicodeError, ValueError, TypeError):
+        pass
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        again = _encoder.encode(value).encode("utf-8")
+    except (UnicodeError, ValueError, TypeError) as exc:
         raise NonCanonicalJSONError(f"{field} is not UTF-8 JSON: {exc}") from exc
-    if _encoder.encode(value).encode("utf-8") != data:
+    if again != data:
         raise NonCanonicalJSONError(
             f"{field} is JSON but not canonical (keys must be sorted, no white space between "
             "tokens, UTF-8 not \\u escapes); encode it with tracevault.schemas.canonical_json"

@@ -16,10 +16,12 @@ from tracevault.consumer.archive._segment import current_sealed_header
 from tracevault.errors import SchemaError
 from tracevault.schemas import (
     EventKind,
+    VarintError,
     decode_event,
     decode_sealed,
     default_schemas,
     encode_sealed,
+    read_long,
 )
 
 __all__ = ["Sealed", "finishes_run", "parse_sealed"]
@@ -50,24 +52,6 @@ def finishes_run(raw: bytes) -> bool:
     return _kind(raw) is EventKind.RUN_FINISHED
 
 
-def _long(b: bytes, pos: int) -> tuple[int, int]:
-    byte = b[pos]
-    if byte < 0x80:  # most lengths and small numbers: one byte
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    acc = byte & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        byte = b[pos]
-        pos += 1
-        acc |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (acc >> 1) ^ -(acc & 1), pos
-        shift += 7
-        if shift > 63:
-            raise SchemaError("varint longer than 10 bytes")
-
-
 _SEALED_HEADER: bytes | None = None
 
 
@@ -91,36 +75,36 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
         if x < 0x80:
             n, p = x >> 1, 11
         else:
-            n, p = _long(b, 10)
+            n, p = read_long(b, 10)
         run_id = b[p : p + n].decode()
         p += n
         x = b[p]
         if x < 0x80:
             seq, p = (x >> 1) ^ -(x & 1), p + 1
         else:
-            seq, p = _long(b, p)
+            seq, p = read_long(b, p)
         prev, h = b[p : p + 32], b[p + 32 : p + 64]
         p += 64
         x = b[p]
         if x < 0x80:
             m, p = x >> 1, p + 1
         else:
-            m, p = _long(b, p)
+            m, p = read_long(b, p)
         raw = b[p : p + m]
         p += m
-        sealed_at, p = _long(b, p)
+        sealed_at, p = read_long(b, p)
         if b[p] < 0x80:  # source_partition
             p += 1
         else:
-            _partition, p = _long(b, p)
-        _offset, p = _long(b, p)
+            _partition, p = read_long(b, p)
+        _offset, p = read_long(b, p)
         x = b[p]
         if x < 0x80:
             p += 1 + (x >> 1)
         else:
-            m, p = _long(b, p)
+            m, p = read_long(b, p)
             p += m
-    except (IndexError, UnicodeDecodeError) as exc:
+    except (IndexError, UnicodeDecodeError, VarintError) as exc:
         raise SchemaError(f"{what} is truncated or malformed: {exc}") from exc
     if p != len(b) or len(h) != 32 or n < 0 or m < 0:
         raise SchemaError(
@@ -140,7 +124,7 @@ def _finishes(raw: bytes, sealed: bytes, n: int) -> bool:
             while raw[q] & 0x80:  # skip seq
                 q += 1
             return raw[q + 1] == finished
-        except IndexError:
+        except (IndexError, VarintError):
             pass  # truncated: let the codec name the problem
     return finishes_run(raw)
 
@@ -165,10 +149,10 @@ def _kind(raw: bytes) -> EventKind:
     if raw[:_HEADER] == header:
         # TraceEvent v1 starts run_id (string), seq (long), kind (enum index).
         try:
-            n, p = _long(raw, _HEADER)
-            _seq, p = _long(raw, p + n)
-            idx, _ = _long(raw, p)
+            n, p = read_long(raw, _HEADER)
+            _seq, p = read_long(raw, p + n)
+            idx, _ = read_long(raw, p)
             return kinds[idx]
-        except IndexError:
+        except (IndexError, VarintError):
             pass  # let the codec produce the precise error
     return decode_event(raw, check_json=False).kind

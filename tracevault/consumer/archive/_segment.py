@@ -24,7 +24,14 @@ from io import BytesIO
 from fastavro import reader as _ocf_reader
 
 from tracevault.errors import ArchiveError
-from tracevault.schemas import SealedEvent, decode_sealed, default_schemas, encode_sealed
+from tracevault.schemas import (
+    SealedEvent,
+    avro_bytes,
+    avro_long,
+    decode_sealed,
+    default_schemas,
+    encode_sealed,
+)
 
 __all__ = [
     "CODEC",
@@ -40,20 +47,6 @@ _MAGIC = b"Obj\x01"
 _BLOCK_BYTES = 1 << 20  # uncompressed bytes per block: bounded reader memory per block
 _DEFLATE_LEVEL = 6
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _long(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z & ~0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _bytes(b: bytes) -> bytes:
-    return _long(len(b)) + b
 
 
 _SCHEMA_CACHE: tuple[bytes, bytes] | None = None
@@ -97,10 +90,10 @@ def encode_segment(run_id: str, first_seq: int, bodies: Iterable[bytes]) -> byte
     schema_json, _ = _schema()
     sync = sync_marker(run_id, first_seq)
     out = bytearray(_MAGIC)
-    out += _long(2)
-    out += _bytes(b"avro.codec") + _bytes(CODEC.encode())
-    out += _bytes(b"avro.schema") + _bytes(schema_json)
-    out += _long(0)
+    out += avro_long(2)
+    out += avro_bytes(b"avro.codec") + avro_bytes(CODEC.encode())
+    out += avro_bytes(b"avro.schema") + avro_bytes(schema_json)
+    out += avro_long(0)
     out += sync
 
     block: list[bytes] = []
@@ -110,7 +103,7 @@ def encode_segment(run_id: str, first_seq: int, bodies: Iterable[bytes]) -> byte
         nonlocal size
         comp = zlib.compressobj(_DEFLATE_LEVEL, zlib.DEFLATED, -15)
         data = comp.compress(b"".join(block)) + comp.flush()
-        out.extend(_long(len(block)) + _long(len(data)) + data + sync)
+        out.extend(avro_long(len(block)) + avro_long(len(data)) + data + sync)
         block.clear()
         size = 0
 

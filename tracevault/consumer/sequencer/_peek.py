@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from tracevault.schemas import MAGIC, EventKind, default_schemas
+from tracevault.schemas import MAGIC, EventKind, VarintError, default_schemas, read_long
 
 __all__ = ["Peeked", "peek_event"]
 
@@ -45,25 +45,8 @@ def _setup() -> bytes:
     return _HEADER
 
 
-def _long(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:  # one-byte varint: most lengths, indexes and small numbers
-        return (b >> 1) ^ -(b & 1), pos
-    n = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift > 63:
-            raise _Bad
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-    return (n >> 1) ^ -(n & 1), pos
-
-
 def _bytes(buf: bytes, pos: int) -> tuple[bytes, int]:
-    n, pos = _long(buf, pos)
+    n, pos = read_long(buf, pos)
     end = pos + n
     if n < 0 or end > len(buf):
         raise _Bad
@@ -76,7 +59,7 @@ def _str(buf: bytes, pos: int) -> tuple[str, int]:
 
 
 def _opt_str(buf: bytes, pos: int) -> int:
-    branch, pos = _long(buf, pos)
+    branch, pos = read_long(buf, pos)
     if branch == 1:
         _, pos = _str(buf, pos)
     elif branch != 0:
@@ -85,9 +68,9 @@ def _opt_str(buf: bytes, pos: int) -> int:
 
 
 def _opt_long(buf: bytes, pos: int) -> int:
-    branch, pos = _long(buf, pos)
+    branch, pos = read_long(buf, pos)
     if branch == 1:
-        _, pos = _long(buf, pos)
+        _, pos = read_long(buf, pos)
     elif branch != 0:
         raise _Bad
     return pos
@@ -101,18 +84,18 @@ def peek_event(value: bytes) -> Peeked | None:
     try:
         pos = 10
         run_id, pos = _str(value, pos)
-        seq, pos = _long(value, pos)
-        kind_index, pos = _long(value, pos)
+        seq, pos = read_long(value, pos)
+        kind_index, pos = read_long(value, pos)
         if not 0 <= kind_index < len(_KINDS):
             return None
-        _, pos = _long(value, pos)  # at
+        _, pos = read_long(value, pos)  # at
         for _ in range(5):  # agent: agent_id, agent_version, host, harness, sdk_version
             _, pos = _str(value, pos)
         pos = _opt_str(value, pos)  # model
         pos = _opt_long(value, pos)  # seed
         request, pos = _bytes(value, pos)
         response, pos = _bytes(value, pos)
-        branch, pos = _long(value, pos)  # error
+        branch, pos = read_long(value, pos)  # error
         if branch == 1:
             _, pos = _str(value, pos)
             _, pos = _str(value, pos)
@@ -121,17 +104,17 @@ def peek_event(value: bytes) -> Peeked | None:
         pos = _opt_str(value, pos)  # idempotency_key
         pos = _opt_long(value, pos)  # parent_seq
         while True:  # attributes: map<string> in blocks
-            count, pos = _long(value, pos)
+            count, pos = read_long(value, pos)
             if count == 0:
                 break
             if count < 0:
                 count = -count
-                _, pos = _long(value, pos)  # block size in bytes
+                _, pos = read_long(value, pos)  # block size in bytes
             for _ in range(count):
                 _, pos = _str(value, pos)
                 _, pos = _str(value, pos)
         if pos != len(value):
             return None
-    except (_Bad, IndexError, UnicodeDecodeError):
+    except (_Bad, IndexError, UnicodeDecodeError, VarintError):
         return None
     return Peeked(run_id, seq, _KINDS[kind_index], request, response)

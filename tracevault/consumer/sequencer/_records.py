@@ -23,6 +23,7 @@ from tracevault.schemas import (
     EventKind,
     SealedEvent,
     TraceEvent,
+    avro_long,
     canonical_json,
     default_schemas,
     encode_event,
@@ -121,22 +122,6 @@ def gap_event(
     return encode_event(ev)
 
 
-_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
-
-
-def _long(n: int) -> bytes:
-    """Avro ``long``/``int``: zig-zag, then base-128 varint."""
-    z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return _ONE_BYTE[z]
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 _SEALED_V1_HEADER: bytes | None = None
 
 
@@ -196,24 +181,24 @@ def sealed_value(
         if len(_RUN_PREFIX) > 100_000:
             _RUN_PREFIX.clear()
         rid = run_id.encode("utf-8")
-        prefix = _RUN_PREFIX[run_id] = header + _long(len(rid)) + rid
+        prefix = _RUN_PREFIX[run_id] = header + avro_long(len(rid)) + rid
     suffix = _SID_SUFFIX.get(sequencer_id)
     if suffix is None:
         sid = sequencer_id.encode("utf-8")
-        suffix = _SID_SUFFIX[sequencer_id] = _long(len(sid)) + sid
+        suffix = _SID_SUFFIX[sequencer_id] = avro_long(len(sid)) + sid
     if _LAST_AT[0] != sealed_at:
-        _LAST_AT = (sealed_at, _long(sealed_at))
+        _LAST_AT = (sealed_at, avro_long(sealed_at))
     return b"".join(
         (
             prefix,
-            _long(seq),
+            avro_long(seq),
             prev_hash,
             hash_,
-            _long(len(raw)),
+            avro_long(len(raw)),
             raw,
             _LAST_AT[1],
-            _long(source_partition),
-            _long(source_offset),
+            avro_long(source_partition),
+            avro_long(source_offset),
             suffix,
         )
     )
