@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+
 from tests.stack.conftest import DemoRun
 from tracevault.consumer.archive import list_runs, open_store, read_run_objects
 from tracevault.consumer.archive.layout import FinalReceipt, final_key
@@ -33,3 +37,15 @@ def test_small_demo_summary_matches_the_archive(demo_run: DemoRun) -> None:
     # The services were stopped cleanly: their logs end without a traceback.
     for path in summary["logs"].values():
         assert "Traceback" not in (tmp_path / path).read_text()
+
+
+def test_the_commands_the_demo_prints_work(demo_run: DemoRun) -> None:
+    env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap}
+    commands = demo_run.summary["commands"]
+    assert len(commands) >= 4
+    for command in commands:
+        proc = subprocess.run(
+            shlex.split(command), cwd=demo_run.cwd, env=env, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"

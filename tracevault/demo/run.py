@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -240,6 +242,16 @@ def _check_samples(
             progress.advance(task)
 
 
+def _cli_name() -> str:
+    """``tracevault``, or its full path when this interpreter's scripts are not on PATH
+    (dev/demo installs into .venv without activating it)."""
+    here = Path(sys.executable).parent / "tracevault"
+    found = shutil.which("tracevault")
+    if here.exists() and (found is None or Path(found).resolve() != here.resolve()):
+        return str(here)
+    return "tracevault"
+
+
 def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSummary:
     """Run the whole pipeline once on ``settings`` and return what happened."""
     summary = DemoSummary(
@@ -298,13 +310,13 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
         if bad:
             raise TraceVaultError(f"services did not shut down cleanly: {bad}; see {summary.logs}")
     one = summary.run_ids[0]
-    pre = f"tracevault --prefix {settings.topic_prefix}"
+    pre = f"{_cli_name()} --prefix {settings.topic_prefix}"
     arch = f"--archive-url {settings.archive_url}"
     summary.commands = [
         f"{pre} replay {arch} show {one} --from archive",
         f"{pre} replay {arch} verify {one} --from archive",
         f"{pre} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive",
         f"{pre} replay {arch} export {one} -o evidence/{one}",
-        f"tracevault archive ls --archive {settings.archive_url}",
+        f"{_cli_name()} archive ls --archive {settings.archive_url}",
     ]
     return summary
