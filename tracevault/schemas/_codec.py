@@ -21,6 +21,7 @@ from tracevault.errors import (
 )
 from tracevault.schemas._canonical import check_canonical
 from tracevault.schemas._events import SealedEvent, TraceEvent
+from tracevault.schemas._fastdecode import fast_decode_event
 from tracevault.schemas._registry import SchemaSet, SchemaVersion, default_schemas
 
 __all__ = [
@@ -139,7 +140,7 @@ def decode_event(data: bytes, *, check_json: bool = True, what: str = "event") -
     ``check_json`` also proves ``request``/``response`` are canonical JSON, so a value that
     was not produced through ``canonical_json`` is refused with the field named.
     """
-    ev = TraceEvent.from_avro(_event_codec().decode(data, what=what))
+    ev = fast_decode_event(data) or TraceEvent.from_avro(_event_codec().decode(data, what=what))
     if check_json:
         check_canonical(ev.request, field=f"{what} seq {ev.seq} request")
         check_canonical(ev.response, field=f"{what} seq {ev.seq} response")
