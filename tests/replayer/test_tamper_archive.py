@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.replayer.archiving import write_run
+from tests.replayer.both_ways import verify_both_ways
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
 from tracevault.config import Settings
 from tracevault.consumer.archive import open_store
 from tracevault.consumer.archive.layout import final_key, receipt_key, segment_key
 from tracevault.errors import ChainError
-from tracevault.replayer import load_run, verify
+from tracevault.replayer import load_run
 
 RUN = "run-a"
 
@@ -40,7 +41,7 @@ def _path(objects: Path, key: str) -> Path:
 
 
 def _verify(settings: Settings):
-    return verify(load_run(settings, RUN, source="archive"))
+    return verify_both_ways(load_run(settings, RUN, source="archive"))
 
 
 def _failure(settings: Settings) -> ChainError:

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from tests.replayer import agents
+from tests.replayer.both_ways import verify_both_ways
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal, seal_raws
 from tracevault.errors import ChainError
@@ -14,7 +15,7 @@ from tracevault.replayer import LoadedRun, replay, verify
 
 
 def _verify(records):
-    return verify(LoadedRun.of(records, run_id="run-a"))
+    return verify_both_ways(LoadedRun.of(records, run_id="run-a"))
 
 
 def test_an_intact_run_verifies_with_numbered_checks(sealed) -> None:

@@ -1,6 +1,7 @@
 """Loading a run from the archive: one listing of ``runs/<run>/``, then its objects.
 
-Every segment is read with fastavro (the files are Avro OCF of SealedEvent rows); a segment
+Every segment is read as Avro OCF of SealedEvent rows (directly when it has the archiver's
+own shape, else with fastavro; ``sealed_at`` may come back as micros or a datetime); a segment
 that cannot be read (truncated, corrupted) fails here, named, because nothing after it can be
 trusted. Receipts are fetched as bytes and parsed by the verifier, which decides whether a
 disagreement is the receipt's fault or the segment's.
@@ -27,8 +28,10 @@ from tracevault.consumer.archive.layout import (
 )
 from tracevault.errors import ArchiveError, NotFoundError
 from tracevault.replayer._checks import fail
+from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
+from tracevault.replayer._segment_rows import fast_segment_rows
 
 __all__ = ["ReadableStore", "load_from_archive", "read_segment_rows"]
 
@@ -45,7 +48,14 @@ class ReadableStore(Protocol):
 
 
 def read_segment_rows(data: bytes, key: str, first_seq: int) -> list[dict[str, Any]]:
-    """The SealedEvent rows of one segment; ChainError naming ``key`` if it is unreadable."""
+    """The SealedEvent rows of one segment; ChainError naming ``key`` if it is unreadable.
+
+    Segments in the archiver's own shape are read directly (``_segment_rows``); anything
+    else, and any segment that reader finds unusual, is read and judged by fastavro.
+    """
+    fast = fast_segment_rows(data)
+    if fast is not None:
+        return fast
     try:
         rows = [r for r in ocf_reader(BytesIO(data)) if isinstance(r, dict)]
     except (ValueError, EOFError, KeyError, IndexError, TypeError, zlib.error) as exc:
@@ -70,6 +80,11 @@ def _receipt(data: bytes | None, key: str) -> SegmentReceipt | None:
 
 def load_from_archive(store: ReadableStore, run_id: str) -> LoadedRun:
     """Every object of ``run_id`` in ``store``: segments in seq order, receipts, final receipt."""
+    with gc_paused():
+        return _load(store, run_id)
+
+
+def _load(store: ReadableStore, run_id: str) -> LoadedRun:
     infos = store.list(run_prefix(run_id))
     keys = {i.key for i in infos}
     if not keys:

@@ -27,7 +27,15 @@ from typing import Any
 
 from tracevault.chain import genesis, link
 from tracevault.errors import ChainError, SchemaError
-from tracevault.schemas import MAGIC, EventKind, avro_long, decode_event, default_schemas
+from tracevault.schemas import (
+    MAGIC,
+    EventKind,
+    TraceEvent,
+    avro_long,
+    decode_event,
+    default_schemas,
+)
+from tracevault.schemas._fastdecode import fast_decode_event
 
 __all__ = ["RECORD_CHECKS", "RecordsSummary", "check_records", "fail"]
 
@@ -79,18 +87,23 @@ def _layouts() -> Mapping[bytes, tuple[str, ...]]:
 
 @dataclass(frozen=True, slots=True)
 class RecordsSummary:
-    """What checks 1-6 learnt: the chain head, each event's kind, the GAP seqs."""
+    """What checks 1-6 learnt: the chain head, each event's kind, the GAP seqs.
+
+    ``events`` holds every event decoded when the checks were asked to rebuild the run.
+    """
 
     head: bytes
     kinds: tuple[str, ...]
     gaps: tuple[int, ...]
+    events: list[TraceEvent] | None = None
 
     @property
     def finished(self) -> bool:
         return bool(self.kinds) and self.kinds[-1] == EventKind.RUN_FINISHED.value
 
 
-def _slow_kind(raw: bytes, run_id: str, seq: int, obj: str | None) -> str:
+def _event(raw: bytes, run_id: str, seq: int, obj: str | None) -> TraceEvent:
+    """Check 5 on a fully decoded event (no canonical-JSON re-check: see the module doc)."""
     try:
         ev = decode_event(raw, check_json=False, what=f"raw value of seq {seq}")
     except SchemaError as exc:
@@ -106,13 +119,119 @@ def _slow_kind(raw: bytes, run_id: str, seq: int, obj: str | None) -> str:
         )
     if ev.seq != seq:
         raise fail("5 content", seq, obj, f"the event inside says it is seq {ev.seq}")
-    return ev.kind.value
+    return ev
+
+
+def _slow_kind(raw: bytes, run_id: str, seq: int, obj: str | None) -> str:
+    return _event(raw, run_id, seq, obj).kind.value
+
+
+def _rebuild(
+    run_id: str, rows: Sequence[Mapping[str, Any]], objects: Sequence[str]
+) -> RecordsSummary:
+    """Checks 1-6 with every event decoded once: check 5 reads the decoded event.
+
+    Kept apart from the prefix-only loop in :func:`check_records` so neither pays for the
+    other; both raise the same failures with the same messages.
+    """
+    prev = genesis(run_id)
+    kinds: list[str] = []
+    events: list[TraceEvent] = []
+    add_kind, add_event = kinds.append, events.append
+    for i, r in enumerate(rows):
+        if r["run_id"] != run_id or r["seq"] != i or r["prev_hash"] != prev:
+            _check_row(run_id, i, r, prev, objects)
+        raw = r["raw"]
+        h = link(prev, raw)
+        if h != r["hash"]:
+            raise _hash_failure(i, r, h, objects)
+        ev = fast_decode_event(raw)
+        if ev is None or ev.seq != i or ev.run_id != run_id:
+            # the codec decides: another schema version, or check 5 fails naming the seq
+            ev = _event(raw, run_id, i, objects[i])
+        add_kind(ev.kind)  # an EventKind is its str value (StrEnum)
+        add_event(ev)
+        prev = h
+    return _summary(prev, kinds, objects, events)
+
+
+def _check_row(
+    run_id: str, i: int, r: Mapping[str, Any], expected_prev: bytes, objects: Sequence[str]
+) -> None:
+    """Checks 1-3 on one row (raises at the first that fails)."""
+    if r["run_id"] != run_id:
+        raise fail(
+            "1 run",
+            i,
+            objects[i],
+            f"the record belongs to run {r['run_id']!r} (seq {r['seq']})",
+        )
+    if r["seq"] != i:
+        found = r["seq"]
+        what = (
+            f"seq {i} is missing (the next record is seq {found})"
+            if found > i
+            else f"found seq {found} where seq {i} belongs (events out of order)"
+        )
+        raise fail("2 seq", i, objects[i], what)
+    prev = r["prev_hash"]
+    if prev != expected_prev:
+        raise fail(
+            "3 link",
+            i,
+            objects[i],
+            f"prev_hash {bytes(prev).hex()[:16]}… is not the hash of seq {i - 1} "
+            f"({expected_prev.hex()[:16]}…)"
+            if i
+            else "prev_hash is not the run's genesis hash",
+        )
+
+
+def _hash_failure(i: int, r: Mapping[str, Any], h: bytes, objects: Sequence[str]) -> Exception:
+    return fail(
+        "4 hash",
+        i,
+        objects[i],
+        f"the event's bytes hash to {h.hex()[:16]}…, the record says "
+        f"{bytes(r['hash']).hex()[:16]}…: the bytes were changed after sealing",
+    )
+
+
+def _summary(
+    head: bytes, kinds: list[str], objects: Sequence[str], events: list[TraceEvent] | None
+) -> RecordsSummary:
+    """Check 6 over the kinds, then what the checks learnt."""
+    if kinds and kinds[0] != EventKind.RUN_STARTED.value:
+        raise fail("6 shape", 0, objects[0], f"seq 0 is {kinds[0]}, not RUN_STARTED")
+    fin = EventKind.RUN_FINISHED.value
+    for i, k in enumerate(kinds[:-1]):
+        if k == fin:
+            raise fail(
+                "6 shape", i + 1, objects[i + 1], f"seq {i + 1} follows RUN_FINISHED at seq {i}"
+            )
+    gap = EventKind.GAP.value
+    return RecordsSummary(
+        head=head,
+        kinds=tuple(kinds),
+        gaps=tuple(i for i, k in enumerate(kinds) if k == gap),
+        events=events,
+    )
 
 
 def check_records(
-    run_id: str, rows: Sequence[Mapping[str, Any]], objects: Sequence[str]
+    run_id: str,
+    rows: Sequence[Mapping[str, Any]],
+    objects: Sequence[str],
+    *,
+    rebuild: bool = False,
 ) -> RecordsSummary:
-    """Checks 1-6 over SealedEvent rows in the order the source returned them."""
+    """Checks 1-6 over SealedEvent rows in the order the source returned them.
+
+    With ``rebuild`` every event is also decoded (``RecordsSummary.events``); without it,
+    check 5 reads only the run id, seq and kind at the front of each value.
+    """
+    if rebuild:
+        return _rebuild(run_id, rows, objects)
     expected_prev = genesis(run_id)
     rid = run_id.encode("utf-8")
     rid_prefix = avro_long(len(rid)) + rid
@@ -120,42 +239,12 @@ def check_records(
     kinds: list[str] = []
     append = kinds.append
     for i, r in enumerate(rows):
-        if r["run_id"] != run_id:
-            raise fail(
-                "1 run",
-                i,
-                objects[i],
-                f"the record belongs to run {r['run_id']!r} (seq {r['seq']})",
-            )
-        if r["seq"] != i:
-            found = r["seq"]
-            what = (
-                f"seq {i} is missing (the next record is seq {found})"
-                if found > i
-                else f"found seq {found} where seq {i} belongs (events out of order)"
-            )
-            raise fail("2 seq", i, objects[i], what)
-        prev = r["prev_hash"]
-        if prev != expected_prev:
-            raise fail(
-                "3 link",
-                i,
-                objects[i],
-                f"prev_hash {bytes(prev).hex()[:16]}… is not the hash of seq {i - 1} "
-                f"({expected_prev.hex()[:16]}…)"
-                if i
-                else "prev_hash is not the run's genesis hash",
-            )
+        if r["run_id"] != run_id or r["seq"] != i or r["prev_hash"] != expected_prev:
+            _check_row(run_id, i, r, expected_prev, objects)
         raw = r["raw"]
-        h = link(prev, raw)
+        h = link(expected_prev, raw)
         if h != r["hash"]:
-            raise fail(
-                "4 hash",
-                i,
-                objects[i],
-                f"the event's bytes hash to {h.hex()[:16]}…, the record says "
-                f"{bytes(r['hash']).hex()[:16]}…: the bytes were changed after sealing",
-            )
+            raise _hash_failure(i, r, h, objects)
         symbols = layouts.get(raw[:10])
         kind: str | None = None
         if symbols is not None:
@@ -167,17 +256,4 @@ def check_records(
                     kind = symbols[idx]
         append(kind if kind is not None else _slow_kind(raw, run_id, i, objects[i]))
         expected_prev = h
-    if kinds and kinds[0] != EventKind.RUN_STARTED.value:
-        raise fail("6 shape", 0, objects[0], f"seq 0 is {kinds[0]}, not RUN_STARTED")
-    fin = EventKind.RUN_FINISHED.value
-    for i, k in enumerate(kinds[:-1]):
-        if k == fin:
-            raise fail(
-                "6 shape", i + 1, objects[i + 1], f"seq {i + 1} follows RUN_FINISHED at seq {i}"
-            )
-    gap = EventKind.GAP.value
-    return RecordsSummary(
-        head=expected_prev,
-        kinds=tuple(kinds),
-        gaps=tuple(i for i, k in enumerate(kinds) if k == gap),
-    )
+    return _summary(expected_prev, kinds, objects, None)

@@ -4,11 +4,17 @@ The numbered checks are listed in ``_checks`` (1-6, every record), ``_verify_arc
 (A1-A3: segments and receipts) and here (T1: the topic's committed head; F: finished, when
 required). A run with no RUN_FINISHED verifies but is reported as unfinished; GAP markers
 (one per missing seq, sealed by the sequencer) are reported as warnings.
+
+Rebuilding (``rebuild=True``) decodes every event once, inside the checks, and does **not**
+re-check that ``request``/``response`` are canonical JSON: the chain proves these are the
+exact bytes the sequencer sealed, and the sequencer refuses a non-canonical payload before
+sealing it. Events read lazily (the default) still go through ``decode_event``'s check.
 """
 
 from __future__ import annotations
 
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
+from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer._verify_archive import check_archive, check_archive_structure
@@ -54,11 +60,20 @@ def _check_topic_head(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> N
         )
 
 
-def verify(run: LoadedRun, *, require_finished: bool = False) -> VerifyReport:
+def verify(
+    run: LoadedRun, *, require_finished: bool = False, rebuild: bool = False
+) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
-    With ``require_finished`` an unfinished run fails too (check "finished").
+    With ``require_finished`` an unfinished run fails too (check "finished"). With
+    ``rebuild`` every event is decoded into a :class:`TraceEvent` during the checks and
+    ``report.events`` is that list; without it, events are decoded on first access.
     """
+    with gc_paused():
+        return _verify(run, require_finished=require_finished, rebuild=rebuild)
+
+
+def _verify(run: LoadedRun, *, require_finished: bool, rebuild: bool) -> VerifyReport:
     rows = run.records.rows
     if not rows:
         raise fail("2 seq", 0, None, "the run has no records")
@@ -67,7 +82,7 @@ def verify(run: LoadedRun, *, require_finished: bool = False) -> VerifyReport:
     if run.source == "archive":
         check_archive_structure(run, checks)
     checks.extend(RECORD_CHECKS)
-    summary = check_records(run.run_id, rows, run.objects)
+    summary = check_records(run.run_id, rows, run.objects, rebuild=rebuild)
     if run.source == "archive":
         warnings.extend(check_archive(run, summary, checks))
     elif run.expected_last_seq is not None or run.expected_head is not None:
@@ -99,5 +114,7 @@ def verify(run: LoadedRun, *, require_finished: bool = False) -> VerifyReport:
         checks=tuple(checks),
         gaps=summary.gaps,
         warnings=tuple(warnings),
-        events=LazyEvents([r["raw"] for r in rows]),
+        events=summary.events
+        if summary.events is not None
+        else LazyEvents([r["raw"] for r in rows]),
     )

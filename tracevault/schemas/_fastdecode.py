@@ -34,11 +34,14 @@ __all__ = ["V1_FINGERPRINT", "fast_decode_event"]
 V1_FINGERPRINT = bytes.fromhex("ec2e1f56534d0288")
 
 _MAX = 1 << 63  # Avro longs are signed 64-bit
+_CONT8 = 0x8080808080808080  # the continuation bits of 8 varint bytes, little-endian
+_CONT7 = 0x0080808080808080  # ... set on the first 7 only: an 8-byte varint
 _AGENT_CACHE_MAX = 256
 _agents: dict[bytes, AgentInfo] = {}
 # The last run id and agent read, with their exact encodings (seeded with the empty ones,
 # whose encodings they are, so a match is always a correct decode).
 _last_run: tuple[bytes, str] = (b"\x00", "")
+_last_model: tuple[bytes, str] = (b"\x00", "")
 _last_agent: tuple[bytes, AgentInfo] = (b"\x00" * 5, AgentInfo("", "", "", "", ""))
 
 
@@ -52,6 +55,24 @@ def _layout() -> tuple[bytes, tuple[EventKind, ...]] | None:
     return b"\xc3\x01" + V1_FINGERPRINT, tuple(EventKind(s) for s in kind["type"]["symbols"])
 
 
+def _long(buf: bytes, pos: int) -> tuple[int, int]:
+    """``read_long``, but a value outside 64 bits (a 10-byte varint) raises ValueError."""
+    b = buf[pos]
+    pos += 1
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos
+    n = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        b = buf[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+    if shift > 63 and (shift > 70 or n >> 64):  # past 64 bits or 10 bytes: the codec judges
+        raise ValueError("long outside 64 bits")
+    return (n >> 1) ^ -(n & 1), pos
+
+
 def _string(d: bytes, p: int, end: int) -> tuple[str, int]:
     n, p = read_long(d, p)
     q = p + n
@@ -63,9 +84,6 @@ def _string(d: bytes, p: int, end: int) -> tuple[str, int]:
 def _agent(d: bytes, p: int, end: int) -> tuple[AgentInfo, int]:
     """The agent record at ``p``: the same bytes (one run, one agent) are decoded once."""
     global _last_agent  # noqa: PLW0603 - one tuple, replaced atomically
-    last_key, last = _last_agent
-    if d.startswith(last_key, p):  # Avro is prefix-free: the same bytes decode the same
-        return last, p + len(last_key)
     start = p
     for _ in range(5):
         n, p = read_long(d, p)
@@ -89,15 +107,25 @@ def _agent(d: bytes, p: int, end: int) -> tuple[AgentInfo, int]:
     return agent, p
 
 
+_header: bytes | None = None  # C3 01 + V1_FINGERPRINT once _layout() said v1 is current
+_kinds: tuple[EventKind, ...] = ()
+
+
 def fast_decode_event(data: bytes) -> TraceEvent | None:
     """``data`` as a TraceEvent if it is an ordinary v1 value read into v1, else None."""
-    layout = _layout()
-    if layout is None or data[:10] != layout[0]:
-        return None
+    global _header, _kinds  # noqa: PLW0603 - set once, from _layout()
+    if _header is None:
+        layout = _layout()
+        if layout is None:
+            return None
+        _kinds = layout[1]
+        _header = layout[0]
     if type(data) is not bytes:  # fastavro hands back bytes for ``bytes`` fields
         data = bytes(data)
+    if not data.startswith(_header):
+        return None
     try:
-        return _decode(data, layout[1])
+        return _decode(data, _kinds)
     except (IndexError, ValueError):  # ValueError covers UnicodeDecodeError and VarintError
         return None
 
@@ -117,24 +145,47 @@ def _decode(d: bytes, kinds: tuple[EventKind, ...]) -> TraceEvent | None:
         run_id = d[p:q].decode("utf-8")
         _last_run = (d[10:q], run_id)
     # seq (long), kind (enum), at (long)
-    seq, p = read_long(d, q)
-    if not -_MAX <= seq < _MAX:
-        return None
+    seq, p = _long(d, q)
     b = d[p]
     if b & 1 or b >= 0x80 or (b >> 1) >= len(kinds):
         return None
     kind = kinds[b >> 1]
-    at, p = read_long(d, p + 1)
-    if not -_MAX <= at < _MAX:
-        return None
-    agent, p = _agent(d, p, end)
+    # at: a timestamp in µs is an 8-byte varint from 1974 to 2540; read those in one go
+    x = int.from_bytes(d[p + 1 : p + 9], "little")
+    if x & _CONT8 == _CONT7:
+        z = (
+            (x & 0x7F)
+            | (x >> 1 & 0x3F80)
+            | (x >> 2 & 0x1FC000)
+            | (x >> 3 & 0xFE00000)
+            | (x >> 4 & 0x7F0000000)
+            | (x >> 5 & 0x3F800000000)
+            | (x >> 6 & 0x1FC0000000000)
+            | (x >> 7 & 0xFE000000000000)
+        )
+        at = (z >> 1) ^ -(z & 1)
+        p += 9
+    else:
+        at, p = _long(d, p + 1)
+    last_key, agent = _last_agent
+    if d.startswith(last_key, p):  # Avro is prefix-free: the same bytes decode the same
+        p += len(last_key)
+    else:
+        agent, p = _agent(d, p, end)
     # model: ["null", "string"]
     b = d[p]
     p += 1
     if b == 0:
         model = None
     elif b == 2:
-        model, p = _string(d, p, end)
+        global _last_model  # noqa: PLW0603 - one tuple, replaced atomically
+        m_bytes, model = _last_model
+        if d.startswith(m_bytes, p):  # a run calls few models
+            p += len(m_bytes)
+        else:
+            model, q = _string(d, p, end)
+            _last_model = (d[p:q], model)
+            p = q
     else:
         return None
     # seed: ["null", "long"]
@@ -143,13 +194,16 @@ def _decode(d: bytes, kinds: tuple[EventKind, ...]) -> TraceEvent | None:
     if b == 0:
         seed = None
     elif b == 2:
-        seed, p = read_long(d, p)
-        if not -_MAX <= seed < _MAX:
-            return None
+        seed, p = _long(d, p)
     else:
         return None
     # request, response (bytes)
-    n, p = read_long(d, p)
+    n = d[p]
+    if n < 0x80:
+        n = (n >> 1) ^ -(n & 1)
+        p += 1
+    else:
+        n, p = read_long(d, p)
     q = p + n
     if n < 0 or q > end:
         return None
@@ -186,14 +240,15 @@ def _decode(d: bytes, kinds: tuple[EventKind, ...]) -> TraceEvent | None:
     if b == 0:
         parent = None
     elif b == 2:
-        parent, p = read_long(d, p)
-        if not -_MAX <= parent < _MAX:
-            return None
+        parent, p = _long(d, p)
     else:
         return None
     # attributes: map<string> in blocks, ended by a zero count
     attributes: dict[str, str] = {}
-    count, p = read_long(d, p)
+    if d[p] == 0:
+        count, p = 0, p + 1
+    else:
+        count, p = read_long(d, p)
     while count:
         if count < 0:
             return None  # sized blocks: rare, left to the codec
