@@ -388,6 +388,20 @@ class Sequencer:
             producer.produce(
                 topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
             )
+        # The offsets go in before the flush: their two coordinator round trips then overlap
+        # the sealed records' deliveries. Order inside a transaction does not matter; all of
+        # it commits or none.
+        assignment = consumer.assignment()
+        positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
+        if not positions and assignment:
+            # Nothing consumed yet (a gap sweep of restored heads): send the committed offsets
+            # again, so the group coordinator still checks our generation and fences a zombie.
+            positions = [tp for tp in consumer.committed(assignment, timeout) if tp.offset >= 0]
+        _retrying(
+            lambda: producer.send_offsets_to_transaction(
+                positions, consumer.consumer_group_metadata(), timeout
+            )
+        )
         if producer.flush(timeout) > 0:
             self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
         if self._delivery_error is not None:
@@ -408,17 +422,6 @@ class Sequencer:
                 run.run_id.encode("utf-8"),
                 partition=run.partition,
             )
-        assignment = consumer.assignment()
-        positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
-        if not positions and assignment:
-            # Nothing consumed yet (a gap sweep of restored heads): send the committed offsets
-            # again, so the group coordinator still checks our generation and fences a zombie.
-            positions = [tp for tp in consumer.committed(assignment, timeout) if tp.offset >= 0]
-        _retrying(
-            lambda: producer.send_offsets_to_transaction(
-                positions, consumer.consumer_group_metadata(), timeout
-            )
-        )
         _retrying(lambda: producer.commit_transaction(timeout))
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)

@@ -12,6 +12,7 @@ corrupted values.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from tracevault.schemas import MAGIC, EventKind, VarintError, default_schemas, read_long
@@ -25,6 +26,10 @@ class Peeked(NamedTuple):
     kind: EventKind
     request: bytes
     response: bytes
+
+
+#: One varint of at most 10 bytes (what ``read_long`` accepts), matched rather than decoded.
+_skip_varint = re.compile(rb"[\x80-\xff]{0,9}[\x00-\x7f]").match
 
 
 class _Bad(Exception):
@@ -58,63 +63,159 @@ def _str(buf: bytes, pos: int) -> tuple[str, int]:
     return raw.decode("utf-8"), pos
 
 
-def _opt_str(buf: bytes, pos: int) -> int:
-    branch, pos = read_long(buf, pos)
-    if branch == 1:
-        _, pos = _str(buf, pos)
-    elif branch != 0:
-        raise _Bad
-    return pos
-
-
-def _opt_long(buf: bytes, pos: int) -> int:
-    branch, pos = read_long(buf, pos)
-    if branch == 1:
-        _, pos = read_long(buf, pos)
-    elif branch != 0:
-        raise _Bad
-    return pos
-
-
 def peek_event(value: bytes) -> Peeked | None:
     """The fields the sequencer needs from a TraceEvent v1 value; None means "ask fastavro"."""
-    header = _setup()
+    header = _HEADER if _HEADER is not None else _setup()
     if value[:10] != header:
         return None
     try:
-        pos = 10
-        run_id, pos = _str(value, pos)
-        seq, pos = read_long(value, pos)
-        kind_index, pos = read_long(value, pos)
-        if not 0 <= kind_index < len(_KINDS):
+        return _walk(value)
+    except (_Bad, IndexError, UnicodeDecodeError, VarintError):
+        return None
+
+
+# The walk below is written out rather than built from the helpers above: it runs once per
+# raw event, and a call per field cost more than the rest of the walk. The common encodings
+# are read inline: a length or a union branch in one byte (``b & 0x81 == 0`` is a
+# non-negative value under 64, ``b >> 1``); anything else goes through ``read_long`` or the
+# helpers. Every field is still read, bounds-checked and (strings) UTF-8 validated.
+
+
+def _walk(v: bytes) -> Peeked | None:
+    n = len(v)
+    rl = read_long
+    # run_id
+    b = v[10]
+    if b & 0x81:
+        ln, pos = rl(v, 10)
+        if ln < 0:
             return None
-        _, pos = read_long(value, pos)  # at
-        for _ in range(5):  # agent: agent_id, agent_version, host, harness, sdk_version
-            _, pos = _str(value, pos)
-        pos = _opt_str(value, pos)  # model
-        pos = _opt_long(value, pos)  # seed
-        request, pos = _bytes(value, pos)
-        response, pos = _bytes(value, pos)
-        branch, pos = read_long(value, pos)  # error
-        if branch == 1:
-            _, pos = _str(value, pos)
-            _, pos = _str(value, pos)
-        elif branch != 0:
+    else:
+        ln, pos = b >> 1, 11
+    end = pos + ln
+    if end > n:
+        return None
+    run_id = v[pos:end].decode("utf-8")
+    # seq
+    b = v[end]
+    if b < 0x80:
+        seq, pos = (b >> 1) ^ -(b & 1), end + 1
+    else:
+        seq, pos = rl(v, end)
+    # kind: an enum index, one byte for every symbol
+    b = v[pos]
+    if b & 0x81 or (b >> 1) >= len(_KINDS):
+        return None
+    kind = _KINDS[b >> 1]
+    m = _skip_varint(v, pos + 1)  # at (never needed, only skipped)
+    if m is None:
+        return None
+    pos = m.end()
+    # agent: five strings. When every length is one (ASCII) byte, the whole block is valid
+    # UTF-8 exactly when each string is (a multi-byte character cannot span an ASCII byte),
+    # so it is checked with one decode.
+    start = pos
+    one_byte = True
+    for _ in range(5):
+        b = v[pos]
+        if b & 0x81:
+            ln, pos = rl(v, pos)
+            if ln < 0:
+                return None
+            one_byte = False
+        else:
+            ln = b >> 1
+            pos += 1
+        pos += ln
+    if pos > n:
+        return None
+    if one_byte:
+        v[start:pos].decode("utf-8")
+    else:
+        pos = start
+        for _ in range(5):
+            _, pos = _str(v, pos)
+    # model (optional string)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _str(v, pos + 1)
+    else:
+        return None
+    # seed (optional long)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = rl(v, pos + 1)
+    else:
+        return None
+    # request, response (bytes)
+    b = v[pos]
+    if b & 0x81:
+        ln, pos = rl(v, pos)
+        if ln < 0:
             return None
-        pos = _opt_str(value, pos)  # idempotency_key
-        pos = _opt_long(value, pos)  # parent_seq
-        while True:  # attributes: map<string> in blocks
-            count, pos = read_long(value, pos)
+    else:
+        ln = b >> 1
+        pos += 1
+    end = pos + ln
+    if end > n:
+        return None
+    request = v[pos:end]
+    b = v[end]
+    if b & 0x81:
+        ln, pos = rl(v, end)
+        if ln < 0:
+            return None
+    else:
+        ln = b >> 1
+        pos = end + 1
+    end = pos + ln
+    if end > n:
+        return None
+    response = v[pos:end]
+    pos = end
+    # error (optional record of two strings)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _str(v, pos + 1)
+        _, pos = _str(v, pos)
+    else:
+        return None
+    # idempotency_key (optional string)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _str(v, pos + 1)
+    else:
+        return None
+    # parent_seq (optional long)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = rl(v, pos + 1)
+    else:
+        return None
+    # attributes: map<string> in blocks
+    if v[pos] == 0:
+        pos += 1
+    else:
+        while True:
+            count, pos = rl(v, pos)
             if count == 0:
                 break
             if count < 0:
                 count = -count
-                _, pos = read_long(value, pos)  # block size in bytes
+                _, pos = rl(v, pos)  # block size in bytes
             for _ in range(count):
-                _, pos = _str(value, pos)
-                _, pos = _str(value, pos)
-        if pos != len(value):
-            return None
-    except (_Bad, IndexError, UnicodeDecodeError, VarintError):
+                _, pos = _str(v, pos)
+                _, pos = _str(v, pos)
+    if pos != n:
         return None
-    return Peeked(run_id, seq, _KINDS[kind_index], request, response)
+    return Peeked(run_id, seq, kind, request, response)
