@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from tracevault.schemas import (
     default_schemas,
     encode_event,
 )
-from tracevault.schemas._fastdecode import V1_FINGERPRINT, fast_decode_event
+from tracevault.schemas._fastdecode import _SET, V1_FINGERPRINT, fast_decode_event
 
 AGENTS = (
     AgentInfo("agent-7", "1.4.2", "host-a", "pytest", "0.1.0"),
@@ -157,3 +158,13 @@ def test_other_versions_and_headers_are_left_to_the_codec() -> None:
     assert fast_decode_event(raw[:2] + bytes(8) + raw[10:]) is None
     assert fast_decode_event(b"\xc3\x02" + raw[2:]) is None
     assert fast_decode_event(b"") is None
+
+
+def test_events_are_built_through_the_slots_and_stay_frozen() -> None:
+    assert _SET is not None  # TraceEvent is the plain slotted dataclass the fast build expects
+    ev = next(iter(events()))
+    got = fast_decode_event(encode_event(ev))
+    assert got is not None and got == ev and hash(got.agent) == hash(ev.agent)
+    assert repr(got) == repr(ev)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.seq = 1  # type: ignore[misc]

@@ -22,7 +22,10 @@ Safety, by construction:
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from tracevault.schemas._binary import read_long
 from tracevault.schemas._events import AgentInfo, ErrorInfo, EventKind, TraceEvent
@@ -43,6 +46,34 @@ _agents: dict[bytes, AgentInfo] = {}
 _last_run: tuple[bytes, str] = (b"\x00", "")
 _last_model: tuple[bytes, str] = (b"\x00", "")
 _last_agent: tuple[bytes, AgentInfo] = (b"\x00" * 5, AgentInfo("", "", "", "", ""))
+
+
+_FIELDS = (
+    "run_id", "seq", "kind", "at", "agent", "request", "response", "model", "seed", "error",
+    "idempotency_key", "parent_seq", "attributes",
+)  # fmt: skip
+
+
+def _slot_setters() -> tuple[Callable[[TraceEvent, Any], None], ...] | None:
+    """The slot setters of TraceEvent's fields, when building it field by field is safe.
+
+    A frozen dataclass's ``__init__`` stores each argument through ``object.__setattr__``
+    (~1 µs for 13 fields); the slots' own setters do the same stores in half that. Used only
+    while TraceEvent is exactly the plain slotted dataclass of these fields with no
+    ``__post_init__`` (checked here); otherwise events are built with the constructor.
+    """
+    names = tuple(f.name for f in dataclasses.fields(TraceEvent))
+    if (
+        names != _FIELDS
+        or getattr(TraceEvent, "__slots__", None) != _FIELDS
+        or hasattr(TraceEvent, "__post_init__")
+    ):
+        return None
+    return tuple(getattr(TraceEvent, n).__set__ for n in names)
+
+
+_SET = _slot_setters()
+_new = object.__new__
 
 
 @lru_cache(maxsize=1)
@@ -258,6 +289,25 @@ def _decode(d: bytes, kinds: tuple[EventKind, ...]) -> TraceEvent | None:
         count, p = read_long(d, p)
     if p != end:
         return None
-    return TraceEvent(
-        run_id, seq, kind, at, agent, request, response, model, seed, error, key, parent, attributes
-    )
+    if _SET is None:
+        return TraceEvent(
+            run_id, seq, kind, at, agent, request, response, model, seed, error, key, parent,
+            attributes,
+        )  # fmt: skip
+    ev = _new(TraceEvent)
+    (s_run, s_seq, s_kind, s_at, s_agent, s_req, s_resp, s_model, s_seed, s_err, s_key, s_parent,
+     s_attrs) = _SET  # fmt: skip
+    s_run(ev, run_id)
+    s_seq(ev, seq)
+    s_kind(ev, kind)
+    s_at(ev, at)
+    s_agent(ev, agent)
+    s_req(ev, request)
+    s_resp(ev, response)
+    s_model(ev, model)
+    s_seed(ev, seed)
+    s_err(ev, error)
+    s_key(ev, key)
+    s_parent(ev, parent)
+    s_attrs(ev, attributes)
+    return ev
