@@ -36,12 +36,12 @@ def by_fastavro(data: bytes) -> list[dict[str, Any]]:
     return rows
 
 
-def odd_records() -> list[SealedEvent]:
+def odd_records(first: int = 0) -> list[SealedEvent]:
     """Records with every edge the row layout has: unicode ids, extreme longs, GAP offsets."""
     out = []
     prev = genesis("rün-✓")
     rng = random.Random(3)
-    for seq in range(40):
+    for seq in range(first, first + 40):
         raw = bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 63, 64, 300, 5000])))
         h = link(prev, raw)
         out.append(
@@ -53,7 +53,7 @@ def odd_records() -> list[SealedEvent]:
                 raw,
                 rng.choice([0, -1, _YEAR_1, _YEAR_9999, 1_795_950_873_272_582]),
                 rng.choice([0, 5, 2**31 - 1, -(2**31)]),
-                rng.choice([-1, 0, 2**63 - 1, 12_345]),
+                rng.choice([-1, 0, 2**63 - 1, 12_345, 100, 2**21]),
                 rng.choice(["seq-1", "séquenceur-ü", ""]),
             )
         )
@@ -99,6 +99,15 @@ def test_a_sealed_at_past_datetime_range_is_read_as_its_integer() -> None:
         by_fastavro(data)
     rows = fast_segment_rows(data)
     assert rows is not None and rows[0]["sealed_at"] == 2**63 - 1
+
+
+@pytest.mark.parametrize("first", [8170, 2**20 - 20])  # seqs of 2 and 3 bytes, 3 and 4 bytes
+def test_multi_byte_seqs_read_exactly_as_fastavro(first: int) -> None:
+    recs = odd_records(first)
+    data = encode_segment("rün-✓", first, [sealed_body(encode_sealed(s)) for s in recs])
+    rows = fast_segment_rows(data)
+    assert rows is not None and rows == by_fastavro(data)
+    assert [r["seq"] for r in rows] == list(range(first, first + 40))
 
 
 def test_truncated_and_corrupted_segments_defer_to_fastavro() -> None:

@@ -42,6 +42,11 @@ def outcome(fn: object, raw: bytes) -> tuple[str, object]:
         return "error", type(exc)
 
 
+def small(ev: TraceEvent) -> bool:
+    """Events the byte-by-byte corpora walk (every byte of a 20 KB value would be slow)."""
+    return len(ev.request) + len(ev.response) < 1000
+
+
 def events() -> Iterator[TraceEvent]:
     optional: dict[str, list[Any]] = {
         "model": [None, "", "gpt-4o-2024-08-06", "模型-✓"],
@@ -58,11 +63,17 @@ def events() -> Iterator[TraceEvent]:
         (63, -1),
         (2**40, 1_795_950_873_272_582),
         (2**63 - 1, -(2**63)),
+        (64, 1),  # 2-byte seq
+        (100_000, 2**62),  # 3-byte seq
+        (-70_000, 1),  # 3-byte negative seq
+        (2**21, 7),  # 4-byte seq
     ]
     payloads = [
         (b"{}", b"null"),
         (b'{"a":"' + "é".encode() * 300 + b'"}', b""),
         (b"\x00\xff", b"x"),
+        (b"{}", b'"' + b"y" * 200 + b'"'),  # 2-byte response length
+        (b'"' + b"z" * 10_000 + b'"', b'"' + b"w" * 9_000 + b'"'),  # 3-byte lengths
     ]
     for n, combo in enumerate(itertools.product(*optional.values())):
         seq, at = shapes[n % len(shapes)]
@@ -115,7 +126,7 @@ def test_bytearray_and_memoryview_decode_to_bytes_fields() -> None:
 
 @pytest.mark.parametrize("pick", range(6))
 def test_every_truncation_fails_like_the_codec(pick: int) -> None:
-    ev = next(itertools.islice(events(), pick * 97, None))
+    ev = next(e for e in itertools.islice(events(), pick * 97, None) if small(e))
     raw = encode_event(ev)
     for cut in range(len(raw)):
         short = raw[:cut]
@@ -130,7 +141,7 @@ def test_every_truncation_fails_like_the_codec(pick: int) -> None:
 def test_every_corrupted_byte_decodes_or_fails_like_the_codec(pick: int) -> None:
     """Flip each byte of the body to several values: same event or same error type."""
     rng = random.Random(pick)
-    ev = next(itertools.islice(events(), pick * 89, None))
+    ev = next(e for e in itertools.islice(events(), pick * 89, None) if small(e))
     raw = encode_event(ev)
     fast_hits = 0
     for i in range(10, len(raw)):

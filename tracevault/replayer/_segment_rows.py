@@ -105,7 +105,18 @@ def _rows(body: bytes, count: int, out: list[dict[str, Any]]) -> bool:
             run_id = body[q : q + n].decode("utf-8")
             rid_bytes = body[p : q + n]
             p = q + n
-        seq, p = _long(body, p)
+        # seq: seqs and offsets are 1-3 byte varints, read in one go
+        x = int.from_bytes(body[p : p + 3], "little")
+        if not x & 0x80:
+            seq, p = (x >> 1 & 0x3F) ^ -(x & 1), p + 1
+        elif not x & 0x8000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80)
+            seq, p = (z >> 1) ^ -(z & 1), p + 2
+        elif not x & 0x800000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80) | (x >> 2 & 0x1FC000)
+            seq, p = (z >> 1) ^ -(z & 1), p + 3
+        else:
+            seq, p = _long(body, p)
         prev_hash = body[p : p + 32]
         hash_ = body[p + 32 : p + 64]
         p += 64
@@ -139,7 +150,18 @@ def _rows(body: bytes, count: int, out: list[dict[str, Any]]) -> bool:
         partition, p = _long(body, p)
         if not -_MAX_INT <= partition < _MAX_INT:
             return False
-        offset, p = _long(body, p)
+        # offset: seqs and offsets are 1-3 byte varints, read in one go
+        x = int.from_bytes(body[p : p + 3], "little")
+        if not x & 0x80:
+            offset, p = (x >> 1 & 0x3F) ^ -(x & 1), p + 1
+        elif not x & 0x8000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80)
+            offset, p = (z >> 1) ^ -(z & 1), p + 2
+        elif not x & 0x800000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80) | (x >> 2 & 0x1FC000)
+            offset, p = (z >> 1) ^ -(z & 1), p + 3
+        else:
+            offset, p = _long(body, p)
         if body.startswith(sid_bytes, p):
             p += len(sid_bytes)
         else:

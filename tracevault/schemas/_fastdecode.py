@@ -176,7 +176,18 @@ def _decode(d: bytes, kinds: tuple[EventKind, ...]) -> TraceEvent | None:
         run_id = d[p:q].decode("utf-8")
         _last_run = (d[10:q], run_id)
     # seq (long), kind (enum), at (long)
-    seq, p = _long(d, q)
+    # seq: seqs and offsets are 1-3 byte varints, read in one go
+    x = int.from_bytes(d[q : q + 3], "little")
+    if not x & 0x80:
+        seq, p = (x >> 1 & 0x3F) ^ -(x & 1), q + 1
+    elif not x & 0x8000:
+        z = (x & 0x7F) | (x >> 1 & 0x3F80)
+        seq, p = (z >> 1) ^ -(z & 1), q + 2
+    elif not x & 0x800000:
+        z = (x & 0x7F) | (x >> 1 & 0x3F80) | (x >> 2 & 0x1FC000)
+        seq, p = (z >> 1) ^ -(z & 1), q + 3
+    else:
+        seq, p = _long(d, q)
     b = d[p]
     if b & 1 or b >= 0x80 or (b >> 1) >= len(kinds):
         return None
@@ -228,18 +239,31 @@ def _decode(d: bytes, kinds: tuple[EventKind, ...]) -> TraceEvent | None:
         seed, p = _long(d, p)
     else:
         return None
-    # request, response (bytes)
+    # request, response (bytes): lengths below 8 KiB are 1-2 byte varints
     n = d[p]
     if n < 0x80:
         n = (n >> 1) ^ -(n & 1)
         p += 1
+    elif d[p + 1] < 0x80:
+        n = (n & 0x7F) | d[p + 1] << 7
+        n = (n >> 1) ^ -(n & 1)
+        p += 2
     else:
         n, p = read_long(d, p)
     q = p + n
     if n < 0 or q > end:
         return None
     request = d[p:q]
-    n, p = read_long(d, q)
+    n = d[q]
+    if n < 0x80:
+        n = (n >> 1) ^ -(n & 1)
+        p = q + 1
+    elif d[q + 1] < 0x80:
+        n = (n & 0x7F) | d[q + 1] << 7
+        n = (n >> 1) ^ -(n & 1)
+        p = q + 2
+    else:
+        n, p = read_long(d, q)
     q = p + n
     if n < 0 or q > end:
         return None
