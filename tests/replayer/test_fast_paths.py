@@ -42,7 +42,7 @@ def odd_records(first: int = 0) -> list[SealedEvent]:
     prev = genesis("rün-✓")
     rng = random.Random(3)
     for seq in range(first, first + 40):
-        raw = bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 63, 64, 300, 5000])))
+        raw = bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 63, 64, 300, 5000, 9000])))
         h = link(prev, raw)
         out.append(
             SealedEvent(

@@ -138,14 +138,15 @@ def _rebuild(
     kinds: list[str] = []
     events: list[TraceEvent] = []
     add_kind, add_event = kinds.append, events.append
+    chain, decode = link, fast_decode_event  # locals: this loop runs once per event
     for i, r in enumerate(rows):
         if r["run_id"] != run_id or r["seq"] != i or r["prev_hash"] != prev:
             _check_row(run_id, i, r, prev, objects)
         raw = r["raw"]
-        h = link(prev, raw)
+        h = chain(prev, raw)
         if h != r["hash"]:
             raise _hash_failure(i, r, h, objects)
-        ev = fast_decode_event(raw)
+        ev = decode(raw)
         if ev is None or ev.seq != i or ev.run_id != run_id:
             # the codec decides: another schema version, or check 5 fails naming the seq
             ev = _event(raw, run_id, i, objects[i])

@@ -120,10 +120,14 @@ def _rows(body: bytes, count: int, out: list[dict[str, Any]]) -> bool:
         prev_hash = body[p : p + 32]
         hash_ = body[p + 32 : p + 64]
         p += 64
-        n = body[p]
+        n = body[p]  # raw's length: values below 8 KiB take 1-2 bytes
         if n < 0x80:
             n = (n >> 1) ^ -(n & 1)
             p += 1
+        elif body[p + 1] < 0x80:
+            n = (n & 0x7F) | body[p + 1] << 7
+            n = (n >> 1) ^ -(n & 1)
+            p += 2
         else:
             n, p = read_long(body, p)
         q = p + n
@@ -147,9 +151,14 @@ def _rows(body: bytes, count: int, out: list[dict[str, Any]]) -> bool:
             p = q + 8
         else:
             sealed_at, p = _long(body, q)
-        partition, p = _long(body, p)
-        if not -_MAX_INT <= partition < _MAX_INT:
-            return False
+        b = body[p]
+        if b < 0x80:  # a partition number below 64
+            partition = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            partition, p = _long(body, p)
+            if not -_MAX_INT <= partition < _MAX_INT:
+                return False
         # offset: seqs and offsets are 1-3 byte varints, read in one go
         x = int.from_bytes(body[p : p + 3], "little")
         if not x & 0x80:

@@ -143,8 +143,11 @@ _kinds: tuple[EventKind, ...] = ()
 
 
 def fast_decode_event(data: bytes) -> TraceEvent | None:
-    """``data`` as a TraceEvent if it is an ordinary v1 value read into v1, else None."""
-    global _header, _kinds  # noqa: PLW0603 - set once, from _layout()
+    """``data`` as a TraceEvent if it is an ordinary v1 value read into v1, else None.
+
+    One flat function on purpose: it runs once per event on every replay.
+    """
+    global _header, _kinds, _last_run, _last_model  # noqa: PLW0603 - see the caches above
     if _header is None:
         layout = _layout()
         if layout is None:
@@ -155,183 +158,178 @@ def fast_decode_event(data: bytes) -> TraceEvent | None:
         data = bytes(data)
     if not data.startswith(_header):
         return None
+    d, kinds = data, _kinds
     try:
-        return _decode(data, _kinds)
-    except (IndexError, ValueError):  # ValueError covers UnicodeDecodeError and VarintError
-        return None
-
-
-def _decode(d: bytes, kinds: tuple[EventKind, ...]) -> TraceEvent | None:
-    end = len(d)
-    # run_id (string)
-    global _last_run  # noqa: PLW0603 - one tuple, replaced atomically
-    rid_bytes, run_id = _last_run
-    if d.startswith(rid_bytes, 10):  # the run's events share their run id
-        q = 10 + len(rid_bytes)
-    else:
-        n, p = read_long(d, 10)
+        end = len(d)
+        # run_id (string)
+        rid_bytes, run_id = _last_run
+        if d.startswith(rid_bytes, 10):  # the run's events share their run id
+            q = 10 + len(rid_bytes)
+        else:
+            n, p = read_long(d, 10)
+            q = p + n
+            if n < 0 or q > end:
+                return None
+            run_id = d[p:q].decode("utf-8")
+            _last_run = (d[10:q], run_id)
+        # seq (long), kind (enum), at (long)
+        # seq: seqs and offsets are 1-3 byte varints, read in one go
+        x = int.from_bytes(d[q : q + 3], "little")
+        if not x & 0x80:
+            seq, p = (x >> 1 & 0x3F) ^ -(x & 1), q + 1
+        elif not x & 0x8000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80)
+            seq, p = (z >> 1) ^ -(z & 1), q + 2
+        elif not x & 0x800000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80) | (x >> 2 & 0x1FC000)
+            seq, p = (z >> 1) ^ -(z & 1), q + 3
+        else:
+            seq, p = _long(d, q)
+        b = d[p]
+        if b & 1 or b >= 0x80 or (b >> 1) >= len(kinds):
+            return None
+        kind = kinds[b >> 1]
+        # at: a timestamp in µs is an 8-byte varint from 1974 to 2540; read those in one go
+        x = int.from_bytes(d[p + 1 : p + 9], "little")
+        if x & _CONT8 == _CONT7:
+            z = (
+                (x & 0x7F)
+                | (x >> 1 & 0x3F80)
+                | (x >> 2 & 0x1FC000)
+                | (x >> 3 & 0xFE00000)
+                | (x >> 4 & 0x7F0000000)
+                | (x >> 5 & 0x3F800000000)
+                | (x >> 6 & 0x1FC0000000000)
+                | (x >> 7 & 0xFE000000000000)
+            )
+            at = (z >> 1) ^ -(z & 1)
+            p += 9
+        else:
+            at, p = _long(d, p + 1)
+        last_key, agent = _last_agent
+        if d.startswith(last_key, p):  # Avro is prefix-free: the same bytes decode the same
+            p += len(last_key)
+        else:
+            agent, p = _agent(d, p, end)
+        # model: ["null", "string"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            model = None
+        elif b == 2:
+            m_bytes, model = _last_model
+            if d.startswith(m_bytes, p):  # a run calls few models
+                p += len(m_bytes)
+            else:
+                model, q = _string(d, p, end)
+                _last_model = (d[p:q], model)
+                p = q
+        else:
+            return None
+        # seed: ["null", "long"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            seed = None
+        elif b == 2:
+            seed, p = _long(d, p)
+        else:
+            return None
+        # request, response (bytes): lengths below 8 KiB are 1-2 byte varints
+        n = d[p]
+        if n < 0x80:
+            n = (n >> 1) ^ -(n & 1)
+            p += 1
+        elif d[p + 1] < 0x80:
+            n = (n & 0x7F) | d[p + 1] << 7
+            n = (n >> 1) ^ -(n & 1)
+            p += 2
+        else:
+            n, p = read_long(d, p)
         q = p + n
         if n < 0 or q > end:
             return None
-        run_id = d[p:q].decode("utf-8")
-        _last_run = (d[10:q], run_id)
-    # seq (long), kind (enum), at (long)
-    # seq: seqs and offsets are 1-3 byte varints, read in one go
-    x = int.from_bytes(d[q : q + 3], "little")
-    if not x & 0x80:
-        seq, p = (x >> 1 & 0x3F) ^ -(x & 1), q + 1
-    elif not x & 0x8000:
-        z = (x & 0x7F) | (x >> 1 & 0x3F80)
-        seq, p = (z >> 1) ^ -(z & 1), q + 2
-    elif not x & 0x800000:
-        z = (x & 0x7F) | (x >> 1 & 0x3F80) | (x >> 2 & 0x1FC000)
-        seq, p = (z >> 1) ^ -(z & 1), q + 3
-    else:
-        seq, p = _long(d, q)
-    b = d[p]
-    if b & 1 or b >= 0x80 or (b >> 1) >= len(kinds):
-        return None
-    kind = kinds[b >> 1]
-    # at: a timestamp in µs is an 8-byte varint from 1974 to 2540; read those in one go
-    x = int.from_bytes(d[p + 1 : p + 9], "little")
-    if x & _CONT8 == _CONT7:
-        z = (
-            (x & 0x7F)
-            | (x >> 1 & 0x3F80)
-            | (x >> 2 & 0x1FC000)
-            | (x >> 3 & 0xFE00000)
-            | (x >> 4 & 0x7F0000000)
-            | (x >> 5 & 0x3F800000000)
-            | (x >> 6 & 0x1FC0000000000)
-            | (x >> 7 & 0xFE000000000000)
-        )
-        at = (z >> 1) ^ -(z & 1)
-        p += 9
-    else:
-        at, p = _long(d, p + 1)
-    last_key, agent = _last_agent
-    if d.startswith(last_key, p):  # Avro is prefix-free: the same bytes decode the same
-        p += len(last_key)
-    else:
-        agent, p = _agent(d, p, end)
-    # model: ["null", "string"]
-    b = d[p]
-    p += 1
-    if b == 0:
-        model = None
-    elif b == 2:
-        global _last_model  # noqa: PLW0603 - one tuple, replaced atomically
-        m_bytes, model = _last_model
-        if d.startswith(m_bytes, p):  # a run calls few models
-            p += len(m_bytes)
+        request = d[p:q]
+        n = d[q]
+        if n < 0x80:
+            n = (n >> 1) ^ -(n & 1)
+            p = q + 1
+        elif d[q + 1] < 0x80:
+            n = (n & 0x7F) | d[q + 1] << 7
+            n = (n >> 1) ^ -(n & 1)
+            p = q + 2
         else:
-            model, q = _string(d, p, end)
-            _last_model = (d[p:q], model)
-            p = q
-    else:
-        return None
-    # seed: ["null", "long"]
-    b = d[p]
-    p += 1
-    if b == 0:
-        seed = None
-    elif b == 2:
-        seed, p = _long(d, p)
-    else:
-        return None
-    # request, response (bytes): lengths below 8 KiB are 1-2 byte varints
-    n = d[p]
-    if n < 0x80:
-        n = (n >> 1) ^ -(n & 1)
+            n, p = read_long(d, q)
+        q = p + n
+        if n < 0 or q > end:
+            return None
+        response = d[p:q]
+        p = q
+        # error: ["null", ErrorInfo]
+        b = d[p]
         p += 1
-    elif d[p + 1] < 0x80:
-        n = (n & 0x7F) | d[p + 1] << 7
-        n = (n >> 1) ^ -(n & 1)
-        p += 2
-    else:
-        n, p = read_long(d, p)
-    q = p + n
-    if n < 0 or q > end:
+        if b == 0:
+            error = None
+        elif b == 2:
+            etype, p = _string(d, p, end)
+            emsg, p = _string(d, p, end)
+            error = ErrorInfo(etype, emsg)
+        else:
+            return None
+        # idempotency_key: ["null", "string"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            key = None
+        elif b == 2:
+            key, p = _string(d, p, end)
+        else:
+            return None
+        # parent_seq: ["null", "long"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            parent = None
+        elif b == 2:
+            parent, p = _long(d, p)
+        else:
+            return None
+        # attributes: map<string> in blocks, ended by a zero count
+        attributes: dict[str, str] = {}
+        if d[p] == 0:
+            count, p = 0, p + 1
+        else:
+            count, p = read_long(d, p)
+        while count:
+            if count < 0:
+                return None  # sized blocks: rare, left to the codec
+            for _ in range(count):
+                k, p = _string(d, p, end)
+                attributes[k], p = _string(d, p, end)
+            count, p = read_long(d, p)
+        if p != end:
+            return None
+        if _SET is None:
+            return TraceEvent(
+                run_id, seq, kind, at, agent, request, response, model, seed, error, key, parent,
+                attributes,
+            )  # fmt: skip
+        ev = _new(TraceEvent)
+        (s_run, s_seq, s_kind, s_at, s_agent, s_req, s_resp, s_model, s_seed, s_err, s_key,
+         s_parent, s_attrs) = _SET  # fmt: skip
+        s_run(ev, run_id)
+        s_seq(ev, seq)
+        s_kind(ev, kind)
+        s_at(ev, at)
+        s_agent(ev, agent)
+        s_req(ev, request)
+        s_resp(ev, response)
+        s_model(ev, model)
+        s_seed(ev, seed)
+        s_err(ev, error)
+        s_key(ev, key)
+        s_parent(ev, parent)
+        s_attrs(ev, attributes)
+        return ev
+    except (IndexError, ValueError):  # ValueError covers UnicodeDecodeError and VarintError
         return None
-    request = d[p:q]
-    n = d[q]
-    if n < 0x80:
-        n = (n >> 1) ^ -(n & 1)
-        p = q + 1
-    elif d[q + 1] < 0x80:
-        n = (n & 0x7F) | d[q + 1] << 7
-        n = (n >> 1) ^ -(n & 1)
-        p = q + 2
-    else:
-        n, p = read_long(d, q)
-    q = p + n
-    if n < 0 or q > end:
-        return None
-    response = d[p:q]
-    p = q
-    # error: ["null", ErrorInfo]
-    b = d[p]
-    p += 1
-    if b == 0:
-        error = None
-    elif b == 2:
-        etype, p = _string(d, p, end)
-        emsg, p = _string(d, p, end)
-        error = ErrorInfo(etype, emsg)
-    else:
-        return None
-    # idempotency_key: ["null", "string"]
-    b = d[p]
-    p += 1
-    if b == 0:
-        key = None
-    elif b == 2:
-        key, p = _string(d, p, end)
-    else:
-        return None
-    # parent_seq: ["null", "long"]
-    b = d[p]
-    p += 1
-    if b == 0:
-        parent = None
-    elif b == 2:
-        parent, p = _long(d, p)
-    else:
-        return None
-    # attributes: map<string> in blocks, ended by a zero count
-    attributes: dict[str, str] = {}
-    if d[p] == 0:
-        count, p = 0, p + 1
-    else:
-        count, p = read_long(d, p)
-    while count:
-        if count < 0:
-            return None  # sized blocks: rare, left to the codec
-        for _ in range(count):
-            k, p = _string(d, p, end)
-            attributes[k], p = _string(d, p, end)
-        count, p = read_long(d, p)
-    if p != end:
-        return None
-    if _SET is None:
-        return TraceEvent(
-            run_id, seq, kind, at, agent, request, response, model, seed, error, key, parent,
-            attributes,
-        )  # fmt: skip
-    ev = _new(TraceEvent)
-    (s_run, s_seq, s_kind, s_at, s_agent, s_req, s_resp, s_model, s_seed, s_err, s_key, s_parent,
-     s_attrs) = _SET  # fmt: skip
-    s_run(ev, run_id)
-    s_seq(ev, seq)
-    s_kind(ev, kind)
-    s_at(ev, at)
-    s_agent(ev, agent)
-    s_req(ev, request)
-    s_resp(ev, response)
-    s_model(ev, model)
-    s_seed(ev, seed)
-    s_err(ev, error)
-    s_key(ev, key)
-    s_parent(ev, parent)
-    s_attrs(ev, attributes)
-    return ev
