@@ -120,7 +120,7 @@ def test_bytearray_and_memoryview_decode_to_bytes_fields() -> None:
     ev = next(iter(events()))
     raw = encode_event(ev)
     for view in (bytearray(raw), memoryview(raw)):
-        got = fast_decode_event(view)  # type: ignore[arg-type]
+        got = fast_decode_event(view)
         assert got is not None and got == ev and type(got.request) is bytes
 
 
@@ -169,6 +169,7 @@ def test_other_versions_and_headers_are_left_to_the_codec() -> None:
     assert fast_decode_event(raw[:2] + bytes(8) + raw[10:]) is None
     assert fast_decode_event(b"\xc3\x02" + raw[2:]) is None
     assert fast_decode_event(b"") is None
+    assert fast_decode_event("not bytes") is None
 
 
 def test_events_are_built_through_the_slots_and_stay_frozen() -> None:

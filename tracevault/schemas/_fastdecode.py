@@ -142,7 +142,7 @@ _header: bytes | None = None  # C3 01 + V1_FINGERPRINT once _layout() said v1 is
 _kinds: tuple[EventKind, ...] = ()
 
 
-def fast_decode_event(data: bytes) -> TraceEvent | None:
+def fast_decode_event(data: object) -> TraceEvent | None:
     """``data`` as a TraceEvent if it is an ordinary v1 value read into v1, else None.
 
     One flat function on purpose: it runs once per event on every replay.
@@ -154,11 +154,15 @@ def fast_decode_event(data: bytes) -> TraceEvent | None:
             return None
         _kinds = layout[1]
         _header = layout[0]
-    if type(data) is not bytes:  # fastavro hands back bytes for ``bytes`` fields
-        data = bytes(data)
-    if not data.startswith(_header):
+    if type(data) is bytes:
+        d = data
+    elif isinstance(data, (bytearray, memoryview)):
+        d = bytes(data)  # fastavro hands back bytes for ``bytes`` fields
+    else:
+        return None  # not a buffer: the codec reports it
+    if not d.startswith(_header):
         return None
-    d, kinds = data, _kinds
+    kinds = _kinds
     try:
         end = len(d)
         # run_id (string)
