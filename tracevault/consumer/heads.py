@@ -124,6 +124,47 @@ def _codec() -> Codec:
 _V1_HEADER: bytes | None = None
 
 
+def head_v1_header() -> bytes | None:
+    """``C3 01`` + fingerprint when HeadState v1 is the current version (else None)."""
+    global _V1_HEADER  # noqa: PLW0603 - computed on first use, not at import
+    if _V1_HEADER is None:
+        current = _codec().reader
+        _V1_HEADER = MAGIC + current.fingerprint if current.version == 1 else b""
+    return _V1_HEADER or None
+
+
+def plain_head_value(  # noqa: PLR0917 - positional: called once per event
+    prefix: bytes,
+    next_seq: int,
+    last_hash: bytes,
+    finished: bool,
+    partition: int,
+    first_offset: int,
+    last_offset: int,
+    suffix: bytes,
+) -> bytes:
+    """HeadState v1 of a head with no gaps and nothing held, from pre-encoded pieces.
+
+    ``prefix`` is :func:`head_v1_header` + the Avro string ``run_id``; ``suffix`` is the Avro
+    long ``updated_at`` + the Avro string ``sequencer_id``; ``last_hash`` is 32 bytes. The
+    sequencer keeps both per run and per transaction; :func:`encode_head` goes through here
+    too, so its byte-for-byte test against the codec covers this layout.
+    """
+    return b"".join(
+        (
+            prefix,
+            avro_long(next_seq),
+            last_hash,
+            b"\x01" if finished else b"\x00",
+            avro_long(partition),
+            avro_long(first_offset),
+            avro_long(last_offset),
+            b"\x00\x00",  # gaps, held: empty arrays
+            suffix,
+        )
+    )
+
+
 def encode_head(head: Head) -> bytes:
     """Single-object Avro (``HeadState.v1``) of ``head``: the value written to ``heads``.
 
@@ -131,31 +172,20 @@ def encode_head(head: Head) -> bytes:
     gaps, nothing held) is written directly in v1's field order; a test pins it byte for
     byte to the codec, which writes every other shape.
     """
-    global _V1_HEADER  # noqa: PLW0603 - computed on first use, not at import
-    if _V1_HEADER is None:
-        current = _codec().reader
-        _V1_HEADER = MAGIC + current.fingerprint if current.version == 1 else b""
-    if head.gaps or head.held or not _V1_HEADER or len(head.last_hash) != 32:
+    header = head_v1_header()
+    if head.gaps or head.held or header is None or len(head.last_hash) != 32:
         return _encode_head_avro(head)
     rid = head.run_id.encode("utf-8")
     sid = head.sequencer_id.encode("utf-8")
-    return b"".join(
-        (
-            _V1_HEADER,
-            avro_long(len(rid)),
-            rid,
-            avro_long(head.next_seq),
-            head.last_hash,
-            b"\x01" if head.finished else b"\x00",
-            avro_long(head.partition),
-            avro_long(head.first_offset),
-            avro_long(head.last_offset),
-            b"\x00",  # gaps: empty array
-            b"\x00",  # held: empty array
-            avro_long(head.updated_at),
-            avro_long(len(sid)),
-            sid,
-        )
+    return plain_head_value(
+        header + avro_long(len(rid)) + rid,
+        head.next_seq,
+        head.last_hash,
+        head.finished,
+        head.partition,
+        head.first_offset,
+        head.last_offset,
+        avro_long(head.updated_at) + avro_long(len(sid)) + sid,
     )
 
 

@@ -26,6 +26,9 @@ def _varint(z: int) -> bytes:
 
 # Seqs, lengths and enum indexes are almost always small: their encodings are looked up.
 _TABLE = tuple(_varint(z) for z in range(1 << 14))
+# Larger values (offsets, timestamps) are written 14 bits at a time: these are the two bytes
+# of a group of 14 low bits that more bytes follow (both carry the continuation bit).
+_CONT14 = tuple(bytes(((z & 0x7F) | 0x80, (z >> 7) | 0x80)) for z in range(1 << 14))
 
 
 def avro_long(n: int) -> bytes:
@@ -33,6 +36,17 @@ def avro_long(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)
     if z < 16384:
         return _TABLE[z]
+    if z < 268435456:  # 2**28: three or four bytes
+        return _CONT14[z & 0x3FFF] + _TABLE[z >> 14]
+    if z < 4398046511104:  # 2**42
+        return _CONT14[z & 0x3FFF] + _CONT14[(z >> 14) & 0x3FFF] + _TABLE[z >> 28]
+    if z < 72057594037927936:  # 2**56: timestamps in micros
+        return (
+            _CONT14[z & 0x3FFF]
+            + _CONT14[(z >> 14) & 0x3FFF]
+            + _CONT14[(z >> 28) & 0x3FFF]
+            + _TABLE[z >> 42]
+        )
     return _varint(z)
 
 

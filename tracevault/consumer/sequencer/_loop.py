@@ -46,10 +46,16 @@ from confluent_kafka import (
 )
 
 from tracevault.config import Settings
-from tracevault.consumer.heads import encode_head, read_heads
+from tracevault.consumer.heads import encode_head, head_v1_header, plain_head_value, read_heads
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
-from tracevault.consumer.sequencer._records import now_micros, sealed_value
+from tracevault.consumer.sequencer._records import (
+    avro_str,
+    now_micros,
+    sealed_v1,
+    sealed_v1_header,
+    sealed_value,
+)
 from tracevault.consumer.sequencer._rules import BatchOutput, RunBook
 from tracevault.errors import (
     FencedError,
@@ -57,6 +63,7 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
+from tracevault.schemas import avro_long
 
 __all__ = ["Sequencer", "default_instance_id"]
 
@@ -285,6 +292,7 @@ class Sequencer:
             now_us = now_micros()
             out = BatchOutput()
             consumed = 0
+            apply = self._book.apply
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
@@ -297,14 +305,8 @@ class Sequencer:
                     log.warning("consumer: %s", err)
                     continue
                 consumed += 1
-                self._book.apply(
-                    out,
-                    key=msg.key(),
-                    value=msg.value(),
-                    partition=_part(msg),
-                    offset=_off(msg),
-                    now_us=now_us,
-                )
+                # a consumed record always has its partition and offset
+                apply(out, msg.key(), msg.value(), msg.partition(), msg.offset(), now_us)  # type: ignore[arg-type]
             mono = time.monotonic()
             if mono >= next_sweep:
                 next_sweep = mono + sweep_every
@@ -360,48 +362,56 @@ class Sequencer:
         # head's first/last offsets). Other records need no delivery callback: a failed one
         # fails commit_transaction, which aborts the whole batch.
         tracked = _needs_offset(out)
+        produce = producer.produce
+        sealed_topic = topics.sealed
+        header = sealed_v1_header()
+        if header is None:  # a newer SealedEvent is current: the codec writes it
+            values = [
+                sealed_value(
+                    run_id=rec.run.run_id,
+                    seq=rec.seq,
+                    prev_hash=rec.prev_hash,
+                    hash_=rec.hash,
+                    raw=rec.raw,
+                    source_partition=rec.source_partition,
+                    source_offset=rec.source_offset,
+                    sequencer_id=sid,
+                    sealed_at=sealed_at,
+                )
+                for rec in out.sealed
+            ]
+        else:
+            at = avro_long(sealed_at)
+            sid_enc = avro_str(sid)
+            values = []
+            for rec in out.sealed:
+                run = rec.run
+                enc = run.enc
+                if enc is None:
+                    enc = run.enc = self._run_enc(run, header)
+                values.append(
+                    sealed_v1(
+                        enc[0],
+                        rec.seq,
+                        rec.prev_hash,
+                        rec.hash,
+                        rec.raw,
+                        at,
+                        rec.source_partition,
+                        rec.source_offset,
+                        sid_enc,
+                    )
+                )
         for i, rec in enumerate(out.sealed):
             run = rec.run
-            value = sealed_value(
-                run_id=run.run_id,
-                seq=rec.seq,
-                prev_hash=rec.prev_hash,
-                hash_=rec.hash,
-                raw=rec.raw,
-                source_partition=rec.source_partition,
-                source_offset=rec.source_offset,
-                sequencer_id=sid,
-                sealed_at=sealed_at,
-            )
-            key = run.run_id.encode("utf-8")
             if i in tracked:
-                producer.produce(
-                    topics.sealed,
-                    value,
-                    key,
-                    partition=run.partition,
-                    on_delivery=_offset_setter(self, rec),
-                )
+                produce(sealed_topic, values[i], run.key, run.partition, _offset_setter(self, rec))
             else:
-                producer.produce(topics.sealed, value, key, partition=run.partition)
+                produce(sealed_topic, values[i], run.key, run.partition)
         for d in out.dlq:
             producer.produce(
                 topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
             )
-        # The offsets go in before the flush: their two coordinator round trips then overlap
-        # the sealed records' deliveries. Order inside a transaction does not matter; all of
-        # it commits or none.
-        assignment = consumer.assignment()
-        positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
-        if not positions and assignment:
-            # Nothing consumed yet (a gap sweep of restored heads): send the committed offsets
-            # again, so the group coordinator still checks our generation and fences a zombie.
-            positions = [tp for tp in consumer.committed(assignment, timeout) if tp.offset >= 0]
-        _retrying(
-            lambda: producer.send_offsets_to_transaction(
-                positions, consumer.consumer_group_metadata(), timeout
-            )
-        )
         if producer.flush(timeout) > 0:
             self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
         if self._delivery_error is not None:
@@ -415,16 +425,51 @@ class Sequencer:
                 rec.run.first_offset = rec.offset
             rec.run.last_offset = rec.offset
         now_us = now_micros()
+        heads_topic = topics.heads
+        head_header = head_v1_header()
+        suffix = avro_long(now_us) + avro_str(sid)
         for run in out.touched.values():
-            producer.produce(
-                topics.heads,
-                encode_head(run.to_head(now_us, sid)),
-                run.run_id.encode("utf-8"),
-                partition=run.partition,
+            enc = run.enc
+            if head_header is None or run.gaps or run.held or len(run.last_hash) != 32:
+                value = encode_head(run.to_head(now_us, sid))
+            else:
+                if enc is None:
+                    enc = run.enc = self._run_enc(run, sealed_v1_header() or b"")
+                value = plain_head_value(
+                    enc[1],
+                    run.next_seq,
+                    run.last_hash,
+                    run.finished,
+                    run.partition,
+                    run.first_offset,
+                    run.last_offset,
+                    suffix,
+                )
+            produce(heads_topic, value, run.key, run.partition)
+        # The offsets go in after the heads: their coordinator round trips then overlap the
+        # heads' deliveries (sent before the flush, they queue behind the sealed records'
+        # partition registration and cost more, measured).
+        assignment = consumer.assignment()
+        positions = [tp for tp in consumer.position(assignment) if tp.offset >= 0]
+        if not positions and assignment:
+            # Nothing consumed yet (a gap sweep of restored heads): send the committed offsets
+            # again, so the group coordinator still checks our generation and fences a zombie.
+            positions = [tp for tp in consumer.committed(assignment, timeout) if tp.offset >= 0]
+        _retrying(
+            lambda: producer.send_offsets_to_transaction(
+                positions, consumer.consumer_group_metadata(), timeout
             )
+        )
         _retrying(lambda: producer.commit_transaction(timeout))
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
+
+    @staticmethod
+    def _run_enc(run: Any, sealed_header: bytes) -> tuple[bytes, bytes]:
+        """The run's encoded value prefixes: (SealedEvent v1, HeadState v1); cached on the run."""
+        head_header = head_v1_header() or b""
+        rid = avro_str(run.run_id)
+        return sealed_header + rid, head_header + rid
 
     def _recover(self, consumer: Consumer, err: KafkaError | None) -> None:
         """Abort (or recreate the producer), rewind to committed offsets, restore heads."""
@@ -491,11 +536,6 @@ class Sequencer:
         self._history.close()
         self._producer = None
         log.info("sequencer %s stopped", self.instance_id)
-
-
-def _part(msg: Message) -> int:
-    p = msg.partition()
-    return -1 if p is None else int(p)
 
 
 def _off(msg: Message) -> int:

@@ -35,8 +35,12 @@ __all__ = [
     "GAP_AGENT_ID",
     "DlqReason",
     "DlqRecord",
+    "avro_str",
     "gap_event",
     "now_micros",
+    "sealed_prefix",
+    "sealed_v1",
+    "sealed_v1_header",
     "sealed_value",
 ]
 
@@ -125,7 +129,7 @@ def gap_event(
 _SEALED_V1_HEADER: bytes | None = None
 
 
-def _sealed_v1_header() -> bytes | None:
+def sealed_v1_header() -> bytes | None:
     """``C3 01`` + fingerprint when SealedEvent v1 is the current version (else None)."""
     global _SEALED_V1_HEADER  # noqa: PLW0603 - computed on first use, not at import
     if _SEALED_V1_HEADER is None:
@@ -161,7 +165,7 @@ def sealed_value(
     global _LAST_AT  # noqa: PLW0603 - a one-entry cache of the batch's encoded sealing time
     if sealed_at is None:
         sealed_at = now_micros()
-    header = _sealed_v1_header()
+    header = sealed_v1_header()
     if header is None or len(prev_hash) != 32 or len(hash_) != 32:
         return encode_sealed(
             SealedEvent(
@@ -180,14 +184,45 @@ def sealed_value(
     if prefix is None:
         if len(_RUN_PREFIX) > 100_000:
             _RUN_PREFIX.clear()
-        rid = run_id.encode("utf-8")
-        prefix = _RUN_PREFIX[run_id] = header + avro_long(len(rid)) + rid
+        prefix = _RUN_PREFIX[run_id] = sealed_prefix(header, run_id)
     suffix = _SID_SUFFIX.get(sequencer_id)
     if suffix is None:
-        sid = sequencer_id.encode("utf-8")
-        suffix = _SID_SUFFIX[sequencer_id] = avro_long(len(sid)) + sid
+        suffix = _SID_SUFFIX[sequencer_id] = avro_str(sequencer_id)
     if _LAST_AT[0] != sealed_at:
         _LAST_AT = (sealed_at, avro_long(sealed_at))
+    return sealed_v1(
+        prefix, seq, prev_hash, hash_, raw, _LAST_AT[1], source_partition, source_offset, suffix
+    )
+
+
+def avro_str(text: str) -> bytes:
+    """An Avro string: length, then the UTF-8 bytes."""
+    b = text.encode("utf-8")
+    return avro_long(len(b)) + b
+
+
+def sealed_prefix(header: bytes, run_id: str) -> bytes:
+    """The first bytes of every SealedEvent v1 value of ``run_id``: header and run id."""
+    return header + avro_str(run_id)
+
+
+def sealed_v1(  # noqa: PLR0917 - positional: called once per event
+    prefix: bytes,
+    seq: int,
+    prev_hash: bytes,
+    hash_: bytes,
+    raw: bytes,
+    sealed_at: bytes,
+    source_partition: int,
+    source_offset: int,
+    sequencer_id: bytes,
+) -> bytes:
+    """A SealedEvent v1 value from pre-encoded pieces (positional: one call per event).
+
+    ``prefix`` from :func:`sealed_prefix`; ``sealed_at`` the Avro long, ``sequencer_id`` the
+    Avro string, already encoded; both hashes 32 bytes. :func:`sealed_value` writes through
+    here, so its byte-for-byte test against ``encode_sealed`` covers this layout.
+    """
     return b"".join(
         (
             prefix,
@@ -196,9 +231,9 @@ def sealed_value(
             hash_,
             avro_long(len(raw)),
             raw,
-            _LAST_AT[1],
+            sealed_at,
             avro_long(source_partition),
             avro_long(source_offset),
-            suffix,
+            sequencer_id,
         )
     )

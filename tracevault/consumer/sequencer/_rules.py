@@ -44,17 +44,22 @@ MAX_HELD_BYTES = 256 * 1024
 #: 150 bytes of chain and transport fields and must still fit Kafka's 1 MiB default.
 MAX_RAW_BYTES = 1_000_000
 
+_GAP = EventKind.GAP
+_FINISHED = EventKind.RUN_FINISHED
+
 
 class _Run:
     """Mutable state of one run (the in-memory form of a :class:`Head`)."""
 
     __slots__ = (
+        "enc",
         "finished",
         "first_offset",
         "gaps",
         "hashes",
         "held",
         "history_complete",
+        "key",
         "last_hash",
         "last_offset",
         "next_seq",
@@ -64,6 +69,9 @@ class _Run:
 
     def __init__(self, head: Head) -> None:
         self.run_id = head.run_id
+        self.key = head.run_id.encode("utf-8")  # the Kafka key of its records
+        # the writer's per-run cache of encoded pieces (opaque here; None until first use)
+        self.enc: tuple[bytes, bytes] | None = None
         self.partition = head.partition
         self.next_seq = head.next_seq
         self.last_hash = head.last_hash
@@ -195,10 +203,9 @@ class RunBook:
             DlqRecord(reason, detail, key, value, self.raw_topic, partition, offset, run_id, seq)
         )
 
-    def apply(
+    def apply(  # noqa: PLR0917 - positional: called once per event
         self,
         out: BatchOutput,
-        *,
         key: bytes | None,
         value: bytes | None,
         partition: int,
@@ -239,7 +246,8 @@ class RunBook:
                 seq=seq,
             )
             return
-        if key is None or key != run_id.encode("utf-8"):
+        run = self.runs.get(run_id)
+        if key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
             refuse(
                 out,
                 src,
@@ -252,7 +260,7 @@ class RunBook:
         if seq < 0:
             refuse(out, src, DlqReason.INVALID, f"seq {seq} is negative", run_id=run_id, seq=seq)
             return
-        if kind is EventKind.GAP:
+        if kind is _GAP:
             refuse(
                 out,
                 src,
@@ -262,7 +270,6 @@ class RunBook:
                 seq=seq,
             )
             return
-        run = self.runs.get(run_id)
         want = run.partition if run is not None else partition_for(key, self.partitions)
         if want != partition:
             refuse(
@@ -289,15 +296,7 @@ class RunBook:
                 seq=seq,
             )
         elif seq == run.next_seq:
-            self._seal(
-                out,
-                run,
-                seq=seq,
-                raw=value,
-                source_partition=partition,
-                source_offset=offset,
-                finishes=kind is EventKind.RUN_FINISHED,
-            )
+            self._seal(out, run, seq, value, partition, offset, kind is _FINISHED)
             if run.held:
                 self._drain(out, run)
         elif seq - run.next_seq > self.max_gap:
@@ -360,11 +359,10 @@ class RunBook:
             seq=seq,
         )
 
-    def _seal(
+    def _seal(  # noqa: PLR0917 - positional: called once per event
         self,
         out: BatchOutput,
         run: _Run,
-        *,
         seq: int,
         raw: bytes,
         source_partition: int,
@@ -417,7 +415,7 @@ class RunBook:
                 raw=nxt.raw,
                 source_partition=nxt.source_partition,
                 source_offset=nxt.source_offset,
-                finishes=kind is EventKind.RUN_FINISHED,
+                finishes=kind is _FINISHED,
             )
         out.touched[run.run_id] = run
         if not run.held:
