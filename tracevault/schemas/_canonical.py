@@ -119,4 +119,12 @@ def loads_canonical(data: bytes, *, field: str = "payload") -> Any:
 
 def check_canonical(data: bytes, *, field: str = "payload") -> None:
     """Raise :class:`NonCanonicalJSONError` unless ``data`` is canonical JSON."""
+    try:  # loads_canonical's first test, inline: the sequencer checks two payloads per event
+        if (
+            _MAYBE_FLOAT(data) is None
+            and orjson.dumps(orjson.loads(data), option=_SORT_KEYS) == data
+        ):
+            return
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, UnicodeError, ValueError, TypeError):
+        pass
     loads_canonical(data, field=field)

@@ -362,6 +362,7 @@ class Sequencer:
         # head's first/last offsets). Other records need no delivery callback: a failed one
         # fails commit_transaction, which aborts the whole batch.
         tracked = _needs_offset(out)
+        offsets: dict[int, int] = {}  # index in out.sealed -> offset, from delivery reports
         produce = producer.produce
         sealed_topic = topics.sealed
         header = sealed_v1_header()
@@ -405,7 +406,13 @@ class Sequencer:
         for i, rec in enumerate(out.sealed):
             run = rec.run
             if i in tracked:
-                produce(sealed_topic, values[i], run.key, run.partition, _offset_setter(self, rec))
+                produce(
+                    sealed_topic,
+                    values[i],
+                    run.key,
+                    run.partition,
+                    _offset_setter(self, offsets, i),
+                )
             else:
                 produce(sealed_topic, values[i], run.key, run.partition)
         for d in out.dlq:
@@ -418,12 +425,13 @@ class Sequencer:
             raise _AbortBatch(self._delivery_error)
         for i in sorted(tracked):
             rec = out.sealed[i]
-            if rec.offset < 0:
+            offset = offsets.get(i, -1)
+            if offset < 0:
                 self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
                 raise _AbortBatch(self._delivery_error)
             if rec.seq == 0:
-                rec.run.first_offset = rec.offset
-            rec.run.last_offset = rec.offset
+                rec.run.first_offset = offset
+            rec.run.last_offset = offset
         now_us = now_micros()
         heads_topic = topics.heads
         head_header = head_v1_header()
@@ -558,13 +566,13 @@ def _needs_offset(out: BatchOutput) -> set[int]:
     return need
 
 
-def _offset_setter(seq: Sequencer, rec: Any) -> Any:
+def _offset_setter(seq: Sequencer, offsets: dict[int, int], i: int) -> Any:
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             if seq._delivery_error is None:
                 seq._delivery_error = err
             return
-        rec.offset = _off(msg)
+        offsets[i] = _off(msg)
 
     return on_delivery
 

@@ -32,6 +32,10 @@ class Peeked(NamedTuple):
 _skip_varint = re.compile(rb"[\x80-\xff]{0,9}[\x00-\x7f]").match
 
 
+# Peeked(...) without the generated __new__'s Python frame: the same tuple.
+_new_tuple = tuple.__new__
+
+
 class _Bad(Exception):
     pass
 
@@ -66,7 +70,7 @@ def _str(buf: bytes, pos: int) -> tuple[str, int]:
 def peek_event(value: bytes) -> Peeked | None:
     """The fields the sequencer needs from a TraceEvent v1 value; None means "ask fastavro"."""
     header = _HEADER if _HEADER is not None else _setup()
-    if value[:10] != header:
+    if not value.startswith(header):
         return None
     try:
         return _walk(value)
@@ -114,27 +118,32 @@ def _walk(v: bytes) -> Peeked | None:
     # agent: five strings. When every length is one (ASCII) byte, the whole block is valid
     # UTF-8 exactly when each string is (a multi-byte character cannot span an ASCII byte),
     # so it is checked with one decode.
-    start = pos
-    one_byte = True
-    for _ in range(5):
-        b = v[pos]
-        if b & 0x81:
-            ln, pos = rl(v, pos)
-            if ln < 0:
-                return None
-            one_byte = False
-        else:
-            ln = b >> 1
-            pos += 1
-        pos += ln
-    if pos > n:
-        return None
-    if one_byte:
-        v[start:pos].decode("utf-8")
-    else:
+    start = p = pos
+    try:
+        b = v[p]
+        p += 1 + (b >> 1)
+        f = b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+    except IndexError:
+        f = 0x80  # a length of more than one byte sent the walk astray: read it properly
+    if f & 0x81 or p > n:
         pos = start
         for _ in range(5):
             _, pos = _str(v, pos)
+    else:
+        v[start:p].decode("utf-8")
+        pos = p
     # model (optional string)
     b = v[pos]
     if b == 0:
@@ -218,4 +227,4 @@ def _walk(v: bytes) -> Peeked | None:
                 _, pos = _str(v, pos)
     if pos != n:
         return None
-    return Peeked(run_id, seq, kind, request, response)
+    return _new_tuple(Peeked, (run_id, seq, kind, request, response))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tracevault.chain import genesis, link
 from tracevault.consumer.heads import GapRange, Head, HeldEvent
@@ -113,9 +114,8 @@ _Source = tuple[bytes | None, bytes | None, int, int]
 HistoryLoader = Callable[[str, int, int, int], dict[int, bytes]]
 
 
-@dataclass(slots=True)
-class SealOut:
-    """One record to write to ``sealed``; ``offset`` is filled from the delivery report."""
+class SealOut(NamedTuple):
+    """One record to write to ``sealed`` (its offset comes from the delivery report)."""
 
     run: _Run
     seq: int
@@ -124,7 +124,10 @@ class SealOut:
     raw: bytes
     source_partition: int
     source_offset: int
-    offset: int = -1
+
+
+# SealOut(...) without the generated __new__'s Python frame (one per sealed event).
+_new_tuple = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -371,7 +374,9 @@ class RunBook:
     ) -> None:
         prev = run.last_hash
         h = link(prev, raw)
-        out.sealed.append(SealOut(run, seq, prev, h, raw, source_partition, source_offset))
+        out.sealed.append(
+            _new_tuple(SealOut, (run, seq, prev, h, raw, source_partition, source_offset))
+        )
         run.hashes[seq] = h
         run.last_hash = h
         run.next_seq = seq + 1
