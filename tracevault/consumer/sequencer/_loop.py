@@ -406,13 +406,8 @@ class Sequencer:
         for i, rec in enumerate(out.sealed):
             run = rec.run
             if i in tracked:
-                produce(
-                    sealed_topic,
-                    values[i],
-                    run.key,
-                    run.partition,
-                    _offset_setter(self, offsets, i),
-                )
+                on_delivery = _offset_setter(self, offsets, i)
+                produce(sealed_topic, values[i], run.key, run.partition, on_delivery)
             else:
                 produce(sealed_topic, values[i], run.key, run.partition)
         for d in out.dlq:

@@ -104,6 +104,9 @@ def _walk(v: bytes) -> Peeked | None:
     b = v[end]
     if b < 0x80:
         seq, pos = (b >> 1) ^ -(b & 1), end + 1
+    elif v[end + 1] < 0x80:  # two bytes: seqs up to 8191
+        z = (b & 0x7F) | (v[end + 1] << 7)
+        seq, pos = (z >> 1) ^ -(z & 1), end + 2
     else:
         seq, pos = rl(v, end)
     # kind: an enum index, one byte for every symbol
