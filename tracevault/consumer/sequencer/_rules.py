@@ -228,9 +228,9 @@ class RunBook:
                 ev = decode_event(value, what=f"{self.raw_topic}[{partition}]@{offset}")
                 run_id, seq, kind = ev.run_id, ev.seq, ev.kind
             else:
-                run_id, seq, kind = peeked.run_id, peeked.seq, peeked.kind
-                check_canonical(peeked.request, field="request")
-                check_canonical(peeked.response, field="response")
+                run_id, seq, kind, request, response = peeked
+                check_canonical(request, field="request")
+                check_canonical(response, field="response")
         except NonCanonicalJSONError as exc:
             where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
             refuse(out, src, DlqReason.INVALID, str(exc) if peeked is None else f"{where}: {exc}")
