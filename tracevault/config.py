@@ -149,6 +149,16 @@ class Settings(BaseSettings):
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
 
+    @property
+    def sequencer_group_id(self) -> str:
+        """The consumer group every ``tracevault sequencer`` of this deployment joins."""
+        return f"{self.topic_prefix}.sequencer"
+
+    @property
+    def archiver_group_id(self) -> str:
+        """The archiver's consumer group: ``archive_group_id`` or one derived from the prefix."""
+        return self.archive_group_id or f"tracevault-archiver.{self.topic_prefix}"
+
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration for any client of this deployment, plus ``overrides``."""
         conf: dict[str, Any] = {

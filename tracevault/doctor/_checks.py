@@ -184,13 +184,9 @@ def run_checks(overrides: dict[str, object]) -> list[Check]:
         reports = describe_topics(settings)
         checks.extend(_topics(reports))
         by_role = {r.role: r for r in reports}
-        # The groups are the ones `tracevault sequencer` and `tracevault archiver` use.
         groups = {
-            "sequencer": (f"{settings.topic_prefix}.sequencer", "raw"),
-            "archiver": (
-                settings.archive_group_id or f"tracevault-archiver.{settings.topic_prefix}",
-                "sealed",
-            ),
+            "sequencer": (settings.sequencer_group_id, "raw"),
+            "archiver": (settings.archiver_group_id, "sealed"),
         }
         for service, (group, role) in groups.items():
             topic = by_role[role]

@@ -115,7 +115,7 @@ class Archiver:
         self.store = store or open_store(settings.archive_url, settings)
         self.writer = ArchiveWriter(self.store, retention_days=settings.retention_days, clock=clock)
         self.topic = settings.topics.sealed
-        self.group_id = settings.archive_group_id or f"tracevault-archiver.{settings.topic_prefix}"
+        self.group_id = settings.archiver_group_id
         self.stats = ArchiverStats()
         self._stop = threading.Event()
         self._runs: OrderedDict[str, _Run] = OrderedDict()

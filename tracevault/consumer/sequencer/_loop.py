@@ -119,7 +119,7 @@ class Sequencer:
 
     @property
     def group_id(self) -> str:
-        return f"{self.settings.topic_prefix}.sequencer"
+        return self.settings.sequencer_group_id
 
     @property
     def _txn_timeout_s(self) -> float:
