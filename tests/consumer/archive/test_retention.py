@@ -133,3 +133,22 @@ def test_a_purge_that_dies_half_way_leaves_no_complete_looking_run(store: Object
     report = purge(store, now=later)
     assert list(report.deleted) == ["doomed"]
     assert store.list("runs/") == [] and len(store.list("purges/")) == 2
+
+
+def test_seconds_of_clock_skew_between_writer_and_store_are_not_short_retention(
+    tmp_path: Path,
+) -> None:
+    # The writer's clock ran 2 s behind the store's (S3 stamps Last-Modified itself, in whole
+    # seconds): 183 days by the writer's clock are not "under 183". An hour short is.
+    store = open_store(f"file://{tmp_path}", Settings())
+    now = datetime.now(UTC)
+    store.put(
+        "runs/skew/final.receipt.json", b"{}", retain_until=now + timedelta(days=183, seconds=-2)
+    )
+    store.put(
+        "runs/short/final.receipt.json", b"{}", retain_until=now + timedelta(days=183, hours=-1)
+    )
+    runs = {r.run_id: r for r in retention_report(store)}
+    assert runs["skew"].ok, runs["skew"].problems
+    assert not runs["short"].ok
+    assert "under 183" in runs["short"].problems[0]

@@ -134,14 +134,20 @@ class RunRetention:
         return not self.problems
 
 
+# The writer takes retain-until from its own clock; the store stamps Last-Modified with its
+# own (whole seconds on S3). A few seconds between the two is not a short retention.
+_CLOCK_SKEW = timedelta(minutes=5)
+
+
 def _object_retention(info: ObjectInfo, min_days: int) -> ObjectRetention:
     problems = []
     days: float | None = None
     if info.lock_mode is None or info.retain_until is None:
         problems.append(f"{info.key}: not locked")
     elif info.last_modified is not None:
-        days = (info.retain_until - info.last_modified) / timedelta(days=1)
-        if days < min_days - 1e-6:
+        held_for = info.retain_until - info.last_modified
+        days = held_for / timedelta(days=1)
+        if held_for < timedelta(days=min_days) - _CLOCK_SKEW:
             problems.append(
                 f"{info.key}: retained {days:.1f} days from when it was written, under {min_days}"
             )
