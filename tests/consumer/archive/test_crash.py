@@ -60,7 +60,9 @@ def test_sigkill_five_times_during_20000_events_leaves_a_complete_archive(
     rng = random.Random(seed)
     # ~880 objects in all (per run: 10 segments, 10 receipts, a final, a day marker); kill
     # when the archive first holds a random number of them: at random points of the work.
-    targets = sorted(rng.sample(range(40, 820), KILLS))
+    # The last 30% stay out of range: the archiver writes dozens of objects between two polls
+    # of the store, and a kill after the last object would test nothing (seen once in CI).
+    targets = sorted(rng.sample(range(40, 620), KILLS))
     for target in targets:
         proc = _start(settings, log)
         try:
