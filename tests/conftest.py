@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -95,3 +97,25 @@ def local_broker_factory(
     for b in started:
         with contextlib.suppress(Exception):
             b.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """``http://127.0.0.1:<port>``: a real S3 endpoint over HTTP (moto's server mode).
+
+    Started by the tests themselves on a free loopback port; S3 tests talk to it through
+    boto3 exactly as they would to AWS or MinIO.
+    """
+    from moto.server import ThreadedMotoServer
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
+        os.environ.setdefault(k, v)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

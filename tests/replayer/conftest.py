@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,21 +30,3 @@ def sealed(events: list[TraceEvent]) -> list[SealedEvent]:
 @pytest.fixture
 def file_store(tmp_path: Path) -> ObjectStore:
     return open_store(f"file://{tmp_path / 'archive'}")
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """A real S3 endpoint over HTTP (moto's server mode) on a free loopback port."""
-    from moto.server import ThreadedMotoServer
-
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
-        os.environ.setdefault(k, v)
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()

@@ -1,14 +1,10 @@
-"""Archive fixtures: a real S3 endpoint over HTTP (moto's server mode) and both stores.
-
-The moto server is started by the tests themselves on a free loopback port; S3 tests talk to
-it through boto3 exactly as they would to AWS or MinIO. Every store test runs against both
-``file://`` and ``s3://`` through the parametrized ``store`` fixture (one contract suite).
+"""Archive fixtures: buckets on the session's moto S3 endpoint (``s3_endpoint`` in
+tests/conftest.py) and both stores. Every store test runs against both ``file://`` and
+``s3://`` through the parametrized ``store`` fixture (one contract suite).
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,29 +14,6 @@ import pytest
 
 from tracevault.config import Settings
 from tracevault.consumer.archive import ObjectStore, open_store
-
-_CREDS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """``http://127.0.0.1:<port>`` of a moto S3 server for this session."""
-    from moto.server import ThreadedMotoServer
-
-    for k, v in _CREDS.items():
-        os.environ.setdefault(k, v)
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture
