@@ -8,7 +8,7 @@ and ``raw``/``sealed``/``heads`` with different partition counts break co-partit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
@@ -90,16 +90,20 @@ def _unreachable(settings: Settings, exc: Exception) -> ServiceUnavailableError:
     )
 
 
+def _metadata(admin: AdminClient, settings: Settings, timeout: float) -> Any:
+    try:
+        return admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise _unreachable(settings, exc) from exc
+
+
 def describe_topics(
     settings: Settings, partitions: int | None = None, timeout: float = 15.0
 ) -> list[TopicReport]:
     """Each topic's partitions and config, compared with what tracevault needs."""
     admin = _admin(settings)
     specs = topic_specs(settings, partitions)
-    try:
-        md = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise _unreachable(settings, exc) from exc
+    md = _metadata(admin, settings, timeout)
     present = [s for s in specs if s.name in md.topics and md.topics[s.name].error is None]
     configs: dict[str, dict[str, str]] = {}
     if present:
@@ -156,10 +160,7 @@ def ensure_topics(
     """Create whichever of the four topics are missing; raise if an existing one mismatches."""
     admin = _admin(settings)
     specs = topic_specs(settings, partitions)
-    try:
-        md = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise _unreachable(settings, exc) from exc
+    md = _metadata(admin, settings, timeout)
     missing = [s for s in specs if s.name not in md.topics]
     created: set[str] = set()
     if missing:
