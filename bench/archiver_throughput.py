@@ -29,9 +29,10 @@ import fastavro
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from tracevault.archive import open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver, open_store
+from tracevault.consumer.archive import Archiver
 from tracevault.kafka import ensure_topics
 from tracevault.schemas import (
     AgentInfo,

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import fastavro
 
+from tracevault.archive import open_store
 from tracevault.chain import genesis, link
-from tracevault.consumer.archive import ArchiveWriter, open_store
+from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._verify import verify

@@ -1,6 +1,6 @@
 """Real Kafka for the tests: find one, or start the project's own broker with dev/kafka.
 
-Order (DESIGN.md): ``KAFKA_BOOTSTRAP_SERVERS`` when set; else testcontainers' Kafka when a
+Order (docs/design.md): ``KAFKA_BOOTSTRAP_SERVERS`` when set; else testcontainers' Kafka when a
 Docker engine answers; else ``dev/kafka start``. When none can be had the tests fail: a test
 that needs Kafka never skips.
 """

@@ -3,7 +3,7 @@
 Component commands live beside their component (``tracevault/<component>/commands.py``) and
 are imported only when invoked, so ``tracevault --help`` stays fast and a missing optional
 dependency of one command cannot break the others. Errors: the CLI catches only
-:class:`TraceVaultError` and exits with its ``exit_code`` (DESIGN.md: 0 ok, 1 verification
+:class:`TraceVaultError` and exits with its ``exit_code`` (docs/design.md: 0 ok, 1 verification
 failure or divergence, 2 usage error, 3 not found / unreachable service).
 """
 

@@ -1,7 +1,7 @@
 """The one error hierarchy of tracevault.
 
 Every error a user can meet derives from :class:`TraceVaultError`, so the CLI catches one type
-and maps it to an exit code (DESIGN.md: 0 ok, 1 verification failure or divergence, 2 usage
+and maps it to an exit code (docs/design.md: 0 ok, 1 verification failure or divergence, 2 usage
 error, 3 not found / unreachable service). Messages say what went wrong *and* what to do next.
 
 ::

@@ -6,7 +6,8 @@ RUN_FINISHED) and the day index, exactly as the running archiver does.
 
 from __future__ import annotations
 
-from tracevault.consumer.archive import ArchiveWriter, ObjectStore
+from tracevault.archive import ObjectStore
+from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.schemas import SealedEvent, encode_sealed
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.replayer import agents
 from tests.replayer.recording import record, seal
-from tracevault.consumer.archive import ObjectStore, open_store
+from tracevault.archive import ObjectStore, open_store
 from tracevault.schemas import SealedEvent, TraceEvent
 
 

@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient
 
 from tests.replayer import agents
 from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
+from tracevault.archive import encode_segment, sealed_body
 from tracevault.config import Settings
-from tracevault.consumer.archive import encode_segment, sealed_body
 from tracevault.kafka import ensure_topics
 from tracevault.replayer import load_run, verify
 from tracevault.schemas import SealedEvent, encode_sealed

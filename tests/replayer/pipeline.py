@@ -16,8 +16,8 @@ from typing import Any
 
 from tests.replayer import agents
 from tracevault.config import Settings
-from tracevault.consumer.heads import locate_run
 from tracevault.consumer.sequencer import Sequencer
+from tracevault.heads import locate_run
 from tracevault.producer import Publisher, Recorder
 
 

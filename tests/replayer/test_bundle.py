@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.replayer.archiving import write_run
-from tracevault.consumer.archive import open_store
+from tracevault.archive import open_store
 from tracevault.errors import ChainError, ConfigError
 from tracevault.replayer import export_bundle, verify_bundle
 from tracevault.replayer._archive import load_from_archive

@@ -13,9 +13,9 @@ from tests.replayer import agents
 from tests.replayer.archiving import write_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import T0, record, seal
+from tracevault.archive import open_store
+from tracevault.archive.layout import segment_key
 from tracevault.cli import tracevault
-from tracevault.consumer.archive import open_store
-from tracevault.consumer.archive.layout import segment_key
 from tracevault.schemas import micros_to_datetime
 
 AGENT = "tests.replayer.agents:research_agent"

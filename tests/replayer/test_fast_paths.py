@@ -12,9 +12,9 @@ import fastavro
 import pytest
 
 from tests.replayer.archiving import write_run
+from tracevault.archive import ObjectStore
+from tracevault.archive._segment import encode_segment, sealed_body
 from tracevault.chain import genesis, link
-from tracevault.consumer.archive import ObjectStore
-from tracevault.consumer.archive._segment import encode_segment, sealed_body
 from tracevault.errors import ChainError
 from tracevault.replayer._archive import read_segment_rows
 from tracevault.replayer._nogc import gc_paused

@@ -9,9 +9,9 @@ import pytest
 
 from tests.replayer import agents
 from tests.replayer.archiving import write_run
+from tracevault.archive import open_store
+from tracevault.archive.layout import segment_key
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
-from tracevault.consumer.archive.layout import segment_key
 from tracevault.errors import ChainError
 from tracevault.replayer import load_run, replay, verify
 

@@ -16,9 +16,9 @@ from tests.replayer.archiving import write_run
 from tests.replayer.both_ways import verify_both_ways
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
+from tracevault.archive import open_store
+from tracevault.archive.layout import final_key, receipt_key, segment_key
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
-from tracevault.consumer.archive.layout import final_key, receipt_key, segment_key
 from tracevault.errors import ChainError
 from tracevault.replayer import load_run
 
@@ -63,7 +63,7 @@ def test_one_flipped_byte_in_an_event(archived, sealed) -> None:
     settings, objects, _ = archived
     import dataclasses
 
-    from tracevault.consumer.archive import encode_segment, sealed_body
+    from tracevault.archive import encode_segment, sealed_body
     from tracevault.schemas import encode_sealed
 
     raw = bytearray(sealed[5].raw)
@@ -89,7 +89,7 @@ def test_one_flipped_byte_in_the_compressed_file(archived) -> None:
 
 def test_a_deleted_event(archived, sealed) -> None:
     settings, objects, _ = archived
-    from tracevault.consumer.archive import encode_segment, sealed_body
+    from tracevault.archive import encode_segment, sealed_body
     from tracevault.schemas import encode_sealed
 
     chunk = [sealed[4], sealed[6], sealed[7]]
@@ -101,7 +101,7 @@ def test_a_deleted_event(archived, sealed) -> None:
 
 def test_two_swapped_events(archived, sealed) -> None:
     settings, objects, _ = archived
-    from tracevault.consumer.archive import encode_segment, sealed_body
+    from tracevault.archive import encode_segment, sealed_body
     from tracevault.schemas import encode_sealed
 
     chunk = [sealed[4], sealed[6], sealed[5], sealed[7]]
@@ -113,7 +113,7 @@ def test_two_swapped_events(archived, sealed) -> None:
 
 def test_an_event_moved_in_from_another_run(archived, sealed) -> None:
     settings, objects, _ = archived
-    from tracevault.consumer.archive import encode_segment, sealed_body
+    from tracevault.archive import encode_segment, sealed_body
     from tracevault.schemas import encode_sealed
 
     other = seal(recorded("run-b"))

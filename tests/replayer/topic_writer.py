@@ -13,7 +13,7 @@ import uuid
 from confluent_kafka import Producer
 
 from tracevault.config import Settings
-from tracevault.consumer.heads import Head, encode_head
+from tracevault.heads import Head, encode_head
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, SealedEvent, decode_event, encode_sealed
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tracevault.cli import tracevault
 
 ROOT = Path(__file__).resolve().parents[2]
-# Official images the stack is built from (DESIGN.md: Apache Kafka's official image, MinIO).
+# Official images the stack is built from (docs/design.md: Apache Kafka's official image, MinIO).
 KNOWN_IMAGES = {"apache/kafka", "minio/minio", "minio/mc"}
 
 

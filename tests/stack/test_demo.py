@@ -7,8 +7,8 @@ import shlex
 import subprocess
 
 from tests.stack.conftest import DemoRun
-from tracevault.consumer.archive import list_runs, open_store, read_run_objects
-from tracevault.consumer.archive.layout import FinalReceipt, final_key
+from tracevault.archive import list_runs, open_store, read_run_objects
+from tracevault.archive.layout import FinalReceipt, final_key
 
 
 def test_small_demo_summary_matches_the_archive(demo_run: DemoRun) -> None:

@@ -11,10 +11,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import unique_name
 from tests.stack.conftest import DemoRun
+from tracevault.archive import open_store
+from tracevault.archive.layout import segment_key
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
-from tracevault.consumer.archive.layout import segment_key
 from tracevault.kafka import ensure_topics
 
 

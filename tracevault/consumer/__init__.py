@@ -1,1 +1,1 @@
-"""tracevault.consumer (see DESIGN.md)."""
+"""tracevault.consumer (see docs/design.md)."""

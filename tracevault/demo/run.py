@@ -26,13 +26,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tracevault.archive import open_store
+from tracevault.archive.layout import FinalReceipt, run_id_from_key
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
-from tracevault.consumer.archive.layout import FinalReceipt, run_id_from_key
-from tracevault.consumer.heads import heads_partition_count, read_heads
 from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
 from tracevault.demo.services import LocalBroker, Service, broker_answers
 from tracevault.errors import ServiceUnavailableError, TraceVaultError
+from tracevault.heads import heads_partition_count, read_heads
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import load_run, replay, verify

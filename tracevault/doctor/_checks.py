@@ -20,8 +20,8 @@ from typing import Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from tracevault.archive import open_store, retention_report
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
-from tracevault.consumer.archive import open_store, retention_report
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.kafka import TopicReport, describe_topics
 

@@ -12,7 +12,7 @@ __all__ = ["CloseReport", "PublisherStats", "producer_config"]
 
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """The librdkafka settings every tracevault event producer uses (DESIGN.md)."""
+    """The librdkafka settings every tracevault event producer uses (docs/design.md)."""
     return settings.kafka_config(
         **{
             "enable.idempotence": True,

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from fastavro import reader as ocf_reader
 
-from tracevault.consumer.archive import ObjectInfo
-from tracevault.consumer.archive.layout import (
+from tracevault.archive import ObjectInfo
+from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
     final_key,

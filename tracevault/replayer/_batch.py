@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
+from tracevault.archive import open_store
+from tracevault.archive.layout import day_prefix, run_id_from_key
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
-from tracevault.consumer.archive.layout import day_prefix, run_id_from_key
 from tracevault.errors import ChainError, ConfigError, TraceVaultError
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._replay import areplay, replay

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tracevault import __version__
-from tracevault.consumer.archive import ObjectInfo
+from tracevault.archive import ObjectInfo
 from tracevault.errors import ConfigError, NotFoundError
 from tracevault.replayer._archive import ReadableStore, load_from_archive
 from tracevault.replayer._checks import fail

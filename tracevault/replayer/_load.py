@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
 from tracevault.errors import ConfigError
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._results import LoadedRun
-from tracevault.replayer._topic import load_from_topic
 
 __all__ = ["load_run"]
 
@@ -24,6 +23,10 @@ def load_run(
     Raises ``NotFoundError`` when the run is unknown there.
     """
     if source == "topic":
+        # Only the topic needs a Kafka client; reading an archive or a bundle must not import
+        # one (docs/design.md, "Layout").
+        from tracevault.replayer._topic import load_from_topic  # noqa: PLC0415
+
         return load_from_topic(settings, run_id)
     if source == "archive":
         store = open_store(settings.archive_url, settings)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tracevault.consumer.archive.layout import FinalReceipt, SegmentReceipt
+from tracevault.archive.layout import FinalReceipt, SegmentReceipt
 from tracevault.replayer._diff import short_json
 from tracevault.replayer._records import SealedRows
 from tracevault.schemas import ErrorInfo, EventKind, SealedEvent, TraceEvent, micros_to_datetime

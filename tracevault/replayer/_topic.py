@@ -1,7 +1,7 @@
 """Loading a run from ``<prefix>.sealed``: straight to its partition and offsets, no scan.
 
 1. The run's committed head is read from its one ``<prefix>.heads`` partition
-   (``partition_for(run_id, partitions)``, see ``tracevault.consumer.heads``).
+   (``partition_for(run_id, partitions)``, see ``tracevault.heads``).
 2. The sealed partition is assigned at the head's ``first_offset`` (seq 0), read with
    ``read_committed``, keeping records keyed by the run id, until the head's ``last_offset``
    (or the partition's end, if records the head promised are missing).
@@ -20,8 +20,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
-from tracevault.consumer.heads import heads_partition_count, read_heads
 from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.heads import heads_partition_count, read_heads
 from tracevault.kafka import partition_for
 from tracevault.replayer._checks import fail
 from tracevault.replayer._records import SealedRows

@@ -17,7 +17,7 @@ changed event is named by its seq and segment.
 
 from __future__ import annotations
 
-from tracevault.consumer.archive.layout import SegmentReceipt, parse_segment_key
+from tracevault.archive.layout import SegmentReceipt, parse_segment_key
 from tracevault.errors import ArchiveError
 from tracevault.replayer._checks import RecordsSummary, fail
 from tracevault.replayer._results import LoadedRun

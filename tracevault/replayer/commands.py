@@ -12,8 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
+from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
 from tracevault.errors import ChainError, ConfigError, ReplayDivergence
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch

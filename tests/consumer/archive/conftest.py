@@ -12,8 +12,8 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
-from tracevault.consumer.archive import ObjectStore, open_store
 
 
 @pytest.fixture

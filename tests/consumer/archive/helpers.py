@@ -10,8 +10,9 @@ from itertools import zip_longest
 
 from confluent_kafka import Producer
 
+from tracevault.archive import ObjectStore, list_run
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver, ArchiverStats, ObjectStore, list_run
+from tracevault.consumer.archive import Archiver, ArchiverStats
 
 
 def produce_sealed(settings: Settings, runs: dict[str, list[bytes]]) -> int:

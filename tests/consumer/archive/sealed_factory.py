@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime, timedelta
 
+from tracevault.archive import ObjectStore, encode_segment, sealed_body
+from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
-from tracevault.consumer.archive import ObjectStore, encode_segment, sealed_body
-from tracevault.consumer.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.schemas import (
     AgentInfo,
     EventKind,

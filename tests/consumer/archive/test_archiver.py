@@ -14,16 +14,10 @@ import pytest
 
 from tests.consumer.archive.helpers import finished_runs, produce_sealed, running, wait_for
 from tests.consumer.archive.sealed_factory import sealed_run, sealed_values
+from tracevault.archive import check_run, open_store, read_run_objects, sealed_body
+from tracevault.archive.layout import day_prefix, run_id_from_key
 from tracevault.config import Settings
-from tracevault.consumer.archive import (
-    Archiver,
-    ArchiverStats,
-    check_run,
-    open_store,
-    read_run_objects,
-    sealed_body,
-)
-from tracevault.consumer.archive.layout import day_prefix, run_id_from_key
+from tracevault.consumer.archive import Archiver, ArchiverStats
 from tracevault.errors import ArchiveError, ChainError
 from tracevault.schemas import encode_sealed
 

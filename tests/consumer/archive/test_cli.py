@@ -11,9 +11,10 @@ from click.testing import CliRunner
 
 from tests.consumer.archive.helpers import produce_sealed
 from tests.consumer.archive.sealed_factory import sealed_values
+from tracevault.archive import check_run, open_store, read_run_objects
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import ArchiveWriter, check_run, open_store, read_run_objects
+from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
 
 

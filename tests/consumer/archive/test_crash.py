@@ -21,9 +21,9 @@ import avro.io
 
 from tests.consumer.archive.helpers import finished_runs, produce_sealed, wait_for
 from tests.consumer.archive.sealed_factory import sealed_run, sealed_values
+from tracevault.archive import check_run, list_run, open_store, read_run_objects
+from tracevault.archive.layout import parse_segment_key
 from tracevault.config import Settings
-from tracevault.consumer.archive import check_run, list_run, open_store, read_run_objects
-from tracevault.consumer.archive.layout import parse_segment_key
 
 RUNS = 40
 EVENTS_PER_RUN = 500  # 40 x 500 = 20,000 sealed events, the number

@@ -1,13 +1,24 @@
-"""The archive's public surface is what the replayer and users import: pin it."""
+"""The archiver's and the archive's public surfaces are what users import: pin them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import tracevault.archive
 import tracevault.consumer.archive
 
 
-def test_archive_exports() -> None:
+def test_archiver_exports() -> None:
     assert set(tracevault.consumer.archive.__all__) == {
         "Archiver", "ArchiverStats", "ArchiveWriter", "RunCursor",
+    }  # fmt: skip
+    for name in tracevault.consumer.archive.__all__:
+        assert getattr(tracevault.consumer.archive, name) is not None
+
+
+def test_archive_exports() -> None:
+    assert set(tracevault.archive.__all__) == {
         "LockMode", "ObjectInfo", "ObjectStore", "open_store",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
         "ObjectRetention", "PurgeReport", "RunRetention", "RunSummary", "hold_run", "list_runs",
@@ -15,5 +26,30 @@ def test_archive_exports() -> None:
         "CODEC", "FinalReceipt", "SegmentReceipt", "encode_segment", "iter_segment",
         "read_segment", "sealed_body",
     }  # fmt: skip
-    for name in tracevault.consumer.archive.__all__:
-        assert getattr(tracevault.consumer.archive, name) is not None
+    for name in tracevault.archive.__all__:
+        assert getattr(tracevault.archive, name) is not None
+
+
+def _modules_after(statement: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after ``statement``: imports are global."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"{statement}\nimport sys\nprint('\\n'.join(sys.modules))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return set(out.split())
+
+
+def test_replayer_and_archive_import_no_kafka_client() -> None:
+    """Verifying an archive or a bundle must work where no Kafka client is installed."""
+    for statement in (
+        "import tracevault.replayer",
+        "import tracevault.archive",
+        "from tracevault.replayer import verify_bundle, load_run, verify",
+    ):
+        loaded = _modules_after(statement)
+        kafka = sorted(m for m in loaded if m.startswith("confluent_kafka"))
+        assert not kafka, f"{statement!r} loaded {kafka}"
+        consumer = sorted(m for m in loaded if m.startswith("tracevault.consumer"))
+        assert not consumer, f"{statement!r} loaded {consumer}"

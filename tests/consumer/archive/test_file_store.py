@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tracevault.archive import open_store
+from tracevault.archive._filestore import FileStore
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
-from tracevault.consumer.archive._filestore import FileStore
 from tracevault.errors import ConfigError
 
 FUTURE = datetime.now(UTC) + timedelta(days=183)

@@ -10,8 +10,7 @@ import avro.io
 import pytest
 
 from tests.consumer.archive.sealed_factory import sealed_run, write_segment_objects
-from tracevault.chain import genesis
-from tracevault.consumer.archive import (
+from tracevault.archive import (
     ObjectStore,
     check_run,
     encode_segment,
@@ -19,10 +18,11 @@ from tracevault.consumer.archive import (
     read_segment,
     sealed_body,
 )
-from tracevault.consumer.archive.layout import (
+from tracevault.archive.layout import (
     FinalReceipt,
     final_key,
 )
+from tracevault.chain import genesis
 from tracevault.errors import ChainError, NotFoundError
 from tracevault.schemas import encode_sealed
 

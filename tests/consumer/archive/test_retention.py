@@ -11,9 +11,7 @@ from unittest import mock
 import pytest
 
 from tests.consumer.archive.sealed_factory import sealed_values
-from tracevault.config import Settings
-from tracevault.consumer.archive import (
-    ArchiveWriter,
+from tracevault.archive import (
     ObjectStore,
     hold_run,
     list_run,
@@ -23,8 +21,10 @@ from tracevault.consumer.archive import (
     read_run_objects,
     retention_report,
 )
+from tracevault.archive.layout import day_prefix
+from tracevault.config import Settings
+from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
-from tracevault.consumer.archive.layout import day_prefix
 from tracevault.errors import ServiceUnavailableError
 
 T0 = datetime(2020, 1, 1, tzinfo=UTC)

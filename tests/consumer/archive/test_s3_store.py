@@ -9,8 +9,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.consumer.archive import open_store
 from tracevault.errors import ConfigError, NotFoundError
 
 FUTURE = datetime.now(UTC) + timedelta(days=183)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tracevault.consumer.archive import ObjectStore
+from tracevault.archive import ObjectStore
 from tracevault.errors import ArchiveError, ConfigError, NotFoundError, RetentionError
 
 T0 = datetime(2020, 1, 1, tzinfo=UTC)

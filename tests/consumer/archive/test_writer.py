@@ -8,17 +8,12 @@ from pathlib import Path
 import pytest
 
 from tests.consumer.archive.sealed_factory import sealed_run, write_segment_objects
+from tracevault.archive import ObjectStore, check_run, open_store, read_run_objects
+from tracevault.archive.layout import final_key
 from tracevault.chain import genesis
 from tracevault.config import Settings, load_settings
-from tracevault.consumer.archive import (
-    ArchiveWriter,
-    ObjectStore,
-    check_run,
-    open_store,
-    read_run_objects,
-)
+from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
-from tracevault.consumer.archive.layout import final_key
 from tracevault.errors import ArchiveError, ConfigError, RetentionError
 from tracevault.schemas import encode_sealed
 

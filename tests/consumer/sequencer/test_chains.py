@@ -15,7 +15,7 @@ from tests.consumer.sequencer.support import (
     wait_until,
 )
 from tracevault.config import Settings
-from tracevault.consumer.heads import locate_run
+from tracevault.heads import locate_run
 from tracevault.kafka import partition_for
 
 

@@ -15,7 +15,7 @@ from tests.consumer.sequencer.support import (
     wait_until,
 )
 from tracevault.config import Settings
-from tracevault.consumer.heads import GapRange, locate_run, read_heads
+from tracevault.heads import GapRange, locate_run, read_heads
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, decode_event
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import tracevault.consumer.heads
 import tracevault.consumer.sequencer
+import tracevault.heads
 
 
 def test_sequencer_exports() -> None:
@@ -17,9 +17,9 @@ def test_sequencer_exports() -> None:
 
 
 def test_heads_exports() -> None:
-    assert set(tracevault.consumer.heads.__all__) == {
+    assert set(tracevault.heads.__all__) == {
         "GapRange", "Head", "HeldEvent", "RunLocation", "decode_head", "encode_head",
         "heads_partition_count", "locate_run", "read_heads",
     }  # fmt: skip
-    for name in tracevault.consumer.heads.__all__:
-        assert getattr(tracevault.consumer.heads, name) is not None
+    for name in tracevault.heads.__all__:
+        assert getattr(tracevault.heads, name) is not None

@@ -9,7 +9,8 @@ from confluent_kafka import Producer
 
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.heads import (
+from tracevault.errors import SchemaError
+from tracevault.heads import (
     GapRange,
     Head,
     HeldEvent,
@@ -17,7 +18,6 @@ from tracevault.consumer.heads import (
     encode_head,
     locate_run,
 )
-from tracevault.errors import SchemaError
 from tracevault.kafka import partition_for
 
 
@@ -111,7 +111,7 @@ def test_locate_run_reads_the_committed_head(settings_factory: Callable[..., Set
     ],
 )
 def test_direct_head_encoding_matches_the_codec(head: Head) -> None:
-    from tracevault.consumer.heads import _encode_head_avro
+    from tracevault.heads._record import _encode_head_avro
 
     assert encode_head(head) == _encode_head_avro(head)
     assert decode_head(encode_head(head)) == head

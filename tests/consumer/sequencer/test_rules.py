@@ -8,8 +8,8 @@ import pytest
 
 from tests.consumer.sequencer.support import raw_event
 from tracevault.chain import genesis, link
-from tracevault.consumer.heads import Head
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
+from tracevault.heads import Head
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, decode_event
 

@@ -20,7 +20,7 @@ from tests.consumer.sequencer.support import (
     wait_until,
 )
 from tracevault.config import Settings
-from tracevault.consumer.heads import Head, encode_head
+from tracevault.heads import Head, encode_head
 
 
 def test_restore_waits_for_the_previous_owners_open_transaction(

@@ -45,10 +45,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from tracevault.archive._open import open_store
+from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.chain import link
 from tracevault.config import Settings
 from tracevault.consumer.archive._sealed import Sealed, parse_sealed
-from tracevault.consumer.archive._store import ObjectStore, open_store, utc_now
 from tracevault.consumer.archive._writer import ArchiveWriter, RunCursor
 from tracevault.errors import ArchiveError, ChainError, SchemaError, ServiceUnavailableError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from tracevault.consumer.archive._segment import current_sealed_header
+from tracevault.archive._segment import current_sealed_header
 from tracevault.errors import SchemaError
 from tracevault.schemas import (
     EventKind,

@@ -22,13 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from tracevault.chain import genesis, link
-from tracevault.config import MIN_RETENTION_DAYS
-from tracevault.consumer.archive._reader import list_run
-from tracevault.consumer.archive._sealed import Sealed, finishes_run
-from tracevault.consumer.archive._segment import encode_segment, read_segment
-from tracevault.consumer.archive._store import ObjectStore, utc_now
-from tracevault.consumer.archive.layout import (
+from tracevault.archive._reader import list_run
+from tracevault.archive._segment import encode_segment, read_segment
+from tracevault.archive._store import ObjectStore, utc_now
+from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
     day_index_key,
@@ -37,6 +34,9 @@ from tracevault.consumer.archive.layout import (
     receipt_key,
     segment_key,
 )
+from tracevault.chain import genesis, link
+from tracevault.config import MIN_RETENTION_DAYS
+from tracevault.consumer.archive._sealed import Sealed, finishes_run
 from tracevault.errors import ArchiveError, RetentionError
 from tracevault.schemas import SealedEvent
 

@@ -15,8 +15,9 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
+from tracevault.archive._open import open_store
+from tracevault.archive._store import ObjectStore
 from tracevault.config import Settings
-from tracevault.consumer.archive._store import ObjectStore, open_store
 
 __all__ = ["archive", "archiver"]
 
@@ -179,7 +180,7 @@ def ls(
       tracevault archive ls run-42 --json
       tracevault archive ls --archive s3://audit-logs/tv --s3-endpoint-url http://minio:9000
     """
-    from tracevault.consumer.archive._retention import list_runs  # noqa: PLC0415
+    from tracevault.archive._retention import list_runs  # noqa: PLC0415
 
     _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     the_day: date | None = day.date() if day is not None else None
@@ -206,7 +207,7 @@ def _hold(
     ep: str | None,
     as_json: bool,
 ) -> None:
-    from tracevault.consumer.archive._retention import hold_run  # noqa: PLC0415
+    from tracevault.archive._retention import hold_run  # noqa: PLC0415
 
     _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=ep)
     n = hold_run(store, run_id, on)
@@ -283,7 +284,7 @@ def purge_cmd(
       tracevault archive purge --dry-run          # what would go, and why the rest stays
       tracevault archive purge --json > purge-$(date +%F).json
     """
-    from tracevault.consumer.archive._retention import purge  # noqa: PLC0415
+    from tracevault.archive._retention import purge  # noqa: PLC0415
 
     settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     with _progress("checking runs", not as_json) as progress:
@@ -325,7 +326,7 @@ def retention_report_cmd(
       tracevault archive retention-report
       tracevault archive retention-report --json > retention-evidence.json
     """
-    from tracevault.consumer.archive._retention import retention_report  # noqa: PLC0415
+    from tracevault.archive._retention import retention_report  # noqa: PLC0415
 
     _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     with _progress("reading locks", not as_json) as progress:

@@ -1,6 +1,6 @@
 """The transactional loop: consume raw, apply the rules, write everything in one transaction.
 
-Per batch (KAFKA-LOCAL.md's exactly-once pattern, with its abort path):
+Per batch (docs/kafka-local.md's exactly-once pattern, with its abort path):
 
 1. ``consume`` up to ``sequencer_batch_size`` raw records (``read_committed``, no auto
    commit); apply the rules (``_rules``) and, when a gap may have timed out, the gap sweep.
@@ -46,7 +46,6 @@ from confluent_kafka import (
 )
 
 from tracevault.config import Settings
-from tracevault.consumer.heads import encode_head, head_v1_header, plain_head_value, read_heads
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import (
@@ -63,6 +62,8 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
+from tracevault.heads import read_heads
+from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
 from tracevault.schemas import avro_long
 
 __all__ = ["Sequencer", "default_instance_id"]

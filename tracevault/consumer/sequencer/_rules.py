@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tracevault.chain import genesis, link
-from tracevault.consumer.heads import GapRange, Head, HeldEvent
 from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.consumer.sequencer._records import DlqReason, DlqRecord, gap_event
 from tracevault.errors import NonCanonicalJSONError, SchemaError
+from tracevault.heads import GapRange, Head, HeldEvent
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, check_canonical, decode_event
 

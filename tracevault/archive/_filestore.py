@@ -34,7 +34,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tracevault.consumer.archive._store import (
+from tracevault.archive._store import (
     LockMode,
     ObjectInfo,
     check_deletable,

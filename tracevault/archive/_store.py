@@ -13,12 +13,10 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol, runtime_checkable
-from urllib.parse import urlsplit
 
-from tracevault.config import Settings, load_settings
-from tracevault.errors import ConfigError, NotFoundError, RetentionError
+from tracevault.errors import ConfigError, RetentionError
 
-__all__ = ["LockMode", "ObjectInfo", "ObjectStore", "check_deletable", "check_key", "open_store"]
+__all__ = ["LockMode", "ObjectInfo", "ObjectStore", "check_deletable", "check_key", "utc_now"]
 
 LockMode = Literal["COMPLIANCE", "GOVERNANCE"]
 
@@ -107,7 +105,7 @@ def check_key(key: str) -> str:
     if not key or any(not p or p in (".", "..") or not _KEY_PART.match(p) for p in parts):
         raise ConfigError(
             f"object key {key!r} is not a relative path of [A-Za-z0-9%._~-] segments; "
-            "derive keys with tracevault.consumer.archive.layout"
+            "derive keys with tracevault.archive.layout"
         )
     return key
 
@@ -129,43 +127,3 @@ def check_deletable(info: ObjectInfo, now: datetime | None) -> None:
             f"object {info.key} is retained until {info.retain_until.isoformat()} "
             f"({info.lock_mode or 'locked'}); it cannot be deleted at {at.isoformat()}"
         )
-
-
-def open_store(url: str, settings: Settings | None = None) -> ObjectStore:
-    """The store at ``url``: ``file://PATH`` or ``s3://BUCKET[/PREFIX]``.
-
-    ``settings`` supplies the lock mode and, for S3, the endpoint and region (defaults:
-    ``Settings()`` from the environment). An S3 bucket without Object Lock is refused.
-    """
-    if settings is None:
-        settings = load_settings()
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        from tracevault.consumer.archive._filestore import FileStore  # noqa: PLC0415 - cycle
-
-        path = parts.netloc + parts.path
-        if not path:
-            raise ConfigError(f"archive URL {url!r} has no path; use file:///abs/path")
-        return FileStore(path, lock_mode=settings.lock_mode)
-    if parts.scheme == "s3":
-        # boto3 is imported only when an s3:// archive is used: it is slow to import.
-        from tracevault.consumer.archive._s3store import S3Store  # noqa: PLC0415
-
-        if not parts.netloc:
-            raise ConfigError(f"archive URL {url!r} names no bucket; use s3://BUCKET/PREFIX")
-        return S3Store(
-            parts.netloc,
-            parts.path.strip("/"),
-            endpoint_url=settings.s3_endpoint_url,
-            region=settings.s3_region,
-            lock_mode=settings.lock_mode,
-        )
-    raise ConfigError(
-        f"archive URL {url!r} has scheme {parts.scheme!r}; use file://PATH or s3://BUCKET/PREFIX"
-    )
-
-
-def require(info: ObjectInfo | None, key: str) -> ObjectInfo:
-    if info is None:
-        raise NotFoundError(f"object {key} does not exist in the archive")
-    return info

@@ -19,7 +19,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tracevault.consumer.archive._store import (
+from tracevault.archive._store import (
     LockMode,
     ObjectInfo,
     check_deletable,

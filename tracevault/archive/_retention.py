@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta
 
-from tracevault.config import MIN_RETENTION_DAYS
-from tracevault.consumer.archive._store import ObjectInfo, ObjectStore, utc_now
-from tracevault.consumer.archive.layout import (
+from tracevault.archive._store import ObjectInfo, ObjectStore, utc_now
+from tracevault.archive.layout import (
     day_prefix,
     final_key,
     parse_segment_key,
@@ -26,6 +25,7 @@ from tracevault.consumer.archive.layout import (
     run_id_from_key,
     run_prefix,
 )
+from tracevault.config import MIN_RETENTION_DAYS
 from tracevault.errors import NotFoundError
 
 __all__ = [

@@ -14,10 +14,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from tracevault.chain import genesis, link
-from tracevault.consumer.archive._segment import read_segment
-from tracevault.consumer.archive._store import ObjectStore
-from tracevault.consumer.archive.layout import (
+from tracevault.archive._segment import read_segment
+from tracevault.archive._store import ObjectStore
+from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
     final_key,
@@ -25,6 +24,7 @@ from tracevault.consumer.archive.layout import (
     receipt_key,
     run_prefix,
 )
+from tracevault.chain import genesis, link
 from tracevault.errors import ChainError, NotFoundError
 from tracevault.schemas import SealedEvent
 

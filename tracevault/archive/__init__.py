@@ -1,0 +1,77 @@
+"""The archive: its layout, receipts and object stores, and reading runs back from it.
+
+Import from here::
+
+    from tracevault.archive import open_store, read_run_objects
+
+    store = open_store("file:///var/lib/tracevault/archive")      # or s3://bucket/prefix
+    run = read_run_objects(store, "run-42")                      # one listing of runs/<run>/
+    for seg in run.segments:                                     # seq order, receipted only
+        for sealed in seg.events(): ...
+
+This package sits beneath the archiver (``tracevault.consumer.archive``, which writes it) and
+the replayer (which reads it) and imports no Kafka client: verifying an archive or a bundle
+needs none (docs/design.md, "Layout"). Keys and receipts are defined in
+:mod:`tracevault.archive.layout`.
+"""
+
+from tracevault.archive._open import open_store
+from tracevault.archive._reader import (
+    RunListing,
+    RunObjects,
+    SegmentObject,
+    check_run,
+    list_run,
+    read_run_objects,
+)
+from tracevault.archive._retention import (
+    ObjectRetention,
+    PurgeReport,
+    RunRetention,
+    RunSummary,
+    hold_run,
+    list_runs,
+    purge,
+    retention_report,
+)
+from tracevault.archive._segment import (
+    CODEC,
+    encode_segment,
+    iter_segment,
+    read_segment,
+    sealed_body,
+)
+from tracevault.archive._store import LockMode, ObjectInfo, ObjectStore
+from tracevault.archive.layout import FinalReceipt, SegmentReceipt
+
+__all__ = [
+    # stores
+    "LockMode",
+    "ObjectInfo",
+    "ObjectStore",
+    "open_store",
+    # reading runs back
+    "RunListing",
+    "RunObjects",
+    "SegmentObject",
+    "check_run",
+    "list_run",
+    "read_run_objects",
+    # retention operations
+    "ObjectRetention",
+    "PurgeReport",
+    "RunRetention",
+    "RunSummary",
+    "hold_run",
+    "list_runs",
+    "purge",
+    "retention_report",
+    # segments and receipts
+    "CODEC",
+    "FinalReceipt",
+    "SegmentReceipt",
+    "encode_segment",
+    "iter_segment",
+    "read_segment",
+    "sealed_body",
+]

@@ -1,0 +1,31 @@
+"""The heads record (one per run, the sequencer's state) and finding a run by it.
+
+Import from here::
+
+    from tracevault.heads import Head, decode_head, locate_run
+
+    loc = locate_run(settings, "run-42")
+    # loc.partition, loc.start_offset: seek <prefix>.sealed there and read records keyed
+    # "run-42" until seq == loc.last_seq (or offset == loc.end_offset).
+
+The record format lives beneath the sequencer (which writes it) and the replayer (which reads
+it); see docs/design.md, "Layout". Reading heads from Kafka needs confluent-kafka; the record
+format alone (:mod:`tracevault.heads._record`) does not.
+"""
+
+from tracevault.heads._read import RunLocation, heads_partition_count, locate_run, read_heads
+from tracevault.heads._record import GapRange, Head, HeldEvent, decode_head, encode_head
+
+__all__ = [
+    # the record
+    "GapRange",
+    "Head",
+    "HeldEvent",
+    "decode_head",
+    "encode_head",
+    # finding a run
+    "RunLocation",
+    "heads_partition_count",
+    "locate_run",
+    "read_heads",
+]

@@ -1,0 +1,196 @@
+"""Finding a run's head in ``<prefix>.heads``: the Kafka side of the heads record.
+
+Kept apart from :mod:`tracevault.heads._record` so that reading an archive or a bundle, which
+needs the record format but never Kafka, does not import a Kafka client
+(docs/design.md, "Layout").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from tracevault.config import Settings
+from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.heads._record import GapRange, Head, decode_head
+from tracevault.kafka import partition_for
+
+__all__ = ["RunLocation", "heads_partition_count", "locate_run", "read_heads"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunLocation:
+    """Where a run's sealed records are: seek ``partition`` to ``start_offset`` and filter by key.
+
+    ``start_offset`` is the exact offset of seq 0 and ``end_offset`` that of ``last_seq``
+    (inclusive) in ``<prefix>.sealed``; ``gaps`` are the seq ranges sealed as GAP markers.
+    """
+
+    run_id: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    last_seq: int
+    finished: bool
+    gaps: tuple[GapRange, ...] = field(default=())
+
+
+def heads_partition_count(settings: Settings, timeout: float = 10.0) -> int:
+    """Partitions of ``<prefix>.heads`` as the broker reports them (not as configured)."""
+    topic = settings.topics.heads
+    consumer = Consumer(
+        settings.kafka_config(**{"group.id": "tracevault-heads-probe", "log_level": 0})
+    )
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} did not answer ({exc}); start it or fix "
+            "--bootstrap-servers"
+        ) from exc
+    finally:
+        consumer.close()
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None or not tmd.partitions:
+        raise NotFoundError(
+            f"topic {topic} does not exist; create the topics with `tracevault topics create`"
+        )
+    return len(tmd.partitions)
+
+
+def _reader(settings: Settings, isolation: str) -> Consumer:
+    return Consumer(
+        settings.kafka_config(
+            **{
+                "group.id": f"tracevault-heads-reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
+                "isolation.level": isolation,
+                "auto.offset.reset": "earliest",
+                "log_level": 0,
+            }
+        )
+    )
+
+
+def read_heads(
+    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
+) -> dict[str, Head]:
+    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
+
+    Reads each partition from the beginning with ``read_committed``. By default it stops at
+    the last stable offset (what is committed now). With ``stable=True`` it also waits until
+    no transaction is open on the partition (last stable offset == high watermark): a
+    sequencer taking over partitions must not miss the heads of a transaction the previous
+    owner is still committing, or it would disagree with the consumer offsets that commit
+    carries. Raises :class:`ServiceUnavailableError` when that takes more than ``timeout``.
+    """
+    parts = sorted(set(partitions))
+    heads: dict[str, Head] = {}
+    if not parts:
+        return heads
+    topic = settings.topics.heads
+    consumer = _reader(settings, "read_committed")
+    # A read_uncommitted client's watermark is the real high watermark (a read_committed
+    # client is told the last stable offset instead).
+    probe = _reader(settings, "read_uncommitted") if stable else consumer
+    deadline = time.monotonic() + timeout
+
+    def end_of(p: int) -> tuple[int, int]:
+        lo, hi = probe.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=max(0.1, deadline - time.monotonic())
+        )
+        return int(lo), int(hi)
+
+    try:
+        ends = {p: end_of(p) for p in parts}
+        pending = {p for p, (lo, hi) in ends.items() if hi > lo}
+        if pending:
+            consumer.assign([TopicPartition(topic, p, 0) for p in sorted(pending)])
+        while pending:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"reading {topic} partitions {sorted(pending)} did not reach the end within "
+                    f"{timeout:.0f}s; check the broker, or wait for an open transaction of a "
+                    "killed sequencer to time out (transaction.timeout.ms) and retry"
+                )
+            for msg in consumer.consume(500, timeout=0.05):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if not stable:
+                            pending.discard(msg.partition())
+                        continue
+                    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise NotFoundError(
+                            f"topic {topic} does not exist; create the topics with "
+                            "`tracevault topics create`"
+                        )
+                    log.warning("heads read: %s", err)
+                    continue
+                _take(heads, topic, msg)
+            if stable:
+                for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
+                    if tp.offset >= ends[tp.partition][1]:
+                        ends[tp.partition] = end_of(tp.partition)
+                        if tp.offset >= ends[tp.partition][1]:
+                            pending.discard(tp.partition)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} failed reading {topic} ({exc})"
+        ) from exc
+    finally:
+        consumer.close()
+        if probe is not consumer:
+            probe.close()
+    return heads
+
+
+def _take(heads: dict[str, Head], topic: str, msg: Any) -> None:
+    key = msg.key()
+    value = msg.value()
+    if key is None:
+        return
+    run_id = key.decode("utf-8", "replace")
+    if value is None:  # tombstone: the run's head was deleted
+        heads.pop(run_id, None)
+        return
+    try:
+        heads[run_id] = decode_head(value)
+    except SchemaError as exc:
+        raise SchemaError(
+            f"{topic}[{msg.partition()}]@{msg.offset()} (run {run_id}) is not a HeadState: "
+            f"{exc}; the heads topic must be written by the sequencer only"
+        ) from exc
+
+
+def locate_run(settings: Settings, run_id: str, *, timeout: float = 10.0) -> RunLocation | None:
+    """Where ``run_id`` is in ``<prefix>.sealed``, from its committed head; None if unknown.
+
+    Reads only the one heads partition the run hashes to (murmur2 over the broker's actual
+    partition count), never the sealed topic. A run whose events are all still held behind a
+    gap (nothing sealed yet) is reported as None too.
+    """
+    n = heads_partition_count(settings, timeout=timeout)
+    part = partition_for(run_id, n)
+    head = read_heads(settings, [part], timeout=timeout).get(run_id)
+    if head is None or head.first_offset < 0:
+        return None
+    return RunLocation(
+        run_id=run_id,
+        partition=head.partition,
+        start_offset=head.first_offset,
+        end_offset=head.last_offset,
+        last_seq=head.last_seq,
+        finished=head.finished,
+        gaps=head.gaps,
+    )
