@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from tracevault.archive._store import (
     LockMode,
@@ -45,6 +46,19 @@ _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchVersion"}
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _refused_params(what: str, key: str, exc: ParamValidationError) -> ConfigError:
+    """The installed botocore does not know a parameter we send: an install problem.
+
+    Not "did not answer": the request never left this process. Typically an old botocore
+    without PutObject's ``IfNoneMatch`` (added in 1.35.2; pyproject.toml sets the floor).
+    """
+    return ConfigError(
+        f"{what} {key}: the installed botocore {botocore.__version__} refused the request "
+        f"before sending it ({exc}); tracevault needs boto3/botocore >= 1.35.2 "
+        "(pip install -U 'boto3>=1.35.2')"
+    )
 
 
 class S3Store:
@@ -91,6 +105,8 @@ class S3Store:
                     "credentials and the bucket policy"
                 ) from exc
             raise ArchiveError(f"{what} {key} in {self.url} failed: {exc}") from exc
+        except ParamValidationError as exc:
+            raise _refused_params(what, key, exc) from exc
         except BotoCoreError as exc:
             raise ServiceUnavailableError(
                 f"object store {self.url} did not answer ({what} {key}): {exc}"
@@ -156,6 +172,8 @@ class S3Store:
                     "Object Lock enabled"
                 ) from exc
             raise ArchiveError(f"PUT {key} to {self.url} failed: {exc}") from exc
+        except ParamValidationError as exc:
+            raise _refused_params("PUT", key, exc) from exc
         except BotoCoreError as exc:
             raise ServiceUnavailableError(
                 f"object store {self.url} did not answer (PUT {key}): {exc}"
