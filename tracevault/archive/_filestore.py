@@ -37,6 +37,7 @@ from pathlib import Path
 from tracevault.archive._store import (
     LockMode,
     ObjectInfo,
+    ObjectVersion,
     check_deletable,
     check_key,
 )
@@ -180,11 +181,20 @@ class FileStore:
                 "archive objects are never overwritten: investigate which writer produced it"
             )
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, *, version_id: str | None = None) -> bytes:
+        if version_id is not None:
+            raise NotFoundError(
+                f"object {key} has no version {version_id!r} in {self.url}: a file store keeps "
+                "one version per object"
+            )
         try:
             return self._obj(key).read_bytes()
         except FileNotFoundError:
             raise NotFoundError(f"object {key} does not exist in {self.url}") from None
+
+    def history(self, prefix: str) -> list[ObjectVersion]:
+        """One version per object: a file store never keeps a replaced or deleted one."""
+        return [ObjectVersion(i.key, None, False, i.size) for i in self.list(prefix)]
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""

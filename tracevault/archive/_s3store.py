@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from tracevault.archive._store import (
     LockMode,
     ObjectInfo,
+    ObjectVersion,
     check_deletable,
     check_key,
 )
@@ -179,10 +180,46 @@ class S3Store:
                 f"object store {self.url} did not answer (PUT {key}): {exc}"
             ) from exc
 
-    def get(self, key: str) -> bytes:
-        resp = self._call("GET", key, self._client.get_object, Key=self._k(key))
+    def get(self, key: str, *, version_id: str | None = None) -> bytes:
+        extra: dict[str, Any] = {} if version_id is None else {"VersionId": version_id}
+        resp = self._call("GET", key, self._client.get_object, Key=self._k(key), **extra)
         body: bytes = resp["Body"].read()
         return body
+
+    def history(self, prefix: str) -> list[ObjectVersion]:
+        """Every version and delete marker under ``prefix``, each key's original first.
+
+        S3 lists a key's versions newest first, so the original is the last listed version;
+        delete markers are listed apart and always follow it. Sorting by Last-Modified would
+        not do: it has whole-second resolution, and tampering can land in the same second.
+        """
+        cut = len(self.prefix)
+        versions: dict[str, list[ObjectVersion]] = {}
+        markers: dict[str, list[ObjectVersion]] = {}
+        kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix}
+        while True:
+            resp = self._call(
+                "LIST VERSIONS", prefix or "(all)", self._client.list_object_versions, **kwargs
+            )
+            for v in resp.get("Versions", []):
+                key = v["Key"][cut:]
+                versions.setdefault(key, []).append(
+                    ObjectVersion(key, v["VersionId"], False, int(v["Size"]), v["LastModified"])
+                )
+            for m in resp.get("DeleteMarkers", []):
+                key = m["Key"][cut:]
+                markers.setdefault(key, []).append(
+                    ObjectVersion(key, m["VersionId"], True, 0, m["LastModified"])
+                )
+            if not resp.get("IsTruncated"):
+                break
+            kwargs["KeyMarker"] = resp.get("NextKeyMarker")
+            kwargs["VersionIdMarker"] = resp.get("NextVersionIdMarker")
+        out: list[ObjectVersion] = []
+        for key in sorted(versions.keys() | markers.keys()):
+            out.extend(reversed(versions.get(key, [])))
+            out.extend(sorted(markers.get(key, []), key=lambda m: m.last_modified or 0))
+        return out
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         out: list[ObjectInfo] = []

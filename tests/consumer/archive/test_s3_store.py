@@ -88,3 +88,24 @@ def test_the_declared_boto3_floor_knows_if_none_match() -> None:
     assert match is not None, spec
     floor = tuple(int(p) for p in match.group(1).split("."))
     assert floor >= (1, 35, 2), spec
+
+
+def test_history_puts_the_locked_original_first_then_what_was_layered_over_it(
+    s3_bucket_factory: Callable[..., str], archive_settings: Settings, s3_endpoint: str
+) -> None:
+    bucket = s3_bucket_factory()
+    store = open_store(f"s3://{bucket}/p", archive_settings)
+    store.put("runs/r/seg", b"original", retain_until=FUTURE)
+    raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    raw.put_object(Bucket=bucket, Key="p/runs/r/seg", Body=b"forged")  # bypasses IfNoneMatch
+    raw.delete_object(Bucket=bucket, Key="p/runs/r/seg")  # no version id: a delete marker
+    assert store.list("runs/") == []  # what a plain reader sees
+    first, later, marker = store.history("runs/")
+    assert (first.key, first.delete_marker, later.delete_marker, marker.delete_marker) == (
+        "runs/r/seg",
+        False,
+        False,
+        True,
+    )
+    assert store.get("runs/r/seg", version_id=first.version_id) == b"original"
+    assert store.get("runs/r/seg", version_id=later.version_id) == b"forged"
