@@ -532,6 +532,10 @@ def _why_kept(
         return f"legal hold on {len(held)} object(s)", keys
     if content.problems:
         return f"its receipts cannot be read: {content.problems[0]}", keys
+    markers, later = _versions(store.history(run_prefix(run_id)))
+    if markers or later:
+        # What is read now may not be what was locked: leave it for an investigation.
+        return f"objects were layered over their locked originals: {(markers + later)[0]}", keys
     bad = [
         p
         for i in infos

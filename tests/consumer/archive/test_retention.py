@@ -370,3 +370,17 @@ def test_report_names_delete_markers_and_later_versions_on_s3(
     assert r["delete_markers"] == [first] and r["extra_versions"] == [rkey]
     assert r["missing"] == [first]
     assert second not in r["missing"]
+
+
+def test_purge_keeps_a_run_with_a_version_over_a_locked_original(
+    s3_bucket_factory: Callable[..., str], s3_endpoint: str
+) -> None:
+    # A later version of a receipt could state anything: purge does not act on it.
+    bucket = s3_bucket_factory()
+    store = open_store(f"s3://{bucket}/a", Settings(s3_endpoint_url=s3_endpoint))
+    _archive(store, "r")
+    rkey = receipt_key("r", 0, 5)
+    raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    raw.put_object(Bucket=bucket, Key=f"a/{rkey}", Body=store.get(rkey))
+    report = purge(store, now=LATER, dry_run=True)
+    assert report.deleted == {} and rkey in report.kept["r"]

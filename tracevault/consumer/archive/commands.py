@@ -276,8 +276,11 @@ def purge_cmd(
 ) -> None:
     """Delete runs whose every object is past retain-until and not under legal hold.
 
-    Writes an immutable record of what it deleted (purges/<time>-<id>.json in the archive)
-    before deleting anything. Runs still retained or held are kept and listed with why.
+    Retain-until is what the run's receipts state; a run whose store locks disagree with its
+    receipts (a file's mtime changed, say) is kept and named, never deleted. Writes an
+    immutable record of what it deleted (purges/<time>-<id>.json in the archive) before
+    deleting anything. Runs still retained or held are kept and listed with why; on S3, runs
+    the server's own clock still locks are listed as refused.
 
     \b
     Examples:
