@@ -47,6 +47,8 @@ from tracevault.config import Settings
 from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.errors import ServiceUnavailableError
+from tracevault.replayer import verify
+from tracevault.replayer._archive import load_from_archive
 from tracevault.schemas import encode_sealed
 
 NOW = datetime.now(UTC)
@@ -200,6 +202,7 @@ def test_old_receipts_without_retain_until_read_and_purge_by_the_safe_rule(
     run = read_run_objects(store, "v1")
     assert run.complete and run.segments[0].receipt.retain_until == ""
     assert run.final is not None and run.final.version == 1
+    assert verify(load_from_archive(store, "v1")).finished  # and they verify as before
     runs = {r.run_id: r for r in retention_report(store)}
     assert runs["v1"].ok, runs["v1"].problems
     assert runs["v1-long"].ok, runs["v1-long"].problems
