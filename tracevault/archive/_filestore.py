@@ -15,8 +15,10 @@ Why this shape:
 - The retain-until is the object's **mtime** (as NetApp SnapLock keeps it in the atime), set
   on the temp file before it is fsynced, so the lock is part of the object's own inode: no
   visible object is ever without it, and it costs no second file (two fsyncs per put, not
-  four). ``ctime``, which no user call can set, is when the object was written; the
-  retention report compares the two.
+  four). ``ctime``, which no user call can set, is when the object was written.
+- The mtime is metadata: ``touch -d`` moves it. Purge and the retention report therefore
+  take retention from the receipts, which state it, and treat an mtime (or a receipt's
+  ctime) that disagrees with them as tampering (docs/design.md, "Archive").
 - Permissions do not stop root or the owner: the enforcement is that every tracevault path
   goes through this class. For tamper-proof retention use ``s3://`` with Object Lock in
   COMPLIANCE mode.
