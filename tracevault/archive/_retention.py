@@ -333,7 +333,8 @@ def _structure(
     extra: set[str] = set()
     fkey = final_key(run_id)
     if not present:
-        missing.add(f"{run_prefix(run_id)} (every object; the day index still lists the run)")
+        why = "; the day index still lists the run" if indexed else ""
+        missing.add(f"{run_prefix(run_id)} (every object{why})")
     if not indexed and present:
         missing.add(f"index/days/…/{run_prefix(run_id)[5:-1]} (no day-index entry)")
     ranges: dict[tuple[int, int], str] = {}

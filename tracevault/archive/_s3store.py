@@ -268,6 +268,12 @@ class S3Store:
                         "Lock is still in force by the store's clock"
                     ) from None
                 raise ArchiveError(f"DELETE {key} from {self.url} failed: {exc}") from exc
+            except ParamValidationError as exc:
+                raise _refused_params("DELETE", key, exc) from exc
+            except BotoCoreError as exc:
+                raise ServiceUnavailableError(
+                    f"object store {self.url} did not answer (DELETE {key}): {exc}"
+                ) from exc
         log.info("deleted %s (%d versions) from %s", key, len(versions), self.url)
 
     def set_legal_hold(self, key: str, on: bool) -> None:
