@@ -387,3 +387,28 @@ def test_purge_keeps_a_run_with_a_version_over_a_locked_original(
     raw.put_object(Bucket=bucket, Key=f"a/{rkey}", Body=store.get(rkey))
     report = purge(store, now=LATER, dry_run=True)
     assert report.deleted == {} and rkey in report.kept["r"]
+
+
+def test_a_shortened_governance_lock_on_s3_is_flagged_and_blocks_purge(
+    s3_bucket_factory: Callable[..., str], s3_endpoint: str
+) -> None:
+    # S3's counterpart of `touch -d`: in GOVERNANCE mode whoever may bypass governance can
+    # move a retain-until earlier. The receipts still say 183 days.
+    bucket = s3_bucket_factory()
+    settings = Settings(s3_endpoint_url=s3_endpoint, lock_mode="GOVERNANCE")
+    store = open_store(f"s3://{bucket}/a", settings)
+    first, _ = _archive(store, "r")
+    raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    soon = NOW + timedelta(days=1)
+    raw.put_object_retention(
+        Bucket=bucket,
+        Key=f"a/{first}",
+        Retention={"Mode": "GOVERNANCE", "RetainUntilDate": soon},
+        BypassGovernanceRetention=True,
+    )
+    head = store.head(first).retain_until
+    assert head is not None and abs(head - soon) < timedelta(seconds=1)
+    (run,) = retention_report(store)
+    assert any(p.startswith(f"{first}: the store's lock ends") for p in run.problems)
+    report = purge(store, now=NOW + timedelta(days=2), dry_run=True)
+    assert report.deleted == {} and first in report.kept["r"]
