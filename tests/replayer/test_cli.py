@@ -14,7 +14,7 @@ from tests.replayer.archiving import write_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import T0, record, seal
 from tracevault.archive import open_store
-from tracevault.archive.layout import segment_key
+from tracevault.archive.layout import final_key, segment_key
 from tracevault.cli import tracevault
 from tracevault.schemas import micros_to_datetime
 
@@ -69,6 +69,15 @@ def test_verify_failure_exits_1_naming_seq_and_object(archive) -> None:
     assert out["ok"] is False and out["object"] == segment_key("run-a", 4, 7)
     res = _run(archive, "verify", "run-a")
     assert res.exit_code == 1 and segment_key("run-a", 4, 7) in res.output
+
+
+@pytest.mark.parametrize("extra", [[], ["--require-finished"]])
+def test_a_finished_run_whose_final_receipt_was_deleted_exits_1(archive, extra) -> None:
+    os.remove(Path(archive.removeprefix("file://")) / "objects" / final_key("run-a"))
+    res = _run(archive, "verify", "run-a", "--json", *extra)
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.output)
+    assert out["ok"] is False and out["object"] == final_key("run-a")
 
 
 def test_unknown_run_exits_3(archive) -> None:

@@ -12,6 +12,13 @@ verifies). Every key is derived here, nowhere else::
 ``<run>`` is the run id percent-encoded (``quote(run_id, safe="-_.")``), so any run id is a
 safe single path segment and a run is found by id with one listing of ``runs/<run>/``.
 Zero-padded seq ranges make a plain lexicographic listing come back in seq order.
+
+Receipts carry the retention facts (docs/design.md, "Archive"): ``created_at`` is when the
+receipt was written and ``retain_until`` the lock the writer put on the objects it covers (a
+segment receipt: the segment and itself; the final receipt: itself). Purge and the retention
+report take retention from these immutable facts and check the store's lock against them,
+never the other way round: a file's mtime or an S3 lock is metadata, a receipt is content.
+Version-1 receipts (before ``retain_until``) still read; ``retain_until`` is then "".
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from urllib.parse import quote, unquote
 from tracevault.errors import ArchiveError
 
 __all__ = [
+    "RECEIPT_VERSION",
     "FinalReceipt",
     "SegmentReceipt",
     "day_index_key",
@@ -100,6 +108,12 @@ def _canonical(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+RECEIPT_VERSION = 2
+"""Version 2 added ``retain_until``; version 1 receipts have none."""
+
+_ADDED_IN_2 = frozenset({"retain_until"})
+
+
 def _load(data: bytes, key: str, cls: type[Any]) -> dict[str, Any]:
     try:
         obj = json.loads(data)
@@ -108,6 +122,13 @@ def _load(data: bytes, key: str, cls: type[Any]) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ArchiveError(f"receipt {key} is not a JSON object")
     expected = set(cls.__dataclass_fields__)
+    if obj.get("version", 1) == 1:
+        expected -= _ADDED_IN_2
+    elif obj.get("version") != RECEIPT_VERSION:
+        raise ArchiveError(
+            f"receipt {key} has version {obj.get('version')!r}; this tracevault reads versions "
+            f"1 and {RECEIPT_VERSION}"
+        )
     missing = expected - obj.keys()
     extra = obj.keys() - expected
     if missing or extra:
@@ -124,7 +145,8 @@ class SegmentReceipt:
 
     ``sha256`` is of the segment object's exact bytes; ``first_prev_hash`` and ``last_hash``
     (hex) tie the segment into the run's chain, so segments can be checked one by one and
-    against each other without trusting the listing.
+    against each other without trusting the listing. ``created_at`` and ``retain_until``
+    (ISO 8601, UTC) are the retention facts of the segment and this receipt.
     """
 
     run_id: str
@@ -136,7 +158,8 @@ class SegmentReceipt:
     first_prev_hash: str
     last_hash: str
     created_at: str
-    version: int = 1
+    retain_until: str = ""
+    version: int = RECEIPT_VERSION
 
     def to_json(self) -> bytes:
         return _canonical(asdict(self))
@@ -150,7 +173,8 @@ class SegmentReceipt:
 class FinalReceipt:
     """Written when a run's last event (RUN_FINISHED) is archived: the run is complete.
 
-    ``segments`` lists every segment key in seq order; ``last_hash`` is the chain head.
+    ``segments`` lists every segment key in seq order; ``last_hash`` is the chain head;
+    ``created_at`` and ``retain_until`` are this receipt's retention facts.
     """
 
     run_id: str
@@ -159,7 +183,8 @@ class FinalReceipt:
     last_hash: str
     segments: list[str] = field(default_factory=list)
     created_at: str = ""
-    version: int = 1
+    retain_until: str = ""
+    version: int = RECEIPT_VERSION
 
     def to_json(self) -> bytes:
         return _canonical(asdict(self))

@@ -276,8 +276,11 @@ def purge_cmd(
 ) -> None:
     """Delete runs whose every object is past retain-until and not under legal hold.
 
-    Writes an immutable record of what it deleted (purges/<time>-<id>.json in the archive)
-    before deleting anything. Runs still retained or held are kept and listed with why.
+    Retain-until is what the run's receipts state; a run whose store locks disagree with its
+    receipts (a file's mtime changed, say) is kept and named, never deleted. Writes an
+    immutable record of what it deleted (purges/<time>-<id>.json in the archive) before
+    deleting anything. Runs still retained or held are kept and listed with why; on S3, runs
+    the server's own clock still locks are listed as refused.
 
     \b
     Examples:
@@ -304,6 +307,8 @@ def purge_cmd(
         )
     for rid, why in report.kept.items():
         t.add_row(rid, "kept", why)
+    for rid, why in report.refused.items():
+        t.add_row(rid, "[yellow]refused by the store[/]", why)
     stdout.print(t)
     if report.record:
         stdout.print(f"record: {report.record}")
@@ -316,10 +321,13 @@ def purge_cmd(
 def retention_report_cmd(
     ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | None, as_json: bool
 ) -> None:
-    """For every archived run: its objects' lock mode and retain-until, and what is wrong.
+    """For every archived run: its objects' locks, checked against its receipts and the index.
 
-    Flags objects that are unlocked or retained fewer than 183 days from when they were
-    written (EU AI Act Art. 19). Exits 1 when anything is flagged: use it as an audit check.
+    Flags, per run: objects unlocked or retained fewer than 183 days from when they were
+    written (EU AI Act Art. 19); a store lock that disagrees with the retain-until its
+    receipt states; objects missing (against the final receipt, the receipts and the day
+    index) or extra; and on S3 delete markers and later versions over a locked original.
+    Exits 1 when anything is flagged, with or without --json: use it as an audit check.
 
     \b
     Examples:
@@ -328,9 +336,9 @@ def retention_report_cmd(
     """
     from tracevault.archive._retention import retention_report  # noqa: PLC0415
 
-    _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
-    with _progress("reading locks", not as_json) as progress:
-        runs = retention_report(store, progress=progress)
+    settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    with _progress("reading locks and receipts", not as_json) as progress:
+        runs = retention_report(store, retention_days=settings.retention_days, progress=progress)
     if as_json:
         echo_json([{**asdict(r), "ok": r.ok} for r in runs])
     else:
@@ -351,7 +359,5 @@ def retention_report_cmd(
         stdout.print(t)
     bad = [r.run_id for r in runs if not r.ok]
     if bad:
-        stderr.print(
-            f"[red]{len(bad)} run(s) have unlocked or short-retained objects: {bad[:5]}[/]"
-        )
+        stderr.print(f"[red]{len(bad)} run(s) flagged: {bad[:5]}[/]")
         ctx.exit(1)
