@@ -3,8 +3,8 @@
 Component commands live beside their component (``tracevault/<component>/commands.py``) and
 are imported only when invoked, so ``tracevault --help`` stays fast and a missing optional
 dependency of one command cannot break the others. Errors: the CLI catches only
-:class:`TraceVaultError` and exits with its ``exit_code`` (docs/design.md: 0 ok, 1 verification
-failure or divergence, 2 usage error, 3 not found / unreachable service).
+:class:`TraceVaultError` and exits with its ``exit_code``; the codes are listed in
+``tracevault/errors.py`` and docs/design.md ("Service boundaries and errors").
 """
 
 from __future__ import annotations
@@ -99,8 +99,16 @@ def tracevault(
       tracevault replay verify RUN_ID --from archive
 
     Every option can also be set as TRACEVAULT_<OPTION> in the environment.
-    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
-    3 not found or service unreachable.
+
+    \b
+    Exit codes (every command):
+      0  ok
+      1  verification failure or divergence (chain, receipts, re-run, checks)
+      2  usage error: bad flags, settings or input
+      3  not found, or Kafka / the object store did not answer
+      4  archive inconsistent or unwritable: an operator must repair it
+      5  fenced: another instance with the same --instance-id took over
+      6  refused by retention: a lock or legal hold protects the objects
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

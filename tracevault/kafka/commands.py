@@ -6,6 +6,7 @@ import click
 from rich.table import Table
 
 from tracevault._clitools import echo_json, settings_from, stdout
+from tracevault.errors import NotFoundError, TopicMismatchError
 from tracevault.kafka._topics import TopicReport, describe_topics, ensure_topics
 
 __all__ = ["topics"]
@@ -80,7 +81,8 @@ def create(
 def describe(ctx: click.Context, as_json: bool) -> None:
     """Show the four topics, their partitions and configs, and anything that is wrong.
 
-    Exits 1 when a topic is missing or mismatched, so scripts and health checks can use it.
+    Exits 3 when a topic is missing and 1 when one exists with settings that break a
+    guarantee (1 wins when both happen), so scripts and health checks can use it.
     """
     settings = settings_from(ctx)
     reports = describe_topics(settings)
@@ -88,5 +90,7 @@ def describe(ctx: click.Context, as_json: bool) -> None:
         echo_json(_as_json(reports))
     else:
         stdout.print(_table(reports, f"topics at {settings.bootstrap_servers}"))
-    if any(r.status in ("missing", "mismatch") for r in reports):
-        ctx.exit(1)
+    if any(r.status == "mismatch" for r in reports):
+        ctx.exit(TopicMismatchError.exit_code)
+    if any(r.status == "missing" for r in reports):
+        ctx.exit(NotFoundError.exit_code)

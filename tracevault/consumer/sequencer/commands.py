@@ -106,10 +106,10 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
     \b
     Examples:
       tracevault sequencer --instance-id seq-a --metrics-port 9464
-      TRACEVAULT_PREFIX=prod tracevault -v sequencer --instance-id seq-b
+      TRACEVAULT_TOPIC_PREFIX=prod tracevault -v sequencer --instance-id seq-b
       tracevault --prefix dev sequencer --gap-timeout 5 --batch-size 200
 
-    Stops cleanly on SIGTERM or SIGINT (the current transaction finishes first). Exits 2 when
+    Stops cleanly on SIGTERM or SIGINT (the current transaction finishes first). Exits 5 when
     fenced by another process with the same --instance-id, 3 when Kafka or a topic is missing.
     """
     if options.pop("log_json"):
