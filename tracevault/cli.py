@@ -98,7 +98,8 @@ def tracevault(
       tracevault archiver &                # write immutable segments
       tracevault replay verify RUN_ID --from archive
 
-    Every option can also be set as TRACEVAULT_<OPTION> in the environment.
+    Settings can also come from TRACEVAULT_<SETTING> variables (--prefix is
+    TRACEVAULT_TOPIC_PREFIX); a flag wins over the variable.
 
     \b
     Exit codes (every command):

@@ -67,7 +67,7 @@ def demo(
 ) -> None:
     """Record a fleet of simulated agents, then seal, archive, verify and replay it.
 
-    \\b
+    \b
     What happens:
       1. uses the broker at --bootstrap-servers, or starts dev/kafka when none answers
       2. creates the topics, starts the sequencer and archiver as subprocesses
@@ -78,7 +78,7 @@ def demo(
       5. verifies and replays a sample from the archive and from the topic
       6. stops everything it started and prints a summary with commands to inspect a run
 
-    \\b
+    \b
     Examples:
       tracevault demo
       tracevault demo --agents 8 --runs 20 --json

@@ -21,7 +21,7 @@ from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import DivergenceReport, LoadedRun, StepSummary, VerifyReport
-from tracevault.replayer._rundiff import RunSummary, diff_runs
+from tracevault.replayer._rundiff import RunDiffSide, diff_runs
 from tracevault.replayer._verify import verify
 from tracevault.schemas import EventModel
 
@@ -39,7 +39,12 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable o
 
 
 def _settings(ctx: click.Context) -> Settings:
-    return settings_from(ctx, archive_url=ctx.find_root().meta.get("replay.archive_url"))
+    meta = ctx.find_root().meta
+    return settings_from(
+        ctx,
+        archive_url=meta.get("replay.archive_url"),
+        s3_endpoint_url=meta.get("replay.s3_endpoint_url"),
+    )
 
 
 def _load(ctx: click.Context, run_id: str, source: str) -> tuple[Settings, LoadedRun]:
@@ -55,24 +60,33 @@ def _load(ctx: click.Context, run_id: str, source: str) -> tuple[Settings, Loade
     envvar="TRACEVAULT_ARCHIVE_URL",
     help="file://PATH or s3://BUCKET/PREFIX [env TRACEVAULT_ARCHIVE_URL].",
 )
+@click.option(
+    "--s3-endpoint-url",
+    envvar="TRACEVAULT_S3_ENDPOINT_URL",
+    help="S3 endpoint for MinIO or another S3-compatible store [env TRACEVAULT_S3_ENDPOINT_URL].",
+)
 @click.pass_context
-def replay(ctx: click.Context, archive_url: str | None) -> None:
+def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | None) -> None:
     """Rebuild, verify, re-run and diff recorded runs, from the topic or the archive.
 
     \b
     Examples:
       tracevault replay show run-42 --from topic
       tracevault replay verify run-42 --from archive
+      tracevault replay --archive-url s3://audit/tv --s3-endpoint-url http://minio:9000 \\
+          verify run-42
       tracevault replay run run-42 --agent myagents.support:run --until 12
       tracevault replay diff run-42 run-43
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
       tracevault replay batch --agent myagents.support:run --since 2026-11-01 --workers 2
 
-    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error, 3 not found or
-    unreachable.
+    \b
+    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
+    3 not found or unreachable, 4 archive inconsistent (see `tracevault --help`).
     """
     ctx.find_root().meta["replay.archive_url"] = archive_url
+    ctx.find_root().meta["replay.s3_endpoint_url"] = s3_endpoint_url
 
 
 # -- show -----------------------------------------------------------------------------------
@@ -256,7 +270,7 @@ def run_cmd(
 
 
 # -- diff -----------------------------------------------------------------------------------
-def _summary_table(a: RunSummary, b: RunSummary) -> Table:
+def _summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
     t = Table(title="runs")
     t.add_column("")
     t.add_column(f"A {a.run_id}", overflow="fold")
