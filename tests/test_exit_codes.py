@@ -8,6 +8,8 @@ say the same. The CLI tests trigger real failures end to end (real broker, real 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -152,3 +154,22 @@ def test_an_unknown_run_exits_3(tmp_path: Path) -> None:
     assert code == 3 and "nope" in out
     code, out = _cli("replay", "--archive-url", url, "show", "nope")
     assert code == 3 and "nope" in out
+
+
+def test_python_dash_m_exits_with_the_code_too(kafka_bootstrap: str, tmp_path: Path) -> None:
+    # The demo and the benchmarks start services as `python -m tracevault`; a supervisor of
+    # those reads this code. Both an error (3) and an explicit ctx.exit (3) must reach it.
+    def run(*args: str) -> int:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tracevault", *args],
+            check=False, capture_output=True, timeout=120, cwd=Path(__file__).parents[1],
+        )  # fmt: skip
+        return proc.returncode
+
+    url = f"file://{tmp_path / 'archive'}"
+    open_store(url, Settings())
+    assert run("replay", "--archive-url", url, "verify", "nope") == 3
+    assert run("--bootstrap-servers", kafka_bootstrap, "--prefix", unique_name("none"),
+               "topics", "describe") == 3  # fmt: skip
+    assert run("replay", "verify") == 2
+    assert run("--help") == 0

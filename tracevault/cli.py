@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -120,10 +120,15 @@ def tracevault(
     }
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point: run the group and map tracevault errors to exit codes."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script and ``python -m tracevault`` entry point: always exits with the code.
+
+    With ``standalone_mode=False`` click *returns* the code of an explicit exit (``ctx.exit(1)``,
+    and every TraceVaultError mapped in ``_LazyGroup.invoke``) instead of exiting; a caller that
+    dropped the return value, as ``python -m tracevault`` did, exited 0 on every failure.
+    """
     try:
-        return tracevault.main(args=argv, prog_name="tracevault", standalone_mode=False)
+        rv = tracevault.main(args=argv, prog_name="tracevault", standalone_mode=False)
     except TraceVaultError as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(exc.exit_code)
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
+        sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
@@ -22,6 +23,7 @@ from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import DivergenceReport, LoadedRun, StepSummary, VerifyReport
 from tracevault.replayer._rundiff import RunDiffSide, diff_runs
+from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._verify import verify
 from tracevault.schemas import EventModel
 
@@ -111,15 +113,9 @@ def show(ctx: click.Context, run_id: str, source: str, as_json: bool) -> None:
             click.echo(EventModel.from_event(ev).model_dump_json())
         return
     day = StepSummary.of(events[0]).at_iso[:10] if len(events) else ""
-    t = Table(title=f"run {run_id}: {len(events)} events from the {source}, started {day}")
-    for col in ("seq", "kind", "time (UTC)", "model"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("request", overflow="fold", ratio=1)
-    t.add_column("response", overflow="fold", ratio=1)
-    for ev in events:
-        s = StepSummary.of(ev)
-        t.add_row(str(s.seq), s.kind, s.at_time, s.model or "", s.request, s.response)
-    stdout.print(t)
+    title = f"run {run_id}: {len(events)} events from the {source}, started {day} (UTC)"
+    steps = (StepSummary.of(ev) for ev in events)
+    stdout.print(steps_table(steps, title=title, width=stdout.width))
 
 
 # -- verify ---------------------------------------------------------------------------------
@@ -213,12 +209,14 @@ def _divergence_panel(d: DivergenceReport) -> None:
         t.add_row("diff", line)
     stdout.print(t)
     if d.next_in_record:
-        nt = Table(title="what the record says came next")
-        for col in ("seq", "kind", "model", "request", "response"):
-            nt.add_column(col, overflow="fold")
-        for s in d.next_in_record:
-            nt.add_row(str(s.seq), s.kind, s.model or "", s.request, s.response)
-        stdout.print(nt)
+        stdout.print(
+            steps_table(
+                d.next_in_record,
+                title="what the record says came next",
+                width=stdout.width,
+                with_time=False,
+            )
+        )
 
 
 @replay.command("run")
@@ -270,6 +268,10 @@ def run_cmd(
 
 
 # -- diff -----------------------------------------------------------------------------------
+def _outcome(side: RunDiffSide) -> str:
+    return side.error or json.dumps(side.output, ensure_ascii=False)[:80]
+
+
 def _summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
     t = Table(title="runs")
     t.add_column("")
@@ -280,7 +282,7 @@ def _summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
     t.add_row("agent", a.agent, b.agent)
     t.add_row("models", ", ".join(a.models), ", ".join(b.models))
     t.add_row("kinds", json.dumps(a.kinds), json.dumps(b.kinds))
-    t.add_row("outcome", a.error or json.dumps(a.output)[:80], b.error or json.dumps(b.output)[:80])
+    t.add_row("outcome", _outcome(a), _outcome(b))
     return t
 
 
@@ -442,18 +444,23 @@ def batch_cmd(
     if as_json:
         echo_json(report.to_json())
     else:
+        # The detail sits under its run id, so at 80 columns neither is cut mid-word.
         t = Table(title=f"replay of runs archived {first} .. {last}")
-        for col in ("run", "status", "events", "served", "seq", "detail"):
-            t.add_column(col, overflow="fold")
+        t.add_column("run, detail", overflow="fold", ratio=1)
+        t.add_column("status", no_wrap=True)
+        for col in ("events", "served", "seq"):
+            t.add_column(col, justify="right", no_wrap=True)
         colour = {"ok": "green", "diverged": "red", "verify_failed": "red", "error": "yellow"}
         for it in report.items:
+            cell = Text(it.run_id)
+            if it.detail:
+                cell.append("\n" + it.detail.splitlines()[0], style="dim")
             t.add_row(
-                it.run_id,
+                cell,
                 f"[{colour[it.status]}]{it.status}[/]",
                 str(it.count),
                 str(it.steps),
                 "" if it.seq is None else str(it.seq),
-                it.detail.splitlines()[0] if it.detail else "",
             )
         stdout.print(t)
         stdout.print(" ".join(f"{k}={v}" for k, v in report.totals().items()))

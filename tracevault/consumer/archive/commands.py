@@ -13,6 +13,7 @@ from typing import Any
 import click
 from rich.progress import Progress as RichProgress
 from rich.table import Table
+from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive._open import open_store
@@ -309,6 +310,15 @@ def purge_cmd(
         stdout.print(f"record: {report.record}")
 
 
+def _day_time(iso: str | None) -> str:
+    # "2027-06-01 04:40:59Z" wraps at the space at 80 columns; --json keeps microseconds.
+    return (
+        "-"
+        if iso is None
+        else iso[:19].replace("T", " ") + ("Z" if iso.endswith("+00:00") else iso[26:])
+    )
+
+
 @archive.command("retention-report")
 @_archive_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (every object of every run).")
@@ -334,19 +344,24 @@ def retention_report_cmd(
     if as_json:
         echo_json([{**asdict(r), "ok": r.ok} for r in runs])
     else:
+        # Problems sit under the run id: six side-by-side columns cut ids and dates
+        # mid-word at 80 columns.
         t = Table(title=f"retention of {store.url}")
-        t.add_column("run", no_wrap=True)
-        for col in ("objects", "lock modes", "earliest retain-until", "hold", "problems"):
-            t.add_column(col, overflow="fold")
+        t.add_column("run, problems", overflow="fold", ratio=1)
+        t.add_column("objects", justify="right", no_wrap=True)
+        t.add_column("locks", no_wrap=True)
+        t.add_column("earliest retain-until", overflow="fold", max_width=12)
+        t.add_column("hold", no_wrap=True)
         for r in runs:
             modes = ",".join(sorted({o.lock_mode or "NONE" for o in r.objects}))
+            cell = Text(r.run_id)
+            cell.append("\n" + ("; ".join(r.problems) or "ok"), "red" if r.problems else "green")
             t.add_row(
-                r.run_id,
+                cell,
                 str(len(r.objects)),
                 modes,
-                r.earliest_retain_until or "-",
+                _day_time(r.earliest_retain_until),
                 "yes" if r.held else "",
-                "[red]" + "; ".join(r.problems) + "[/]" if r.problems else "ok",
             )
         stdout.print(t)
     bad = [r.run_id for r in runs if not r.ok]
