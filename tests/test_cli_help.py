@@ -58,6 +58,13 @@ def test_no_help_shows_a_literal_backslash_b(path: list[str]) -> None:
     assert "\\b" not in out and "\b" not in out
 
 
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "root")
+def test_every_help_fits_80_columns(path: list[str]) -> None:
+    # click wraps paragraphs but not \b blocks (examples, lists): those must be written short.
+    wide = [line for line in _help(path).splitlines() if len(line) > 80]
+    assert not wide
+
+
 @pytest.mark.parametrize(
     ("command", "lines"),
     [

@@ -42,7 +42,7 @@ def test_every_cited_docs_path_and_section_exists() -> None:
     cited = 0
     for path in _sources():
         text = path.read_text(errors="replace")
-        for m in re.finditer(r"docs/([\w./-]+\.md)((?:'s)?[ ,:(]{1,3}\"([^\"]+)\")?", text):
+        for m in re.finditer(r"docs/([\w./-]+\.md)((?:'s)?[\s,:(]{1,8}\"([^\"]+)\")?", text):
             cited += 1
             where = f"{path.relative_to(ROOT)}: docs/{m.group(1)}"
             target = DOCS / m.group(1)

@@ -35,7 +35,8 @@ def spool() -> None:
     Examples:
       tracevault spool status                      # what waits, per segment
       tracevault spool drain                       # send it all, oldest first
-      tracevault --bootstrap-servers kafka:9092 spool drain --spool-dir /var/lib/agent/spool
+      tracevault --bootstrap-servers kafka:9092 spool drain \\
+          --spool-dir /var/lib/agent/spool
       tracevault spool drain --json | jq .delivered
     """
 
@@ -125,9 +126,11 @@ def drain(ctx: click.Context, spool_dir: str | None, timeout: float, as_json: bo
     where it stopped. Segments a live agent process still writes are left to it.
 
     \b
-    Exit codes: 0 all sent (or nothing to send), 1 a segment is corrupt (the intact part
-    before the damage is sent), 3 Kafka did not acknowledge in time (nothing is lost:
-    run it again when the broker is back).
+    Exit codes:
+      0  all sent (or nothing to send)
+      1  a segment is corrupt (the intact part before the damage is sent)
+      3  Kafka did not acknowledge in time (nothing is lost: run it again
+         when the broker is back)
     """
     settings = settings_from(ctx, spool_dir=spool_dir)
     if as_json:

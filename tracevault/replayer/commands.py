@@ -75,13 +75,13 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
     Examples:
       tracevault replay show run-42 --from topic
       tracevault replay verify run-42 --from archive
-      tracevault replay --archive-url s3://audit/tv --s3-endpoint-url http://minio:9000 \\
-          verify run-42
+      tracevault replay --archive-url s3://audit/tv \\
+          --s3-endpoint-url http://minio:9000 verify run-42
       tracevault replay run run-42 --agent myagents.support:run --until 12
       tracevault replay diff run-42 run-43
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
-      tracevault replay batch --agent myagents.support:run --since 2026-11-01 --workers 2
+      tracevault replay batch --agent myagents.support:run --since 2026-11-01
 
     \b
     Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
@@ -104,7 +104,8 @@ def show(ctx: click.Context, run_id: str, source: str, as_json: bool) -> None:
 
     \b
     Example:
-      tracevault replay show run-42 --from topic --json | jq 'select(.kind=="TOOL_CALL")'
+      tracevault replay show run-42 --from topic --json \\
+          | jq 'select(.kind=="TOOL_CALL")'
     """
     _, run = _load(ctx, run_id, source)
     events = LazyEvents([r["raw"] for r in run.records.rows])
@@ -420,7 +421,8 @@ def batch_cmd(
 
     \b
     Example:
-      tracevault replay batch --agent myagents.support:run --since 2026-11-01 --workers 2 --json
+      tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
+          --workers 2 --json
     """
     settings = _settings(ctx)
     first = _day(since, "--since")

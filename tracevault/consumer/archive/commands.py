@@ -89,7 +89,8 @@ def archiver(
       tracevault archiver --archive file:///var/lib/tracevault/archive
       tracevault archiver --archive s3://audit-logs/tracevault \\
           --s3-endpoint-url http://minio:9000 --lock-mode COMPLIANCE
-      TRACEVAULT_ARCHIVE_URL=s3://audit-logs/tv tracevault archiver --instance-id $(hostname)
+      TRACEVAULT_ARCHIVE_URL=s3://audit-logs/tv \\
+          tracevault archiver --instance-id $(hostname)
     """
     from tracevault.consumer.archive._archiver import Archiver  # noqa: PLC0415 - Kafka import
 
@@ -131,9 +132,9 @@ def archive() -> None:
     Examples:
       tracevault archive ls --day 2026-01-31
       tracevault archive ls RUN_ID --json
-      tracevault archive hold RUN_ID            # legal hold: the run cannot be purged
+      tracevault archive hold RUN_ID       # legal hold: the run cannot be purged
       tracevault archive release RUN_ID
-      tracevault archive purge --dry-run        # what would go, and why the rest stays
+      tracevault archive purge --dry-run   # what would go, and why the rest stays
       tracevault archive retention-report --json > evidence.json
     """
 
@@ -179,7 +180,8 @@ def ls(
     Examples:
       tracevault archive ls --day 2026-01-31
       tracevault archive ls run-42 --json
-      tracevault archive ls --archive s3://audit-logs/tv --s3-endpoint-url http://minio:9000
+      tracevault archive ls --archive s3://audit-logs/tv \\
+          --s3-endpoint-url http://minio:9000
     """
     from tracevault.archive._retention import list_runs  # noqa: PLC0415
 
@@ -282,7 +284,7 @@ def purge_cmd(
 
     \b
     Examples:
-      tracevault archive purge --dry-run          # what would go, and why the rest stays
+      tracevault archive purge --dry-run   # what would go, and why the rest stays
       tracevault archive purge --json > purge-$(date +%F).json
     """
     from tracevault.archive._retention import purge  # noqa: PLC0415

@@ -93,15 +93,18 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
 
     \b
     Per run, for an event with seq s when the run expects seq n:
-      s == n        sealed (and any held events that now follow)
-      s <  n        same bytes: dropped and counted; different bytes: DLQ "conflict";
-                    a seq sealed as a GAP marker: DLQ "late"
-      s >  n        held until the gap fills; after --gap-timeout each missing seq is
-                    sealed as a GAP event {"missing_from": a, "missing_to": b}
+      s == n      sealed (and any held events that now follow)
+      s <  n      same bytes: dropped and counted;
+                  different bytes: DLQ "conflict";
+                  a seq sealed as a GAP marker: DLQ "late"
+      s >  n      held until the gap fills; after --gap-timeout each missing seq
+                  is sealed as a GAP event {"missing_from": a, "missing_to": b};
+                  more than --max-gap past n: DLQ "out_of_range"
       after RUN_FINISHED: DLQ "after_finish"; unreadable: DLQ "undecodable";
       wrong key/partition, non-canonical JSON, producer-written GAP: DLQ "invalid"
-    DLQ records keep the original key and bytes; the reason, source topic/partition/offset
-    are in tracevault.* headers.
+    DLQ records keep the original key and bytes; the reason and the source
+    topic/partition/offset are in tracevault.* headers (docs/design.md,
+    "Sequencer batch protocol").
 
     \b
     Examples:
