@@ -7,9 +7,12 @@ say the same. The CLI tests trigger real failures end to end (real broker, real 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -173,3 +176,41 @@ def test_python_dash_m_exits_with_the_code_too(kafka_bootstrap: str, tmp_path: P
                "topics", "describe") == 3  # fmt: skip
     assert run("replay", "verify") == 2
     assert run("--help") == 0
+
+
+def test_a_sequencer_fenced_by_a_second_with_its_id_exits_5(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    # Two deployments running the same --instance-id: the older process is fenced and must
+    # exit with 5, so its supervisor can tell a takeover from a crash (3) or a typo (2).
+    settings = settings_factory(partitions=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVAULT_")}
+
+    def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
+        log = tmp_path / f"{name}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tracevault", "--bootstrap-servers",
+                 settings.bootstrap_servers, "--prefix", settings.topic_prefix, "-v",
+                 "sequencer", "--instance-id", "twin"],
+                stdout=out, stderr=out, env=env, cwd=Path(__file__).parents[1],
+            )  # fmt: skip
+        return proc, log
+
+    first, first_log = start("first")
+    second = None
+    try:
+        deadline = time.monotonic() + 60
+        while "restored" not in first_log.read_text():
+            assert first.poll() is None, first_log.read_text()
+            assert time.monotonic() < deadline, "the first sequencer never took its partition"
+            threading.Event().wait(0.1)
+        second, _ = start("second")
+        code = first.wait(timeout=90)
+        assert code == FencedError.exit_code == 5, first_log.read_text()
+        assert "was fenced" in first_log.read_text()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)

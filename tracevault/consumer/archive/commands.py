@@ -91,6 +91,10 @@ def archiver(
           --s3-endpoint-url http://minio:9000 --lock-mode COMPLIANCE
       TRACEVAULT_ARCHIVE_URL=s3://audit-logs/tv \\
           tracevault archiver --instance-id $(hostname)
+
+    Exits 3 when Kafka or the object store does not answer (a supervisor may restart it)
+    and 4 when the archive is inconsistent (restarting does not help: an operator must
+    look); see `tracevault --help` for every code.
     """
     from tracevault.consumer.archive._archiver import Archiver  # noqa: PLC0415 - Kafka import
 
