@@ -103,6 +103,13 @@ def test_top_level_help_lists_every_exit_code() -> None:
         assert re.search(rf"^\s+{code}\s+\S", block, re.M), f"exit {code} missing:\n{block}"
 
 
+def test_readme_lists_every_code() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    line = readme[readme.index("Exit codes of every command") :][:400]
+    for code in sorted(set(EXPECTED.values()) | {0}):
+        assert re.search(rf"\b{code} [a-z]", line), code
+
+
 def test_design_doc_lists_the_same_codes() -> None:
     design = (Path(__file__).parents[1] / "docs" / "design.md").read_text()
     section = design[design.index("## Service boundaries and errors") :]
