@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tracevault.archive.layout import FinalReceipt, SegmentReceipt
 from tracevault.config import Settings
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import DlqReason
@@ -102,3 +103,10 @@ def test_metrics_table_lists_every_sequencer_metric() -> None:
     }
     listed = set(re.findall(r"^\| `(tracevault_\w+)` \|", table, re.M))
     assert listed == exposed
+
+
+def test_receipt_fields_are_all_described() -> None:
+    section = _section("Archive keys and receipts")
+    for cls in (SegmentReceipt, FinalReceipt):
+        for name in cls.__dataclass_fields__:
+            assert f"`{name}`" in section, f"{cls.__name__}.{name} is not in docs/design.md"
