@@ -85,7 +85,7 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
 
     \b
     Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
-    3 not found or unreachable, 4 archive inconsistent (see `tracevault --help`).
+    3 not found or unreachable (every code: `tracevault --help`).
     """
     ctx.find_root().meta["replay.archive_url"] = archive_url
     ctx.find_root().meta["replay.s3_endpoint_url"] = s3_endpoint_url
