@@ -13,7 +13,8 @@ for something that cannot work": a supervisor or script can act on the code alon
     2     usage error: bad flags, settings or input; the API used out of order
     3     not found, or a service (Kafka, the object store) did not answer: retry later
     4     the archive is inconsistent or cannot be written: an operator must look at it
-    5     fenced: another instance with the same id took over; do not restart this one blindly
+    5     fenced: the broker says another process took this instance's id; fenced again after
+          a restart means two deployments share an id
     6     refused by retention: a lock, a legal hold or the legal minimum protects the evidence
     130   interrupted (Ctrl-C)
 
@@ -38,10 +39,10 @@ Why these codes: SchemaError is 1, not 2, because the CLI meets unreadable bytes
 it was asked to check (a topic, an archive, a bundle), so they are evidence that does not hold.
 ArchiveError gets its own 4 because retrying does not help (unlike 3) and nothing was proven
 false (unlike 1): a person must repair or restore objects. FencedError gets 5 so a supervisor
-can tell "another instance took over" (restarting with the same id only fences again; check
-for a duplicate deployment) from a crash. RetentionError gets 6, not 4: the archive is
-healthy and did exactly what it must (keep evidence); a purge job that meets it should report,
-not page someone about a broken archive.
+can tell "another instance took over" from a crash: a restart may be right once, but
+repeated fencing means two deployments share an id, and restarting one fences the other.
+RetentionError gets 6, not 4: the archive is healthy and did exactly what it must (keep
+evidence); a purge job that meets it should report, not page someone about a broken archive.
 
 Subclasses call ``super().__init__(message)`` with a single string so they pickle across
 processes (batch replay runs in worker processes).
