@@ -7,6 +7,8 @@ whole range it belongs to), its response ``null``, its agent the sequencer. So t
 of a run are always exactly ``0, 1, 2, ...`` with no hole and no repeat, and the chain links
 every one of them: a verifier checks ``seq == previous seq + 1`` and the hash link, nothing
 else. A GAP's ``source_offset`` in the SealedEvent is ``-1`` (it was never on the raw topic).
+DLQ reasons and headers are listed for operators in docs/design.md ("Sequencer batch
+protocol").
 """
 
 from __future__ import annotations
