@@ -64,6 +64,10 @@ class DlqReason(StrEnum):
     """A seq past the run's sealed RUN_FINISHED."""
     OUT_OF_RANGE = "out_of_range"
     """A seq so far past the head (``sequencer_max_gap``) that holding it is not credible."""
+    INTERNAL = "internal"
+    """The sequencer failed on this record in a way its rules did not foresee (a bug, or
+    held bytes that no longer decode): kept unchanged, the exception named in the detail,
+    so one record can never stop the service."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ For an event of run ``r`` with seq ``s`` and the run's head ``next``:
 
 1. Not a readable TraceEvent → DLQ ``undecodable``; readable but key != run_id, on the
    wrong partition for its key, non-canonical JSON, ``s < 0`` or kind GAP → DLQ ``invalid``.
+   Anything the rules did not foresee (an exception on one record) → DLQ ``internal``: no
+   record can stop the sequencer (see :meth:`RunBook.apply`).
 2. ``s < next``: ``s`` inside a sealed GAP range → DLQ ``late``; same bytes as the sealed
    event (its hash re-computes) → dropped, counted as a duplicate; else DLQ ``conflict``.
 3. ``s >= next`` and the run's RUN_FINISHED is sealed → DLQ ``after_finish``.
@@ -29,7 +31,7 @@ from typing import NamedTuple
 from tracevault.chain import genesis, link
 from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.consumer.sequencer._records import DlqReason, DlqRecord, gap_event
-from tracevault.errors import NonCanonicalJSONError, SchemaError
+from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
 from tracevault.heads import GapRange, Head, HeldEvent
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, check_canonical, decode_event
@@ -215,28 +217,94 @@ class RunBook:
         offset: int,
         now_us: int,
     ) -> None:
-        """Apply the rules to one raw record, appending what to write to ``out``."""
+        """Apply the rules to one raw record, appending what to write to ``out``.
+
+        Never raises because of the record (docs/design.md, "Sequencer rules"): whatever
+        goes wrong with one record, foreseen or not, ends as a DLQ record with its reason,
+        so no record can stop the service or come back at every restart. Only
+        :class:`ServiceUnavailableError` (the broker, while reading a run's sealed history)
+        propagates: that is no fault of the record, and the loop's recovery handles it.
+        """
+        try:
+            self._apply(out, key, value, partition, offset, now_us)
+        except ServiceUnavailableError:
+            raise
+        except Exception as exc:  # the point: no record may escape the rules
+            self._unexpected(out, (key, value, partition, offset), exc)
+
+    def _unexpected(self, out: BatchOutput, src: _Source, exc: Exception) -> None:
+        """Account for a record the rules failed on: DLQ ``internal``, unless it got through.
+
+        Every step of the rules is atomic (a seal, a hold, a refusal), so the book is
+        consistent here; the record either took effect before the failure (sealed or held:
+        then a held event behind it failed, and that one has its own DLQ record) or not at
+        all, and then it goes to the DLQ with the exception named.
+        """
+        _key, _value, partition, offset = src
+        where = f"{self.raw_topic}[{partition}]@{offset}"
+        log.error(
+            "ALERT sequencer rules failed on %s (%s: %s); the record goes to the DLQ as %r",
+            where,
+            type(exc).__name__,
+            exc,
+            DlqReason.INTERNAL.value,
+            exc_info=exc,
+        )
+        here = (partition, offset)
+        if (
+            any((s.source_partition, s.source_offset) == here for s in out.sealed)
+            or any((d.source_partition, d.source_offset) == here for d in out.dlq)
+            or any(
+                (h.source_partition, h.source_offset) == here
+                for r in self._waiting
+                if r in self.runs
+                for h in self.runs[r].held.values()
+            )
+        ):
+            return
+        self._refuse(
+            out,
+            src,
+            DlqReason.INTERNAL,
+            f"{where}: the sequencer failed on this record ({type(exc).__name__}: {exc}); "
+            "it is kept here unchanged, and the service went on",
+        )
+
+    def _apply(  # noqa: PLR0917 - positional: called once per event
+        self,
+        out: BatchOutput,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        now_us: int,
+    ) -> None:
         src = (key, value, partition, offset)
         refuse = self._refuse
         if value is None:
             refuse(out, src, DlqReason.UNDECODABLE, "record has no value (tombstone)")
             return
-        peeked = None
         try:
             peeked = peek_event(value)
             if peeked is None:  # not plain v1, or broken: the full codec decides and explains
-                ev = decode_event(value, what=f"{self.raw_topic}[{partition}]@{offset}")
-                run_id, seq, kind = ev.run_id, ev.seq, ev.kind
+                ev = decode_event(
+                    value, check_json=False, what=f"{self.raw_topic}[{partition}]@{offset}"
+                )
+                run_id, seq, kind, request, response = (
+                    ev.run_id, ev.seq, ev.kind, ev.request, ev.response
+                )  # fmt: skip
             else:
                 run_id, seq, kind, request, response = peeked
-                check_canonical(request, field="request")
-                check_canonical(response, field="response")
-        except NonCanonicalJSONError as exc:
-            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
-            refuse(out, src, DlqReason.INVALID, str(exc) if peeked is None else f"{where}: {exc}")
-            return
         except SchemaError as exc:
             refuse(out, src, DlqReason.UNDECODABLE, str(exc))
+            return
+        # Both paths check the JSON here, with run_id and seq known: the DLQ record names them.
+        try:
+            check_canonical(request, field="request")
+            check_canonical(response, field="response")
+        except NonCanonicalJSONError as exc:
+            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
+            refuse(out, src, DlqReason.INVALID, f"{where}: {exc}", run_id=run_id, seq=seq)
             return
         if len(value) > MAX_RAW_BYTES:
             refuse(
@@ -408,11 +476,31 @@ class RunBook:
                     )
                 run.held.clear()
                 break
-            nxt = run.held.pop(run.next_seq, None)
+            nxt = run.held.get(run.next_seq)
             if nxt is None:
                 break
-            peeked = peek_event(nxt.raw)
-            kind = peeked.kind if peeked else decode_event(nxt.raw, check_json=False).kind
+            try:
+                peeked = peek_event(nxt.raw)
+                kind = peeked.kind if peeked else decode_event(nxt.raw, check_json=False).kind
+            except SchemaError as exc:
+                # Held bytes were read once already; these came from a heads record that no
+                # longer decodes. Kept in the DLQ, the seq stays missing (a GAP later).
+                del run.held[nxt.seq]
+                out.dlq.append(
+                    DlqRecord(
+                        DlqReason.INTERNAL,
+                        f"held seq {nxt.seq} of run {run.run_id} no longer decodes: {exc}",
+                        run.key,
+                        nxt.raw,
+                        self.raw_topic,
+                        nxt.source_partition,
+                        nxt.source_offset,
+                        run.run_id,
+                        nxt.seq,
+                    )
+                )
+                break
+            del run.held[nxt.seq]
             self._seal(
                 out,
                 run,
@@ -485,8 +573,9 @@ class RunBook:
         log.warning(
             "run %s: seqs %d..%d missing past the gap timeout; sealing GAP", run.run_id, a, b
         )
-        for s in range(a, b + 1):
-            raw = gap_event(run.run_id, s, a, b, self.sequencer_id)
+        # Every marker is built before the first is sealed: a failure leaves no half gap.
+        raws = [gap_event(run.run_id, s, a, b, self.sequencer_id) for s in range(a, b + 1)]
+        for s, raw in zip(range(a, b + 1), raws, strict=True):
             self._seal(
                 out,
                 run,
