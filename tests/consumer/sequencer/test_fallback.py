@@ -127,3 +127,11 @@ def test_held_bytes_that_no_longer_decode_go_to_the_dlq_and_the_run_goes_on() ->
     assert not b.runs["r"].held
     [s] = feed(b, "r", raw_event("r", 1), offset=6).sealed
     assert s.seq == 1
+
+
+def test_json_nested_past_the_recursion_limit_is_invalid_not_a_crash() -> None:
+    # json.loads raised RecursionError out of the rules: one record stopped the sequencer.
+    value = join(trace_header(), event_fields("r", 0, request=b"[" * 1500 + b"]" * 1500))
+    [d] = feed(book(), "r", value).dlq
+    assert (d.reason, d.seq, d.run_id) == (DlqReason.INVALID, 0, "r")
+    assert "nested deeper" in d.detail

@@ -96,17 +96,24 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
         if b[p] < 0x80:  # source_partition
             p += 1
         else:
-            _partition, p = read_long(b, p)
+            part, p = read_long(b, p)
+            if not -(2**31) <= part < 2**31:  # an Avro int: a reader of the segment refuses more
+                raise SchemaError(f"{what}: source_partition {part} is not a 32-bit int")
         _offset, p = read_long(b, p)
+        # sequencer_id: copied into the segment as is, so it must be valid UTF-8 like run_id,
+        # or the archived segment would not read back (found by tests/consumer/test_hostile_records)
         x = b[p]
         if x < 0x80:
-            p += 1 + (x >> 1)
+            m, p = x >> 1, p + 1
         else:
             m, p = read_long(b, p)
-            p += m
+        if m < 0 or p + m > len(b):
+            raise IndexError("sequencer_id runs past the value")
+        b[p : p + m].decode()
+        p += m
     except (IndexError, UnicodeDecodeError, VarintError) as exc:
         raise SchemaError(f"{what} is truncated or malformed: {exc}") from exc
-    if p != len(b) or len(h) != 32 or n < 0 or m < 0:
+    if p != len(b) or len(h) != 32 or n < 0:
         raise SchemaError(
             f"{what} ({run_id!r} seq {seq}) does not end where its record does "
             f"({p} of {len(b)} bytes)"

@@ -306,6 +306,17 @@ class RunBook:
             where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
             refuse(out, src, DlqReason.INVALID, f"{where}: {exc}", run_id=run_id, seq=seq)
             return
+        except RecursionError:  # json.loads on thousands of nested brackets
+            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
+            refuse(
+                out,
+                src,
+                DlqReason.INVALID,
+                f"{where}: request or response JSON is nested deeper than a parser can read",
+                run_id=run_id,
+                seq=seq,
+            )
+            return
         if len(value) > MAX_RAW_BYTES:
             refuse(
                 out,
