@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.consumer.hostile import event_fields, join, the_item1_record, trace_header, with_field
+from tests.consumer.hostile import (
+    event_fields,
+    event_value,
+    join,
+    the_item1_record,
+    trace_header,
+    with_field,
+)
 from tests.consumer.sequencer.support import raw_event
 from tracevault.chain import genesis, link
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
@@ -135,3 +142,15 @@ def test_json_nested_past_the_recursion_limit_is_invalid_not_a_crash() -> None:
     [d] = feed(book(), "r", value).dlq
     assert (d.reason, d.seq, d.run_id) == (DlqReason.INVALID, 0, "r")
     assert "nested deeper" in d.detail
+
+
+@pytest.mark.parametrize("run_id", ["", "x" * 256, "é" * 128])
+def test_a_run_id_the_recorder_would_refuse_is_invalid(run_id: str) -> None:
+    # An empty run id was sealed, and the archiver then stopped on it (no valid archive path).
+    key = run_id.encode()
+    out = BatchOutput()
+    book().apply(
+        out, key, event_value(run_id, 0, kind="RUN_STARTED"), partition_for(key, PARTS), 0, 0
+    )
+    [d] = out.dlq
+    assert d.reason is DlqReason.INVALID and "1 to 255 bytes" in d.detail

@@ -2,8 +2,9 @@
 
 For an event of run ``r`` with seq ``s`` and the run's head ``next``:
 
-1. Not a readable TraceEvent → DLQ ``undecodable``; readable but key != run_id, on the
-   wrong partition for its key, non-canonical JSON, ``s < 0`` or kind GAP → DLQ ``invalid``.
+1. Not a readable TraceEvent → DLQ ``undecodable``; readable but run_id empty or over 255
+   bytes, key != run_id, on the wrong partition for its key, non-canonical JSON, ``s < 0``
+   or kind GAP → DLQ ``invalid``.
    Anything the rules did not foresee (an exception on one record) → DLQ ``internal``: no
    record can stop the sequencer (see :meth:`RunBook.apply`).
 2. ``s < next``: ``s`` inside a sealed GAP range → DLQ ``late``; same bytes as the sealed
@@ -46,6 +47,9 @@ MAX_HELD_BYTES = 256 * 1024
 #: Raw values larger than this are refused: the sealed record wraps the raw bytes with about
 #: 150 bytes of chain and transport fields and must still fit Kafka's 1 MiB default.
 MAX_RAW_BYTES = 1_000_000
+
+#: The Recorder's bound on a run id (UTF-8 bytes); it is the Kafka key and names archive paths.
+MAX_RUN_ID_BYTES = 255
 
 _GAP = EventKind.GAP
 _FINISHED = EventKind.RUN_FINISHED
@@ -329,6 +333,17 @@ class RunBook:
             )
             return
         run = self.runs.get(run_id)
+        if run is None and not 0 < len(run_id.encode("utf-8")) <= MAX_RUN_ID_BYTES:
+            refuse(
+                out,
+                src,
+                DlqReason.INVALID,
+                f"run_id is {len(run_id.encode('utf-8'))} bytes; a run id is 1 to "
+                f"{MAX_RUN_ID_BYTES} bytes of text (as the Recorder enforces)",
+                run_id=run_id,
+                seq=seq,
+            )
+            return
         if key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
             refuse(
                 out,
