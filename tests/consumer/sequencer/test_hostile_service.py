@@ -9,6 +9,7 @@ it is archived, the forged ones are quarantined with their reasons, and both sti
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from confluent_kafka import Producer
@@ -132,3 +133,36 @@ def test_hostile_records_neither_stop_the_sequencer_nor_the_archiver(
 
 def _objects(archiver: Archiver) -> list[bytes]:
     return [archiver.store.get(i.key) for i in archiver.store.list("quarantine/")]
+
+
+def test_a_raw_record_too_large_to_seal_does_not_stall_the_sequencer(
+    seq_settings: Callable[..., Settings],
+) -> None:
+    # 999,907 bytes: Kafka takes it on raw, but its sealed record (about 150 bytes more) is
+    # over the producer's 1,000,000-byte limit. It used to fail the transaction, which was
+    # aborted and retried with the same record forever: nothing behind it was sealed.
+    settings = seq_settings(partitions=1)
+    big = event_value("big", 0, kind="RUN_STARTED", request=b'"' + b"x" * 999_850 + b'"')
+    with sequencer_running(settings) as (seq, errors):
+        [(part, offset)] = produce_raw(settings, [("big", big)])
+        produce_raw(settings, _good_run("after-big"))
+        wait_until(
+            lambda: (
+                sum(r.key == b"after-big" for r in read_all(settings, settings.topics.sealed)) == 5
+            ),
+            timeout=60,
+            what="the run after the big record sealed",
+        )
+        assert not errors, errors
+        assert (
+            seq.metrics.snapshot().get(
+                "tracevault_sequencer_transactions_total{outcome=aborted}", 0
+            )
+            == 0
+        )
+    [rec] = read_all(settings, settings.topics.dlq)
+    assert rec.headers["tracevault.reason"] == b"invalid"
+    assert int(rec.headers["tracevault.source.offset"]) == offset and rec.partition == part
+    detail = rec.headers["tracevault.detail"].decode()
+    assert "999907 bytes" in detail and hashlib.sha256(big).hexdigest() in detail
+    assert rec.value is None, "too large to copy: the detail names it by size and SHA-256"

@@ -88,14 +88,15 @@ class DlqRecord:
         p = DLQ_HEADER_PREFIX
         out: list[tuple[str, str | bytes | None]] = [
             (p + "reason", self.reason.value.encode()),
-            (p + "detail", self.detail.encode("utf-8", "replace")),
+            # bounded: the detail may quote the record, and the DLQ record must fit Kafka's limit
+            (p + "detail", self.detail.encode("utf-8", "replace")[:4096]),
             (p + "source.topic", self.source_topic.encode()),
             (p + "source.partition", str(self.source_partition).encode()),
             (p + "source.offset", str(self.source_offset).encode()),
             (p + "sequencer", sequencer_id.encode()),
         ]
         if self.run_id is not None:
-            out.append((p + "run_id", self.run_id.encode("utf-8", "replace")))
+            out.append((p + "run_id", self.run_id.encode("utf-8", "replace")[:1024]))
         if self.seq is not None:
             out.append((p + "seq", str(self.seq).encode()))
         return out

@@ -24,6 +24,7 @@ so nothing here has to be undoable.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -44,15 +45,25 @@ log = logging.getLogger(__name__)
 #: Held raw bytes per run beyond which the gap is closed at once: the head record that
 #: carries them must stay well under Kafka's 1 MiB default message size.
 MAX_HELD_BYTES = 256 * 1024
-#: Raw values larger than this are refused: the sealed record wraps the raw bytes with about
-#: 150 bytes of chain and transport fields and must still fit Kafka's 1 MiB default.
-MAX_RAW_BYTES = 1_000_000
-
+#: Raw values larger than this are refused: the sealed record wraps the raw bytes with up to
+#: about 800 bytes of chain and transport fields (run id and sequencer id included) and must
+#: still fit the producer's ``message.max.bytes`` (1,000,000 by default). At 1,000,000 a raw
+#: value of 999,900 bytes was accepted, its sealed record refused by the producer, and the
+#: sequencer aborted and retried that batch forever.
+MAX_RAW_BYTES = 990_000
 #: The Recorder's bound on a run id (UTF-8 bytes); it is the Kafka key and names archive paths.
 MAX_RUN_ID_BYTES = 255
+#: Key plus value of a refused record copied into its DLQ record; beyond this only their
+#: sizes and SHA-256 go in (the DLQ record with its headers, at most about 5.5 KB, must fit
+#: the same limit). Every event the rules accept (then hold) fits, with its key.
+MAX_DLQ_COPY_BYTES = MAX_RAW_BYTES + MAX_RUN_ID_BYTES
 
 _GAP = EventKind.GAP
 _FINISHED = EventKind.RUN_FINISHED
+
+
+def _sha256(data: bytes | None) -> str:
+    return hashlib.sha256(data or b"").hexdigest()
 
 
 class _Run:
@@ -208,6 +219,15 @@ class RunBook:
         seq: int | None = None,
     ) -> None:
         key, value, partition, offset = src
+        if len(key or b"") + len(value or b"") > MAX_DLQ_COPY_BYTES:
+            # Too large to copy: a DLQ record over the producer's limit would fail the whole
+            # transaction at every retry. The original stays on raw until its retention.
+            detail += (
+                f"; key ({len(key or b'')} bytes, sha256 {_sha256(key)}) and value "
+                f"({len(value or b'')} bytes, sha256 {_sha256(value)}) are too large to copy "
+                f"here: the original is {self.raw_topic}[{partition}]@{offset}"
+            )
+            key = value = None
         out.dlq.append(
             DlqRecord(reason, detail, key, value, self.raw_topic, partition, offset, run_id, seq)
         )
