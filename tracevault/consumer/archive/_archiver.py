@@ -366,6 +366,7 @@ class Archiver:
         beyond the parse and the hash)."""
         runs, consumed, stats = self._runs, self._consumed, self.stats
         max_events, max_bytes = self._max_events, self._max_bytes
+        min_at, max_at = _MIN_AT, _MAX_AT
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -379,7 +380,7 @@ class Archiver:
                 self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
                 continue
             try:
-                ev = parse_sealed(value, what=f"{self.topic}[{partition}]@{offset}")
+                ev = parse_sealed(value)  # the quarantine object says where it was
             except Exception as exc:  # SchemaError, or whatever the parser did not foresee
                 why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
                 self._refuse(msg, why, f"{type(exc).__name__}: {exc}")
@@ -391,7 +392,7 @@ class Archiver:
                     self._refuse(msg, Why.INVALID, problem, ev)
                     continue
                 run = self._load(ev.run_id, partition)
-            elif not _MIN_AT <= ev.sealed_at <= _MAX_AT:
+            elif not min_at <= ev.sealed_at <= max_at:
                 self._refuse(msg, Why.INVALID, unarchivable(ev.run_id, ev.sealed_at) or "", ev)
                 continue
             if run.finished or ev.seq < run.next_seq:
