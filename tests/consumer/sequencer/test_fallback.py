@@ -22,8 +22,10 @@ from tests.consumer.sequencer.support import raw_event
 from tracevault.chain import genesis, link
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
 from tracevault.consumer.sequencer._peek import peek_event
+from tracevault.consumer.sequencer._rules import MAX_GAP_RANGES
 from tracevault.errors import SchemaError, ServiceUnavailableError
 from tracevault.heads import Head, HeldEvent
+from tracevault.heads._record import encode_head
 from tracevault.kafka import partition_for
 from tracevault.schemas import decode_event
 
@@ -31,7 +33,7 @@ PARTS = 3
 RAW = "p.raw"
 
 
-def book(history: object = None) -> RunBook:
+def book(history: object = None, max_gap: int = 100) -> RunBook:
     def loader(run_id: str, partition: int, first: int, last: int) -> dict[int, bytes]:
         if isinstance(history, BaseException):
             raise history
@@ -43,7 +45,7 @@ def book(history: object = None) -> RunBook:
         partitions=PARTS,
         sequencer_id="test",
         gap_timeout_us=1_000,
-        max_gap=100,
+        max_gap=max_gap,
         history=loader,
     )
 
@@ -154,3 +156,40 @@ def test_a_run_id_the_recorder_would_refuse_is_invalid(run_id: str) -> None:
     )
     [d] = out.dlq
     assert d.reason is DlqReason.INVALID and "1 to 255 bytes" in d.detail
+
+
+def test_a_run_sending_every_other_seq_cannot_grow_its_head_past_one_kafka_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Every other seq, ~140-byte events: each held event past 256 KB closed one gap, and each
+    # sealed gap range grew the head (20,000 events made a 384 KB head; ~50,000 passed 1 MB,
+    # and then every transaction of the partition failed on the heads record).
+    caplog.set_level("ERROR")  # one warning per gap closed is not what this test reads
+    b = book(max_gap=10_000)
+    p = partition_for("g", PARTS)
+    out = BatchOutput()
+    b.apply(out, b"g", event_value("g", 0, kind="RUN_STARTED"), p, 0, 0)
+    pad = b'"' + b"x" * 80 + b'"'
+    n = 12_000
+    for i in range(1, n + 1):
+        b.apply(out, b"g", event_value("g", 2 * i, request=pad), p, i, 0)
+    run = b.runs["g"]
+    assert len(run.gaps) <= MAX_GAP_RANGES
+    assert len(encode_head(run.to_head(0, "t"))) < 600_000
+    refused = [d for d in out.dlq if d.reason is DlqReason.OUT_OF_RANGE]
+    assert refused and "sealed gaps" in refused[0].detail
+    sealed = [s for s in out.sealed if s.source_offset >= 0]
+    assert len(sealed) + len(out.dlq) + len(run.held) == n + 1, "every record accounted for"
+
+
+def test_a_large_event_held_behind_a_second_hole_does_not_stay_held() -> None:
+    # One close used to leave it held: a head carrying ~900 KB plus everything else.
+    b = book()
+    p = partition_for("r", PARTS)
+    out = BatchOutput()
+    b.apply(out, b"r", raw_event("r", 0), p, 0, 0)
+    b.apply(out, b"r", event_value("r", 5, request=b'"' + b"x" * 200_000 + b'"'), p, 1, 0)
+    b.apply(out, b"r", event_value("r", 9, request=b'"' + b"y" * 900_000 + b'"'), p, 2, 0)
+    run = b.runs["r"]
+    assert not run.held and run.next_seq == 10
+    assert [s.seq for s in out.sealed if s.source_offset >= 0] == [0, 5, 9]

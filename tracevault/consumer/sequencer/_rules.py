@@ -12,7 +12,8 @@ For an event of run ``r`` with seq ``s`` and the run's head ``next``:
 3. ``s >= next`` and the run's RUN_FINISHED is sealed → DLQ ``after_finish``.
 4. ``s == next`` → sealed; then held events ``next, next+1, ...`` are sealed behind it.
 5. ``s > next`` → held (persisted in the head); the same seq again is a duplicate or a
-   conflict like a sealed one; ``s - next > max_gap`` → DLQ ``out_of_range``.
+   conflict like a sealed one; ``s - next > max_gap``, or a run with ``MAX_GAP_RANGES``
+   sealed gaps already → DLQ ``out_of_range``.
 6. Held events whose oldest has waited ``gap_timeout`` (or whose bytes outgrow what one heads
    record should carry) → the missing seqs are sealed as GAP markers, one per seq (see
    ``_records``), and the held events follow.
@@ -51,6 +52,12 @@ MAX_HELD_BYTES = 256 * 1024
 #: value of 999,900 bytes was accepted, its sealed record refused by the producer, and the
 #: sequencer aborted and retried that batch forever.
 MAX_RAW_BYTES = 990_000
+#: Sealed gap ranges per run beyond which an event that would open one more goes to the DLQ:
+#: the head carries every range (about 21 bytes each) and must fit one Kafka record. A
+#: producer sending every other seq made heads of over 1 MB in seconds (then every
+#: transaction of that partition failed). Sweeps of events already held may add up to
+#: ``sequencer_max_gap`` more: still far under the limit.
+MAX_GAP_RANGES = 5_000
 #: The Recorder's bound on a run id (UTF-8 bytes); it is the Kafka key and names archive paths.
 MAX_RUN_ID_BYTES = 255
 #: Key plus value of a refused record copied into its DLQ record; beyond this only their
@@ -426,6 +433,17 @@ class RunBook:
                 run_id=run_id,
                 seq=seq,
             )
+        elif len(run.gaps) >= MAX_GAP_RANGES and seq not in run.held:
+            refuse(
+                out,
+                src,
+                DlqReason.OUT_OF_RANGE,
+                f"seq {seq} would open another gap after seq {run.next_seq - 1}, and run "
+                f"{run_id} already has {len(run.gaps)} sealed gaps (its head must fit one "
+                "Kafka record); send a run's events in order",
+                run_id=run_id,
+                seq=seq,
+            )
         else:
             self._hold(
                 out,
@@ -590,7 +608,9 @@ class RunBook:
         run.held[seq] = HeldEvent(seq, value, partition, offset, now_us)
         out.touched[run.run_id] = run
         self._waiting.add(run.run_id)
-        if sum(len(h.raw) for h in run.held.values()) > MAX_HELD_BYTES:
+        # Until the held bytes fit again: one close may leave a large event held behind the
+        # next hole, and the head that carries it must fit one Kafka record.
+        while run.held and sum(len(h.raw) for h in run.held.values()) > MAX_HELD_BYTES:
             log.warning(
                 "run %s: %d held events exceed %d bytes; sealing the gap now",
                 run.run_id,
