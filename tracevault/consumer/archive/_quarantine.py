@@ -9,8 +9,9 @@ The quarantine lives in the archive store itself, as one immutable, retention-lo
 per refused record under ``quarantine/`` (``tracevault.archive.layout.quarantine_key``), not
 on a Kafka topic: a chain break on ``sealed`` is evidence of tampering or a bug, and it has to
 outlive Kafka's retention next to the archive it concerns, under the same lock. The object is
-canonical JSON with the record's exact key and value (base64), its topic position, the reason
-and a detail that names the run, the seq and what is wrong (see docs/design.md, "Archive").
+ASCII JSON (sorted keys) with the record's exact key and value (base64), its topic position,
+the reason and a detail that names the run, the seq and what is wrong (docs/design.md,
+"Archive").
 The quarantine is written before the record's offset can be committed, so nothing is lost.
 """
 
@@ -72,9 +73,8 @@ class Quarantined:
     version: int = 1
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode("utf-8", "surrogatepass")
+        # ASCII with \u escapes: any text an exception message carries stays valid JSON
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode("ascii")
 
     @classmethod
     def from_json(cls, data: bytes) -> Quarantined:
