@@ -81,3 +81,16 @@ def test_a_sequencer_id_that_is_not_utf8_is_refused() -> None:
     bad = join(sealed_header(), with_field(fields, "sequencer_id", b"\x02\xff"))
     with pytest.raises(SchemaError, match="malformed"):
         parse_sealed(bad)
+
+
+def test_a_negative_raw_length_is_refused() -> None:
+    from tests.consumer.hostile import event_value, join, sealed_fields, sealed_header, varint
+
+    fields = sealed_fields("r", 0, event_value("r", 0, kind="RUN_STARTED"))
+    raw = next(f for f in fields if f.name == "raw")
+    for n in (-1, -64, -(2**40)):
+        bad = [
+            f.__class__(f.name, f.kind, varint(n) + raw.data[1:]) if f is raw else f for f in fields
+        ]
+        with pytest.raises(SchemaError):
+            parse_sealed(join(sealed_header(), bad))

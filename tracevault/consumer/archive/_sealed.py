@@ -72,10 +72,12 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
     # archived event and Python function calls are most of its cost.
     try:
         x = b[10]
-        if x < 0x80:
+        if not x & 0x81:  # a length under 64 (odd: negative, read in full)
             n, p = x >> 1, 11
         else:
             n, p = read_long(b, 10)
+        if n < 0:
+            raise IndexError(f"run_id has a negative length {n}")
         run_id = b[p : p + n].decode()
         p += n
         x = b[p]
@@ -86,10 +88,12 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
         prev, h = b[p : p + 32], b[p + 32 : p + 64]
         p += 64
         x = b[p]
-        if x < 0x80:
+        if not x & 0x81:  # a length under 64 (odd: negative, read in full)
             m, p = x >> 1, p + 1
         else:
             m, p = read_long(b, p)
+        if m < 0:  # checked here: m is reused for sequencer_id below
+            raise IndexError(f"raw has a negative length {m}")
         raw = b[p : p + m]
         p += m
         sealed_at, p = read_long(b, p)
@@ -103,7 +107,7 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
         # sequencer_id: copied into the segment as is, so it must be valid UTF-8 like run_id,
         # or the archived segment would not read back (found by tests/consumer/test_hostile_records)
         x = b[p]
-        if x < 0x80:
+        if not x & 0x81:  # a length under 64 (odd: negative, read in full)
             m, p = x >> 1, p + 1
         else:
             m, p = read_long(b, p)
