@@ -50,7 +50,7 @@ from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
 from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.errors import SchemaError
 from tracevault.kafka import partition_for
-from tracevault.schemas import decode_event
+from tracevault.schemas import Codec, decode_event
 
 PARTS = 3
 RUNS = ["r0", "r1", "ü-run"]
@@ -238,7 +238,9 @@ def test_no_raw_record_raises_and_every_one_is_accounted_for(
         assert d.value == records[d.source_offset][1], "the DLQ keeps the exact bytes"
     # what was sealed decodes, is canonical and links into one chain per run
     last: dict[str, bytes] = {}
+    reference = Codec("TraceEvent")  # fastavro: what the fast paths must never exceed
     for s in out.sealed:
+        reference.decode(s.raw)
         ev = decode_event(s.raw)
         assert (ev.run_id, ev.seq) == (s.run.run_id, s.seq)
         assert s.prev_hash == last.get(ev.run_id, s.run.hashes[-1])
