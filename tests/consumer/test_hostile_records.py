@@ -277,9 +277,28 @@ def sealed_records(draw: st.DrawFn) -> list[tuple[bytes, bytes | None]]:
         kind = "RUN_STARTED" if seq == 0 else draw(later)
         raw = join(trace_header(), event_fields(run, seq, kind=kind))
         fields = sealed_fields(run, seq, raw, prev_hash=prev)
-        pick = draw(st.sampled_from(["good", "good", "good", "mutated", "bytes", "none", "skip"]))
+        picks = ["good", "good", "good", "mutated", "forged", "bytes", "none", "skip"]
+        pick = draw(st.sampled_from(picks))
         value: bytes | None
-        if pick == "good":
+        if pick == "forged":
+            # A forger computes the hash: the chain holds, but the raw event or a field the
+            # hash does not cover is hostile. Archived or quarantined, it must never break
+            # the archive (every archived segment is read back below).
+            forged_raw = draw(mutated(event_fields(run, seq, kind=kind), trace_header()))
+            fields = sealed_fields(run, seq, forged_raw, prev_hash=prev)
+            i, name = draw(st.sampled_from(list(enumerate(f.name for f in fields))))
+            hostile = {
+                "sealed_at": [varint(2**62), varint(-(2**62)), varint(0, pad=3)],
+                "source_partition": [varint(2**31), varint(-(2**31) - 1), b"\x7f"],
+                "source_offset": [varint(-(2**63)), varint(5, pad=4)],
+                "sequencer_id": [b"\x02\xff", b"\x01", blob("é".encode() * 3, pad=2)],
+                "raw": [blob(forged_raw, pad=2)],
+                "run_id": [blob(run.encode(), pad=1)],
+            }.get(name)
+            if hostile:
+                fields[i] = Field(name, fields[i].kind, draw(st.sampled_from(hostile)))
+            value = join(sealed_header(), fields)
+        elif pick == "good":
             value = join(sealed_header(), fields)
             chains[run] = (seq + 1, link(fields[2].data, raw))
         elif pick == "mutated":
