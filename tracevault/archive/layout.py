@@ -8,6 +8,7 @@ verifies). Every key is derived here, nowhere else::
     runs/<run>/final.receipt.json                           FinalReceipt, once the run ended
     index/days/<YYYY-MM-DD>/<run>                           empty marker: run seen that day (UTC)
     purges/<YYYYMMDDTHHMMSSZ>-<id>.json                     what one purge deleted (immutable)
+    quarantine/<topic>/<partition>/<offset:020d>.json        a sealed record the archiver refused
 
 ``<run>`` is the run id percent-encoded (``quote(run_id, safe="-_.")``), so any run id is a
 safe single path segment and a run is found by id with one listing of ``runs/<run>/``.
@@ -40,6 +41,7 @@ __all__ = [
     "final_key",
     "parse_segment_key",
     "purge_record_key",
+    "quarantine_key",
     "receipt_key",
     "run_id_from_key",
     "run_prefix",
@@ -80,6 +82,11 @@ def day_index_key(day: date, run_id: str) -> str:
 def purge_record_key(at: datetime, purge_id: str) -> str:
     """Where a purge records what it deleted (added by the archiver; readers may ignore it)."""
     return f"purges/{at.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{purge_id}.json"
+
+
+def quarantine_key(topic: str, partition: int, offset: int) -> str:
+    """Where the archiver keeps a ``sealed`` record it refused (readers of runs ignore it)."""
+    return f"quarantine/{quote(topic, safe='-_.')}/{partition}/{offset:020d}.json"
 
 
 def run_id_from_key(key: str) -> str:

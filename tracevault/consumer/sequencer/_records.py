@@ -66,6 +66,10 @@ class DlqReason(StrEnum):
     """A seq past the run's sealed RUN_FINISHED."""
     OUT_OF_RANGE = "out_of_range"
     """A seq so far past the head (``sequencer_max_gap``) that holding it is not credible."""
+    INTERNAL = "internal"
+    """The sequencer failed on this record in a way its rules did not foresee (a bug, or
+    held bytes that no longer decode): kept unchanged, the exception named in the detail,
+    so one record can never stop the service."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +90,15 @@ class DlqRecord:
         p = DLQ_HEADER_PREFIX
         out: list[tuple[str, str | bytes | None]] = [
             (p + "reason", self.reason.value.encode()),
-            (p + "detail", self.detail.encode("utf-8", "replace")),
+            # bounded: the detail may quote the record, and the DLQ record must fit Kafka's limit
+            (p + "detail", self.detail.encode("utf-8", "replace")[:4096]),
             (p + "source.topic", self.source_topic.encode()),
             (p + "source.partition", str(self.source_partition).encode()),
             (p + "source.offset", str(self.source_offset).encode()),
             (p + "sequencer", sequencer_id.encode()),
         ]
         if self.run_id is not None:
-            out.append((p + "run_id", self.run_id.encode("utf-8", "replace")))
+            out.append((p + "run_id", self.run_id.encode("utf-8", "replace")[:1024]))
         if self.seq is not None:
             out.append((p + "seq", str(self.seq).encode()))
         return out
