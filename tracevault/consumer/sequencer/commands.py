@@ -102,6 +102,7 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
                   more than --max-gap past n: DLQ "out_of_range"
       after RUN_FINISHED: DLQ "after_finish"; unreadable: DLQ "undecodable";
       wrong key/partition, non-canonical JSON, producer-written GAP: DLQ "invalid"
+      anything else one record raises: DLQ "internal" (an ALERT); it goes on
     DLQ records keep the original key and bytes; the reason and the source
     topic/partition/offset are in tracevault.* headers (docs/design.md,
     "Sequencer batch protocol").
