@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 
-from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.errors import SchemaError
 from tracevault.schemas import (
     AgentInfo,
@@ -15,6 +14,7 @@ from tracevault.schemas import (
     decode_event,
     encode_event,
 )
+from tracevault.schemas.fast import peek_event
 
 
 def _events(rng: random.Random, n: int) -> list[bytes]:

@@ -1,23 +1,26 @@
-"""A direct reader for TraceEvent v1 bodies, for every reader's hot path.
+"""Direct readers of TraceEvent v1 values: the replayer's full decode and the sequencer's peek.
 
-fastavro's ``schemaless_reader`` costs ~9 µs per event and then ``TraceEvent.from_avro``
-copies the dict into the dataclass; replaying a 100,000-event run spends most of its time
-there. The v1 layout is fixed (the published file is never edited), so this module reads its
-fields straight from the bytes into a :class:`TraceEvent`, with the (usually single) agent
-record of a run decoded once and shared.
+fastavro's ``schemaless_reader`` costs ~9 µs per event and ``TraceEvent.from_avro`` then copies
+the dict into the dataclass; replaying a 100,000-event run, or sealing one, would spend most of
+its time there. The v1 layout is fixed (a published file is never edited), so these walks read
+its fields straight from the bytes:
 
-Safety, by construction:
+* :func:`fast_decode_event` reads every field into a :class:`TraceEvent` (the codec's
+  ``decode_event`` and the replayer's rebuild), with the (usually single) agent record, run id
+  and model of a run decoded once and shared;
+* :func:`peek_event` reads every field but keeps only what sealing needs (run id, seq, kind,
+  request, response), and validates the rest (bounds, UTF-8);
+* :func:`event_kind` reads only the first three fields (the archiver, on sealed values).
 
-* it is used only when the value's header is ``C3 01`` + the v1 fingerprint pinned below
-  **and** v1 is the version the codec reads into (a newer schema means v1 values must be
-  resolved, which is the codec's job);
-* it returns ``None`` — and ``decode_event`` falls back to the fastavro codec, which raises
-  the precise :mod:`tracevault.errors` error or returns what fastavro returns — on anything
-  unusual: a truncated value, a negative length, a union or enum index outside the schema, a
-  long outside 64 bits, invalid UTF-8, trailing bytes, a negative-count map block;
-* ``tests/schemas/test_fastdecode.py`` pins it field for field to the codec over every
-  optional-field combination and to the codec's error types over truncated and corrupted
-  values.
+The guard (``_guard.py``) arms them only while v1 is the newest published TraceEvent; each
+walk checks the header, declines (returns None) on anything unusual or on an error in
+``DECLINE``, and checks that it ended exactly at the end of the value. The caller then falls
+back to fastavro. ``tests/schemas/test_fast_pinned.py`` pins each walk to
+``fastavro.schemaless_reader`` with the published schema.
+
+The walks are written out flat, with the common varint widths read inline (see
+``_varint.py``): they run once per event and a Python call per field costs more than the rest
+of the walk.
 """
 
 from __future__ import annotations
@@ -25,20 +28,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from tracevault.schemas._binary import read_long
 from tracevault.schemas._events import AgentInfo, ErrorInfo, EventKind, TraceEvent
 from tracevault.schemas._registry import default_schemas
+from tracevault.schemas.fast._guard import DECLINE, TRACE_EVENT_V1, armed_header
+from tracevault.schemas.fast._varint import CONT7, CONT8, read_long
 
-__all__ = ["V1_FINGERPRINT", "fast_decode_event"]
+__all__ = ["Peeked", "event_kind", "fast_decode_event", "peek_event"]
 
-#: CRC-64-AVRO fingerprint of ``TraceEvent.v1.avsc``, the layout this reader mirrors.
-V1_FINGERPRINT = bytes.fromhex("ec2e1f56534d0288")
-
-_MAX = 1 << 63  # Avro longs are signed 64-bit
-_CONT8 = 0x8080808080808080  # the continuation bits of 8 varint bytes, little-endian
-_CONT7 = 0x0080808080808080  # ... set on the first 7 only: an 8-byte varint
 _AGENT_CACHE_MAX = 256
 _agents: dict[bytes, AgentInfo] = {}
 # The last run id and agent read, with their exact encodings (seeded with the empty ones,
@@ -76,34 +74,6 @@ _SET = _slot_setters()
 _new = object.__new__
 
 
-@lru_cache(maxsize=1)
-def _layout() -> tuple[bytes, tuple[EventKind, ...]] | None:
-    """(header to match, enum index -> EventKind), or None when v1 is not what we read into."""
-    current = default_schemas().get("TraceEvent")
-    if current.fingerprint != V1_FINGERPRINT:
-        return None
-    (kind,) = (f for f in current.source["fields"] if f["name"] == "kind")
-    return b"\xc3\x01" + V1_FINGERPRINT, tuple(EventKind(s) for s in kind["type"]["symbols"])
-
-
-def _long(buf: bytes, pos: int) -> tuple[int, int]:
-    """``read_long``, but a value outside 64 bits (a 10-byte varint) raises ValueError."""
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos
-    n = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-    if shift > 63 and (shift > 70 or n >> 64):  # past 64 bits or 10 bytes: the codec judges
-        raise ValueError("long outside 64 bits")
-    return (n >> 1) ^ -(n & 1), pos
-
-
 def _string(d: bytes, p: int, end: int) -> tuple[str, int]:
     n, p = read_long(d, p)
     q = p + n
@@ -138,8 +108,26 @@ def _agent(d: bytes, p: int, end: int) -> tuple[AgentInfo, int]:
     return agent, p
 
 
-_header: bytes | None = None  # C3 01 + V1_FINGERPRINT once _layout() said v1 is current
+_header: bytes | None = None  # C3 01 + the v1 fingerprint, once the guard armed the walks
 _kinds: tuple[EventKind, ...] = ()
+
+
+@lru_cache(maxsize=1)
+def _arm() -> bytes | None:
+    """The header v1 values start with, or None when the guard keeps the walks off."""
+    global _header, _kinds  # noqa: PLW0603 - computed on first use, not at import
+    header = armed_header(TRACE_EVENT_V1)
+    if header is not None:
+        _kinds = _kind_symbols()
+        _header = header
+    return header
+
+
+def _kind_symbols() -> tuple[EventKind, ...]:
+    """EventKind by enum index, as TraceEvent v1 lists its symbols."""
+    v1 = default_schemas().get(TRACE_EVENT_V1.record, TRACE_EVENT_V1.version)
+    (kind,) = (f for f in v1.source["fields"] if f["name"] == "kind")
+    return tuple(EventKind(s) for s in kind["type"]["symbols"])
 
 
 def fast_decode_event(data: object) -> TraceEvent | None:
@@ -147,20 +135,19 @@ def fast_decode_event(data: object) -> TraceEvent | None:
 
     One flat function on purpose: it runs once per event on every replay.
     """
-    global _header, _kinds, _last_run, _last_model  # noqa: PLW0603 - see the caches above
-    if _header is None:
-        layout = _layout()
-        if layout is None:
+    global _last_run, _last_model  # noqa: PLW0603 - see the caches above
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
             return None
-        _kinds = layout[1]
-        _header = layout[0]
     if type(data) is bytes:
         d = data
     elif isinstance(data, (bytearray, memoryview)):
         d = bytes(data)  # fastavro hands back bytes for ``bytes`` fields
     else:
         return None  # not a buffer: the codec reports it
-    if not d.startswith(_header):
+    if not d.startswith(header):
         return None
     kinds = _kinds
     try:
@@ -188,14 +175,14 @@ def fast_decode_event(data: object) -> TraceEvent | None:
             z = (x & 0x7F) | (x >> 1 & 0x3F80) | (x >> 2 & 0x1FC000)
             seq, p = (z >> 1) ^ -(z & 1), q + 3
         else:
-            seq, p = _long(d, q)
+            seq, p = read_long(d, q)
         b = d[p]
         if b & 1 or b >= 0x80 or (b >> 1) >= len(kinds):
             return None
         kind = kinds[b >> 1]
         # at: a timestamp in µs is an 8-byte varint from 1974 to 2540; read those in one go
         x = int.from_bytes(d[p + 1 : p + 9], "little")
-        if x & _CONT8 == _CONT7:
+        if x & CONT8 == CONT7:
             z = (
                 (x & 0x7F)
                 | (x >> 1 & 0x3F80)
@@ -209,7 +196,7 @@ def fast_decode_event(data: object) -> TraceEvent | None:
             at = (z >> 1) ^ -(z & 1)
             p += 9
         else:
-            at, p = _long(d, p + 1)
+            at, p = read_long(d, p + 1)
         last_key, agent = _last_agent
         if d.startswith(last_key, p):  # Avro is prefix-free: the same bytes decode the same
             p += len(last_key)
@@ -236,7 +223,7 @@ def fast_decode_event(data: object) -> TraceEvent | None:
         if b == 0:
             seed = None
         elif b == 2:
-            seed, p = _long(d, p)
+            seed, p = read_long(d, p)
         else:
             return None
         # request, response (bytes): lengths below 8 KiB are 1-2 byte varints
@@ -295,7 +282,7 @@ def fast_decode_event(data: object) -> TraceEvent | None:
         if b == 0:
             parent = None
         elif b == 2:
-            parent, p = _long(d, p)
+            parent, p = read_long(d, p)
         else:
             return None
         # attributes: map<string> in blocks, ended by a zero count
@@ -335,5 +322,216 @@ def fast_decode_event(data: object) -> TraceEvent | None:
         s_parent(ev, parent)
         s_attrs(ev, attributes)
         return ev
-    except (IndexError, ValueError):  # ValueError covers UnicodeDecodeError and VarintError
+    except DECLINE:
         return None
+
+
+class Peeked(NamedTuple):
+    """What the sequencer needs of a raw event."""
+
+    run_id: str
+    seq: int
+    kind: EventKind
+    request: bytes
+    response: bytes
+
+
+# Peeked(...) without the generated __new__'s Python frame: the same tuple.
+_new_tuple = tuple.__new__
+
+
+def peek_event(value: bytes) -> Peeked | None:
+    """The fields the sequencer needs from a TraceEvent v1 value; None means "ask fastavro"."""
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
+            return None
+    if not value.startswith(header):
+        return None
+    try:
+        return _peek_walk(value)
+    except DECLINE:
+        return None
+
+
+# The common encodings are read inline: a length or a union branch in one byte
+# (``b & 0x81 == 0`` is a non-negative value under 64, ``b >> 1``); anything else goes through
+# ``read_long`` or ``_string``. Every field is still read, bounds-checked and (strings) UTF-8
+# validated.
+
+
+def _peek_walk(v: bytes) -> Peeked | None:
+    n = len(v)
+    rl = read_long
+    # run_id
+    b = v[10]
+    if b & 0x81:
+        ln, pos = rl(v, 10)
+        if ln < 0:
+            return None
+    else:
+        ln, pos = b >> 1, 11
+    end = pos + ln
+    if end > n:
+        return None
+    run_id = v[pos:end].decode("utf-8")
+    # seq
+    b = v[end]
+    if b < 0x80:
+        seq, pos = (b >> 1) ^ -(b & 1), end + 1
+    elif v[end + 1] < 0x80:  # two bytes: seqs up to 8191
+        z = (b & 0x7F) | (v[end + 1] << 7)
+        seq, pos = (z >> 1) ^ -(z & 1), end + 2
+    else:
+        seq, pos = rl(v, end)
+    # kind: an enum index, one byte for every symbol
+    b = v[pos]
+    if b & 0x81 or (b >> 1) >= len(_kinds):
+        return None
+    kind = _kinds[b >> 1]
+    # at (never needed, only checked): most are one 8-byte varint, read as one word
+    if int.from_bytes(v[pos + 1 : pos + 9], "little") & CONT8 == CONT7:
+        pos += 9
+    else:
+        _, pos = rl(v, pos + 1)
+    # agent: five strings. When every length is one (ASCII) byte, the whole block is valid
+    # UTF-8 exactly when each string is (a multi-byte character cannot span an ASCII byte),
+    # so it is checked with one decode.
+    start = p = pos
+    try:
+        b = v[p]
+        p += 1 + (b >> 1)
+        f = b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+    except IndexError:
+        f = 0x80  # a length of more than one byte sent the walk astray: read it properly
+    if f & 0x81 or p > n:
+        pos = start
+        for _ in range(5):
+            _, pos = _string(v, pos, n)
+    else:
+        v[start:p].decode("utf-8")
+        pos = p
+    # model (optional string)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _string(v, pos + 1, n)
+    else:
+        return None
+    # seed (optional long)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = rl(v, pos + 1)
+    else:
+        return None
+    # request, response (bytes)
+    b = v[pos]
+    if b & 0x81:
+        ln, pos = rl(v, pos)
+        if ln < 0:
+            return None
+    else:
+        ln = b >> 1
+        pos += 1
+    end = pos + ln
+    if end > n:
+        return None
+    request = v[pos:end]
+    b = v[end]
+    if b & 0x81:
+        ln, pos = rl(v, end)
+        if ln < 0:
+            return None
+    else:
+        ln = b >> 1
+        pos = end + 1
+    end = pos + ln
+    if end > n:
+        return None
+    response = v[pos:end]
+    pos = end
+    # error (optional record of two strings)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _string(v, pos + 1, n)
+        _, pos = _string(v, pos, n)
+    else:
+        return None
+    # idempotency_key (optional string)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _string(v, pos + 1, n)
+    else:
+        return None
+    # parent_seq (optional long)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = rl(v, pos + 1)
+    else:
+        return None
+    # attributes: map<string> in blocks
+    if v[pos] == 0:
+        pos += 1
+    else:
+        while True:
+            count, pos = rl(v, pos)
+            if count == 0:
+                break
+            if count < 0:
+                count = -count
+                _, pos = rl(v, pos)  # block size in bytes
+            for _ in range(count):
+                _, pos = _string(v, pos, n)
+                _, pos = _string(v, pos, n)
+    if pos != n:
+        return None
+    return _new_tuple(Peeked, (run_id, seq, kind, request, response))
+
+
+def event_kind(raw: bytes) -> EventKind | None:
+    """The kind of a v1 value, read from its first three fields; None means "ask fastavro".
+
+    A prefix read, not a walk of the whole value: the archiver calls it on sealed values, which
+    the sequencer walked in full before sealing them (and the chain covers their bytes). On a
+    value fastavro reads, it gives fastavro's kind or None.
+    """
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
+            return None
+    if not raw.startswith(header):
+        return None
+    try:
+        n, p = read_long(raw, 10)  # run_id's length
+        if n < 0:
+            return None
+        _, p = read_long(raw, p + n)  # seq
+        b = raw[p]
+    except DECLINE:
+        return None
+    if b & 0x81 or (b >> 1) >= len(_kinds):
+        return None
+    return _kinds[b >> 1]
