@@ -90,9 +90,9 @@ def stale(pin: Pin, schemas: SchemaSet) -> str | None:
     return None
 
 
-def armed_header(pin: Pin) -> bytes | None:
+def armed_header(pin: Pin, schemas: SchemaSet | None = None) -> bytes | None:
     """``C3 01`` + the pinned fingerprint when the walks may run, else None (they decline)."""
-    why = stale(pin, default_schemas())
+    why = stale(pin, schemas or default_schemas())
     if why is not None:
         log.warning("fast path off: %s", why)
         return None

@@ -68,7 +68,7 @@ def sealed_fields(value: bytes) -> tuple[str, int, bytes, bytes, bytes, int] | N
     try:
         x = b[10]
         if x < 0x80:
-            n, p = x >> 1, 11
+            n, p = (x >> 1) ^ -(x & 1), 11
         else:
             n, p = read_long(b, 10)
         q = p + n
@@ -84,7 +84,7 @@ def sealed_fields(value: bytes) -> tuple[str, int, bytes, bytes, bytes, int] | N
         p += 64
         x = b[p]
         if x < 0x80:
-            m, p = x >> 1, p + 1
+            m, p = (x >> 1) ^ -(x & 1), p + 1
         else:
             m, p = read_long(b, p)
         q = p + m
@@ -102,7 +102,7 @@ def sealed_fields(value: bytes) -> tuple[str, int, bytes, bytes, bytes, int] | N
         _offset, p = read_long(b, p)
         x = b[p]  # sequencer_id
         if x < 0x80:
-            n, p = x >> 1, p + 1
+            n, p = (x >> 1) ^ -(x & 1), p + 1
         else:
             n, p = read_long(b, p)
         q = p + n
