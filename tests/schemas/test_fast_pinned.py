@@ -194,6 +194,7 @@ def test_segment_rows_are_each_body_as_fastavro_reads_it(
 
 
 @pytest.mark.parametrize("sealed_at", [2**48, 1_790_000_000_000_000, 2**55 - 1, 0, -1])
+@settings(max_examples=20, deadline=None)
 @example(n=1)
 @given(n=st.integers(1, 200))
 def test_segment_rows_match_fastavro_reading_the_container_file(sealed_at: int, n: int) -> None:
