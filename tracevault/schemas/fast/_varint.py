@@ -7,11 +7,12 @@ value does not fit 64 bits (fastavro silently drops the high bits). A refusal ma
 path decline, so the value goes to the fastavro codec, which decides.
 
 The walks inline three fixed-width cases of this function where it runs several times per
-event (a call costs more than the decode; see the module notes in ``_event.py``): one byte
-(``b < 0x80``: the value is ``(b >> 1) ^ -(b & 1)``), up to three bytes read as one
-little-endian word (seqs and offsets) and exactly eight bytes read as one word (timestamps in
-µs from 1974 to 2540). Each inline case hands anything else to this function, and
-``tests/schemas/test_fast_varint.py`` pins every case to it and to fastavro at every width.
+event (a call costs more than the decode): one byte (``b < 0x80``: the value is
+``(b >> 1) ^ -(b & 1)``), up to three bytes read as one little-endian word (seqs and offsets)
+and exactly eight bytes read as one word (timestamps in µs from 1974 to 2540). Each inline
+case hands every other width to this function. ``tests/schemas/test_fast_varint.py`` pins this
+function to fastavro at every width; ``tests/schemas/test_fast_pinned.py`` generates values
+whose fields take every width, so each inline case is pinned to fastavro too.
 """
 
 from __future__ import annotations
