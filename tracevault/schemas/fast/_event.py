@@ -525,12 +525,21 @@ def event_kind(raw: bytes) -> EventKind | None:
     if not raw.startswith(header):
         return None
     try:
-        n, p = read_long(raw, 10)  # run_id's length
-        if n < 0:
+        b = raw[10]  # run_id's length: one byte below 64
+        if b & 0x81:
+            n, p = read_long(raw, 10)
+            if n < 0:
+                return None
+            p += n
+        else:
+            p = 11 + (b >> 1)
+        q = p  # seq: skipped, at most 10 bytes
+        while raw[q] & 0x80:
+            q += 1
+        if q - p > 9:
             return None
-        _, p = read_long(raw, p + n)  # seq
-        b = raw[p]
-    except DECLINE:
+        b = raw[q + 1]
+    except IndexError:
         return None
     if b & 0x81 or (b >> 1) >= len(_kinds):
         return None
