@@ -91,7 +91,23 @@ def sealed_fields(value: bytes) -> tuple[str, int, bytes, bytes, bytes, int] | N
         if m < 0 or q > end:
             return None
         raw = b[p:q]
-        sealed_at, p = read_long(b, q)
+        # sealed_at: µs from 1974 to 2540 are 8-byte varints, read in one go
+        x = int.from_bytes(b[q : q + 8], "little")
+        if x & CONT8 == CONT7:
+            z = (
+                (x & 0x7F)
+                | (x >> 1 & 0x3F80)
+                | (x >> 2 & 0x1FC000)
+                | (x >> 3 & 0xFE00000)
+                | (x >> 4 & 0x7F0000000)
+                | (x >> 5 & 0x3F800000000)
+                | (x >> 6 & 0x1FC0000000000)
+                | (x >> 7 & 0xFE000000000000)
+            )
+            sealed_at = (z >> 1) ^ -(z & 1)
+            p = q + 8
+        else:
+            sealed_at, p = read_long(b, q)
         x = b[p]  # source_partition (an int)
         if x < 0x80:
             p += 1
@@ -99,7 +115,13 @@ def sealed_fields(value: bytes) -> tuple[str, int, bytes, bytes, bytes, int] | N
             partition, p = read_long(b, p)
             if not -_MAX_INT <= partition < _MAX_INT:
                 return None
-        _offset, p = read_long(b, p)
+        q = p  # source_offset: not needed, only checked
+        while b[q] & 0x80:
+            q += 1
+        if q - p < 9:  # up to 9 bytes: always a valid long
+            p = q + 1
+        else:  # 10 bytes or more: read_long refuses what fastavro would misread
+            _, p = read_long(b, p)
         x = b[p]  # sequencer_id
         if x < 0x80:
             n, p = (x >> 1) ^ -(x & 1), p + 1
