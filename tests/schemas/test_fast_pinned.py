@@ -225,3 +225,24 @@ def test_segment_rows_match_fastavro_reading_the_container_file(sealed_at: int, 
 def _micros(dt: datetime) -> int:
     delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@pytest.mark.parametrize("varint", [b"\xff" * 9 + b"\x03", b"\xfe" * 9 + b"\x7f"])
+def test_a_long_past_64_bits_is_declined_where_fastavro_drops_its_high_bits(varint: bytes) -> None:
+    """A 10-byte varint with bits past 64: fastavro truncates, so the readers must decline."""
+    w = fv.Writer(random.Random(0), pad=0.0, split=0.0)
+    rec = {**fv._SOME_EVENT, "run_id": "r"}
+    body = w.event(rec)
+    assert body[:3] == b"\x02r\x00"  # run_id "r", then seq 0 (one byte)
+    value = fv.MAGIC + fv.version("TraceEvent").fingerprint + body[:2] + varint + body[3:]
+    ref = fv.reference("TraceEvent", value)
+    assert ref is not None and -(2**63) <= ref["seq"] < 2**63  # what fastavro makes of it
+    _event_readers_agree(value, ref, must_answer=False)
+    sealed = dict.fromkeys(("seq", "sealed_at", "source_partition", "source_offset"), 0)
+    sealed |= {"run_id": "r", "prev_hash": bytes(32), "hash": bytes(32), "raw": b""}
+    sealed["sequencer_id"] = ""
+    body = w.sealed(sealed)
+    value = fv.MAGIC + fv.version("SealedEvent").fingerprint + body[:2] + varint + body[3:]
+    ref = fv.reference("SealedEvent", value)
+    assert ref is not None
+    _sealed_readers_agree(value, ref, must_answer=False)
