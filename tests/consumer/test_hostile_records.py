@@ -47,7 +47,7 @@ from tracevault.consumer.archive import Archiver
 from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
-from tracevault.consumer.sequencer._peek import peek_event
+from tracevault.schemas.fast import peek_event
 from tracevault.errors import SchemaError
 from tracevault.kafka import partition_for
 from tracevault.schemas import Codec, decode_event

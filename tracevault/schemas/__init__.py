@@ -5,7 +5,7 @@ Import from here, never from the private modules::
     from tracevault.schemas import TraceEvent, encode_event, decode_event, canonical_json
 """
 
-from tracevault.schemas._binary import VarintError, avro_bytes, avro_long, read_long
+from tracevault.schemas._binary import avro_bytes, avro_long
 from tracevault.schemas._canonical import canonical_json, check_canonical, loads_canonical
 from tracevault.schemas._codec import (
     MAGIC,
@@ -31,6 +31,7 @@ from tracevault.schemas._registry import (
     default_schemas,
     fingerprint,
 )
+from tracevault.schemas.fast import VarintError, read_long
 
 __all__ = [
     # records
