@@ -57,6 +57,8 @@ _NONE6 = (None, None, None, None, None, None)
 _MAX_ERROR_CHARS = 16_384
 _MAX_ATTRIBUTE_BYTES = 8_192
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+# RFC 8785 holds integers exactly up to here; the RANDOM response carries the seed as JSON.
+_SAFE_INT = (1 << 53) - 1
 _HOST = socket.gethostname()
 
 # (recorder identity, seq) of the crossing whose callee is running: gives nested crossings
@@ -527,9 +529,13 @@ class Recorder:
 
     def random(self, name: str = "rng", *, seed: int | None = None) -> random.Random:
         _check_seed(seed)
-        drawn = secrets.randbits(63) if seed is None else seed
+        # 53 random bits: the seed stays an exact JSON number in the response (RFC 8785); a
+        # larger seed given by the agent is shown there as a string, and replay reads the
+        # event's Avro ``seed`` field either way.
+        drawn = secrets.randbits(53) if seed is None else seed
+        shown: int | str = drawn if -_SAFE_INT <= drawn <= _SAFE_INT else str(drawn)
         self._instant(
-            random_crossing(name, seed), canonical_json({"seed": drawn}), _now_us(), drawn
+            random_crossing(name, seed), canonical_json({"seed": shown}), _now_us(), drawn
         )
         return random.Random(drawn)
 
