@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
+from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -106,6 +107,24 @@ def _is_text(value: object) -> bool:
     return True
 
 
+def _allow_list(ids: Iterable[str] | None) -> frozenset[str]:
+    if ids is None:
+        return frozenset()
+    if isinstance(ids, str):  # "a,b" as TRACEVAULT_MODEL_ALLOW takes it, not its letters
+        ids = ids.split(",")
+    # Callers are typed, deployments' glue code is not: check what the annotation promises.
+    given: list[object] = list(ids)
+    out: set[str] = set()
+    for i in given:
+        if not isinstance(i, str) or not _is_text(i.strip()) or not i.strip() or " " in i.strip():
+            raise ConfigError(
+                "Recorder(model_allow=...) must list model ids (str without white space), "
+                f"e.g. model_allow=['my-local-model'], got {i!r}"
+            )
+        out.add(i.strip())
+    return frozenset(out)
+
+
 def _check_seed(seed: object, path: str = "$.seed") -> None:
     if seed is None:
         return
@@ -124,7 +143,9 @@ class Recorder:
         with Recorder(..., input=task) as edges:      # or: async with
             edges.finish(my_loop(task, edges))
 
-    ``model`` is ``call_model(request, *, model, seed)`` (plain or ``async def``); ``tools``
+    ``model`` is ``call_model(request, *, model, seed)`` (plain or ``async def``); the
+    ``model=`` id of each call must name a dated or versioned build unless listed in
+    ``model_allow`` or ``TRACEVAULT_MODEL_ALLOW`` (``tracevault.model_ids``); ``tools``
     maps names to callables ``fn(args)`` or :class:`Tool` (side effects get
     ``idempotency_key=``). When the agent raises, ``ERROR`` and then ``RUN_FINISHED`` with the
     same error are recorded and the exception propagates.
@@ -142,6 +163,7 @@ class Recorder:
         harness: str = "python",
         attributes: Mapping[str, str] | None = None,
         max_payload_bytes: int | None = None,
+        model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
     ) -> None:
         if not isinstance(publisher, Publisher):
@@ -161,6 +183,7 @@ class Recorder:
             self._tools[name] = fn if isinstance(fn, Tool) else Tool(fn)
         if model is not None and not callable(model):
             raise ConfigError("Recorder(model=...) must be callable")
+        self._model_allow = publisher.settings.allowed_models | _allow_list(model_allow)
         attrs = dict(attributes or {})
         if any(not _is_text(k) or not _is_text(v) for k, v in attrs.items()):
             raise ConfigError("Recorder(attributes=...) must map str to str (UTF-8)")
@@ -477,6 +500,7 @@ class Recorder:
     def _model_target(self, request: JSON, model: str, seed: int | None) -> Callable[..., Any]:
         if not _is_text(model):
             raise PayloadError(f"$.model {model!r} is not UTF-8 text", "$.model")
+        check_model_id(model, self._model_allow)
         _check_seed(seed)
         fn = self._model_fn
         if fn is None:
