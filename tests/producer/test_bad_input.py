@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -269,3 +270,26 @@ def test_a_lone_surrogate_deep_in_a_model_request_is_named(publisher: Publisher)
         rec.model({"messages": messages}, model=MODEL)
     refused(exc, "$.request.messages[2].content")
     assert calls.model == 0 and publisher.stats().published == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [({"fn": "send_email"}, "Tool(fn=...) must be the tool's function"),
+     ({"fn": None}, "got a NoneType"),
+     ({"fn": print, "side_effect": "yes"}, "Tool(side_effect=...) must be True"),
+     ({"fn": print, "side_effect": 1}, "or False, got 1")],
+)  # fmt: skip
+def test_tool_argument_mistakes_are_config_errors_that_say_what_to_pass(
+    kwargs: dict[str, Any], words: str
+) -> None:
+    from tracevault.producer import Tool
+
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        Tool(**kwargs)
+    with pytest.raises(ConfigError, match="pass the function itself"):
+        Tool(Tool(print))  # type: ignore[arg-type]
+
+
+def test_a_tool_that_is_not_callable_is_named_by_its_registration(publisher: Publisher) -> None:
+    with pytest.raises(ConfigError, match=re.escape("Recorder(tools={'search': ...})")):
+        Recorder(publisher=publisher, agent_id="a", agent_version="1", tools={"search": 3})  # type: ignore[dict-item]

@@ -180,6 +180,11 @@ class Recorder:
         for name, fn in (tools or {}).items():
             if not _is_text(name) or not name:
                 raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
+            if not isinstance(fn, Tool) and not callable(fn):
+                raise ConfigError(
+                    f"Recorder(tools={{{name!r}: ...}}) must be the tool's function or a "
+                    f"Tool(fn, side_effect=...), got a {type(fn).__name__}: {fn!r:.80}"
+                )
             self._tools[name] = fn if isinstance(fn, Tool) else Tool(fn)
         if model is not None and not callable(model):
             raise ConfigError("Recorder(model=...) must be callable")
