@@ -4,14 +4,15 @@ The form is RFC 8785 (JCS, ``tracevault.schemas._jcs``), so a producer in any la
 write it. Replay compares a re-run's request with the recorded one byte for byte, so the
 Recorder and the Replayer both go through here.
 
-Records made before RFC 8785 (tracevault 0.1 SDKs) hold CPython's
+Records made by SDKs before RFC 8785 hold CPython's
 ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` bytes, the
 *legacy form*. The two agree except for some floats (``1.0``/``1``, ``1e-07``/``1e-7``,
-``1e+16``/``10000000000000000``), integers past 2**53 - 1 (legacy only) and the order of
-keys with characters past U+FFFF. The checks here accept either form: the chain covers
-bytes, so sealed legacy events keep verifying, and a 0.1 SDK still running during an upgrade
-keeps being sealed instead of going to the DLQ. Replay matches a re-run against a record in
-the form the record was written in (:func:`canonical_json_like`). See docs/design.md.
+``1e+16``/``10000000000000000``), integers a double does not hold (legacy only) and the
+order of keys with characters past U+FFFF. The checks here accept either form: the chain
+covers bytes, so sealed legacy events keep verifying, and an old SDK still running during an
+upgrade keeps being sealed instead of going to the DLQ. Replay matches a re-run against a
+record in the form the record was written in (:func:`canonical_json_like`). See
+docs/design.md ("The event").
 """
 
 from __future__ import annotations
