@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import json.encoder
-import re
 from typing import Any
 
 import orjson
@@ -54,9 +53,6 @@ _c_encode = (
 )
 
 _SORT_KEYS = orjson.OPT_SORT_KEYS
-# A digit directly followed by ".", "e" or "E": every JSON float token has one. Inside strings
-# it only costs the exact (slower) path.
-_MAYBE_FLOAT = re.compile(rb"[.eE](?<=[0-9].)").search
 _PARSE_ERRORS = (
     orjson.JSONDecodeError,
     orjson.JSONEncodeError,
@@ -117,6 +113,15 @@ def _jcs_parsed(value: Any) -> bytes | None:
         return None
 
 
+def _written_as(value: Any, data: bytes) -> bool:
+    """Whether ``data`` is the RFC 8785 or the legacy form of a freshly parsed ``value``.
+
+    RFC 8785 first: it is what current producers write, and its encoder is the faster one on
+    payloads with floats (orjson, where the legacy form needs json's C encoder).
+    """
+    return _jcs_parsed(value) == data or _encode_parsed(value) == data
+
+
 def loads_canonical(data: bytes, *, field: str = "payload") -> Any:
     """Parse canonical JSON bytes (RFC 8785 or the legacy form), or raise
     :class:`NonCanonicalJSONError`."""
@@ -126,23 +131,22 @@ def loads_canonical(data: bytes, *, field: str = "payload") -> Any:
     # json.loads, which defines the legacy form together with its encoder.
     try:
         value = orjson.loads(data)
-        if _MAYBE_FLOAT(data) is None and orjson.dumps(value, option=_SORT_KEYS) == data:
-            # Faster still, for values without floats: on dicts with str keys, lists, str,
-            # 64-bit ints, bools and None, orjson writes exactly what the stdlib encoder
-            # writes (the same escapes, key order and separators; a test pins it), which is
-            # the legacy form. Floats may be formatted differently (1e-07 vs 1e-7), so they
-            # never take this path.
+        if orjson.dumps(value, option=_SORT_KEYS) == data and _jcs.plain(value):
+            # Faster still: orjson's bytes are the RFC 8785 form (and the legacy one) when the
+            # value has no float that orjson writes differently, no key past U+FFFF and no
+            # integer a double does not hold (_jcs.plain; tests pin orjson's escapes and
+            # number forms). A look at the value is cheaper than a regex over long strings.
             return value
-        if _encode_parsed(value) == data or _jcs_parsed(value) == data:
+        if _written_as(value, data):
             return value
     except _PARSE_ERRORS:
         pass
     try:
         value = json.loads(data.decode("utf-8"))
-        legacy = _encode_parsed(value)
+        ok = _written_as(value, data)
     except _PARSE_ERRORS as exc:
         raise NonCanonicalJSONError(f"{field} is not UTF-8 JSON: {exc}") from exc
-    if legacy != data and _jcs_parsed(value) != data:
+    if not ok:
         raise NonCanonicalJSONError(
             f"{field} is JSON but not canonical: RFC 8785 (JCS) wants keys sorted by UTF-16 "
             "code units, no white space between tokens, UTF-8 rather than \\u escapes and "
@@ -154,12 +158,12 @@ def loads_canonical(data: bytes, *, field: str = "payload") -> Any:
 
 def check_canonical(data: bytes, *, field: str = "payload") -> None:
     """Raise :class:`NonCanonicalJSONError` unless ``data`` is canonical JSON."""
-    try:  # loads_canonical's first test, inline: the sequencer checks two payloads per event
-        if (
-            _MAYBE_FLOAT(data) is None
-            and orjson.dumps(orjson.loads(data), option=_SORT_KEYS) == data
-        ):
+    try:  # loads_canonical's orjson tests, inline: the sequencer checks two payloads per event
+        value = orjson.loads(data)
+        if orjson.dumps(value, option=_SORT_KEYS) == data and _jcs.plain(value):
+            return
+        if _written_as(value, data):
             return
     except _PARSE_ERRORS:
         pass
-    loads_canonical(data, field=field)
+    loads_canonical(data, field=field)  # decides the rest with json.loads, or raises

@@ -35,6 +35,7 @@ __all__ = [
     "exact_int",
     "explain",
     "jcs_number",
+    "plain",
 ]
 
 #: Up to here a double holds every integer (ECMAScript's Number.MAX_SAFE_INTEGER). Past it,
@@ -115,6 +116,15 @@ def exact_int(n: int) -> bool:
     return -(10**21) < n < 10**21 and jcs_number(float(n)) == str(n)
 
 
+def plain(value: Any) -> bool:
+    """Whether ``orjson.dumps(value, option=OPT_SORT_KEYS)`` is the RFC 8785 form of
+    ``value``: no float orjson writes differently, no key past U+FFFF, no subclass."""
+    try:
+        return _scan(value, 0) == 0
+    except Unencodable:
+        return False
+
+
 def _leaf(value: Any) -> int:
     """Flags of a scalar of an exact built-in type; raises when it has no JCS form."""
     if type(value) is int:
@@ -131,7 +141,11 @@ def _leaf(value: Any) -> int:
 
 
 def _scan(value: Any, depth: int) -> int:
-    """Check ``value`` and say which encoder can write it (0: orjson as is)."""
+    """Check ``value`` and say which encoder can write it (0: orjson as is).
+
+    The common leaves (str, None, bool, small ints) are tested inline: this runs on every
+    payload the Recorder writes and the sequencer checks.
+    """
     t = type(value)
     flags = 0
     if t is dict:
@@ -147,6 +161,8 @@ def _scan(value: Any, depth: int) -> int:
             tv = type(v)
             if tv is str or v is None or tv is bool:
                 continue
+            if tv is int and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                continue
             flags |= _leaf(v) if tv is int or tv is float else _scan(v, depth + 1)
         return flags
     if t is list or t is tuple:
@@ -155,6 +171,8 @@ def _scan(value: Any, depth: int) -> int:
         for v in value:
             tv = type(v)
             if tv is str or v is None or tv is bool:
+                continue
+            if tv is int and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
                 continue
             flags |= _leaf(v) if tv is int or tv is float else _scan(v, depth + 1)
         return flags
