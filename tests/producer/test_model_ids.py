@@ -154,7 +154,7 @@ def test_the_recorder_records_an_alias_the_deployment_allows(
     assert models == ["claude-3-5-sonnet", "gpt-4o"]
 
 
-@pytest.mark.parametrize("bad", [[""], ["gpt 4o"], [3], ["ok", None]])
+@pytest.mark.parametrize("bad", [[""], ["gpt 4o"], ["gpt\t4o"], [3], ["ok", None]])
 def test_a_bad_allow_list_is_a_config_error(publisher: Publisher, bad: Any) -> None:
     with pytest.raises(ConfigError, match="model_allow"):
         Recorder(publisher=publisher, agent_id="a", agent_version="1", model_allow=bad)

@@ -116,12 +116,13 @@ def _allow_list(ids: Iterable[str] | None) -> frozenset[str]:
     given: list[object] = list(ids)
     out: set[str] = set()
     for i in given:
-        if not isinstance(i, str) or not _is_text(i.strip()) or not i.strip() or " " in i.strip():
+        model = i.strip() if isinstance(i, str) else ""
+        if not model or not _is_text(model) or any(c.isspace() for c in model):
             raise ConfigError(
                 "Recorder(model_allow=...) must list model ids (str without white space), "
                 f"e.g. model_allow=['my-local-model'], got {i!r}"
             )
-        out.add(i.strip())
+        out.add(model)
     return frozenset(out)
 
 
