@@ -309,7 +309,13 @@ def test_legacy_bytes_of_any_value_pass_the_check(value: Any) -> None:
     assert canonical_json_like(value, legacy) == legacy
 
 
-def test_not_a_number_survives_no_path() -> None:
-    for bad in (math.nan, math.inf, -math.inf):
-        with pytest.raises(PayloadError):
-            canonical_json([bad])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinity_are_refused_wherever_they_are(bad: float) -> None:
+    for value, path in [
+        (bad, "$.payload"),
+        ([1, bad], "$.payload[1]"),
+        ({"a b": bad}, '$.payload["a b"]'),
+    ]:
+        with pytest.raises(PayloadError, match="not a JSON number") as info:
+            canonical_json(value)
+        assert info.value.path == path
