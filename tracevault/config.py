@@ -106,6 +106,11 @@ class Settings(BaseSettings):
         ge=100,
         description="events the broker has not acknowledged for this long go to the local spool",
     )
+    model_allow: str = Field(
+        default="",
+        description="comma-separated model ids a Recorder records although they name no dated "
+        "or versioned build (e.g. a local model); see tracevault.model_ids",
+    )
     max_payload_bytes: int = Field(
         default=450_000,
         ge=64,
@@ -145,6 +150,19 @@ class Settings(BaseSettings):
                 "requires automatically generated logs to be kept for at least six months"
             )
         return v
+
+    @field_validator("model_allow")
+    @classmethod
+    def _model_ids(cls, v: str) -> str:
+        for model in v.split(","):
+            if model.strip() and any(c.isspace() for c in model.strip()):
+                raise ValueError(f"model id {model.strip()!r} contains white space")
+        return v
+
+    @property
+    def allowed_models(self) -> frozenset[str]:
+        """``model_allow`` as a set of ids (white space around the commas ignored)."""
+        return frozenset(m.strip() for m in self.model_allow.split(",") if m.strip())
 
     @property
     def topics(self) -> TopicNames:

@@ -6,7 +6,12 @@ Import from here, never from the private modules::
 """
 
 from tracevault.schemas._binary import avro_bytes, avro_long
-from tracevault.schemas._canonical import canonical_json, check_canonical, loads_canonical
+from tracevault.schemas._canonical import (
+    canonical_json,
+    canonical_json_like,
+    check_canonical,
+    loads_canonical,
+)
 from tracevault.schemas._codec import (
     MAGIC,
     Codec,
@@ -50,6 +55,7 @@ __all__ = [
     "encode_sealed",
     # canonical JSON
     "canonical_json",
+    "canonical_json_like",
     "check_canonical",
     "loads_canonical",
     # schema versions
