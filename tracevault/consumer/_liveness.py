@@ -193,10 +193,13 @@ class KafkaWatch:
         self.recovered_at: float | None = None  # when a broker was up again after that
 
     def client_config(self) -> dict[str, Any]:
+        """Callbacks, and a reconnect backoff capped at 1 s (librdkafka's 10 s default kept a
+        client away up to 10 s after the broker was back)."""
         return {
             "error_cb": self._on_error,
             "stats_cb": self._on_stats,
             "statistics.interval.ms": self._stats_ms,
+            "reconnect.backoff.max.ms": 1000,
         }
 
     def trouble(self) -> None:
