@@ -45,6 +45,7 @@ __all__ = [
     "Stopping",
     "backoff",
     "is_fenced",
+    "is_outage",
     "serve",
     "stop_on_signals",
 ]
@@ -70,6 +71,11 @@ _TROUBLE_CODES = {
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.NOT_COORDINATOR,
 }
+
+
+def is_outage(err: KafkaError) -> bool:
+    """An error that says the broker is away or slow, not that something is broken."""
+    return err.code() in _TROUBLE_CODES or bool(err.retriable())
 
 
 def is_fenced(err: KafkaError) -> bool:
@@ -283,8 +289,8 @@ class Health:
         if down is not None and now - down > self.stall_s:
             doc["reason"] = f"no Kafka broker reachable for {now - down:.0f}s"
         elif since > self.stall_s:
-            lag = "an unknown number of" if self.lag is None else str(self.lag)
-            doc["reason"] = f"no progress for {since:.0f}s with {lag} records to process"
+            lag = "unknown" if self.lag is None else str(self.lag)
+            doc["reason"] = f"no progress for {since:.0f}s ({self.state}; last lag seen: {lag})"
         elif self.state == "stopping":
             doc["reason"] = "stopping"
         ok = "reason" not in doc

@@ -92,6 +92,10 @@ class _Restart(Exception):
     """This Kafka session cannot go on: drain, forget the partitions, start a new consumer."""
 
 
+class _Broken(_Restart):
+    """A restart for a client that broke while the broker answered: counted towards giving up."""
+
+
 @dataclass(slots=True)
 class ArchiverStats:
     """Counters since start (also logged on shutdown)."""
@@ -298,7 +302,7 @@ class Archiver:
             w.daemon = True
             w.start()
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
-        failures = 0
+        failures = attempts = 0
         try:
             while not self._stop.is_set():
                 consumer = self._live = self._consumer()
@@ -316,15 +320,18 @@ class Archiver:
                     log.warning("archiver stopped during a Kafka call (%s)", exc)
                     break
                 except (_Restart, CallDeadline) as exc:
-                    failures = 0 if self._progress_in_session else failures
-                    if self.watch.down_since is None:
+                    if self._progress_in_session:
+                        failures = attempts = 0
+                    attempts += 1
+                    if isinstance(exc, _Broken):
                         failures += 1
                     if failures > 8:
                         raise ServiceUnavailableError(
                             f"the archiver could not resume after {failures} attempts while "
                             f"the broker answered (last: {exc}); exiting for the supervisor"
                         ) from exc
-                    wait = backoff(failures, base=0.5, cap=10.0)
+                    # an outage: try again every 2 s at most; something broken: back off more
+                    wait = backoff(attempts, base=0.25, cap=10.0 if failures else 2.0)
                     log.warning(
                         "archiver: Kafka session ended (%s); starting a new one in %.1fs",
                         exc,
@@ -447,7 +454,7 @@ class Archiver:
                 "Give each archiver its own --instance-id"
             )
         if err.fatal():
-            raise _Restart(f"Kafka consumer failed: {err.str()}")
+            raise _Broken(f"Kafka consumer failed: {err.str()}")
         log.warning("Kafka consumer: %s", err.str())
 
     def _commit(self, consumer: Consumer, *, final: bool = False) -> None:
@@ -469,6 +476,11 @@ class Archiver:
         now = time.monotonic()
         if not final and now < self._commit_retry_at:
             return
+        if not consumer.memberid():
+            # The group session was lost in a broker outage longer than the session timeout
+            # (a static member then comes back fenced, and commits were seen to hang).
+            self.watch.trouble()
+            raise _Restart("the consumer lost its group session during a broker outage")
         try:
             self._calls.call(
                 "offset commit",

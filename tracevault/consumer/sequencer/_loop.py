@@ -65,6 +65,7 @@ from tracevault.consumer._liveness import (
     Stopping,
     backoff,
     is_fenced,
+    is_outage,
 )
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
@@ -93,7 +94,7 @@ log = logging.getLogger(__name__)
 _LOG_EVERY_S = 10.0
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
 _SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
-_SLACK_S = 5.0  # how much longer than its own timeout a call may take before we give up on it
+_SLACK_S = 3.0  # how much longer than its own timeout a call may take before we give up on it
 _CLOSE_S = 3.0
 _GIVE_UP_AFTER = 8  # sessions in a row that fail while a broker answers: exit for a supervisor
 
@@ -109,6 +110,10 @@ class _AbortBatch(Exception):
 
 class _Restart(Exception):
     """This Kafka session cannot go on: start a new consumer and producer."""
+
+
+class _Broken(_Restart):
+    """A restart for a client that broke while the broker answered: counted towards giving up."""
 
 
 class Sequencer:
@@ -209,7 +214,8 @@ class Sequencer:
             err = exc.args[0]
             self._raise_if_fenced(err)
             if self._established:
-                raise _Restart(f"init_transactions failed ({err})") from exc
+                why = f"init_transactions failed ({err})"
+                raise (_Restart(why) if is_outage(err) else _Broken(why)) from exc
             raise ServiceUnavailableError(
                 f"init_transactions for {self.transactional_id} failed ({err}); check the "
                 "broker's transaction state log settings (replication factor 1 on one node)"
@@ -306,7 +312,7 @@ class Sequencer:
 
     def run(self) -> None:
         """Sessions until ``stop()``: a session that cannot go on is replaced by a new one."""
-        failures = 0
+        failures = attempts = 0
         try:
             while not self._stop.is_set():
                 try:
@@ -331,8 +337,13 @@ class Sequencer:
                             ) from exc
                         raise
                     if self._committed_since_start:
-                        failures = 0
-                    if self.watch.down_since is None and not isinstance(exc, _Restart):
+                        failures = attempts = 0
+                    attempts += 1
+                    if isinstance(exc, ServiceUnavailableError | CallDeadline):
+                        self.watch.trouble()  # "did not answer": an outage, however long
+                    elif isinstance(exc, _Broken) or (
+                        isinstance(exc, KafkaException) and not is_outage(exc.args[0])
+                    ):
                         failures += 1
                     if failures > _GIVE_UP_AFTER:
                         raise ServiceUnavailableError(
@@ -340,7 +351,8 @@ class Sequencer:
                             f"{failures} attempts while the broker answered (last: {exc}); "
                             "exiting for the supervisor to restart it"
                         ) from exc
-                    wait = backoff(failures, base=0.5, cap=10.0)
+                    # an outage: try again every 2 s at most; something broken: back off more
+                    wait = backoff(attempts, base=0.25, cap=10.0 if failures else 2.0)
                     log.warning(
                         "sequencer %s: Kafka session ended (%s); starting a new one in %.1fs",
                         self.instance_id,
@@ -397,7 +409,7 @@ class Sequencer:
             except KafkaException as exc:
                 self._raise_if_fenced(exc.args[0])
                 if exc.args[0].fatal():
-                    raise _Restart(f"the raw consumer failed ({exc.args[0].str()})") from exc
+                    raise _Broken(f"the raw consumer failed ({exc.args[0].str()})") from exc
                 raise
             now_us = now_micros()
             out = BatchOutput()
@@ -409,7 +421,7 @@ class Sequencer:
                     self._raise_if_fenced(err)
                     if err.fatal() or err.code() == KafkaError._FATAL:
                         # exactly-once holds: nothing of this batch is committed
-                        raise _Restart(f"the raw consumer failed fatally ({err.str()})")
+                        raise _Broken(f"the raw consumer failed fatally ({err.str()})")
                     log.warning("consumer: %s", err)
                     continue
                 consumed += 1
@@ -577,6 +589,12 @@ class Sequencer:
                 for tp in self._call("committed", lambda t: consumer.committed(assignment, t), 30)
                 if tp.offset >= 0
             ]
+        if not consumer.memberid():
+            # librdkafka drops its member id when a broker outage outlasts the session
+            # timeout; offsets sent with that metadata were seen to block for minutes, and the
+            # member comes back fenced anyway (docs/liveness.md): start a new session now.
+            self.watch.trouble()
+            raise _Restart("the consumer lost its group session during a broker outage")
         group = consumer.consumer_group_metadata()
         self._call(
             "send_offsets_to_transaction",
