@@ -121,6 +121,7 @@ def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> No
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "blocking"
+    threading.Event().wait(0.5)  # let the main thread get into librdkafka
     t0 = time.monotonic()
     proc.terminate()
     _, err = proc.communicate(timeout=15)

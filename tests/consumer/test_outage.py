@@ -50,11 +50,13 @@ STALL_S = 4  # TRACEVAULT_HEALTH_STALL_S: 503 after this long cut off or without
 STOP_BOUND_S = 10.0
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(
+    cond: Callable[[], bool], timeout: float, what: str, diag: Callable[[], str] = str
+) -> None:
     deadline = time.monotonic() + timeout
     pause = threading.Event()
     while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}{diag()}"
         pause.wait(0.25)  # a deadline-bounded poll
 
 
@@ -180,10 +182,13 @@ def test_services_ride_out_short_and_long_broker_outages(
             return arc.metric("tracevault_archiver_events_archived")
 
         def diag() -> str:
-            return f"\n--- sequencer\n{seq.tail()}\n--- archiver\n{arc.tail()}"
+            return (
+                f"\n--- sequencer (exit {seq.proc.poll()})\n{seq.tail()}"
+                f"\n--- archiver (exit {arc.proc.poll()})\n{arc.tail()}"
+            )
 
         producer.start()
-        wait_for(lambda: sealed() > 0 and archived() > 0, 60, "the first sealed and archived")
+        wait_for(lambda: sealed() > 0 and archived() > 0, 60, "the first sealed and archived", diag)
 
         # ~5 s hung: shorter than the session timeout.
         pid = broker.pid()
@@ -196,7 +201,7 @@ def test_services_ride_out_short_and_long_broker_outages(
         back = time.monotonic()
         short_outage = back - down
         s0, a0 = sealed(), archived()
-        wait_for(lambda: sealed() > s0 and archived() > a0, 30, "work after the short outage")
+        wait_for(lambda: sealed() > s0 and archived() > a0, 30, "work after the short outage", diag)
         short_resume = time.monotonic() - back
 
         # ~20 s stopped: past the 10 s session timeout of both (static members).
@@ -206,6 +211,7 @@ def test_services_ride_out_short_and_long_broker_outages(
             lambda: seq.health()[0] == 503 and arc.health()[0] == 503,
             18,
             "/healthz to say 503 while the broker is away",
+            diag,
         )
         for svc in (seq, arc):
             _, doc = svc.health()
@@ -215,15 +221,16 @@ def test_services_ride_out_short_and_long_broker_outages(
         back = time.monotonic()
         long_outage = back - down
         s1, a1 = sealed(), archived()
-        wait_for(lambda: sealed() > s1, 60, "sealing after the long outage" + diag())
+        wait_for(lambda: sealed() > s1, 60, "sealing after the long outage", diag)
         long_resume = time.monotonic() - back
-        wait_for(lambda: archived() > a1, 60, "archiving after the long outage" + diag())
+        wait_for(lambda: archived() > a1, 60, "archiving after the long outage", diag)
         wait_for(produced.is_set, 120, "the stream to be delivered")
+        wait_for(lambda: sealed() >= TOTAL and archived() >= TOTAL, 90, "everything sealed", diag)
         wait_for(
-            lambda: sealed() >= TOTAL and archived() >= TOTAL, 90, "everything sealed" + diag()
-        )
-        wait_for(
-            lambda: seq.health()[0] == 200 and arc.health()[0] == 200, 30, "/healthz 200 again"
+            lambda: seq.health()[0] == 200 and arc.health()[0] == 200,
+            30,
+            "/healthz 200 again",
+            diag,
         )
         assert (seq.proc.pid, arc.proc.pid) == pids and seq.alive() and arc.alive(), diag()
 
@@ -247,7 +254,7 @@ def test_services_ride_out_short_and_long_broker_outages(
 
         # SIGTERM while the broker is away: both gone within the bound, cleanly.
         broker.stop()
-        wait_for(lambda: seq.health()[0] == 503, 15, "the sequencer to notice the outage")
+        wait_for(lambda: seq.health()[0] == 503, 15, "the sequencer to notice the outage", diag)
         for svc in (seq, arc):
             svc.proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()

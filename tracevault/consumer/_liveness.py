@@ -197,6 +197,8 @@ class KafkaWatch:
         self.last_trouble: float | None = None  # monotonic time of the last lost connection
         self.down_since: float | None = None  # no broker up since then (None: connected)
         self.recovered_at: float | None = None  # when a broker was up again after that
+        self._ever_up = False  # before the first connection, "no broker up" is no outage
+        self._excused = 0  # fencings taken for an outage's since the last progress
 
     def client_config(self) -> dict[str, Any]:
         """Callbacks, and a reconnect backoff capped at 1 s (librdkafka's 10 s default kept a
@@ -233,7 +235,8 @@ class KafkaWatch:
             if self.down_since is not None:
                 self.recovered_at = now
             self.down_since = None
-        elif self.down_since is None:
+            self._ever_up = True
+        elif self.down_since is None and self._ever_up:
             self.down_since = now
 
     def outage_within(self, seconds: float) -> bool:
@@ -246,9 +249,18 @@ class KafkaWatch:
             or (self.recovered_at is not None and now - self.recovered_at <= seconds)
         )
 
-    def forget_outage(self) -> None:
-        """After acting on an outage once: a second fencing without a new outage is real."""
-        self.last_trouble = self.recovered_at = None
+    def excuse_fencing(self, window_s: float, *, limit: int = 3) -> bool:
+        """Whether a fencing error is taken for librdkafka's own after an outage (start a new
+        session) rather than another process with our id (stop). At most ``limit`` times
+        until the next progress: our own abandoned clients may fence a new session once or
+        twice, a live rival would fence it again and again."""
+        if self._excused >= limit or not self.outage_within(window_s):
+            return False
+        self._excused += 1
+        return True
+
+    def progressed(self) -> None:
+        self._excused = 0
 
 
 class Health:
@@ -361,7 +373,9 @@ def stop_on_signals(
         timer.daemon = True
         timer.start()
 
-    def watch() -> None:
+    def watch(keep: socket.socket) -> None:
+        # ``keep``: the write end stays open as long as this thread runs, even when the caller
+        # drops ``undo`` (a garbage-collected socket would leave the wakeup fd dangling).
         with reader:
             while True:
                 try:
@@ -379,7 +393,7 @@ def stop_on_signals(
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    threading.Thread(target=watch, name=f"{name}-signals", daemon=True).start()
+    threading.Thread(target=watch, args=(writer,), name=f"{name}-signals", daemon=True).start()
 
     def undo() -> None:
         signal.set_wakeup_fd(old_fd)

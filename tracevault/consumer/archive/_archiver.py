@@ -84,7 +84,8 @@ _QUEUE_JOBS = 8  # per writer; back-pressure: parsing waits when the writers fal
 _REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
 _WRITERS = 4  # I/O-bound (fsync, S3 PUT latency): more writers than cores pays
 _COMMIT_S = 15.0  # a synchronous offset commit taking longer ends the Kafka session
-_CLOSE_S = 3.0
+_CLOSE_S = 3.0  # on stop; a session being replaced waits longer
+_REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
 
 
@@ -394,8 +395,9 @@ class Archiver:
         self._commit(consumer, final=True)
 
     def _close_consumer(self, consumer: Consumer) -> None:
+        close_s = _CLOSE_S if self._stop.is_set() else _REPLACE_CLOSE_S
         try:
-            self._calls.call("consumer close", consumer.close, _CLOSE_S)
+            self._calls.call("consumer close", consumer.close, close_s)
         except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
             log.info("archiver: consumer close: %s", exc)
 
@@ -444,9 +446,8 @@ class Archiver:
     def _kafka_error(self, err: KafkaError) -> None:
         if is_fenced(err):
             window = max(60.0, 3 * self.settings.archive_session_timeout_ms / 1000.0)
-            if self.watch.outage_within(window):
+            if self.watch.excuse_fencing(window):
                 # librdkafka's static member outlived its session in the outage
-                self.watch.forget_outage()
                 raise _Restart(f"fenced after a broker outage ({err.str()})")
             raise FencedError(
                 f"the archiver was fenced ({err.str()}): another archiver runs with "
@@ -509,6 +510,7 @@ class Archiver:
         self._commit_failures = 0
         self._commit_retry_at = 0.0
         self.health.progressed()
+        self.watch.progressed()
         self._progress_in_session = True
         for tp in offsets:
             self._committed[tp.partition] = tp.offset

@@ -95,7 +95,8 @@ _LOG_EVERY_S = 10.0
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
 _SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
 _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we give up on it
-_CLOSE_S = 3.0
+_CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_REPLACE_CLOSE_S)
+_REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _GIVE_UP_AFTER = 8  # sessions in a row that fail while a broker answers: exit for a supervisor
 
 
@@ -266,10 +267,9 @@ class Sequencer:
     def _raise_if_fenced(self, err: KafkaError) -> None:
         if not is_fenced(err):
             return
-        if self.watch.outage_within(self._outage_window_s):
+        if self.watch.excuse_fencing(self._outage_window_s):
             # After an outage longer than the session timeout librdkafka's static member
             # calls itself fenced although no one else has our id (docs/liveness.md).
-            self.watch.forget_outage()
             raise _Restart(f"fenced after a broker outage ({err.str()})")
         raise FencedError(
             f"sequencer {self.instance_id} was fenced ({err.str()}): another process runs "
@@ -292,17 +292,23 @@ class Sequencer:
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return  # a dropped session's consumer, closing late: its book is gone
         self.metrics.rebalances.inc()
         self._restore([tp.partition for tp in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Every batch commits before the next poll, so no transaction is open here.
+        if consumer is not self._consumer:
+            return
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
         log.info("sequencer %s revoked %s", self.instance_id, [tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
@@ -361,7 +367,7 @@ class Sequencer:
                     )
                     self.health.state = "restarting"
                     self.health.restarts += 1
-                    self._drop_clients()
+                    self._drop_clients(_REPLACE_CLOSE_S)
                     if self._stop.wait(wait):
                         return
         finally:
@@ -463,6 +469,7 @@ class Sequencer:
             return
         self._committed_since_start = True
         self.health.progressed()
+        self.watch.progressed()
         m = self.metrics
         m.transaction("committed")
         m.sealed.inc(len(out.sealed))
@@ -670,13 +677,13 @@ class Sequencer:
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
 
-    def _drop_clients(self) -> None:
+    def _drop_clients(self, close_s: float = _CLOSE_S) -> None:
         """Close the consumer within _CLOSE_S or abandon it; drop the producer (a new
         ``init_transactions`` with our id fences it and aborts its open transaction)."""
         consumer, self._consumer, self._producer = self._consumer, None, None
         if consumer is not None:
             try:
-                self._calls.call("consumer close", consumer.close, _CLOSE_S)
+                self._calls.call("consumer close", consumer.close, close_s)
             except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
                 log.info("sequencer %s: consumer close: %s", self.instance_id, exc)
 
