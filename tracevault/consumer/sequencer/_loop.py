@@ -689,8 +689,11 @@ class Sequencer:
 
     def _close(self) -> None:
         self._drop_clients()
+        try:
+            self._calls.call("history close", self._history.close, _CLOSE_S)
+        except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
+            log.info("sequencer %s: history reader close: %s", self.instance_id, exc)
         self._calls.close()
-        self._history.close()
         log.info("sequencer %s stopped", self.instance_id)
 
 
