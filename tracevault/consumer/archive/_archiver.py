@@ -84,6 +84,10 @@ _QUEUE_JOBS = 8  # per writer; back-pressure: parsing waits when the writers fal
 _REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
 _WRITERS = 4  # I/O-bound (fsync, S3 PUT latency): more writers than cores pays
 _COMMIT_S = 15.0  # a synchronous offset commit taking longer ends the Kafka session
+# Commits run in a worker thread (for their deadline); with the writer threads holding the
+# GIL each hand-off costs milliseconds, so offsets go at most this often (and at the end).
+# A crash re-reads at most this much more; the cursors skip it.
+_COMMIT_EVERY_S = 0.5
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
@@ -508,7 +512,7 @@ class Archiver:
             )
             return
         self._commit_failures = 0
-        self._commit_retry_at = 0.0
+        self._commit_retry_at = now + _COMMIT_EVERY_S
         self.health.progressed()
         self.watch.progressed()
         self._progress_in_session = True
