@@ -198,6 +198,7 @@ class KafkaWatch:
         self.down_since: float | None = None  # no broker up since then (None: connected)
         self.recovered_at: float | None = None  # when a broker was up again after that
         self._ever_up = False  # before the first connection, "no broker up" is no outage
+        self._last_outage: tuple[float, float] | None = None  # (start, end) of the last one
         self._excused = 0  # fencings taken for an outage's since the last progress
 
     def client_config(self) -> dict[str, Any]:
@@ -234,6 +235,7 @@ class KafkaWatch:
         if up:
             if self.down_since is not None:
                 self.recovered_at = now
+                self._last_outage = (self.down_since, now)
             self.down_since = None
             self._ever_up = True
         elif self.down_since is None and self._ever_up:
@@ -248,6 +250,16 @@ class KafkaWatch:
             or (self.last_trouble is not None and now - self.last_trouble <= seconds)
             or (self.recovered_at is not None and now - self.recovered_at <= seconds)
         )
+
+    def outage_since(self, t0: float) -> float:
+        """Seconds of the longest outage (ongoing, or the last one) that began after ``t0``:
+        one longer than the session timeout means the session begun at ``t0`` is dead."""
+        longest = 0.0
+        if self.down_since is not None and self.down_since >= t0:
+            longest = time.monotonic() - self.down_since
+        if self._last_outage is not None and self._last_outage[0] >= t0:
+            longest = max(longest, self._last_outage[1] - self._last_outage[0])
+        return longest
 
     def excuse_fencing(self, window_s: float, *, limit: int = 3) -> bool:
         """Whether a fencing error is taken for librdkafka's own after an outage (start a new

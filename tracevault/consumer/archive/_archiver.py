@@ -178,6 +178,8 @@ class Archiver:
         self._commit_retry_at = 0.0
         self._live: Consumer | None = None
         self._progress_in_session = False
+        self._lost = False
+        self._session_started = 0.0
 
     def _metrics(self) -> CollectorRegistry:
         """A private registry read from the counters at scrape time (``--metrics-port``)."""
@@ -281,6 +283,15 @@ class Archiver:
             return  # an abandoned session's consumer closing late: its state is gone already
         self._forget({p.partition for p in parts})
 
+    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        if consumer is not self._live:
+            return
+        self._forget({p.partition for p in parts})
+        # The group session expired (a broker outage): a static member would come back
+        # fenced and its commits were seen to hang; the session loop starts a new consumer.
+        self._lost = True
+        self.watch.trouble()
+
     def _forget(self, gone: set[int] | None) -> None:
         """Drain the writers, then drop what was read of ``gone`` (None: every partition)."""
         self._drain()  # nothing of ours may be written after the partitions move on
@@ -315,9 +326,10 @@ class Archiver:
                     [self.topic],
                     on_assign=self._on_assign,
                     on_revoke=self._on_revoke,
-                    on_lost=self._on_revoke,
+                    on_lost=self._on_lost,
                 )
-                self._progress_in_session = False
+                self._progress_in_session = self._lost = False
+                self._session_started = time.monotonic()
                 try:
                     self._session(consumer, until_idle)
                     break
@@ -371,6 +383,11 @@ class Archiver:
             except KafkaException as exc:
                 self._kafka_error(exc.args[0])
                 msgs = []
+            if self._lost:
+                raise _Restart("the consumer lost its partitions (group session expired)")
+            away = self.watch.outage_since(self._session_started)
+            if away * 1000 > self.settings.archive_session_timeout_ms:
+                raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
             if msgs and self.stats.first_message_at is None:
                 self.stats.first_message_at = time.monotonic()
             if msgs:

@@ -147,6 +147,8 @@ class Sequencer:
         self.health.watch = self.watch
         self._established = False
         self._committed_since_start = False
+        self._lost = False
+        self._session_started = 0.0
 
     @property
     def transactional_id(self) -> str:
@@ -169,6 +171,13 @@ class Sequencer:
         self.health.state = "stopping"
         self._stop.set()
 
+    def _check_session(self) -> None:
+        """A broker outage longer than the session timeout ends this session: its static
+        member would come back fenced, and calls with its metadata were seen to block."""
+        away = self.watch.outage_since(self._session_started)
+        if away * 1000 > self.settings.sequencer_session_timeout_ms:
+            raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
+
     def _call(self, what: str, fn: Callable[[float], Any], budget_s: float) -> Any:
         """``fn(timeout)`` in slices of at most _SLICE_S while librdkafka says the error is
         retriable, for at most ``budget_s``; each slice's deadline is enforced."""
@@ -186,6 +195,7 @@ class Sequencer:
                 if not err.retriable() or time.monotonic() >= end:
                     raise
                 log.info("sequencer %s: %s: %s; retrying", self.instance_id, what, err)
+                self._check_session()
             if self._stop.wait(min(backoff(attempt, base=0.1, cap=1.0), _SLICE_S)):
                 raise Stopping(f"{what} still failing after stop was asked")
             attempt += 1
@@ -313,6 +323,10 @@ class Sequencer:
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
         log.warning("sequencer %s lost %s", self.instance_id, [tp.partition for tp in partitions])
+        # The group session expired (a broker outage): this static member would come back
+        # fenced, and a transaction with its metadata was seen to block; start afresh.
+        self._lost = True
+        self.watch.trouble()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -375,7 +389,8 @@ class Sequencer:
 
     def _session(self) -> None:
         s = self.settings
-        self._committed_since_start = False
+        self._committed_since_start = self._lost = False
+        self._session_started = time.monotonic()
         consumer = self._consumer = self._new_consumer()
         self.partitions = self._check_topics(consumer)
         self._producer = self._new_producer()
@@ -412,6 +427,9 @@ class Sequencer:
         while not self._stop.is_set():
             try:
                 msgs = consumer.consume(s.sequencer_batch_size, timeout=wait)
+                if self._lost:
+                    raise _Restart("the consumer lost its partitions (group session expired)")
+                self._check_session()
             except KafkaException as exc:
                 self._raise_if_fenced(exc.args[0])
                 if exc.args[0].fatal():
@@ -550,6 +568,7 @@ class Sequencer:
                 break
             if self._stop.is_set():
                 raise Stopping("flush still waiting for the broker after stop was asked")
+            self._check_session()
         if self._delivery_error is not None:
             raise _AbortBatch(self._delivery_error)
         for i in sorted(tracked):
