@@ -95,6 +95,19 @@ class Settings(BaseSettings):
         "at once instead of after the session timeout",
     )
 
+    archive_session_timeout_ms: int = Field(
+        default=10_000,
+        ge=1_000,
+        le=1_800_000,
+        description="archiver consumer group session timeout (as the sequencer's)",
+    )
+    archive_metrics_port: int | None = Field(
+        default=None, ge=0, le=65_535, description="archiver /metrics and /healthz port (off)"
+    )
+    # Both services (docs/liveness.md): /healthz says 503 after this long without progress
+    # while there is work, or without a reachable broker.
+    health_stall_s: float = Field(default=60.0, gt=0)
+
     spool_dir: str = Field(
         default="./.tracevault/spool", description="where the Recorder keeps undelivered events"
     )
