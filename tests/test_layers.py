@@ -23,7 +23,11 @@ def _module_name(path: Path) -> str:
 
 
 def _imports() -> dict[str, set[str]]:
-    """Every tracevault module → the tracevault modules it imports, at any depth of its body."""
+    """Every tracevault module → the tracevault modules it imports, at any depth of its body.
+
+    ``from pkg import mod`` where ``pkg.mod`` is a module counts as importing ``pkg.mod``.
+    """
+    modules = {_module_name(path) for path in ROOT.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for path in ROOT.rglob("*.py"):
         name = _module_name(path)
@@ -31,7 +35,8 @@ def _imports() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 if node.module.startswith("tracevault"):
-                    found.add(node.module)
+                    subs = {f"{node.module}.{a.name}" for a in node.names}
+                    found.update((subs & modules) or {node.module})
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names if a.name.startswith("tracevault"))
         graph[name] = found
