@@ -1,15 +1,15 @@
 """Broker outages under a stream: the sequencer and the archiver ride them out on their own.
 
-One private broker (never the shared one) and the real services as subprocesses
-(``python -m tracevault sequencer`` / ``archiver``), with their default session timeouts
-(10 s). A producer streams complete runs throughout. The broker first hangs for ~5 s
-(SIGSTOP/SIGCONT: shorter than the session timeout; a stopped broker's JVM alone takes ~10 s
-to start again here), then is stopped for ~20 s (past both session timeouts: the case where
+One private broker (never the shared one) and the real services as subprocesses (``python -m
+tracevault sequencer`` / ``archiver``), with their default session timeouts (10 s). A producer
+streams complete runs throughout. The broker first hangs for ~5 s (SIGSTOP/SIGCONT: shorter than
+the session timeout), then is stopped for ~5 s and started again (its JVM takes a few seconds
+more to come back), then is stopped for ~20 s (past both session timeouts: the case where
 librdkafka's static member came back "fenced" and the sequencer hung, docs/liveness.md) and
-started again with its data. Nobody restarts a service: afterwards every event is sealed
-exactly once in continuous chains and archived exactly once, and both processes are the ones
-started at the beginning. ``/healthz`` says 503 while they are cut off and 200 after they
-recover. Last, with the broker stopped again, SIGTERM ends both services within 10 s.
+started again with its data. Nobody restarts a service: afterwards every event is sealed exactly
+once in continuous chains and archived exactly once, and both processes are the ones started at
+the beginning. ``/healthz`` says 503 while they are cut off and 200 after they recover. Last,
+with the broker stopped again, SIGTERM ends both services within 10 s.
 """
 
 from __future__ import annotations
@@ -204,6 +204,18 @@ def test_services_ride_out_short_and_long_broker_outages(
         wait_for(lambda: sealed() > s0 and archived() > a0, 30, "work after the short outage", diag)
         short_resume = time.monotonic() - back
 
+        # ~5 s stopped and started again: the broker process really goes away, but for less
+        # than the session timeout (its JVM then takes a few seconds more to come back).
+        down = time.monotonic()
+        broker.stop()
+        outage(5)
+        broker.start(keep_data=True)
+        back = time.monotonic()
+        restart_outage = back - down
+        s0, a0 = sealed(), archived()
+        wait_for(lambda: sealed() > s0 and archived() > a0, 60, "work after the restart", diag)
+        restart_resume = time.monotonic() - back
+
         # ~20 s stopped: past the 10 s session timeout of both (static members).
         down = time.monotonic()
         broker.stop()
@@ -263,6 +275,7 @@ def test_services_ride_out_short_and_long_broker_outages(
         assert took <= STOP_BOUND_S, f"stopped in {took:.1f}s{diag()}"
         assert codes == [0, 0], diag()
     print(
-        f"sealing resumed {short_resume:.1f}s after a {short_outage:.0f}s hang and "
+        f"sealing resumed {short_resume:.1f}s after a {short_outage:.0f}s hang, "
+        f"{restart_resume:.1f}s after a {restart_outage:.0f}s stop, "
         f"{long_resume:.1f}s after a {long_outage:.0f}s stop; SIGTERM took {took:.1f}s"
     )
