@@ -117,6 +117,14 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
         wait_until(
             lambda: sealed_count(settings) >= TOTAL, timeout=120, what=f"{TOTAL} sealed events"
         )
+        # The last restart may find everything sealed already: SIGTERM only once it has
+        # installed its handler (its banner, printed right after, is in the log), or the
+        # signal's default action kills it before it is a sequencer at all.
+        wait_until(
+            lambda: log.read_text().count("sequencer crash on ") >= len(progress_at_kill) + 1,
+            timeout=60,
+            what="the last sequencer's start banner",
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
