@@ -1,0 +1,159 @@
+"""What the provider adapters share: the request JSON, the crossing, the replayed streams.
+
+Every wrapped SDK call is one ``MODEL_CALL`` crossing made through ``edges.model`` (or
+``edges.amodel``) with a per-call callee (``call=``) and ``model=None``:
+
+- live, the Recorder runs the callee, which makes the real SDK call (a stream is read to
+  its end inside the crossing), and records the response's ``model_dump`` JSON; the exact
+  build is the ``"model"`` the provider answered with (an alias is refused, see
+  ``tracevault.edges.reported_model``);
+- under replay, the replay edges compare the request and serve the recorded JSON, and the
+  callee is never called, so no socket is opened.
+
+Both ways the agent gets SDK objects rebuilt from the recorded JSON (``model_validate``), so it
+sees live exactly what replay will serve. The request recorded is
+``{"provider", "api", "params"}``: the keyword arguments as sent, without the SDK's omitted
+sentinels and without transport options (``extra_headers`` may hold credentials, ``timeout``
+is not part of what the model was asked).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from tracevault.edges import JSON, Edges
+from tracevault.errors import PayloadError
+
+__all__ = [
+    "AsyncReplayedStream",
+    "ReplayedStream",
+    "amodel_call",
+    "model_call",
+    "request_json",
+    "sendable",
+]
+
+T = TypeVar("T")
+
+# Options of the HTTP call, not of the model request.
+_TRANSPORT = frozenset({"extra_headers", "extra_query", "timeout"})
+
+
+def sendable(kwargs: Mapping[str, Any], omitted: tuple[type, ...]) -> dict[str, Any]:
+    """The keyword arguments to send: omitted sentinels dropped, one-shot iterables made lists.
+
+    ``messages`` may be a generator (the SDKs accept any iterable): it is read once here so
+    the request recorded and the request sent are the same values.
+    """
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if isinstance(value, omitted):
+            continue
+        out[key] = list(value) if isinstance(value, Iterator | types.GeneratorType) else value
+    return out
+
+
+def _json(value: Any, path: str) -> JSON:
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_unset=True)
+    if isinstance(value, Mapping):
+        out: dict[str, JSON] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PayloadError(f"{path} has a non-string key {key!r}", path)
+            out[key] = _json(item, f"{path}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        return [_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
+        return [_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    raise PayloadError(
+        f"{path} is a {type(value).__name__}, which a record cannot hold as JSON; pass plain "
+        "JSON values (dicts, lists, str, numbers) to the wrapped client",
+        path,
+    )
+
+
+def request_json(provider: str, api: str, sent: Mapping[str, Any]) -> JSON:
+    """What the crossing records as its request (and what replay compares)."""
+    params = {k: v for k, v in sent.items() if k not in _TRANSPORT}
+    return {"provider": provider, "api": api, "params": _json(params, "$.request.params")}
+
+
+def _seed(sent: Mapping[str, Any]) -> int | None:
+    seed = sent.get("seed")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def model_call(
+    edges: Edges, request: JSON, sent: Mapping[str, Any], live: Callable[[], JSON]
+) -> JSON:
+    """One MODEL_CALL crossing; ``live()`` runs only when recording."""
+    return edges.model(request, model=None, seed=_seed(sent), call=lambda _r, **_kw: live())
+
+
+async def amodel_call(
+    edges: Edges, request: JSON, sent: Mapping[str, Any], live: Callable[[], Awaitable[JSON]]
+) -> JSON:
+    """:func:`model_call` for the async clients."""
+    return await edges.amodel(request, model=None, seed=_seed(sent), call=lambda _r, **_kw: live())
+
+
+class ReplayedStream(Generic[T]):
+    """A recorded stream served as the SDK's chunk objects, in order.
+
+    Live the stream was read to its end inside the crossing (so the record holds all of it);
+    the agent iterates this object the way it iterates the SDK's ``Stream``. ``recorded`` is
+    the JSON the crossing recorded (chunks plus the model, usage and tool calls summed up).
+    """
+
+    def __init__(self, items: list[T], recorded: JSON) -> None:
+        self._items = iter(items)
+        self.recorded = recorded
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def __enter__(self) -> ReplayedStream[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._items = iter(())
+
+
+class AsyncReplayedStream(Generic[T]):
+    """:class:`ReplayedStream` for the async clients (``async for``, ``async with``)."""
+
+    def __init__(self, items: list[T], recorded: JSON) -> None:
+        self._items = iter(items)
+        self.recorded = recorded
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return next(self._items)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> AsyncReplayedStream[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._items = iter(())
