@@ -20,7 +20,7 @@ from typing import Any
 
 BUILDS = {
     "gpt-4o-mini": "gpt-4o-mini-2024-07-18",
-    "claude-sonnet-4-5": "claude-sonnet-4-5-20250929",
+    "claude-haiku-4-5": "claude-haiku-4-5-20251001",
 }
 CREATED = 1_790_000_000
 ARGS = '{"city": "Paris"}'

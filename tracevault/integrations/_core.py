@@ -20,24 +20,33 @@ is not part of what the model was asked).
 from __future__ import annotations
 
 import types
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
-from tracevault.errors import PayloadError
+from tracevault.errors import ConfigError, PayloadError
 
 __all__ = [
+    "Api",
     "AsyncReplayedStream",
+    "AsyncResource",
     "ReplayedStream",
+    "Resource",
     "amodel_call",
+    "build",
+    "by_type",
+    "dump",
     "model_call",
     "request_json",
     "sendable",
 ]
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 # Options of the HTTP call, not of the model request.
 _TRANSPORT = frozenset({"extra_headers", "extra_query", "timeout"})
@@ -54,6 +63,32 @@ def sendable(kwargs: Mapping[str, Any], omitted: tuple[type, ...]) -> dict[str, 
         if isinstance(value, omitted):
             continue
         out[key] = list(value) if isinstance(value, Iterator | types.GeneratorType) else value
+    return out
+
+
+def dump(obj: BaseModel) -> JSON:
+    """An SDK object as the JSON the provider sent (``exclude_unset``).
+
+    The SDKs build their objects without validation, so a full dump would add nulls where
+    their own types do not allow them, and the record would not rebuild.
+    """
+    return obj.model_dump(mode="json", exclude_unset=True)
+
+
+def build(cls: type[M], data: JSON) -> M:
+    """The SDK's object for recorded JSON, through the SDK's own lenient, recursive
+    ``model_construct``: what it would have built from the same bytes off the wire."""
+    return cls.model_construct(**data)
+
+
+def by_type(union: Any) -> dict[str, type[BaseModel]]:
+    """Each class of an SDK's discriminated event union by its ``type`` literal."""
+    args = typing.get_args(union)
+    members = typing.get_args(args[0]) if typing.get_origin(union) is typing.Annotated else args
+    out: dict[str, type[BaseModel]] = {}
+    for cls in members:
+        for name in typing.get_args(cls.model_fields["type"].annotation):
+            out[name] = cls
     return out
 
 
@@ -157,3 +192,87 @@ class AsyncReplayedStream(Generic[T]):
 
     async def close(self) -> None:
         self._items = iter(())
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One recorded SDK method (``create`` of a resource) and how its answers are rebuilt."""
+
+    provider: str
+    name: str
+    omitted: tuple[type, ...]
+    rebuild: Callable[[JSON], Any]
+    """The SDK object for a recorded (non-stream) response."""
+    rebuild_chunk: Callable[[JSON], Any]
+    """The SDK object for one recorded stream chunk or event."""
+    summarize: Callable[[list[JSON]], JSON]
+    """A stream's chunks as the recorded JSON: ``{"model", "stream", "tool_calls", "usage"}``."""
+
+
+class Resource:
+    """A wrapped SDK resource: ``create`` crosses the edges; nothing else is reachable.
+
+    Other methods of the resource (``stream()``, ``parse()``, raw responses) would call the
+    provider without being recorded, and reach the network under replay: they raise instead.
+    """
+
+    def __init__(self, api: Api, resource: Any, edges: Edges) -> None:
+        self._api, self._resource, self._edges = api, resource, edges
+
+    def _request(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], JSON, bool]:
+        sent = sendable(kwargs, self._api.omitted)
+        return (
+            sent,
+            request_json(self._api.provider, self._api.name, sent),
+            bool(sent.get("stream")),
+        )
+
+    def _rebuilt(self, recorded: JSON, stream: bool) -> Any:
+        if not stream:
+            return self._api.rebuild(recorded)
+        return [self._api.rebuild_chunk(c) for c in recorded["stream"]]
+
+    def create(self, **kwargs: Any) -> Any:
+        sent, request, stream = self._request(kwargs)
+
+        def live() -> JSON:
+            result = self._resource.create(**sent)
+            if not stream:
+                return dump(result)
+            try:
+                return self._api.summarize([dump(c) for c in result])
+            finally:
+                result.close()
+
+        recorded = model_call(self._edges, request, sent, live)
+        rebuilt = self._rebuilt(recorded, stream)
+        return ReplayedStream(rebuilt, recorded) if stream else rebuilt
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ConfigError(
+            f"{self._api.provider} {self._api.name}.{name} is not recorded by tracevault (only "
+            f"{self._api.name}.create(...), stream=True included); under replay it would reach "
+            "the network, so the wrapped client does not offer it"
+        )
+
+
+class AsyncResource(Resource):
+    """:class:`Resource` of an async client."""
+
+    async def create(self, **kwargs: Any) -> Any:
+        sent, request, stream = self._request(kwargs)
+
+        async def live() -> JSON:
+            result = await self._resource.create(**sent)
+            if not stream:
+                return dump(result)
+            try:
+                return self._api.summarize([dump(c) async for c in result])
+            finally:
+                await result.close()
+
+        recorded = await amodel_call(self._edges, request, sent, live)
+        rebuilt = self._rebuilt(recorded, stream)
+        return AsyncReplayedStream(rebuilt, recorded) if stream else rebuilt

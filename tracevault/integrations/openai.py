@@ -16,10 +16,9 @@ Needs the ``openai`` extra: ``pip install 'tracevault[openai]'``.
 
 from __future__ import annotations
 
-import typing
-from collections.abc import Callable
+import functools
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -28,44 +27,18 @@ from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
-from tracevault.integrations._core import (
-    AsyncReplayedStream,
-    ReplayedStream,
-    amodel_call,
-    model_call,
-    request_json,
-    sendable,
-)
+from tracevault.integrations._core import Api, AsyncResource, Resource, build, by_type
 
 __all__ = ["WrappedAsyncOpenAI", "WrappedOpenAI", "wrap"]
 
-M = TypeVar("M", bound=BaseModel)
 _OMITTED: tuple[type, ...] = (openai.Omit, openai.NotGiven)
 _CHAT = "chat.completions"
 _RESPONSES = "responses"
 
 
-def _dump(obj: BaseModel) -> JSON:
-    # The fields the provider sent, as it sent them: the SDK builds its objects without
-    # validation, so a full dump would add nulls in places its own types do not allow.
-    return obj.model_dump(mode="json", exclude_unset=True)
-
-
-def _build(cls: type[M], data: JSON) -> M:
-    # The SDK's own lenient, recursive constructor: the object it would have built from the
-    # same JSON, and one that never refuses what the provider really sent.
-    return cls.model_construct(**data)
-
-
 @cache
 def _event_types() -> dict[str, type[BaseModel]]:
-    """Each Responses stream event class by its ``type``: how a recorded event is rebuilt."""
-    union = typing.get_args(ResponseStreamEvent)[0]
-    out: dict[str, type[BaseModel]] = {}
-    for cls in typing.get_args(union):
-        for name in typing.get_args(cls.model_fields["type"].annotation):
-            out[name] = cls
-    return out
+    return by_type(ResponseStreamEvent)
 
 
 def _event(data: JSON) -> BaseModel:
@@ -75,7 +48,7 @@ def _event(data: JSON) -> BaseModel:
             f"a recorded Responses stream event has type {data.get('type')!r}, which this "
             f"openai {openai.__version__} does not know; replay with the SDK that recorded it"
         )
-    return _build(cls, data)
+    return build(cls, data)
 
 
 # -- what a stream records ---------------------------------------------------------------------
@@ -125,73 +98,28 @@ def _responses_stream(events: list[JSON]) -> JSON:
     return {"model": model, "stream": events, "tool_calls": calls, "usage": usage}
 
 
-_SUMMARY: dict[str, Callable[[list[JSON]], JSON]] = {
-    _CHAT: _chat_stream,
-    _RESPONSES: _responses_stream,
+_APIS = {
+    _CHAT: Api(
+        "openai",
+        _CHAT,
+        _OMITTED,
+        functools.partial(build, ChatCompletion),
+        functools.partial(build, ChatCompletionChunk),
+        _chat_stream,
+    ),
+    _RESPONSES: Api(
+        "openai",
+        _RESPONSES,
+        _OMITTED,
+        functools.partial(build, Response),
+        _event,
+        _responses_stream,
+    ),
 }
 
 
-def _rebuild(api: str, recorded: JSON, stream: bool) -> Any:
-    """The SDK objects the recorded JSON was dumped from (a stream: its chunks, in order)."""
-    if not stream:
-        cls: type[BaseModel] = ChatCompletion if api == _CHAT else Response
-        return _build(cls, recorded)
-    if api == _CHAT:
-        return [_build(ChatCompletionChunk, c) for c in recorded["stream"]]
-    return [_event(e) for e in recorded["stream"]]
-
-
-# -- the wrapped resources ---------------------------------------------------------------------
-class _Create:
-    """``create`` of one resource (chat.completions, responses) of a sync client."""
-
-    def __init__(self, api: str, resource: Any, edges: Edges) -> None:
-        self._api, self._resource, self._edges = api, resource, edges
-
-    def create(self, **kwargs: Any) -> Any:
-        sent = sendable(kwargs, _OMITTED)
-        api, stream = self._api, bool(sent.get("stream"))
-
-        def live() -> JSON:
-            result = self._resource.create(**sent)
-            if not stream:
-                return _dump(result)
-            try:
-                return _SUMMARY[api]([_dump(c) for c in result])
-            finally:
-                result.close()
-
-        recorded = model_call(self._edges, request_json("openai", api, sent), sent, live)
-        rebuilt = _rebuild(api, recorded, stream)
-        return ReplayedStream(rebuilt, recorded) if stream else rebuilt
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._resource, name)
-
-
-class _ACreate(_Create):
-    """``create`` of one resource of an async client."""
-
-    async def create(self, **kwargs: Any) -> Any:
-        sent = sendable(kwargs, _OMITTED)
-        api, stream = self._api, bool(sent.get("stream"))
-
-        async def live() -> JSON:
-            result = await self._resource.create(**sent)
-            if not stream:
-                return _dump(result)
-            try:
-                return _SUMMARY[api]([_dump(c) async for c in result])
-            finally:
-                await result.close()
-
-        recorded = await amodel_call(self._edges, request_json("openai", api, sent), sent, live)
-        rebuilt = _rebuild(api, recorded, stream)
-        return AsyncReplayedStream(rebuilt, recorded) if stream else rebuilt
-
-
 class _Chat:
-    def __init__(self, chat: Any, completions: _Create) -> None:
+    def __init__(self, chat: Any, completions: Resource) -> None:
         self._chat = chat
         self.completions = completions
 
@@ -202,13 +130,14 @@ class _Chat:
 class WrappedOpenAI:
     """An ``openai.OpenAI`` whose Chat Completions and Responses calls cross ``edges``."""
 
-    _create: type[_Create] = _Create
+    _resource: type[Resource] = Resource
 
     def __init__(self, client: Any, edges: Edges) -> None:
         self._client = client
         self.edges = edges
-        self.chat = _Chat(client.chat, self._create(_CHAT, client.chat.completions, edges))
-        self.responses = self._create(_RESPONSES, client.responses, edges)
+        wrapped = self._resource
+        self.chat = _Chat(client.chat, wrapped(_APIS[_CHAT], client.chat.completions, edges))
+        self.responses = wrapped(_APIS[_RESPONSES], client.responses, edges)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -217,7 +146,7 @@ class WrappedOpenAI:
 class WrappedAsyncOpenAI(WrappedOpenAI):
     """An ``openai.AsyncOpenAI`` whose Chat Completions and Responses calls cross ``edges``."""
 
-    _create = _ACreate
+    _resource = AsyncResource
 
 
 def wrap(client: openai.OpenAI | openai.AsyncOpenAI, edges: Edges) -> Any:
