@@ -309,28 +309,50 @@ def diff_cmd(
 
 # -- export ---------------------------------------------------------------------------------
 @replay.command("export")
-@click.argument("run_id")
+@click.argument("run_ids", metavar="RUN_ID...", nargs=-1, required=True)
 @click.option(
     "-o",
     "--output",
     "out_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A new (or empty) folder for the bundle.",
+    type=click.Path(path_type=Path),
+    help="A new (or empty) folder for the bundle; with --otel, the OTLP JSON file.",
 )
+@click.option("--otel", is_flag=True, help="Export OpenTelemetry GenAI spans instead of a bundle.")
+@click.option("--endpoint", help="With --otel: send OTLP/HTTP to this collector URL.")
+@click.option("--content", is_flag=True, help="With --otel: include messages and tool I/O.")
 @_FROM
 @_JSON
 @click.pass_context
-def export_cmd(ctx: click.Context, run_id: str, out_dir: Path, source: str, as_json: bool) -> None:
+def export_cmd(
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    out_dir: Path | None,
+    otel: bool,
+    endpoint: str | None,
+    content: bool,
+    source: str,
+    as_json: bool,
+) -> None:
     """Write a self-contained evidence bundle: raw bytes, events, chain, receipts, schemas.
 
-    The run must verify first. Check the bundle anywhere with `verify --bundle DIR`.
+    The run must verify first. Check the bundle anywhere with `verify --bundle DIR`. With
+    --otel, verified runs (one or many) become OpenTelemetry GenAI spans, sent to a collector
+    (--endpoint) or written as OTLP JSON (-o FILE); see README "Seeing runs in Phoenix or Jaeger".
 
     \b
     Example:
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
+      tracevault replay export run-42 run-43 --otel --endpoint http://localhost:4318
     """
+    if otel:
+        _export_otel(ctx, run_ids, out_dir, endpoint, content, source, as_json)
+        return
+    if len(run_ids) != 1 or out_dir is None or endpoint or content:
+        raise ConfigError(
+            "export writes one run's bundle: RUN_ID -o DIR (--endpoint and --content need --otel)"
+        )
+    (run_id,) = run_ids
     settings = _settings(ctx)
     store = open_store(settings.archive_url, settings) if source == "archive" else None
     try:
@@ -352,6 +374,41 @@ def export_cmd(ctx: click.Context, run_id: str, out_dir: Path, source: str, as_j
         echo_json({**report.to_json(), "bundle": str(out_dir)})
     else:
         stdout.print(f"[green]exported[/] {report.count} events of {run_id} to {out_dir}")
+
+
+def _export_otel(
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    out: Path | None,
+    endpoint: str | None,
+    content: bool,
+    source: str,
+    as_json: bool,
+) -> None:
+    """Verify each run, then send or write one OTLP request holding all of them."""
+    if (out is None) == (endpoint is None):
+        raise ConfigError("--otel needs exactly one of --endpoint URL or -o FILE.json")
+    # The exporter needs the `otel` extra: imported only when asked for.
+    from tracevault.integrations.otel import ExportedRun, otlp_json, otlp_request, send_otlp  # noqa: PLC0415
+
+    runs = []
+    for run_id in run_ids:
+        _, loaded = _load(ctx, run_id, source)
+        report = verify(loaded)
+        hashes = {r.seq: r.hash for r in loaded.records}
+        runs.append(ExportedRun(run_id, report.events, hashes, report.head, report.status))
+    request = otlp_request(runs, content=content)
+    spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    if endpoint is not None:
+        target = send_otlp(request, endpoint)
+    else:
+        assert out is not None
+        out.write_text(json.dumps(otlp_json(request), indent=1) + "\n", encoding="utf-8")
+        target = str(out)
+    if as_json:
+        echo_json({"runs": list(run_ids), "spans": spans, "to": target, "content": content})
+    else:
+        stdout.print(f"[green]exported[/] {spans} spans of {len(runs)} run(s) to {target}")
 
 
 # -- batch ----------------------------------------------------------------------------------
