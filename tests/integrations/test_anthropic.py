@@ -12,7 +12,7 @@ import pytest
 from anthropic.types import Message, RawContentBlockDeltaEvent
 
 from tests.integrations.pipeline import Pipeline
-from tests.integrations.providers import provider_server
+from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
 from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.integrations.anthropic import wrap

@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseCompletedEvent, ResponseTextDeltaEvent
 
 from tests.integrations.pipeline import Pipeline
-from tests.integrations.providers import provider_server
+from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
 from tracevault.errors import PayloadError, ReplayDivergence
 from tracevault.integrations.openai import wrap

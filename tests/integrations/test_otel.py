@@ -14,9 +14,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.integrations.otlp import otlp_receiver
 from tests.integrations.pipeline import Pipeline, Recorded
-from tests.integrations.providers import provider_server
 from tests.integrations.test_openai import chat_agent, get_weather
 from tracevault.cli import tracevault
+from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
 from tracevault.replayer import load_run
 

@@ -1,5 +1,6 @@
-"""A local HTTP server that speaks the OpenAI (Chat Completions, Responses) and Anthropic
-(Messages) APIs, JSON and SSE streaming, so the real SDKs can be driven over real sockets.
+"""A local stand-in for the OpenAI (Chat Completions, Responses) and Anthropic (Messages) HTTP
+APIs, JSON and SSE streaming: the README example, the adapter tests and the overhead benchmark
+drive the real SDKs over real sockets with it, offline and deterministically.
 
 Deterministic answers: with tools offered and no tool result yet, the model asks for the
 first tool with ``{"city": "Paris"}``; otherwise it answers ``"echo: <last text>"``. A
@@ -17,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+__all__ = ["BUILDS", "ProviderServer", "Seen", "provider_server"]
 
 BUILDS = {
     "gpt-4o-mini": "gpt-4o-mini-2024-07-18",
@@ -292,6 +295,9 @@ ROUTES = {
 def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body are separate writes: without TCP_NODELAY, Nagle plus the client's
+        # delayed ACK adds ~40 ms to a keep-alive call, and the overhead bench measures noise.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
