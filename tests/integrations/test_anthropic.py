@@ -28,26 +28,28 @@ def get_weather(args: dict[str, Any]) -> dict[str, Any]:
 
 def agent(task: dict[str, Any], edges: Edges) -> str:
     """A tool loop against the plain SDK; the wrap line is the only tracevault line."""
-    client = wrap(anthropic.Anthropic(base_url=task["url"], api_key="t", max_retries=0), edges)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
-    while True:
-        reply = client.messages.create(
-            model="claude-haiku-4-5", max_tokens=256, messages=messages, tools=WEATHER
-        )
-        assert isinstance(reply, Message)
-        uses = [b for b in reply.content if b.type == "tool_use"]
-        if not uses:
-            return "".join(b.text for b in reply.content if b.type == "text")
-        messages.append({"role": "assistant", "content": [b.model_dump() for b in uses]})
-        results = [
-            {
-                "type": "tool_result",
-                "tool_use_id": b.id,
-                "content": json.dumps(edges.tool(b.name, b.input)),
-            }
-            for b in uses
-        ]
-        messages.append({"role": "user", "content": results})
+    with wrap(
+        anthropic.Anthropic(base_url=task["url"], api_key="t", max_retries=0), edges
+    ) as client:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
+        while True:
+            reply = client.messages.create(
+                model="claude-haiku-4-5", max_tokens=256, messages=messages, tools=WEATHER
+            )
+            assert isinstance(reply, Message)
+            uses = [b for b in reply.content if b.type == "tool_use"]
+            if not uses:
+                return "".join(b.text for b in reply.content if b.type == "text")
+            messages.append({"role": "assistant", "content": [b.model_dump() for b in uses]})
+            results = [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": b.id,
+                    "content": json.dumps(edges.tool(b.name, b.input)),
+                }
+                for b in uses
+            ]
+            messages.append({"role": "user", "content": results})
 
 
 def test_messages_record_then_replay_without_a_socket(pipeline: Pipeline) -> None:
@@ -61,7 +63,9 @@ def test_messages_record_then_replay_without_a_socket(pipeline: Pipeline) -> Non
     request = json.loads(first.request)
     assert request["provider"] == "anthropic" and request["api"] == "messages"
     assert request["params"]["model"] == "claude-haiku-4-5"
-    response = json.loads(first.response)
+    recorded = json.loads(first.response)
+    assert recorded["asked_tools"] == ['get_weather({"city": "Paris"})']
+    response = recorded["response"]
     assert response["usage"] == {"input_tokens": 7, "output_tokens": 5}
     assert response["content"][0]["type"] == "tool_use"
     assert response["content"][0]["input"] == {"city": "Paris"}
@@ -80,21 +84,23 @@ def test_messages_record_then_replay_without_a_socket(pipeline: Pipeline) -> Non
 
 
 def stream_agent(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
-    client = wrap(anthropic.Anthropic(base_url=task["url"], api_key="t", max_retries=0), edges)
-    out: dict[str, Any] = {}
-    for name, tools in (("text", []), ("tool", WEATHER)):
-        with client.messages.create(
-            model="claude-haiku-4-5",
-            max_tokens=64,
-            messages=[{"role": "user", "content": "hello there"}],
-            tools=tools,
-            stream=True,
-        ) as stream:
-            deltas = [e.delta for e in stream if isinstance(e, RawContentBlockDeltaEvent)]
-        out[name] = "".join(
-            getattr(d, "text", None) or getattr(d, "partial_json", "") for d in deltas
-        )
-    return out
+    with wrap(
+        anthropic.Anthropic(base_url=task["url"], api_key="t", max_retries=0), edges
+    ) as client:
+        out: dict[str, Any] = {}
+        for name, tools in (("text", []), ("tool", WEATHER)):
+            with client.messages.create(
+                model="claude-haiku-4-5",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "hello there"}],
+                tools=tools,
+                stream=True,
+            ) as stream:
+                deltas = [e.delta for e in stream if isinstance(e, RawContentBlockDeltaEvent)]
+            out[name] = "".join(
+                getattr(d, "text", None) or getattr(d, "partial_json", "") for d in deltas
+            )
+        return out
 
 
 def test_stream_recorded_whole_and_replayed_as_events(pipeline: Pipeline) -> None:
@@ -113,18 +119,20 @@ def test_stream_recorded_whole_and_replayed_as_events(pipeline: Pipeline) -> Non
 
 
 async def async_agent(task: dict[str, Any], edges: Edges) -> list[str]:
-    client = wrap(anthropic.AsyncAnthropic(base_url=task["url"], api_key="t", max_retries=0), edges)
-    reply = await client.messages.create(
-        model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": "one"}]
-    )
-    stream = await client.messages.create(
-        model="claude-haiku-4-5",
-        max_tokens=64,
-        messages=[{"role": "user", "content": "two"}],
-        stream=True,
-    )
-    text = [e.delta.text async for e in stream if isinstance(e, RawContentBlockDeltaEvent)]
-    return [reply.content[0].text, "".join(text)]
+    async with wrap(
+        anthropic.AsyncAnthropic(base_url=task["url"], api_key="t", max_retries=0), edges
+    ) as client:
+        reply = await client.messages.create(
+            model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": "one"}]
+        )
+        stream = await client.messages.create(
+            model="claude-haiku-4-5",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "two"}],
+            stream=True,
+        )
+        text = [e.delta.text async for e in stream if isinstance(e, RawContentBlockDeltaEvent)]
+        return [reply.content[0].text, "".join(text)]
 
 
 def test_async_client_record_and_replay(pipeline: Pipeline) -> None:

@@ -32,6 +32,7 @@ from tracevault.errors import ConfigError, PayloadError
 
 __all__ = [
     "Api",
+    "ClientProxy",
     "AsyncReplayedStream",
     "AsyncResource",
     "ReplayedStream",
@@ -207,6 +208,28 @@ class Api:
     """The SDK object for one recorded stream chunk or event."""
     summarize: Callable[[list[JSON]], JSON]
     """A stream's chunks as the recorded JSON: ``{"model", "stream", "tool_calls", "usage"}``."""
+    tool_calls: Callable[[JSON], list[JSON]]
+    """The tool calls a (non-stream) response asks for, as ``{"id", "name", "arguments"}``."""
+
+    def record(self, response: JSON) -> JSON:
+        """What a non-stream call records: the response, the build, and the tools asked for."""
+        return _envelope(
+            {"model": response.get("model"), "response": response}, self.tool_calls(response)
+        )
+
+    def record_stream(self, chunks: list[JSON]) -> JSON:
+        summary = self.summarize(chunks)
+        return _envelope(summary, summary["tool_calls"])
+
+
+def _envelope(recorded: dict[str, Any], calls: list[JSON]) -> JSON:
+    """Add ``asked_tools``: one ``name(arguments)`` string per tool call the model asked for.
+
+    Its key sorts first in canonical JSON, so the short response shown by ``replay show`` on
+    the timeline starts with the tools the model asked for.
+    """
+    asked = [f"{c.get('name')}({c.get('arguments') or ''})" for c in calls]
+    return {"asked_tools": asked, **recorded}
 
 
 class Resource:
@@ -229,7 +252,7 @@ class Resource:
 
     def _rebuilt(self, recorded: JSON, stream: bool) -> Any:
         if not stream:
-            return self._api.rebuild(recorded)
+            return self._api.rebuild(recorded["response"])
         return [self._api.rebuild_chunk(c) for c in recorded["stream"]]
 
     def create(self, **kwargs: Any) -> Any:
@@ -238,9 +261,9 @@ class Resource:
         def live() -> JSON:
             result = self._resource.create(**sent)
             if not stream:
-                return dump(result)
+                return self._api.record(dump(result))
             try:
-                return self._api.summarize([dump(c) for c in result])
+                return self._api.record_stream([dump(c) for c in result])
             finally:
                 result.close()
 
@@ -267,12 +290,36 @@ class AsyncResource(Resource):
         async def live() -> JSON:
             result = await self._resource.create(**sent)
             if not stream:
-                return dump(result)
+                return self._api.record(dump(result))
             try:
-                return self._api.summarize([dump(c) async for c in result])
+                return self._api.record_stream([dump(c) async for c in result])
             finally:
                 await result.close()
 
         recorded = await amodel_call(self._edges, request, sent, live)
         rebuilt = self._rebuilt(recorded, stream)
         return AsyncReplayedStream(rebuilt, recorded) if stream else rebuilt
+
+
+class ClientProxy:
+    """The SDK client under the wrapped resources: other attributes are the client's own, and
+    ``with`` / ``async with`` close its connections as the SDK's own client does."""
+
+    def __init__(self, client: Any, edges: Edges) -> None:
+        self._client = client
+        self.edges = edges
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.close()
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close()

@@ -17,6 +17,7 @@ Needs the ``anthropic`` extra: ``pip install 'tracevault[anthropic]'``.
 from __future__ import annotations
 
 import functools
+import json
 from functools import cache
 from typing import Any
 
@@ -26,7 +27,14 @@ from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
-from tracevault.integrations._core import Api, AsyncResource, Resource, build, by_type
+from tracevault.integrations._core import (
+    Api,
+    AsyncResource,
+    ClientProxy,
+    Resource,
+    build,
+    by_type,
+)
 
 __all__ = ["WrappedAnthropic", "WrappedAsyncAnthropic", "wrap"]
 
@@ -82,21 +90,37 @@ def _stream(events: list[JSON]) -> JSON:
     }
 
 
-_API = Api("anthropic", _MESSAGES, _OMITTED, functools.partial(build, Message), _event, _stream)
+def _tool_calls(response: JSON) -> list[JSON]:
+    return [
+        {
+            "id": b.get("id"),
+            "name": b.get("name"),
+            "arguments": json.dumps(b.get("input"), sort_keys=True),
+        }
+        for b in response.get("content") or ()
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
 
 
-class WrappedAnthropic:
+_API = Api(
+    "anthropic",
+    _MESSAGES,
+    _OMITTED,
+    functools.partial(build, Message),
+    _event,
+    _stream,
+    _tool_calls,
+)
+
+
+class WrappedAnthropic(ClientProxy):
     """An ``anthropic.Anthropic`` whose Messages calls cross ``edges``."""
 
     _resource: type[Resource] = Resource
 
     def __init__(self, client: Any, edges: Edges) -> None:
-        self._client = client
-        self.edges = edges
+        super().__init__(client, edges)
         self.messages = self._resource(_API, client.messages, edges)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
 
 
 class WrappedAsyncAnthropic(WrappedAnthropic):

@@ -27,7 +27,14 @@ from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
-from tracevault.integrations._core import Api, AsyncResource, Resource, build, by_type
+from tracevault.integrations._core import (
+    Api,
+    AsyncResource,
+    ClientProxy,
+    Resource,
+    build,
+    by_type,
+)
 
 __all__ = ["WrappedAsyncOpenAI", "WrappedOpenAI", "wrap"]
 
@@ -98,6 +105,26 @@ def _responses_stream(events: list[JSON]) -> JSON:
     return {"model": model, "stream": events, "tool_calls": calls, "usage": usage}
 
 
+def _chat_tool_calls(response: JSON) -> list[JSON]:
+    return [
+        {
+            "id": tc.get("id"),
+            "name": (tc.get("function") or {}).get("name"),
+            "arguments": (tc.get("function") or {}).get("arguments"),
+        }
+        for choice in response.get("choices") or ()
+        for tc in (choice.get("message") or {}).get("tool_calls") or ()
+    ]
+
+
+def _responses_tool_calls(response: JSON) -> list[JSON]:
+    return [
+        {"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}
+        for item in response.get("output") or ()
+        if isinstance(item, dict) and item.get("type") == "function_call"
+    ]
+
+
 _APIS = {
     _CHAT: Api(
         "openai",
@@ -106,6 +133,7 @@ _APIS = {
         functools.partial(build, ChatCompletion),
         functools.partial(build, ChatCompletionChunk),
         _chat_stream,
+        _chat_tool_calls,
     ),
     _RESPONSES: Api(
         "openai",
@@ -114,6 +142,7 @@ _APIS = {
         functools.partial(build, Response),
         _event,
         _responses_stream,
+        _responses_tool_calls,
     ),
 }
 
@@ -127,20 +156,16 @@ class _Chat:
         return getattr(self._chat, name)
 
 
-class WrappedOpenAI:
+class WrappedOpenAI(ClientProxy):
     """An ``openai.OpenAI`` whose Chat Completions and Responses calls cross ``edges``."""
 
     _resource: type[Resource] = Resource
 
     def __init__(self, client: Any, edges: Edges) -> None:
-        self._client = client
-        self.edges = edges
+        super().__init__(client, edges)
         wrapped = self._resource
         self.chat = _Chat(client.chat, wrapped(_APIS[_CHAT], client.chat.completions, edges))
         self.responses = wrapped(_APIS[_RESPONSES], client.responses, edges)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
 
 
 class WrappedAsyncOpenAI(WrappedOpenAI):

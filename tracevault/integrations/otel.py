@@ -156,6 +156,8 @@ def _chat(ev: TraceEvent, content: bool) -> tuple[str, int, dict[str, Any]]:
     params = request["params"] if adapter else (request if isinstance(request, dict) else {})
     requested = params.get("model") if isinstance(params, dict) else None
     resp = response if isinstance(response, dict) else {}
+    if adapter and isinstance(resp.get("response"), dict):
+        resp = resp["response"]  # the provider's own response inside the adapter's record
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": request["provider"] if adapter else None,
