@@ -233,3 +233,29 @@ def test_a_response_naming_an_alias_is_refused_and_kept_in_the_record(pipeline: 
     result = replay(run.events, agent)
     assert result.matched and result.error is not None and "alias" in result.error.message
     assert len(server.requests) == 1
+
+
+def retrying_agent(task: dict[str, Any], edges: Edges) -> list[Any]:
+    """Handles the SDK's own exception: replay must raise the same class for the same branch."""
+    seen: list[Any] = []
+    with wrap(openai.OpenAI(base_url=task["url"], api_key="t", max_retries=0), edges) as client:
+        for prompt in ("please 429", "fine"):
+            try:
+                reply = client.chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": prompt}]
+                )
+                seen.append(reply.choices[0].message.content)
+            except openai.RateLimitError as exc:
+                seen.append({"status": exc.status_code, "type": type(exc).__name__})
+    return seen
+
+
+def test_an_sdk_error_is_raised_again_as_the_sdk_class_under_replay(pipeline: Pipeline) -> None:
+    with provider_server() as server:
+        run = pipeline.record(retrying_agent, {"url": server.url + "/v1"})
+    assert run.output == [{"status": 429, "type": "RateLimitError"}, "echo: fine"]
+    failed = model_calls(run.events)[0]
+    assert failed.error is not None and failed.error.type.endswith("RateLimitError")
+    result = replay(run.events, retrying_agent)
+    assert result.matched and result.output == run.output
+    assert len(server.requests) == 2

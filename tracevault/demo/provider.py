@@ -4,8 +4,9 @@ drive the real SDKs over real sockets with it, offline and deterministically.
 
 Deterministic answers: with tools offered and no tool result yet, the model asks for the
 first tool with ``{"city": "Paris"}``; otherwise it answers ``"echo: <last text>"``. A
-requested model in ``BUILDS`` is answered with its dated build; any other is echoed (so a
-request for ``"x-latest"`` comes back naming the alias). Every request is kept in
+request whose messages contain ``429`` is refused with HTTP 429 (rate limited). A requested
+model in ``BUILDS`` is answered with its dated build; any other is echoed (so a request for
+``"x-latest"`` comes back naming the alias). Every request is kept in
 ``server.requests`` so a test can assert that replay sent none.
 """
 
@@ -312,6 +313,10 @@ def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
                 return
             answer, stream = route
+            if "429" in json.dumps(body.get("messages") or body.get("input") or ""):
+                err = {"message": "rate limited: slow down", "type": "rate_limit_error"}
+                self._send(429, {"type": "error", "error": err})
+                return
             if not body.get("stream"):
                 self._send(200, answer(body))
                 return

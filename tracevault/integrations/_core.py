@@ -19,16 +19,20 @@ is not part of what the model was asked).
 
 from __future__ import annotations
 
+import re
+import sys
 import types
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import httpx2
 from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, PayloadError
+from tracevault.replayer import RecordedError
 
 __all__ = [
     "Api",
@@ -210,6 +214,36 @@ class Api:
     """A stream's chunks as the recorded JSON: ``{"model", "stream", "tool_calls", "usage"}``."""
     tool_calls: Callable[[JSON], list[JSON]]
     """The tool calls a (non-stream) response asks for, as ``{"id", "name", "arguments"}``."""
+    status_error: type[Exception]
+    """The SDK's ``APIStatusError``: rebuilt under replay from a recorded error."""
+    connection_error: type[Exception]
+    """The SDK's ``APIConnectionError`` (``APITimeoutError`` under it)."""
+
+    def sdk_error(self, recorded: RecordedError, url: str) -> Exception | None:
+        """The SDK's own exception for an error the record says the call raised, or None.
+
+        The record keeps the type and message; the SDK's constructors want an HTTP response
+        or request, which are rebuilt (status from the message, no body) without a socket,
+        so the agent's ``except openai.RateLimitError:`` takes the branch it took live.
+        """
+        module, _, name = recorded.recorded_type.rpartition(".")
+        cls: Any = getattr(sys.modules.get(module), name, None)
+        if not isinstance(cls, type):
+            return None
+        request = httpx2.Request("POST", url)
+        made: Exception | None = None
+        make: Any = cls  # the SDKs' constructors take keyword arguments Exception does not
+        if issubclass(cls, self.status_error):
+            status = _STATUS.match(recorded.message)
+            if status is not None:
+                response = httpx2.Response(int(status.group(1)), request=request)
+                made = make(recorded.message, response=response, body=None)
+        elif issubclass(cls, self.connection_error):
+            try:
+                made = make(message=recorded.message, request=request)
+            except TypeError:  # APITimeoutError(request): its message is fixed
+                made = make(request=request)
+        return made
 
     def record(self, response: JSON) -> JSON:
         """What a non-stream call records: the response, the build, and the tools asked for."""
@@ -220,6 +254,9 @@ class Api:
     def record_stream(self, chunks: list[JSON]) -> JSON:
         summary = self.summarize(chunks)
         return _envelope(summary, summary["tool_calls"])
+
+
+_STATUS = re.compile(r"Error code: (\d{3})\b")
 
 
 def _envelope(recorded: dict[str, Any], calls: list[JSON]) -> JSON:
@@ -239,8 +276,9 @@ class Resource:
     provider without being recorded, and reach the network under replay: they raise instead.
     """
 
-    def __init__(self, api: Api, resource: Any, edges: Edges) -> None:
+    def __init__(self, api: Api, resource: Any, edges: Edges, base_url: object = "") -> None:
         self._api, self._resource, self._edges = api, resource, edges
+        self._url = f"{base_url}{api.name.replace('.', '/')}"
 
     def _request(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], JSON, bool]:
         sent = sendable(kwargs, self._api.omitted)
@@ -255,6 +293,9 @@ class Resource:
             return self._api.rebuild(recorded["response"])
         return [self._api.rebuild_chunk(c) for c in recorded["stream"]]
 
+    def _sdk_error(self, exc: RecordedError) -> Exception:
+        return self._api.sdk_error(exc, self._url) or exc
+
     def create(self, **kwargs: Any) -> Any:
         sent, request, stream = self._request(kwargs)
 
@@ -267,7 +308,10 @@ class Resource:
             finally:
                 result.close()
 
-        recorded = model_call(self._edges, request, sent, live)
+        try:
+            recorded = model_call(self._edges, request, sent, live)
+        except RecordedError as exc:
+            raise self._sdk_error(exc) from None
         rebuilt = self._rebuilt(recorded, stream)
         return ReplayedStream(rebuilt, recorded) if stream else rebuilt
 
@@ -296,7 +340,10 @@ class AsyncResource(Resource):
             finally:
                 await result.close()
 
-        recorded = await amodel_call(self._edges, request, sent, live)
+        try:
+            recorded = await amodel_call(self._edges, request, sent, live)
+        except RecordedError as exc:
+            raise self._sdk_error(exc) from None
         rebuilt = self._rebuilt(recorded, stream)
         return AsyncReplayedStream(rebuilt, recorded) if stream else rebuilt
 

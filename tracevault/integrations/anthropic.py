@@ -110,6 +110,8 @@ _API = Api(
     _event,
     _stream,
     _tool_calls,
+    anthropic.APIStatusError,
+    anthropic.APIConnectionError,
 )
 
 
@@ -120,7 +122,7 @@ class WrappedAnthropic(ClientProxy):
 
     def __init__(self, client: Any, edges: Edges) -> None:
         super().__init__(client, edges)
-        self.messages = self._resource(_API, client.messages, edges)
+        self.messages = self._resource(_API, client.messages, edges, client.base_url)
 
 
 class WrappedAsyncAnthropic(WrappedAnthropic):

@@ -134,6 +134,8 @@ _APIS = {
         functools.partial(build, ChatCompletionChunk),
         _chat_stream,
         _chat_tool_calls,
+        openai.APIStatusError,
+        openai.APIConnectionError,
     ),
     _RESPONSES: Api(
         "openai",
@@ -143,6 +145,8 @@ _APIS = {
         _event,
         _responses_stream,
         _responses_tool_calls,
+        openai.APIStatusError,
+        openai.APIConnectionError,
     ),
 }
 
@@ -164,8 +168,9 @@ class WrappedOpenAI(ClientProxy):
     def __init__(self, client: Any, edges: Edges) -> None:
         super().__init__(client, edges)
         wrapped = self._resource
-        self.chat = _Chat(client.chat, wrapped(_APIS[_CHAT], client.chat.completions, edges))
-        self.responses = wrapped(_APIS[_RESPONSES], client.responses, edges)
+        url = client.base_url
+        self.chat = _Chat(client.chat, wrapped(_APIS[_CHAT], client.chat.completions, edges, url))
+        self.responses = wrapped(_APIS[_RESPONSES], client.responses, edges, url)
 
 
 class WrappedAsyncOpenAI(WrappedOpenAI):
