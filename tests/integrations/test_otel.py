@@ -162,3 +162,41 @@ def test_an_unreachable_endpoint_fails_with_exit_3_naming_the_url(pipeline: Pipe
 def test_otel_options_need_a_target(pipeline: Pipeline) -> None:
     res = _cli(pipeline, "any-run", "--otel")
     assert res.exit_code == 2 and "--endpoint" in res.output
+
+
+def test_a_batch_of_archived_runs_by_day(pipeline: Pipeline, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from tracevault.consumer.archive import Archiver
+
+    runs = _record_two(pipeline)
+    Archiver(pipeline.settings).run(until_idle=1.0)
+    out = tmp_path / "day.json"
+    s = pipeline.settings
+    today = datetime.now(UTC).date().isoformat()
+    res = CliRunner().invoke(
+        tracevault,
+        [
+            "--bootstrap-servers",
+            s.bootstrap_servers,
+            "--prefix",
+            s.topic_prefix,
+            "replay",
+            "--archive-url",
+            s.archive_url,
+            "export",
+            "--otel",
+            "--since",
+            today,
+            "-o",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    exported = {
+        a["value"]["stringValue"]
+        for rs in json.loads(out.read_text())["resourceSpans"]
+        for a in rs["scopeSpans"][0]["spans"][0]["attributes"]
+        if a["key"] == "tracevault.run_id"
+    }
+    assert {r.run_id for r in runs} <= exported

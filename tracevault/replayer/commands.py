@@ -16,7 +16,7 @@ from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError, ReplayDivergence
 from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch
+from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch, runs_between
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
@@ -309,7 +309,7 @@ def diff_cmd(
 
 # -- export ---------------------------------------------------------------------------------
 @replay.command("export")
-@click.argument("run_ids", metavar="RUN_ID...", nargs=-1, required=True)
+@click.argument("run_ids", metavar="RUN_ID...", nargs=-1)
 @click.option(
     "-o",
     "--output",
@@ -320,6 +320,8 @@ def diff_cmd(
 @click.option("--otel", is_flag=True, help="Export OpenTelemetry GenAI spans instead of a bundle.")
 @click.option("--endpoint", help="With --otel: send OTLP/HTTP to this collector URL.")
 @click.option("--content", is_flag=True, help="With --otel: include messages and tool I/O.")
+@click.option("--since", help="With --otel: every run archived from this UTC day (YYYY-MM-DD).")
+@click.option("--until", "until_", help="With --since: the last UTC day, inclusive [today].")
 @_FROM
 @_JSON
 @click.pass_context
@@ -330,6 +332,8 @@ def export_cmd(
     otel: bool,
     endpoint: str | None,
     content: bool,
+    since: str | None,
+    until_: str | None,
     source: str,
     as_json: bool,
 ) -> None:
@@ -344,13 +348,21 @@ def export_cmd(
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
       tracevault replay export run-42 run-43 --otel --endpoint http://localhost:4318
+      tracevault replay export --otel --since 2026-11-01 -o november.json
     """
     if otel:
+        first = _day(since, "--since")
+        if first is not None:
+            last = _day(until_, "--until") or datetime.now(UTC).date()
+            run_ids = (*run_ids, *runs_between(_settings(ctx), first, last))
+        if not run_ids:
+            raise ConfigError("--otel needs RUN_ID... or --since DAY (no run to export)")
         _export_otel(ctx, run_ids, out_dir, endpoint, content, source, as_json)
         return
-    if len(run_ids) != 1 or out_dir is None or endpoint or content:
+    if len(run_ids) != 1 or out_dir is None or endpoint or content or since or until_:
         raise ConfigError(
-            "export writes one run's bundle: RUN_ID -o DIR (--endpoint and --content need --otel)"
+            "export writes one run's bundle: RUN_ID -o DIR (--endpoint, --content, --since "
+            "need --otel)"
         )
     (run_id,) = run_ids
     settings = _settings(ctx)
