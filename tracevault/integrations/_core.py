@@ -3,18 +3,23 @@
 Every wrapped SDK call is one ``MODEL_CALL`` crossing made through ``edges.model`` (or
 ``edges.amodel``) with a per-call callee (``call=``) and ``model=None``:
 
-- live, the Recorder runs the callee, which makes the real SDK call (a stream is read to
-  its end inside the crossing), and records the response's ``model_dump`` JSON; the exact
-  build is the ``"model"`` the provider answered with (an alias is refused, see
-  ``tracevault.edges.reported_model``);
-- under replay, the replay edges compare the request and serve the recorded JSON, and the
-  callee is never called, so no socket is opened.
+- live, the Recorder runs the callee, which makes the real SDK call (a stream is read to its
+  end inside the crossing) and returns what is recorded: ``{"asked_tools", "model",
+  "response"}`` (a stream: ``{"asked_tools", "model", "stream", "tool_calls", "usage"}``), the
+  provider's JSON as it sent it (``model_dump(exclude_unset=True)``). The event's ``model`` is
+  the build the provider answered with; an alias there is refused
+  (``tracevault.edges.reported_model``), the answer kept in the record with the error;
+- under replay, the replay edges compare the request and serve the recorded JSON; the callee
+  is never called, so no socket is opened. An error the record holds is raised again as the
+  SDK's own exception class (:meth:`Api.sdk_error`).
 
-Both ways the agent gets SDK objects rebuilt from the recorded JSON (``model_validate``), so it
-sees live exactly what replay will serve. The request recorded is
+Both ways the agent gets SDK objects rebuilt from the recorded JSON with the SDK's own
+``model_construct``, so it sees live exactly what replay will serve. The request recorded is
 ``{"provider", "api", "params"}``: the keyword arguments as sent, without the SDK's omitted
 sentinels and without transport options (``extra_headers`` may hold credentials, ``timeout``
-is not part of what the model was asked).
+is not part of what the model was asked). Only ``create`` of a wrapped resource is reachable:
+its other methods (``stream()``, ``parse()``, raw responses) would call the provider without
+a record and reach the network under replay, so they raise :class:`NotRecordedError`.
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ from tracevault.replayer import RecordedError
 
 __all__ = [
     "Api",
-    "ClientProxy",
     "AsyncReplayedStream",
     "AsyncResource",
+    "ClientProxy",
+    "NotRecordedError",
     "ReplayedStream",
     "Resource",
     "amodel_call",
@@ -199,6 +205,11 @@ class AsyncReplayedStream(Generic[T]):
         self._items = iter(())
 
 
+class NotRecordedError(ConfigError, AttributeError):
+    """A method of a wrapped resource that the adapter does not record (so ``hasattr`` is
+    False for it, and calling it names what is recorded instead)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Api:
     """One recorded SDK method (``create`` of a resource) and how its answers are rebuilt."""
@@ -316,9 +327,9 @@ class Resource:
         return ReplayedStream(rebuilt, recorded) if stream else rebuilt
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("_"):
             raise AttributeError(name)
-        raise ConfigError(
+        raise NotRecordedError(
             f"{self._api.provider} {self._api.name}.{name} is not recorded by tracevault (only "
             f"{self._api.name}.create(...), stream=True included); under replay it would reach "
             "the network, so the wrapped client does not offer it"
