@@ -140,6 +140,7 @@ def test_otlp_json_file_with_content(pipeline: Pipeline, tmp_path: Path) -> None
     data = json.loads(out.read_text())
     spans = data["resourceSpans"][0]["scopeSpans"][0]["spans"]
     assert len(spans[0]["traceId"]) == 32 and len(spans[1]["parentSpanId"]) == 16  # hex ids
+    assert {s["kind"] for s in spans} == {1, 3}  # OTLP JSON: enums as integers (internal, client)
     by_name = {s["name"]: {a["key"]: a["value"] for a in s["attributes"]} for s in spans}
     chat = by_name["chat gpt-4o-mini"]
     inputs = json.loads(chat["gen_ai.input.messages"]["stringValue"])

@@ -357,7 +357,7 @@ def otlp_request(
 
 def otlp_json(request: ExportTraceServiceRequest) -> dict[str, Any]:
     """The OTLP/JSON form: protobuf's JSON mapping, with trace and span ids in hex (OTLP)."""
-    data: dict[str, Any] = MessageToDict(request)
+    data: dict[str, Any] = MessageToDict(request, use_integers_for_enums=True)
     for rs in data.get("resourceSpans", ()):
         for ss in rs.get("scopeSpans", ()):
             for span in ss.get("spans", ()):

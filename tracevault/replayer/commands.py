@@ -347,7 +347,7 @@ def export_cmd(
     Example:
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
-      tracevault replay export run-42 run-43 --otel --endpoint http://localhost:4318
+      tracevault replay export run-42 --otel --endpoint http://localhost:4318
       tracevault replay export --otel --since 2026-11-01 -o november.json
     """
     if otel:
