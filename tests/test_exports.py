@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import tracevault
 import tracevault.schemas
 
 
@@ -16,3 +20,18 @@ def test_schemas_exports() -> None:
     }  # fmt: skip
     for name in tracevault.schemas.__all__:
         assert getattr(tracevault.schemas, name) is not None
+
+
+def test_public_class_names_are_unique_across_packages() -> None:
+    # One name, one meaning: `from tracevault.x import Name` must not depend on which x.
+    owners: dict[str, set[str]] = {}
+    for info in pkgutil.walk_packages(tracevault.__path__, "tracevault."):
+        if info.name.rsplit(".", 1)[-1].startswith("_") or not info.ispkg:
+            continue
+        module = importlib.import_module(info.name)
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            if isinstance(obj, type):
+                owners.setdefault(name, set()).add(f"{obj.__module__}.{obj.__qualname__}")
+    clashes = {name: sorted(defs) for name, defs in owners.items() if len(defs) > 1}
+    assert not clashes

@@ -3,8 +3,8 @@
 Component commands live beside their component (``tracevault/<component>/commands.py``) and
 are imported only when invoked, so ``tracevault --help`` stays fast and a missing optional
 dependency of one command cannot break the others. Errors: the CLI catches only
-:class:`TraceVaultError` and exits with its ``exit_code`` (docs/design.md: 0 ok, 1 verification
-failure or divergence, 2 usage error, 3 not found / unreachable service).
+:class:`TraceVaultError` and exits with its ``exit_code``; the codes are listed in
+``tracevault/errors.py`` and docs/design.md ("Service boundaries and errors").
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -98,9 +98,18 @@ def tracevault(
       tracevault archiver &                # write immutable segments
       tracevault replay verify RUN_ID --from archive
 
-    Every option can also be set as TRACEVAULT_<OPTION> in the environment.
-    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
-    3 not found or service unreachable.
+    Settings can also come from TRACEVAULT_<SETTING> variables (--prefix is
+    TRACEVAULT_TOPIC_PREFIX); a flag wins over the variable.
+
+    \b
+    Exit codes (every command):
+      0  ok
+      1  verification failure or divergence (chain, receipts, re-run, checks)
+      2  usage error: bad flags, settings or input
+      3  not found, or Kafka / the object store did not answer
+      4  archive inconsistent or unwritable: an operator must repair it
+      5  fenced: another instance with the same --instance-id took over
+      6  refused by retention: a lock or legal hold protects the objects
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -111,10 +120,15 @@ def tracevault(
     }
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point: run the group and map tracevault errors to exit codes."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script and ``python -m tracevault`` entry point: always exits with the code.
+
+    With ``standalone_mode=False`` click *returns* the code of an explicit exit (``ctx.exit(1)``,
+    and every TraceVaultError mapped in ``_LazyGroup.invoke``) instead of exiting; a caller that
+    dropped the return value, as ``python -m tracevault`` did, exited 0 on every failure.
+    """
     try:
-        return tracevault.main(args=argv, prog_name="tracevault", standalone_mode=False)
+        rv = tracevault.main(args=argv, prog_name="tracevault", standalone_mode=False)
     except TraceVaultError as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(exc.exit_code)
@@ -123,6 +137,7 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
+        sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)

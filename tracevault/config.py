@@ -2,7 +2,8 @@
 
 Frozen and validated at the boundary; unknown keys are refused so a typo in a setting fails
 loudly instead of silently running with a default. ``kafka_config`` is the single explicit
-translation to librdkafka's dotted keys.
+translation to librdkafka's dotted keys. Every field is listed in docs/design.md
+("Configuration"); tests/test_docs.py fails when a field is missing there.
 """
 
 from __future__ import annotations

@@ -1,27 +1,48 @@
-"""The one error hierarchy of tracevault.
+"""The one error hierarchy of tracevault, and the CLI's exit code for each class.
 
 Every error a user can meet derives from :class:`TraceVaultError`, so the CLI catches one type
-and maps it to an exit code (docs/design.md: 0 ok, 1 verification failure or divergence, 2 usage
-error, 3 not found / unreachable service). Messages say what went wrong *and* what to do next.
+and exits with its ``exit_code``. Each class has exactly one code, and 2 means only "you asked
+for something that cannot work": a supervisor or script can act on the code alone
+(docs/design.md, "Service boundaries and errors").
 
 ::
 
-    TraceVaultError                      exit 2 unless a subclass says otherwise
-    ├── ConfigError                      bad settings or flags
-    ├── SchemaError                      bytes that are not a TraceEvent we can read
-    │   ├── BadMagicError                not Avro single-object encoding
-    │   ├── UnknownFingerprintError      writer schema not among the published versions
-    │   ├── TruncatedError               body ends early, or has trailing bytes
-    │   └── NonCanonicalJSONError        request/response bytes are not canonical JSON
-    ├── PayloadError                     refused at record time in the agent (names the field)
-    ├── ServiceUnavailableError          exit 3: broker or object store unreachable
-    ├── NotFoundError                    exit 3: run, topic or object does not exist
-    ├── TopicMismatchError               exit 1: an existing topic's config breaks a guarantee
-    ├── ChainError                       exit 1: hash chain broken (names seq and object)
-    ├── ReplayDivergence                 exit 1: re-run differs from the record
-    ├── RetentionError                   retention under the legal minimum, or a locked object
-    ├── ArchiveError                     the archive's objects are inconsistent or unwritable
-    └── FencedError                      a sequencer stopped: another took its transactional id
+    code  meaning
+    0     ok
+    1     verification failure or divergence: the evidence or a re-run disagrees with the record
+    2     usage error: bad flags, settings or input; the API used out of order
+    3     not found, or a service (Kafka, the object store) did not answer: retry later
+    4     the archive is inconsistent or cannot be written: an operator must look at it
+    5     fenced: the broker says another process took this instance's id; fenced again after
+          a restart means two deployments share an id
+    6     refused by retention: a lock, a legal hold or the legal minimum protects the evidence
+    130   interrupted (Ctrl-C)
+
+    TraceVaultError                      2  misuse of the API (a Recorder reused, Publisher closed)
+    ├── ConfigError                      2  bad settings or flags (names the setting)
+    ├── PayloadError                     2  refused at record time in the agent (names the field)
+    ├── SchemaError                      1  bytes that are not a record we can read
+    │   ├── BadMagicError                1  not Avro single-object encoding
+    │   ├── UnknownFingerprintError      1  writer schema not among the published versions
+    │   ├── TruncatedError               1  body ends early, or has trailing bytes
+    │   └── NonCanonicalJSONError        1  request/response bytes are not canonical JSON
+    ├── TopicMismatchError               1  an existing topic's config breaks a guarantee
+    ├── ChainError                       1  hash chain broken (names seq and object)
+    ├── ReplayDivergence                 1  re-run differs from the record
+    ├── ServiceUnavailableError          3  broker or object store unreachable, or a service died
+    ├── NotFoundError                    3  run, topic or object does not exist
+    ├── ArchiveError                     4  the archive's objects are inconsistent or unwritable
+    ├── FencedError                      5  a service stopped: another took its transactional id
+    └── RetentionError                   6  a delete or overwrite refused by retention or a hold
+
+Why these codes: SchemaError is 1, not 2, because the CLI meets unreadable bytes only in data
+it was asked to check (a topic, an archive, a bundle), so they are evidence that does not hold.
+ArchiveError gets its own 4 because retrying does not help (unlike 3) and nothing was proven
+false (unlike 1): a person must repair or restore objects. FencedError gets 5 so a supervisor
+can tell "another instance took over" from a crash: a restart may be right once, but
+repeated fencing means two deployments share an id, and restarting one fences the other.
+RetentionError gets 6, not 4: the archive is healthy and did exactly what it must (keep
+evidence); a purge job that meets it should report, not page someone about a broken archive.
 
 Subclasses call ``super().__init__(message)`` with a single string so they pickle across
 processes (batch replay runs in worker processes).
@@ -50,7 +71,11 @@ __all__ = [
 
 
 class TraceVaultError(Exception):
-    """Root of every tracevault error; ``exit_code`` is what the CLI exits with."""
+    """Root of every tracevault error; ``exit_code`` is what the CLI exits with.
+
+    Raised as such only for misuse of the API (usage, 2); every other failure has a subclass
+    with its own code, listed in the module docstring.
+    """
 
     exit_code: int = 2
 
@@ -58,9 +83,13 @@ class TraceVaultError(Exception):
 class ConfigError(TraceVaultError):
     """Settings or flags that cannot work; the message names the setting."""
 
+    exit_code = 2
+
 
 class SchemaError(TraceVaultError):
     """Bytes that cannot be read as a published tracevault schema."""
+
+    exit_code = 1
 
 
 class BadMagicError(SchemaError):
@@ -91,6 +120,8 @@ class PayloadError(TraceVaultError):
 
     ``path`` is the JSON path of the offending field (``$.request.messages[2].content``).
     """
+
+    exit_code = 2
 
     def __init__(self, message: str, path: str = "$") -> None:
         super().__init__(message)
@@ -160,9 +191,13 @@ class ReplayDivergence(TraceVaultError):
 class RetentionError(TraceVaultError):
     """Retention below the legal minimum, or an attempt to change a retained object."""
 
+    exit_code = 6
+
 
 class ArchiveError(TraceVaultError):
     """The archive cannot be written, or what it holds is inconsistent."""
+
+    exit_code = 4
 
 
 class FencedError(TraceVaultError):
@@ -171,3 +206,5 @@ class FencedError(TraceVaultError):
     The fenced sequencer stops at once: everything it wrote after the newer one started is
     aborted by the broker, so exactly-once holds. Give each instance its own ``--instance-id``.
     """
+
+    exit_code = 5

@@ -44,6 +44,19 @@ def test_bundle_holds_everything_and_verifies(bundle: Path) -> None:
     ]  # fmt: skip
 
 
+def test_a_bundle_whose_final_receipt_was_removed_does_not_verify(bundle: Path) -> None:
+    # A forger drops the final receipt from archive/ and from the manifest: raw/ still ends in
+    # RUN_FINISHED, so the archive part of the bundle must have one.
+    rel = "archive/runs/run-a/final.receipt.json"
+    (bundle / rel).unlink()
+    m = json.loads((bundle / "manifest.json").read_bytes())
+    del m["files"][rel]
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ChainError, match="A3 final receipt") as info:
+        verify_bundle(bundle)
+    assert info.value.obj == "runs/run-a/final.receipt.json"
+
+
 def test_export_refuses_a_non_empty_folder(tmp_path: Path, sealed, bundle: Path) -> None:
     store = open_store(f"file://{tmp_path / 'archive'}")
     with pytest.raises(ConfigError):

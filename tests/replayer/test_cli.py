@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import boto3
 import pytest
 from click.testing import CliRunner
 
@@ -14,8 +15,9 @@ from tests.replayer.archiving import write_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import T0, record, seal
 from tracevault.archive import open_store
-from tracevault.archive.layout import segment_key
+from tracevault.archive.layout import final_key, segment_key
 from tracevault.cli import tracevault
+from tracevault.config import Settings
 from tracevault.schemas import micros_to_datetime
 
 AGENT = "tests.replayer.agents:research_agent"
@@ -69,6 +71,15 @@ def test_verify_failure_exits_1_naming_seq_and_object(archive) -> None:
     assert out["ok"] is False and out["object"] == segment_key("run-a", 4, 7)
     res = _run(archive, "verify", "run-a")
     assert res.exit_code == 1 and segment_key("run-a", 4, 7) in res.output
+
+
+@pytest.mark.parametrize("extra", [[], ["--require-finished"]])
+def test_a_finished_run_whose_final_receipt_was_deleted_exits_1(archive, extra) -> None:
+    os.remove(Path(archive.removeprefix("file://")) / "objects" / final_key("run-a"))
+    res = _run(archive, "verify", "run-a", "--json", *extra)
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.output)
+    assert out["ok"] is False and out["object"] == final_key("run-a")
 
 
 def test_unknown_run_exits_3(archive) -> None:
@@ -163,3 +174,22 @@ def test_batch_reports_a_run_that_does_not_verify(archive) -> None:
 def test_batch_over_an_empty_window_is_ok(archive) -> None:
     res = _run(archive, "batch", "--agent", AGENT, "--since", "2020-01-01", "--until", "2020-01-02")
     assert res.exit_code == 0 and "runs=0" in res.output
+
+
+def test_replay_reaches_s3_through_the_endpoint_flag(s3_endpoint: str) -> None:
+    # The endpoint comes from the flag alone: the variable is unset for this invocation.
+    bucket = f"tv-cli-{os.urandom(6).hex()}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(
+        Bucket=bucket, ObjectLockEnabledForBucket=True
+    )
+    url = f"s3://{bucket}/archive"
+    store = open_store(url, Settings(s3_endpoint_url=s3_endpoint))
+    write_run(store, seal(recorded("on-s3")), per_segment=4)
+    store.close()
+    flags = ["replay", "--archive-url", url, "--s3-endpoint-url", s3_endpoint]
+    env: dict[str, str | None] = {"TRACEVAULT_S3_ENDPOINT_URL": None}
+    res = CliRunner().invoke(tracevault, [*flags, "verify", "on-s3", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["count"] == 11
+    res = CliRunner().invoke(tracevault, [*flags, "show", "on-s3", "--json"], env=env)
+    assert res.exit_code == 0 and len(res.output.splitlines()) == 11

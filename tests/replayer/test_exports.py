@@ -11,7 +11,7 @@ def test_replayer_exports() -> None:
         "DivergenceReport", "LoadedRun", "ReplayResult", "SegmentInfo", "StepSummary",
         "VerifyReport",
         "ChainError", "RECORD_CHECKS", "load_run", "verify",
-        "RunDiff", "RunSummary", "diff_runs", "json_diff",
+        "RunDiff", "RunDiffSide", "diff_runs", "json_diff",
         "export_bundle", "verify_bundle",
         "BatchItem", "BatchReport", "run_batch",
     }  # fmt: skip

@@ -178,6 +178,16 @@ def test_an_edited_final_receipt(archived) -> None:
     assert err.obj == final_key(RUN) and "count" in str(err)
 
 
+def test_a_deleted_final_receipt_of_a_finished_run(archived) -> None:
+    # The last event is RUN_FINISHED: the archiver wrote the final receipt right after the
+    # last segment's receipt, so its absence is a deletion, never "the archiver is behind".
+    settings, objects, _ = archived
+    os.remove(_path(objects, final_key(RUN)))
+    err = _failure(settings)
+    assert err.obj == final_key(RUN) and err.seq == 10
+    assert "A3 final receipt" in str(err) and "RUN_FINISHED" in str(err)
+
+
 def test_an_unfinished_archived_run_verifies_as_unfinished(tmp_path: Path, sealed) -> None:
     store = open_store(f"file://{tmp_path / 'a'}")
     write_run(store, sealed[:8], per_segment=4)

@@ -41,7 +41,7 @@ from tracevault.archive._segment import (
     read_segment,
     sealed_body,
 )
-from tracevault.archive._store import LockMode, ObjectInfo, ObjectStore
+from tracevault.archive._store import LockMode, ObjectInfo, ObjectStore, ObjectVersion
 from tracevault.archive.layout import FinalReceipt, SegmentReceipt
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "LockMode",
     "ObjectInfo",
     "ObjectStore",
+    "ObjectVersion",
     "open_store",
     # reading runs back
     "RunListing",

@@ -15,8 +15,10 @@ Why this shape:
 - The retain-until is the object's **mtime** (as NetApp SnapLock keeps it in the atime), set
   on the temp file before it is fsynced, so the lock is part of the object's own inode: no
   visible object is ever without it, and it costs no second file (two fsyncs per put, not
-  four). ``ctime``, which no user call can set, is when the object was written; the
-  retention report compares the two.
+  four). ``ctime``, which no user call can set, is when the object was written.
+- The mtime is metadata: ``touch -d`` moves it. Purge and the retention report therefore
+  take retention from the receipts, which state it, and treat an mtime (or a receipt's
+  ctime) that disagrees with them as tampering (docs/design.md, "Archive").
 - Permissions do not stop root or the owner: the enforcement is that every tracevault path
   goes through this class. For tamper-proof retention use ``s3://`` with Object Lock in
   COMPLIANCE mode.
@@ -37,6 +39,7 @@ from pathlib import Path
 from tracevault.archive._store import (
     LockMode,
     ObjectInfo,
+    ObjectVersion,
     check_deletable,
     check_key,
 )
@@ -180,11 +183,20 @@ class FileStore:
                 "archive objects are never overwritten: investigate which writer produced it"
             )
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, *, version_id: str | None = None) -> bytes:
+        if version_id is not None:
+            raise NotFoundError(
+                f"object {key} has no version {version_id!r} in {self.url}: a file store keeps "
+                "one version per object"
+            )
         try:
             return self._obj(key).read_bytes()
         except FileNotFoundError:
             raise NotFoundError(f"object {key} does not exist in {self.url}") from None
+
+    def history(self, prefix: str) -> list[ObjectVersion]:
+        """One version per object: a file store never keeps a replaced or deleted one."""
+        return [ObjectVersion(i.key, None, False, i.size) for i in self.list(prefix)]
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""

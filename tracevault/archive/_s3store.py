@@ -16,12 +16,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from tracevault.archive._store import (
     LockMode,
     ObjectInfo,
+    ObjectVersion,
     check_deletable,
     check_key,
 )
@@ -45,6 +47,19 @@ _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchVersion"}
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _refused_params(what: str, key: str, exc: ParamValidationError) -> ConfigError:
+    """The installed botocore does not know a parameter we send: an install problem.
+
+    Not "did not answer": the request never left this process. Typically an old botocore
+    without PutObject's ``IfNoneMatch`` (added in 1.35.2; pyproject.toml sets the floor).
+    """
+    return ConfigError(
+        f"{what} {key}: the installed botocore {botocore.__version__} refused the request "
+        f"before sending it ({exc}); tracevault needs boto3/botocore >= 1.35.2 "
+        "(pip install -U 'boto3>=1.35.2')"
+    )
 
 
 class S3Store:
@@ -91,6 +106,8 @@ class S3Store:
                     "credentials and the bucket policy"
                 ) from exc
             raise ArchiveError(f"{what} {key} in {self.url} failed: {exc}") from exc
+        except ParamValidationError as exc:
+            raise _refused_params(what, key, exc) from exc
         except BotoCoreError as exc:
             raise ServiceUnavailableError(
                 f"object store {self.url} did not answer ({what} {key}): {exc}"
@@ -156,15 +173,53 @@ class S3Store:
                     "Object Lock enabled"
                 ) from exc
             raise ArchiveError(f"PUT {key} to {self.url} failed: {exc}") from exc
+        except ParamValidationError as exc:
+            raise _refused_params("PUT", key, exc) from exc
         except BotoCoreError as exc:
             raise ServiceUnavailableError(
                 f"object store {self.url} did not answer (PUT {key}): {exc}"
             ) from exc
 
-    def get(self, key: str) -> bytes:
-        resp = self._call("GET", key, self._client.get_object, Key=self._k(key))
+    def get(self, key: str, *, version_id: str | None = None) -> bytes:
+        extra: dict[str, Any] = {} if version_id is None else {"VersionId": version_id}
+        resp = self._call("GET", key, self._client.get_object, Key=self._k(key), **extra)
         body: bytes = resp["Body"].read()
         return body
+
+    def history(self, prefix: str) -> list[ObjectVersion]:
+        """Every version and delete marker under ``prefix``, each key's original first.
+
+        S3 lists a key's versions newest first, so the original is the last listed version;
+        delete markers are listed apart and always follow it. Sorting by Last-Modified would
+        not do: it has whole-second resolution, and tampering can land in the same second.
+        """
+        cut = len(self.prefix)
+        versions: dict[str, list[ObjectVersion]] = {}
+        markers: dict[str, list[ObjectVersion]] = {}
+        kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix}
+        while True:
+            resp = self._call(
+                "LIST VERSIONS", prefix or "(all)", self._client.list_object_versions, **kwargs
+            )
+            for v in resp.get("Versions", []):
+                key = v["Key"][cut:]
+                versions.setdefault(key, []).append(
+                    ObjectVersion(key, v["VersionId"], False, int(v["Size"]), v["LastModified"])
+                )
+            for m in resp.get("DeleteMarkers", []):
+                key = m["Key"][cut:]
+                markers.setdefault(key, []).append(
+                    ObjectVersion(key, m["VersionId"], True, 0, m["LastModified"])
+                )
+            if not resp.get("IsTruncated"):
+                break
+            kwargs["KeyMarker"] = resp.get("NextKeyMarker")
+            kwargs["VersionIdMarker"] = resp.get("NextVersionIdMarker")
+        out: list[ObjectVersion] = []
+        for key in sorted(versions.keys() | markers.keys()):
+            out.extend(reversed(versions.get(key, [])))
+            out.extend(sorted(markers.get(key, []), key=lambda m: m.last_modified or 0))
+        return out
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         out: list[ObjectInfo] = []
@@ -213,6 +268,12 @@ class S3Store:
                         "Lock is still in force by the store's clock"
                     ) from None
                 raise ArchiveError(f"DELETE {key} from {self.url} failed: {exc}") from exc
+            except ParamValidationError as exc:
+                raise _refused_params("DELETE", key, exc) from exc
+            except BotoCoreError as exc:
+                raise ServiceUnavailableError(
+                    f"object store {self.url} did not answer (DELETE {key}): {exc}"
+                ) from exc
         log.info("deleted %s (%d versions) from %s", key, len(versions), self.url)
 
     def set_legal_hold(self, key: str, on: bool) -> None:

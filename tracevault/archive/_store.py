@@ -16,7 +16,15 @@ from typing import Literal, Protocol, runtime_checkable
 
 from tracevault.errors import ConfigError, RetentionError
 
-__all__ = ["LockMode", "ObjectInfo", "ObjectStore", "check_deletable", "check_key", "utc_now"]
+__all__ = [
+    "LockMode",
+    "ObjectInfo",
+    "ObjectStore",
+    "ObjectVersion",
+    "check_deletable",
+    "check_key",
+    "utc_now",
+]
 
 LockMode = Literal["COMPLIANCE", "GOVERNANCE"]
 
@@ -45,6 +53,24 @@ class ObjectInfo:
         return self.retain_until is None or now >= self.retain_until
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectVersion:
+    """One version of one key, as ``history`` lists it.
+
+    On S3 (versioned, as Object Lock requires) a key can gain versions after it was written:
+    a later PUT that bypassed our client, or a delete marker from a delete without a version
+    id. The *first* version is the original the archiver wrote and Object Lock protects;
+    anything after it is tampering (docs/design.md, "Archive"). ``file://`` has exactly one
+    version per object (``version_id`` None).
+    """
+
+    key: str
+    version_id: str | None
+    delete_marker: bool
+    size: int
+    last_modified: datetime | None = None
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """A write-once, retention-enforcing object store. Keys are ``/``-separated paths."""
@@ -67,8 +93,16 @@ class ObjectStore(Protocol):
         """
         ...
 
-    def get(self, key: str) -> bytes:
-        """The object's bytes; ``NotFoundError`` naming ``key`` if there is none."""
+    def get(self, key: str, *, version_id: str | None = None) -> bytes:
+        """The object's bytes (of ``version_id`` if given); ``NotFoundError`` naming ``key``."""
+        ...
+
+    def history(self, prefix: str) -> list[ObjectVersion]:
+        """Every version and delete marker under ``prefix``: by key, each key's original first.
+
+        ``list`` shows what a reader sees now; ``history`` shows what was ever written, so a
+        verifier can read the locked original and name what was layered over it.
+        """
         ...
 
     def list(self, prefix: str) -> list[ObjectInfo]:

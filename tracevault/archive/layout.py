@@ -8,10 +8,18 @@ verifies). Every key is derived here, nowhere else::
     runs/<run>/final.receipt.json                           FinalReceipt, once the run ended
     index/days/<YYYY-MM-DD>/<run>                           empty marker: run seen that day (UTC)
     purges/<YYYYMMDDTHHMMSSZ>-<id>.json                     what one purge deleted (immutable)
+    quarantine/<topic>/<partition>/<offset:020d>.json        a sealed record the archiver refused
 
 ``<run>`` is the run id percent-encoded (``quote(run_id, safe="-_.")``), so any run id is a
 safe single path segment and a run is found by id with one listing of ``runs/<run>/``.
 Zero-padded seq ranges make a plain lexicographic listing come back in seq order.
+
+Receipts carry the retention facts (docs/design.md, "Archive"): ``created_at`` is when the
+receipt was written and ``retain_until`` the lock the writer put on the objects it covers (a
+segment receipt: the segment and itself; the final receipt: itself). Purge and the retention
+report take retention from these immutable facts and check the store's lock against them,
+never the other way round: a file's mtime or an S3 lock is metadata, a receipt is content.
+Version-1 receipts (before ``retain_until``) still read; ``retain_until`` is then "".
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from urllib.parse import quote, unquote
 from tracevault.errors import ArchiveError
 
 __all__ = [
+    "RECEIPT_VERSION",
     "FinalReceipt",
     "SegmentReceipt",
     "day_index_key",
@@ -32,6 +41,7 @@ __all__ = [
     "final_key",
     "parse_segment_key",
     "purge_record_key",
+    "quarantine_key",
     "receipt_key",
     "run_id_from_key",
     "run_prefix",
@@ -74,6 +84,11 @@ def purge_record_key(at: datetime, purge_id: str) -> str:
     return f"purges/{at.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{purge_id}.json"
 
 
+def quarantine_key(topic: str, partition: int, offset: int) -> str:
+    """Where the archiver keeps a ``sealed`` record it refused (readers of runs ignore it)."""
+    return f"quarantine/{quote(topic, safe='-_.')}/{partition}/{offset:020d}.json"
+
+
 def run_id_from_key(key: str) -> str:
     """The run id in a ``runs/<run>/...`` or ``index/days/<day>/<run>`` key."""
     parts = key.split("/")
@@ -100,6 +115,12 @@ def _canonical(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+RECEIPT_VERSION = 2
+"""Version 2 added ``retain_until``; version 1 receipts have none."""
+
+_ADDED_IN_2 = frozenset({"retain_until"})
+
+
 def _load(data: bytes, key: str, cls: type[Any]) -> dict[str, Any]:
     try:
         obj = json.loads(data)
@@ -108,6 +129,13 @@ def _load(data: bytes, key: str, cls: type[Any]) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ArchiveError(f"receipt {key} is not a JSON object")
     expected = set(cls.__dataclass_fields__)
+    if obj.get("version", 1) == 1:
+        expected -= _ADDED_IN_2
+    elif obj.get("version") != RECEIPT_VERSION:
+        raise ArchiveError(
+            f"receipt {key} has version {obj.get('version')!r}; this tracevault reads versions "
+            f"1 and {RECEIPT_VERSION}"
+        )
     missing = expected - obj.keys()
     extra = obj.keys() - expected
     if missing or extra:
@@ -124,7 +152,8 @@ class SegmentReceipt:
 
     ``sha256`` is of the segment object's exact bytes; ``first_prev_hash`` and ``last_hash``
     (hex) tie the segment into the run's chain, so segments can be checked one by one and
-    against each other without trusting the listing.
+    against each other without trusting the listing. ``created_at`` and ``retain_until``
+    (ISO 8601, UTC) are the retention facts of the segment and this receipt.
     """
 
     run_id: str
@@ -136,7 +165,8 @@ class SegmentReceipt:
     first_prev_hash: str
     last_hash: str
     created_at: str
-    version: int = 1
+    retain_until: str = ""
+    version: int = RECEIPT_VERSION
 
     def to_json(self) -> bytes:
         return _canonical(asdict(self))
@@ -150,7 +180,8 @@ class SegmentReceipt:
 class FinalReceipt:
     """Written when a run's last event (RUN_FINISHED) is archived: the run is complete.
 
-    ``segments`` lists every segment key in seq order; ``last_hash`` is the chain head.
+    ``segments`` lists every segment key in seq order; ``last_hash`` is the chain head;
+    ``created_at`` and ``retain_until`` are this receipt's retention facts.
     """
 
     run_id: str
@@ -159,7 +190,8 @@ class FinalReceipt:
     last_hash: str
     segments: list[str] = field(default_factory=list)
     created_at: str = ""
-    version: int = 1
+    retain_until: str = ""
+    version: int = RECEIPT_VERSION
 
     def to_json(self) -> bytes:
         return _canonical(asdict(self))

@@ -67,22 +67,25 @@ def demo(
 ) -> None:
     """Record a fleet of simulated agents, then seal, archive, verify and replay it.
 
-    \\b
+    \b
     What happens:
-      1. uses the broker at --bootstrap-servers, or starts dev/kafka when none answers
+      1. uses the broker at --bootstrap-servers, or starts dev/kafka if none
+         answers
       2. creates the topics, starts the sequencer and archiver as subprocesses
-      3. AGENTS threads each record RUNS support tickets: a scripted model with seeds,
-         tools that read order state and issue refunds with idempotency keys, clock and
-         random reads; chargeback tickets fail with an error, as real runs do
+      3. AGENTS threads each record RUNS support tickets: a scripted model with
+         seeds, tools that read order state and issue refunds with idempotency
+         keys, clock and random reads; chargeback tickets fail with an error, as
+         real runs do
       4. waits until every run is sealed and archived
       5. verifies and replays a sample from the archive and from the topic
-      6. stops everything it started and prints a summary with commands to inspect a run
+      6. stops everything it started and prints how to inspect a run
 
-    \\b
+    \b
     Examples:
       tracevault demo
       tracevault demo --agents 8 --runs 20 --json
-      tracevault demo --archive s3://audit/demo   # with TRACEVAULT_S3_ENDPOINT_URL for MinIO
+      TRACEVAULT_S3_ENDPOINT_URL=http://minio:9000 \\
+          tracevault demo --archive s3://audit/demo
 
     Exits 0 when every sampled run verified and replayed cleanly, 1 on a verification
     failure or divergence, 3 when Kafka or the archive cannot be reached.

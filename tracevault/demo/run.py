@@ -31,7 +31,7 @@ from tracevault.archive.layout import FinalReceipt, run_id_from_key
 from tracevault.config import Settings
 from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
 from tracevault.demo.services import LocalBroker, Service, broker_answers
-from tracevault.errors import ServiceUnavailableError, TraceVaultError
+from tracevault.errors import ServiceUnavailableError
 from tracevault.heads import heads_partition_count, read_heads
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
@@ -308,7 +308,9 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
             codes = {svc.name: svc.stop() for svc in services}
         bad = {n: c for n, c in codes.items() if c not in (0, None)}
         if bad:
-            raise TraceVaultError(f"services did not shut down cleanly: {bad}; see {summary.logs}")
+            raise ServiceUnavailableError(
+                f"services did not shut down cleanly: {bad}; see {summary.logs}"
+            )
     one = summary.run_ids[0]
     pre = f"{_cli_name()} --prefix {settings.topic_prefix}"
     arch = f"--archive-url {settings.archive_url}"

@@ -107,8 +107,9 @@ def _archive(settings: Settings) -> Iterator[Check]:
             yield Check(
                 "archive retention",
                 "fail",
-                f"{len(bad)} of {len(runs)} runs are not retained for {MIN_RETENTION_DAYS} days "
-                f"or are unlocked; first: run {first.run_id}: {first.problems[0]}",
+                f"{len(bad)} of {len(runs)} runs are flagged (unlocked, retained under "
+                f"{MIN_RETENTION_DAYS} days, locks disagreeing with receipts, or objects "
+                f"missing); first: run {first.run_id}: {first.problems[0]}",
                 "see `tracevault archive retention-report`; extend the objects' retention "
                 "(S3: put-object-retention) and find the writer that used a short policy",
             )

@@ -23,7 +23,7 @@ def doctor(
 ) -> None:
     """Check a deployment: broker, topics, archive and retention, service lag.
 
-    \\b
+    \b
     Checks, in order:
       retention policy   TRACEVAULT_RETENTION_DAYS >= 183 (EU AI Act Art. 19)
       broker             Kafka answers at --bootstrap-servers
@@ -33,7 +33,7 @@ def doctor(
       archive            the store answers (S3: the bucket has Object Lock)
       archive retention  every archived object is locked for >= 183 days
 
-    \\b
+    \b
     Examples:
       tracevault doctor
       tracevault --prefix prod doctor --archive s3://audit/tv --json

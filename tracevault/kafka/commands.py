@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stdout
+from tracevault.errors import NotFoundError, TopicMismatchError
 from tracevault.kafka._topics import TopicReport, describe_topics, ensure_topics
 
 __all__ = ["topics"]
@@ -17,20 +19,25 @@ def topics() -> None:
 
 
 def _table(reports: list[TopicReport], title: str) -> Table:
+    # Problems sit under the topic's name and the two configs stack in one cell: seven
+    # side-by-side columns cut topic names and config keys mid-word at 80 columns.
     t = Table(title=title)
-    for col in ("role", "topic", "status", "partitions", "cleanup.policy", "retention.ms", "notes"):
-        t.add_column(col, overflow="fold")
+    t.add_column("topic, notes", overflow="fold", ratio=1)
+    t.add_column("status", no_wrap=True)
+    t.add_column("partitions", justify="right", no_wrap=True)
+    t.add_column("config", overflow="fold")
     for r in reports:
-        notes = "; ".join(r.problems + r.warnings)
         style = {"mismatch": "red", "missing": "yellow", "created": "green"}.get(r.status, "")
+        cell = Text(r.name)
+        for note in r.problems + r.warnings:
+            cell.append(f"\n{note}", style=style or "yellow")
+        shown = [k for k in ("cleanup.policy", "retention.ms") if k in r.config]
+        config = "\n".join(f"{k}={r.config[k]}" for k in shown)
         t.add_row(
-            r.role,
-            r.name,
+            cell,
             f"[{style}]{r.status}[/]" if style else r.status,
             "" if r.partitions is None else str(r.partitions),
-            r.config.get("cleanup.policy", ""),
-            r.config.get("retention.ms", ""),
-            notes,
+            config,
         )
     return t
 
@@ -80,7 +87,8 @@ def create(
 def describe(ctx: click.Context, as_json: bool) -> None:
     """Show the four topics, their partitions and configs, and anything that is wrong.
 
-    Exits 1 when a topic is missing or mismatched, so scripts and health checks can use it.
+    Exits 3 when a topic is missing and 1 when one exists with settings that break a
+    guarantee (1 wins when both happen), so scripts and health checks can use it.
     """
     settings = settings_from(ctx)
     reports = describe_topics(settings)
@@ -88,5 +96,7 @@ def describe(ctx: click.Context, as_json: bool) -> None:
         echo_json(_as_json(reports))
     else:
         stdout.print(_table(reports, f"topics at {settings.bootstrap_servers}"))
-    if any(r.status in ("missing", "mismatch") for r in reports):
-        ctx.exit(1)
+    if any(r.status == "mismatch" for r in reports):
+        ctx.exit(TopicMismatchError.exit_code)
+    if any(r.status == "missing" for r in reports):
+        ctx.exit(NotFoundError.exit_code)

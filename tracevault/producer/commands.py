@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.errors import ServiceUnavailableError
@@ -34,7 +35,8 @@ def spool() -> None:
     Examples:
       tracevault spool status                      # what waits, per segment
       tracevault spool drain                       # send it all, oldest first
-      tracevault --bootstrap-servers kafka:9092 spool drain --spool-dir /var/lib/agent/spool
+      tracevault --bootstrap-servers kafka:9092 spool drain \\
+          --spool-dir /var/lib/agent/spool
       tracevault spool drain --json | jq .delivered
     """
 
@@ -59,19 +61,20 @@ def _as_json(report: DrainReport) -> dict[str, object]:
 
 
 def _table(report: DrainReport, title: str) -> Table:
+    # Topic and detail sit under the segment's name: six side-by-side columns left each
+    # about twelve characters at 80 columns and cut file names and reasons mid-word.
     t = Table(title=title)
-    for col in ("segment", "topic", "status", "delivered", "remaining", "detail"):
-        t.add_column(col, overflow="fold")
+    t.add_column("segment, topic, detail", overflow="fold", ratio=1)
+    t.add_column("status", no_wrap=True)
+    for col in ("sent", "to send"):
+        t.add_column(col, justify="right", no_wrap=True)
     for s in report.segments:
         style = _STYLE.get(s.status, "")
-        t.add_row(
-            s.path.rsplit("/", 1)[-1],
-            s.topic,
-            f"[{style}]{s.status}[/]",
-            str(s.delivered),
-            str(s.remaining),
-            s.detail,
-        )
+        cell = Text(s.path.rsplit("/", 1)[-1])
+        cell.append(f"\n{s.topic}", style="dim")
+        if s.detail:
+            cell.append(f"\n{s.detail}", style=style)
+        t.add_row(cell, f"[{style}]{s.status}[/]", str(s.delivered), str(s.remaining))
     return t
 
 
@@ -123,9 +126,11 @@ def drain(ctx: click.Context, spool_dir: str | None, timeout: float, as_json: bo
     where it stopped. Segments a live agent process still writes are left to it.
 
     \b
-    Exit codes: 0 all sent (or nothing to send), 1 a segment is corrupt (the intact part
-    before the damage is sent), 3 Kafka did not acknowledge in time (nothing is lost:
-    run it again when the broker is back).
+    Exit codes:
+      0  all sent (or nothing to send)
+      1  a segment is corrupt (the intact part before the damage is sent)
+      3  Kafka did not acknowledge in time (nothing is lost: run it again
+         when the broker is back)
     """
     settings = settings_from(ctx, spool_dir=spool_dir)
     if as_json:

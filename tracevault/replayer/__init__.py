@@ -27,7 +27,7 @@ from tracevault.replayer._results import (
     StepSummary,
     VerifyReport,
 )
-from tracevault.replayer._rundiff import RunDiff, RunSummary, diff_runs
+from tracevault.replayer._rundiff import RunDiff, RunDiffSide, diff_runs
 from tracevault.replayer._verify import verify
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "verify",
     # diff
     "RunDiff",
-    "RunSummary",
+    "RunDiffSide",
     "diff_runs",
     "json_diff",
     # evidence bundles

@@ -5,6 +5,10 @@ own shape, else with fastavro; ``sealed_at`` may come back as micros or a dateti
 that cannot be read (truncated, corrupted) fails here, named, because nothing after it can be
 trusted. Receipts are fetched as bytes and parsed by the verifier, which decides whether a
 disagreement is the receipt's fault or the segment's.
+
+A store that keeps versions (S3) is read through its ``history``: each object's original,
+locked version is what is verified, and any later version or delete marker over it fails
+check A0, naming the object: it is what overwriting or deleting a locked object leaves.
 """
 
 from __future__ import annotations
@@ -13,11 +17,11 @@ import hashlib
 import zlib
 from collections.abc import Sequence
 from io import BytesIO
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from fastavro import reader as ocf_reader
 
-from tracevault.archive import ObjectInfo
+from tracevault.archive import ObjectInfo, ObjectVersion
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
@@ -33,7 +37,7 @@ from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
 from tracevault.replayer._segment_rows import fast_segment_rows
 
-__all__ = ["ReadableStore", "load_from_archive", "read_segment_rows"]
+__all__ = ["ReadableStore", "VersionedStore", "load_from_archive", "read_segment_rows"]
 
 
 class ReadableStore(Protocol):
@@ -45,6 +49,56 @@ class ReadableStore(Protocol):
     def get(self, key: str) -> bytes: ...
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]: ...
+
+
+@runtime_checkable
+class VersionedStore(ReadableStore, Protocol):
+    """A store that can show every version of a key (``ObjectStore``; bundles cannot)."""
+
+    def get(self, key: str, *, version_id: str | None = None) -> bytes: ...
+
+    def history(self, prefix: str) -> list[ObjectVersion]: ...
+
+
+class _Originals:
+    """A versioned store read at each object's original version (check A0 done first)."""
+
+    def __init__(self, store: VersionedStore, prefix: str) -> None:
+        self._store = store
+        self._first: dict[str, ObjectVersion] = {}
+        layered: dict[str, list[ObjectVersion]] = {}
+        for v in store.history(prefix):
+            if v.key not in self._first:
+                self._first[v.key] = v
+            else:
+                layered.setdefault(v.key, []).append(v)
+        for key, later in sorted(layered.items()):
+            orig = self._first[key]
+            markers = sum(v.delete_marker for v in later)
+            rng = parse_segment_key(key)
+            raise fail(
+                "A0 versions",
+                None if rng is None else rng[0],
+                key,
+                f"{len(later) - markers} later version(s) and {markers} delete marker(s) lie "
+                f"over the locked original (version {orig.version_id}): the object was "
+                "overwritten or deleted outside the archiver (tampering)",
+            )
+
+    @property
+    def url(self) -> str:
+        return self._store.url
+
+    def get(self, key: str) -> bytes:
+        v = self._first.get(key)
+        return self._store.get(key, version_id=None if v is None else v.version_id)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        return [
+            ObjectInfo(k, v.size)
+            for k, v in sorted(self._first.items())
+            if k.startswith(prefix) and not v.delete_marker
+        ]
 
 
 def read_segment_rows(data: bytes, key: str, first_seq: int) -> list[dict[str, Any]]:
@@ -85,6 +139,8 @@ def load_from_archive(store: ReadableStore, run_id: str) -> LoadedRun:
 
 
 def _load(store: ReadableStore, run_id: str) -> LoadedRun:
+    if isinstance(store, VersionedStore):
+        store = _Originals(store, run_prefix(run_id))
     infos = store.list(run_prefix(run_id))
     keys = {i.key for i in infos}
     if not keys:

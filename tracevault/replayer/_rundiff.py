@@ -18,7 +18,7 @@ from tracevault.replayer._edges import NEXT_SHOWN
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.schemas import EventKind, TraceEvent
 
-__all__ = ["RunDiff", "RunSummary", "diff_runs", "summarize_run"]
+__all__ = ["RunDiff", "RunDiffSide", "diff_runs", "summarize_run"]
 
 
 def _loads(data: bytes) -> Any:
@@ -26,8 +26,8 @@ def _loads(data: bytes) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
-    """What a run is, in one line: size, kinds, models, outcome."""
+class RunDiffSide:
+    """One side of `replay diff`: what a run is in one line (size, kinds, models, outcome)."""
 
     run_id: str
     count: int
@@ -51,7 +51,7 @@ class RunSummary:
         }
 
 
-def summarize_run(events: Sequence[TraceEvent]) -> RunSummary:
+def summarize_run(events: Sequence[TraceEvent]) -> RunDiffSide:
     kinds = Counter(e.kind.value for e in events)
     models = tuple(sorted({e.model for e in events if e.model}))
     last = events[-1] if events else None
@@ -65,7 +65,7 @@ def summarize_run(events: Sequence[TraceEvent]) -> RunSummary:
             error = f"{last.error.type}: {last.error.message}"
     first = events[0] if events else None
     agent = "" if first is None else f"{first.agent.agent_id} {first.agent.agent_version}"
-    return RunSummary(
+    return RunDiffSide(
         run_id=first.run_id if first else "",
         count=len(events),
         finished=finished,
@@ -81,8 +81,8 @@ def summarize_run(events: Sequence[TraceEvent]) -> RunSummary:
 class RunDiff:
     """Two runs compared: ``divergence`` is None when every step is the same."""
 
-    a: RunSummary
-    b: RunSummary
+    a: RunDiffSide
+    b: RunDiffSide
     divergence: DivergenceReport | None
 
     @property

@@ -8,7 +8,10 @@ A1. **segments** — segment seq ranges (from their names) are contiguous from 0
 A2. **receipts** — every segment has its receipt; the receipt names the segment, its seq
     range, count and chain ends (``first_prev_hash``, ``last_hash``) as the records show,
     and the SHA-256 of the segment's exact bytes.
-A3. **final receipt** — count, last seq and chain head match the records, and the run ended.
+A3. **final receipt** — count, last seq and chain head match the records, and the run ended;
+    a finished run (its records end in RUN_FINISHED, or the topic's head says finished) has
+    one. The archiver writes it right after the last segment's receipt and repairs it on
+    restart, so its absence is a deletion, not a lag.
 
 Receipts are checked after the chain: a record that chains from genesis is trusted over a
 receipt that disagrees with it, so an edited receipt is named as the bad object, while a
@@ -151,10 +154,14 @@ def check_archive(run: LoadedRun, summary: RecordsSummary, checks: list[str]) ->
     checks.append("A3 final receipt: count, last seq and chain head match, and the run ended")
     fr = run.final_receipt
     if fr is None:
-        if summary.finished:
-            warnings.append(
-                "the run finished but the archive has no final receipt (the archiver is behind, "
-                "or it was deleted)"
+        if summary.finished or run.expected_finished:
+            raise fail(
+                "A3 final receipt",
+                len(rows) - 1 if rows else None,
+                run.final_receipt_key,
+                "the run finished (its last event is RUN_FINISHED) but the archive has no final "
+                "receipt: it was deleted (the archiver writes it right after the last "
+                "segment's receipt, and again on restart if a crash came between)",
             )
         return warnings
     n = len(rows)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
@@ -21,7 +22,8 @@ from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import DivergenceReport, LoadedRun, StepSummary, VerifyReport
-from tracevault.replayer._rundiff import RunSummary, diff_runs
+from tracevault.replayer._rundiff import RunDiffSide, diff_runs
+from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._verify import verify
 from tracevault.schemas import EventModel
 
@@ -39,7 +41,12 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable o
 
 
 def _settings(ctx: click.Context) -> Settings:
-    return settings_from(ctx, archive_url=ctx.find_root().meta.get("replay.archive_url"))
+    meta = ctx.find_root().meta
+    return settings_from(
+        ctx,
+        archive_url=meta.get("replay.archive_url"),
+        s3_endpoint_url=meta.get("replay.s3_endpoint_url"),
+    )
 
 
 def _load(ctx: click.Context, run_id: str, source: str) -> tuple[Settings, LoadedRun]:
@@ -55,24 +62,33 @@ def _load(ctx: click.Context, run_id: str, source: str) -> tuple[Settings, Loade
     envvar="TRACEVAULT_ARCHIVE_URL",
     help="file://PATH or s3://BUCKET/PREFIX [env TRACEVAULT_ARCHIVE_URL].",
 )
+@click.option(
+    "--s3-endpoint-url",
+    envvar="TRACEVAULT_S3_ENDPOINT_URL",
+    help="S3 endpoint for MinIO or another S3-compatible store [env TRACEVAULT_S3_ENDPOINT_URL].",
+)
 @click.pass_context
-def replay(ctx: click.Context, archive_url: str | None) -> None:
+def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | None) -> None:
     """Rebuild, verify, re-run and diff recorded runs, from the topic or the archive.
 
     \b
     Examples:
       tracevault replay show run-42 --from topic
       tracevault replay verify run-42 --from archive
+      tracevault replay --archive-url s3://audit/tv \\
+          --s3-endpoint-url http://minio:9000 verify run-42
       tracevault replay run run-42 --agent myagents.support:run --until 12
       tracevault replay diff run-42 run-43
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
-      tracevault replay batch --agent myagents.support:run --since 2026-11-01 --workers 2
+      tracevault replay batch --agent myagents.support:run --since 2026-11-01
 
-    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error, 3 not found or
-    unreachable.
+    \b
+    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
+    3 not found or unreachable (every code: `tracevault --help`).
     """
     ctx.find_root().meta["replay.archive_url"] = archive_url
+    ctx.find_root().meta["replay.s3_endpoint_url"] = s3_endpoint_url
 
 
 # -- show -----------------------------------------------------------------------------------
@@ -88,7 +104,8 @@ def show(ctx: click.Context, run_id: str, source: str, as_json: bool) -> None:
 
     \b
     Example:
-      tracevault replay show run-42 --from topic --json | jq 'select(.kind=="TOOL_CALL")'
+      tracevault replay show run-42 --from topic --json \\
+          | jq 'select(.kind=="TOOL_CALL")'
     """
     _, run = _load(ctx, run_id, source)
     events = LazyEvents([r["raw"] for r in run.records.rows])
@@ -97,15 +114,9 @@ def show(ctx: click.Context, run_id: str, source: str, as_json: bool) -> None:
             click.echo(EventModel.from_event(ev).model_dump_json())
         return
     day = StepSummary.of(events[0]).at_iso[:10] if len(events) else ""
-    t = Table(title=f"run {run_id}: {len(events)} events from the {source}, started {day}")
-    for col in ("seq", "kind", "time (UTC)", "model"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("request", overflow="fold", ratio=1)
-    t.add_column("response", overflow="fold", ratio=1)
-    for ev in events:
-        s = StepSummary.of(ev)
-        t.add_row(str(s.seq), s.kind, s.at_time, s.model or "", s.request, s.response)
-    stdout.print(t)
+    title = f"run {run_id}: {len(events)} events from the {source}, started {day} (UTC)"
+    steps = (StepSummary.of(ev) for ev in events)
+    stdout.print(steps_table(steps, title=title, width=stdout.width))
 
 
 # -- verify ---------------------------------------------------------------------------------
@@ -199,12 +210,14 @@ def _divergence_panel(d: DivergenceReport) -> None:
         t.add_row("diff", line)
     stdout.print(t)
     if d.next_in_record:
-        nt = Table(title="what the record says came next")
-        for col in ("seq", "kind", "model", "request", "response"):
-            nt.add_column(col, overflow="fold")
-        for s in d.next_in_record:
-            nt.add_row(str(s.seq), s.kind, s.model or "", s.request, s.response)
-        stdout.print(nt)
+        stdout.print(
+            steps_table(
+                d.next_in_record,
+                title="what the record says came next",
+                width=stdout.width,
+                with_time=False,
+            )
+        )
 
 
 @replay.command("run")
@@ -256,7 +269,11 @@ def run_cmd(
 
 
 # -- diff -----------------------------------------------------------------------------------
-def _summary_table(a: RunSummary, b: RunSummary) -> Table:
+def _outcome(side: RunDiffSide) -> str:
+    return side.error or json.dumps(side.output, ensure_ascii=False)[:80]
+
+
+def _summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
     t = Table(title="runs")
     t.add_column("")
     t.add_column(f"A {a.run_id}", overflow="fold")
@@ -266,7 +283,7 @@ def _summary_table(a: RunSummary, b: RunSummary) -> Table:
     t.add_row("agent", a.agent, b.agent)
     t.add_row("models", ", ".join(a.models), ", ".join(b.models))
     t.add_row("kinds", json.dumps(a.kinds), json.dumps(b.kinds))
-    t.add_row("outcome", a.error or json.dumps(a.output)[:80], b.error or json.dumps(b.output)[:80])
+    t.add_row("outcome", _outcome(a), _outcome(b))
     return t
 
 
@@ -473,7 +490,8 @@ def batch_cmd(
 
     \b
     Example:
-      tracevault replay batch --agent myagents.support:run --since 2026-11-01 --workers 2 --json
+      tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
+          --workers 2 --json
     """
     settings = _settings(ctx)
     first = _day(since, "--since")
@@ -497,18 +515,23 @@ def batch_cmd(
     if as_json:
         echo_json(report.to_json())
     else:
+        # The detail sits under its run id, so at 80 columns neither is cut mid-word.
         t = Table(title=f"replay of runs archived {first} .. {last}")
-        for col in ("run", "status", "events", "served", "seq", "detail"):
-            t.add_column(col, overflow="fold")
+        t.add_column("run, detail", overflow="fold", ratio=1)
+        t.add_column("status", no_wrap=True)
+        for col in ("events", "served", "seq"):
+            t.add_column(col, justify="right", no_wrap=True)
         colour = {"ok": "green", "diverged": "red", "verify_failed": "red", "error": "yellow"}
         for it in report.items:
+            cell = Text(it.run_id)
+            if it.detail:
+                cell.append("\n" + it.detail.splitlines()[0], style="dim")
             t.add_row(
-                it.run_id,
+                cell,
                 f"[{colour[it.status]}]{it.status}[/]",
                 str(it.count),
                 str(it.steps),
                 "" if it.seq is None else str(it.seq),
-                it.detail.splitlines()[0] if it.detail else "",
             )
         stdout.print(t)
         stdout.print(" ".join(f"{k}={v}" for k, v in report.totals().items()))

@@ -1,8 +1,8 @@
-"""pydantic models for events crossing a text boundary (JSON lines exports, CLI input).
+"""pydantic models for events leaving as text: ``replay show --json`` and evidence bundles.
 
-Inside the process events are the plain dataclasses in ``_events``; these models validate
-what comes in from files or people, and give the JSON shape of ``replay show --json`` and of
-evidence bundles.
+Inside the process events are the plain dataclasses in ``_events``; these models fix the JSON
+shape users and auditors read. Nothing is turned back into an event from this JSON: an event
+is only ever read from its recorded bytes, which the chain covers.
 """
 
 from __future__ import annotations
@@ -12,14 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tracevault.schemas._canonical import canonical_json
-from tracevault.schemas._events import (
-    AgentInfo,
-    ErrorInfo,
-    EventKind,
-    TraceEvent,
-    micros_to_datetime,
-)
+from tracevault.schemas._events import EventKind, TraceEvent, micros_to_datetime
 
 __all__ = ["AgentModel", "ErrorModel", "EventModel"]
 
@@ -83,22 +76,4 @@ class EventModel(BaseModel):
             idempotency_key=ev.idempotency_key,
             parent_seq=ev.parent_seq,
             attributes=dict(ev.attributes),
-        )
-
-    def to_event(self) -> TraceEvent:
-        a = self.agent
-        return TraceEvent(
-            run_id=self.run_id,
-            seq=self.seq,
-            kind=self.kind,
-            at=self.at,
-            agent=AgentInfo(a.agent_id, a.agent_version, a.host, a.harness, a.sdk_version),
-            request=canonical_json(self.request, field="request"),
-            response=canonical_json(self.response, field="response"),
-            model=self.model,
-            seed=self.seed,
-            error=None if self.error is None else ErrorInfo(self.error.type, self.error.message),
-            idempotency_key=self.idempotency_key,
-            parent_seq=self.parent_seq,
-            attributes=dict(self.attributes),
         )

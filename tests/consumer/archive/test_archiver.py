@@ -18,7 +18,7 @@ from tracevault.archive import check_run, open_store, read_run_objects, sealed_b
 from tracevault.archive.layout import day_prefix, run_id_from_key
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver, ArchiverStats
-from tracevault.errors import ArchiveError, ChainError
+from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.schemas import encode_sealed
 
 
@@ -98,9 +98,10 @@ def test_an_open_run_is_written_when_its_segment_ages(
 
 
 @pytest.mark.parametrize("fault", ["hole", "broken-chain"])
-def test_a_hole_or_a_broken_chain_stops_the_archiver(
+def test_a_hole_or_a_broken_chain_is_quarantined_and_the_archiver_goes_on(
     settings_factory: Callable[..., Settings], fault: str
 ) -> None:
+    # Issue 10: one bad sealed record used to stop the archiver at every restart.
     settings = settings_factory()
     events = sealed_run("bad", 10)
     if fault == "hole":
@@ -108,9 +109,35 @@ def test_a_hole_or_a_broken_chain_stops_the_archiver(
     else:
         tampered = dataclasses.replace(events[4], raw=events[4].raw + b"x")
         values = [encode_sealed(e) for e in [*events[:4], tampered, *events[5:]]]
-    produce_sealed(settings, {"bad": values})
-    with pytest.raises((ArchiveError, ChainError), match=r"seq 4|seq 5"):
-        Archiver(settings).run(until_idle=20)
+    produce_sealed(settings, {"bad": values, "good": sealed_values("good", 30)})
+    archiver = Archiver(settings)
+    store = archiver.store
+    with running(archiver) as out:
+        wait_for(lambda: finished_runs(store, ["good"]) == 1, 60, "the good run archived")
+        wait_for(lambda: archiver.stats.events_quarantined == 6 - (fault == "hole"), 30, "q")
+        # still running: a run produced afterwards is archived too
+        produce_sealed(settings, {"later": sealed_values("later", 5)})
+        wait_for(lambda: finished_runs(store, ["later"]) == 1, 60, "a later run archived")
+        assert not out, f"the archiver stopped: {out}"
+    assert check_run(read_run_objects(store, "good")) == 30
+    bad = read_run_objects(store, "bad")
+    assert check_run(bad) == 4 and not bad.complete, "archived up to the seq before the fault"
+    q = sorted(
+        (Quarantined.from_json(store.get(i.key)) for i in store.list("quarantine/")),
+        key=lambda r: r.seq or 0,
+    )
+    first = "chain" if fault == "broken-chain" else "hole"
+    assert [(r.reason, r.run_id, r.seq) for r in q] == [
+        (first if s == 4 or (fault == "hole" and s == 5) else "hole", "bad", s)
+        for s in range(4 if fault == "broken-chain" else 5, 10)
+    ]
+    assert [r.value for r in q] == values[4:], "the exact bytes are kept"
+    assert all(r.topic == settings.topics.sealed and r.detail for r in q)
+    assert "seq 4" in q[0].detail
+    assert archiver.stats.quarantined == {
+        **({"chain": 1} if fault == "broken-chain" else {}),
+        "hole": 5,
+    }
 
 
 def test_segments_rotate_at_the_byte_bound(settings_factory: Callable[..., Settings]) -> None:

@@ -19,7 +19,7 @@ def test_archiver_exports() -> None:
 
 def test_archive_exports() -> None:
     assert set(tracevault.archive.__all__) == {
-        "LockMode", "ObjectInfo", "ObjectStore", "open_store",
+        "LockMode", "ObjectInfo", "ObjectStore", "ObjectVersion", "open_store",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
         "ObjectRetention", "PurgeReport", "RunRetention", "RunSummary", "hold_run", "list_runs",
         "purge", "retention_report",

@@ -56,3 +56,13 @@ def test_old_temp_files_are_swept_when_the_store_opens(tmp_path: Path) -> None:
     assert left.exists()
     FileStore(tmp_path, tmp_max_age_s=0)
     assert not left.exists()
+
+
+def test_a_deleted_key_can_be_written_again(tmp_path: Path) -> None:
+    # file:// only: on S3 the server's own clock keeps a fresh lock, so no test can delete.
+    store = open_store(f"file://{tmp_path}", Settings())
+    until = datetime.now(UTC) + timedelta(days=183)
+    store.put("k/x", b"old", retain_until=until)
+    store.delete("k/x", now=until)
+    store.put("k/x", b"new", retain_until=until)
+    assert store.get("k/x") == b"new"

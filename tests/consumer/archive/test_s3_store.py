@@ -53,3 +53,59 @@ def test_governance_mode_is_configurable(
     store.put("k", b"v", retain_until=FUTURE)
     assert store.head("k").lock_mode == "GOVERNANCE"
     assert store.url.startswith("s3://")
+
+
+def test_a_botocore_that_does_not_know_a_parameter_is_a_config_error_not_did_not_answer(
+    s3_bucket_factory: Callable[..., str], s3_endpoint: str
+) -> None:
+    # botocore < 1.35.2 has no IfNoneMatch on PutObject: its client refuses the PUT before
+    # sending it. Reproduce that with this botocore by taking the member out of the model.
+    from tracevault.archive._s3store import S3Store
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    members = client.meta.service_model.operation_model("PutObject").input_shape.members
+    saved = members.pop("IfNoneMatch")
+    try:
+        store = S3Store(s3_bucket_factory(), "p", client=client)
+        refused = r"(?s)botocore .* refused .*IfNoneMatch.*>= 1\.35\.2"
+        with pytest.raises(ConfigError, match=refused):
+            store.put("k", b"v", retain_until=FUTURE)
+    finally:
+        members["IfNoneMatch"] = saved  # the model may be shared with other clients
+        client.close()
+
+
+def test_the_declared_boto3_floor_knows_if_none_match() -> None:
+    # IfNoneMatch on PutObject first appears in botocore 1.35.2 (boto3 1.35.2 requires it);
+    # checked by installing 1.35.1 and 1.35.2 and reading the PutObject input shape.
+    import re
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
+    (spec,) = [d for d in pyproject["project"]["dependencies"] if d.startswith("boto3")]
+    match = re.search(r">=\s*([0-9.]+)", spec)
+    assert match is not None, spec
+    floor = tuple(int(p) for p in match.group(1).split("."))
+    assert floor >= (1, 35, 2), spec
+
+
+def test_history_puts_the_locked_original_first_then_what_was_layered_over_it(
+    s3_bucket_factory: Callable[..., str], archive_settings: Settings, s3_endpoint: str
+) -> None:
+    bucket = s3_bucket_factory()
+    store = open_store(f"s3://{bucket}/p", archive_settings)
+    store.put("runs/r/seg", b"original", retain_until=FUTURE)
+    raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    raw.put_object(Bucket=bucket, Key="p/runs/r/seg", Body=b"forged")  # bypasses IfNoneMatch
+    raw.delete_object(Bucket=bucket, Key="p/runs/r/seg")  # no version id: a delete marker
+    assert store.list("runs/") == []  # what a plain reader sees
+    first, later, marker = store.history("runs/")
+    assert (first.key, first.delete_marker, later.delete_marker, marker.delete_marker) == (
+        "runs/r/seg",
+        False,
+        False,
+        True,
+    )
+    assert store.get("runs/r/seg", version_id=first.version_id) == b"original"
+    assert store.get("runs/r/seg", version_id=later.version_id) == b"forged"

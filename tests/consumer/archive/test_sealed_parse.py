@@ -69,3 +69,28 @@ def test_trailing_bytes_are_refused() -> None:
 def test_a_value_that_is_not_a_sealed_event_is_refused_by_the_codec() -> None:
     with pytest.raises(SchemaError):
         parse_sealed(b"\xc3\x01" + b"\x00" * 8 + b"body")
+
+
+def test_a_sequencer_id_that_is_not_utf8_is_refused() -> None:
+    # The archiver copies the body into the segment: a bad string there made the archived
+    # segment unreadable (found by tests/consumer/test_hostile_records.py).
+    from tests.consumer.hostile import event_value, join, sealed_fields, sealed_header, with_field
+
+    fields = sealed_fields("r", 0, event_value("r", 0, kind="RUN_STARTED"))
+    assert parse_sealed(join(sealed_header(), fields)).run_id == "r"
+    bad = join(sealed_header(), with_field(fields, "sequencer_id", b"\x02\xff"))
+    with pytest.raises(SchemaError, match="malformed"):
+        parse_sealed(bad)
+
+
+def test_a_negative_raw_length_is_refused() -> None:
+    from tests.consumer.hostile import event_value, join, sealed_fields, sealed_header, varint
+
+    fields = sealed_fields("r", 0, event_value("r", 0, kind="RUN_STARTED"))
+    raw = next(f for f in fields if f.name == "raw")
+    for n in (-1, -64, -(2**40)):
+        bad = [
+            f.__class__(f.name, f.kind, varint(n) + raw.data[1:]) if f is raw else f for f in fields
+        ]
+        with pytest.raises(SchemaError):
+            parse_sealed(join(sealed_header(), bad))

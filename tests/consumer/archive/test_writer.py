@@ -9,7 +9,7 @@ import pytest
 
 from tests.consumer.archive.sealed_factory import sealed_run, write_segment_objects
 from tracevault.archive import ObjectStore, check_run, open_store, read_run_objects
-from tracevault.archive.layout import final_key
+from tracevault.archive.layout import final_key, receipt_key
 from tracevault.chain import genesis
 from tracevault.config import Settings, load_settings
 from tracevault.consumer.archive import ArchiveWriter
@@ -27,13 +27,22 @@ def test_a_new_run_starts_at_genesis(store: ObjectStore) -> None:
     assert (cur.next_seq, cur.last_hash, cur.finished) == (0, genesis("fresh"), False)
 
 
-def test_retain_until_is_the_clock_plus_retention(store: ObjectStore) -> None:
-    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+def test_retain_until_is_the_clock_plus_retention_and_the_receipts_state_it(
+    store: ObjectStore,
+) -> None:
+    # A clock near the store's own: S3 refuses a retain-until in the past.
+    t0 = datetime.now(UTC).replace(microsecond=0)
+    until = t0 + timedelta(days=200)
     writer = ArchiveWriter(store, retention_days=200, clock=lambda: t0)
     cur = writer.cursor("r")
     key = writer.write_segment(cur, _parsed("r", 5))
-    assert store.head(key).retain_until == t0 + timedelta(days=200)
-    assert cur.finished and store.head(final_key("r")).retain_until == t0 + timedelta(days=200)
+    assert store.head(key).retain_until == until
+    assert cur.finished and store.head(final_key("r")).retain_until == until
+    run = read_run_objects(store, "r")
+    assert run.final is not None
+    for stated in (run.segments[0].receipt, run.final):
+        assert stated.version == 2
+        assert (stated.created_at, stated.retain_until) == (t0.isoformat(), until.isoformat())
 
 
 def test_a_segment_left_without_receipt_is_receipted_on_the_next_start(
@@ -47,6 +56,11 @@ def test_a_segment_left_without_receipt_is_receipted_on_the_next_start(
     run = read_run_objects(store, "crashed")
     assert not run.unreceipted
     assert check_run(run) == 20
+    # The repaired receipt states the lock the segment already has, and takes it itself.
+    seg = run.segments[1]
+    lock = store.head(seg.key).retain_until
+    assert lock is not None and seg.receipt.retain_until == lock.isoformat()
+    assert store.head(receipt_key("crashed", 10, 19)).retain_until == lock
 
 
 def test_a_finished_run_without_final_receipt_gets_one_on_the_next_start(

@@ -6,7 +6,8 @@ Loop, per batch of messages:
    with one listing the first time the run is seen;
 2. an event at or below the archived seq is skipped (it was archived before a crash); the
    next seq is checked against the chain (prev_hash = last hash, hash = link(prev, raw)) and
-   buffered; a seq beyond the next one is a hole and stops the archiver loudly;
+   buffered; a record that does not parse, cannot be stored, breaks the chain or comes
+   after a missing seq (a hole) is quarantined (``_quarantine``) and the archiver goes on;
 3. a run's buffer becomes a segment job at RUN_FINISHED (plus the final receipt) or when it
    reaches the configured event count, byte size or age. Writer threads run the jobs, each
    run always on the same one so its segments go in order (compression and I/O release the
@@ -19,10 +20,12 @@ what was written. On revocation the writer is drained first (no write after we l
 partition), then the buffers of the revoked partitions are dropped: their new owner reads
 them again from the committed offset.
 
-A hole in a run's seqs or a break in its chain stops the archiver with the run, seq and
-topic position named: the archive never skips a seq, so an operator has to look. Errors of
-the object store stop it too (after boto3's retries): run it under a supervisor; on restart
-it resumes from the archive itself.
+No record can stop the archiver: a hole in a run's seqs or a break in its chain sends the
+record, with the run, seq and topic position named, to ``quarantine/`` in the archive store
+(an ALERT log line and ``stats.events_quarantined``); the run stays archived up to the seq
+before it, since the archive never skips a seq, and an operator has to look. Errors of the
+object store stop it (after boto3's retries): run it under a supervisor; on restart it
+resumes from the archive itself.
 
 Known limit: object stores have no fencing, so an archiver that stalls past
 ``max.poll.interval.ms`` without noticing it lost its partitions could still write a segment
@@ -49,9 +52,13 @@ from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.chain import link
 from tracevault.config import Settings
+from tracevault.consumer.archive._quarantine import MAX_SEALED_AT as _MAX_AT
+from tracevault.consumer.archive._quarantine import MIN_SEALED_AT as _MIN_AT
+from tracevault.consumer.archive._quarantine import QuarantineReason as Why
+from tracevault.consumer.archive._quarantine import quarantine, unarchivable
 from tracevault.consumer.archive._sealed import Sealed, parse_sealed
 from tracevault.consumer.archive._writer import ArchiveWriter, RunCursor
-from tracevault.errors import ArchiveError, ChainError, SchemaError, ServiceUnavailableError
+from tracevault.errors import SchemaError, ServiceUnavailableError
 
 __all__ = ["Archiver", "ArchiverStats"]
 
@@ -71,6 +78,8 @@ class ArchiverStats:
     events_skipped: int = 0
     segments_written: int = 0
     runs_finished: int = 0
+    events_quarantined: int = 0
+    quarantined: dict[str, int] = field(default_factory=dict)  # by reason
     first_message_at: float | None = None  # time.monotonic() of the first message consumed
     last_write_at: float | None = None  # time.monotonic() after the last segment was written
 
@@ -277,11 +286,12 @@ class Archiver:
     def _log_stats(self, state: str) -> None:
         st = self.stats
         log.info(
-            "archiver %s: %d events archived, %d skipped, %d segments, %d runs finished, "
-            "%d runs open, %d segments being written",
+            "archiver %s: %d events archived, %d skipped, %d quarantined, %d segments, "
+            "%d runs finished, %d runs open, %d segments being written",
             state,
             st.events_archived,
             st.events_skipped,
+            st.events_quarantined,
             st.segments_written,
             st.runs_finished,
             sum(1 for r in self._runs.values() if r.buffer),
@@ -356,6 +366,7 @@ class Archiver:
         beyond the parse and the hash)."""
         runs, consumed, stats = self._runs, self._consumed, self.stats
         max_events, max_bytes = self._max_events, self._max_bytes
+        min_at, max_at = _MIN_AT, _MAX_AT
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -366,29 +377,51 @@ class Archiver:
                 continue  # only error events lack a position
             consumed[partition] = offset + 1
             if value is None:
-                raise ArchiveError(f"{self.topic}[{partition}]@{offset} has no value")
+                self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
+                continue
             try:
-                ev = parse_sealed(value)
-            except SchemaError as exc:
-                raise SchemaError(f"{self.topic}[{partition}]@{offset}: {exc}") from exc
-            run = runs.get(ev.run_id) or self._load(ev.run_id, partition)
+                ev = parse_sealed(value)  # the quarantine object says where it was
+            except Exception as exc:  # SchemaError, or whatever the parser did not foresee
+                why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
+                self._refuse(msg, why, f"{type(exc).__name__}: {exc}")
+                continue
+            run = runs.get(ev.run_id)
+            if run is None:
+                problem = unarchivable(ev.run_id, ev.sealed_at)
+                if problem is not None:
+                    self._refuse(msg, Why.INVALID, problem, ev)
+                    continue
+                run = self._load(ev.run_id, partition)
+            elif not min_at <= ev.sealed_at <= max_at:
+                self._refuse(msg, Why.INVALID, unarchivable(ev.run_id, ev.sealed_at) or "", ev)
+                continue
             if run.finished or ev.seq < run.next_seq:
                 stats.events_skipped += 1
                 continue
             if ev.seq > run.next_seq:
-                raise ArchiveError(
-                    f"run {ev.run_id!r}: {self.topic}[{partition}]@{offset} is seq {ev.seq}, "
-                    f"but seq {run.next_seq} was expected; the sealed topic has a hole "
-                    "(retention shorter than the archiver's lag?). Operator action: find the "
-                    "missing events before restarting; the archive never skips a seq"
+                self._refuse(
+                    msg,
+                    Why.HOLE,
+                    f"run {ev.run_id!r} is archived up to seq {run.next_seq - 1} and this is "
+                    f"seq {ev.seq}: seq {run.next_seq} is missing from the sealed topic or was "
+                    "quarantined; the archive never skips a seq",
+                    ev,
                 )
+                continue
             if ev.prev_hash != run.last_hash or link(run.last_hash, ev.raw) != ev.hash:
-                raise ChainError(
-                    f"run {ev.run_id!r} seq {ev.seq} at {self.topic}[{partition}]@{offset} "
-                    "does not continue the run's hash chain; refusing to archive it",
-                    seq=ev.seq,
-                    obj=f"{self.topic}[{partition}]@{offset}",
+                self._refuse(
+                    msg,
+                    Why.CHAIN,
+                    f"run {ev.run_id!r} seq {ev.seq} does not continue the run's hash chain: "
+                    + (
+                        f"its prev_hash {ev.prev_hash.hex()} is not the archived chain head "
+                        f"{run.last_hash.hex()}"
+                        if ev.prev_hash != run.last_hash
+                        else f"its hash {ev.hash.hex()} is not link(prev_hash, raw)"
+                    ),
+                    ev,
                 )
+                continue
             buffer = run.buffer
             if not buffer:
                 run.first_offset = offset
@@ -402,6 +435,27 @@ class Archiver:
                 self._flush(run)
             elif len(buffer) >= max_events or run.size >= max_bytes:
                 self._flush(run)
+
+    def _refuse(self, msg: Message, why: Why, detail: str, ev: Sealed | None = None) -> None:
+        """Quarantine one record (durably, before its offset can be committed) and go on."""
+        partition, offset = msg.partition(), msg.offset()
+        assert partition is not None and offset is not None  # a consumed record has both
+        quarantine(
+            self.store,
+            self.writer.clock() + self.writer.retention,
+            why,
+            detail,
+            self.topic,
+            partition,
+            offset,
+            msg.key(),
+            msg.value(),
+            None if ev is None else ev.run_id,
+            None if ev is None else ev.seq,
+        )
+        st = self.stats
+        st.events_quarantined += 1
+        st.quarantined[why.value] = st.quarantined.get(why.value, 0) + 1
 
     def _flush_aged(self) -> None:
         deadline = time.monotonic() - self.settings.archive_segment_max_age_s

@@ -72,10 +72,12 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
     # archived event and Python function calls are most of its cost.
     try:
         x = b[10]
-        if x < 0x80:
+        if not x & 0x81:  # a length under 64 (odd: negative, read in full)
             n, p = x >> 1, 11
         else:
             n, p = read_long(b, 10)
+        if n < 0:
+            raise IndexError(f"run_id has a negative length {n}")
         run_id = b[p : p + n].decode()
         p += n
         x = b[p]
@@ -86,27 +88,36 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
         prev, h = b[p : p + 32], b[p + 32 : p + 64]
         p += 64
         x = b[p]
-        if x < 0x80:
+        if not x & 0x81:  # a length under 64 (odd: negative, read in full)
             m, p = x >> 1, p + 1
         else:
             m, p = read_long(b, p)
+        if m < 0:  # checked here: m is reused for sequencer_id below
+            raise IndexError(f"raw has a negative length {m}")
         raw = b[p : p + m]
         p += m
         sealed_at, p = read_long(b, p)
         if b[p] < 0x80:  # source_partition
             p += 1
         else:
-            _partition, p = read_long(b, p)
+            part, p = read_long(b, p)
+            if not -(2**31) <= part < 2**31:  # an Avro int: a reader of the segment refuses more
+                raise SchemaError(f"{what}: source_partition {part} is not a 32-bit int")
         _offset, p = read_long(b, p)
+        # sequencer_id: copied into the segment as is, so it must be valid UTF-8 like run_id,
+        # or the archived segment would not read back (found by tests/consumer/test_hostile_records)
         x = b[p]
-        if x < 0x80:
-            p += 1 + (x >> 1)
+        if not x & 0x81:  # a length under 64 (odd: negative, read in full)
+            m, p = x >> 1, p + 1
         else:
             m, p = read_long(b, p)
-            p += m
+        if m < 0 or p + m > len(b):
+            raise IndexError("sequencer_id runs past the value")
+        b[p : p + m].decode()
+        p += m
     except (IndexError, UnicodeDecodeError, VarintError) as exc:
         raise SchemaError(f"{what} is truncated or malformed: {exc}") from exc
-    if p != len(b) or len(h) != 32 or n < 0 or m < 0:
+    if p != len(b) or len(h) != 32 or n < 0:
         raise SchemaError(
             f"{what} ({run_id!r} seq {seq}) does not end where its record does "
             f"({p} of {len(b)} bytes)"

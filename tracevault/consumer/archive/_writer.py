@@ -8,6 +8,10 @@ nothing a reader takes as complete, and the next start finishes the job):
 3. its receipt. Only a receipted segment counts (``read_run_objects``);
 4. at run end, the final receipt.
 
+Each receipt states the retain-until the writer put on the objects it covers (one value per
+segment: the day-index markers, the segment and its receipt share it), so retention can be
+read from content instead of from the store's metadata (docs/design.md, "Archive").
+
 ``cursor(run_id)`` reads the archive back with one listing of ``runs/<run>/``: the next seq
 to archive, the chain head, whether the run is finished. It repairs what a crash left: a
 segment without receipt is verified and receipted; a last segment ending in RUN_FINISHED
@@ -134,6 +138,9 @@ class ArchiveWriter:
                 f"seq {cur.next_seq}. Operator action: verify the run before restarting"
             )
         prev = cur.last_hash
+        # The segment keeps the lock its first writer gave it; the receipt states that lock
+        # (and takes it), so content and metadata agree.
+        until = self.store.head(key).retain_until or self._until()
         for i, ev in enumerate(events):
             if ev.seq != cur.next_seq + i or ev.prev_hash != prev or link(prev, ev.raw) != ev.hash:
                 raise ArchiveError(
@@ -149,6 +156,7 @@ class ArchiveWriter:
             last=events[-1].seq,
             prev=events[0].prev_hash,
             h=prev,
+            until=until,
         )
         return events[-1]
 
@@ -170,7 +178,14 @@ class ArchiveWriter:
         data = encode_segment(cur.run_id, first, (e.body for e in events))
         self.store.put(key, data, retain_until=until)
         self._write_receipt(
-            cur, key, data, first=first, last=last, prev=events[0].prev_hash, h=events[-1].hash
+            cur,
+            key,
+            data,
+            first=first,
+            last=last,
+            prev=events[0].prev_hash,
+            h=events[-1].hash,
+            until=until,
         )
         if events[-1].finishes_run:
             self._write_final(cur)
@@ -186,6 +201,7 @@ class ArchiveWriter:
         last: int,
         prev: bytes,
         h: bytes,
+        until: datetime,
     ) -> None:
         receipt = SegmentReceipt(
             run_id=cur.run_id,
@@ -197,15 +213,15 @@ class ArchiveWriter:
             first_prev_hash=prev.hex(),
             last_hash=h.hex(),
             created_at=self._now_iso(),
+            retain_until=until.astimezone(UTC).isoformat(),
         )
-        self.store.put(
-            receipt_key(cur.run_id, first, last), receipt.to_json(), retain_until=self._until()
-        )
+        self.store.put(receipt_key(cur.run_id, first, last), receipt.to_json(), retain_until=until)
         cur.segments.append(key)
         cur.next_seq = last + 1
         cur.last_hash = h
 
     def _write_final(self, cur: RunCursor) -> None:
+        until = self._until()
         final = FinalReceipt(
             run_id=cur.run_id,
             count=cur.next_seq,
@@ -213,8 +229,9 @@ class ArchiveWriter:
             last_hash=cur.last_hash.hex(),
             segments=list(cur.segments),
             created_at=self._now_iso(),
+            retain_until=until.astimezone(UTC).isoformat(),
         )
-        self.store.put(final_key(cur.run_id), final.to_json(), retain_until=self._until())
+        self.store.put(final_key(cur.run_id), final.to_json(), retain_until=until)
         cur.finished = True
         log.info(
             "run %s archived: %d events in %d segments", cur.run_id, cur.next_seq, len(cur.segments)

@@ -13,6 +13,7 @@ from typing import Any
 import click
 from rich.progress import Progress as RichProgress
 from rich.table import Table
+from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive._open import open_store
@@ -88,7 +89,12 @@ def archiver(
       tracevault archiver --archive file:///var/lib/tracevault/archive
       tracevault archiver --archive s3://audit-logs/tracevault \\
           --s3-endpoint-url http://minio:9000 --lock-mode COMPLIANCE
-      TRACEVAULT_ARCHIVE_URL=s3://audit-logs/tv tracevault archiver --instance-id $(hostname)
+      TRACEVAULT_ARCHIVE_URL=s3://audit-logs/tv \\
+          tracevault archiver --instance-id $(hostname)
+
+    Exits 3 when Kafka or the object store does not answer (a supervisor may restart it)
+    and 4 when the archive is inconsistent (restarting does not help: an operator must
+    look); see `tracevault --help` for every code.
     """
     from tracevault.consumer.archive._archiver import Archiver  # noqa: PLC0415 - Kafka import
 
@@ -130,9 +136,9 @@ def archive() -> None:
     Examples:
       tracevault archive ls --day 2026-01-31
       tracevault archive ls RUN_ID --json
-      tracevault archive hold RUN_ID            # legal hold: the run cannot be purged
+      tracevault archive hold RUN_ID       # legal hold: the run cannot be purged
       tracevault archive release RUN_ID
-      tracevault archive purge --dry-run        # what would go, and why the rest stays
+      tracevault archive purge --dry-run   # what would go, and why the rest stays
       tracevault archive retention-report --json > evidence.json
     """
 
@@ -178,7 +184,8 @@ def ls(
     Examples:
       tracevault archive ls --day 2026-01-31
       tracevault archive ls run-42 --json
-      tracevault archive ls --archive s3://audit-logs/tv --s3-endpoint-url http://minio:9000
+      tracevault archive ls --archive s3://audit-logs/tv \\
+          --s3-endpoint-url http://minio:9000
     """
     from tracevault.archive._retention import list_runs  # noqa: PLC0415
 
@@ -276,12 +283,15 @@ def purge_cmd(
 ) -> None:
     """Delete runs whose every object is past retain-until and not under legal hold.
 
-    Writes an immutable record of what it deleted (purges/<time>-<id>.json in the archive)
-    before deleting anything. Runs still retained or held are kept and listed with why.
+    Retain-until is what the run's receipts state; a run whose store locks disagree with its
+    receipts (a file's mtime changed, say) is kept and named, never deleted. Writes an
+    immutable record of what it deleted (purges/<time>-<id>.json in the archive) before
+    deleting anything. Runs still retained or held are kept and listed with why; on S3, runs
+    the server's own clock still locks are listed as refused.
 
     \b
     Examples:
-      tracevault archive purge --dry-run          # what would go, and why the rest stays
+      tracevault archive purge --dry-run   # what would go, and why the rest stays
       tracevault archive purge --json > purge-$(date +%F).json
     """
     from tracevault.archive._retention import purge  # noqa: PLC0415
@@ -304,9 +314,20 @@ def purge_cmd(
         )
     for rid, why in report.kept.items():
         t.add_row(rid, "kept", why)
+    for rid, why in report.refused.items():
+        t.add_row(rid, "[yellow]refused by the store[/]", why)
     stdout.print(t)
     if report.record:
         stdout.print(f"record: {report.record}")
+
+
+def _day_time(iso: str | None) -> str:
+    # "2027-06-01 04:40:59Z" wraps at the space at 80 columns; --json keeps microseconds.
+    return (
+        "-"
+        if iso is None
+        else iso[:19].replace("T", " ") + ("Z" if iso.endswith("+00:00") else iso[26:])
+    )
 
 
 @archive.command("retention-report")
@@ -316,10 +337,13 @@ def purge_cmd(
 def retention_report_cmd(
     ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | None, as_json: bool
 ) -> None:
-    """For every archived run: its objects' lock mode and retain-until, and what is wrong.
+    """For every archived run: its objects' locks, checked against its receipts and the index.
 
-    Flags objects that are unlocked or retained fewer than 183 days from when they were
-    written (EU AI Act Art. 19). Exits 1 when anything is flagged: use it as an audit check.
+    Flags, per run: objects unlocked or retained fewer than 183 days from when they were
+    written (EU AI Act Art. 19); a store lock that disagrees with the retain-until its
+    receipt states; objects missing (against the final receipt, the receipts and the day
+    index) or extra; and on S3 delete markers and later versions over a locked original.
+    Exits 1 when anything is flagged, with or without --json: use it as an audit check.
 
     \b
     Examples:
@@ -328,30 +352,33 @@ def retention_report_cmd(
     """
     from tracevault.archive._retention import retention_report  # noqa: PLC0415
 
-    _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
-    with _progress("reading locks", not as_json) as progress:
-        runs = retention_report(store, progress=progress)
+    settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    with _progress("reading locks and receipts", not as_json) as progress:
+        runs = retention_report(store, retention_days=settings.retention_days, progress=progress)
     if as_json:
         echo_json([{**asdict(r), "ok": r.ok} for r in runs])
     else:
+        # Problems sit under the run id: six side-by-side columns cut ids and dates
+        # mid-word at 80 columns.
         t = Table(title=f"retention of {store.url}")
-        t.add_column("run", no_wrap=True)
-        for col in ("objects", "lock modes", "earliest retain-until", "hold", "problems"):
-            t.add_column(col, overflow="fold")
+        t.add_column("run, problems", overflow="fold", ratio=1)
+        t.add_column("objects", justify="right", no_wrap=True)
+        t.add_column("locks", no_wrap=True)
+        t.add_column("earliest retain-until", overflow="fold", max_width=12)
+        t.add_column("hold", no_wrap=True)
         for r in runs:
             modes = ",".join(sorted({o.lock_mode or "NONE" for o in r.objects}))
+            cell = Text(r.run_id)
+            cell.append("\n" + ("; ".join(r.problems) or "ok"), "red" if r.problems else "green")
             t.add_row(
-                r.run_id,
+                cell,
                 str(len(r.objects)),
                 modes,
-                r.earliest_retain_until or "-",
+                _day_time(r.earliest_retain_until),
                 "yes" if r.held else "",
-                "[red]" + "; ".join(r.problems) + "[/]" if r.problems else "ok",
             )
         stdout.print(t)
     bad = [r.run_id for r in runs if not r.ok]
     if bad:
-        stderr.print(
-            f"[red]{len(bad)} run(s) have unlocked or short-retained objects: {bad[:5]}[/]"
-        )
+        stderr.print(f"[red]{len(bad)} run(s) flagged: {bad[:5]}[/]")
         ctx.exit(1)

@@ -3,6 +3,7 @@
 A registry per instance, not the process-global one, so tests and embedders can run several
 sequencers in one process without duplicate-metric errors. Counters are incremented only
 after their transaction commits: an aborted batch is counted as an abort, nothing else.
+docs/design.md ("Metrics") lists every series; tests/test_docs.py keeps the two equal.
 """
 
 from __future__ import annotations

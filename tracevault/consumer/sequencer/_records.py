@@ -7,6 +7,8 @@ whole range it belongs to), its response ``null``, its agent the sequencer. So t
 of a run are always exactly ``0, 1, 2, ...`` with no hole and no repeat, and the chain links
 every one of them: a verifier checks ``seq == previous seq + 1`` and the hash link, nothing
 else. A GAP's ``source_offset`` in the SealedEvent is ``-1`` (it was never on the raw topic).
+DLQ reasons and headers are listed for operators in docs/design.md ("Sequencer batch
+protocol").
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ class DlqReason(StrEnum):
     """A seq past the run's sealed RUN_FINISHED."""
     OUT_OF_RANGE = "out_of_range"
     """A seq so far past the head (``sequencer_max_gap``) that holding it is not credible."""
+    INTERNAL = "internal"
+    """The sequencer failed on this record in a way its rules did not foresee (a bug, or
+    held bytes that no longer decode): kept unchanged, the exception named in the detail,
+    so one record can never stop the service."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +90,15 @@ class DlqRecord:
         p = DLQ_HEADER_PREFIX
         out: list[tuple[str, str | bytes | None]] = [
             (p + "reason", self.reason.value.encode()),
-            (p + "detail", self.detail.encode("utf-8", "replace")),
+            # bounded: the detail may quote the record, and the DLQ record must fit Kafka's limit
+            (p + "detail", self.detail.encode("utf-8", "replace")[:4096]),
             (p + "source.topic", self.source_topic.encode()),
             (p + "source.partition", str(self.source_partition).encode()),
             (p + "source.offset", str(self.source_offset).encode()),
             (p + "sequencer", sequencer_id.encode()),
         ]
         if self.run_id is not None:
-            out.append((p + "run_id", self.run_id.encode("utf-8", "replace")))
+            out.append((p + "run_id", self.run_id.encode("utf-8", "replace")[:1024]))
         if self.seq is not None:
             out.append((p + "seq", str(self.seq).encode()))
         return out

@@ -2,14 +2,18 @@
 
 For an event of run ``r`` with seq ``s`` and the run's head ``next``:
 
-1. Not a readable TraceEvent → DLQ ``undecodable``; readable but key != run_id, on the
-   wrong partition for its key, non-canonical JSON, ``s < 0`` or kind GAP → DLQ ``invalid``.
+1. Not a readable TraceEvent → DLQ ``undecodable``; readable but run_id empty or over 255
+   bytes, key != run_id, on the wrong partition for its key, non-canonical JSON, ``s < 0``
+   or kind GAP → DLQ ``invalid``.
+   Anything the rules did not foresee (an exception on one record) → DLQ ``internal``: no
+   record can stop the sequencer (see :meth:`RunBook.apply`).
 2. ``s < next``: ``s`` inside a sealed GAP range → DLQ ``late``; same bytes as the sealed
    event (its hash re-computes) → dropped, counted as a duplicate; else DLQ ``conflict``.
 3. ``s >= next`` and the run's RUN_FINISHED is sealed → DLQ ``after_finish``.
 4. ``s == next`` → sealed; then held events ``next, next+1, ...`` are sealed behind it.
 5. ``s > next`` → held (persisted in the head); the same seq again is a duplicate or a
-   conflict like a sealed one; ``s - next > max_gap`` → DLQ ``out_of_range``.
+   conflict like a sealed one; ``s - next > max_gap``, or a run with ``MAX_GAP_RANGES``
+   sealed gaps already → DLQ ``out_of_range``.
 6. Held events whose oldest has waited ``gap_timeout`` (or whose bytes outgrow what one heads
    record should carry) → the missing seqs are sealed as GAP markers, one per seq (see
    ``_records``), and the held events follow.
@@ -21,6 +25,7 @@ so nothing here has to be undoable.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -29,7 +34,7 @@ from typing import NamedTuple
 from tracevault.chain import genesis, link
 from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.consumer.sequencer._records import DlqReason, DlqRecord, gap_event
-from tracevault.errors import NonCanonicalJSONError, SchemaError
+from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
 from tracevault.heads import GapRange, Head, HeldEvent
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, check_canonical, decode_event
@@ -41,12 +46,31 @@ log = logging.getLogger(__name__)
 #: Held raw bytes per run beyond which the gap is closed at once: the head record that
 #: carries them must stay well under Kafka's 1 MiB default message size.
 MAX_HELD_BYTES = 256 * 1024
-#: Raw values larger than this are refused: the sealed record wraps the raw bytes with about
-#: 150 bytes of chain and transport fields and must still fit Kafka's 1 MiB default.
-MAX_RAW_BYTES = 1_000_000
+#: Raw values larger than this are refused: the sealed record wraps the raw bytes with up to
+#: about 800 bytes of chain and transport fields (run id and sequencer id included) and must
+#: still fit the producer's ``message.max.bytes`` (1,000,000 by default). At 1,000,000 a raw
+#: value of 999,900 bytes was accepted, its sealed record refused by the producer, and the
+#: sequencer aborted and retried that batch forever.
+MAX_RAW_BYTES = 990_000
+#: Sealed gap ranges per run beyond which an event that would open one more goes to the DLQ:
+#: the head carries every range (about 21 bytes each) and must fit one Kafka record. A
+#: producer sending every other seq made heads of over 1 MB in seconds (then every
+#: transaction of that partition failed). Sweeps of events already held may add up to
+#: ``sequencer_max_gap`` more: still far under the limit.
+MAX_GAP_RANGES = 5_000
+#: The Recorder's bound on a run id (UTF-8 bytes); it is the Kafka key and names archive paths.
+MAX_RUN_ID_BYTES = 255
+#: Key plus value of a refused record copied into its DLQ record; beyond this only their
+#: sizes and SHA-256 go in (the DLQ record with its headers, at most about 5.5 KB, must fit
+#: the same limit). Every event the rules accept (then hold) fits, with its key.
+MAX_DLQ_COPY_BYTES = MAX_RAW_BYTES + MAX_RUN_ID_BYTES
 
 _GAP = EventKind.GAP
 _FINISHED = EventKind.RUN_FINISHED
+
+
+def _sha256(data: bytes | None) -> str:
+    return hashlib.sha256(data or b"").hexdigest()
 
 
 class _Run:
@@ -202,6 +226,15 @@ class RunBook:
         seq: int | None = None,
     ) -> None:
         key, value, partition, offset = src
+        if len(key or b"") + len(value or b"") > MAX_DLQ_COPY_BYTES:
+            # Too large to copy: a DLQ record over the producer's limit would fail the whole
+            # transaction at every retry. The original stays on raw until its retention.
+            detail += (
+                f"; key ({len(key or b'')} bytes, sha256 {_sha256(key)}) and value "
+                f"({len(value or b'')} bytes, sha256 {_sha256(value)}) are too large to copy "
+                f"here: the original is {self.raw_topic}[{partition}]@{offset}"
+            )
+            key = value = None
         out.dlq.append(
             DlqRecord(reason, detail, key, value, self.raw_topic, partition, offset, run_id, seq)
         )
@@ -215,28 +248,105 @@ class RunBook:
         offset: int,
         now_us: int,
     ) -> None:
-        """Apply the rules to one raw record, appending what to write to ``out``."""
+        """Apply the rules to one raw record, appending what to write to ``out``.
+
+        Never raises because of the record (docs/design.md, "Sequencer rules"): whatever
+        goes wrong with one record, foreseen or not, ends as a DLQ record with its reason,
+        so no record can stop the service or come back at every restart. Only
+        :class:`ServiceUnavailableError` (the broker, while reading a run's sealed history)
+        propagates: that is no fault of the record, and the loop's recovery handles it.
+        """
+        try:
+            self._apply(out, key, value, partition, offset, now_us)
+        except ServiceUnavailableError:
+            raise
+        except Exception as exc:  # the point: no record may escape the rules
+            self._unexpected(out, (key, value, partition, offset), exc)
+
+    def _unexpected(self, out: BatchOutput, src: _Source, exc: Exception) -> None:
+        """Account for a record the rules failed on: DLQ ``internal``, unless it got through.
+
+        Every step of the rules is atomic (a seal, a hold, a refusal), so the book is
+        consistent here; the record either took effect before the failure (sealed or held:
+        then a held event behind it failed, and that one has its own DLQ record) or not at
+        all, and then it goes to the DLQ with the exception named.
+        """
+        _key, _value, partition, offset = src
+        where = f"{self.raw_topic}[{partition}]@{offset}"
+        log.error(
+            "ALERT sequencer rules failed on %s (%s: %s); the record goes to the DLQ as %r",
+            where,
+            type(exc).__name__,
+            exc,
+            DlqReason.INTERNAL.value,
+            exc_info=exc,
+        )
+        here = (partition, offset)
+        if (
+            any((s.source_partition, s.source_offset) == here for s in out.sealed)
+            or any((d.source_partition, d.source_offset) == here for d in out.dlq)
+            or any(
+                (h.source_partition, h.source_offset) == here
+                for r in self._waiting
+                if r in self.runs
+                for h in self.runs[r].held.values()
+            )
+        ):
+            return
+        self._refuse(
+            out,
+            src,
+            DlqReason.INTERNAL,
+            f"{where}: the sequencer failed on this record ({type(exc).__name__}: {exc}); "
+            "it is kept here unchanged, and the service went on",
+        )
+
+    def _apply(  # noqa: PLR0917 - positional: called once per event
+        self,
+        out: BatchOutput,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        now_us: int,
+    ) -> None:
         src = (key, value, partition, offset)
         refuse = self._refuse
         if value is None:
             refuse(out, src, DlqReason.UNDECODABLE, "record has no value (tombstone)")
             return
-        peeked = None
         try:
             peeked = peek_event(value)
             if peeked is None:  # not plain v1, or broken: the full codec decides and explains
-                ev = decode_event(value, what=f"{self.raw_topic}[{partition}]@{offset}")
-                run_id, seq, kind = ev.run_id, ev.seq, ev.kind
+                ev = decode_event(
+                    value, check_json=False, what=f"{self.raw_topic}[{partition}]@{offset}"
+                )
+                run_id, seq, kind, request, response = (
+                    ev.run_id, ev.seq, ev.kind, ev.request, ev.response
+                )  # fmt: skip
             else:
                 run_id, seq, kind, request, response = peeked
-                check_canonical(request, field="request")
-                check_canonical(response, field="response")
-        except NonCanonicalJSONError as exc:
-            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
-            refuse(out, src, DlqReason.INVALID, str(exc) if peeked is None else f"{where}: {exc}")
-            return
         except SchemaError as exc:
             refuse(out, src, DlqReason.UNDECODABLE, str(exc))
+            return
+        # Both paths check the JSON here, with run_id and seq known: the DLQ record names them.
+        try:
+            check_canonical(request, field="request")
+            check_canonical(response, field="response")
+        except NonCanonicalJSONError as exc:
+            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
+            refuse(out, src, DlqReason.INVALID, f"{where}: {exc}", run_id=run_id, seq=seq)
+            return
+        except RecursionError:  # json.loads on thousands of nested brackets
+            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
+            refuse(
+                out,
+                src,
+                DlqReason.INVALID,
+                f"{where}: request or response JSON is nested deeper than a parser can read",
+                run_id=run_id,
+                seq=seq,
+            )
             return
         if len(value) > MAX_RAW_BYTES:
             refuse(
@@ -250,6 +360,17 @@ class RunBook:
             )
             return
         run = self.runs.get(run_id)
+        if run is None and not 0 < len(run_id.encode("utf-8")) <= MAX_RUN_ID_BYTES:
+            refuse(
+                out,
+                src,
+                DlqReason.INVALID,
+                f"run_id is {len(run_id.encode('utf-8'))} bytes; a run id is 1 to "
+                f"{MAX_RUN_ID_BYTES} bytes of text (as the Recorder enforces)",
+                run_id=run_id,
+                seq=seq,
+            )
+            return
         if key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
             refuse(
                 out,
@@ -309,6 +430,17 @@ class RunBook:
                 DlqReason.OUT_OF_RANGE,
                 f"seq {seq} is {seq - run.next_seq} past the next expected seq {run.next_seq} "
                 f"(sequencer_max_gap={self.max_gap})",
+                run_id=run_id,
+                seq=seq,
+            )
+        elif len(run.gaps) >= MAX_GAP_RANGES and seq not in run.held:
+            refuse(
+                out,
+                src,
+                DlqReason.OUT_OF_RANGE,
+                f"seq {seq} would open another gap after seq {run.next_seq - 1}, and run "
+                f"{run_id} already has {len(run.gaps)} sealed gaps (its head must fit one "
+                "Kafka record); send a run's events in order",
                 run_id=run_id,
                 seq=seq,
             )
@@ -408,11 +540,31 @@ class RunBook:
                     )
                 run.held.clear()
                 break
-            nxt = run.held.pop(run.next_seq, None)
+            nxt = run.held.get(run.next_seq)
             if nxt is None:
                 break
-            peeked = peek_event(nxt.raw)
-            kind = peeked.kind if peeked else decode_event(nxt.raw, check_json=False).kind
+            try:
+                peeked = peek_event(nxt.raw)
+                kind = peeked.kind if peeked else decode_event(nxt.raw, check_json=False).kind
+            except SchemaError as exc:
+                # Held bytes were read once already; these came from a heads record that no
+                # longer decodes. Kept in the DLQ, the seq stays missing (a GAP later).
+                del run.held[nxt.seq]
+                out.dlq.append(
+                    DlqRecord(
+                        DlqReason.INTERNAL,
+                        f"held seq {nxt.seq} of run {run.run_id} no longer decodes: {exc}",
+                        run.key,
+                        nxt.raw,
+                        self.raw_topic,
+                        nxt.source_partition,
+                        nxt.source_offset,
+                        run.run_id,
+                        nxt.seq,
+                    )
+                )
+                break
+            del run.held[nxt.seq]
             self._seal(
                 out,
                 run,
@@ -456,7 +608,9 @@ class RunBook:
         run.held[seq] = HeldEvent(seq, value, partition, offset, now_us)
         out.touched[run.run_id] = run
         self._waiting.add(run.run_id)
-        if sum(len(h.raw) for h in run.held.values()) > MAX_HELD_BYTES:
+        # Until the held bytes fit again: one close may leave a large event held behind the
+        # next hole, and the head that carries it must fit one Kafka record.
+        while run.held and sum(len(h.raw) for h in run.held.values()) > MAX_HELD_BYTES:
             log.warning(
                 "run %s: %d held events exceed %d bytes; sealing the gap now",
                 run.run_id,
@@ -485,8 +639,9 @@ class RunBook:
         log.warning(
             "run %s: seqs %d..%d missing past the gap timeout; sealing GAP", run.run_id, a, b
         )
-        for s in range(a, b + 1):
-            raw = gap_event(run.run_id, s, a, b, self.sequencer_id)
+        # Every marker is built before the first is sealed: a failure leaves no half gap.
+        raws = [gap_event(run.run_id, s, a, b, self.sequencer_id) for s in range(a, b + 1)]
+        for s, raw in zip(range(a, b + 1), raws, strict=True):
             self._seal(
                 out,
                 run,

@@ -93,23 +93,27 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
 
     \b
     Per run, for an event with seq s when the run expects seq n:
-      s == n        sealed (and any held events that now follow)
-      s <  n        same bytes: dropped and counted; different bytes: DLQ "conflict";
-                    a seq sealed as a GAP marker: DLQ "late"
-      s >  n        held until the gap fills; after --gap-timeout each missing seq is
-                    sealed as a GAP event {"missing_from": a, "missing_to": b}
+      s == n      sealed (and any held events that now follow)
+      s <  n      same bytes: dropped and counted;
+                  different bytes: DLQ "conflict";
+                  a seq sealed as a GAP marker: DLQ "late"
+      s >  n      held until the gap fills; after --gap-timeout each missing seq
+                  is sealed as a GAP event {"missing_from": a, "missing_to": b};
+                  more than --max-gap past n: DLQ "out_of_range"
       after RUN_FINISHED: DLQ "after_finish"; unreadable: DLQ "undecodable";
       wrong key/partition, non-canonical JSON, producer-written GAP: DLQ "invalid"
-    DLQ records keep the original key and bytes; the reason, source topic/partition/offset
-    are in tracevault.* headers.
+      anything else one record raises: DLQ "internal" (an ALERT); it goes on
+    DLQ records keep the original key and bytes; the reason and the source
+    topic/partition/offset are in tracevault.* headers (docs/design.md,
+    "Sequencer batch protocol").
 
     \b
     Examples:
       tracevault sequencer --instance-id seq-a --metrics-port 9464
-      TRACEVAULT_PREFIX=prod tracevault -v sequencer --instance-id seq-b
+      TRACEVAULT_TOPIC_PREFIX=prod tracevault -v sequencer --instance-id seq-b
       tracevault --prefix dev sequencer --gap-timeout 5 --batch-size 200
 
-    Stops cleanly on SIGTERM or SIGINT (the current transaction finishes first). Exits 2 when
+    Stops cleanly on SIGTERM or SIGINT (the current transaction finishes first). Exits 5 when
     fenced by another process with the same --instance-id, 3 when Kafka or a topic is missing.
     """
     if options.pop("log_json"):

@@ -1,0 +1,142 @@
+"""Where the archiver puts a ``sealed`` record it must not archive, so that it can go on.
+
+A record that does not parse, names a run the archive cannot store, does not continue its
+run's hash chain, or comes after such a record (a hole) is never archived: the archive never
+skips a seq. It used to stop the archiver, and every restart stopped on the same record. Now
+it is quarantined and the archiver keeps archiving every other run.
+
+The quarantine lives in the archive store itself, as one immutable, retention-locked object
+per refused record under ``quarantine/`` (``tracevault.archive.layout.quarantine_key``), not
+on a Kafka topic: a chain break on ``sealed`` is evidence of tampering or a bug, and it has to
+outlive Kafka's retention next to the archive it concerns, under the same lock. The object is
+ASCII JSON (sorted keys) with the record's exact key and value (base64), its topic position,
+the reason and a detail that names the run, the seq and what is wrong (docs/design.md,
+"Archive").
+The quarantine is written before the record's offset can be committed, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from urllib.parse import quote
+
+from tracevault.archive._store import ObjectStore, check_key
+from tracevault.archive.layout import quarantine_key, run_prefix
+from tracevault.errors import ConfigError, NotFoundError
+
+__all__ = ["Quarantined", "QuarantineReason", "quarantine", "unarchivable"]
+
+log = logging.getLogger(__name__)
+
+#: The longest run directory name (the percent-encoded run id) every store can hold: 255 is
+#: the file-name limit of common file systems, and S3's 1024-byte keys hold it with room.
+MAX_RUN_SEGMENT = 255
+#: ``sealed_at`` (micros) must be a date (years 1..9999): the day index is derived from it.
+MIN_SEALED_AT = int(datetime(1, 1, 2, tzinfo=UTC).timestamp()) * 1_000_000
+MAX_SEALED_AT = int(datetime(9999, 12, 30, tzinfo=UTC).timestamp()) * 1_000_000
+
+
+class QuarantineReason(StrEnum):
+    """Why the archiver refused a sealed record (the ``reason`` of its quarantine object)."""
+
+    UNDECODABLE = "undecodable"
+    """Not a SealedEvent the archiver can read (no value, bad marker, truncated, malformed)."""
+    INVALID = "invalid"
+    """Reads, but cannot be archived: a run id no store can hold, a sealing time that is no
+    date."""
+    CHAIN = "chain"
+    """The next seq of its run, but ``prev_hash``/``hash`` do not continue the run's chain."""
+    HOLE = "hole"
+    """A seq past the next one of its run: a record before it is missing or quarantined."""
+    INTERNAL = "internal"
+    """The archiver failed on this record in a way it did not foresee (a bug)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """One refused record, as stored: everything needed to look at it or to put it back."""
+
+    reason: str
+    detail: str
+    topic: str
+    partition: int
+    offset: int
+    key_b64: str | None
+    value_b64: str | None
+    run_id: str | None = None
+    seq: int | None = None
+    version: int = 1
+
+    def to_json(self) -> bytes:
+        # ASCII with \u escapes: any text an exception message carries stays valid JSON
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode("ascii")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Quarantined:
+        return cls(**json.loads(data))
+
+    @property
+    def value(self) -> bytes | None:
+        return None if self.value_b64 is None else base64.b64decode(self.value_b64)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def unarchivable(run_id: str, sealed_at: int) -> str | None:
+    """Why a parsed record cannot go into the archive (None: it can)."""
+    if not MIN_SEALED_AT <= sealed_at <= MAX_SEALED_AT:
+        return f"sealed_at {sealed_at} is not a time between the years 1 and 9999"
+    if len(quote(run_id, safe="-_.")) > MAX_RUN_SEGMENT:
+        return (
+            f"run id of {len(run_id)} characters is over {MAX_RUN_SEGMENT} characters once "
+            "percent-encoded, more than an archive path segment holds"
+        )
+    try:
+        check_key(run_prefix(run_id) + "final.receipt.json")
+    except ConfigError:
+        return f"run id {run_id!r} gives no valid archive path"
+    return None
+
+
+def quarantine(  # noqa: PLR0917 - one call per refused record, every field named by the caller
+    store: ObjectStore,
+    retain_until: datetime,
+    reason: QuarantineReason,
+    detail: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    run_id: str | None = None,
+    seq: int | None = None,
+) -> str:
+    """Write the quarantine object of one record (once: a re-delivered record keeps the first)."""
+    obj_key = quarantine_key(topic, partition, offset)
+    record = Quarantined(
+        reason.value, detail, topic, partition, offset, _b64(key), _b64(value), run_id, seq
+    )
+    try:
+        store.head(obj_key)
+    except NotFoundError:
+        store.put(obj_key, record.to_json(), retain_until=retain_until)
+    else:
+        log.info("%s@%d is already quarantined as %s", topic, offset, obj_key)
+    log.error(
+        "ALERT archiver quarantined %s[%d]@%d (%s): %s; kept as %s in %s",
+        topic,
+        partition,
+        offset,
+        reason.value,
+        detail,
+        obj_key,
+        store.url,
+    )
+    return obj_key
