@@ -19,7 +19,8 @@ Both ways the agent gets SDK objects rebuilt from the recorded JSON with the SDK
 sentinels and without transport options (``extra_headers`` may hold credentials, ``timeout``
 is not part of what the model was asked). Only ``create`` of a wrapped resource is reachable:
 its other methods (``stream()``, ``parse()``, raw responses) would call the provider without
-a record and reach the network under replay, so they raise :class:`NotRecordedError`.
+a record and reach the network under replay, so they raise a ``ConfigError`` naming
+what is recorded.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ __all__ = [
     "AsyncReplayedStream",
     "AsyncResource",
     "ClientProxy",
-    "NotRecordedError",
     "ReplayedStream",
     "Resource",
     "amodel_call",
@@ -205,11 +205,6 @@ class AsyncReplayedStream(Generic[T]):
         self._items = iter(())
 
 
-class NotRecordedError(ConfigError, AttributeError):
-    """A method of a wrapped resource that the adapter does not record (so ``hasattr`` is
-    False for it, and calling it names what is recorded instead)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Api:
     """One recorded SDK method (``create`` of a resource) and how its answers are rebuilt."""
@@ -329,7 +324,7 @@ class Resource:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        raise NotRecordedError(
+        raise ConfigError(
             f"{self._api.provider} {self._api.name}.{name} is not recorded by tracevault (only "
             f"{self._api.name}.create(...), stream=True included); under replay it would reach "
             "the network, so the wrapped client does not offer it"
