@@ -96,6 +96,12 @@ class LocalBroker:
     def kill(self) -> None:
         self._run("kill")
 
+    def pid(self) -> int:
+        """The broker's pid, from dev/kafka's pid file beside its log (to SIGSTOP it: a broker
+        that hangs, and comes back at once, unlike a restarted JVM)."""
+        log_file = Path(self._run("logs"))
+        return int((log_file.parent / "broker.pid").read_text().strip())
+
 
 def find_or_start_kafka() -> tuple[str, object | None]:
     """A bootstrap address of a real broker, and what to stop at the end (or None)."""

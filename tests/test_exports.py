@@ -13,7 +13,7 @@ def test_schemas_exports() -> None:
     assert set(tracevault.schemas.__all__) == {
         "AgentInfo", "ErrorInfo", "EventKind", "SealedEvent", "TraceEvent", "micros_to_datetime",
         "MAGIC", "Codec", "decode_event", "decode_sealed", "encode_event", "encode_sealed",
-        "canonical_json", "check_canonical", "loads_canonical",
+        "canonical_json", "canonical_json_like", "check_canonical", "loads_canonical",
         "SCHEMA_DIR", "SchemaSet", "SchemaVersion", "default_schemas", "fingerprint",
         "AgentModel", "ErrorModel", "EventModel",
         "VarintError", "avro_bytes", "avro_long", "read_long",

@@ -95,6 +95,19 @@ class Settings(BaseSettings):
         "at once instead of after the session timeout",
     )
 
+    archive_session_timeout_ms: int = Field(
+        default=10_000,
+        ge=1_000,
+        le=1_800_000,
+        description="archiver consumer group session timeout (as the sequencer's)",
+    )
+    archive_metrics_port: int | None = Field(
+        default=None, ge=0, le=65_535, description="archiver /metrics and /healthz port (off)"
+    )
+    # Both services (docs/liveness.md): /healthz says 503 after this long without progress
+    # while there is work, or without a reachable broker.
+    health_stall_s: float = Field(default=60.0, gt=0)
+
     spool_dir: str = Field(
         default="./.tracevault/spool", description="where the Recorder keeps undelivered events"
     )
@@ -105,6 +118,11 @@ class Settings(BaseSettings):
         default=5000,
         ge=100,
         description="events the broker has not acknowledged for this long go to the local spool",
+    )
+    model_allow: str = Field(
+        default="",
+        description="comma-separated model ids a Recorder records although they name no dated "
+        "or versioned build (e.g. a local model); see tracevault.model_ids",
     )
     max_payload_bytes: int = Field(
         default=450_000,
@@ -145,6 +163,19 @@ class Settings(BaseSettings):
                 "requires automatically generated logs to be kept for at least six months"
             )
         return v
+
+    @field_validator("model_allow")
+    @classmethod
+    def _model_ids(cls, v: str) -> str:
+        for model in v.split(","):
+            if model.strip() and any(c.isspace() for c in model.strip()):
+                raise ValueError(f"model id {model.strip()!r} contains white space")
+        return v
+
+    @property
+    def allowed_models(self) -> frozenset[str]:
+        """``model_allow`` as a set of ids (white space around the commas ignored)."""
+        return frozenset(m.strip() for m in self.model_allow.split(",") if m.strip())
 
     @property
     def topics(self) -> TopicNames:

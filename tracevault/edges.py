@@ -36,7 +36,6 @@ that raised (a tool, the model) is recorded in its own event's ``error`` field i
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -62,12 +61,14 @@ __all__ = [
 JSON = Any
 """A JSON value: dict with str keys, list, str, int, float, bool or None."""
 
-# Aliases move under you: a record that says "latest" cannot say what actually answered.
-_ALIAS = re.compile(r"(^|[-_:/@.])(latest|default|auto|stable|current|preview)$", re.IGNORECASE)
-
 
 def validate_model_id(model: object, *, path: str = "$.model") -> str:
-    """Return ``model`` if it names an exact build; raise :class:`PayloadError` otherwise."""
+    """Return ``model`` if it is a usable id; raise :class:`PayloadError` otherwise.
+
+    Only the form is checked here, for recording and replay alike. Whether the id names an
+    exact build (no moving alias) is the Recorder's policy, ``tracevault.model_ids``: replay
+    serves whatever id the record holds.
+    """
     if not isinstance(model, str) or not model.strip():
         raise PayloadError(
             f"{path} must name the exact model build (e.g. 'gpt-4o-2024-08-06'), got {model!r}",
@@ -75,12 +76,6 @@ def validate_model_id(model: object, *, path: str = "$.model") -> str:
         )
     if model != model.strip() or any(c.isspace() for c in model):
         raise PayloadError(f"{path} {model!r} contains white space", path=path)
-    if _ALIAS.search(model):
-        raise PayloadError(
-            f"{path} {model!r} is an alias that can change under you; record the exact build "
-            "the provider answered with (e.g. 'claude-sonnet-4-5-20250929')",
-            path=path,
-        )
     return model
 
 
@@ -106,8 +101,9 @@ def model_call_crossing(
     Provider adapters (``tracevault.integrations``) cannot know the exact build before the
     provider answers, and must not make the developer type it: they pass ``model=None`` and
     the crossing's model is the one the response names (:func:`reported_model`), filled in by
-    the Recorder after the call and taken from the record under replay (it is the provider's
-    output there, like the response; the requested model is compared inside ``request``).
+    the Recorder after the call (which applies its exact-build policy, ``tracevault.model_ids``,
+    to it) and taken from the record under replay (it is the provider's output there, like the
+    response; the requested model is compared inside ``request``).
     """
     if model is None and call is not None:
         return Crossing(EventKind.MODEL_CALL, request, None, seed)
@@ -115,7 +111,7 @@ def model_call_crossing(
 
 
 def reported_model(response: JSON) -> str:
-    """The exact build a provider's response names in its top-level ``"model"``, or refuse it."""
+    """The model id a provider's response names in its top-level ``"model"``, or refuse it."""
     named = response.get("model") if isinstance(response, dict) else None
     return validate_model_id(named, path="$.response.model")
 

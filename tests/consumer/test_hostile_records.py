@@ -47,10 +47,10 @@ from tracevault.consumer.archive import Archiver
 from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
-from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.errors import SchemaError
 from tracevault.kafka import partition_for
 from tracevault.schemas import Codec, decode_event
+from tracevault.schemas.fast import peek_event
 
 PARTS = 3
 RUNS = ["r0", "r1", "ü-run"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -211,3 +212,84 @@ def test_configuration_mistakes_are_config_errors(publisher: Publisher) -> None:
     rec2._started = True
     with pytest.raises(ConfigError, match="atool"):
         rec2.tool("t", {})
+
+
+def _cycle() -> dict[str, Any]:
+    loop: dict[str, Any] = {"name": "loop"}
+    loop["self"] = {"back": loop}
+    return {"graph": loop}
+
+
+def _deep(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+class Opaque:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "cause"),
+    [
+        ({"name": "na\udcffme"}, "$.request.args.name", "has a lone surrogate \\udcff at index 2"),
+        ({"na\udcffme": 1}, '$.request.args["na\\udcffme"]', "the key has a lone surrogate"),
+        ({"ids": {1: "a"}}, "$.request.args.ids", "the key 1 has type int, not str"),
+        ({"ids": {("a", 1): "a"}}, "$.request.args.ids", "the key ('a', 1) has type tuple"),
+        ({"t": float("nan")}, "$.request.args.t", "nan is not a JSON number"),
+        ({"t": [float("-inf")]}, "$.request.args.t[0]", "-inf is not a JSON number"),
+        ({"id": 2**53 + 1}, "$.request.args.id", "a JSON reader would read 9007199254740992"),
+        ({"o": [Opaque()]}, "$.request.args.o[0]", "test_bad_input.Opaque is not a JSON value"),
+        (_cycle(), "$.request.args.graph.self.back", "same object as $.request.args.graph"),
+        ({"deep": _deep(300)}, "$.request.args.deep" + "[0]" * 198, "nested more than 200"),
+        ({"blob": "y" * 5000}, "$.request", "over max_payload_bytes=1000"),
+    ],
+)  # fmt: skip
+def test_every_refused_tool_argument_names_its_path_and_cause(
+    publisher: Publisher, args: Any, path: str, cause: str
+) -> None:
+    calls = Calls()
+    rec = started(publisher, calls)
+    with pytest.raises(PayloadError) as exc:
+        rec.tool("echo", args)
+    refused(exc, path)
+    message = str(exc.value)
+    assert message.startswith(f"{path} cannot be recorded: ") or "$.request is " in message
+    assert cause in message and "unknown problem" not in message
+    message.encode("utf-8")  # printable: a lone surrogate is shown as an escape
+    assert calls.tool == 0 and publisher.stats().published == 0 and rec._next_seq == 0
+
+
+def test_a_lone_surrogate_deep_in_a_model_request_is_named(publisher: Publisher) -> None:
+    calls = Calls()
+    rec = started(publisher, calls)
+    messages = [{"content": "hi"}, {"content": "ok"}, {"content": "bad \udcff bytes"}]
+    with pytest.raises(PayloadError, match="lone surrogate") as exc:
+        rec.model({"messages": messages}, model=MODEL)
+    refused(exc, "$.request.messages[2].content")
+    assert calls.model == 0 and publisher.stats().published == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [({"fn": "send_email"}, "Tool(fn=...) must be the tool's function"),
+     ({"fn": None}, "got a NoneType"),
+     ({"fn": print, "side_effect": "yes"}, "Tool(side_effect=...) must be True"),
+     ({"fn": print, "side_effect": 1}, "or False, got 1")],
+)  # fmt: skip
+def test_tool_argument_mistakes_are_config_errors_that_say_what_to_pass(
+    kwargs: dict[str, Any], words: str
+) -> None:
+    from tracevault.producer import Tool
+
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        Tool(**kwargs)
+    with pytest.raises(ConfigError, match="pass the function itself"):
+        Tool(Tool(print))  # type: ignore[arg-type]
+
+
+def test_a_tool_that_is_not_callable_is_named_by_its_registration(publisher: Publisher) -> None:
+    with pytest.raises(ConfigError, match=re.escape("Recorder(tools={'search': ...})")):
+        Recorder(publisher=publisher, agent_id="a", agent_version="1", tools={"search": 3})  # type: ignore[dict-item]

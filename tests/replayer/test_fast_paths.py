@@ -18,8 +18,8 @@ from tracevault.chain import genesis, link
 from tracevault.errors import ChainError
 from tracevault.replayer._archive import read_segment_rows
 from tracevault.replayer._nogc import gc_paused
-from tracevault.replayer._segment_rows import SEALED_V1_FINGERPRINT, fast_segment_rows
 from tracevault.schemas import SealedEvent, default_schemas, encode_sealed
+from tracevault.schemas.fast import SEALED_EVENT_V1, segment_rows
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # the sealed_at range fastavro can turn into a datetime (years 1 to 9999)
@@ -63,7 +63,7 @@ def odd_records(first: int = 0) -> list[SealedEvent]:
 
 def test_the_pinned_fingerprint_is_the_current_sealed_v1() -> None:
     current = default_schemas().get("SealedEvent")
-    assert (current.version, current.fingerprint) == (1, SEALED_V1_FINGERPRINT)
+    assert (current.version, current.fingerprint) == (1, SEALED_EVENT_V1.fingerprint)
 
 
 def test_archived_segments_read_exactly_as_fastavro_reads_them(
@@ -72,7 +72,7 @@ def test_archived_segments_read_exactly_as_fastavro_reads_them(
     keys = write_run(file_store, sealed, per_segment=4)
     for key in keys:
         data = file_store.get(key)
-        fast = fast_segment_rows(data)
+        fast = segment_rows(data)
         assert fast is not None and fast == by_fastavro(data)
 
 
@@ -81,10 +81,10 @@ def test_every_row_layout_edge_reads_exactly_as_fastavro() -> None:
     bodies = [sealed_body(encode_sealed(s)) for s in recs]
     for per_block in (1, 7, 40):
         data = encode_segment("rün-✓", 0, bodies[:per_block])
-        fast = fast_segment_rows(data)
+        fast = segment_rows(data)
         assert fast is not None and fast == by_fastavro(data)
     data = encode_segment("rün-✓", 0, bodies)
-    rows = fast_segment_rows(data)
+    rows = segment_rows(data)
     assert rows is not None
     assert [r["seq"] for r in rows] == list(range(40))
     assert rows == [{**s.to_avro()} for s in recs]
@@ -97,7 +97,7 @@ def test_a_sealed_at_past_datetime_range_is_read_as_its_integer() -> None:
     data = encode_segment(rec.run_id, 0, [sealed_body(encode_sealed(rec))])
     with pytest.raises(OverflowError):
         by_fastavro(data)
-    rows = fast_segment_rows(data)
+    rows = segment_rows(data)
     assert rows is not None and rows[0]["sealed_at"] == 2**63 - 1
 
 
@@ -105,7 +105,7 @@ def test_a_sealed_at_past_datetime_range_is_read_as_its_integer() -> None:
 def test_multi_byte_seqs_read_exactly_as_fastavro(first: int) -> None:
     recs = odd_records(first)
     data = encode_segment("rün-✓", first, [sealed_body(encode_sealed(s)) for s in recs])
-    rows = fast_segment_rows(data)
+    rows = segment_rows(data)
     assert rows is not None and rows == by_fastavro(data)
     assert [r["seq"] for r in rows] == list(range(first, first + 40))
 
@@ -119,7 +119,7 @@ def test_truncated_and_corrupted_segments_defer_to_fastavro() -> None:
         cases.append(data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1 :])
     deferred = 0
     for bad in cases:
-        fast = fast_segment_rows(bad)
+        fast = segment_rows(bad)
         try:
             ref: list[dict[str, Any]] | None = by_fastavro(bad)
         except Exception:  # fastavro's many error types: the reader must defer to them

@@ -21,7 +21,8 @@ from tracevault.schemas import (
     default_schemas,
     encode_event,
 )
-from tracevault.schemas._fastdecode import _SET, V1_FINGERPRINT, fast_decode_event
+from tracevault.schemas.fast import TRACE_EVENT_V1, fast_decode_event
+from tracevault.schemas.fast._event import _SET
 
 AGENTS = (
     AgentInfo("agent-7", "1.4.2", "host-a", "pytest", "0.1.0"),
@@ -92,7 +93,7 @@ def events() -> Iterator[TraceEvent]:
 
 def test_the_pinned_fingerprint_is_the_current_v1() -> None:
     current = default_schemas().get("TraceEvent")
-    assert (current.version, current.fingerprint) == (1, V1_FINGERPRINT)
+    assert (current.version, current.fingerprint) == (1, TRACE_EVENT_V1.fingerprint)
 
 
 def test_every_field_combination_matches_the_codec_field_for_field() -> None:

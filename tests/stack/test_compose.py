@@ -62,3 +62,12 @@ def test_dockerfile_copies_paths_that_exist() -> None:
         if line.startswith("COPY "):
             for src in line.split()[1:-1]:
                 assert (ROOT / src).exists(), f"Dockerfile copies missing {src}"
+
+
+def test_sequencer_and_archiver_are_health_checked_on_their_healthz() -> None:
+    services = _compose()["services"]
+    for name in ("sequencer", "archiver"):
+        svc = services[name]
+        port = svc["command"][svc["command"].index("--metrics-port") + 1]
+        test = " ".join(svc["healthcheck"]["test"])
+        assert f"localhost:{port}/healthz" in test, f"{name} healthcheck: {test}"

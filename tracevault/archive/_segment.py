@@ -61,11 +61,6 @@ def _schema() -> tuple[bytes, bytes]:
     return _SCHEMA_CACHE
 
 
-def current_sealed_header() -> bytes:
-    """``C3 01`` + the fingerprint of the SealedEvent schema segments are written with."""
-    return _schema()[1]
-
-
 def sealed_body(value: bytes) -> bytes:
     """The Avro body of a sealed value in the current SealedEvent schema.
 

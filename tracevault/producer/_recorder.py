@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
+from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -59,6 +60,8 @@ _NONE6 = (None, None, None, None, None, None)
 _MAX_ERROR_CHARS = 16_384
 _MAX_ATTRIBUTE_BYTES = 8_192
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+# RFC 8785 holds integers exactly up to here; the RANDOM response carries the seed as JSON.
+_SAFE_INT = (1 << 53) - 1
 _HOST = socket.gethostname()
 
 # (recorder identity, seq) of the crossing whose callee is running: gives nested crossings
@@ -106,6 +109,25 @@ def _is_text(value: object) -> bool:
     return True
 
 
+def _allow_list(ids: Iterable[str] | None) -> frozenset[str]:
+    if ids is None:
+        return frozenset()
+    if isinstance(ids, str):  # "a,b" as TRACEVAULT_MODEL_ALLOW takes it, not its letters
+        ids = ids.split(",")
+    # Callers are typed, deployments' glue code is not: check what the annotation promises.
+    given: list[object] = list(ids)
+    out: set[str] = set()
+    for i in given:
+        model = i.strip() if isinstance(i, str) else ""
+        if not model or not _is_text(model) or any(c.isspace() for c in model):
+            raise ConfigError(
+                "Recorder(model_allow=...) must list model ids (str without white space), "
+                f"e.g. model_allow=['my-local-model'], got {i!r}"
+            )
+        out.add(model)
+    return frozenset(out)
+
+
 def _check_seed(seed: object, path: str = "$.seed") -> None:
     if seed is None:
         return
@@ -124,7 +146,9 @@ class Recorder:
         with Recorder(..., input=task) as edges:      # or: async with
             edges.finish(my_loop(task, edges))
 
-    ``model`` is ``call_model(request, *, model, seed)`` (plain or ``async def``); ``tools``
+    ``model`` is ``call_model(request, *, model, seed)`` (plain or ``async def``); the
+    ``model=`` id of each call must name a dated or versioned build unless listed in
+    ``model_allow`` or ``TRACEVAULT_MODEL_ALLOW`` (``tracevault.model_ids``); ``tools``
     maps names to callables ``fn(args)`` or :class:`Tool` (side effects get
     ``idempotency_key=``). When the agent raises, ``ERROR`` and then ``RUN_FINISHED`` with the
     same error are recorded and the exception propagates.
@@ -142,6 +166,7 @@ class Recorder:
         harness: str = "python",
         attributes: Mapping[str, str] | None = None,
         max_payload_bytes: int | None = None,
+        model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
     ) -> None:
         if not isinstance(publisher, Publisher):
@@ -158,9 +183,15 @@ class Recorder:
         for name, fn in (tools or {}).items():
             if not _is_text(name) or not name:
                 raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
+            if not isinstance(fn, Tool) and not callable(fn):
+                raise ConfigError(
+                    f"Recorder(tools={{{name!r}: ...}}) must be the tool's function or a "
+                    f"Tool(fn, side_effect=...), got a {type(fn).__name__}: {fn!r:.80}"
+                )
             self._tools[name] = fn if isinstance(fn, Tool) else Tool(fn)
         if model is not None and not callable(model):
             raise ConfigError("Recorder(model=...) must be callable")
+        self._model_allow = publisher.settings.allowed_models | _allow_list(model_allow)
         attrs = dict(attributes or {})
         if any(not _is_text(k) or not _is_text(v) for k, v in attrs.items()):
             raise ConfigError("Recorder(attributes=...) must map str to str (UTF-8)")
@@ -416,7 +447,10 @@ class Recorder:
         if op.crossing.kind is EventKind.MODEL_CALL and op.crossing.model is None:
             # model=None: the build is the one the provider answered with (edges.py).
             try:
-                op.crossing = dataclasses.replace(op.crossing, model=reported_model(result))
+                build = check_model_id(
+                    reported_model(result), self._model_allow, path="$.response.model"
+                )
+                op.crossing = dataclasses.replace(op.crossing, model=build)
             except PayloadError as exc:
                 self._record(op, response, _error_info(exc))  # refused, the answer kept
                 raise
@@ -486,6 +520,8 @@ class Recorder:
     ) -> Callable[..., Any]:
         if model is not None and not _is_text(model):
             raise PayloadError(f"$.model {model!r} is not UTF-8 text", "$.model")
+        if model is not None:  # None: the build the response names is checked instead
+            check_model_id(model, self._model_allow)
         _check_seed(seed)
         if call is not None:
             if not callable(call):
@@ -556,9 +592,13 @@ class Recorder:
 
     def random(self, name: str = "rng", *, seed: int | None = None) -> random.Random:
         _check_seed(seed)
-        drawn = secrets.randbits(63) if seed is None else seed
+        # 53 random bits: the seed stays an exact JSON number in the response (RFC 8785); a
+        # larger seed given by the agent is shown there as a string, and replay reads the
+        # event's Avro ``seed`` field either way.
+        drawn = secrets.randbits(53) if seed is None else seed
+        shown: int | str = drawn if -_SAFE_INT <= drawn <= _SAFE_INT else str(drawn)
         self._instant(
-            random_crossing(name, seed), canonical_json({"seed": drawn}), _now_us(), drawn
+            random_crossing(name, seed), canonical_json({"seed": shown}), _now_us(), drawn
         )
         return random.Random(drawn)
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tracevault.errors import ConfigError
+
 __all__ = ["Tool"]
 
 
@@ -23,5 +25,20 @@ class Tool:
     side_effect: bool = False
 
     def __post_init__(self) -> None:
+        # ConfigError like Recorder(model=...): a wiring mistake the CLI maps to exit 2.
+        if isinstance(self.fn, Tool):
+            raise ConfigError(
+                "Tool(fn=...) got a Tool: pass the function itself, e.g. "
+                "Tool(send_email, side_effect=True), or the Tool as it is"
+            )
         if not callable(self.fn):
-            raise TypeError(f"Tool(fn=...) must be callable, got {type(self.fn).__name__}")
+            raise ConfigError(
+                f"Tool(fn=...) must be the tool's function, called as fn(args) (or "
+                f"fn(args, idempotency_key=key) with side_effect=True); got a "
+                f"{type(self.fn).__name__}: {self.fn!r:.80}"
+            )
+        if not isinstance(self.side_effect, bool):
+            raise ConfigError(
+                "Tool(side_effect=...) must be True (the tool changes the world and gets an "
+                f"idempotency_key) or False, got {self.side_effect!r:.80}"
+            )

@@ -35,7 +35,7 @@ from tracevault.replayer._checks import fail
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
-from tracevault.replayer._segment_rows import fast_segment_rows
+from tracevault.schemas.fast import segment_rows
 
 __all__ = ["ReadableStore", "VersionedStore", "load_from_archive", "read_segment_rows"]
 
@@ -104,10 +104,10 @@ class _Originals:
 def read_segment_rows(data: bytes, key: str, first_seq: int) -> list[dict[str, Any]]:
     """The SealedEvent rows of one segment; ChainError naming ``key`` if it is unreadable.
 
-    Segments in the archiver's own shape are read directly (``_segment_rows``); anything
-    else, and any segment that reader finds unusual, is read and judged by fastavro.
+    Segments in the archiver's own shape are read directly (``schemas.fast.segment_rows``);
+    anything else, and any segment that reader finds unusual, is read and judged by fastavro.
     """
-    fast = fast_segment_rows(data)
+    fast = segment_rows(data)
     if fast is not None:
         return fast
     try:

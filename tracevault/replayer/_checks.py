@@ -35,7 +35,7 @@ from tracevault.schemas import (
     decode_event,
     default_schemas,
 )
-from tracevault.schemas._fastdecode import fast_decode_event
+from tracevault.schemas.fast import fast_decode_event
 
 __all__ = ["RECORD_CHECKS", "RecordsSummary", "check_records", "fail"]
 

@@ -2,8 +2,8 @@
 
 A divergence report is only useful if it points at the field that changed, so differences
 are listed as ``$.messages[2].content: expected "hi", got "hello"`` lines, one per leaf, in
-document order. ``1`` and ``1.0`` and ``true`` differ here because canonical JSON (what the
-chain covers) tells them apart.
+document order. ``1`` and ``true`` differ here because canonical JSON (what the chain
+covers) tells them apart; ``1`` and ``1.0`` do not, because RFC 8785 writes both as ``1``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,19 @@ def json_path(parent: str, key: str | int) -> str:
     return f"{parent}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-def _same_type(a: Any, b: Any) -> bool:
-    # bool is an int subclass and 1 == 1.0 in Python, but not in the bytes the chain covers.
-    return type(a) is type(b)
+def _same_value(a: Any, b: Any) -> bool:
+    # bool is an int subclass in Python, but not in the bytes the chain covers; an int and a
+    # float of the same value are one JSON number (an RFC 8785 number is a double).
+    if type(a) is type(b):
+        return bool(a == b)
+    numbers = (int, float)
+    return (
+        isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and a == b
+    )
 
 
 def json_diff(
@@ -73,5 +83,5 @@ def _walk(expected: Any, actual: Any, path: str, out: list[str]) -> None:
             else:
                 _walk(expected[i], actual[i], sub, out)
         return
-    if not _same_type(expected, actual) or expected != actual:
+    if not _same_value(expected, actual):
         out.append(f"{path}: expected {short_json(expected)}, got {short_json(actual)}")

@@ -3,7 +3,7 @@
 A 100,000-event run must verify in well under two seconds. The loaders keep the rows as
 Avro dicts, and a record becomes a :class:`SealedEvent` only when someone looks at it.
 Events are either rebuilt all at once inside the checks (``verify(..., rebuild=True)``, ~2.5
-µs an event with the direct v1 reader in ``tracevault.schemas._fastdecode``) or, by default,
+µs an event with the direct v1 reader in ``tracevault.schemas.fast``) or, by default,
 decoded here on first access with ``decode_event``'s canonical-JSON check.
 """
 

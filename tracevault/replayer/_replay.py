@@ -28,7 +28,7 @@ from tracevault.replayer._diff import json_diff
 from tracevault.replayer._edges import ReplayCursor, ReplayEdges, StopReplay
 from tracevault.replayer._recorded_error import type_name
 from tracevault.replayer._results import ReplayResult
-from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, canonical_json
+from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["Agent", "AsyncAgent", "areplay", "replay"]
 
@@ -80,8 +80,10 @@ class _Run:
         c.raise_if_diverged()
         c.check_stop()
         actual = {"output": output}
-        actual_bytes = canonical_json(actual, field="response")
         ev = c.peek()
+        actual_bytes = canonical_json_like(
+            actual, None if ev is None else ev.response, field="response"
+        )
         if ev is None:
             raise c.diverge(
                 "the agent finished but the record has no RUN_FINISHED (an unfinished run)",

@@ -5,8 +5,13 @@ Import from here, never from the private modules::
     from tracevault.schemas import TraceEvent, encode_event, decode_event, canonical_json
 """
 
-from tracevault.schemas._binary import VarintError, avro_bytes, avro_long, read_long
-from tracevault.schemas._canonical import canonical_json, check_canonical, loads_canonical
+from tracevault.schemas._binary import avro_bytes, avro_long
+from tracevault.schemas._canonical import (
+    canonical_json,
+    canonical_json_like,
+    check_canonical,
+    loads_canonical,
+)
 from tracevault.schemas._codec import (
     MAGIC,
     Codec,
@@ -31,6 +36,7 @@ from tracevault.schemas._registry import (
     default_schemas,
     fingerprint,
 )
+from tracevault.schemas.fast import VarintError, read_long
 
 __all__ = [
     # records
@@ -49,6 +55,7 @@ __all__ = [
     "encode_sealed",
     # canonical JSON
     "canonical_json",
+    "canonical_json_like",
     "check_canonical",
     "loads_canonical",
     # schema versions

@@ -1,18 +1,14 @@
-"""Avro's binary primitives, for the hand-written fast paths.
+"""Avro's binary primitives, written: for the hand-written encoders.
 
-The producer's encoder, the sequencer's peek and sealed writer, the heads codec, the
-archiver's parser and segment writer, and the replayer's chain check each skip fastavro on
-their hot path; all of them share these few functions, and each fast path is pinned byte for
-byte to the codec by its tests.
+The producer's encoder, the sequencer's sealed writer, the heads codec, the archiver's segment
+writer and the replayer's chain check each skip fastavro when they write; all of them share
+these few functions, and each encoder is pinned byte for byte to the codec by its tests. The
+readers of the same encoding live in :mod:`tracevault.schemas.fast`.
 """
 
 from __future__ import annotations
 
-__all__ = ["VarintError", "avro_bytes", "avro_long", "read_long"]
-
-
-class VarintError(ValueError):
-    """A varint longer than the 10 bytes a 64-bit long can take."""
+__all__ = ["avro_bytes", "avro_long"]
 
 
 def _varint(z: int) -> bytes:
@@ -53,25 +49,3 @@ def avro_long(n: int) -> bytes:
 def avro_bytes(b: bytes) -> bytes:
     """Avro ``bytes``/``string`` (already UTF-8): length, then the bytes."""
     return avro_long(len(b)) + b
-
-
-def read_long(buf: bytes, pos: int) -> tuple[int, int]:
-    """The long at ``buf[pos]`` and the position after it.
-
-    Raises IndexError when ``buf`` ends inside the varint, :class:`VarintError` when it is
-    longer than 10 bytes.
-    """
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:  # one byte: most lengths, indexes and small numbers
-        return (b >> 1) ^ -(b & 1), pos
-    n = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift > 63:
-            raise VarintError("varint longer than 10 bytes")
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-    return (n >> 1) ^ -(n & 1), pos

@@ -21,8 +21,8 @@ from tracevault.errors import (
 )
 from tracevault.schemas._canonical import check_canonical
 from tracevault.schemas._events import SealedEvent, TraceEvent
-from tracevault.schemas._fastdecode import fast_decode_event
 from tracevault.schemas._registry import SchemaSet, SchemaVersion, default_schemas
+from tracevault.schemas.fast import fast_decode_event
 
 __all__ = [
     "MAGIC",

@@ -62,7 +62,7 @@ def test_truncated_values_are_refused(cut: int) -> None:
 
 def test_trailing_bytes_are_refused() -> None:
     value = encode_sealed(_sealed("r", 7, EventKind.TOOL_CALL))
-    with pytest.raises(SchemaError, match="does not end where its record does"):
+    with pytest.raises(SchemaError, match="1 unexpected bytes after the SealedEvent record"):
         parse_sealed(value + b"\x00")
 
 

@@ -1,7 +1,7 @@
 """Transaction failures: an abortable error rewinds, a fatal one recreates the producer.
 
-One failure is injected into the commit step (a patched ``_retrying`` with autospec raises
-librdkafka's own error type once); the rest is the real broker. Afterwards every event is
+One failure is injected into the commit step (a patched ``Sequencer._call`` with autospec
+raises librdkafka's own error type once); the rest is the real broker. Afterwards every event is
 sealed exactly once: the aborted batch was re-read from the committed offsets and the run
 book restored from the heads topic.
 """
@@ -41,17 +41,17 @@ def test_failed_commit_is_redone_without_duplicates(
 ) -> None:
     settings = seq_settings(partitions=2, sequencer_batch_size=50)
     items = interleaved_runs(8, 25, seed=13, stem="abort")
-    real = _loop._retrying
+    real = _loop.Sequencer._call
     injected: list[bool] = []
 
-    def flaky(call: Callable[[], Any], attempts: int = 10) -> None:
+    def flaky(seq: _loop.Sequencer, what: str, fn: Callable[[float], Any], budget: float) -> Any:
         # fail the first commit_transaction; every other call goes to the real producer
-        if not injected and "commit_transaction" in call.__code__.co_names:  # type: ignore[attr-defined]
+        if not injected and what == "commit_transaction":
             injected.append(True)
             raise KafkaException(error)
-        real(call, attempts)
+        return real(seq, what, fn, budget)
 
-    with mock.patch.object(_loop, "_retrying", autospec=True, side_effect=flaky):
+    with mock.patch.object(_loop.Sequencer, "_call", autospec=True, side_effect=flaky):
         produce_raw(settings, items)
         with running(settings, "ab") as (seq, errors):
             wait_until(lambda: sealed_count(settings) >= len(items), timeout=60, what="sealed")

@@ -1,32 +1,45 @@
-"""check_canonical's fast paths decide exactly what the stdlib definition decides.
+"""check_canonical's fast paths decide exactly what the two definitions decide.
 
 The sequencer checks every request and response, so check_canonical takes shortcuts
-(orjson parsing, orjson re-encoding for float-free values, a reused C encoder). These tests
-pin it to the definition: ``json.loads`` then the canonical ``json.dumps`` gives back the
-exact bytes.
+(orjson parsing and re-encoding, a reused C encoder, RFC 8785 through orjson). These tests
+pin it to the definitions of the two accepted forms: RFC 8785 as the ``rfc8785`` package
+writes the I-JSON reading of the bytes (every number a double), or the legacy form
+(``json.loads`` then the old canonical ``json.dumps`` gives back the exact bytes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from typing import Any
 
 import orjson
+import rfc8785
 
-from tracevault.errors import NonCanonicalJSONError
+from tracevault.errors import NonCanonicalJSONError, PayloadError
 from tracevault.schemas import canonical_json, check_canonical, loads_canonical
+
+
+def _legacy(value: Any) -> bytes:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def _ijson_int(text: str) -> int | float:
+    n = int(text)
+    return n if abs(n) <= 2**53 - 1 else float(n)  # what rfc8785 writes as an integer
 
 
 def _by_definition(data: bytes) -> bool:
     try:
-        value = json.loads(data.decode("utf-8"))
-        again = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode("utf-8")
-    except (UnicodeError, ValueError, TypeError):
+        text = data.decode("utf-8")
+        if _legacy(json.loads(text)) == data:
+            return True
+        return rfc8785.dumps(json.loads(text, parse_int=_ijson_int)) == data
+    except (UnicodeError, ValueError, TypeError, OverflowError):
         return False
-    return again == data
 
 
 def _accepted(data: bytes) -> bool:
@@ -38,8 +51,8 @@ def _accepted(data: bytes) -> bool:
 
 
 def test_orjson_escapes_every_character_like_the_stdlib_encoder() -> None:
-    # The float-free fast path compares with orjson's output: string escaping is per
-    # character, so agreeing on every code point means agreeing on every string.
+    # The fast path compares with orjson's output: string escaping is per character, so
+    # agreeing on every code point means agreeing on every string.
     for c in range(0x110000):
         if 0xD800 <= c <= 0xDFFF:
             continue
@@ -105,20 +118,27 @@ def _mutations(rng: random.Random, data: bytes) -> list[bytes]:
 def test_random_values_and_their_mutations_are_judged_by_the_definition() -> None:
     rng = random.Random(7)
     seen = {True: 0, False: 0}
-    for _ in range(20_000):
-        for data in _mutations(rng, canonical_json(_value(rng))):
-            want = _by_definition(data)
-            assert _accepted(data) is want, data
-            seen[want] += 1
-            if want:
-                assert loads_canonical(data) == json.loads(data)
+    for _ in range(10_000):
+        value = _value(rng)
+        bases = [_legacy(value)]
+        # an int a double does not hold: only the legacy form has it
+        with contextlib.suppress(PayloadError):
+            bases.append(canonical_json(value))
+        for base in bases:
+            for data in _mutations(rng, base):
+                want = _by_definition(data)
+                assert _accepted(data) is want, data
+                seen[want] += 1
+                if want:
+                    assert loads_canonical(data) == json.loads(data)
     assert min(seen.values()) > 10_000  # both outcomes are really exercised
 
 
 def test_edges_where_orjson_and_the_stdlib_differ() -> None:
     for data in [
-        b"1e-07",  # the stdlib's repr: canonical
-        b"1e-7",  # orjson's form of the same float: not canonical
+        b"1e-07",  # the stdlib's repr: the legacy form
+        b"1e-7",  # RFC 8785's (and orjson's) form of the same float
+        b"[1e-7,1.0]",  # orjson's form: half of each, so neither
         b"1e16",
         b"1e+16",
         b"[1.0]",

@@ -21,13 +21,13 @@ from tests.consumer.hostile import (
 from tests.consumer.sequencer.support import raw_event
 from tracevault.chain import genesis, link
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
-from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.consumer.sequencer._rules import MAX_GAP_RANGES
 from tracevault.errors import SchemaError, ServiceUnavailableError
 from tracevault.heads import Head, HeldEvent
 from tracevault.heads._record import encode_head
 from tracevault.kafka import partition_for
 from tracevault.schemas import decode_event
+from tracevault.schemas.fast import peek_event
 
 PARTS = 3
 RAW = "p.raw"

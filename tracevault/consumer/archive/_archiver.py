@@ -27,6 +27,12 @@ before it, since the archive never skips a seq, and an operator has to look. Err
 object store stop it (after boto3's retries): run it under a supervisor; on restart it
 resumes from the archive itself.
 
+Liveness (docs/liveness.md): offset commits run with a deadline and transient commit errors
+(a coordinator loading after a broker restart) are retried with backoff. A commit past its
+deadline, a fatal consumer error, or a fencing right after a broker outage ends the Kafka
+session: the writers are drained, every partition is forgotten as on a revocation, and a new
+consumer resumes from the committed offsets (the cursors skip what was written).
+
 Known limit: object stores have no fencing, so an archiver that stalls past
 ``max.poll.interval.ms`` without noticing it lost its partitions could still write a segment
 after the new owner did; the two would overlap and ``check_run`` / ``replay verify`` would
@@ -47,18 +53,32 @@ from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from prometheus_client import CollectorRegistry, Gauge
 
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.chain import link
 from tracevault.config import Settings
+from tracevault.consumer._liveness import (
+    BlockingCalls,
+    CallDeadline,
+    Health,
+    KafkaWatch,
+    Stopping,
+    backoff,
+    is_fenced,
+)
 from tracevault.consumer.archive._quarantine import MAX_SEALED_AT as _MAX_AT
 from tracevault.consumer.archive._quarantine import MIN_SEALED_AT as _MIN_AT
 from tracevault.consumer.archive._quarantine import QuarantineReason as Why
 from tracevault.consumer.archive._quarantine import quarantine, unarchivable
 from tracevault.consumer.archive._sealed import Sealed, parse_sealed
 from tracevault.consumer.archive._writer import ArchiveWriter, RunCursor
-from tracevault.errors import SchemaError, ServiceUnavailableError
+from tracevault.errors import (
+    FencedError,
+    SchemaError,
+    ServiceUnavailableError,
+)
 
 __all__ = ["Archiver", "ArchiverStats"]
 
@@ -68,6 +88,22 @@ _RUN_CACHE = 100_000  # run states kept; the oldest idle ones are dropped (reloa
 _QUEUE_JOBS = 8  # per writer; back-pressure: parsing waits when the writers fall behind
 _REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
 _WRITERS = 4  # I/O-bound (fsync, S3 PUT latency): more writers than cores pays
+_COMMIT_S = 15.0  # a synchronous offset commit taking longer ends the Kafka session
+# Commits run in a worker thread (for their deadline); with the writer threads holding the
+# GIL each hand-off costs milliseconds, so offsets go at most this often (and at the end).
+# A crash re-reads at most this much more; the cursors skip it.
+_COMMIT_EVERY_S = 0.5
+_CLOSE_S = 3.0  # on stop; a session being replaced waits longer
+_REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
+_LAG_EVERY_S = 1.0
+
+
+class _Restart(Exception):
+    """This Kafka session cannot go on: drain, forget the partitions, start a new consumer."""
+
+
+class _Broken(_Restart):
+    """A restart for a client that broke while the broker answered: counted towards giving up."""
 
 
 @dataclass(slots=True)
@@ -140,9 +176,36 @@ class Archiver:
         self._assigned_at: float | None = None  # idle time counts from the first assignment
         self._max_events = settings.archive_segment_max_events
         self._max_bytes = settings.archive_segment_max_bytes
+        self._calls = BlockingCalls("archiver", self._stop)
+        self.watch = KafkaWatch("archiver")
+        self.health = Health("archiver", settings.health_stall_s)
+        self.health.watch = self.watch
+        self.registry = self._metrics()
+        self._commit_failures = 0
+        self._commit_retry_at = 0.0
+        self._live: Consumer | None = None
+        self._progress_in_session = False
+        self._lost = False
+        self._session_started = 0.0
+
+    def _metrics(self) -> CollectorRegistry:
+        """A private registry read from the counters at scrape time (``--metrics-port``)."""
+        r = CollectorRegistry(auto_describe=True)
+        st = self.stats
+        for name, doc, fn in (
+            ("events_archived", "events written to the archive", lambda: st.events_archived),
+            ("events_skipped", "events the archive already held", lambda: st.events_skipped),
+            ("segments_written", "segments written", lambda: st.segments_written),
+            ("runs_finished", "runs archived with their final receipt", lambda: st.runs_finished),
+            ("session_restarts", "Kafka sessions replaced", lambda: self.health.restarts),
+            ("consumer_lag", "sealed records not yet consumed", lambda: self.health.lag or 0),
+        ):
+            Gauge(f"tracevault_archiver_{name}", doc, registry=r).set_function(fn)
+        return r
 
     def stop(self) -> None:
         """Ask ``run()`` to flush, commit and return (safe from a signal handler)."""
+        self.health.state = "stopping"
         self._stop.set()
 
     # -- the writer thread ------------------------------------------------------------------
@@ -210,7 +273,9 @@ class Archiver:
             # Bigger fetches: segments are written in bulk, and librdkafka's 1 MiB default
             # per partition made fetch round trips the archiver's bottleneck.
             "max.partition.fetch.bytes": 8 * 1024 * 1024,
+            "session.timeout.ms": self.settings.archive_session_timeout_ms,
             "log_level": 3,
+            **self.watch.client_config(),
         }
         if self.settings.archive_instance_id:
             conf["group.instance.id"] = self.settings.archive_instance_id
@@ -221,8 +286,24 @@ class Archiver:
         log.info("archiver assigned %s", [p.partition for p in parts])
 
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        gone = {p.partition for p in parts}
+        if consumer is not self._live:
+            return  # an abandoned session's consumer closing late: its state is gone already
+        self._forget({p.partition for p in parts})
+
+    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        if consumer is not self._live:
+            return
+        self._forget({p.partition for p in parts})
+        # The group session expired (a broker outage): a static member would come back
+        # fenced and its commits were seen to hang; the session loop starts a new consumer.
+        self._lost = True
+        self.watch.trouble()
+
+    def _forget(self, gone: set[int] | None) -> None:
+        """Drain the writers, then drop what was read of ``gone`` (None: every partition)."""
         self._drain()  # nothing of ours may be written after the partitions move on
+        if gone is None:
+            gone = {r.partition for r in self._runs.values()} | set(self._consumed)
         # Unwritten events of revoked partitions are not committed: their next owner
         # re-reads them, and its cursor skips whatever we did write.
         for run_id in [r for r, run in self._runs.items() if run.partition in gone]:
@@ -233,14 +314,9 @@ class Archiver:
         log.info("archiver revoked %s", sorted(gone))
 
     def run(self, *, until_idle: float | None = None) -> ArchiverStats:
-        """Archive until ``stop()`` (or ``until_idle`` seconds without a message)."""
-        consumer = self._consumer()
-        consumer.subscribe(
-            [self.topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
+        """Archive until ``stop()`` (or ``until_idle`` seconds without a message).
+
+        A Kafka session that cannot go on is replaced by a new one (docs/liveness.md)."""
         writers = [
             threading.Thread(target=self._write_loop, args=(q,), name=f"archive-writer-{i}")
             for i, q in enumerate(self._queues)
@@ -249,39 +325,123 @@ class Archiver:
             w.daemon = True
             w.start()
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
-        last_msg: float | None = None
-        next_report = time.monotonic() + _REPORT_EVERY_S
+        failures = attempts = 0
         try:
             while not self._stop.is_set():
-                msgs = consumer.consume(num_messages=1000, timeout=0.2)
-                if msgs and self.stats.first_message_at is None:
-                    self.stats.first_message_at = time.monotonic()
-                if msgs:
-                    self._take_all(msgs)
-                    last_msg = time.monotonic()
-                self._flush_aged()
-                self._reap()
-                self._raise_writer_error()
-                self._commit(consumer)
-                if time.monotonic() >= next_report:
-                    next_report = time.monotonic() + _REPORT_EVERY_S
-                    self._log_stats("archiving")
-                if until_idle is not None and self._idle(consumer, last_msg, until_idle):
+                consumer = self._live = self._consumer()
+                consumer.subscribe(
+                    [self.topic],
+                    on_assign=self._on_assign,
+                    on_revoke=self._on_revoke,
+                    on_lost=self._on_lost,
+                )
+                self._progress_in_session = self._lost = False
+                self._session_started = time.monotonic()
+                try:
+                    self._session(consumer, until_idle)
                     break
-            for run in list(self._runs.values()):
-                if run.buffer:
-                    self._flush(run)
-            self._drain()
-            self._raise_writer_error()
-            self._commit(consumer)
+                except Stopping as exc:
+                    log.warning("archiver stopped during a Kafka call (%s)", exc)
+                    break
+                except (_Restart, CallDeadline) as exc:
+                    if self._progress_in_session:
+                        failures = attempts = 0
+                    attempts += 1
+                    if isinstance(exc, _Broken):
+                        failures += 1
+                    if failures > 8:
+                        raise ServiceUnavailableError(
+                            f"the archiver could not resume after {failures} attempts while "
+                            f"the broker answered (last: {exc}); exiting for the supervisor"
+                        ) from exc
+                    # an outage: try again every 2 s at most; something broken: back off more
+                    wait = backoff(attempts, base=0.25, cap=10.0 if failures else 2.0)
+                    log.warning(
+                        "archiver: Kafka session ended (%s); starting a new one in %.1fs",
+                        exc,
+                        wait,
+                    )
+                    self.health.state = "restarting"
+                    self.health.restarts += 1
+                    self._forget(None)  # the new consumer resumes from the committed offsets
+                    self._raise_writer_error()
+                finally:
+                    self._live = None
+                    self._close_consumer(consumer)
+                if self._stop.wait(wait):
+                    break
         finally:
             for q in self._queues:
                 q.put(None)
             for w in writers:
                 w.join(60)
-            consumer.close()
+            self._calls.close()
         self._log_stats("stopped")
         return self.stats
+
+    def _session(self, consumer: Consumer, until_idle: float | None) -> None:
+        self.health.state = "running"
+        last_msg: float | None = None
+        next_report = time.monotonic() + _REPORT_EVERY_S
+        next_lag = 0.0
+        while not self._stop.is_set():
+            try:
+                msgs = consumer.consume(num_messages=1000, timeout=0.2)
+            except KafkaException as exc:
+                self._kafka_error(exc.args[0])
+                msgs = []
+            if self._lost:
+                raise _Restart("the consumer lost its partitions (group session expired)")
+            away = self.watch.outage_since(self._session_started)
+            if away * 1000 > self.settings.archive_session_timeout_ms:
+                raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
+            if msgs and self.stats.first_message_at is None:
+                self.stats.first_message_at = time.monotonic()
+            if msgs:
+                self._take_all(msgs)
+                last_msg = time.monotonic()
+                self.health.progressed()
+                self._progress_in_session = True
+            self._flush_aged()
+            self._reap()
+            self._raise_writer_error()
+            self._commit(consumer)
+            now = time.monotonic()
+            if now >= next_lag:
+                next_lag = now + _LAG_EVERY_S
+                self._update_lag(consumer)
+            if now >= next_report:
+                next_report = now + _REPORT_EVERY_S
+                self._log_stats("archiving")
+            if until_idle is not None and self._idle(consumer, last_msg, until_idle):
+                break
+        for run in list(self._runs.values()):
+            if run.buffer:
+                self._flush(run)
+        self._drain()
+        self._raise_writer_error()
+        self._commit(consumer, final=True)
+
+    def _close_consumer(self, consumer: Consumer) -> None:
+        close_s = _CLOSE_S if self._stop.is_set() else _REPLACE_CLOSE_S
+        try:
+            self._calls.call("consumer close", consumer.close, close_s)
+        except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
+            log.info("archiver: consumer close: %s", exc)
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        try:
+            assignment = consumer.assignment()
+            lag = 0
+            known = not assignment
+            for tp in consumer.position(assignment):
+                _, hi = consumer.get_watermark_offsets(tp, cached=True)  # no round trip
+                if hi >= 0:
+                    known = True
+                    lag += max(0, hi - max(tp.offset, 0))
+            self.health.set_lag(lag if known else None)
+        except KafkaException as exc:
+            log.debug("lag not updated: %s", exc)
 
     def _log_stats(self, state: str) -> None:
         st = self.stats
@@ -313,11 +473,21 @@ class Archiver:
         return True
 
     def _kafka_error(self, err: KafkaError) -> None:
+        if is_fenced(err):
+            window = max(60.0, 3 * self.settings.archive_session_timeout_ms / 1000.0)
+            if self.watch.excuse_fencing(window):
+                # librdkafka's static member outlived its session in the outage
+                raise _Restart(f"fenced after a broker outage ({err.str()})")
+            raise FencedError(
+                f"the archiver was fenced ({err.str()}): another archiver runs with "
+                f"--instance-id {self.settings.archive_instance_id}; this one stopped. "
+                "Give each archiver its own --instance-id"
+            )
         if err.fatal():
-            raise ServiceUnavailableError(f"Kafka consumer failed: {err.str()}")
+            raise _Broken(f"Kafka consumer failed: {err.str()}")
         log.warning("Kafka consumer: %s", err.str())
 
-    def _commit(self, consumer: Consumer) -> None:
+    def _commit(self, consumer: Consumer, *, final: bool = False) -> None:
         hold: dict[int, int] = {}  # partition -> first offset not yet durable
         for run in self._runs.values():
             if run.buffer:
@@ -333,18 +503,44 @@ class Archiver:
                 offsets.append(TopicPartition(self.topic, p, upto))
         if not offsets:
             return
+        now = time.monotonic()
+        if not final and now < self._commit_retry_at:
+            return
+        if not consumer.memberid():
+            # The group session was lost in a broker outage longer than the session timeout
+            # (a static member then comes back fenced, and commits were seen to hang).
+            self.watch.trouble()
+            raise _Restart("the consumer lost its group session during a broker outage")
         try:
-            consumer.commit(offsets=offsets, asynchronous=False)
+            self._calls.call(
+                "offset commit",
+                lambda: consumer.commit(offsets=offsets, asynchronous=False),
+                _COMMIT_S,
+            )
+        except CallDeadline as exc:
+            self.watch.trouble()
+            raise _Restart(str(exc)) from exc
         except KafkaException as exc:
             kerr = exc.args[0]
-            if kerr.retriable() or kerr.code() in (
-                KafkaError.REBALANCE_IN_PROGRESS,
-                KafkaError.ILLEGAL_GENERATION,
-                KafkaError._NO_OFFSET,
-            ):
-                log.warning("offset commit deferred: %s", kerr.str())
-                return
-            raise ServiceUnavailableError(f"Kafka offset commit failed: {kerr.str()}") from exc
+            if kerr.fatal() or is_fenced(kerr):
+                self._kafka_error(kerr)
+            # Anything else is transient here (a coordinator loading or moving after a broker
+            # restart, a rebalance): the same absolute offsets go again after a backoff.
+            self._commit_failures += 1
+            wait = backoff(self._commit_failures - 1, base=0.2, cap=5.0)
+            self._commit_retry_at = now + wait
+            log.warning(
+                "offset commit deferred %.1fs (attempt %d): %s",
+                wait,
+                self._commit_failures,
+                kerr.str(),
+            )
+            return
+        self._commit_failures = 0
+        self._commit_retry_at = now + _COMMIT_EVERY_S
+        self.health.progressed()
+        self.watch.progressed()
+        self._progress_in_session = True
         for tp in offsets:
             self._committed[tp.partition] = tp.offset
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import date
-from types import FrameType
 from typing import Any
 
 import click
@@ -62,6 +60,12 @@ def _store(ctx: click.Context, **overrides: Any) -> tuple[Settings, ObjectStore]
     type=click.FloatRange(min=0),
     help="Exit after this many seconds without a message (backfills, batch jobs).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65_535),
+    help="Serve Prometheus counters on http://0.0.0.0:PORT/metrics and progress on /healthz "
+    "(503 when stuck) [off].",
+)
 @click.pass_context
 def archiver(
     ctx: click.Context,
@@ -76,6 +80,7 @@ def archiver(
     group_id: str | None,
     instance_id: str | None,
     until_idle: float | None,
+    metrics_port: int | None,
 ) -> None:
     """Archive every sealed run as immutable, retained Avro segments.
 
@@ -96,6 +101,7 @@ def archiver(
     and 4 when the archive is inconsistent (restarting does not help: an operator must
     look); see `tracevault --help` for every code.
     """
+    from tracevault.consumer._liveness import serve, stop_on_signals  # noqa: PLC0415
     from tracevault.consumer.archive._archiver import Archiver  # noqa: PLC0415 - Kafka import
 
     settings, store = _store(
@@ -109,19 +115,19 @@ def archiver(
         archive_segment_max_age_s=segment_max_age,
         archive_group_id=group_id,
         archive_instance_id=instance_id,
+        archive_metrics_port=metrics_port,
     )
     worker = Archiver(settings, store=store)
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        worker.stop()
-
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if settings.archive_metrics_port is not None:
+        port = serve(settings.archive_metrics_port, worker.registry, worker.health)
+        stderr.print(f"metrics on http://0.0.0.0:{port}/metrics, health on /healthz")
+    # SIGTERM/SIGINT: open segments are flushed; the process is gone within 10s.
+    undo = stop_on_signals(worker.stop, "archiver")
     stderr.print(f"archiving {settings.topics.sealed} to {store.url} (Ctrl-C to stop)")
     try:
         stats = worker.run(until_idle=until_idle)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        undo()
     stderr.print(
         f"stopped: {stats.events_archived} events archived in {stats.segments_written} "
         f"segments, {stats.runs_finished} runs finished, {stats.events_skipped} skipped"

@@ -19,6 +19,14 @@ run book from the heads topic (the book is never half-applied); fatal → a new 
 :class:`FencedError`. A crash at any instant leaves either the whole batch (sealed, heads,
 DLQ and offsets) or none of it.
 
+Liveness (docs/liveness.md): every blocking client call runs through :class:`BlockingCalls`
+with a deadline. A call past its deadline, a fatal consumer error, or a fencing that follows a
+broker outage (librdkafka's static member outlives its session and calls itself fenced) ends
+the Kafka *session*: both clients are abandoned and a new consumer and transactional producer
+start over exactly as a fresh process would (``init_transactions`` aborts the old open
+transaction, the assignment restores the heads). Only a fencing without an outage is another
+live process with our id: :class:`FencedError`.
+
 Identity: ``transactional.id = <prefix>.sequencer.<instance_id>`` and the consumer's
 ``group.instance.id = <instance_id>`` (static membership), so a restarted instance fences its
 own zombie and takes its partitions back without waiting for a session timeout. Partition
@@ -28,11 +36,14 @@ movements between instances are fenced by the group generation in the offsets co
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
@@ -46,6 +57,16 @@ from confluent_kafka import (
 )
 
 from tracevault.config import Settings
+from tracevault.consumer._liveness import (
+    BlockingCalls,
+    CallDeadline,
+    Health,
+    KafkaWatch,
+    Stopping,
+    backoff,
+    is_fenced,
+    is_outage,
+)
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import (
@@ -70,14 +91,13 @@ __all__ = ["Sequencer", "default_instance_id"]
 
 log = logging.getLogger(__name__)
 
-_FENCED_CODES = {
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.FENCED_INSTANCE_ID,
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-}
 _LOG_EVERY_S = 10.0
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
+_SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
+_SLACK_S = 3.0  # how much longer than its own timeout a call may take before we give up on it
+_CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_REPLACE_CLOSE_S)
+_REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
+_GIVE_UP_AFTER = 8  # sessions in a row that fail while a broker answers: exit for a supervisor
 
 
 def default_instance_id() -> str:
@@ -87,6 +107,14 @@ def default_instance_id() -> str:
 
 class _AbortBatch(Exception):
     """A delivery inside the transaction failed: abort it and redo the batch."""
+
+
+class _Restart(Exception):
+    """This Kafka session cannot go on: start a new consumer and producer."""
+
+
+class _Broken(_Restart):
+    """A restart for a client that broke while the broker answered: counted towards giving up."""
 
 
 class Sequencer:
@@ -113,6 +141,14 @@ class Sequencer:
         self._history = SealedHistory(settings)
         self._delivery_error: KafkaError | None = None
         self.partitions = 0
+        self._calls = BlockingCalls(f"sequencer-{self.instance_id}", self._stop)
+        self.watch = KafkaWatch(f"sequencer {self.instance_id}")
+        self.health = Health("sequencer", settings.health_stall_s)
+        self.health.watch = self.watch
+        self._established = False
+        self._committed_since_start = False
+        self._lost = False
+        self._session_started = 0.0
 
     @property
     def transactional_id(self) -> str:
@@ -126,8 +162,43 @@ class Sequencer:
     def _txn_timeout_s(self) -> float:
         return self.settings.sequencer_transaction_timeout_ms / 1000.0
 
+    @property
+    def _outage_window_s(self) -> float:
+        """How long after an outage a fencing is taken for librdkafka's, not a rival's."""
+        return max(60.0, 3 * self.settings.sequencer_session_timeout_ms / 1000.0)
+
     def stop(self) -> None:
+        self.health.state = "stopping"
         self._stop.set()
+
+    def _check_session(self) -> None:
+        """A broker outage longer than the session timeout ends this session: its static
+        member would come back fenced, and calls with its metadata were seen to block."""
+        away = self.watch.outage_since(self._session_started)
+        if away * 1000 > self.settings.sequencer_session_timeout_ms:
+            raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
+
+    def _call(self, what: str, fn: Callable[[float], Any], budget_s: float) -> Any:
+        """``fn(timeout)`` in slices of at most _SLICE_S while librdkafka says the error is
+        retriable, for at most ``budget_s``; each slice's deadline is enforced."""
+        end = time.monotonic() + budget_s
+        attempt = 0
+        while True:
+            t = max(0.5, min(_SLICE_S, end - time.monotonic()))
+            try:
+                return self._calls.call(what, functools.partial(fn, t), t + _SLACK_S)
+            except CallDeadline:
+                self.watch.trouble()
+                raise
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or time.monotonic() >= end:
+                    raise
+                log.info("sequencer %s: %s: %s; retrying", self.instance_id, what, err)
+                self._check_session()
+            if self._stop.wait(min(backoff(attempt, base=0.1, cap=1.0), _SLICE_S)):
+                raise Stopping(f"{what} still failing after stop was asked")
+            attempt += 1
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -143,23 +214,23 @@ class Sequencer:
                     "linger.ms": 2,
                     "queue.buffering.max.messages": max(100_000, 4 * s.sequencer_batch_size),
                     "log_level": 3,
+                    **self.watch.client_config(),
                 }
             )
         )
-        deadline = time.monotonic() + self._txn_timeout_s + 30
-        while True:
-            try:
-                producer.init_transactions(max(1.0, deadline - time.monotonic()))
-                return producer
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.retriable() and time.monotonic() < deadline:
-                    continue
-                self._raise_if_fenced(err)
-                raise ServiceUnavailableError(
-                    f"init_transactions for {self.transactional_id} failed ({err}); check the "
-                    "broker's transaction state log settings (replication factor 1 on one node)"
-                ) from exc
+        try:
+            self._call("init_transactions", producer.init_transactions, self._txn_timeout_s + 30)
+            return producer
+        except KafkaException as exc:
+            err = exc.args[0]
+            self._raise_if_fenced(err)
+            if self._established:
+                why = f"init_transactions failed ({err})"
+                raise (_Restart(why) if is_outage(err) else _Broken(why)) from exc
+            raise ServiceUnavailableError(
+                f"init_transactions for {self.transactional_id} failed ({err}); check the "
+                "broker's transaction state log settings (replication factor 1 on one node)"
+            ) from exc
 
     def _new_consumer(self) -> Consumer:
         s = self.settings
@@ -174,6 +245,7 @@ class Sequencer:
                     "auto.offset.reset": "earliest",
                     "session.timeout.ms": s.sequencer_session_timeout_ms,
                     "log_level": 3,
+                    **self.watch.client_config(),
                 }
             )
         )
@@ -181,8 +253,8 @@ class Sequencer:
     def _check_topics(self, consumer: Consumer) -> int:
         names = self.settings.topics
         try:
-            md = consumer.list_topics(timeout=15)
-        except KafkaException as exc:
+            md = self._calls.call("list_topics", lambda: consumer.list_topics(timeout=15), 20)
+        except (KafkaException, CallDeadline) as exc:
             raise ServiceUnavailableError(
                 f"Kafka at {self.settings.bootstrap_servers} did not answer ({exc})"
             ) from exc
@@ -203,18 +275,18 @@ class Sequencer:
         return counts[names.raw]
 
     def _raise_if_fenced(self, err: KafkaError) -> None:
-        # librdkafka reports a fenced static member as a generic _FATAL error whose text
-        # names the original cause; the producer's fencing has its own codes.
-        fenced = err.code() in _FENCED_CODES or (
-            err.code() == KafkaError._FATAL and "fenced" in err.str().lower()
+        if not is_fenced(err):
+            return
+        if self.watch.excuse_fencing(self._outage_window_s):
+            # After an outage longer than the session timeout librdkafka's static member
+            # calls itself fenced although no one else has our id (docs/liveness.md).
+            raise _Restart(f"fenced after a broker outage ({err.str()})")
+        raise FencedError(
+            f"sequencer {self.instance_id} was fenced ({err.str()}): another process runs "
+            f"with transactional.id {self.transactional_id} or group.instance.id "
+            f"{self.instance_id}; this one stopped. Give each instance its own "
+            "--instance-id"
         )
-        if fenced:
-            raise FencedError(
-                f"sequencer {self.instance_id} was fenced ({err.str()}): another process runs "
-                f"with transactional.id {self.transactional_id} or group.instance.id "
-                f"{self.instance_id}; this one stopped. Give each instance its own "
-                "--instance-id"
-            )
 
     # -- rebalance ---------------------------------------------------------------------------
 
@@ -230,53 +302,121 @@ class Sequencer:
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return  # a dropped session's consumer, closing late: its book is gone
         self.metrics.rebalances.inc()
         self._restore([tp.partition for tp in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Every batch commits before the next poll, so no transaction is open here.
+        if consumer is not self._consumer:
+            return
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
         log.info("sequencer %s revoked %s", self.instance_id, [tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
         log.warning("sequencer %s lost %s", self.instance_id, [tp.partition for tp in partitions])
+        # The group session expired (a broker outage): this static member would come back
+        # fenced, and a transaction with its metadata was seen to block; start afresh.
+        self._lost = True
+        self.watch.trouble()
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        s = self.settings
-        consumer = self._consumer = self._new_consumer()
+        """Sessions until ``stop()``: a session that cannot go on is replaced by a new one."""
+        failures = attempts = 0
         try:
-            self.partitions = self._check_topics(consumer)
-            self._producer = self._new_producer()
-            self._book = RunBook(
-                raw_topic=s.topics.raw,
-                partitions=self.partitions,
-                sequencer_id=self.instance_id,
-                gap_timeout_us=int(s.sequencer_gap_timeout_s * 1_000_000),
-                max_gap=s.sequencer_max_gap,
-                history=self._history,
-            )
-            consumer.subscribe(
-                [s.topics.raw],
-                on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_lost,
-            )
-            log.info(
-                "sequencer %s started (group %s, transactional.id %s)",
-                self.instance_id,
-                self.group_id,
-                self.transactional_id,
-            )
-            self._loop(consumer)
+            while not self._stop.is_set():
+                try:
+                    self._session()
+                    return
+                except Stopping as exc:
+                    log.warning(
+                        "sequencer %s: stopped during a Kafka call (%s); its open transaction "
+                        "is aborted by the next start or by transaction.timeout.ms",
+                        self.instance_id,
+                        exc,
+                    )
+                    return
+                except (_Restart, CallDeadline, KafkaException, ServiceUnavailableError) as exc:
+                    if isinstance(exc, KafkaException):
+                        with contextlib.suppress(_Restart):  # FencedError: a rival, stop
+                            self._raise_if_fenced(exc.args[0])
+                    if not self._established:
+                        if isinstance(exc, CallDeadline):
+                            raise ServiceUnavailableError(
+                                f"Kafka at {self.settings.bootstrap_servers} did not answer ({exc})"
+                            ) from exc
+                        raise
+                    if self._committed_since_start:
+                        failures = attempts = 0
+                    attempts += 1
+                    if isinstance(exc, ServiceUnavailableError | CallDeadline):
+                        self.watch.trouble()  # "did not answer": an outage, however long
+                    elif isinstance(exc, _Broken) or (
+                        isinstance(exc, KafkaException) and not is_outage(exc.args[0])
+                    ):
+                        failures += 1
+                    if failures > _GIVE_UP_AFTER:
+                        raise ServiceUnavailableError(
+                            f"sequencer {self.instance_id} could not resume after "
+                            f"{failures} attempts while the broker answered (last: {exc}); "
+                            "exiting for the supervisor to restart it"
+                        ) from exc
+                    # an outage: try again every 2 s at most; something broken: back off more
+                    wait = backoff(attempts, base=0.25, cap=10.0 if failures else 2.0)
+                    log.warning(
+                        "sequencer %s: Kafka session ended (%s); starting a new one in %.1fs",
+                        self.instance_id,
+                        exc,
+                        wait,
+                    )
+                    self.health.state = "restarting"
+                    self.health.restarts += 1
+                    self._drop_clients(_REPLACE_CLOSE_S)
+                    if self._stop.wait(wait):
+                        return
         finally:
             self._close()
+
+    def _session(self) -> None:
+        s = self.settings
+        self._committed_since_start = self._lost = False
+        self._session_started = time.monotonic()
+        consumer = self._consumer = self._new_consumer()
+        self.partitions = self._check_topics(consumer)
+        self._producer = self._new_producer()
+        self._book = RunBook(
+            raw_topic=s.topics.raw,
+            partitions=self.partitions,
+            sequencer_id=self.instance_id,
+            gap_timeout_us=int(s.sequencer_gap_timeout_s * 1_000_000),
+            max_gap=s.sequencer_max_gap,
+            history=self._history,
+        )
+        consumer.subscribe(
+            [s.topics.raw],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        self._established = True
+        self.health.state = "running"
+        log.info(
+            "sequencer %s started (group %s, transactional.id %s)",
+            self.instance_id,
+            self.group_id,
+            self.transactional_id,
+        )
+        self._loop(consumer)
 
     def _loop(self, consumer: Consumer) -> None:
         s = self.settings
@@ -287,8 +427,13 @@ class Sequencer:
         while not self._stop.is_set():
             try:
                 msgs = consumer.consume(s.sequencer_batch_size, timeout=wait)
+                if self._lost:
+                    raise _Restart("the consumer lost its partitions (group session expired)")
+                self._check_session()
             except KafkaException as exc:
                 self._raise_if_fenced(exc.args[0])
+                if exc.args[0].fatal():
+                    raise _Broken(f"the raw consumer failed ({exc.args[0].str()})") from exc
                 raise
             now_us = now_micros()
             out = BatchOutput()
@@ -299,10 +444,8 @@ class Sequencer:
                 if err is not None:
                     self._raise_if_fenced(err)
                     if err.fatal() or err.code() == KafkaError._FATAL:
-                        raise ServiceUnavailableError(
-                            f"the raw consumer failed fatally ({err.str()}); restart the "
-                            "sequencer (exactly-once holds: nothing of this batch committed)"
-                        )
+                        # exactly-once holds: nothing of this batch is committed
+                        raise _Broken(f"the raw consumer failed fatally ({err.str()})")
                     log.warning("consumer: %s", err)
                     continue
                 consumed += 1
@@ -342,6 +485,9 @@ class Sequencer:
             log.warning("sequencer %s: producer call failed (%s)", self.instance_id, exc)
             self._recover(consumer, self._delivery_error)
             return
+        self._committed_since_start = True
+        self.health.progressed()
+        self.watch.progressed()
         m = self.metrics
         m.transaction("committed")
         m.sealed.inc(len(out.sealed))
@@ -415,8 +561,14 @@ class Sequencer:
             producer.produce(
                 topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
             )
-        if producer.flush(timeout) > 0:
-            self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
+        flush_end = time.monotonic() + timeout
+        while self._call("flush", producer.flush, _SLICE_S) > 0:
+            if time.monotonic() >= flush_end:
+                self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
+                break
+            if self._stop.is_set():
+                raise Stopping("flush still waiting for the broker after stop was asked")
+            self._check_session()
         if self._delivery_error is not None:
             raise _AbortBatch(self._delivery_error)
         for i in sorted(tracked):
@@ -458,13 +610,24 @@ class Sequencer:
         if not positions and assignment:
             # Nothing consumed yet (a gap sweep of restored heads): send the committed offsets
             # again, so the group coordinator still checks our generation and fences a zombie.
-            positions = [tp for tp in consumer.committed(assignment, timeout) if tp.offset >= 0]
-        _retrying(
-            lambda: producer.send_offsets_to_transaction(
-                positions, consumer.consumer_group_metadata(), timeout
-            )
+            positions = [
+                tp
+                for tp in self._call("committed", lambda t: consumer.committed(assignment, t), 30)
+                if tp.offset >= 0
+            ]
+        if not consumer.memberid():
+            # librdkafka drops its member id when a broker outage outlasts the session
+            # timeout; offsets sent with that metadata were seen to block for minutes, and the
+            # member comes back fenced anyway (docs/liveness.md): start a new session now.
+            self.watch.trouble()
+            raise _Restart("the consumer lost its group session during a broker outage")
+        group = consumer.consumer_group_metadata()
+        self._call(
+            "send_offsets_to_transaction",
+            lambda t: producer.send_offsets_to_transaction(positions, group, t),
+            timeout,
         )
-        _retrying(lambda: producer.commit_transaction(timeout))
+        self._call("commit_transaction", producer.commit_transaction, timeout)
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
 
@@ -491,7 +654,7 @@ class Sequencer:
         )
         if not fatal:
             try:
-                producer.abort_transaction(self._txn_timeout_s)
+                self._call("abort_transaction", producer.abort_transaction, self._txn_timeout_s)
             except KafkaException as exc:
                 abort_err = exc.args[0]
                 self._raise_if_fenced(abort_err)
@@ -508,7 +671,9 @@ class Sequencer:
         self._book.clear()
         if not assignment:
             return
-        committed = consumer.committed(assignment, timeout=self._txn_timeout_s)
+        committed = self._call(
+            "committed", lambda t: consumer.committed(assignment, t), self._txn_timeout_s
+        )
         for tp in committed:
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING
@@ -527,18 +692,27 @@ class Sequencer:
                 pos = max(tp.offset, 0)
                 lag[tp.partition] = max(0, hi - pos)
             self.metrics.set_lag(lag)
+            self.health.set_lag(sum(lag.values()) if lag or not assignment else None)
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
 
-    def _close(self) -> None:
-        if self._consumer is not None:
+    def _drop_clients(self, close_s: float = _CLOSE_S) -> None:
+        """Close the consumer within _CLOSE_S or abandon it; drop the producer (a new
+        ``init_transactions`` with our id fences it and aborts its open transaction)."""
+        consumer, self._consumer, self._producer = self._consumer, None, None
+        if consumer is not None:
             try:
-                self._consumer.close()
-            except (KafkaException, RuntimeError) as exc:
-                log.debug("consumer close: %s", exc)
-            self._consumer = None
-        self._history.close()
-        self._producer = None
+                self._calls.call("consumer close", consumer.close, close_s)
+            except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
+                log.info("sequencer %s: consumer close: %s", self.instance_id, exc)
+
+    def _close(self) -> None:
+        self._drop_clients()
+        try:
+            self._calls.call("history close", self._history.close, _CLOSE_S)
+        except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
+            log.info("sequencer %s: history reader close: %s", self.instance_id, exc)
+        self._calls.close()
         log.info("sequencer %s stopped", self.instance_id)
 
 
@@ -571,15 +745,3 @@ def _offset_setter(seq: Sequencer, offsets: dict[int, int], i: int) -> Any:
         offsets[i] = _off(msg)
 
     return on_delivery
-
-
-def _retrying(call: Any, attempts: int = 10) -> None:
-    """Run a transactional call again while librdkafka says the error is retriable."""
-    for i in range(attempts):
-        try:
-            call()
-            return
-        except KafkaException as exc:
-            if not exc.args[0].retriable() or i == attempts - 1:
-                raise
-            log.info("retrying after retriable error: %s", exc.args[0])

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tracevault.chain import genesis, link
-from tracevault.consumer.sequencer._peek import peek_event
 from tracevault.consumer.sequencer._records import DlqReason, DlqRecord, gap_event
 from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
 from tracevault.heads import GapRange, Head, HeldEvent
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, check_canonical, decode_event
+from tracevault.schemas.fast import peek_event
 
 __all__ = ["BatchOutput", "HistoryLoader", "RunBook", "SealOut"]
 

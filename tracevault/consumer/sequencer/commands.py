@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 from datetime import UTC, datetime
-from types import FrameType
 from typing import Any
 
 import click
 
 from tracevault._clitools import settings_from, stderr
+from tracevault.consumer._liveness import serve, stop_on_signals
 from tracevault.consumer.sequencer._loop import Sequencer
 
 __all__ = ["JsonLogFormatter", "sequencer"]
@@ -75,7 +74,8 @@ class JsonLogFormatter(logging.Formatter):
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65_535),
-    help="Serve Prometheus counters on http://0.0.0.0:PORT/metrics [off].",
+    help="Serve Prometheus counters on http://0.0.0.0:PORT/metrics and progress on /healthz "
+    "(503 when stuck) [off].",
 )
 @click.option(
     "--log-json",
@@ -123,17 +123,15 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
     settings = settings_from(ctx, **{f"sequencer_{k}": v for k, v in options.items()})
     seq = Sequencer(settings)
     if settings.sequencer_metrics_port is not None:
-        seq.metrics.serve(settings.sequencer_metrics_port)
-        stderr.print(f"metrics on http://0.0.0.0:{settings.sequencer_metrics_port}/metrics")
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: stopping after the current transaction", signum)
-        seq.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+        port = serve(settings.sequencer_metrics_port, seq.metrics.registry, seq.health)
+        stderr.print(f"metrics on http://0.0.0.0:{port}/metrics, health on /healthz")
+    # SIGTERM/SIGINT: the current transaction may finish; the process is gone within 10s.
+    undo = stop_on_signals(seq.stop, f"sequencer {seq.instance_id}")
     stderr.print(
         f"sequencer {seq.instance_id} on {settings.bootstrap_servers}, "
         f"topics {settings.topic_prefix}.*"
     )
-    seq.run()
+    try:
+        seq.run()
+    finally:
+        undo()

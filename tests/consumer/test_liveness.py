@@ -1,0 +1,131 @@
+"""The liveness parts on their own: call deadlines, stop during a call, /healthz, signals.
+
+The broker-outage behaviour of the real services is in ``test_outage.py``; these pin the
+pieces it relies on, quickly and without a broker.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from tests.kafka_harness import free_port
+from tracevault.consumer._liveness import (
+    BlockingCalls,
+    CallDeadline,
+    Health,
+    KafkaWatch,
+    Stopping,
+    serve,
+)
+
+
+def test_a_call_past_its_deadline_is_abandoned_and_the_next_call_runs() -> None:
+    calls = BlockingCalls("t", threading.Event())
+    never = threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(CallDeadline, match="stuck call did not return within 1s"):
+        calls.call("stuck call", lambda: never.wait(60), 1.0)
+    assert time.monotonic() - t0 < 3
+    assert calls.call("next call", lambda: 42, 5) == 42  # a new worker, not the stuck one
+    never.set()
+
+
+def test_stop_ends_a_stuck_call_after_the_grace() -> None:
+    stop = threading.Event()
+    calls = BlockingCalls("t", stop, stop_grace_s=0.5)
+    never = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Stopping):
+        calls.call("commit", lambda: never.wait(60), 60)
+    assert time.monotonic() - t0 < 3
+    never.set()
+
+
+def test_errors_of_the_call_reach_the_caller() -> None:
+    calls = BlockingCalls("t", threading.Event())
+
+    def boom() -> None:
+        raise ValueError("from the worker")
+
+    with pytest.raises(ValueError, match="from the worker"):
+        calls.call("boom", boom, 5)
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
+
+
+def test_healthz_reports_progress_not_just_liveness() -> None:
+    registry = CollectorRegistry()
+    Counter("tv_test_things", "things", registry=registry).inc(3)
+    health = Health("sequencer", stall_s=0.5)
+    health.watch = KafkaWatch("t")
+    port = serve(0, registry, health)
+
+    health.set_lag(0)
+    code, body = _get(port, "/healthz")
+    assert code == 200 and json.loads(body)["status"] == "ok"
+    assert "tv_test_things_total 3.0" in _get(port, "/metrics")[1]
+
+    health.set_lag(120)  # work waiting, and no progress for longer than stall_s
+    health.last_progress -= 1.0
+    code, body = _get(port, "/health")
+    doc = json.loads(body)
+    assert code == 503 and doc["status"] == "stuck", doc
+    assert "no progress" in doc["reason"] and "last lag seen: 120" in doc["reason"]
+
+    health.progressed()
+    assert _get(port, "/healthz")[0] == 200
+
+    health.watch.down_since = time.monotonic() - 1.0  # no broker for longer than stall_s
+    code, body = _get(port, "/healthz")
+    assert code == 503 and "no Kafka broker reachable" in json.loads(body)["reason"]
+
+
+def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> None:
+    # The main thread waits inside librdkafka (init_transactions against a port where no broker
+    # listens), so Python's own handler may never run; the wakeup fd and the timer still do.
+    script = textwrap.dedent(
+        f"""
+        import logging, sys, threading
+        from confluent_kafka import Producer
+        from tracevault.consumer._liveness import stop_on_signals
+        logging.basicConfig(level=logging.INFO)
+        stop_on_signals(lambda: None, "blocked", hard_limit_s=2.0)
+        p = Producer({{"bootstrap.servers": "127.0.0.1:{free_port()}",
+                       "transactional.id": "blocked", "log_level": 0}})
+        print("blocking", flush=True)
+        p.init_transactions(120)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "blocking"
+    threading.Event().wait(0.5)  # let the main thread get into librdkafka
+    t0 = time.monotonic()
+    proc.terminate()
+    _, err = proc.communicate(timeout=15)
+    took = time.monotonic() - t0
+    assert took < 6, f"exited {took:.1f}s after SIGTERM"
+    assert proc.returncode == 3, err
+    assert "did not stop within 2s of the signal" in err

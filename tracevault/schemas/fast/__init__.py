@@ -1,0 +1,48 @@
+"""Every hand-written reader of the published v1 records, in one place.
+
+fastavro's generic reader costs more per record than everything else the sequencer, the
+archiver and the replayer do with it, so their hot paths walk the v1 bytes directly:
+
+==========================  =========================================  =====================
+reader                      used by                                    module
+==========================  =========================================  =====================
+:func:`peek_event`          the sequencer's rules, once per raw event   ``_event.py``
+:func:`fast_decode_event`   ``decode_event`` and the replayer's rebuild ``_event.py``
+:func:`event_kind`          the archiver (does a value finish its run)  ``_event.py``
+:func:`sealed_fields`       the archiver, once per sealed event         ``_sealed.py``
+:func:`segment_rows`        the replayer, per archived segment          ``_sealed.py``
+==========================  =========================================  =====================
+
+They share one varint reader (``_varint.py``) and one guard (``_guard.py``): a walk runs only
+on values written with exactly the schema version it mirrors (by fingerprint, and only while
+that version is the newest published one), and it must end exactly at the end of the value.
+On anything else it returns None and the caller reads the value with fastavro, which decides
+what is readable and names the problem; a fast path never gives a different answer.
+``tests/schemas/test_fast_pinned.py`` pins every reader to ``fastavro.schemaless_reader`` with
+the published schema, and ``tests/schemas/test_fast_pins.py`` fails when a new schema version
+turns a fast path off.
+"""
+
+from tracevault.schemas.fast._event import Peeked, event_kind, fast_decode_event, peek_event
+from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V1, Pin, stale
+from tracevault.schemas.fast._sealed import sealed_fields, segment_rows
+from tracevault.schemas.fast._varint import VarintError, read_long
+
+__all__ = [
+    # readers
+    "Peeked",
+    "event_kind",
+    "fast_decode_event",
+    "peek_event",
+    "sealed_fields",
+    "segment_rows",
+    # the guard
+    "PINS",
+    "SEALED_EVENT_V1",
+    "TRACE_EVENT_V1",
+    "Pin",
+    "stale",
+    # the varint
+    "VarintError",
+    "read_long",
+]

@@ -1,0 +1,546 @@
+"""Direct readers of TraceEvent v1 values: the replayer's full decode and the sequencer's peek.
+
+fastavro's ``schemaless_reader`` costs ~9 µs per event and ``TraceEvent.from_avro`` then copies
+the dict into the dataclass; replaying a 100,000-event run, or sealing one, would spend most of
+its time there. The v1 layout is fixed (a published file is never edited), so these walks read
+its fields straight from the bytes:
+
+* :func:`fast_decode_event` reads every field into a :class:`TraceEvent` (the codec's
+  ``decode_event`` and the replayer's rebuild), with the (usually single) agent record, run id
+  and model of a run decoded once and shared;
+* :func:`peek_event` reads every field but keeps only what sealing needs (run id, seq, kind,
+  request, response), and validates the rest (bounds, UTF-8);
+* :func:`event_kind` reads only the first three fields (the archiver, on sealed values).
+
+The guard (``_guard.py``) arms them only while v1 is the newest published TraceEvent; each
+walk checks the header, declines (returns None) on anything unusual or on an error in
+``DECLINE``, and checks that it ended exactly at the end of the value. The caller then falls
+back to fastavro. ``tests/schemas/test_fast_pinned.py`` pins each walk to
+``fastavro.schemaless_reader`` with the published schema.
+
+The walks are written out flat, with the common varint widths read inline (see
+``_varint.py``): they run once per event and a Python call per field costs more than the rest
+of the walk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from tracevault.schemas._events import AgentInfo, ErrorInfo, EventKind, TraceEvent
+from tracevault.schemas._registry import default_schemas
+from tracevault.schemas.fast._guard import DECLINE, TRACE_EVENT_V1, armed_header
+from tracevault.schemas.fast._varint import CONT7, CONT8, read_long
+
+__all__ = ["Peeked", "event_kind", "fast_decode_event", "peek_event"]
+
+_AGENT_CACHE_MAX = 256
+_agents: dict[bytes, AgentInfo] = {}
+# The last run id and agent read, with their exact encodings (seeded with the empty ones,
+# whose encodings they are, so a match is always a correct decode).
+_last_run: tuple[bytes, str] = (b"\x00", "")
+_last_model: tuple[bytes, str] = (b"\x00", "")
+_last_agent: tuple[bytes, AgentInfo] = (b"\x00" * 5, AgentInfo("", "", "", "", ""))
+
+
+_FIELDS = (
+    "run_id", "seq", "kind", "at", "agent", "request", "response", "model", "seed", "error",
+    "idempotency_key", "parent_seq", "attributes",
+)  # fmt: skip
+
+
+def _slot_setters() -> tuple[Callable[[TraceEvent, Any], None], ...] | None:
+    """The slot setters of TraceEvent's fields, when building it field by field is safe.
+
+    A frozen dataclass's ``__init__`` stores each argument through ``object.__setattr__``
+    (~1 µs for 13 fields); the slots' own setters do the same stores in half that. Used only
+    while TraceEvent is exactly the plain slotted dataclass of these fields with no
+    ``__post_init__`` (checked here); otherwise events are built with the constructor.
+    """
+    names = tuple(f.name for f in dataclasses.fields(TraceEvent))
+    if (
+        names != _FIELDS
+        or getattr(TraceEvent, "__slots__", None) != _FIELDS
+        or hasattr(TraceEvent, "__post_init__")
+    ):
+        return None
+    return tuple(getattr(TraceEvent, n).__set__ for n in names)
+
+
+_SET = _slot_setters()
+_new = object.__new__
+
+
+def _string(d: bytes, p: int, end: int) -> tuple[str, int]:
+    n, p = read_long(d, p)
+    q = p + n
+    if n < 0 or q > end:
+        raise IndexError("string runs past the value")
+    return d[p:q].decode("utf-8"), q
+
+
+def _agent(d: bytes, p: int, end: int) -> tuple[AgentInfo, int]:
+    """The agent record at ``p``: the same bytes (one run, one agent) are decoded once."""
+    global _last_agent  # noqa: PLW0603 - one tuple, replaced atomically
+    start = p
+    for _ in range(5):
+        n, p = read_long(d, p)
+        p += n
+        if n < 0 or p > end:
+            raise IndexError("agent string runs past the value")
+    key = d[start:p]
+    agent = _agents.get(key)
+    if agent is None:
+        q = start
+        a_id, q = _string(d, q, end)
+        a_ver, q = _string(d, q, end)
+        host, q = _string(d, q, end)
+        harness, q = _string(d, q, end)
+        sdk, q = _string(d, q, end)
+        agent = AgentInfo(a_id, a_ver, host, harness, sdk)
+        if len(_agents) >= _AGENT_CACHE_MAX:
+            _agents.clear()
+        _agents[key] = agent
+    _last_agent = (key, agent)
+    return agent, p
+
+
+_header: bytes | None = None  # C3 01 + the v1 fingerprint, once the guard armed the walks
+_kinds: tuple[EventKind, ...] = ()
+
+
+@lru_cache(maxsize=1)
+def _arm() -> bytes | None:
+    """The header v1 values start with, or None when the guard keeps the walks off."""
+    global _header, _kinds  # noqa: PLW0603 - computed on first use, not at import
+    header = armed_header(TRACE_EVENT_V1)
+    if header is not None:
+        _kinds = _kind_symbols()
+        _header = header
+    return header
+
+
+def _kind_symbols() -> tuple[EventKind, ...]:
+    """EventKind by enum index, as TraceEvent v1 lists its symbols."""
+    v1 = default_schemas().get(TRACE_EVENT_V1.record, TRACE_EVENT_V1.version)
+    (kind,) = (f for f in v1.source["fields"] if f["name"] == "kind")
+    return tuple(EventKind(s) for s in kind["type"]["symbols"])
+
+
+def fast_decode_event(data: object) -> TraceEvent | None:
+    """``data`` as a TraceEvent if it is an ordinary v1 value read into v1, else None.
+
+    One flat function on purpose: it runs once per event on every replay.
+    """
+    global _last_run, _last_model  # noqa: PLW0603 - see the caches above
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
+            return None
+    if type(data) is bytes:
+        d = data
+    elif isinstance(data, (bytearray, memoryview)):
+        d = bytes(data)  # fastavro hands back bytes for ``bytes`` fields
+    else:
+        return None  # not a buffer: the codec reports it
+    if not d.startswith(header):
+        return None
+    kinds = _kinds
+    try:
+        end = len(d)
+        # run_id (string)
+        rid_bytes, run_id = _last_run
+        if d.startswith(rid_bytes, 10):  # the run's events share their run id
+            q = 10 + len(rid_bytes)
+        else:
+            n, p = read_long(d, 10)
+            q = p + n
+            if n < 0 or q > end:
+                return None
+            run_id = d[p:q].decode("utf-8")
+            _last_run = (d[10:q], run_id)
+        # seq (long), kind (enum), at (long)
+        # seq: seqs and offsets are 1-3 byte varints, read in one go
+        x = int.from_bytes(d[q : q + 3], "little")
+        if not x & 0x80:
+            seq, p = (x >> 1 & 0x3F) ^ -(x & 1), q + 1
+        elif not x & 0x8000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80)
+            seq, p = (z >> 1) ^ -(z & 1), q + 2
+        elif not x & 0x800000:
+            z = (x & 0x7F) | (x >> 1 & 0x3F80) | (x >> 2 & 0x1FC000)
+            seq, p = (z >> 1) ^ -(z & 1), q + 3
+        else:
+            seq, p = read_long(d, q)
+        b = d[p]
+        if b & 1 or b >= 0x80 or (b >> 1) >= len(kinds):
+            return None
+        kind = kinds[b >> 1]
+        # at: a timestamp in µs is an 8-byte varint from 1974 to 2540; read those in one go
+        x = int.from_bytes(d[p + 1 : p + 9], "little")
+        if x & CONT8 == CONT7:
+            z = (
+                (x & 0x7F)
+                | (x >> 1 & 0x3F80)
+                | (x >> 2 & 0x1FC000)
+                | (x >> 3 & 0xFE00000)
+                | (x >> 4 & 0x7F0000000)
+                | (x >> 5 & 0x3F800000000)
+                | (x >> 6 & 0x1FC0000000000)
+                | (x >> 7 & 0xFE000000000000)
+            )
+            at = (z >> 1) ^ -(z & 1)
+            p += 9
+        else:
+            at, p = read_long(d, p + 1)
+        last_key, agent = _last_agent
+        if d.startswith(last_key, p):  # Avro is prefix-free: the same bytes decode the same
+            p += len(last_key)
+        else:
+            agent, p = _agent(d, p, end)
+        # model: ["null", "string"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            model = None
+        elif b == 2:
+            m_bytes, model = _last_model
+            if d.startswith(m_bytes, p):  # a run calls few models
+                p += len(m_bytes)
+            else:
+                model, q = _string(d, p, end)
+                _last_model = (d[p:q], model)
+                p = q
+        else:
+            return None
+        # seed: ["null", "long"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            seed = None
+        elif b == 2:
+            seed, p = read_long(d, p)
+        else:
+            return None
+        # request, response (bytes): lengths below 8 KiB are 1-2 byte varints
+        n = d[p]
+        if n < 0x80:
+            n = (n >> 1) ^ -(n & 1)
+            p += 1
+        elif d[p + 1] < 0x80:
+            n = (n & 0x7F) | d[p + 1] << 7
+            n = (n >> 1) ^ -(n & 1)
+            p += 2
+        else:
+            n, p = read_long(d, p)
+        q = p + n
+        if n < 0 or q > end:
+            return None
+        request = d[p:q]
+        n = d[q]
+        if n < 0x80:
+            n = (n >> 1) ^ -(n & 1)
+            p = q + 1
+        elif d[q + 1] < 0x80:
+            n = (n & 0x7F) | d[q + 1] << 7
+            n = (n >> 1) ^ -(n & 1)
+            p = q + 2
+        else:
+            n, p = read_long(d, q)
+        q = p + n
+        if n < 0 or q > end:
+            return None
+        response = d[p:q]
+        p = q
+        # error: ["null", ErrorInfo]
+        b = d[p]
+        p += 1
+        if b == 0:
+            error = None
+        elif b == 2:
+            etype, p = _string(d, p, end)
+            emsg, p = _string(d, p, end)
+            error = ErrorInfo(etype, emsg)
+        else:
+            return None
+        # idempotency_key: ["null", "string"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            key = None
+        elif b == 2:
+            key, p = _string(d, p, end)
+        else:
+            return None
+        # parent_seq: ["null", "long"]
+        b = d[p]
+        p += 1
+        if b == 0:
+            parent = None
+        elif b == 2:
+            parent, p = read_long(d, p)
+        else:
+            return None
+        # attributes: map<string> in blocks, ended by a zero count
+        attributes: dict[str, str] = {}
+        if d[p] == 0:
+            count, p = 0, p + 1
+        else:
+            count, p = read_long(d, p)
+        while count:
+            if count < 0:
+                return None  # sized blocks: rare, left to the codec
+            for _ in range(count):
+                k, p = _string(d, p, end)
+                attributes[k], p = _string(d, p, end)
+            count, p = read_long(d, p)
+        if p != end:
+            return None
+        if _SET is None:
+            return TraceEvent(
+                run_id, seq, kind, at, agent, request, response, model, seed, error, key, parent,
+                attributes,
+            )  # fmt: skip
+        ev = _new(TraceEvent)
+        (s_run, s_seq, s_kind, s_at, s_agent, s_req, s_resp, s_model, s_seed, s_err, s_key,
+         s_parent, s_attrs) = _SET  # fmt: skip
+        s_run(ev, run_id)
+        s_seq(ev, seq)
+        s_kind(ev, kind)
+        s_at(ev, at)
+        s_agent(ev, agent)
+        s_req(ev, request)
+        s_resp(ev, response)
+        s_model(ev, model)
+        s_seed(ev, seed)
+        s_err(ev, error)
+        s_key(ev, key)
+        s_parent(ev, parent)
+        s_attrs(ev, attributes)
+        return ev
+    except DECLINE:
+        return None
+
+
+class Peeked(NamedTuple):
+    """What the sequencer needs of a raw event."""
+
+    run_id: str
+    seq: int
+    kind: EventKind
+    request: bytes
+    response: bytes
+
+
+# Peeked(...) without the generated __new__'s Python frame: the same tuple.
+_new_tuple = tuple.__new__
+
+
+def peek_event(value: bytes) -> Peeked | None:
+    """The fields the sequencer needs from a TraceEvent v1 value; None means "ask fastavro"."""
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
+            return None
+    if not value.startswith(header):
+        return None
+    try:
+        return _peek_walk(value)
+    except DECLINE:
+        return None
+
+
+# The common encodings are read inline: a length or a union branch in one byte
+# (``b & 0x81 == 0`` is a non-negative value under 64, ``b >> 1``); anything else goes through
+# ``read_long`` or ``_string``. Every field is still read, bounds-checked and (strings) UTF-8
+# validated.
+
+
+def _peek_walk(v: bytes) -> Peeked | None:
+    n = len(v)
+    rl = read_long
+    # run_id
+    b = v[10]
+    if b & 0x81:
+        ln, pos = rl(v, 10)
+        if ln < 0:
+            return None
+    else:
+        ln, pos = b >> 1, 11
+    end = pos + ln
+    if end > n:
+        return None
+    run_id = v[pos:end].decode("utf-8")
+    # seq
+    b = v[end]
+    if b < 0x80:
+        seq, pos = (b >> 1) ^ -(b & 1), end + 1
+    elif v[end + 1] < 0x80:  # two bytes: seqs up to 8191
+        z = (b & 0x7F) | (v[end + 1] << 7)
+        seq, pos = (z >> 1) ^ -(z & 1), end + 2
+    else:
+        seq, pos = rl(v, end)
+    # kind: an enum index, one byte for every symbol
+    b = v[pos]
+    if b & 0x81 or (b >> 1) >= len(_kinds):
+        return None
+    kind = _kinds[b >> 1]
+    # at (never needed, only checked): most are one 8-byte varint, read as one word
+    if int.from_bytes(v[pos + 1 : pos + 9], "little") & CONT8 == CONT7:
+        pos += 9
+    else:
+        _, pos = rl(v, pos + 1)
+    # agent: five strings. When every length is one (ASCII) byte, the whole block is valid
+    # UTF-8 exactly when each string is (a multi-byte character cannot span an ASCII byte),
+    # so it is checked with one decode.
+    start = p = pos
+    try:
+        b = v[p]
+        p += 1 + (b >> 1)
+        f = b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+        b = v[p]
+        p += 1 + (b >> 1)
+        f |= b
+    except IndexError:
+        f = 0x80  # a length of more than one byte sent the walk astray: read it properly
+    if f & 0x81 or p > n:
+        pos = start
+        for _ in range(5):
+            _, pos = _string(v, pos, n)
+    else:
+        v[start:p].decode("utf-8")
+        pos = p
+    # model (optional string)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _string(v, pos + 1, n)
+    else:
+        return None
+    # seed (optional long)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = rl(v, pos + 1)
+    else:
+        return None
+    # request, response (bytes)
+    b = v[pos]
+    if b & 0x81:
+        ln, pos = rl(v, pos)
+        if ln < 0:
+            return None
+    else:
+        ln = b >> 1
+        pos += 1
+    end = pos + ln
+    if end > n:
+        return None
+    request = v[pos:end]
+    b = v[end]
+    if b & 0x81:
+        ln, pos = rl(v, end)
+        if ln < 0:
+            return None
+    else:
+        ln = b >> 1
+        pos = end + 1
+    end = pos + ln
+    if end > n:
+        return None
+    response = v[pos:end]
+    pos = end
+    # error (optional record of two strings)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _string(v, pos + 1, n)
+        _, pos = _string(v, pos, n)
+    else:
+        return None
+    # idempotency_key (optional string)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = _string(v, pos + 1, n)
+    else:
+        return None
+    # parent_seq (optional long)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        _, pos = rl(v, pos + 1)
+    else:
+        return None
+    # attributes: map<string> in blocks
+    if v[pos] == 0:
+        pos += 1
+    else:
+        while True:
+            count, pos = rl(v, pos)
+            if count == 0:
+                break
+            if count < 0:
+                count = -count
+                _, pos = rl(v, pos)  # block size in bytes
+            for _ in range(count):
+                _, pos = _string(v, pos, n)
+                _, pos = _string(v, pos, n)
+    if pos != n:
+        return None
+    return _new_tuple(Peeked, (run_id, seq, kind, request, response))
+
+
+def event_kind(raw: bytes) -> EventKind | None:
+    """The kind of a v1 value, read from its first three fields; None means "ask fastavro".
+
+    A prefix read, not a walk of the whole value: the archiver calls it on sealed values, which
+    the sequencer walked in full before sealing them (and the chain covers their bytes). On a
+    value fastavro reads, it gives fastavro's kind or None.
+    """
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
+            return None
+    if not raw.startswith(header):
+        return None
+    try:
+        b = raw[10]  # run_id's length: one byte below 64
+        if b & 0x81:
+            n, p = read_long(raw, 10)
+            if n < 0:
+                return None
+            p += n
+        else:
+            p = 11 + (b >> 1)
+        q = p  # seq: skipped, at most 10 bytes
+        while raw[q] & 0x80:
+            q += 1
+        if q - p > 9:
+            return None
+        b = raw[q + 1]
+    except IndexError:
+        return None
+    if b & 0x81 or (b >> 1) >= len(_kinds):
+        return None
+    return _kinds[b >> 1]
