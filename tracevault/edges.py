@@ -50,7 +50,9 @@ __all__ = [
     "clock_crossing",
     "decision_crossing",
     "model_crossing",
+    "model_call_crossing",
     "random_crossing",
+    "reported_model",
     "state_crossing",
     "tool_crossing",
     "validate_model_id",
@@ -89,6 +91,29 @@ class Crossing:
 
 def model_crossing(request: JSON, *, model: str, seed: int | None = None) -> Crossing:
     return Crossing(EventKind.MODEL_CALL, request, validate_model_id(model), seed)
+
+
+def model_call_crossing(
+    request: JSON, *, model: str | None, seed: int | None, call: object = None
+) -> Crossing:
+    """The crossing of ``edges.model``: ``model=None`` is allowed only with a per-call ``call``.
+
+    Provider adapters (``tracevault.integrations``) cannot know the exact build before the
+    provider answers, and must not make the developer type it: they pass ``model=None`` and
+    the crossing's model is the one the response names (:func:`reported_model`), filled in by
+    the Recorder after the call (which applies its exact-build policy, ``tracevault.model_ids``,
+    to it) and taken from the record under replay (it is the provider's output there, like the
+    response; the requested model is compared inside ``request``).
+    """
+    if model is None and call is not None:
+        return Crossing(EventKind.MODEL_CALL, request, None, seed)
+    return model_crossing(request, model=validate_model_id(model), seed=seed)
+
+
+def reported_model(response: JSON) -> str:
+    """The model id a provider's response names in its top-level ``"model"``, or refuse it."""
+    named = response.get("model") if isinstance(response, dict) else None
+    return validate_model_id(named, path="$.response.model")
 
 
 def _require_name(name: object, path: str, what: str) -> None:
@@ -134,11 +159,30 @@ class Edges(Protocol):
     @property
     def run_id(self) -> str: ...
 
-    def model(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
-        """Call the model with ``request``; ``model`` is the exact build (no aliases)."""
+    def model(
+        self,
+        request: JSON,
+        *,
+        model: str | None,
+        seed: int | None = None,
+        call: Callable[..., Any] | None = None,
+    ) -> JSON:
+        """Call the model with ``request``; ``model`` is the exact build (no aliases).
 
-    async def amodel(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
-        """``model`` for async agents (the injected model function may be a coroutine)."""
+        ``call`` (``call(request, model=..., seed=...)``) is this one crossing's callee in place
+        of the Recorder's model function, never called under replay; with ``model=None`` the
+        build recorded is the one the response names (see :func:`model_call_crossing`).
+        """
+
+    async def amodel(
+        self,
+        request: JSON,
+        *,
+        model: str | None,
+        seed: int | None = None,
+        call: Callable[..., Any] | None = None,
+    ) -> JSON:
+        """``model`` for async agents (the callee may be a coroutine function)."""
 
     def tool(self, name: str, args: JSON) -> JSON:
         """Dispatch tool ``name``; a recorded exception is raised again under replay."""

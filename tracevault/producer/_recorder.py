@@ -19,6 +19,7 @@ the agent and nothing on the path waits on the network:
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import inspect
 import json
 import random
@@ -37,8 +38,9 @@ from tracevault.edges import (
     Crossing,
     clock_crossing,
     decision_crossing,
-    model_crossing,
+    model_call_crossing,
     random_crossing,
+    reported_model,
     state_crossing,
     tool_crossing,
 )
@@ -442,6 +444,16 @@ class Recorder:
             # The call happened: record it with the refusal so the seq stays contiguous.
             self._record(op, _NULL, _error_info(exc))
             raise
+        if op.crossing.kind is EventKind.MODEL_CALL and op.crossing.model is None:
+            # model=None: the build is the one the provider answered with (edges.py).
+            try:
+                build = check_model_id(
+                    reported_model(result), self._model_allow, path="$.response.model"
+                )
+                op.crossing = dataclasses.replace(op.crossing, model=build)
+            except PayloadError as exc:
+                self._record(op, response, _error_info(exc))  # refused, the answer kept
+                raise
         self._record(op, response, None)
         # Hand the agent the recorded form, not the callee's object: replay can only serve
         # what the record holds (sorted keys, lists for tuples), so live must see the same
@@ -503,24 +515,45 @@ class Recorder:
         )
 
     # -- the edges --------------------------------------------------------------------------
-    def _model_target(self, request: JSON, model: str, seed: int | None) -> Callable[..., Any]:
-        if not _is_text(model):
+    def _model_target(
+        self, model: str | None, seed: int | None, call: Callable[..., Any] | None
+    ) -> Callable[..., Any]:
+        if model is not None and not _is_text(model):
             raise PayloadError(f"$.model {model!r} is not UTF-8 text", "$.model")
-        check_model_id(model, self._model_allow)
+        if model is not None:  # None: the build the response names is checked instead
+            check_model_id(model, self._model_allow)
         _check_seed(seed)
+        if call is not None:
+            if not callable(call):
+                raise ConfigError(f"edges.model(call=...) must be callable, got {call!r}")
+            return call
         fn = self._model_fn
         if fn is None:
             raise ConfigError("this Recorder has no model: pass Recorder(model=call_model)")
         return fn
 
-    def model(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
-        crossing = model_crossing(request, model=model, seed=seed)
-        fn = self._model_target(request, model, seed)
+    def model(
+        self,
+        request: JSON,
+        *,
+        model: str | None,
+        seed: int | None = None,
+        call: Callable[..., Any] | None = None,
+    ) -> JSON:
+        crossing = model_call_crossing(request, model=model, seed=seed, call=call)
+        fn = self._model_target(model, seed, call)
         return self._call(crossing, lambda _k: fn(request, model=model, seed=seed), False)
 
-    async def amodel(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
-        crossing = model_crossing(request, model=model, seed=seed)
-        fn = self._model_target(request, model, seed)
+    async def amodel(
+        self,
+        request: JSON,
+        *,
+        model: str | None,
+        seed: int | None = None,
+        call: Callable[..., Any] | None = None,
+    ) -> JSON:
+        crossing = model_call_crossing(request, model=model, seed=seed, call=call)
+        fn = self._model_target(model, seed, call)
         return await self._acall(crossing, lambda _k: fn(request, model=model, seed=seed), False)
 
     def _tool(self, name: str) -> Tool:

@@ -9,6 +9,7 @@ because every later call and the end of the run raise it again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,7 +20,7 @@ from tracevault.edges import (
     Crossing,
     clock_crossing,
     decision_crossing,
-    model_crossing,
+    model_call_crossing,
     random_crossing,
     state_crossing,
     tool_crossing,
@@ -211,11 +212,32 @@ class ReplayEdges:
     def run_id(self) -> str:
         return self._cursor.run_id
 
-    def model(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
-        return _response(self._cursor.expect(model_crossing(request, model=model, seed=seed)))
+    def model(
+        self,
+        request: JSON,
+        *,
+        model: str | None,
+        seed: int | None = None,
+        call: Callable[..., Any] | None = None,
+    ) -> JSON:
+        crossing = model_call_crossing(request, model=model, seed=seed, call=call)
+        if crossing.model is None:
+            # The build the provider reported is its output, served from the record like the
+            # response; the requested model is compared inside the request (edges.py).
+            ev = self._cursor.peek()
+            if ev is not None and ev.kind is EventKind.MODEL_CALL:
+                crossing = dataclasses.replace(crossing, model=ev.model)
+        return _response(self._cursor.expect(crossing))
 
-    async def amodel(self, request: JSON, *, model: str, seed: int | None = None) -> JSON:
-        return self.model(request, model=model, seed=seed)
+    async def amodel(
+        self,
+        request: JSON,
+        *,
+        model: str | None,
+        seed: int | None = None,
+        call: Callable[..., Any] | None = None,
+    ) -> JSON:
+        return self.model(request, model=model, seed=seed, call=call)
 
     def tool(self, name: str, args: JSON) -> JSON:
         return _response(self._cursor.expect(tool_crossing(name, args)))

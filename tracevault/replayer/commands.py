@@ -17,7 +17,7 @@ from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError, ReplayDivergence
 from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch
+from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch, runs_between
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
@@ -326,28 +326,62 @@ def diff_cmd(
 
 # -- export ---------------------------------------------------------------------------------
 @replay.command("export")
-@click.argument("run_id")
+@click.argument("run_ids", metavar="RUN_ID...", nargs=-1)
 @click.option(
     "-o",
     "--output",
     "out_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A new (or empty) folder for the bundle.",
+    type=click.Path(path_type=Path),
+    help="A new (or empty) folder for the bundle; with --otel, the OTLP JSON file.",
 )
+@click.option("--otel", is_flag=True, help="Export OpenTelemetry GenAI spans instead of a bundle.")
+@click.option("--endpoint", help="With --otel: send OTLP/HTTP to this collector URL.")
+@click.option("--content", is_flag=True, help="With --otel: include messages and tool I/O.")
+@click.option("--since", help="With --otel: every run archived from this UTC day (YYYY-MM-DD).")
+@click.option("--until", "until_", help="With --since: the last UTC day, inclusive [today].")
 @_FROM
 @_JSON
 @click.pass_context
-def export_cmd(ctx: click.Context, run_id: str, out_dir: Path, source: str, as_json: bool) -> None:
+def export_cmd(
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    out_dir: Path | None,
+    otel: bool,
+    endpoint: str | None,
+    content: bool,
+    since: str | None,
+    until_: str | None,
+    source: str,
+    as_json: bool,
+) -> None:
     """Write a self-contained evidence bundle: raw bytes, events, chain, receipts, schemas.
 
-    The run must verify first. Check the bundle anywhere with `verify --bundle DIR`.
+    The run must verify first. Check the bundle anywhere with `verify --bundle DIR`. With
+    --otel, verified runs (one or many) become OpenTelemetry GenAI spans, sent to a collector
+    (--endpoint) or written as OTLP JSON (-o FILE); see README "Seeing runs in Phoenix or Jaeger".
 
     \b
     Example:
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
+      tracevault replay export run-42 --otel --endpoint http://localhost:4318
+      tracevault replay export --otel --since 2026-11-01 -o november.json
     """
+    if otel:
+        first = _day(since, "--since")
+        if first is not None:
+            last = _day(until_, "--until") or datetime.now(UTC).date()
+            run_ids = (*run_ids, *runs_between(_settings(ctx), first, last))
+        if not run_ids:
+            raise ConfigError("--otel needs RUN_ID... or --since DAY (no run to export)")
+        _export_otel(ctx, run_ids, out_dir, endpoint, content, source, as_json)
+        return
+    if len(run_ids) != 1 or out_dir is None or endpoint or content or since or until_:
+        raise ConfigError(
+            "export writes one run's bundle: RUN_ID -o DIR (--endpoint, --content, --since "
+            "need --otel)"
+        )
+    (run_id,) = run_ids
     settings = _settings(ctx)
     store = open_store(settings.archive_url, settings) if source == "archive" else None
     try:
@@ -369,6 +403,41 @@ def export_cmd(ctx: click.Context, run_id: str, out_dir: Path, source: str, as_j
         echo_json({**report.to_json(), "bundle": str(out_dir)})
     else:
         stdout.print(f"[green]exported[/] {report.count} events of {run_id} to {out_dir}")
+
+
+def _export_otel(
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    out: Path | None,
+    endpoint: str | None,
+    content: bool,
+    source: str,
+    as_json: bool,
+) -> None:
+    """Verify each run, then send or write one OTLP request holding all of them."""
+    if (out is None) == (endpoint is None):
+        raise ConfigError("--otel needs exactly one of --endpoint URL or -o FILE.json")
+    # The exporter needs the `otel` extra: imported only when asked for.
+    from tracevault.integrations.otel import ExportedRun, otlp_json, otlp_request, send_otlp  # noqa: PLC0415
+
+    runs = []
+    for run_id in run_ids:
+        _, loaded = _load(ctx, run_id, source)
+        report = verify(loaded)
+        hashes = {r.seq: r.hash for r in loaded.records}
+        runs.append(ExportedRun(run_id, report.events, hashes, report.head, report.status))
+    request = otlp_request(runs, content=content)
+    spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    if endpoint is not None:
+        target = send_otlp(request, endpoint)
+    else:
+        assert out is not None
+        out.write_text(json.dumps(otlp_json(request), indent=1) + "\n", encoding="utf-8")
+        target = str(out)
+    if as_json:
+        echo_json({"runs": list(run_ids), "spans": spans, "to": target, "content": content})
+    else:
+        stdout.print(f"[green]exported[/] {spans} spans of {len(runs)} run(s) to {target}")
 
 
 # -- batch ----------------------------------------------------------------------------------

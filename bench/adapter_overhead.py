@@ -1,0 +1,124 @@
+"""What a wrapped SDK client costs per call: ``wrap(OpenAI(...), recorder)`` against the bare
+``OpenAI(...)`` call to the same local server.
+
+Both clients talk HTTP to the same in-process server (``tracevault.demo.provider``),
+which answers Chat Completions like the real API (JSON, or SSE for ``stream=True``); the
+wrapped one records each call through a real Recorder and Publisher to a live broker
+(``--bootstrap``, default ``$KAFKA_BOOTSTRAP_SERVERS`` or 127.0.0.1:9092) on fresh topics that
+are deleted afterwards. Calls alternate bare/wrapped so both see the same noise. A local
+server answers in well under a millisecond, so the ratio is a worst case: against a real
+provider (hundreds of ms per call) the same absolute overhead is a fraction of a percent.
+
+Prints one JSON line per mode (``chat``, ``chat_stream``), then one JSON object with the
+per-call medians, the overhead in µs and the ratio wrapped/bare per mode.
+
+    .venv/bin/python bench/adapter_overhead.py [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import openai
+from confluent_kafka.admin import AdminClient
+
+from tracevault.config import Settings
+from tracevault.demo.provider import provider_server
+from tracevault.integrations.openai import wrap
+from tracevault.kafka import ensure_topics
+from tracevault.producer import Publisher, Recorder
+
+MESSAGES = [
+    {"role": "system", "content": "You are a support agent for a bicycle shop. " * 8},
+    {"role": "user", "content": "My rear derailleur skips under load on the two largest cogs."},
+]
+
+
+def quantile(xs: list[int], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000.0
+
+
+def call(client: Any, stream: bool) -> None:
+    if stream:
+        for _ in client.chat.completions.create(
+            model="gpt-4o-mini", messages=MESSAGES, seed=1, stream=True
+        ):
+            pass
+    else:
+        client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, seed=1)
+
+
+def bench(publisher: Publisher, url: str, calls: int, stream: bool) -> dict[str, float]:
+    bare_client = openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
+    sdk = openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
+    bare: list[int] = []
+    wrapped: list[int] = []
+    clock = time.perf_counter_ns
+    rec = Recorder(publisher=publisher, agent_id="bench", agent_version="1", input=None)
+    with rec:
+        client = wrap(sdk, rec)
+        for _ in range(200):  # warm up: connections open, caches hot
+            call(bare_client, stream)
+            call(client, stream)
+        for _ in range(calls):
+            t0 = clock()
+            call(bare_client, stream)
+            t1 = clock()
+            call(client, stream)
+            t2 = clock()
+            bare.append(t1 - t0)
+            wrapped.append(t2 - t1)
+    publisher.flush(60)
+    b50, w50 = quantile(bare, 0.5), quantile(wrapped, 0.5)
+    return {
+        "bare_median_us": b50,
+        "wrapped_median_us": w50,
+        "bare_p99_us": quantile(bare, 0.99),
+        "wrapped_p99_us": quantile(wrapped, 0.99),
+        "median_overhead_us": round(w50 - b50, 1),
+        "ratio": round(w50 / b50, 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    )
+    ap.add_argument("--calls", type=int, default=2000, help="samples per mode")
+    opts = ap.parse_args()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as spool:
+        settings = Settings(
+            bootstrap_servers=opts.bootstrap,
+            topic_prefix=f"bench-adapter-{uuid.uuid4().hex[:8]}",
+            partitions=1,
+            spool_dir=spool,
+        )
+        ensure_topics(settings)
+        try:
+            publisher = Publisher(settings)
+            with provider_server() as server:
+                for mode, stream in (("chat", False), ("chat_stream", True)):
+                    results[mode] = bench(publisher, server.url + "/v1", opts.calls, stream)
+                    print(json.dumps({"mode": mode, **results[mode]}), flush=True)
+            publisher.close(timeout=30)
+        finally:
+            admin = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0})
+            for fut in admin.delete_topics(list(settings.topics.all())).values():
+                try:
+                    fut.result(timeout=30)
+                except Exception as exc:
+                    print(json.dumps({"cleanup_error": str(exc)}))
+    print(json.dumps({"calls": opts.calls, **results}))
+
+
+if __name__ == "__main__":
+    main()
