@@ -103,6 +103,32 @@ def by_type(union: Any) -> dict[str, type[BaseModel]]:
     return out
 
 
+class StreamEvents:
+    """Rebuilds one recorded stream event as the SDK's class for its ``type``.
+
+    The class table is built on first use (walking an SDK's union is slow at import); a type
+    this SDK does not know means the record came from another SDK version, which is named.
+    """
+
+    def __init__(self, union: Any, what: str, sdk: str, version: str) -> None:
+        self._union = union
+        self._what = what
+        self._sdk = f"{sdk} {version}"
+        self._types: dict[str, type[BaseModel]] | None = None
+
+    def __call__(self, data: JSON) -> BaseModel:
+        if self._types is None:
+            self._types = by_type(self._union)
+        kind = data.get("type", "") if isinstance(data, dict) else ""
+        cls = self._types.get(kind if isinstance(kind, str) else "")
+        if cls is None:
+            raise ConfigError(
+                f"a recorded {self._what} stream event has type {kind!r}, which this "
+                f"{self._sdk} does not know; replay with the SDK that recorded it"
+            )
+        return build(cls, data)
+
+
 def _json(value: Any, path: str) -> JSON:
     if value is None or isinstance(value, str | bool | int | float):
         return value

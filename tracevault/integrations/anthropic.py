@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import functools
 import json
-from functools import cache
 from typing import Any
 
 import anthropic
 from anthropic.types import Message, RawMessageStreamEvent
-from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
@@ -32,8 +30,8 @@ from tracevault.integrations._core import (
     AsyncResource,
     ClientProxy,
     Resource,
+    StreamEvents,
     build,
-    by_type,
 )
 
 __all__ = ["WrappedAnthropic", "WrappedAsyncAnthropic", "wrap"]
@@ -42,19 +40,7 @@ _OMITTED: tuple[type, ...] = (anthropic.Omit, anthropic.NotGiven)
 _MESSAGES = "messages"
 
 
-@cache
-def _event_types() -> dict[str, type[BaseModel]]:
-    return by_type(RawMessageStreamEvent)
-
-
-def _event(data: JSON) -> BaseModel:
-    cls = _event_types().get(data.get("type", "") if isinstance(data, dict) else "")
-    if cls is None:
-        raise ConfigError(
-            f"a recorded Messages stream event has type {data.get('type')!r}, which this "
-            f"anthropic {anthropic.__version__} does not know; replay with the SDK that recorded it"
-        )
-    return build(cls, data)
+_event = StreamEvents(RawMessageStreamEvent, "Messages", "anthropic", anthropic.__version__)
 
 
 def _stream(events: list[JSON]) -> JSON:

@@ -17,13 +17,11 @@ Needs the ``openai`` extra: ``pip install 'tracevault[openai]'``.
 from __future__ import annotations
 
 import functools
-from functools import cache
 from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
-from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
@@ -32,8 +30,8 @@ from tracevault.integrations._core import (
     AsyncResource,
     ClientProxy,
     Resource,
+    StreamEvents,
     build,
-    by_type,
 )
 
 __all__ = ["WrappedAsyncOpenAI", "WrappedOpenAI", "wrap"]
@@ -43,19 +41,7 @@ _CHAT = "chat.completions"
 _RESPONSES = "responses"
 
 
-@cache
-def _event_types() -> dict[str, type[BaseModel]]:
-    return by_type(ResponseStreamEvent)
-
-
-def _event(data: JSON) -> BaseModel:
-    cls = _event_types().get(data.get("type", "") if isinstance(data, dict) else "")
-    if cls is None:
-        raise ConfigError(
-            f"a recorded Responses stream event has type {data.get('type')!r}, which this "
-            f"openai {openai.__version__} does not know; replay with the SDK that recorded it"
-        )
-    return build(cls, data)
+_event = StreamEvents(ResponseStreamEvent, "Responses", "openai", openai.__version__)
 
 
 # -- what a stream records ---------------------------------------------------------------------
