@@ -107,7 +107,7 @@ def model_call_crossing(
     """
     if model is None and call is not None:
         return Crossing(EventKind.MODEL_CALL, request, None, seed)
-    return model_crossing(request, model=validate_model_id(model), seed=seed)
+    return Crossing(EventKind.MODEL_CALL, request, validate_model_id(model), seed)
 
 
 def reported_model(response: JSON) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -94,24 +96,32 @@ class S3Store:
     def lock_mode(self) -> LockMode:
         return self._lock_mode
 
-    def _call(self, what: str, key: str, fn: Any, **kwargs: Any) -> Any:
+    @contextmanager
+    def _transport(self, what: str, key: str) -> Iterator[None]:
+        """botocore's own failures (not the store's answers, which are ``ClientError``s and
+        differ per call): parameters this botocore refuses, and no answer at all."""
         try:
-            return fn(Bucket=self.bucket, **kwargs)
-        except ClientError as exc:
-            if _code(exc) in _NOT_FOUND:
-                raise NotFoundError(f"object {key} does not exist in {self.url}") from None
-            if _code(exc) in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                raise ServiceUnavailableError(
-                    f"{what} {key} in {self.url} was refused ({_code(exc)}): check the "
-                    "credentials and the bucket policy"
-                ) from exc
-            raise ArchiveError(f"{what} {key} in {self.url} failed: {exc}") from exc
+            yield
         except ParamValidationError as exc:
             raise _refused_params(what, key, exc) from exc
         except BotoCoreError as exc:
             raise ServiceUnavailableError(
                 f"object store {self.url} did not answer ({what} {key}): {exc}"
             ) from exc
+
+    def _call(self, what: str, key: str, fn: Any, **kwargs: Any) -> Any:
+        with self._transport(what, key):
+            try:
+                return fn(Bucket=self.bucket, **kwargs)
+            except ClientError as exc:
+                if _code(exc) in _NOT_FOUND:
+                    raise NotFoundError(f"object {key} does not exist in {self.url}") from None
+                if _code(exc) in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                    raise ServiceUnavailableError(
+                        f"{what} {key} in {self.url} was refused ({_code(exc)}): check the "
+                        "credentials and the bucket policy"
+                    ) from exc
+                raise ArchiveError(f"{what} {key} in {self.url} failed: {exc}") from exc
 
     def _check_bucket(self) -> None:
         try:
@@ -146,39 +156,34 @@ class S3Store:
 
     def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
         md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
-        try:
-            self._client.put_object(
-                Bucket=self.bucket,
-                Key=self._k(key),
-                Body=data,
-                ContentMD5=md5,
-                IfNoneMatch="*",
-                ObjectLockMode=self._lock_mode,
-                ObjectLockRetainUntilDate=retain_until.astimezone(UTC),
-                Metadata={"sha256": hashlib.sha256(data).hexdigest()},
-            )
-        except ClientError as exc:
-            if _code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
-                existing = self.get(key)
-                if existing != data:
-                    raise ArchiveError(
-                        f"object {key} already exists in {self.url} with different content "
-                        f"({len(existing)} bytes, refused {len(data)} bytes); archive objects "
-                        "are never overwritten: investigate which writer produced it"
-                    ) from None
-                return
-            if _code(exc) == "InvalidRequest":
-                raise ConfigError(
-                    f"{self.url} refused a locked PUT of {key} ({exc}); the bucket needs "
-                    "Object Lock enabled"
-                ) from exc
-            raise ArchiveError(f"PUT {key} to {self.url} failed: {exc}") from exc
-        except ParamValidationError as exc:
-            raise _refused_params("PUT", key, exc) from exc
-        except BotoCoreError as exc:
-            raise ServiceUnavailableError(
-                f"object store {self.url} did not answer (PUT {key}): {exc}"
-            ) from exc
+        with self._transport("PUT", key):
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=self._k(key),
+                    Body=data,
+                    ContentMD5=md5,
+                    IfNoneMatch="*",
+                    ObjectLockMode=self._lock_mode,
+                    ObjectLockRetainUntilDate=retain_until.astimezone(UTC),
+                    Metadata={"sha256": hashlib.sha256(data).hexdigest()},
+                )
+            except ClientError as exc:
+                if _code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    existing = self.get(key)
+                    if existing != data:
+                        raise ArchiveError(
+                            f"object {key} already exists in {self.url} with different content "
+                            f"({len(existing)} bytes, refused {len(data)} bytes); archive objects "
+                            "are never overwritten: investigate which writer produced it"
+                        ) from None
+                    return
+                if _code(exc) == "InvalidRequest":
+                    raise ConfigError(
+                        f"{self.url} refused a locked PUT of {key} ({exc}); the bucket needs "
+                        "Object Lock enabled"
+                    ) from exc
+                raise ArchiveError(f"PUT {key} to {self.url} failed: {exc}") from exc
 
     def get(self, key: str, *, version_id: str | None = None) -> bytes:
         extra: dict[str, Any] = {} if version_id is None else {"VersionId": version_id}
@@ -259,21 +264,16 @@ class S3Store:
             if v["Key"] == full
         ]
         for vid in versions:
-            try:
-                self._client.delete_object(Bucket=self.bucket, Key=full, VersionId=vid)
-            except ClientError as exc:
-                if _code(exc) == "AccessDenied":
-                    raise RetentionError(
-                        f"{self.url} refused to delete {key} (version {vid}): its Object "
-                        "Lock is still in force by the store's clock"
-                    ) from None
-                raise ArchiveError(f"DELETE {key} from {self.url} failed: {exc}") from exc
-            except ParamValidationError as exc:
-                raise _refused_params("DELETE", key, exc) from exc
-            except BotoCoreError as exc:
-                raise ServiceUnavailableError(
-                    f"object store {self.url} did not answer (DELETE {key}): {exc}"
-                ) from exc
+            with self._transport("DELETE", key):
+                try:
+                    self._client.delete_object(Bucket=self.bucket, Key=full, VersionId=vid)
+                except ClientError as exc:
+                    if _code(exc) == "AccessDenied":
+                        raise RetentionError(
+                            f"{self.url} refused to delete {key} (version {vid}): its Object "
+                            "Lock is still in force by the store's clock"
+                        ) from None
+                    raise ArchiveError(f"DELETE {key} from {self.url} failed: {exc}") from exc
         log.info("deleted %s (%d versions) from %s", key, len(versions), self.url)
 
     def set_legal_hold(self, key: str, on: bool) -> None:

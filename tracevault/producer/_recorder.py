@@ -192,6 +192,9 @@ class Recorder:
         if model is not None and not callable(model):
             raise ConfigError("Recorder(model=...) must be callable")
         self._model_allow = publisher.settings.allowed_models | _allow_list(model_allow)
+        # Ids this Recorder already accepted: an agent names the same few builds on every
+        # call, and the policy's regexes need not run again on the agent's hot path.
+        self._models_ok: set[str] = set()
         attrs = dict(attributes or {})
         if any(not _is_text(k) or not _is_text(v) for k, v in attrs.items()):
             raise ConfigError("Recorder(attributes=...) must map str to str (UTF-8)")
@@ -518,10 +521,12 @@ class Recorder:
     def _model_target(
         self, model: str | None, seed: int | None, call: Callable[..., Any] | None
     ) -> Callable[..., Any]:
-        if model is not None and not _is_text(model):
-            raise PayloadError(f"$.model {model!r} is not UTF-8 text", "$.model")
-        if model is not None:  # None: the build the response names is checked instead
+        if model is not None and not (type(model) is str and model in self._models_ok):
+            # None: the build the response names is checked instead, after the call
+            if not _is_text(model):
+                raise PayloadError(f"$.model {model!r} is not UTF-8 text", "$.model")
             check_model_id(model, self._model_allow)
+            self._models_ok.add(model)
         _check_seed(seed)
         if call is not None:
             if not callable(call):
