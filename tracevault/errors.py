@@ -28,6 +28,7 @@ for something that cannot work": a supervisor or script can act on the code alon
     │   └── NonCanonicalJSONError        1  request/response bytes are not canonical JSON
     ├── TopicMismatchError               1  an existing topic's config breaks a guarantee
     ├── ChainError                       1  hash chain broken (names seq and object)
+    ├── LogError                         1  signed log disagrees: signature, proof, fork
     ├── ReplayDivergence                 1  re-run differs from the record
     ├── ServiceUnavailableError          3  broker or object store unreachable, or a service died
     ├── NotFoundError                    3  run, topic or object does not exist
@@ -56,6 +57,7 @@ __all__ = [
     "ChainError",
     "ConfigError",
     "FencedError",
+    "LogError",
     "NonCanonicalJSONError",
     "NotFoundError",
     "PayloadError",
@@ -161,6 +163,33 @@ class ChainError(TraceVaultError):
 
     def __reduce__(self) -> tuple[type, tuple[str, int | None, str | None]]:
         return (type(self), (str(self), self.seq, self.obj))
+
+
+class LogError(TraceVaultError):
+    """The signed log does not hold: a bad or unknown signature, a leaf not in the log, a
+    proof that fails, a fork or a rollback (docs/log.md). ``run``, ``seq``, ``obj`` and
+    ``checkpoint`` name where, when known."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        run: str | None = None,
+        seq: int | None = None,
+        obj: str | None = None,
+        checkpoint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.run = run
+        self.seq = seq
+        self.obj = obj
+        self.checkpoint = checkpoint
+
+    def __reduce__(
+        self,
+    ) -> tuple[type, tuple[str, str | None, int | None, str | None, str | None]]:
+        return (type(self), (str(self), self.run, self.seq, self.obj, self.checkpoint))
 
 
 class ReplayDivergence(TraceVaultError):

@@ -1,0 +1,36 @@
+"""The log's leaf: what binds one sealed record into its partition's Merkle tree.
+
+``"tracevault/v1/leaf\\0" ‖ u16 len ‖ run_id ‖ u64 seq ‖ hash`` (docs/log.md). It names the
+run and seq as well as the chain hash, so a record cannot be moved to another run or position
+and still match the leaf, and the chain hash covers the exact raw bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from tracevault.errors import LogError
+from tracevault.log._merkle import HASH_SIZE, hash_leaf
+
+__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash"]
+
+LEAF_DOMAIN = b"tracevault/v1/leaf\x00"
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+
+
+def leaf_data(run_id: str, seq: int, chain_hash: bytes) -> bytes:
+    rid = run_id.encode("utf-8")
+    if len(rid) > 0xFFFF:
+        raise LogError(f"run id of {len(rid)} bytes does not fit a leaf")
+    if not 0 <= seq < 1 << 64:
+        raise LogError(
+            f"seq {seq} of run {run_id!r} does not fit a leaf",
+        )
+    if len(chain_hash) != HASH_SIZE:
+        raise LogError(f"chain hash of run {run_id!r} seq {seq} is not 32 bytes")
+    return LEAF_DOMAIN + _U16.pack(len(rid)) + rid + _U64.pack(seq) + chain_hash
+
+
+def leaf_hash(run_id: str, seq: int, chain_hash: bytes) -> bytes:
+    return hash_leaf(leaf_data(run_id, seq, chain_hash))
