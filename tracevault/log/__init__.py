@@ -5,6 +5,13 @@ bundles); imports neither, nor any Kafka client. Design: docs/log.md.
 """
 
 from tracevault.log._checkpoint import Checkpoint, log_origin
+from tracevault.log._evidence import (
+    LOG_CHECKS,
+    LeafProof,
+    RunEvent,
+    RunLogEvidence,
+    check_run_log,
+)
 from tracevault.log._keys import LOG_KEY_ENV, load_signer, load_verifiers, write_private_key
 from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash
 from tracevault.log._merkle import (
@@ -44,6 +51,11 @@ from tracevault.log._record import (
 )
 
 __all__ = [
+    "LOG_CHECKS",
+    "LeafProof",
+    "RunEvent",
+    "RunLogEvidence",
+    "check_run_log",
     "CHECKPOINT_KEY",
     "EMPTY_ROOT",
     "LEAF_DOMAIN",

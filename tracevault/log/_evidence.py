@@ -1,0 +1,151 @@
+"""The log checks every verifier runs, whatever the source (topic, archive, bundle).
+
+A source (the sealed topic, the archive's tiles, a bundle's tlog-proofs) only has to gather a
+:class:`RunLogEvidence`; :func:`check_run_log` decides, in the order docs/log.md ("Verifying
+a run") fixes, and raises a :class:`LogError` naming the run, seq, object and checkpoint of
+the first failure. Only public keys are trusted: nothing about the source is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tracevault.errors import LogError
+from tracevault.log._checkpoint import Checkpoint
+from tracevault.log._leaf import leaf_hash
+from tracevault.log._merkle import root_from_inclusion, verify_consistency
+from tracevault.log._note import NoteVerifier, open_note
+
+__all__ = ["LOG_CHECKS", "LeafProof", "RunEvent", "RunLogEvidence", "check_run_log"]
+
+LOG_CHECKS = (
+    "L1 signature: the checkpoint is signed by a trusted log key (and enough witnesses)",
+    "L2 inclusion: every event of the run is a leaf of the signed log",
+    "L3 end: the run's RUN_FINISHED is a leaf of the signed log",
+    "L4 consistency: every other checkpoint seen is consistent with it (no fork, no rollback)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """What the log binds of one event: its seq and chain hash (and whether it ends the run)."""
+
+    seq: int
+    chain_hash: bytes
+    finishes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeafProof:
+    """Leaf ``index`` of the partition's log holds ``seq``; ``proof`` is against the checkpoint."""
+
+    seq: int
+    index: int
+    proof: tuple[bytes, ...]
+    obj: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunLogEvidence:
+    """A signed checkpoint of the run's partition log, and proofs that place the run in it.
+
+    ``others`` are further checkpoints the source saw (older or newer ones, other copies) with
+    a consistency proof between each and ``checkpoint`` (from the smaller to the larger).
+    """
+
+    origin: str
+    checkpoint: str
+    leaves: tuple[LeafProof, ...]
+    others: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
+    checkpoint_obj: str | None = None
+
+
+def _open(
+    note: str, keys: Sequence[NoteVerifier], origin: str, where: str
+) -> tuple[Checkpoint, list[NoteVerifier]]:
+    try:
+        text, good = open_note(note, keys)
+        cp = Checkpoint.parse(text)
+    except LogError as e:
+        raise LogError(f"L1 signature: {where}: {e}", checkpoint=where) from None
+    if cp.origin != origin:
+        raise LogError(
+            f"L1 signature: {where} is for log {cp.origin!r}, not {origin!r}", checkpoint=where
+        )
+    return cp, good
+
+
+def check_run_log(
+    run_id: str,
+    events: Sequence[RunEvent],
+    evidence: RunLogEvidence,
+    keys: Sequence[NoteVerifier],
+    *,
+    witnesses: Sequence[NoteVerifier] = (),
+    min_witnesses: int = 0,
+    require_finished: bool = True,
+) -> Checkpoint:
+    """Raise :class:`LogError` at the first of L1-L4 that fails; return the checkpoint."""
+    cp_name = evidence.checkpoint_obj or "checkpoint"
+    cp, good = _open(evidence.checkpoint, [*keys, *witnesses], evidence.origin, cp_name)
+    where = f"{cp_name} ({cp.origin}@{cp.size})"
+    key_ids = {(k.name, k.key_id) for k in keys}
+    if not any((g.name, g.key_id) in key_ids for g in good):
+        raise LogError(
+            f"L1 signature: {where} is not signed by a trusted log key", checkpoint=where
+        )
+    wit = sum((g.name, g.key_id) not in key_ids for g in good)
+    if wit < min_witnesses:
+        raise LogError(
+            f"L1 signature: {where} has {wit} trusted witness cosignature(s), "
+            f"{min_witnesses} required",
+            checkpoint=where,
+        )
+    proofs = {p.seq: p for p in evidence.leaves}
+    for ev in events:
+        p = proofs.get(ev.seq)
+        if p is None:
+            raise LogError(
+                f"L2 inclusion: run {run_id} seq {ev.seq} has no proof in {where}",
+                run=run_id,
+                seq=ev.seq,
+                checkpoint=where,
+            )
+        try:
+            root = root_from_inclusion(
+                p.index, cp.size, leaf_hash(run_id, ev.seq, ev.chain_hash), p.proof
+            )
+        except LogError as e:
+            root, why = b"", str(e)
+        else:
+            why = "the proof leads to another root"
+        if root != cp.root:
+            raise LogError(
+                f"L2 inclusion: run {run_id} seq {ev.seq}"
+                + (f" in {p.obj}" if p.obj else "")
+                + f" is not leaf {p.index} of {where}: {why}",
+                run=run_id,
+                seq=ev.seq,
+                obj=p.obj,
+                checkpoint=where,
+            )
+    if require_finished and not (events and events[-1].finishes):
+        last = events[-1].seq if events else None
+        raise LogError(
+            f"L3 end: run {run_id} has no RUN_FINISHED in {where} (last seq {last}): "
+            "it was cut short or its tail was removed",
+            run=run_id,
+            seq=last,
+            checkpoint=where,
+        )
+    for note, proof in evidence.others:
+        other, _ = _open(note, keys, evidence.origin, "another checkpoint")
+        old, new = (other, cp) if other.size <= cp.size else (cp, other)
+        try:
+            verify_consistency(old.size, new.size, proof, old.root, new.root)
+        except LogError as e:
+            raise LogError(
+                f"L4 consistency: {old.origin}@{old.size} and @{new.size}: {e}", checkpoint=where
+            ) from None
+    return cp
