@@ -132,6 +132,24 @@ class Settings(BaseSettings):
         "two must fit Kafka's 1 MB message limit",
     )
 
+    # The signed log (docs/log.md): the sequencer signs a checkpoint per partition per
+    # transaction with the log key; the archiver and verify trust only the vkeys listed here.
+    log_origin: str = Field(
+        default="tracevault",
+        pattern=r"^[A-Za-z0-9._/:-]+$",
+        description="log name base; each partition's log is <origin>/<prefix>/<partition>",
+    )
+    log_key: SecretStr | None = Field(
+        default=None, description="the log's private key (PRIVATE+KEY+...), for secret managers"
+    )
+    log_key_file: str | None = Field(
+        default=None, description="file (mode 0600) holding the log's private key"
+    )
+    log_vkeys: str = Field(
+        default="",
+        description="trusted log verifier keys (name+id+key), comma-separated, or @FILE",
+    )
+
     # Sequencer (tracevault.consumer.sequencer): one Kafka transaction per batch.
     sequencer_instance_id: str | None = Field(
         default=None,
