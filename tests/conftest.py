@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -28,6 +29,12 @@ def kafka_bootstrap() -> Iterator[str]:
         owner.stop()
     elif owner is not None:
         owner.stop()  # type: ignore[attr-defined]
+
+
+#: The session's clock, fixed once: events the tests make are stamped now, as a Recorder's
+#: are (the sequencer refuses an unknown run's event older than its horizon, docs/fleet.md),
+#: and the same event made twice is the same bytes.
+NOW_US = time.time_ns() // 1000
 
 
 def unique_name(stem: str = "t") -> str:

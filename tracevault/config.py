@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tracevault.errors import ConfigError
@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         ge=100,
         description="events the broker has not acknowledged for this long go to the local spool",
     )
+    spool_max_age_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="a spooled event older than this is refused when the spool drains (moved "
+        "to the spool's rejected/ folder and reported): the sequencer forgets finished runs "
+        "after a bounded horizon, so a resend may not come later than this",
+    )
     model_allow: str = Field(
         default="",
         description="comma-separated model ids a Recorder records although they name no dated "
@@ -171,6 +178,36 @@ class Settings(BaseSettings):
     sequencer_metrics_port: int | None = Field(
         default=None, ge=0, le=65_535, description="Prometheus /metrics port (off when unset)"
     )
+    # A fleet over six months (docs/fleet.md): state bounded by open runs plus a horizon.
+    sequencer_finished_horizon_s: float = Field(
+        default=172_800.0,
+        gt=0,
+        description="a finished run is remembered (resends dropped exactly) this long, then "
+        "forgotten; must cover spool_max_age_s plus sequencer_clock_skew_s",
+    )
+    sequencer_idle_close_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="an open run with no event for this long is closed with a sequencer-"
+        "written RUN_FINISHED marker (its agent is taken to have died)",
+    )
+    sequencer_clock_skew_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="tolerance for producers' clocks: an event stamped further in the future "
+        "is refused, and the horizon check allows this much",
+    )
+
+    @model_validator(mode="after")
+    def _horizon_covers_spool(self) -> Settings:
+        need = self.spool_max_age_s + self.sequencer_clock_skew_s
+        if self.sequencer_finished_horizon_s < need:
+            raise ValueError(
+                f"sequencer_finished_horizon_s={self.sequencer_finished_horizon_s:g} must cover "
+                f"spool_max_age_s + sequencer_clock_skew_s = {need:g}: a resend from a spool "
+                "must reach the sequencer while it still remembers the finished run"
+            )
+        return self
 
     @field_validator("retention_days")
     @classmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from tests.conftest import NOW_US
 from tracevault.chain import genesis, link
 from tracevault.schemas import MAGIC, default_schemas
 
@@ -83,7 +84,7 @@ def event_fields(
         Field("run_id", "bytes", text(run_id)),
         Field("seq", "long", varint(seq)),
         Field("kind", "enum", varint(kind_symbols().index(kind))),
-        Field("at", "long", varint(1_700_000_000_000_000 + seq)),
+        Field("at", "long", varint(NOW_US + seq)),
         Field("agent", "record", b"".join(text(s) for s in ("a", "1", "h", "pytest", "0.1"))),
         Field("model", "union", b"\x00" if model is None else b"\x02" + text(model)),
         Field("seed", "union", b"\x00"),

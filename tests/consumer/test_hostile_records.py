@@ -26,6 +26,7 @@ from confluent_kafka import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import NOW_US
 from tests.consumer.hostile import (
     Field,
     blob,
@@ -222,8 +223,10 @@ def test_no_raw_record_raises_and_every_one_is_accounted_for(
     book = _book()
     out = BatchOutput()
     for offset, (key, value, part) in enumerate(records):
-        book.apply(out, key, value, part, offset, now_us=offset)
-    book.sweep(out, now_us=10**12)  # every gap times out: held events are sealed behind GAPs
+        book.apply(out, key, value, part, offset, now_us=NOW_US + offset)
+    book.sweep(
+        out, now_us=NOW_US + 10**12
+    )  # every gap times out: held events are sealed behind GAPs
     held = [
         (h.source_partition, h.source_offset) for r in book.runs.values() for h in r.held.values()
     ]
@@ -255,8 +258,8 @@ def test_arbitrary_bytes_never_raise_from_the_peek_or_the_rules(value: bytes) ->
         assert peek_event(v) is None or peek_event(v) == peek_event(v)
     book = _book()
     out = BatchOutput()
-    book.apply(out, b"r0", trace_header() + value, partition_for(b"r0", PARTS), 0, 0)
-    book.apply(out, b"r0", value, partition_for(b"r0", PARTS), 1, 0)
+    book.apply(out, b"r0", trace_header() + value, partition_for(b"r0", PARTS), 0, NOW_US)
+    book.apply(out, b"r0", value, partition_for(b"r0", PARTS), 1, NOW_US)
     held = sum(len(r.held) for r in book.runs.values())
     assert len(out.sealed) + len(out.dlq) + held + out.duplicates == 2
     assert all(d.reason is not DlqReason.INTERNAL for d in out.dlq), out.dlq

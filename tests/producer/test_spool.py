@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
 
+from tests.consumer.sequencer.support import raw_event
 from tests.kafka_harness import free_port
 from tests.producer.conftest import read_partition
 from tracevault.cli import tracevault
@@ -173,3 +175,32 @@ def test_a_later_publisher_adopts_and_delivers_a_dead_process_spool(
     assert list_segments(Path(settings.spool_dir)) == []
     _check_run(settings, old_run, old_count)
     _check_run(settings, rec.run_id, 5)
+
+
+def test_drain_refuses_and_reports_an_event_older_than_the_spool_bound(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """docs/fleet.md, "The spool's bound": never sent, never dropped, reported with exit 1."""
+    settings = settings_factory(partitions=3)
+    run_id, count = _spool_a_run(settings)
+    old_run = "old-run"
+    two_days_ago = time.time_ns() // 1000 - 2 * 86_400_000_000
+    stale = raw_event(old_run, 0, at=two_days_ago)
+    writer = SpoolWriter(Path(settings.spool_dir), settings.topics.raw)
+    writer.append([(old_run.encode(), stale)])
+    writer.close()
+
+    result = _cli(settings, "drain")
+    assert result.exit_code == 1, result.output
+    body = json.loads(result.output)
+    assert body["rejected"] == 1 and body["delivered"] == count
+    assert any("older than spool_max_age_s" in s["detail"] for s in body["segments"])
+    _check_run(settings, run_id, count)
+    kept = list_segments(Path(settings.spool_dir) / "rejected")
+    assert len(kept) == 1
+    kept[0].read_header()
+    assert [r.value for r in kept[0].records(kept[0].header_end)] == [stale]
+    assert (
+        read_partition(settings, partition_for(old_run, 3), 1, key=old_run.encode(), timeout=3.0)
+        == []
+    ), "the old event never reached Kafka"

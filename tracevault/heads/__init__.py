@@ -13,7 +13,21 @@ it); see docs/design.md, "Layout". Reading heads from Kafka needs confluent-kafk
 format alone (:mod:`tracevault.heads._record`) does not.
 """
 
-from tracevault.heads._read import RunLocation, heads_partition_count, locate_run, read_heads
+from tracevault.heads._finished import (
+    FINISHED_KEY_PREFIX,
+    FinishedChunk,
+    fingerprint,
+    is_finished_key,
+)
+from tracevault.heads._read import (
+    HeadsState,
+    RunLocation,
+    find_head,
+    heads_partition_count,
+    locate_run,
+    read_heads,
+    read_state,
+)
 from tracevault.heads._record import GapRange, Head, HeldEvent, decode_head, encode_head
 
 __all__ = [
@@ -23,8 +37,16 @@ __all__ = [
     "HeldEvent",
     "decode_head",
     "encode_head",
+    # finished runs within the horizon
+    "FINISHED_KEY_PREFIX",
+    "FinishedChunk",
+    "fingerprint",
+    "is_finished_key",
     # finding a run
+    "HeadsState",
     "RunLocation",
+    "find_head",
+    "read_state",
     "heads_partition_count",
     "locate_run",
     "read_heads",

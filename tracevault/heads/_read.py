@@ -18,10 +18,19 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.heads._finished import FinishedChunk, is_finished_key
 from tracevault.heads._record import GapRange, Head, decode_head
 from tracevault.kafka import partition_for
 
-__all__ = ["RunLocation", "heads_partition_count", "locate_run", "read_heads"]
+__all__ = [
+    "HeadsState",
+    "RunLocation",
+    "find_head",
+    "heads_partition_count",
+    "locate_run",
+    "read_heads",
+    "read_state",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +91,28 @@ def _reader(settings: Settings, isolation: str) -> Consumer:
     )
 
 
+@dataclass(slots=True)
+class HeadsState:
+    """What a heads partition holds: open runs' heads, and chunks of finished runs.
+
+    ``finished`` maps each chunk's key to (partition, chunk); a later tombstone of the key
+    (the horizon passed) removes it (heads/_finished.py).
+    """
+
+    heads: dict[str, Head] = field(default_factory=dict)
+    finished: dict[bytes, tuple[int, FinishedChunk]] = field(default_factory=dict)
+
+
 def read_heads(
     settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
 ) -> dict[str, Head]:
+    """The latest committed head of every *open* run in ``partitions`` (see read_state)."""
+    return read_state(settings, partitions, timeout=timeout, stable=stable).heads
+
+
+def read_state(
+    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
+) -> HeadsState:
     """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
 
     Reads each partition from the beginning with ``read_committed``. By default it stops at
@@ -95,9 +123,9 @@ def read_heads(
     carries. Raises :class:`ServiceUnavailableError` when that takes more than ``timeout``.
     """
     parts = sorted(set(partitions))
-    heads: dict[str, Head] = {}
+    state = HeadsState()
     if not parts:
-        return heads
+        return state
     topic = settings.topics.heads
     consumer = _reader(settings, "read_committed")
     # A read_uncommitted client's watermark is the real high watermark (a read_committed
@@ -137,7 +165,7 @@ def read_heads(
                         )
                     log.warning("heads read: %s", err)
                     continue
-                _take(heads, topic, msg)
+                _take(state, topic, msg)
             if stable:
                 for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
                     if tp.offset >= ends[tp.partition][1]:
@@ -152,14 +180,24 @@ def read_heads(
         consumer.close()
         if probe is not consumer:
             probe.close()
-    return heads
+    return state
 
 
-def _take(heads: dict[str, Head], topic: str, msg: Any) -> None:
+def _take(state: HeadsState, topic: str, msg: Any) -> None:
     key = msg.key()
     value = msg.value()
     if key is None:
         return
+    if is_finished_key(key):
+        if value is None:
+            state.finished.pop(key, None)
+            return
+        what = f"{topic}[{msg.partition()}]@{msg.offset()}"
+        state.finished[key] = (msg.partition(), FinishedChunk.decode(value, what))
+        return
+    if key.startswith(b"\x00"):  # another record of the sequencer's own (not a run's head)
+        return
+    heads = state.heads
     run_id = key.decode("utf-8", "replace")
     if value is None:  # tombstone: the run's head was deleted
         heads.pop(run_id, None)
@@ -173,6 +211,24 @@ def _take(heads: dict[str, Head], topic: str, msg: Any) -> None:
         ) from exc
 
 
+def find_head(settings: Settings, run_id: str, *, timeout: float = 10.0) -> Head | None:
+    """The run's committed head, open or finished within the horizon; None if unknown.
+
+    Reads the one heads partition the run hashes to. A run finished longer ago than the
+    sequencer's horizon has no head any more: read it from the archive.
+    """
+    n = heads_partition_count(settings, timeout=min(timeout, 10.0))
+    state = read_state(settings, [partition_for(run_id, n)], timeout=timeout)
+    head = state.heads.get(run_id)
+    if head is not None:
+        return head
+    for _part, chunk in state.finished.values():
+        found = chunk.head(run_id)
+        if found is not None:
+            return found
+    return None
+
+
 def locate_run(settings: Settings, run_id: str, *, timeout: float = 10.0) -> RunLocation | None:
     """Where ``run_id`` is in ``<prefix>.sealed``, from its committed head; None if unknown.
 
@@ -180,9 +236,7 @@ def locate_run(settings: Settings, run_id: str, *, timeout: float = 10.0) -> Run
     partition count), never the sealed topic. A run whose events are all still held behind a
     gap (nothing sealed yet) is reported as None too.
     """
-    n = heads_partition_count(settings, timeout=timeout)
-    part = partition_for(run_id, n)
-    head = read_heads(settings, [part], timeout=timeout).get(run_id)
+    head = find_head(settings, run_id, timeout=timeout)
     if head is None or head.first_offset < 0:
         return None
     return RunLocation(

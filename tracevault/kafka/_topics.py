@@ -26,11 +26,16 @@ _ROLE_CONFIGS: dict[str, dict[str, str]] = {
     "raw": {"cleanup.policy": "delete", "retention.ms": str(7 * _DAY_MS)},
     # sealed is the replayable hot copy; the archive is the six-month record.
     "sealed": {"cleanup.policy": "delete", "retention.ms": str(30 * _DAY_MS)},
-    # heads is sequencer state: one record per run, compaction keeps the newest.
+    # heads is sequencer state: one record per open run plus chunks of finished runs;
+    # compaction keeps the newest and removes tombstones a day later, and no record waits
+    # more than six hours to be compacted, so a restart reads little more than live state
+    # (docs/fleet.md, "Restart").
     "heads": {
         "cleanup.policy": "compact",
         "min.cleanable.dirty.ratio": "0.1",
         "segment.ms": str(3600 * 1000),
+        "delete.retention.ms": str(_DAY_MS),
+        "max.compaction.lag.ms": str(6 * 3600 * 1000),
     },
     # refused events wait for a person; keep them longer than anything else on Kafka.
     "dlq": {"cleanup.policy": "delete", "retention.ms": str(90 * _DAY_MS)},
@@ -42,6 +47,8 @@ _SHOWN_CONFIGS = {
     "retention.ms",
     "min.cleanable.dirty.ratio",
     "segment.ms",
+    "delete.retention.ms",
+    "max.compaction.lag.ms",
     "max.message.bytes",
     "min.insync.replicas",
 }

@@ -12,6 +12,11 @@ processes) and by ``tracevault spool drain``. Protocol for one batch:
 5. commit the cursor past the longest acknowledged prefix (a purged record after an
    acknowledged one is simply sent again next time; the sequencer drops the same bytes
    arriving twice, so a resend can duplicate on ``raw`` but never reorder or lose).
+
+An event recorded longer ago than ``spool_max_age_s`` is not sent: the sequencer forgets a
+finished run after a bounded horizon, and could not tell such a late resend from a new run
+(docs/fleet.md). It is appended to the spool's ``rejected/`` folder (the same segment format,
+never drained), counted and logged as an error: refused and reported, never dropped.
 """
 
 from __future__ import annotations
@@ -20,13 +25,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
-from tracevault.producer._spool import SpoolSegment
+from tracevault.config import Settings
+from tracevault.producer._spool import SpoolRecord, SpoolSegment, SpoolWriter
+from tracevault.schemas import decode_event
+from tracevault.schemas.fast import event_time
 
-__all__ = ["BatchResult", "drain_batch"]
+__all__ = ["BatchResult", "TooOld", "drain_batch", "rejected_sink"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +50,47 @@ class BatchResult:
     complete: bool
     reached_end: bool
     error: str | None = None
+    rejected: int = 0
+
+
+@dataclass(slots=True)
+class TooOld:
+    """Where events older than ``max_age_us`` go instead of Kafka, and how many went."""
+
+    max_age_us: int
+    writer: SpoolWriter
+    count: int = 0
+
+    def split(self, records: list[SpoolRecord], now_us: int) -> list[SpoolRecord]:
+        """The records young enough to send; the others are written to ``writer``."""
+        cutoff = now_us - self.max_age_us
+        keep: list[SpoolRecord] = []
+        old: list[SpoolRecord] = []
+        for rec in records:
+            at = event_time(rec.value)
+            if at is None:
+                try:
+                    at = decode_event(rec.value, check_json=False).at
+                except Exception:
+                    at = now_us
+            (old if at < cutoff else keep).append(rec)
+        if old:
+            self.writer.append([(r.key, r.value) for r in old])
+            self.count += len(old)
+            logger.error(
+                "spool: %d event(s) recorded more than %.0fs ago (spool_max_age_s) were not sent: "
+                "the sequencer may have forgotten their runs; kept in %s for inspection",
+                len(old),
+                self.max_age_us / 1e6,
+                self.writer.path,
+            )
+        return keep
+
+
+def rejected_sink(settings: Settings, topic: str) -> TooOld:
+    """Where a drain puts events older than ``spool_max_age_s``: ``<spool>/rejected/``."""
+    writer = SpoolWriter(Path(settings.spool_dir) / "rejected", topic)
+    return TooOld(int(settings.spool_max_age_s * 1_000_000), writer)
 
 
 def _nothing() -> None:
@@ -56,12 +106,24 @@ def drain_batch(
     batch: int = 5000,
     timeout: float = 5.0,
     between: Callable[[], None] = _nothing,
+    too_old: TooOld | None = None,
 ) -> BatchResult:
     """Send one batch of ``segment`` from byte ``start``; see the module docstring."""
     records = list(segment.records(start, end, limit=batch))
     reached_end = len(records) < batch
     if not records:
         return BatchResult(start, 0, 0, True, True)
+    rejected = 0
+    last_end = records[-1].end
+    if too_old is not None:
+        young = too_old.split(records, time.time_ns() // 1000)
+        rejected = len(records) - len(young)
+        if not young:  # all too old, and kept in rejected/: the cursor moves past them
+            segment.commit(last_end)
+            return BatchResult(last_end, 0, len(records), True, reached_end, None, rejected)
+        # A batch cut short is read again from the cursor: its too-old records are then
+        # kept in rejected/ a second time (never lost; `spool status` counts files).
+        records = young
     failed = [False] * len(records)
     last_error: list[str] = []
 
@@ -109,13 +171,17 @@ def drain_batch(
     while settled and prefix < produced and not failed[prefix]:
         prefix += 1
     offset = records[prefix - 1].end if prefix else start
-    if prefix:
-        segment.commit(offset)
     complete = prefix == len(records)
+    if complete and rejected:
+        offset = max(offset, last_end)
+    if prefix or (complete and rejected):
+        segment.commit(offset)
     error = None
     if not complete:
         error = last_error[0] if last_error else f"no acknowledgement within {timeout:g}s"
         logger.info(
             "spool %s: %s of %s records delivered (%s)", segment.path, prefix, len(records), error
         )
-    return BatchResult(offset, prefix, len(records), complete, reached_end and complete, error)
+    return BatchResult(
+        offset, prefix, len(records), complete, reached_end and complete, error, rejected
+    )

@@ -43,7 +43,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
-from tracevault.producer._drain import drain_batch
+from tracevault.producer._drain import drain_batch, rejected_sink
 from tracevault.producer._spool import SpoolSegment, SpoolWriter, list_segments
 from tracevault.producer._wire import read_run_seq
 
@@ -86,6 +86,8 @@ class Publisher:
         self.topic = settings.topics.raw
         self._spool_dir = Path(settings.spool_dir)
         self._spool_after = settings.spool_after_ms / 1000.0
+        # events older than spool_max_age_s are kept in <spool>/rejected/, not sent
+        self._too_old = rejected_sink(settings, self.topic)
         self._lock = threading.Lock()
         self._queue: deque[Item] = deque()
         self._wake = threading.Event()
@@ -392,6 +394,7 @@ class Publisher:
             batch=_DRAIN_BATCH,
             timeout=timeout,
             between=self._pump_to_spool,
+            too_old=self._too_old,
         )
         self._offsets[seg.path] = result.offset
         self._drained += result.delivered
@@ -437,6 +440,7 @@ class Publisher:
         self._spool_purged()
         files = tuple(str(s.path) for s in self._backlog)
         self._writer.close()
+        self._too_old.writer.close()
         for seg in self._backlog:
             seg.unlock()
         self._report = CloseReport(

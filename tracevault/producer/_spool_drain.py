@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 from tracevault.config import Settings
 from tracevault.producer._delivery import producer_config
-from tracevault.producer._drain import drain_batch
+from tracevault.producer._drain import TooOld, drain_batch, rejected_sink
 from tracevault.producer._spool import SpoolSegment, list_segments
 
 __all__ = ["DrainReport", "SegmentReport", "drain_spool", "spool_status"]
@@ -38,6 +38,7 @@ class SegmentReport:
     delivered: int = 0
     remaining: int = 0
     detail: str = ""
+    rejected: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,11 @@ class DrainReport:
     @property
     def remaining(self) -> int:
         return sum(s.remaining for s in self.segments)
+
+    @property
+    def rejected(self) -> int:
+        """Events not sent because they were older than ``spool_max_age_s``."""
+        return sum(s.rejected for s in self.segments)
 
     @property
     def problems(self) -> tuple[SegmentReport, ...]:
@@ -131,11 +137,19 @@ def drain_spool(
     producer = Producer(producer_config(settings))
     try:
         for seg, total in opened:
+            too_old = rejected_sink(settings, seg.topic)
             reports.append(
                 _drain_segment(
-                    producer, seg, total, timeout=timeout, batch=batch, on_progress=on_progress
+                    producer,
+                    seg,
+                    total,
+                    timeout=timeout,
+                    batch=batch,
+                    on_progress=on_progress,
+                    too_old=too_old,
                 )
             )
+            too_old.writer.close()
     finally:
         for seg, _ in opened:
             seg.unlock()
@@ -150,18 +164,27 @@ def _drain_segment(
     timeout: float,
     batch: int,
     on_progress: Callable[[int], None] | None,
+    too_old: TooOld,
 ) -> SegmentReport:
     offset = seg.cursor()
     sent = 0
     while True:
-        result = drain_batch(producer, seg, start=offset, batch=batch, timeout=timeout)
+        result = drain_batch(
+            producer, seg, start=offset, batch=batch, timeout=timeout, too_old=too_old
+        )
         offset = result.offset
         sent += result.delivered
         if on_progress is not None and result.delivered:
             on_progress(result.delivered)
         if not result.complete:
             return SegmentReport(
-                str(seg.path), seg.topic, "failed", sent, total - sent, result.error or ""
+                str(seg.path),
+                seg.topic,
+                "failed",
+                sent,
+                total - sent - too_old.count,
+                result.error or "",
+                too_old.count,
             )
         if result.reached_end:
             break
@@ -175,7 +198,13 @@ def _drain_segment(
             0,
             f"{c.reason} at byte {c.offset}; the bytes after it were not sent: inspect or "
             "move the file",
+            too_old.count,
         )
     seg.remove()
     logger.info("spool segment %s delivered (%s events) and removed", seg.path, sent)
-    return SegmentReport(str(seg.path), seg.topic, "drained", sent, 0)
+    detail = (
+        f"{too_old.count} event(s) older than spool_max_age_s kept in {too_old.writer.path}"
+        if too_old.count
+        else ""
+    )
+    return SegmentReport(str(seg.path), seg.topic, "drained", sent, 0, detail, too_old.count)

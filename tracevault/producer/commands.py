@@ -46,6 +46,7 @@ def _as_json(report: DrainReport) -> dict[str, object]:
         "spool_dir": report.spool_dir,
         "delivered": report.delivered,
         "remaining": report.remaining,
+        "rejected": report.rejected,
         "segments": [
             {
                 "path": s.path,
@@ -53,6 +54,7 @@ def _as_json(report: DrainReport) -> dict[str, object]:
                 "status": s.status,
                 "delivered": s.delivered,
                 "remaining": s.remaining,
+                "rejected": s.rejected,
                 "detail": s.detail,
             }
             for s in report.segments
@@ -103,7 +105,7 @@ def status(ctx: click.Context, spool_dir: str | None, as_json: bool) -> None:
         stdout.print(f"spool {report.spool_dir} is empty")
     else:
         stdout.print(_table(report, f"spool {report.spool_dir}: {report.remaining} events"))
-    if report.problems:
+    if report.problems or report.rejected:
         ctx.exit(1)
 
 
@@ -128,7 +130,10 @@ def drain(ctx: click.Context, spool_dir: str | None, timeout: float, as_json: bo
     \b
     Exit codes:
       0  all sent (or nothing to send)
-      1  a segment is corrupt (the intact part before the damage is sent)
+      1  a segment is corrupt (the intact part before the damage is sent),
+         or events older than spool_max_age_s were refused: they are kept
+         in <spool>/rejected/, never sent (the sequencer may have forgotten
+         their runs; docs/fleet.md)
       3  Kafka did not acknowledge in time (nothing is lost: run it again
          when the broker is back)
     """
@@ -163,5 +168,5 @@ def drain(ctx: click.Context, spool_dir: str | None, timeout: float, as_json: bo
             f"({failed.detail}); {report.remaining} events stay in {report.spool_dir}: run "
             "`tracevault spool drain` again once the broker answers"
         )
-    if report.problems:
+    if report.problems or report.rejected:
         ctx.exit(1)

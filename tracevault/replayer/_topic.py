@@ -21,8 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
-from tracevault.heads import heads_partition_count, read_heads
-from tracevault.kafka import partition_for
+from tracevault.heads import find_head
 from tracevault.replayer._checks import fail
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun
@@ -44,14 +43,13 @@ def _codec() -> Codec:
 
 def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -> LoadedRun:
     """The run's sealed records from Kafka; ``NotFoundError`` if no head knows the run."""
-    n = heads_partition_count(settings, timeout=min(timeout, 10.0))
-    part = partition_for(run_id, n)
-    head = read_heads(settings, [part], timeout=timeout).get(run_id)
+    head = find_head(settings, run_id, timeout=timeout)
     if head is None or head.first_offset < 0:
         raise NotFoundError(
             f"run {run_id!r} has no sealed events in {settings.topics.sealed} (no head in "
-            f"{settings.topics.heads}[{part}]); check the run id, that the sequencer runs, or "
-            "read it from the archive (--from archive)"
+            f"{settings.topics.heads}); check the run id, that the sequencer runs, or read it "
+            "from the archive (--from archive): a run finished longer ago than the "
+            "sequencer's horizon is found there only"
         )
     topic = settings.topics.sealed
     consumer = Consumer(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from tests.conftest import NOW_US
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
@@ -34,7 +35,13 @@ AGENT = AgentInfo("test-agent", "1.0.0", "test-host", "pytest", "0.1.0")
 
 
 def raw_event(
-    run_id: str, seq: int, *, last: int | None = None, kind: EventKind | None = None, note: str = ""
+    run_id: str,
+    seq: int,
+    *,
+    last: int | None = None,
+    kind: EventKind | None = None,
+    note: str = "",
+    at: int | None = None,
 ) -> bytes:
     """The value a Recorder would publish for ``run_id``'s ``seq`` (RUN_FINISHED at ``last``)."""
     if kind is None:
@@ -52,7 +59,7 @@ def raw_event(
             run_id=run_id,
             seq=seq,
             kind=kind,
-            at=1_700_000_000_000_000 + seq,
+            at=NOW_US + seq if at is None else at,
             agent=AGENT,
             request=canonical_json(request),
             response=canonical_json({"ok": seq}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import NOW_US
 from tests.consumer.hostile import (
     event_fields,
     event_value,
@@ -52,7 +53,7 @@ def book(history: object = None, max_gap: int = 100) -> RunBook:
 
 def feed(b: RunBook, run: str, value: bytes, offset: int = 0, now: int = 0) -> BatchOutput:
     out = BatchOutput()
-    b.apply(out, run.encode(), value, partition_for(run, PARTS), offset, now)
+    b.apply(out, run.encode(), value, partition_for(run, PARTS), offset, NOW_US + now)
     return out
 
 
@@ -152,7 +153,7 @@ def test_a_run_id_the_recorder_would_refuse_is_invalid(run_id: str) -> None:
     key = run_id.encode()
     out = BatchOutput()
     book().apply(
-        out, key, event_value(run_id, 0, kind="RUN_STARTED"), partition_for(key, PARTS), 0, 0
+        out, key, event_value(run_id, 0, kind="RUN_STARTED"), partition_for(key, PARTS), 0, NOW_US
     )
     [d] = out.dlq
     assert d.reason is DlqReason.INVALID and "1 to 255 bytes" in d.detail
@@ -168,11 +169,11 @@ def test_a_run_sending_every_other_seq_cannot_grow_its_head_past_one_kafka_recor
     b = book(max_gap=10_000)
     p = partition_for("g", PARTS)
     out = BatchOutput()
-    b.apply(out, b"g", event_value("g", 0, kind="RUN_STARTED"), p, 0, 0)
+    b.apply(out, b"g", event_value("g", 0, kind="RUN_STARTED"), p, 0, NOW_US)
     pad = b'"' + b"x" * 80 + b'"'
     n = 12_000
     for i in range(1, n + 1):
-        b.apply(out, b"g", event_value("g", 2 * i, request=pad), p, i, 0)
+        b.apply(out, b"g", event_value("g", 2 * i, request=pad), p, i, NOW_US)
     run = b.runs["g"]
     assert len(run.gaps) <= MAX_GAP_RANGES
     assert len(encode_head(run.to_head(0, "t"))) < 600_000
@@ -187,9 +188,9 @@ def test_a_large_event_held_behind_a_second_hole_does_not_stay_held() -> None:
     b = book()
     p = partition_for("r", PARTS)
     out = BatchOutput()
-    b.apply(out, b"r", raw_event("r", 0), p, 0, 0)
-    b.apply(out, b"r", event_value("r", 5, request=b'"' + b"x" * 200_000 + b'"'), p, 1, 0)
-    b.apply(out, b"r", event_value("r", 9, request=b'"' + b"y" * 900_000 + b'"'), p, 2, 0)
+    b.apply(out, b"r", raw_event("r", 0), p, 0, NOW_US)
+    b.apply(out, b"r", event_value("r", 5, request=b'"' + b"x" * 200_000 + b'"'), p, 1, NOW_US)
+    b.apply(out, b"r", event_value("r", 9, request=b'"' + b"y" * 900_000 + b'"'), p, 2, NOW_US)
     run = b.runs["r"]
     assert not run.held and run.next_seq == 10
     assert [s.seq for s in out.sealed if s.source_offset >= 0] == [0, 5, 9]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.conftest import NOW_US
 from tests.consumer.sequencer.support import raw_event
 from tracevault.chain import genesis, link
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
@@ -41,7 +42,7 @@ def feed(b: RunBook, run: str, value: bytes | None, *, now: int = 0, key: bytes 
         value=value,
         partition=partition_for(run, PARTS) if partition is None else partition,
         offset=offset,
-        now_us=now,
+        now_us=NOW_US + now,
     )
     return out
 
@@ -110,9 +111,9 @@ def test_timed_out_gap_is_sealed_as_one_gap_marker_per_missing_seq() -> None:
     feed(b, "r", raw_event("r", 0))
     feed(b, "r", raw_event("r", 4), now=10)
     out = BatchOutput()
-    b.sweep(out, now_us=500)
+    b.sweep(out, now_us=NOW_US + 500)
     assert out.sealed == [], "not yet timed out"
-    b.sweep(out, now_us=1_010)
+    b.sweep(out, now_us=NOW_US + 1_010)
     assert [s.seq for s in out.sealed] == [1, 2, 3, 4]
     assert out.gap_markers == 3
     for s in out.sealed[:3]:

@@ -83,7 +83,7 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
-from tracevault.heads import read_heads
+from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, read_state
 from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
 from tracevault.schemas import avro_long
 
@@ -92,6 +92,8 @@ __all__ = ["Sequencer", "default_instance_id"]
 log = logging.getLogger(__name__)
 
 _LOG_EVERY_S = 10.0
+_IDLE_EVERY_S = 10.0  # how often open runs are checked for the idle timeout
+_CHUNK_RUNS = 3000  # finished runs per heads chunk: ~150 bytes each, well under 1 MiB
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
 _SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
 _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we give up on it
@@ -140,6 +142,7 @@ class Sequencer:
         self._book: RunBook | None = None
         self._history = SealedHistory(settings)
         self._delivery_error: KafkaError | None = None
+        self._chunks: list[tuple[bytes, int, int]] = []  # finished-run chunks of the batch
         self.partitions = 0
         self._calls = BlockingCalls(f"sequencer-{self.instance_id}", self._stop)
         self.watch = KafkaWatch(f"sequencer {self.instance_id}")
@@ -292,12 +295,14 @@ class Sequencer:
 
     def _restore(self, partitions: list[int]) -> None:
         assert self._book is not None
-        heads = read_heads(self.settings, partitions, timeout=self._txn_timeout_s + 30, stable=True)
-        self._book.restore(heads.values())
+        state = read_state(self.settings, partitions, timeout=self._txn_timeout_s + 30, stable=True)
+        self._book.restore(state.heads.values())
+        self._book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
         log.info(
-            "sequencer %s restored %d run heads for partitions %s",
+            "sequencer %s restored %d open run heads and %d finished runs for partitions %s",
             self.instance_id,
-            len(heads),
+            len(state.heads),
+            len(self._book.finished),
             partitions,
         )
 
@@ -401,6 +406,9 @@ class Sequencer:
             gap_timeout_us=int(s.sequencer_gap_timeout_s * 1_000_000),
             max_gap=s.sequencer_max_gap,
             history=self._history,
+            horizon_us=int(s.sequencer_finished_horizon_s * 1_000_000),
+            skew_us=int(s.sequencer_clock_skew_s * 1_000_000),
+            idle_close_us=int(s.sequencer_idle_close_s * 1_000_000),
         )
         consumer.subscribe(
             [s.topics.raw],
@@ -423,7 +431,7 @@ class Sequencer:
         assert self._book is not None
         wait = s.sequencer_batch_wait_ms / 1000.0
         sweep_every = min(1.0, s.sequencer_gap_timeout_s / 4)
-        next_sweep = next_log = next_lag = 0.0
+        next_sweep = next_log = next_lag = next_idle = 0.0
         while not self._stop.is_set():
             try:
                 msgs = consumer.consume(s.sequencer_batch_size, timeout=wait)
@@ -455,6 +463,10 @@ class Sequencer:
             if mono >= next_sweep:
                 next_sweep = mono + sweep_every
                 self._book.sweep(out, now_us)
+                self.metrics.state(self._book)
+            if mono >= next_idle:
+                next_idle = mono + _IDLE_EVERY_S
+                self._book.close_idle(out, now_us)
             if consumed or out:
                 self._transact(consumer, out)
             if mono >= next_lag:
@@ -486,6 +498,14 @@ class Sequencer:
             self._recover(consumer, self._delivery_error)
             return
         self._committed_since_start = True
+        assert self._book is not None
+        if out.finished:
+            book = self._book
+            ids: dict[int, int] = {}
+            for key, partition, at in self._chunks:
+                cid = book.finished.new_chunk(key, partition, at)
+                ids.setdefault(partition, cid)
+            book.retire(out, ids)
         self.health.progressed()
         self.watch.progressed()
         m = self.metrics
@@ -493,6 +513,7 @@ class Sequencer:
         m.sealed.inc(len(out.sealed))
         m.duplicates.inc(out.duplicates)
         m.gap_markers.inc(out.gap_markers)
+        m.closed_idle.inc(out.closed_idle)
         for rec in out.dlq:
             m.dlq(rec.reason)
 
@@ -584,7 +605,14 @@ class Sequencer:
         heads_topic = topics.heads
         head_header = head_v1_header()
         suffix = avro_long(now_us) + avro_str(sid)
+        finished: dict[int, list[Head]] = {}
         for run in out.touched.values():
+            if run.finished:
+                # A finished run leaves the heads topic: a tombstone for its key, its head in
+                # the partition's chunk (heads/_finished.py, docs/fleet.md).
+                produce(heads_topic, None, run.key, run.partition)
+                finished.setdefault(run.partition, []).append(run.to_head(now_us, sid))
+                continue
             enc = run.enc
             if head_header is None or run.gaps or run.held or len(run.last_hash) != 32:
                 value = encode_head(run.to_head(now_us, sid))
@@ -602,6 +630,15 @@ class Sequencer:
                     suffix,
                 )
             produce(heads_topic, value, run.key, run.partition)
+        self._chunks = []
+        for partition, heads in finished.items():
+            for n, i in enumerate(range(0, len(heads), _CHUNK_RUNS)):
+                key = FINISHED_KEY_PREFIX + f"{now_us}/{sid}/{partition}/{n}".encode()
+                value = FinishedChunk.encode(heads[i : i + _CHUNK_RUNS], now_us)
+                produce(heads_topic, value, key, partition)
+                self._chunks.append((key, partition, now_us))
+        for key, partition in out.expired:
+            produce(heads_topic, None, key, partition)
         # The offsets go in after the heads: their coordinator round trips then overlap the
         # heads' deliveries (sent before the flush, they queue behind the sealed records'
         # partition registration and cost more, measured).

@@ -9,6 +9,7 @@ docs/design.md ("Metrics") lists every series; tests/test_docs.py keeps the two 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -70,6 +71,24 @@ class SequencerMetrics:
             ["instance_id"],
             registry=r,
         ).labels(**labels)
+        self._runs = Gauge(
+            "tracevault_sequencer_runs",
+            "runs in memory: open, or finished within the horizon",
+            ["instance_id", "state"],
+            registry=r,
+        )
+        self.finished_bytes = Gauge(
+            "tracevault_sequencer_finished_state_bytes",
+            "bytes held for runs finished within the horizon (docs/fleet.md)",
+            ["instance_id"],
+            registry=r,
+        ).labels(**labels)
+        self.closed_idle = Counter(
+            "tracevault_sequencer_closed_idle",
+            "open runs closed with a RUN_FINISHED marker after the idle timeout",
+            ["instance_id"],
+            registry=r,
+        ).labels(**labels)
         for reason in DlqReason:
             self._dlq.labels(instance_id=instance, reason=reason.value)
         for outcome in ("committed", "aborted"):
@@ -77,6 +96,12 @@ class SequencerMetrics:
 
     def dlq(self, reason: DlqReason, n: int = 1) -> None:
         self._dlq.labels(reason=reason.value, **self._labels).inc(n)
+
+    def state(self, book: Any) -> None:
+        """Sizes of the run book (a RunBook): open runs, finished runs, their bytes."""
+        self._runs.labels(state="open", **self._labels).set(len(book.runs))
+        self._runs.labels(state="finished", **self._labels).set(len(book.finished))
+        self.finished_bytes.set(book.finished.nbytes)
 
     def transaction(self, outcome: str) -> None:
         self._txn.labels(outcome=outcome, **self._labels).inc()

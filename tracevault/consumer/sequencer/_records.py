@@ -22,6 +22,7 @@ from tracevault import __version__
 from tracevault.schemas import (
     MAGIC,
     AgentInfo,
+    ErrorInfo,
     EventKind,
     SealedEvent,
     TraceEvent,
@@ -38,6 +39,7 @@ __all__ = [
     "DlqReason",
     "DlqRecord",
     "avro_str",
+    "closed_event",
     "gap_event",
     "now_micros",
     "sealed_prefix",
@@ -66,6 +68,11 @@ class DlqReason(StrEnum):
     """A seq past the run's sealed RUN_FINISHED."""
     OUT_OF_RANGE = "out_of_range"
     """A seq so far past the head (``sequencer_max_gap``) that holding it is not credible."""
+    STALE = "stale"
+    """An event of a run the sequencer does not know, recorded longer ago than the
+    finished-run horizon: it may be a late resend of a run finished and forgotten, and
+    sealing it would start a second chain (docs/fleet.md). A spool refuses such events
+    before sending them; this catches the rest."""
     INTERNAL = "internal"
     """The sequencer failed on this record in a way its rules did not foresee (a bug, or
     held bytes that no longer decode): kept unchanged, the exception named in the detail,
@@ -129,6 +136,36 @@ def gap_event(
         ),
         request=canonical_json({"missing_from": missing_from, "missing_to": missing_to}),
         response=canonical_json(None),
+    )
+    return encode_event(ev)
+
+
+def closed_event(run_id: str, seq: int, idle_s: float, sequencer_id: str) -> bytes:
+    """The RUN_FINISHED marker the sequencer seals for a run idle past the idle timeout.
+
+    Written like a GAP marker (agent ``GAP_AGENT_ID``, harness ``sequencer:<id>``), so no
+    reader mistakes it for the agent's own ending; the error says why (docs/fleet.md).
+    """
+    ev = TraceEvent(
+        run_id=run_id,
+        seq=seq,
+        kind=EventKind.RUN_FINISHED,
+        at=now_micros(),
+        agent=AgentInfo(
+            agent_id=GAP_AGENT_ID,
+            agent_version=__version__,
+            host=_HOST,
+            harness=f"sequencer:{sequencer_id}",
+            sdk_version=__version__,
+        ),
+        request=canonical_json({"closed_by": "sequencer", "idle_s": round(idle_s, 3)}),
+        response=canonical_json(None),
+        error=ErrorInfo(
+            type="RunAbandoned",
+            message=f"no event for {idle_s:.0f}s (sequencer_idle_close_s): the agent is taken "
+            "to have died; the sequencer closed the run",
+        ),
+        attributes={"tracevault.closed": "idle"},
     )
     return encode_event(ev)
 

@@ -17,6 +17,14 @@ For an event of run ``r`` with seq ``s`` and the run's head ``next``:
 6. Held events whose oldest has waited ``gap_timeout`` (or whose bytes outgrow what one heads
    record should carry) → the missing seqs are sealed as GAP markers, one per seq (see
    ``_records``), and the held events follow.
+7. A fleet over six months (docs/fleet.md): a run that finishes leaves ``runs`` for the
+   compact :class:`FinishedRuns` once its transaction commits; an event of a run found there
+   is a resend (an exact duplicate is dropped, else ``conflict`` or ``after_finish``). An
+   event of a run known nowhere that was recorded before ``now - horizon`` → DLQ ``stale``
+   (it may be a resend of a run already forgotten: sealing it would start a second chain),
+   one stamped more than the clock skew in the future → ``invalid``. A finished run is
+   forgotten ``horizon + skew`` after it finished. An open run idle for ``idle_close`` is
+   closed with a sequencer-written RUN_FINISHED marker.
 
 State lives in mutable ``_Run`` objects owned by one :class:`RunBook`; the transactional loop
 throws the whole book away and restores it from the heads topic when a transaction aborts,
@@ -32,12 +40,18 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tracevault.chain import genesis, link
-from tracevault.consumer.sequencer._records import DlqReason, DlqRecord, gap_event
+from tracevault.consumer.sequencer._finished import FinishedRuns, Known
+from tracevault.consumer.sequencer._records import (
+    DlqReason,
+    DlqRecord,
+    closed_event,
+    gap_event,
+)
 from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
-from tracevault.heads import GapRange, Head, HeldEvent
+from tracevault.heads import FinishedChunk, GapRange, Head, HeldEvent, fingerprint
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, check_canonical, decode_event
-from tracevault.schemas.fast import peek_event
+from tracevault.schemas.fast import event_time, peek_event
 
 __all__ = ["BatchOutput", "HistoryLoader", "RunBook", "SealOut"]
 
@@ -90,6 +104,7 @@ class _Run:
         "next_seq",
         "partition",
         "run_id",
+        "seen_us",
     )
 
     def __init__(self, head: Head) -> None:
@@ -111,6 +126,8 @@ class _Run:
         if head.next_seq > 0:
             self.hashes[head.next_seq - 1] = head.last_hash
         self.history_complete = head.next_seq == 0
+        # when the run last had an event (its head's time after a restore): idle close
+        self.seen_us = head.updated_at
 
     def to_head(self, updated_at: int, sequencer_id: str) -> Head:
         return Head(
@@ -163,9 +180,14 @@ class BatchOutput:
     touched: dict[str, _Run] = field(default_factory=dict)
     duplicates: int = 0
     gap_markers: int = 0
+    #: runs whose RUN_FINISHED this batch seals: tombstoned in heads, kept in a chunk
+    finished: dict[str, _Run] = field(default_factory=dict)
+    #: (key, partition) of finished-run chunks past the horizon: tombstoned in heads
+    expired: list[tuple[bytes, int]] = field(default_factory=list)
+    closed_idle: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.sealed or self.dlq or self.touched or self.duplicates)
+        return bool(self.sealed or self.dlq or self.touched or self.duplicates or self.expired)
 
 
 class RunBook:
@@ -180,6 +202,9 @@ class RunBook:
         gap_timeout_us: int,
         max_gap: int,
         history: HistoryLoader,
+        horizon_us: int = 172_800_000_000,
+        skew_us: int = 300_000_000,
+        idle_close_us: int = 86_400_000_000,
     ) -> None:
         self.raw_topic = raw_topic
         self.partitions = partitions
@@ -187,8 +212,13 @@ class RunBook:
         self.gap_timeout_us = gap_timeout_us
         self.max_gap = max_gap
         self._history = history
+        self.horizon_us = horizon_us
+        self.skew_us = skew_us
+        self.idle_close_us = idle_close_us
         self.runs: dict[str, _Run] = {}
+        self.finished = FinishedRuns()
         self._waiting: set[str] = set()  # runs with held events
+        self._migrate: list[_Run] = []  # finished heads restored: to tombstone and retire
 
     # -- ownership ---------------------------------------------------------------------------
 
@@ -198,16 +228,39 @@ class RunBook:
             self.runs[head.run_id] = run
             if run.held:
                 self._waiting.add(run.run_id)
+            if run.finished:  # a head written before finished runs left the heads topic
+                self._migrate.append(run)
+
+    def restore_finished(self, chunks: Iterable[tuple[bytes, int, FinishedChunk]]) -> None:
+        """Chunks of runs finished within the horizon, read back from the heads topic."""
+        for key, partition, chunk in chunks:
+            self.finished.add_chunk(key, partition, chunk)
+        self.finished.seal()
+
+    def retire(self, out: BatchOutput, chunk_ids: dict[int, int]) -> None:
+        """After the commit: the batch's finished runs leave memory for the compact set."""
+        for run in out.finished.values():
+            if self.runs.get(run.run_id) is run:
+                del self.runs[run.run_id]
+            self._waiting.discard(run.run_id)
+            self.finished.add(
+                fingerprint(run.run_id),
+                Known(run.first_offset, run.last_offset, run.next_seq - 1),
+                chunk_ids[run.partition],
+            )
 
     def drop_partitions(self, partitions: Iterable[int]) -> None:
         gone = set(partitions)
         for run_id in [r for r, run in self.runs.items() if run.partition in gone]:
             del self.runs[run_id]
             self._waiting.discard(run_id)
+        self.finished.drop_partitions(gone)
 
     def clear(self) -> None:
         self.runs.clear()
         self._waiting.clear()
+        self.finished.clear()
+        self._migrate.clear()
 
     @property
     def held_count(self) -> int:
@@ -407,7 +460,14 @@ class RunBook:
             )
             return
         if run is None:
+            known = self.finished.get(fingerprint(run_id))
+            if known is not None:
+                self._resent_after_finish(out, run_id, partition, known, seq, value, src)
+                return
+            if not self._recent_enough(out, value, run_id, seq, src, now_us):
+                return
             run = self.runs[run_id] = _Run(Head.new(run_id, partition))
+        run.seen_us = now_us
         if seq < run.next_seq:
             self._past(out, run, seq, value, src)
         elif run.finished:
@@ -455,6 +515,83 @@ class RunBook:
                 now_us=now_us,
                 src=src,
             )
+
+    def _recent_enough(  # noqa: PLR0917 - positional: called once per new run
+        self,
+        out: BatchOutput,
+        value: bytes,
+        run_id: str,
+        seq: int,
+        src: _Source,
+        now_us: int,
+    ) -> bool:
+        """False (and a DLQ record) for the first event of an unknown run that is too old
+        to be new, or stamped too far in the future for the horizon to hold."""
+        at = event_time(value)
+        if at is None:
+            at = decode_event(value, check_json=False).at
+        if at < now_us - self.horizon_us:
+            self._refuse(
+                out,
+                src,
+                DlqReason.STALE,
+                f"run {run_id} is unknown here and its seq {seq} was recorded "
+                f"{(now_us - at) / 3.6e9:.1f} h ago, longer than the finished-run horizon "
+                f"({self.horizon_us / 3.6e9:.1f} h, sequencer_finished_horizon_s): it may be a "
+                "resend of a run finished and forgotten, so it is kept here, not sealed",
+                run_id=run_id,
+                seq=seq,
+            )
+            return False
+        if at > now_us + self.skew_us:
+            self._refuse(
+                out,
+                src,
+                DlqReason.INVALID,
+                f"seq {seq} of run {run_id} is stamped {(at - now_us) / 1e6:.0f}s in the "
+                f"future, more than sequencer_clock_skew_s ({self.skew_us / 1e6:.0f}s): fix "
+                "the producer's clock",
+                run_id=run_id,
+                seq=seq,
+            )
+            return False
+        return True
+
+    def _resent_after_finish(  # noqa: PLR0917 - positional: called once per resend
+        self,
+        out: BatchOutput,
+        run_id: str,
+        partition: int,
+        known: Known,
+        seq: int,
+        value: bytes,
+        src: _Source,
+    ) -> None:
+        """An event of a run finished within the horizon: a duplicate, or the DLQ."""
+        if seq > known.last_seq:
+            self._refuse(
+                out,
+                src,
+                DlqReason.AFTER_FINISH,
+                f"seq {seq} comes after RUN_FINISHED at seq {known.last_seq}",
+                run_id=run_id,
+                seq=seq,
+            )
+            return
+        hashes = {-1: genesis(run_id)}
+        hashes.update(self._history(run_id, partition, known.first_offset, known.last_offset))
+        prev, h = hashes.get(seq - 1), hashes.get(seq)
+        if prev is not None and h is not None and link(prev, value) == h:
+            out.duplicates += 1
+            return
+        self._refuse(
+            out,
+            src,
+            DlqReason.CONFLICT,
+            f"seq {seq} of finished run {run_id} is already sealed with different bytes",
+            run_id=run_id,
+            seq=seq,
+        )
 
     def _past(
         self,
@@ -514,6 +651,7 @@ class RunBook:
         run.next_seq = seq + 1
         out.touched[run.run_id] = run
         if finishes:
+            out.finished[run.run_id] = run
             run.finished = True
             # A finished run's hashes are only needed for resent duplicates: read them back
             # from the sealed topic then, rather than keep every finished run in memory.
@@ -621,7 +759,14 @@ class RunBook:
             self._drain(out, run)
 
     def sweep(self, out: BatchOutput, now_us: int) -> None:
-        """Seal GAP markers for every gap whose oldest held event has waited too long."""
+        """Seal GAP markers for every gap whose oldest held event has waited too long;
+        forget finished runs past the horizon (their chunks go in ``out.expired``)."""
+        out.expired.extend(self.finished.expire(now_us - self.horizon_us - self.skew_us))
+        for old in self._migrate:
+            if self.runs.get(old.run_id) is old:
+                out.finished[old.run_id] = old
+                out.touched[old.run_id] = old
+        self._migrate.clear()
         for run_id in list(self._waiting):
             run = self.runs.get(run_id)
             if run is None:
@@ -633,6 +778,39 @@ class RunBook:
                     break
                 self._close_gap(out, run)
                 self._drain(out, run)
+
+    def close_idle(self, out: BatchOutput, now_us: int) -> None:
+        """Close every open run idle longer than ``idle_close_us`` with a marker.
+
+        Its agent is taken to have died: a gap still open is sealed as GAP markers first,
+        then a sequencer-written RUN_FINISHED (``closed_event``) ends the chain, so the run
+        leaves memory like any finished run and readers see why it ended.
+        """
+        cutoff = now_us - self.idle_close_us
+        for run in [r for r in self.runs.values() if not r.finished and r.seen_us < cutoff]:
+            idle_s = (now_us - run.seen_us) / 1e6
+            while run.held:
+                self._close_gap(out, run)
+                self._drain(out, run)
+            if run.finished:  # a held RUN_FINISHED was sealed by the drain
+                continue
+            log.warning(
+                "run %s: no event for %.0fs; closing it with a RUN_FINISHED marker at seq %d",
+                run.run_id,
+                idle_s,
+                run.next_seq,
+            )
+            raw = closed_event(run.run_id, run.next_seq, idle_s, self.sequencer_id)
+            self._seal(
+                out,
+                run,
+                seq=run.next_seq,
+                raw=raw,
+                source_partition=run.partition,
+                source_offset=-1,
+                finishes=True,
+            )
+            out.closed_idle += 1
 
     def _close_gap(self, out: BatchOutput, run: _Run) -> None:
         a, b = run.next_seq, min(run.held) - 1

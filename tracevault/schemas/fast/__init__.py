@@ -23,7 +23,13 @@ the published schema, and ``tests/schemas/test_fast_pins.py`` fails when a new s
 turns a fast path off.
 """
 
-from tracevault.schemas.fast._event import Peeked, event_kind, fast_decode_event, peek_event
+from tracevault.schemas.fast._event import (
+    Peeked,
+    event_kind,
+    event_time,
+    fast_decode_event,
+    peek_event,
+)
 from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V1, Pin, stale
 from tracevault.schemas.fast._sealed import sealed_fields, segment_rows
 from tracevault.schemas.fast._varint import VarintError, read_long
@@ -32,6 +38,7 @@ __all__ = [
     # readers
     "Peeked",
     "event_kind",
+    "event_time",
     "fast_decode_event",
     "peek_event",
     "sealed_fields",

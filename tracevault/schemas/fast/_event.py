@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 from tracevault.schemas._events import AgentInfo, ErrorInfo, EventKind, TraceEvent
 from tracevault.schemas._registry import default_schemas
 from tracevault.schemas.fast._guard import DECLINE, TRACE_EVENT_V1, armed_header
-from tracevault.schemas.fast._varint import CONT7, CONT8, read_long
+from tracevault.schemas.fast._varint import CONT7, CONT8, VarintError, read_long
 
-__all__ = ["Peeked", "event_kind", "fast_decode_event", "peek_event"]
+__all__ = ["Peeked", "event_kind", "event_time", "fast_decode_event", "peek_event"]
 
 _AGENT_CACHE_MAX = 256
 _agents: dict[bytes, AgentInfo] = {}
@@ -544,3 +544,29 @@ def event_kind(raw: bytes) -> EventKind | None:
     if b & 0x81 or (b >> 1) >= len(_kinds):
         return None
     return _kinds[b >> 1]
+
+
+def event_time(raw: bytes) -> int | None:
+    """The ``at`` of a v1 value (µs), read from its first four fields; None: ask fastavro.
+
+    The sequencer reads it for the first event of a run it does not know, to refuse a
+    resend of a run finished longer ago than its horizon (docs/fleet.md). A prefix read:
+    the caller has walked the whole value already.
+    """
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
+            return None
+    if not raw.startswith(header):
+        return None
+    try:
+        n, p = read_long(raw, 10)  # run_id's length
+        if n < 0:
+            return None
+        _seq, p = read_long(raw, p + n)
+        _kind, p = read_long(raw, p)
+        at, p = read_long(raw, p)
+    except (IndexError, VarintError):
+        return None
+    return at
