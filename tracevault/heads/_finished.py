@@ -93,8 +93,11 @@ class FinishedChunk:
         return b"".join(parts)
 
     @classmethod
-    def decode(cls, data: bytes, what: str = "finished chunk") -> FinishedChunk:
-        """Read the columns only; :meth:`head` decodes one run's full head on demand."""
+    def decode(
+        cls, data: bytes, what: str = "finished chunk", *, keep_heads: bool = True
+    ) -> FinishedChunk:
+        """Read the columns only; :meth:`head` decodes one run's full head on demand
+        (``keep_heads=False``: the sequencer's restore, which needs the columns alone)."""
         if len(data) < _HEAD.size:
             raise SchemaError(f"{what}: shorter than its header")
         magic, version, at, n = _HEAD.unpack_from(data, 0)
@@ -104,13 +107,15 @@ class FinishedChunk:
         if len(data) < pos + _COLUMNS * 8 * n:
             raise SchemaError(f"{what}: {n} runs announced, columns cut short")
         fps, firsts, lasts, seqs = (_read_column(data, pos + i * 8 * n, n) for i in range(_COLUMNS))
+        if not keep_heads:
+            return cls(at, fps, firsts, lasts, seqs)
         return cls(at, fps, firsts, lasts, seqs, _data=data, _heads_at=pos + _COLUMNS * 8 * n)
 
     def __len__(self) -> int:
         return len(self.fingerprints)
 
     def head(self, run_id: str) -> Head | None:
-        """The full head of ``run_id`` if this chunk holds it."""
+        """The full head of ``run_id`` if this chunk holds it (decoded with ``keep_heads``)."""
         fp = fingerprint(run_id)
         pos = self._heads_at
         data = self._data

@@ -111,7 +111,12 @@ def read_heads(
 
 
 def read_state(
-    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
+    settings: Settings,
+    partitions: Iterable[int],
+    *,
+    timeout: float = 30.0,
+    stable: bool = False,
+    keep_heads: bool = True,
 ) -> HeadsState:
     """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
 
@@ -165,7 +170,7 @@ def read_state(
                         )
                     log.warning("heads read: %s", err)
                     continue
-                _take(state, topic, msg)
+                _take(state, topic, msg, keep_heads)
             if stable:
                 for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
                     if tp.offset >= ends[tp.partition][1]:
@@ -183,7 +188,7 @@ def read_state(
     return state
 
 
-def _take(state: HeadsState, topic: str, msg: Any) -> None:
+def _take(state: HeadsState, topic: str, msg: Any, keep_heads: bool) -> None:
     key = msg.key()
     value = msg.value()
     if key is None:
@@ -193,7 +198,8 @@ def _take(state: HeadsState, topic: str, msg: Any) -> None:
             state.finished.pop(key, None)
             return
         what = f"{topic}[{msg.partition()}]@{msg.offset()}"
-        state.finished[key] = (msg.partition(), FinishedChunk.decode(value, what))
+        chunk = FinishedChunk.decode(value, what, keep_heads=keep_heads)
+        state.finished[key] = (msg.partition(), chunk)
         return
     if key.startswith(b"\x00"):  # another record of the sequencer's own (not a run's head)
         return

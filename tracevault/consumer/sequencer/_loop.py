@@ -295,7 +295,13 @@ class Sequencer:
 
     def _restore(self, partitions: list[int]) -> None:
         assert self._book is not None
-        state = read_state(self.settings, partitions, timeout=self._txn_timeout_s + 30, stable=True)
+        state = read_state(
+            self.settings,
+            partitions,
+            timeout=self._txn_timeout_s + 30,
+            stable=True,
+            keep_heads=False,  # the columns are all a restore needs (docs/fleet.md)
+        )
         self._book.restore(state.heads.values())
         self._book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
         log.info(
