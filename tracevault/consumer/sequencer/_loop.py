@@ -67,6 +67,7 @@ from tracevault.consumer._liveness import (
     is_fenced,
     is_outage,
 )
+from tracevault.consumer._memory import trim_heap
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import (
@@ -304,10 +305,13 @@ class Sequencer:
         )
         self._book.restore(state.heads.values())
         self._book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
+        n_open = len(state.heads)
+        del state
+        trim_heap()
         log.info(
             "sequencer %s restored %d open run heads and %d finished runs for partitions %s",
             self.instance_id,
-            len(state.heads),
+            n_open,
             len(self._book.finished),
             partitions,
         )
@@ -481,6 +485,7 @@ class Sequencer:
             if mono >= next_log:
                 next_log = mono + _LOG_EVERY_S
                 self.metrics.held.set(self._book.held_count)
+                trim_heap()  # resident memory follows open runs, not the peak (docs/fleet.md)
                 stats = self.metrics.snapshot()
                 log.info(
                     "sequencer %s stats %s",
