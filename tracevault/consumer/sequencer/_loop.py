@@ -510,6 +510,8 @@ class Sequencer:
             return
         self._committed_since_start = True
         assert self._book is not None
+        for run in out.touched.values():
+            run.persisted = True
         if out.finished:
             book = self._book
             ids: dict[int, int] = {}
@@ -619,9 +621,11 @@ class Sequencer:
         finished: dict[int, list[Head]] = {}
         for run in out.touched.values():
             if run.finished:
-                # A finished run leaves the heads topic: a tombstone for its key, its head in
-                # the partition's chunk (heads/_finished.py, docs/fleet.md).
-                produce(heads_topic, None, run.key, run.partition)
+                # A finished run leaves the heads topic: a tombstone for its key (when a head
+                # of it was ever committed), its head in the partition's chunk
+                # (heads/_finished.py, docs/fleet.md).
+                if run.persisted:
+                    produce(heads_topic, None, run.key, run.partition)
                 finished.setdefault(run.partition, []).append(run.to_head(now_us, sid))
                 continue
             enc = run.enc

@@ -103,6 +103,7 @@ class _Run:
         "last_offset",
         "next_seq",
         "partition",
+        "persisted",
         "run_id",
         "seen_us",
     )
@@ -128,6 +129,9 @@ class _Run:
         self.history_complete = head.next_seq == 0
         # when the run last had an event (its head's time after a restore): idle close
         self.seen_us = head.updated_at
+        # a head record of this run is committed in the heads topic (restored, or written by
+        # a committed transaction): only then does its finish need a tombstone
+        self.persisted = head.updated_at > 0
 
     def to_head(self, updated_at: int, sequencer_id: str) -> Head:
         return Head(
