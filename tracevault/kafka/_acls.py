@@ -35,9 +35,9 @@ _PRINCIPAL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*:[^\s]+$")
 # Readers that assign partitions (no group membership) still need a group.id, and librdkafka
 # looks up its coordinator, which needs DESCRIBE on the group: without it every heads read
 # logs GROUP_AUTHORIZATION_FAILED. These prefixes are the group ids those readers draw.
-HEADS_READER_GROUPS = "tracevault-heads-"  # tracevault-heads-reader-*, tracevault-heads-probe
-HISTORY_READER_GROUPS = "tracevault-sealed-history-"
-REPLAYER_GROUPS = "tracevault-replayer-"
+_HEADS_READER_GROUPS = "tracevault-heads-"  # tracevault-heads-reader-*, tracevault-heads-probe
+_HISTORY_READER_GROUPS = "tracevault-sealed-history-"
+_REPLAYER_GROUPS = "tracevault-replayer-"
 _CLUSTER = "kafka-cluster"  # the one name Kafka gives the CLUSTER resource
 # librdkafka calls Kafka's CLUSTER resource type (wire code 4) BROKER.
 _RESOURCE_TYPES = {
@@ -108,8 +108,8 @@ def _sequencer(settings: Settings, who: str) -> list[Grant]:
         # The sequencer restores its state from heads and re-reads sealed history.
         g("TOPIC", t.heads, "READ", "restore run heads at start"),
         g("TOPIC", t.sealed, "READ", "re-read a run's sealed history"),
-        g("GROUP", HEADS_READER_GROUPS, "DESCRIBE", "heads reader's group", "PREFIXED"),
-        g("GROUP", HISTORY_READER_GROUPS, "DESCRIBE", "history reader's group", "PREFIXED"),
+        g("GROUP", _HEADS_READER_GROUPS, "DESCRIBE", "heads reader's group", "PREFIXED"),
+        g("GROUP", _HISTORY_READER_GROUPS, "DESCRIBE", "history reader's group", "PREFIXED"),
         g("TRANSACTIONAL_ID", f"{p}.sequencer.", "WRITE", "its transactions", "PREFIXED"),
         g("TRANSACTIONAL_ID", f"{p}.sequencer.", "DESCRIBE", "its transactions", "PREFIXED"),
         g("CLUSTER", _CLUSTER, "IDEMPOTENT_WRITE", "transactional producer id"),
@@ -154,7 +154,7 @@ def _reader(settings: Settings, who: str) -> list[Grant]:
         ),
         *(
             Grant("reader", who, "GROUP", prefix, "PREFIXED", "DESCRIBE", "its readers' groups")
-            for prefix in (REPLAYER_GROUPS, HEADS_READER_GROUPS)
+            for prefix in (_REPLAYER_GROUPS, _HEADS_READER_GROUPS)
         ),
     ]
 
@@ -217,7 +217,7 @@ def _refused(settings: Settings, exc: KafkaException) -> Exception:
             "(TRACEVAULT_SASL_USERNAME / TRACEVAULT_SASL_PASSWORD)"
         )
     return ServiceUnavailableError(
-        f"Kafka at {settings.bootstrap_servers} did not answer the ACL request "
+        f"Kafka at {settings.bootstrap_servers} failed the ACL request "
         f"({err.str() if isinstance(err, KafkaError) else err})"
     )
 
