@@ -73,7 +73,7 @@ def test_every_service_runs_as_its_own_principal(
     """Runs recorded by the SDK as ``agent``, sealed by the real sequencer logged in as
     ``sequencer`` (twice: a restart restores its state from heads, which it must read),
     archived by the real archiver logged in as ``archiver``, verified from the topic by
-    ``reader``; no client is refused anything on the way."""
+    ``reader``, checked by the doctor as ``admin``; no client is refused anything."""
     agent = deployment.settings("agent", spool_dir=str(tmp_path / "spool"))
     admin = deployment.settings("admin")
     seq = deployment.settings(
@@ -124,6 +124,16 @@ def test_every_service_runs_as_its_own_principal(
         env=sasl_env("reader"),
     )  # fmt: skip
     assert res.exit_code == 0, res.output
+    # The operator's doctor, logged in as admin, reads every group's lag through SASL too.
+    res = CliRunner().invoke(
+        tracevault,
+        ["--bootstrap-servers", deployment.bootstrap, "--prefix", deployment.prefix,
+         "doctor", "--archive", f"file://{tmp_path / 'archive'}", "--json"],
+        env=sasl_env("admin"),
+    )  # fmt: skip
+    checks = {c["check"]: c for c in json.loads(res.output)}
+    kafka_checks = ["broker", "topic raw", "topic sealed", "sequencer lag", "archiver lag"]
+    assert all(checks[name]["status"] == "ok" for name in kafka_checks), checks
     refused = [r.getMessage() for r in caplog.records if "AUTHORIZATION_FAILED" in r.getMessage()]
     assert not refused, refused
 
