@@ -1,7 +1,7 @@
-"""Every hand-written reader of the published v1 records, in one place.
+"""Every hand-written reader of the published records (TraceEvent v2, SealedEvent v1), in one place.
 
 fastavro's generic reader costs more per record than everything else the sequencer, the
-archiver and the replayer do with it, so their hot paths walk the v1 bytes directly:
+archiver and the replayer do with it, so their hot paths walk the bytes directly:
 
 ==========================  =========================================  =====================
 reader                      used by                                    module
@@ -24,7 +24,7 @@ turns a fast path off.
 """
 
 from tracevault.schemas.fast._event import Peeked, event_kind, fast_decode_event, peek_event
-from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V1, Pin, stale
+from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V2, Pin, stale
 from tracevault.schemas.fast._sealed import sealed_fields, segment_rows
 from tracevault.schemas.fast._varint import VarintError, read_long
 
@@ -39,7 +39,7 @@ __all__ = [
     # the guard
     "PINS",
     "SEALED_EVENT_V1",
-    "TRACE_EVENT_V1",
+    "TRACE_EVENT_V2",
     "Pin",
     "stale",
     # the varint
