@@ -12,7 +12,20 @@ from tracevault.log._evidence import (
     RunLogEvidence,
     check_run_log,
 )
-from tracevault.log._keys import LOG_KEY_ENV, load_signer, load_verifiers, write_private_key
+from tracevault.log._gather import (
+    FoundCheckpoint,
+    RunLeaf,
+    compact_source,
+    fast_inclusion_proof,
+    run_log_evidence,
+)
+from tracevault.log._keys import (
+    LOG_KEY_ENV,
+    load_signer,
+    load_verifiers,
+    load_witness_verifiers,
+    write_private_key,
+)
 from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash
 from tracevault.log._merkle import (
     EMPTY_ROOT,
@@ -49,8 +62,17 @@ from tracevault.log._record import (
     VerifiedCheckpoint,
     is_checkpoint_record,
 )
+from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof
 
 __all__ = [
+    "FoundCheckpoint",
+    "RunLeaf",
+    "TLOG_PROOF_HEADER",
+    "TlogProof",
+    "compact_source",
+    "fast_inclusion_proof",
+    "load_witness_verifiers",
+    "run_log_evidence",
     "LOG_CHECKS",
     "LeafProof",
     "RunEvent",
