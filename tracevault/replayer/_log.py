@@ -79,7 +79,7 @@ def run_evidence(run: LoadedRun, verifiers: Sequence[NoteVerifier]) -> RunLogEvi
     """The run's log evidence: the source's own, or gathered from its checkpoint records."""
     if run.log_evidence is not None:
         return run.log_evidence
-    if run.log_origin is None:
+    if run.log_origin is None or not run.log_checkpoints:
         return None
     rows = run.records.rows
     leaves = [
