@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 from confluent_kafka import Producer
 
 from tracevault.config import Settings
 from tracevault.heads import Head, encode_head
-from tracevault.kafka import partition_for
+from tracevault.kafka import ensure_topics, partition_for
 from tracevault.log import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
@@ -32,6 +33,26 @@ from tracevault.log import (
 from tracevault.schemas import EventKind, SealedEvent, decode_event, encode_sealed
 
 CHECKPOINT_HEADERS = [(RECORD_HEADER, RECORD_HEADER_CHECKPOINT)]
+
+
+def fresh_settings(bootstrap: str, base: Path, partitions: int = 2) -> Settings:
+    """Settings on a new topic prefix (topics created), for a module of tests to share."""
+    s = Settings(
+        bootstrap_servers=bootstrap, topic_prefix=f"tv-{uuid.uuid4().hex[:12]}",
+        partitions=partitions, archive_url=f"file://{base / 'archive'}",
+        spool_dir=str(base / "spool"),
+    )  # fmt: skip
+    ensure_topics(s)
+    return s
+
+
+def cli_env(settings: Settings) -> dict[str, str]:
+    """The environment that points ``tracevault replay`` at ``settings``' broker and topics."""
+    return {
+        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
+        "TRACEVAULT_PARTITIONS": str(settings.partitions),
+    }
 
 
 class SignedSealedWriter:

@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.log.signed_sealed import SignedSealedWriter
+from tests.log.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
 from tests.replayer.topic_writer import publish
@@ -21,18 +21,7 @@ from tracevault.replayer._log import LogPolicy
 
 @pytest.fixture(scope="module")
 def settings(kafka_bootstrap, tmp_path_factory):
-    import uuid
-
-    from tracevault.config import Settings
-    from tracevault.kafka import ensure_topics
-
-    base = tmp_path_factory.mktemp("tv")
-    s = Settings(
-        bootstrap_servers=kafka_bootstrap, topic_prefix=f"tv-{uuid.uuid4().hex[:12]}",
-        partitions=2, archive_url=f"file://{base / 'archive'}", spool_dir=str(base / "spool"),
-    )  # fmt: skip
-    ensure_topics(s)
-    return s
+    return fresh_settings(kafka_bootstrap, tmp_path_factory.mktemp("tv"))
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +36,7 @@ def _policy(settings, *vkeys: str) -> LogPolicy:
 
 
 def _cli(settings, *args: str):
-    env = {
-        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
-        "TRACEVAULT_PARTITIONS": str(settings.partitions),
-    }
-    return CliRunner().invoke(main, ["replay", *args], env=env)
+    return CliRunner().invoke(main, ["replay", *args], env=cli_env(settings))
 
 
 def test_a_run_over_three_transactions_verifies_against_the_signed_log(settings, writer) -> None:
