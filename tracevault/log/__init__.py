@@ -26,7 +26,7 @@ from tracevault.log._keys import (
     load_witness_verifiers,
     write_private_key,
 )
-from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash
+from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, leaf_hasher
 from tracevault.log._merkle import (
     EMPTY_ROOT,
     CompactTree,
@@ -102,6 +102,7 @@ __all__ = [
     "key_id",
     "leaf_data",
     "leaf_hash",
+    "leaf_hasher",
     "list_source",
     "load_signer",
     "load_verifiers",

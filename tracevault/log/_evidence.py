@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
-from tracevault.log._leaf import leaf_hash
-from tracevault.log._merkle import root_from_inclusion, verify_consistency
+from tracevault.log._leaf import leaf_hasher
+from tracevault.log._merkle import hash_children, verify_consistency
 from tracevault.log._note import NoteVerifier, open_note
 
 __all__ = ["LOG_CHECKS", "LeafProof", "RunEvent", "RunLogEvidence", "check_run_log"]
@@ -42,7 +42,7 @@ class LeafProof:
 
     seq: int
     index: int
-    proof: tuple[bytes, ...]
+    proof: Sequence[bytes]
     obj: str | None = None
 
 
@@ -76,6 +76,50 @@ def _open(
     return cp, good
 
 
+def _root_or_known(
+    index: int,
+    size: int,
+    leaf: bytes,
+    proof: Sequence[bytes],
+    known: dict[tuple[int, int], bytes],
+) -> tuple[bytes | None, list[tuple[tuple[int, int], bytes]]]:
+    """RFC 9162 2.1.3.2 as ``root_from_inclusion``, stopping early at a node already proven.
+
+    ``known`` maps a node's position in the tree of ``size`` leaves (levels climbed, index at
+    that level) to its hash, for every node on a path that reached the signed root. Meeting
+    one with the same hash proves this leaf too (the node is in the signed tree, and the
+    leaf's path reaches it), so None is returned and the rest of the proof is not read:
+    about one hash per event of a run instead of one per level. Otherwise the root is
+    returned. Either way with the path, which the caller adds to ``known`` once proven.
+    """
+    if not 0 <= index < size:
+        raise LogError(f"leaf {index} is not in a tree of size {size}")
+    fn, sn, level = index, size - 1, 0
+    r = leaf
+    path: list[tuple[tuple[int, int], bytes]] = []
+    for p in proof:
+        if sn == 0:
+            raise LogError(f"inclusion proof for leaf {index} of {size} is too long")
+        if fn & 1 or fn == sn:
+            r = hash_children(p, r)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+                    level += 1
+        else:
+            r = hash_children(r, p)
+        fn >>= 1
+        sn >>= 1
+        level += 1
+        if known.get((level, fn)) == r:
+            return None, path
+        path.append(((level, fn), r))
+    if sn != 0:
+        raise LogError(f"inclusion proof for leaf {index} of {size} is too short")
+    return r, path
+
+
 def check_run_log(
     run_id: str,
     events: Sequence[RunEvent],
@@ -103,6 +147,8 @@ def check_run_log(
             checkpoint=where,
         )
     proofs = {p.seq: p for p in evidence.leaves}
+    known: dict[tuple[int, int], bytes] = {}
+    leaf_of = leaf_hasher(run_id)
     for ev in events:
         p = proofs.get(ev.seq)
         if p is None:
@@ -113,14 +159,16 @@ def check_run_log(
                 checkpoint=where,
             )
         try:
-            root = root_from_inclusion(
-                p.index, cp.size, leaf_hash(run_id, ev.seq, ev.chain_hash), p.proof
+            root, path = _root_or_known(
+                p.index, cp.size, leaf_of(ev.seq, ev.chain_hash), p.proof, known
             )
         except LogError as e:
-            root, why = b"", str(e)
+            root, path, why = b"", [], str(e)
         else:
             why = "the proof leads to another root"
-        if root != cp.root:
+        if root is None or root == cp.root:
+            known.update(path)  # every node on a proven path is proven
+        else:
             raise LogError(
                 f"L2 inclusion: run {run_id} seq {ev.seq}"
                 + (f" in {p.obj}" if p.obj else "")

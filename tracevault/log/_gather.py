@@ -17,8 +17,9 @@ bundles"):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
@@ -30,7 +31,7 @@ from tracevault.log._merkle import (
     hash_children,
     range_hash,
 )
-from tracevault.log._note import NoteVerifier, split_note
+from tracevault.log._note import NoteVerifier, open_note, split_note
 from tracevault.log._record import CheckpointRecord
 
 __all__ = [
@@ -125,22 +126,115 @@ def fast_inclusion_proof(index: int, size: int, node: NodeSource) -> list[bytes]
 
 
 def _open(found: FoundCheckpoint, verifiers: Sequence[NoteVerifier], origin: str) -> Checkpoint:
-    """L1 on one record: its signature (when keys are given), origin, size and root."""
+    """L1 on one record: its signature (when keys are given), its origin and size.
+
+    Its root is checked in :class:`_LogBuilder`'s one pass over the listed leaves.
+    """
     rec = found.record
     try:
-        if verifiers:
-            return rec.verify(verifiers, origin).checkpoint
-        text, _ = split_note(rec.note)
+        text = open_note(rec.note, verifiers)[0] if verifiers else split_note(rec.note)[0]
         cp = Checkpoint.parse(text)
-        tree = CompactTree(rec.start, list(rec.prefix))
-        tree.extend(rec.leaves)
-        if cp.origin != origin or cp.size != rec.end or tree.root() != cp.root:
-            raise LogError(f"its leaves do not grow the tree to its root for {origin}")
+        if cp.origin != origin:
+            raise LogError(f"it is for log {cp.origin!r}, not {origin!r}")
+        if cp.size != rec.end:
+            raise LogError(
+                f"its size {cp.size} is not its {len(rec.leaves)} leaves from {rec.start}"
+            )
         return cp
     except LogError as e:
         raise LogError(
             f"L1 signature: checkpoint record {found.obj}: {e}", checkpoint=found.obj
         ) from None
+
+
+class _LogBuilder:
+    """Appends listed leaves to the compact tree once, keeping every perfect subtree it forms.
+
+    Appending leaf by leaf computes each perfect subtree from the compact tree's start onward
+    exactly once; kept, they are the node source of every proof (``node``), so checking each
+    record's root and proving the run cost one hash per leaf together.
+    """
+
+    def __init__(self, base: CompactTree) -> None:
+        self.base = base.size
+        self.size = base.size
+        self.leaves: list[bytes] = []
+        self.memo: dict[tuple[int, int], bytes] = {}
+        self.stack: list[bytes] = list(base.hashes)
+        self.edges: dict[int, bytes] = {}
+        pos = 0
+        for level in reversed(range(base.size.bit_length())):
+            if base.size >> level & 1:
+                self.memo[(level, pos >> level)] = base.hashes[len(self.memo)]
+                pos += 1 << level
+
+    def extend(self, leaves: Sequence[bytes]) -> None:
+        memo, stack, size = self.memo, self.stack, self.size
+        for leaf in leaves:
+            cur, level = leaf, 0
+            while size >> level & 1:
+                cur = hash_children(stack.pop(), cur)
+                level += 1
+                memo[(level, size >> level)] = cur
+            stack.append(cur)
+            size += 1
+        self.leaves.extend(leaves)
+        self.size = size
+
+    def root(self) -> bytes:
+        r = self.stack[-1]
+        for h in reversed(self.stack[:-1]):
+            r = hash_children(h, r)
+        return r
+
+    def node(self, level: int, index: int) -> bytes:
+        if level == 0 and index >= self.base:
+            return self.leaves[index - self.base]
+        got = self.memo.get((level, index))
+        if got is None:
+            raise LogError(f"no node at level {level}, index {index} from leaf {self.base}")
+        return got
+
+    def edge(self, first: int) -> bytes:
+        """The hash of leaves ``first .. size-1`` (the tree's incomplete right edge)."""
+        got = self.edges.get(first)
+        if got is None:
+            got = self.edges[first] = range_hash(first, self.size, self.node)
+        return got
+
+
+class _LazyProof(Sequence[bytes]):
+    """A leaf's inclusion proof, built as it is read: a verifier that meets an already
+    proven node stops reading, so most of each proof is never built."""
+
+    __slots__ = ("_index", "_log", "_size")
+
+    def __init__(self, index: int, size: int, log: _LogBuilder) -> None:
+        self._index, self._size, self._log = index, size, log
+
+    def __iter__(self) -> Iterator[bytes]:
+        index, size, log = self._index, self._size, self._log
+        inner = (index ^ (size - 1)).bit_length()
+        for level in range(inner):
+            sib = (index >> level) ^ 1
+            if (sib + 1) << level <= size:
+                yield log.node(level, sib)
+            else:
+                yield log.edge(sib << level)
+        for level in range(inner, size.bit_length()):
+            if index >> level & 1:
+                yield log.node(level, (index >> level) ^ 1)
+
+    def __len__(self) -> int:
+        inner = (self._index ^ (self._size - 1)).bit_length()
+        return inner + (self._index >> inner).bit_count()
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
+        return tuple(self)[i]
 
 
 def run_log_evidence(
@@ -168,25 +262,28 @@ def run_log_evidence(
     opened = [_open(f, verifiers, origin) for f in checkpoints]
     first = checkpoints[0].record
     base = CompactTree(first.start, list(first.prefix))
-    tree = base.copy()
-    listed: list[bytes] = []
-    for found in checkpoints:
+    log = _LogBuilder(base)
+    for found, cp in zip(checkpoints, opened, strict=True):
         rec = found.record
-        if rec.start != tree.size or list(rec.prefix) != tree.hashes:
+        if rec.start != log.size or list(rec.prefix) != log.stack:
             raise LogError(
                 f"L4 consistency: checkpoint record {found.obj} starts at leaf {rec.start} on "
-                f"another tree than the previous record ended ({tree.size} leaves): a checkpoint "
+                f"another tree than the previous record ended ({log.size} leaves): a checkpoint "
                 "is missing, or the log forked",
                 checkpoint=found.obj,
             )
-        tree.extend(rec.leaves)
-        listed.extend(rec.leaves)
-    size = tree.size
+        log.extend(rec.leaves)
+        if log.root() != cp.root:
+            raise LogError(
+                f"L1 signature: checkpoint record {found.obj}: leaves {rec.start}..{rec.end - 1} "
+                f"do not grow the tree to the signed root of {cp.origin}@{cp.size}",
+                checkpoint=found.obj,
+            )
+    size = log.size
     last = checkpoints[-1]
     index_of: dict[bytes, int] = {}
-    for i, h in enumerate(listed):
+    for i, h in enumerate(log.leaves):
         index_of.setdefault(h, base.size + i)
-    node = compact_source(base, listed)
     proofs: list[LeafProof] = []
     prev = -1
     for rl in leaves:
@@ -202,9 +299,9 @@ def run_log_evidence(
                 checkpoint=last.obj,
             )
         prev = idx
-        proofs.append(LeafProof(rl.seq, idx, tuple(fast_inclusion_proof(idx, size, node)), rl.obj))
+        proofs.append(LeafProof(rl.seq, idx, _LazyProof(idx, size, log), rl.obj))
     others: list[tuple[str, tuple[bytes, ...]]] = []
     for found, cp in zip(checkpoints[:-1], opened[:-1], strict=True):
         if cp.size > base.size:
-            others.append((found.record.note, tuple(consistency_proof(cp.size, size, node))))
+            others.append((found.record.note, tuple(consistency_proof(cp.size, size, log.node))))
     return RunLogEvidence(origin, last.record.note, tuple(proofs), tuple(others), last.obj)

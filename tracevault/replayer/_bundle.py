@@ -246,7 +246,7 @@ def _put_log(w: _Writer, run: LoadedRun, evidence: RunLogEvidence) -> None:
         p = proofs[sealed.seq]
         w.put(
             _proof_name(sealed.seq),
-            TlogProof(p.index, p.proof, evidence.checkpoint).encode().encode(),
+            TlogProof(p.index, tuple(p.proof), evidence.checkpoint).encode().encode(),
         )
     w.put(
         "log/consistency.jsonl",

@@ -22,7 +22,7 @@ from tracevault.log import (
     RunLeaf,
     RunLogEvidence,
     check_run_log,
-    leaf_hash,
+    leaf_hasher,
     load_verifiers,
     load_witness_verifiers,
     run_log_evidence,
@@ -81,11 +81,9 @@ def run_evidence(run: LoadedRun, verifiers: Sequence[NoteVerifier]) -> RunLogEvi
         return run.log_evidence
     if run.log_origin is None or not run.log_checkpoints:
         return None
-    rows = run.records.rows
-    leaves = [
-        RunLeaf(r["seq"], leaf_hash(run.run_id, r["seq"], r["hash"]), run.objects[i])
-        for i, r in enumerate(rows)
-    ]
+    rows, objects = run.records.rows, run.objects
+    leaf = leaf_hasher(run.run_id)
+    leaves = [RunLeaf(r["seq"], leaf(r["seq"], r["hash"]), objects[i]) for i, r in enumerate(rows)]
     return run_log_evidence(run.log_origin, run.run_id, leaves, run.log_checkpoints, verifiers)
 
 
