@@ -17,6 +17,7 @@ bundles"):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
@@ -170,13 +171,14 @@ class _LogBuilder:
 
     def extend(self, leaves: Sequence[bytes]) -> None:
         memo, stack, size = self.memo, self.stack, self.size
+        sha, pop, push = hashlib.sha256, stack.pop, stack.append
         for leaf in leaves:
             cur, level = leaf, 0
             while size >> level & 1:
-                cur = hash_children(stack.pop(), cur)
+                cur = sha(b"\x01" + pop() + cur).digest()  # hash_children, inlined: per leaf
                 level += 1
                 memo[(level, size >> level)] = cur
-            stack.append(cur)
+            push(cur)
             size += 1
         self.leaves.extend(leaves)
         self.size = size
@@ -285,6 +287,7 @@ def run_log_evidence(
     for i, h in enumerate(log.leaves):
         index_of.setdefault(h, base.size + i)
     proofs: list[LeafProof] = []
+    add = proofs.append
     prev = -1
     for rl in leaves:
         idx = index_of.get(rl.leaf, -1)
@@ -299,9 +302,12 @@ def run_log_evidence(
                 checkpoint=last.obj,
             )
         prev = idx
-        proofs.append(LeafProof(rl.seq, idx, _LazyProof(idx, size, log), rl.obj))
+        add(LeafProof(rl.seq, idx, _LazyProof(idx, size, log), rl.obj))
+    # Every record's root was reproduced above from one sequence of leaves, so they are all
+    # consistent with one another; the oldest one goes to L4 with its proof, for
+    # check_run_log (and a bundle's reader) to check the log did not fork since it.
     others: list[tuple[str, tuple[bytes, ...]]] = []
-    for found, cp in zip(checkpoints[:-1], opened[:-1], strict=True):
-        if cp.size > base.size:
-            others.append((found.record.note, tuple(consistency_proof(cp.size, size, log.node))))
+    if len(checkpoints) > 1 and opened[0].size > base.size:
+        proof = consistency_proof(opened[0].size, size, log.node)
+        others.append((checkpoints[0].record.note, tuple(proof)))
     return RunLogEvidence(origin, last.record.note, tuple(proofs), tuple(others), last.obj)
