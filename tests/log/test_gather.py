@@ -139,3 +139,26 @@ def test_witness_keys_load_inline_and_from_a_file(tmp_path) -> None:
     assert [(v.name, v.key_id) for v in got] == [(a.name, a.key_id), (b.name, b.key_id)]
     with pytest.raises(ConfigError):
         load_witness_verifiers(["not-a-key"])
+
+
+def test_l2_over_ranges_names_each_altered_seq() -> None:
+    """Ranges of consecutive leaves are proven by subtree; any one altered event is still
+    named by its own seq, wherever it sits in a range."""
+    key = Ed25519Signer.generate("tv.test")
+    events, run = _run(23)
+    other = _leaves(6, b"other")
+    listed = [
+        other[0],
+        *[r.leaf for r in run[:17]],
+        other[1],
+        other[2],
+        *[r.leaf for r in run[17:]],
+    ]
+    found = _records(key, [listed[:9], listed[9:20], [*listed[20:], *other[3:]]])
+    ev = run_log_evidence(ORIGIN, "run-1", run, found, [key.verifier])
+    check_run_log("run-1", events, ev, [key.verifier])
+    for seq in range(23):
+        bad = list(events)
+        bad[seq] = RunEvent(seq, b"\x09" * 32, finishes=bad[seq].finishes)
+        with pytest.raises(LogError, match=f"L2 inclusion: run run-1 seq {seq} in r{seq} "):
+            check_run_log("run-1", bad, ev, [key.verifier])
