@@ -14,7 +14,7 @@ from tests.replayer.recording import seal
 from tests.replayer.topic_writer import publish
 from tracevault.cli import tracevault as main
 from tracevault.errors import LogError
-from tracevault.log import LOG_CHECKS, Ed25519Signer
+from tracevault.log import LOG_CHECKS, Ed25519Signer, sign_note, split_note
 from tracevault.replayer import export_bundle, load_run, verify, verify_bundle
 from tracevault.replayer._log import LogPolicy
 
@@ -116,3 +116,19 @@ def test_a_bundle_from_the_topic_carries_tlog_proofs_checked_offline(
                                     "--trusted-key", writer.vkey,
                                     "--witness-key", wit.verifier.vkey])  # fmt: skip
     assert res.exit_code == 1 and "0 trusted witness cosignature(s), 1 required" in res.output
+    # its cosignature, added at export, satisfies --min-witnesses offline
+    text, _ = split_note((out / "log" / "checkpoint").read_text())
+    cos = tmp_path / "cosigned.note"
+    cos.write_text(sign_note(text, [wit]))
+    res = _cli(settings, "export", "run-log-bundle", "--from", "topic", "-o",
+               str(tmp_path / "b2"), "--cosigned", str(cos))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["replay", "verify", "--bundle", str(tmp_path / "b2"),
+                                    "--json", "--trusted-key", writer.vkey,
+                                    "--witness-key", wit.verifier.vkey])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    other = Ed25519Signer.generate("tv.test-log")
+    cos.write_text(sign_note(text.replace("\n", "x\n", 1), [other]))
+    res = _cli(settings, "export", "run-log-bundle", "--from", "topic", "-o",
+               str(tmp_path / "b3"), "--cosigned", str(cos))  # fmt: skip
+    assert res.exit_code == 1 and "not the run's" in res.output

@@ -62,7 +62,7 @@ from tracevault.log._record import (
     VerifiedCheckpoint,
     is_checkpoint_record,
 )
-from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof
+from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof, with_cosignatures
 
 __all__ = [
     "FoundCheckpoint",
@@ -73,6 +73,7 @@ __all__ = [
     "fast_inclusion_proof",
     "load_witness_verifiers",
     "run_log_evidence",
+    "with_cosignatures",
     "LOG_CHECKS",
     "LeafProof",
     "RunEvent",

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from tracevault.errors import LogError
 from tracevault.log._merkle import HASH_SIZE
+from tracevault.log._note import split_note
 
-__all__ = ["TLOG_PROOF_HEADER", "TlogProof"]
+__all__ = ["TLOG_PROOF_HEADER", "TlogProof", "with_cosignatures"]
 
 TLOG_PROOF_HEADER = "c2sp.org/tlog-proof@v1"
 
@@ -69,3 +70,24 @@ def _b64(s: str, what: str, field: str) -> bytes:
         return base64.b64decode(s, validate=True)
     except binascii.Error:
         raise LogError(f"{what}: {field} {s[:40]!r} is not base64") from None
+
+
+def with_cosignatures(note: str, cosigned: str, what: str = "cosigned checkpoint") -> str:
+    """``note`` with the signature lines of ``cosigned``, another copy of the same checkpoint.
+
+    Why: witnesses return their cosignatures on the checkpoint they were shown; a bundle's
+    checkpoint must carry them so ``--min-witnesses`` can be checked offline. Only lines are
+    added (nothing is verified here; the verifier decides which keys it trusts), and only
+    from a copy whose text is exactly the same checkpoint.
+    """
+    text, sigs = split_note(note)
+    other_text, other_sigs = split_note(cosigned)
+    if other_text != text:
+        first = other_text.split("\n", 2)[:2]
+        raise LogError(
+            f"{what} is of checkpoint {'@'.join(first)}, not the run's "
+            f"{'@'.join(text.split(chr(10), 2)[:2])}"
+        )
+    have = {(s.name, s.key_id, s.signature) for s in sigs}
+    extra = [s for s in other_sigs if (s.name, s.key_id, s.signature) not in have]
+    return text + "\n" + "".join(s.line() for s in [*sigs, *extra])

@@ -26,6 +26,7 @@ then, and verifies as before without keys.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,6 +45,7 @@ from tracevault.log import (
     RunLogEvidence,
     TlogProof,
     split_note,
+    with_cosignatures,
 )
 from tracevault.replayer._archive import ReadableStore, load_from_archive
 from tracevault.replayer._checks import fail
@@ -123,16 +125,26 @@ def export_bundle(
     store: ReadableStore | None = None,
     progress: Callable[[int], None] | None = None,
     log: LogPolicy | None = None,
+    cosigned: Sequence[str] = (),
 ) -> VerifyReport:
     """Verify ``run`` and write its evidence bundle to ``out_dir`` (new or empty).
 
     ``store`` is where an archive-sourced run's segments and receipts are copied from. With
     ``log`` the signed log is checked first; the run's log evidence, when its source has
     any, goes into ``log/`` as C2SP tlog-proofs (checked or not: ``verify --bundle`` checks).
-    Raises ``ChainError``/``LogError`` (nothing written) if the run does not verify.
+    ``cosigned`` are witnesses' copies of that checkpoint: their cosignatures are added to
+    the bundle's. Raises ``ChainError``/``LogError`` (nothing written) if the run does not
+    verify.
     """
     report = verify(run, log=log)
     evidence = report.log_evidence or run_evidence(run, ())
+    if cosigned:
+        if evidence is None:
+            raise ConfigError("cosignatures given, but the run has no signed-log evidence")
+        note = evidence.checkpoint
+        for c in cosigned:
+            note = with_cosignatures(note, c)
+        evidence = dataclasses.replace(evidence, checkpoint=note)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(
             f"{out_dir} is not empty; export into a new folder (evidence is never overwritten)"

@@ -397,6 +397,14 @@ def diff_cmd(
 @click.option("--content", is_flag=True, help="With --otel: include messages and tool I/O.")
 @click.option("--since", help="With --otel: every run archived from this UTC day (YYYY-MM-DD).")
 @click.option("--until", "until_", help="With --since: the last UTC day, inclusive [today].")
+@click.option(
+    "--cosigned",
+    "cosigned",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A witness's cosigned copy of the run's checkpoint: its cosignatures go into "
+    "the bundle (repeatable).",
+)
 @_FROM
 @_log_options
 @_JSON
@@ -410,6 +418,7 @@ def export_cmd(
     content: bool,
     since: str | None,
     until_: str | None,
+    cosigned: tuple[Path, ...],
     source: str,
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
@@ -464,6 +473,7 @@ def export_cmd(
                 store=store,
                 progress=lambda n: progress.advance(task, n),
                 log=policy,
+                cosigned=[p.read_text(encoding="utf-8") for p in cosigned],
             )
     finally:
         if store is not None:
