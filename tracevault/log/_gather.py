@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import NamedTuple, overload
 
 from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
@@ -52,9 +52,11 @@ class FoundCheckpoint:
     obj: str
 
 
-@dataclass(frozen=True, slots=True)
-class RunLeaf:
-    """One of the run's records as read: its seq, its leaf hash and where it was."""
+class RunLeaf(NamedTuple):
+    """One of the run's records as read: its seq, its leaf hash and where it was.
+
+    A named tuple, not a dataclass: a reader makes one per event of a run.
+    """
 
     seq: int
     leaf: bytes
