@@ -132,3 +132,14 @@ def test_a_bundle_from_the_topic_carries_tlog_proofs_checked_offline(
     res = _cli(settings, "export", "run-log-bundle", "--from", "topic", "-o",
                str(tmp_path / "b3"), "--cosigned", str(cos))  # fmt: skip
     assert res.exit_code == 1 and "not the run's" in res.output
+
+
+def test_a_run_in_progress_verifies_without_l3_unless_required(settings, writer) -> None:
+    writer.publish(seal(recorded("run-log-live"))[:5])  # no RUN_FINISHED yet
+    run = load_run(settings, "run-log-live", source="topic", with_log=True)
+    report = verify(run, log=_policy(settings, writer.vkey))
+    assert report.log_checked and not report.finished
+    assert report.checks[2].startswith("L3 end: not required")
+    assert any("no RUN_FINISHED in the signed log yet" in w for w in report.warnings)
+    with pytest.raises(LogError, match="L3 end: run run-log-live has no RUN_FINISHED"):
+        verify(run, log=_policy(settings, writer.vkey), require_finished=True)
