@@ -138,7 +138,7 @@ def check_log(
         min_witnesses=policy.min_witnesses,
         require_finished=need_end,
     )
-    checks = [f"{c} [{cp.origin}@{cp.size}]" if c.startswith("L1") else c for c in LOG_CHECKS]
+    checks = list(LOG_CHECKS)  # the checkpoint they held against: VerifyReport.checkpoint
     warnings: list[str] = []
     if not need_end:
         checks[2] = "L3 end: not required (the source says the run is still in progress)"
