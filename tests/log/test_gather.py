@@ -162,3 +162,14 @@ def test_l2_over_ranges_names_each_altered_seq() -> None:
         bad[seq] = RunEvent(seq, b"\x09" * 32, finishes=bad[seq].finishes)
         with pytest.raises(LogError, match=f"L2 inclusion: run run-1 seq {seq} in r{seq} "):
             check_run_log("run-1", bad, ev, [key.verifier])
+
+
+def test_the_bulk_leaf_hasher_is_leaf_hash_and_names_what_does_not_fit() -> None:
+    from tracevault.log import leaf_hasher
+
+    leaf = leaf_hasher("run-é")
+    assert leaf(7, b"\x01" * 32) == leaf_hash("run-é", 7, b"\x01" * 32)
+    for seq, h, why in [(-1, b"\x01" * 32, "seq -1"), (1 << 64, b"\x01" * 32, "seq 1844"),
+                        (1, b"\x01", "not 32 bytes")]:  # fmt: skip
+        with pytest.raises(LogError, match=why):
+            leaf(seq, h)

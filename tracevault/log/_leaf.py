@@ -47,8 +47,11 @@ def leaf_hasher(run_id: str) -> Callable[[int, bytes], bytes]:
     pack, sha = _U64.pack, hashlib.sha256
 
     def leaf(seq: int, chain_hash: bytes) -> bytes:
-        if len(chain_hash) != HASH_SIZE or not 0 <= seq < 1 << 64:
-            return leaf_hash(run_id, seq, chain_hash)  # raises, naming what does not fit
-        return sha(prefix + pack(seq) + chain_hash).digest()
+        if len(chain_hash) == HASH_SIZE:
+            try:
+                return sha(prefix + pack(seq) + chain_hash).digest()
+            except struct.error:
+                pass  # a seq that does not fit: leaf_hash names it
+        return leaf_hash(run_id, seq, chain_hash)
 
     return leaf
