@@ -12,8 +12,21 @@ from tracevault.log._evidence import (
     RunLogEvidence,
     check_run_log,
 )
-from tracevault.log._keys import LOG_KEY_ENV, load_signer, load_verifiers, write_private_key
-from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash
+from tracevault.log._gather import (
+    FoundCheckpoint,
+    RunLeaf,
+    compact_source,
+    fast_inclusion_proof,
+    run_log_evidence,
+)
+from tracevault.log._keys import (
+    LOG_KEY_ENV,
+    load_signer,
+    load_verifiers,
+    load_witness_verifiers,
+    write_private_key,
+)
+from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, leaf_hasher
 from tracevault.log._merkle import (
     EMPTY_ROOT,
     CompactTree,
@@ -49,8 +62,18 @@ from tracevault.log._record import (
     VerifiedCheckpoint,
     is_checkpoint_record,
 )
+from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof, with_cosignatures
 
 __all__ = [
+    "FoundCheckpoint",
+    "RunLeaf",
+    "TLOG_PROOF_HEADER",
+    "TlogProof",
+    "compact_source",
+    "fast_inclusion_proof",
+    "load_witness_verifiers",
+    "run_log_evidence",
+    "with_cosignatures",
     "LOG_CHECKS",
     "LeafProof",
     "RunEvent",
@@ -80,6 +103,7 @@ __all__ = [
     "key_id",
     "leaf_data",
     "leaf_hash",
+    "leaf_hasher",
     "list_source",
     "load_signer",
     "load_verifiers",

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tracevault.errors import ConfigError
-from tracevault.log._note import Ed25519Signer, Ed25519Verifier, parse_vkey
+from tracevault.log._note import Ed25519Signer, Ed25519Verifier, NoteVerifier, parse_vkey
 
-__all__ = ["LOG_KEY_ENV", "load_signer", "load_verifiers", "write_private_key"]
+__all__ = [
+    "LOG_KEY_ENV",
+    "load_signer",
+    "load_verifiers",
+    "load_witness_verifiers",
+    "write_private_key",
+]
 
 LOG_KEY_ENV = "TRACEVAULT_LOG_KEY"
 
@@ -52,9 +58,9 @@ def write_private_key(path: str | Path, signer: Ed25519Signer) -> None:
         f.write(signer.skey + "\n")
 
 
-def load_verifiers(vkeys: Iterable[str]) -> list[Ed25519Verifier]:
-    """Parse vkeys given inline or as ``@file`` (one per line, ``#`` comments)."""
-    out: list[Ed25519Verifier] = []
+def _key_lines(vkeys: Iterable[str]) -> list[str]:
+    """Vkeys given inline or as ``@file`` (one per line, ``#`` comments), one string each."""
+    out: list[str] = []
     for item in vkeys:
         if item.startswith("@"):
             path = Path(item[1:])
@@ -62,7 +68,25 @@ def load_verifiers(vkeys: Iterable[str]) -> list[Ed25519Verifier]:
                 lines = path.read_text().splitlines()
             except OSError as e:
                 raise ConfigError(f"cannot read verifier keys from {path}: {e}") from None
-            out.extend(parse_vkey(x) for x in lines if x.strip() and not x.startswith("#"))
+            out.extend(x for x in lines if x.strip() and not x.startswith("#"))
         else:
-            out.append(parse_vkey(item))
+            out.append(item)
     return out
+
+
+def load_verifiers(vkeys: Iterable[str]) -> list[Ed25519Verifier]:
+    """Parse vkeys given inline or as ``@file`` (one per line, ``#`` comments)."""
+    return [parse_vkey(x) for x in _key_lines(vkeys)]
+
+
+def load_witness_verifiers(vkeys: Iterable[str]) -> list[NoteVerifier]:
+    """Witness keys, inline or ``@file``: what ``check_run_log(witnesses=...)`` takes.
+
+    A witness cosigns with C2SP tlog-cosignature (type 0x04) or signs like a log (0x01);
+    ``tracevault.log.parse_witness_vkey`` reads both when it exists, else only Ed25519 note
+    keys are read (docs/log.md, "Verify and bundles").
+    """
+    from tracevault import log  # noqa: PLC0415 - the parser may be added beside us
+
+    parse: Callable[[str], NoteVerifier] = getattr(log, "parse_witness_vkey", parse_vkey)
+    return [parse(x) for x in _key_lines(vkeys)]

@@ -7,12 +7,14 @@ and still match the leaf, and the chain hash covers the exact raw bytes.
 
 from __future__ import annotations
 
+import hashlib
 import struct
+from collections.abc import Callable
 
 from tracevault.errors import LogError
 from tracevault.log._merkle import HASH_SIZE, hash_leaf
 
-__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash"]
+__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash", "leaf_hasher"]
 
 LEAF_DOMAIN = b"tracevault/v1/leaf\x00"
 _U16 = struct.Struct(">H")
@@ -34,3 +36,22 @@ def leaf_data(run_id: str, seq: int, chain_hash: bytes) -> bytes:
 
 def leaf_hash(run_id: str, seq: int, chain_hash: bytes) -> bytes:
     return hash_leaf(leaf_data(run_id, seq, chain_hash))
+
+
+def leaf_hasher(run_id: str) -> Callable[[int, bytes], bytes]:
+    """``leaf_hash`` for one run, its prefix built once: a run's leaves are hashed in bulk."""
+    rid = run_id.encode("utf-8")
+    if len(rid) > 0xFFFF:
+        raise LogError(f"run id of {len(rid)} bytes does not fit a leaf")
+    prefix = b"\x00" + LEAF_DOMAIN + _U16.pack(len(rid)) + rid
+    pack, sha = _U64.pack, hashlib.sha256
+
+    def leaf(seq: int, chain_hash: bytes) -> bytes:
+        if len(chain_hash) == HASH_SIZE:
+            try:
+                return sha(prefix + pack(seq) + chain_hash).digest()
+            except struct.error:
+                pass  # a seq that does not fit: leaf_hash names it
+        return leaf_hash(run_id, seq, chain_hash)
+
+    return leaf
