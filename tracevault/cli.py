@@ -37,6 +37,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
+    "keys": ("tracevault.log.commands:keys", "make log and witness keys, print their vkeys"),
 }
 
 

@@ -137,19 +137,11 @@ class Ed25519Signer:
     @classmethod
     def from_skey(cls, text: str) -> Ed25519Signer:
         """Parse ``PRIVATE+KEY+name+id+base64(0x01 ‖ seed)`` and check its id."""
-        parts = text.strip().split("+", 4)  # base64 may hold "+"
-        if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
-            raise ConfigError("a log private key reads PRIVATE+KEY+<name>+<id>+<key>")
-        name, hexid, blob = parts[2], parts[3], parts[4]
-        try:
-            raw = base64.b64decode(blob, validate=True)
-        except binascii.Error as e:
-            raise ConfigError(f"private key of {name!r} is not base64: {e}") from None
+        name, hexid, raw = key_fields(text, private=True, what="a log private key")
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise ConfigError(f"private key of {name!r} is not an Ed25519 (type 0x01) key")
         signer = cls(name, raw[1:])
-        if signer.key_id.hex() != hexid.lower():
-            raise ConfigError(f"private key of {name!r} has id {hexid}, its key says otherwise")
+        check_key_id(name, hexid, signer.key_id, "private key")
         return signer
 
     @property
@@ -176,20 +168,33 @@ class Ed25519Signer:
 
 def parse_vkey(text: str) -> Ed25519Verifier:
     """Parse ``name+id+base64(0x01 ‖ public key)``; the id must match the key."""
-    parts = text.strip().split("+", 2)  # base64 may hold "+"
-    if len(parts) != 3:
-        raise ConfigError(f"verifier key {text!r} does not read <name>+<id>+<key>")
-    name, hexid, blob = parts
-    try:
-        raw = base64.b64decode(blob, validate=True)
-    except binascii.Error as e:
-        raise ConfigError(f"verifier key of {name!r} is not base64: {e}") from None
+    name, hexid, raw = key_fields(text, private=False, what="a verifier key")
     if len(raw) != 33 or raw[0] != ALG_ED25519:
         raise ConfigError(f"verifier key of {name!r} is not an Ed25519 (type 0x01) key")
     verifier = Ed25519Verifier(name, raw[1:])
-    if verifier.key_id.hex() != hexid.lower():
-        raise ConfigError(f"verifier key of {name!r} has id {hexid}, its key says otherwise")
+    check_key_id(name, hexid, verifier.key_id, "verifier key")
     return verifier
+
+
+def key_fields(text: str, *, private: bool, what: str) -> tuple[str, str, bytes]:
+    """(name, hex id, type byte ‖ key) of ``[PRIVATE+KEY+]name+id+base64``, any key type."""
+    parts = text.strip().split("+", 4 if private else 2)  # base64 may hold "+"
+    if private and (len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY"):
+        raise ConfigError(f"{what} reads PRIVATE+KEY+<name>+<id>+<key>")
+    if not private and len(parts) != 3:
+        raise ConfigError(f"{what} {text!r} does not read <name>+<id>+<key>")
+    name, hexid, blob = parts[-3:]
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except binascii.Error as e:
+        raise ConfigError(f"{what} of {name!r} is not base64: {e}") from None
+    return name, hexid, raw
+
+
+def check_key_id(name: str, hexid: str, actual: bytes, what: str) -> None:
+    """A key's written id must be the one its name, type and key give (c2sp.org/signed-note)."""
+    if actual.hex() != hexid.lower():
+        raise ConfigError(f"{what} of {name!r} has id {hexid}, its key says otherwise")
 
 
 @dataclass(frozen=True, slots=True)
