@@ -38,6 +38,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
     "keys": ("tracevault.log.commands:keys", "make log and witness keys, print their vkeys"),
+    "witness": (
+        "tracevault.witness.commands:witness",
+        "check and cosign each partition log's checkpoints (service)",
+    ),
 }
 
 

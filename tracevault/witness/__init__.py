@@ -1,0 +1,1 @@
+"""The witness service: cosigns checkpoints it checked, refuses forks and rollbacks."""
