@@ -101,6 +101,9 @@ class Running:
     log: Partition
 
     def has(self, key_prefix: str) -> bool:
+        if self.proc.poll() is not None:  # died: fail now, with what it said
+            _, err = self.proc.communicate(timeout=10)
+            raise AssertionError(f"the witness exited with {self.proc.returncode}: {err}")
         return bool(self.store.list(key_prefix))
 
     def sample(self, kind: str) -> float:
@@ -167,7 +170,11 @@ def test_witness_refuses_fork_and_rollback_and_cosigns_the_genuine_log(witness: 
     wait_until(lambda: witness.has(refusals), timeout=30, what="the fork refused")
     # rollback: an older, smaller tree, never cosigned
     log.fork("rolled-back").append(4)
-    wait_until(lambda: len(store.list(refusals)) == 2, timeout=30, what="the rollback refused")
+    wait_until(
+        lambda: witness.has(refusals) and len(store.list(refusals)) == 2,
+        timeout=30,
+        what="the rollback refused",
+    )
     # the genuine log goes on and is still cosigned
     last = log.append(2)
     wait_until(lambda: witness.has(checkpoint_key(log.origin, 7)), timeout=30, what="cosign @7")

@@ -6,6 +6,7 @@ would write, hands them to the follower's ``handle``, and reads back what the wi
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from datetime import timedelta
@@ -134,13 +135,17 @@ def test_fork_at_the_same_size_is_refused_and_alerted(
 def test_a_bigger_forked_tree_fails_the_consistency_proof(
     env: tuple[WitnessFollower, Log, ObjectStore],
 ) -> None:
-    follower, log, _store = env
+    follower, log, store = env
     follower.handle(0, log.batch(6))
     fork = Log(log.signer, tag="fork")
     fork.batch(6)
     got = follower.handle(0, fork.batch(3))  # starts at 6 like the genuine one, other prefix
-    assert isinstance(got, Refused) and got.kind == "fork"
+    assert isinstance(got, Refused) and got.kind == "fork" and got.alert
     assert "not consistent" in str(got)
+    # the refusal keeps the whole record: the signed note and the leaves that prove the fork
+    [kept] = _refusals(store)
+    rec = CheckpointRecord.decode(base64.b64decode(str(kept["record_b64"])))
+    assert rec.verify([log.signer.verifier]).checkpoint.size == 9
     # the genuine log goes on being cosigned
     ok = follower.handle(0, log.batch(3))
     assert isinstance(ok, Cosigned) and ok.size == 9
@@ -202,12 +207,17 @@ def test_add_checkpoint_checks_the_proof_it_is_given(
     with pytest.raises(Refused, match="this witness is at 4") as conflict:
         w.add_checkpoint(note, 3, [])
     assert conflict.value.kind == "conflict" and conflict.value.size == 4
-    with pytest.raises(Refused) as fork:
+    assert conflict.value.status == 409
+    # a proof a caller sent that fails is a bad proof (422), not an alert: anyone can send one
+    with pytest.raises(Refused) as bad:
         w.add_checkpoint(note, 4, [b"\x01" * 32])
-    assert fork.value.kind == "fork"
+    assert (bad.value.kind, bad.value.status, bad.value.alert) == ("proof", 422, False)
+    with pytest.raises(Refused) as too_big:
+        w.add_checkpoint(note, 9, [])
+    assert too_big.value.status == 400
     with pytest.raises(Refused) as sig:
         w.add_checkpoint(note.replace("\n8\n", "\n9\n"), 4, [])
-    assert sig.value.kind == "signature"
+    assert (sig.value.kind, sig.value.status) == ("signature", 403)
 
 
 def test_a_witness_needs_a_trusted_log_key(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ Store layout (every object immutable, written once)::
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -48,18 +49,19 @@ _SIZE_DIGITS = 20
 
 
 class Refused(Exception):
-    """The witness did not cosign. ``kind``: signature, conflict, fork, rollback, gap.
+    """The witness did not cosign. ``kind``: signature, conflict, proof, fork, rollback, gap.
 
     ``fork`` and ``rollback`` are alerts (the log key signed two histories); the others are
-    bad or unusable input. ``size`` is the witness's own size for the origin (tlog-witness
-    answers a conflict with it).
+    bad or unusable input. ``size`` is the witness's own size for the origin, and ``status``
+    the answer C2SP tlog-witness gives (409 comes with ``size``; 422: the proof failed).
     """
 
-    def __init__(self, kind: str, origin: str, message: str, size: int) -> None:
+    def __init__(self, kind: str, origin: str, message: str, size: int, status: int) -> None:
         super().__init__(message)
         self.kind = kind
         self.origin = origin
         self.size = size
+        self.status = status
 
     @property
     def alert(self) -> bool:
@@ -159,19 +161,44 @@ class Witness:
         text, _ = open_note(note, [self.signer.verifier])
         return Checkpoint.parse(text)
 
-    def add_checkpoint(self, note: str, old_size: int, proof: Sequence[bytes]) -> Cosigned:
-        """Cosign ``note`` if it extends the last cosigned checkpoint; else :class:`Refused`."""
+    def add_checkpoint(
+        self,
+        note: str,
+        old_size: int,
+        proof: Sequence[bytes],
+        *,
+        proof_from_log: bool = False,
+        evidence: bytes | None = None,
+    ) -> Cosigned:
+        """Cosign ``note`` if it extends the last cosigned checkpoint; else :class:`Refused`.
+
+        A proof that fails is a ``fork`` (an alert) only when ``proof_from_log``: computed from
+        data the log key signed (a checkpoint record), so the signed tree does not extend the
+        cosigned one. A proof a caller sent is only a bad proof (``proof``, 422): anyone can
+        send a public checkpoint with garbage. ``evidence`` (the record) is kept with a refusal.
+        """
         with self._lock:
             try:
                 text, _ = open_note(note, self.log_keys)
                 cp = Checkpoint.parse(text)
             except LogError as e:
                 raise self._refuse(
-                    "signature", "?", 0, f"not a trusted checkpoint: {e}", note
+                    "signature", "?", 0, f"not a trusted checkpoint: {e}", note, status=403
                 ) from None
-            return self._decide(cp, note, old_size, proof)
+            return self._decide(
+                cp, note, old_size, proof, proof_from_log=proof_from_log, evidence=evidence
+            )
 
-    def _decide(self, cp: Checkpoint, note: str, old_size: int, proof: Sequence[bytes]) -> Cosigned:
+    def _decide(
+        self,
+        cp: Checkpoint,
+        note: str,
+        old_size: int,
+        proof: Sequence[bytes],
+        *,
+        proof_from_log: bool,
+        evidence: bytes | None,
+    ) -> Cosigned:
         latest = self.latest(cp.origin)
         size, root = latest if latest is not None else (0, b"")
         where = f"{cp.origin}@{cp.size}"
@@ -188,6 +215,7 @@ class Witness:
                     f"{where} has root {cp.root.hex()[:16]}…, this witness cosigned "
                     f"{seen.root.hex()[:16]}… for that size: the log forked",
                     note,
+                    evidence=evidence,
                 )
             raise self._refuse(
                 "rollback",
@@ -196,6 +224,15 @@ class Witness:
                 f"{where} is older than {cp.origin}@{size}, the last checkpoint this "
                 "witness cosigned: the log was rolled back",
                 note,
+                evidence=evidence,
+            )
+        if old_size > cp.size:
+            raise Refused(
+                "conflict",
+                cp.origin,
+                f"old size {old_size} is larger than the checkpoint's {cp.size}",
+                size,
+                400,
             )
         if old_size != size:
             raise self._refuse(
@@ -204,17 +241,20 @@ class Witness:
                 size,
                 f"{where}: proof from size {old_size}, but this witness is at {size}",
                 note,
+                evidence=evidence,
             )
         try:
             verify_consistency(size, cp.size, proof, root if latest else b"", cp.root)
         except LogError as e:
             raise self._refuse(
-                "fork",
+                "fork" if proof_from_log else "proof",
                 cp.origin,
                 size,
                 f"{where} is not consistent with {cp.origin}@{size} that this witness "
                 f"cosigned: {e}",
                 note,
+                status=422,
+                evidence=evidence,
             ) from None
         cosigned = add_cosignature(note, self.signer)
         self.store.put(
@@ -235,7 +275,17 @@ class Witness:
             latest = self.latest(origin) if origin != "?" else None
             return self._refuse(kind, origin, latest[0] if latest else 0, message, note)
 
-    def _refuse(self, kind: str, origin: str, size: int, message: str, note: str) -> Refused:
+    def _refuse(
+        self,
+        kind: str,
+        origin: str,
+        size: int,
+        message: str,
+        note: str,
+        *,
+        status: int = 409,
+        evidence: bytes | None = None,
+    ) -> Refused:
         """Log, count and keep the refusal; an alert when the log key signed two histories."""
         self.metrics.refused.labels(origin, kind).inc()
         if kind in ALERT_KINDS:
@@ -251,6 +301,8 @@ class Witness:
             "note": note,
             "time": datetime.fromtimestamp(now, UTC).isoformat(),
         }
+        if evidence is not None:
+            record["record_b64"] = base64.b64encode(evidence).decode()
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         key = f"{origin_prefix(origin)}refusal/{stamp}-{kind}-{size}"
         if kind != "signature":  # anyone can send a bad note: counted, never stored
@@ -259,4 +311,4 @@ class Witness:
                 json.dumps(record, sort_keys=True).encode(),
                 retain_until=self._until(),
             )
-        return Refused(kind, origin, message, size)
+        return Refused(kind, origin, message, size, status)

@@ -84,7 +84,9 @@ class WitnessFollower:
             if latest is not None and size < rec.end:
                 src = compact_range_source(rec.start, rec.prefix, rec.leaves)
                 proof = consistency_proof(size, rec.end, src)
-            return self.witness.add_checkpoint(rec.note, size, proof)
+            return self.witness.add_checkpoint(
+                rec.note, size, proof, proof_from_log=True, evidence=value
+            )
         except Refused as r:
             return r
 

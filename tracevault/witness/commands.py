@@ -85,6 +85,17 @@ def witness() -> None:
     help="Serve /metrics and /healthz here [env TRACEVAULT_WITNESS_METRICS_PORT].",
 )
 @click.option("--group-id", help="Kafka consumer group [default tracevault-witness.<prefix>].")
+@click.option(
+    "--listen-port",
+    type=int,
+    help="Also serve C2SP tlog-witness POST /add-checkpoint on this port [off].",
+)
+@click.option(
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Follow <prefix>.sealed (--no-follow: only /add-checkpoint).",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -93,6 +104,8 @@ def run(
     log_vkeys: tuple[str, ...],
     metrics_port: int | None,
     group_id: str | None,
+    listen_port: int | None,
+    follow: bool,
 ) -> None:
     """Follow the sealed topic and cosign its checkpoints (service).
 
@@ -101,7 +114,10 @@ def run(
     from tracevault.consumer._liveness import Health, serve, stop_on_signals  # noqa: PLC0415
     from tracevault.witness._core import Witness  # noqa: PLC0415
     from tracevault.witness._follow import WitnessFollower  # noqa: PLC0415 - Kafka import
+    from tracevault.witness._http import serve_add_checkpoint  # noqa: PLC0415
 
+    if not follow and listen_port is None:
+        raise ConfigError("--no-follow needs --listen-port: the witness would do nothing")
     settings = settings_from(
         ctx,
         witness_key_file=key_file,
@@ -122,14 +138,20 @@ def run(
     if settings.witness_metrics_port is not None:
         port = serve(settings.witness_metrics_port, w.metrics.registry, health)
         stderr.print(f"metrics on http://0.0.0.0:{port}/metrics, health on /healthz")
+    if listen_port is not None:
+        server = serve_add_checkpoint(w, listen_port)
+        stderr.print(f"add-checkpoint on http://0.0.0.0:{server.server_port}/add-checkpoint")
     stop = threading.Event()
     undo = stop_on_signals(stop.set, "witness")
-    stderr.print(
-        f"witness {signer.name} ({signer.verifier.vkey}) following "
-        f"{settings.topics.sealed}, storing in {store.url}"
-    )
+    what = f"following {settings.topics.sealed}" if follow else "serving add-checkpoint"
+    stderr.print(f"witness {signer.name} ({signer.verifier.vkey}) {what}, store {store.url}")
     try:
-        follower.run(stop, health)
+        if follow:
+            follower.run(stop, health)
+        else:
+            health.state = "serving"
+            while not stop.wait(1.0):
+                health.progressed()
     finally:
         undo()
         store.close()
