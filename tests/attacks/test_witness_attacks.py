@@ -181,7 +181,8 @@ def test_witness_refuses_fork_and_rollback_and_cosigns_the_genuine_log(witness: 
 
     kinds = sorted(json.loads(store.get(o.key))["kind"] for o in store.list(refusals))
     assert kinds == ["fork", "rollback"]
-    assert [o.key.rsplit("/", 1)[1] for o in store.list(cp)] == [f"{s:020d}" for s in (3, 5, 7)]
+    sizes = [int(o.key.rsplit("/", 1)[1]) for o in store.list(cp)]
+    assert sizes[-2:] == [5, 7] and set(sizes) <= {3, 5, 7}  # 3 and 5 may come in one poll
     assert witness.sample("fork") == 1 and witness.sample("rollback") == 1
     health = urllib.request.urlopen(witness.metrics + "/healthz", timeout=5)
     assert health.status == 200

@@ -29,6 +29,7 @@ from tracevault.log import (
     open_note,
     sign_note,
 )
+from tracevault.witness import cosigned_checkpoint, cosigned_sizes
 from tracevault.witness._core import Cosigned, Refused, Witness, checkpoint_key, origin_prefix
 from tracevault.witness._follow import WitnessFollower
 
@@ -88,6 +89,28 @@ def test_cosigns_each_extension_and_stores_it(
     assert [o.key.rsplit("/", 1)[1] for o in store.list(origin_prefix(ORIGIN))] == [
         f"{s:020d}" for s in (3, 4, 8, 16)
     ]
+
+
+def test_a_poll_of_chained_records_costs_one_cosignature(
+    env: tuple[WitnessFollower, Log, ObjectStore],
+) -> None:
+    follower, log, store = env
+    follower.handle(0, log.batch(2))
+    batch = [(0, log.batch(n)) for n in (3, 1, 4)]
+    [got] = follower.handle_batch(batch)
+    assert isinstance(got, Cosigned) and got.new and got.size == 10
+    assert [o.key.rsplit("/", 1)[1] for o in store.list(origin_prefix(ORIGIN))] == [
+        f"{s:020d}" for s in (2, 10)
+    ]
+    # a fork in the middle of a poll ends the chain: it is refused, the genuine ones cosigned
+    a = log.batch(2)
+    fork = Log(log.signer, tag="fork")
+    fork.batch(12)
+    forked = fork.batch(1)
+    b = log.batch(2)
+    got_all = follower.handle_batch([(0, a), (0, forked), (0, b)])
+    kinds = [g.kind if isinstance(g, Refused) else g.size for g in got_all]
+    assert kinds == [12, "fork", 14]
 
 
 def test_a_reread_record_is_not_cosigned_again(
@@ -242,3 +265,17 @@ def test_status_shows_sizes_and_refusals(
     assert [r["kind"] for r in doc[ORIGIN]["refusals"]] == ["fork"]
     res = CliRunner().invoke(tracevault, ["witness", "status", "--store", url], terminal_width=80)
     assert res.exit_code == 0 and "1 (fork)" in res.stdout
+
+
+def test_cosigned_checkpoint_finds_the_smallest_covering_size(
+    env: tuple[WitnessFollower, Log, ObjectStore],
+) -> None:
+    follower, log, store = env
+    for n in (3, 4):
+        follower.handle(0, log.batch(n))
+    assert cosigned_sizes(store, ORIGIN) == [3, 7]
+    note = cosigned_checkpoint(store, ORIGIN, 5)
+    assert note is not None
+    text, good = open_note(note, [log.signer.verifier, follower.witness.signer.verifier])
+    assert Checkpoint.parse(text).size == 7 and len(good) == 2
+    assert cosigned_checkpoint(store, ORIGIN, 8) is None

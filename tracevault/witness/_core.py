@@ -40,7 +40,17 @@ from tracevault.log import (
     verify_consistency,
 )
 
-__all__ = ["ALERT_KINDS", "Cosigned", "Refused", "Witness", "WitnessMetrics"]
+__all__ = [
+    "ALERT_KINDS",
+    "Cosigned",
+    "Refused",
+    "Witness",
+    "WitnessMetrics",
+    "checkpoint_key",
+    "cosigned_checkpoint",
+    "cosigned_sizes",
+    "origin_prefix",
+]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +123,26 @@ def checkpoint_key(origin: str, size: int) -> str:
     return f"{origin_prefix(origin)}checkpoint/{size:0{_SIZE_DIGITS}d}"
 
 
+def cosigned_sizes(store: ObjectStore, origin: str) -> list[int]:
+    """Every size the witness cosigned for ``origin``, ascending (one listing)."""
+    objs = store.list(f"{origin_prefix(origin)}checkpoint/")
+    return [int(o.key.rsplit("/", 1)[1]) for o in objs]
+
+
+def cosigned_checkpoint(store: ObjectStore, origin: str, min_size: int) -> str | None:
+    """The smallest cosigned checkpoint note of ``origin`` covering ``min_size`` leaves.
+
+    For a verifier that needs a witnessed checkpoint over a run whose last leaf is
+    ``min_size - 1``: it proves the run's leaves against this size. None if the witness has
+    cosigned nothing that large yet. The note is returned as stored; trust comes from
+    checking it with the log's and the witness's vkeys, never from the store.
+    """
+    for size in cosigned_sizes(store, origin):
+        if size >= min_size:
+            return store.get(checkpoint_key(origin, size)).decode()
+    return None
+
+
 class Witness:
     """Cosigns checkpoints of the logs its trusted keys sign; state lives in ``store``.
 
@@ -144,10 +174,10 @@ class Witness:
         """(size, root) of the last checkpoint cosigned for ``origin``, from the store once."""
         if origin in self._latest:
             return self._latest[origin]
-        objs = self.store.list(f"{origin_prefix(origin)}checkpoint/")
-        if not objs:
+        sizes = cosigned_sizes(self.store, origin)
+        if not sizes:
             return None
-        cp = self._stored(origin, int(objs[-1].key.rsplit("/", 1)[1]))
+        cp = self._stored(origin, sizes[-1])
         assert cp is not None
         self._latest[origin] = (cp.size, cp.root)
         return self._latest[origin]
