@@ -30,11 +30,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
 
 from tracevault.config import Settings
+from tracevault.consumer._liveness import Health, KafkaWatch
 from tracevault.errors import LogError, TraceVaultError
 from tracevault.log import (
     CheckpointRecord,
@@ -133,14 +133,18 @@ class WitnessFollower:
         except Refused as r:
             return r
 
-    def run(self, stop: threading.Event, health: Any = None) -> None:
+    def run(self, stop: threading.Event, health: Health | None = None) -> None:
         """Follow until ``stop`` is set; a record that fails is logged, never fatal."""
+        watch = KafkaWatch("witness")  # /healthz says 503 while no broker is reachable
+        if health is not None:
+            health.watch = watch
         conf = self.settings.kafka_config(
             **{
                 "group.id": self.group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
+                **watch.client_config(),
             }
         )
         consumer = Consumer(conf)
@@ -149,7 +153,6 @@ class WitnessFollower:
             while not stop.is_set():
                 msgs = consumer.consume(500, 0.5)
                 batch = [r for r in map(self._record, msgs) if r is not None]
-                handled = bool(batch)
                 if batch:
                     try:
                         self.handle_batch(batch)
@@ -159,10 +162,9 @@ class WitnessFollower:
                         raise
                 if msgs:
                     consumer.commit(asynchronous=False)
-                if health is not None:
+                if health is not None:  # a poll that returned, decided and committed
                     health.state = "following"
-                    if handled or not msgs:
-                        health.progressed()
+                    health.progressed()
         finally:
             consumer.close()
 
