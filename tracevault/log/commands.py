@@ -45,7 +45,7 @@ def keys() -> None:
       replay verify       --trusted-key <log vkey>
                           --witness-key <witness vkey> --min-witnesses 1
     The sequencer reads its private file: TRACEVAULT_LOG_KEY_FILE=<file>;
-    a witness its own: tracevault witness --key-file <file>.
+    a witness its own: tracevault witness run --key-file <file>.
 
     \b
     Rotation: generate a new key, give verifiers BOTH vkeys, then switch
@@ -95,7 +95,7 @@ def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
 @click.argument("source", metavar="FILE|-")
 @click.option("--json", "as_json", is_flag=True, help="Print name, key id, vkey as JSON.")
 def show(source: str, as_json: bool) -> None:
-    """Print the vkey of a private key file (or of a vkey), '-' for stdin.
+    """Print the vkey of a key file ('-': read the key from stdin).
 
     \b
     Example:

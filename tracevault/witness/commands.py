@@ -60,6 +60,8 @@ def witness() -> None:
       export TRACEVAULT_LOG_VKEYS=<the sequencer's log vkey>
       tracevault witness run --key-file witness.key \\
           --store file:///var/lib/tracevault-witness
+    A log can also push checkpoints with a consistency proof: add
+    --listen-port PORT (C2SP tlog-witness POST /add-checkpoint).
     Give verifiers the printed witness vkey:
       tracevault replay verify RUN --witness-key <vkey> --min-witnesses 1
     """
@@ -72,22 +74,25 @@ def witness() -> None:
     help="Witness private key file, mode 0600 [env TRACEVAULT_WITNESS_KEY_FILE; "
     "or the key itself in TRACEVAULT_WITNESS_KEY].",
 )
-@click.option("--store", "store_url", help=_STORE_HELP)
+@click.option("--store", "store_url", metavar="URL", help=_STORE_HELP)
 @click.option(
     "--log-vkey",
     "log_vkeys",
+    metavar="VKEY",
     multiple=True,
     help="Trusted log vkey (repeat, or @FILE) [default TRACEVAULT_LOG_VKEYS].",
 )
 @click.option(
     "--metrics-port",
     type=int,
+    metavar="PORT",
     help="Serve /metrics and /healthz here [env TRACEVAULT_WITNESS_METRICS_PORT].",
 )
 @click.option("--group-id", help="Kafka consumer group [default tracevault-witness.<prefix>].")
 @click.option(
     "--listen-port",
     type=int,
+    metavar="PORT",
     help="Also serve C2SP tlog-witness POST /add-checkpoint on this port [off].",
 )
 @click.option(
@@ -158,7 +163,7 @@ def run(
 
 
 @witness.command()
-@click.option("--store", "store_url", help=_STORE_HELP)
+@click.option("--store", "store_url", metavar="URL", help=_STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document for scripts.")
 @click.pass_context
 def status(ctx: click.Context, store_url: str | None, as_json: bool) -> None:
