@@ -38,6 +38,8 @@ def test_generate_writes_an_owner_only_key_and_prints_its_vkey(tmp_path: Path) -
     before = out.read_text()
     code, _ = _run("keys", "generate", "--name", "other", "--out", str(out))
     assert code == 2 and out.read_text() == before
+    code, _ = _run("keys", "generate", "--name", "tv", "--out", str(tmp_path / "no" / "k"))
+    assert code == 2  # a clear error, not a traceback
 
 
 def test_show_prints_the_vkey_of_a_file_or_stdin_and_json(tmp_path: Path) -> None:

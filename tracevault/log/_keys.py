@@ -70,6 +70,8 @@ def write_private_key(path: str | Path, signer: Ed25519Signer | CosignatureSigne
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise ConfigError(f"{p} exists; a private key is never overwritten") from None
+    except OSError as e:
+        raise ConfigError(f"cannot create key file {p}: {e.strerror}") from None
     with os.fdopen(fd, "w") as f:
         f.write(signer.skey + "\n")
 
