@@ -22,20 +22,14 @@ from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
     Ed25519PublicKey,
-)
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
 )
 
 from tracevault.errors import ConfigError, LogError
 from tracevault.log._note import (
     ALG_ED25519,
     NoteSigner,
+    SeedKey,
     Signature,
     check_key_id,
     key_fields,
@@ -120,63 +114,22 @@ class CosignatureVerifier:
         return True
 
 
-class CosignatureSigner:
+class CosignatureSigner(SeedKey):
     """A witness's signer: ``sign(body)`` returns ``u64 time ‖ Ed25519`` per cosignature/v1.
 
     ``clock`` (POSIX seconds) is injectable so a test can pin the timestamp.
     """
 
+    ALG = ALG_COSIGNATURE_V1
+
     def __init__(self, name: str, seed: bytes, clock: Callable[[], float] = time.time) -> None:
-        check_key_name(name)
-        if len(seed) != 32:
-            raise ConfigError(f"Ed25519 witness key of {name!r} is not a 32-byte seed")
-        self._name = name
-        self._key = Ed25519PrivateKey.from_private_bytes(seed)
+        super().__init__(name, seed)
         self._clock = clock
-        pub = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self._verifier = CosignatureVerifier(name, pub)
-
-    @classmethod
-    def generate(cls, name: str) -> CosignatureSigner:
-        seed = Ed25519PrivateKey.generate().private_bytes(
-            Encoding.Raw, PrivateFormat.Raw, NoEncryption()
-        )
-        return cls(name, seed)
-
-    @classmethod
-    def from_skey(cls, text: str) -> CosignatureSigner:
-        """Parse ``PRIVATE+KEY+name+id+base64(0x04 ‖ seed)`` and check its id.
-
-        A plain Ed25519 private key (type 0x01) is refused: one key, one role, so a log key
-        can never end up cosigning its own checkpoints.
-        """
-        name, hexid, raw = key_fields(text, private=True, what="a witness private key")
-        if len(raw) != 33 or raw[0] != ALG_COSIGNATURE_V1:
-            raise ConfigError(
-                f"private key of {name!r} is not a cosignature/v1 (type 0x04) witness key"
-                + (": it is a log key" if raw[:1] == bytes([ALG_ED25519]) else "")
-            )
-        signer = cls(name, raw[1:])
-        check_key_id(name, hexid, signer.key_id, "witness key")
-        return signer
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def key_id(self) -> bytes:
-        return self._verifier.key_id
+        self._verifier = CosignatureVerifier(name, self._public)
 
     @property
     def verifier(self) -> CosignatureVerifier:
         return self._verifier
-
-    @property
-    def skey(self) -> str:
-        seed = self._key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-        blob = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + seed).decode()
-        return f"PRIVATE+KEY+{self._name}+{self.key_id.hex()}+{blob}"
 
     def sign(self, message: bytes) -> bytes:
         ts = int(self._clock())
