@@ -10,6 +10,7 @@ from tracevault.errors import ConfigError, LogError
 from tracevault.log import (
     CheckpointRecord,
     CompactTree,
+    CosignatureSigner,
     Ed25519Signer,
     FoundCheckpoint,
     RunEvent,
@@ -132,13 +133,15 @@ def test_tlog_proof_text_round_trips_and_bad_text_is_named() -> None:
 
 
 def test_witness_keys_load_inline_and_from_a_file(tmp_path) -> None:
-    a, b = Ed25519Signer.generate("w1.example"), Ed25519Signer.generate("w2.example")
+    a, b = CosignatureSigner.generate("w1.example"), CosignatureSigner.generate("w2.example")
     f = tmp_path / "witnesses"
     f.write_text(f"# our witnesses\n{b.verifier.vkey}\n")
     got = load_witness_verifiers([a.verifier.vkey, f"@{f}"])
     assert [(v.name, v.key_id) for v in got] == [(a.name, a.key_id), (b.name, b.key_id)]
     with pytest.raises(ConfigError):
         load_witness_verifiers(["not-a-key"])
+    with pytest.raises(ConfigError, match="log key"):  # a log may not witness itself
+        load_witness_verifiers([Ed25519Signer.generate("w3.example").verifier.vkey])
 
 
 def test_l2_over_ranges_names_each_altered_seq() -> None:

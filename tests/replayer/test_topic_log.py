@@ -14,7 +14,14 @@ from tests.replayer.recording import seal
 from tests.replayer.topic_writer import publish
 from tracevault.cli import tracevault as main
 from tracevault.errors import LogError
-from tracevault.log import LOG_CHECKS, Ed25519Signer, sign_note, split_note
+from tracevault.log import (
+    LOG_CHECKS,
+    CosignatureSigner,
+    Ed25519Signer,
+    add_cosignature,
+    sign_note,
+    split_note,
+)
 from tracevault.replayer import export_bundle, load_run, verify, verify_bundle
 from tracevault.replayer._log import LogPolicy
 
@@ -111,7 +118,7 @@ def test_a_bundle_from_the_topic_carries_tlog_proofs_checked_offline(
     assert res.exit_code == 0, res.output
     assert got["log_checked"] is True and got["checks"][1].startswith("L1 signature")
     # a witness: the checkpoint must carry its cosignature
-    wit = Ed25519Signer.generate("witness.example")
+    wit = CosignatureSigner.generate("witness.example")
     res = CliRunner().invoke(main, ["replay", "verify", "--bundle", str(out), "--json",
                                     "--trusted-key", writer.vkey,
                                     "--witness-key", wit.verifier.vkey])  # fmt: skip
@@ -119,7 +126,7 @@ def test_a_bundle_from_the_topic_carries_tlog_proofs_checked_offline(
     # its cosignature, added at export, satisfies --min-witnesses offline
     text, _ = split_note((out / "log" / "checkpoint").read_text())
     cos = tmp_path / "cosigned.note"
-    cos.write_text(sign_note(text, [wit]))
+    cos.write_text(add_cosignature((out / "log" / "checkpoint").read_text(), wit))
     res = _cli(settings, "export", "run-log-bundle", "--from", "topic", "-o",
                str(tmp_path / "b2"), "--cosigned", str(cos))  # fmt: skip
     assert res.exit_code == 0, res.output

@@ -5,6 +5,15 @@ bundles); imports neither, nor any Kafka client. Design: docs/log.md.
 """
 
 from tracevault.log._checkpoint import Checkpoint, log_origin
+from tracevault.log._cosignature import (
+    ALG_COSIGNATURE_V1,
+    CosignatureSigner,
+    CosignatureVerifier,
+    add_cosignature,
+    cosignature_message,
+    cosignature_time,
+    parse_witness_vkey,
+)
 from tracevault.log._evidence import (
     LOG_CHECKS,
     LeafProof,
@@ -21,8 +30,10 @@ from tracevault.log._gather import (
 )
 from tracevault.log._keys import (
     LOG_KEY_ENV,
+    WITNESS_KEY_ENV,
     load_signer,
     load_verifiers,
+    load_witness_signer,
     load_witness_verifiers,
     write_private_key,
 )
@@ -54,6 +65,7 @@ from tracevault.log._note import (
     sign_note,
     split_note,
 )
+from tracevault.log._range import compact_range_source
 from tracevault.log._record import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
@@ -71,9 +83,19 @@ __all__ = [
     "TlogProof",
     "compact_source",
     "fast_inclusion_proof",
-    "load_witness_verifiers",
     "run_log_evidence",
     "with_cosignatures",
+    "ALG_COSIGNATURE_V1",
+    "WITNESS_KEY_ENV",
+    "CosignatureSigner",
+    "CosignatureVerifier",
+    "add_cosignature",
+    "cosignature_message",
+    "cosignature_time",
+    "load_witness_signer",
+    "load_witness_verifiers",
+    "parse_witness_vkey",
+    "compact_range_source",
     "LOG_CHECKS",
     "LeafProof",
     "RunEvent",

@@ -10,56 +10,74 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from tracevault.errors import ConfigError
+from tracevault.log._cosignature import CosignatureSigner, parse_witness_vkey
 from tracevault.log._note import Ed25519Signer, Ed25519Verifier, NoteVerifier, parse_vkey
 
 __all__ = [
     "LOG_KEY_ENV",
+    "WITNESS_KEY_ENV",
     "load_signer",
     "load_verifiers",
+    "load_witness_signer",
     "load_witness_verifiers",
     "write_private_key",
 ]
 
 LOG_KEY_ENV = "TRACEVAULT_LOG_KEY"
+WITNESS_KEY_ENV = "TRACEVAULT_WITNESS_KEY"
 
 
-def load_signer(path: str | Path | None = None, env: str = LOG_KEY_ENV) -> Ed25519Signer:
-    """The log key from ``path`` (mode 0600) or else the environment variable ``env``."""
+def _read_private(path: str | Path | None, env: str, what: str) -> str:
+    """A private key's text from ``path`` (owner-only mode) or else the variable ``env``."""
     if path is not None:
         p = Path(path)
         try:
             st = p.stat()
         except FileNotFoundError:
-            raise ConfigError(f"log key file {p} does not exist") from None
+            raise ConfigError(f"{what} file {p} does not exist") from None
         if stat.S_IMODE(st.st_mode) & 0o077:
             raise ConfigError(
-                f"log key file {p} has mode {stat.S_IMODE(st.st_mode):04o}; "
+                f"{what} file {p} has mode {stat.S_IMODE(st.st_mode):04o}; "
                 "it must be readable by its owner only (chmod 600)"
             )
-        return Ed25519Signer.from_skey(p.read_text())
+        return p.read_text()
     text = os.environ.get(env)
     if not text:
-        raise ConfigError(f"no log key: set the key file setting or {env}")
-    return Ed25519Signer.from_skey(text)
+        raise ConfigError(f"no {what}: set the key file setting or {env}")
+    return text
 
 
-def write_private_key(path: str | Path, signer: Ed25519Signer) -> None:
+def load_signer(path: str | Path | None = None, env: str = LOG_KEY_ENV) -> Ed25519Signer:
+    """The log key from ``path`` (mode 0600) or else the environment variable ``env``."""
+    return Ed25519Signer.from_skey(_read_private(path, env, "log key"))
+
+
+def load_witness_signer(
+    path: str | Path | None = None, env: str = WITNESS_KEY_ENV
+) -> CosignatureSigner:
+    """A witness's cosignature/v1 key from ``path`` (mode 0600) or else ``env``."""
+    return CosignatureSigner.from_skey(_read_private(path, env, "witness key"))
+
+
+def write_private_key(path: str | Path, signer: Ed25519Signer | CosignatureSigner) -> None:
     """Create ``path`` with mode 0600 and the key; refuses to overwrite an existing key."""
     p = Path(path)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise ConfigError(f"{p} exists; a log key is never overwritten") from None
+        raise ConfigError(f"{p} exists; a private key is never overwritten") from None
+    except OSError as e:
+        raise ConfigError(f"cannot create key file {p}: {e.strerror}") from None
     with os.fdopen(fd, "w") as f:
         f.write(signer.skey + "\n")
 
 
-def _key_lines(vkeys: Iterable[str]) -> list[str]:
-    """Vkeys given inline or as ``@file`` (one per line, ``#`` comments), one string each."""
+def _vkey_texts(vkeys: Iterable[str]) -> list[str]:
+    """vkeys given inline or as ``@file`` (one per line, ``#`` comments), in order."""
     out: list[str] = []
     for item in vkeys:
         if item.startswith("@"):
@@ -76,17 +94,13 @@ def _key_lines(vkeys: Iterable[str]) -> list[str]:
 
 def load_verifiers(vkeys: Iterable[str]) -> list[Ed25519Verifier]:
     """Parse vkeys given inline or as ``@file`` (one per line, ``#`` comments)."""
-    return [parse_vkey(x) for x in _key_lines(vkeys)]
+    return [parse_vkey(x) for x in _vkey_texts(vkeys)]
 
 
 def load_witness_verifiers(vkeys: Iterable[str]) -> list[NoteVerifier]:
-    """Witness keys, inline or ``@file``: what ``check_run_log(witnesses=...)`` takes.
+    """Witness vkeys (cosignature/v1, type 0x04), inline or ``@file``, for ``witnesses=``.
 
-    A witness cosigns with C2SP tlog-cosignature (type 0x04) or signs like a log (0x01);
-    ``tracevault.log.parse_witness_vkey`` reads both when it exists, else only Ed25519 note
-    keys are read (docs/log.md, "Verify and bundles").
+    A log vkey (type 0x01) given here is refused by name: counting the log's own signature
+    as a witness would let the key holder witness itself.
     """
-    from tracevault import log  # noqa: PLC0415 - the parser may be added beside us
-
-    parse: Callable[[str], NoteVerifier] = getattr(log, "parse_witness_vkey", parse_vkey)
-    return [parse(x) for x in _key_lines(vkeys)]
+    return [parse_witness_vkey(x) for x in _vkey_texts(vkeys)]
