@@ -31,6 +31,9 @@ def worker_env() -> dict[str, str]:
         AWS_SHARED_CREDENTIALS_FILE=os.devnull,
         AWS_CONFIG_FILE=os.devnull,
         AWS_EC2_METADATA_DISABLED="true",  # never ask 169.254.169.254 for a role
+        # a task whose worker dies is given up at once (default: after 3 more deaths), so a
+        # test that kills a worker costs one restart, not four
+        DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0",
     )
     return env
 

@@ -124,10 +124,30 @@ class DaskEngine:
         done = as_completed(futures, loop=self._client.loop)  # type: ignore[no-untyped-call]
         del futures  # as_completed holds them; each is released once its items are out
         for fut in done:
+            chunk = by_key.pop(fut.key)
             try:
                 items: list[BatchItem] = fut.result()
-            except Exception as exc:  # the worker died or the task could not run there
-                log.warning("a Dask task of %d runs was lost: %s", len(by_key[fut.key]), exc)
-                items = lost(by_key[fut.key], exc, f"the Dask cluster at {self.address}")
-            fut.release()
+            except Exception as exc:  # the worker died, or the task could not run there
+                log.warning("a Dask task of %d runs was lost: %s", len(chunk), exc)
+                items = self._one_by_one(access, chunk, agent_spec, exc)
+            finally:
+                fut.release()
             yield items
+
+    def _one_by_one(
+        self, access: ArchiveAccess, chunk: list[str], agent_spec: str, exc: Exception
+    ) -> list[BatchItem]:
+        """A lost task's runs again, each alone and one after another, so a run that kills
+        its worker loses only itself (queued beside it, an innocent run would die too)."""
+        if len(chunk) == 1:
+            return lost(chunk, exc, f"the Dask cluster at {self.address}")
+        items: list[BatchItem] = []
+        for rid in chunk:
+            single = self._client.submit(replay_chunk, access, [rid], agent_spec, pure=False)
+            try:
+                items.extend(single.result())
+            except Exception as again:
+                items.extend(lost([rid], again, f"the Dask cluster at {self.address}"))
+            finally:
+                single.release()
+        return items
