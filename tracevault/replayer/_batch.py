@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal, Protocol
@@ -286,14 +287,44 @@ class LocalEngine:
         # spawn, not fork: the parent runs a progress-bar thread, and forking a threaded
         # process can deadlock the child on a lock held at fork time
         ctx = multiprocessing.get_context("spawn")
+        unfinished: list[list[str]] = []
         with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
             futures = {pool.submit(replay_chunk, access, c, agent_spec): c for c in chunks}
             for fut in as_completed(futures):
                 try:
-                    items = fut.result()
-                except Exception as exc:  # a worker process died: its runs are errors
-                    items = lost(futures[fut], exc, "a local worker process")
-                yield items
+                    yield fut.result()
+                except BrokenProcessPool:  # a process died: every unfinished task fails
+                    unfinished.append(futures[fut])
+                except Exception as exc:  # the task or its result could not cross
+                    yield lost(futures[fut], exc, "a local worker process")
+        if unfinished:
+            log.warning(
+                "a local worker process died; %d tasks again, one at a time", len(unfinished)
+            )
+            yield from self._isolated(access, unfinished, agent_spec, ctx)
+
+    def _isolated(
+        self, access: ArchiveAccess, chunks: list[list[str]], agent_spec: str, ctx: Any
+    ) -> Iterator[list[BatchItem]]:
+        """After a worker died (which fails the whole pool), one task at a time, so the task
+        that kills its process is known; its runs again one by one, so only the run that
+        kills loses (and is an error), never an innocent beside it."""
+        queue = list(chunks)
+        pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+        try:
+            while queue:
+                chunk = queue.pop(0)
+                try:
+                    yield pool.submit(replay_chunk, access, chunk, agent_spec).result()
+                except BrokenProcessPool as exc:
+                    pool.shutdown(wait=True)
+                    pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+                    if len(chunk) > 1:
+                        queue[:0] = [[rid] for rid in chunk]
+                    else:
+                        yield lost(chunk, exc, "a local worker process")
+        finally:
+            pool.shutdown(wait=True)
 
 
 def run_batch(
