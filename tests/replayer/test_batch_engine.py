@@ -305,3 +305,18 @@ def test_a_run_that_kills_its_worker_is_an_error_and_spares_its_chunk(
         "k-ok-1": "ok", "k-die": "error", "k-ok-2": "ok", "k-ok-3": "ok"
     }  # fmt: skip
     assert "lost the task of 1 run(s)" in runs["k-die"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--engine", "dask"], "--engine dask needs --address"),
+        (["--engine", "dask", "--address", "tcp://127.0.0.1:1", "--workers", "2"], "no --workers"),
+        (["--address", "tcp://127.0.0.1:1"], "--address needs --engine dask"),
+    ],
+)
+def test_engine_options_that_do_not_go_together_are_usage_errors(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    res = _batch(f"file://{tmp_path / 'archive'}", *args, "--since", "2026-11-01")
+    assert res.exit_code == 2 and says in res.output, res.output
