@@ -320,3 +320,24 @@ def test_engine_options_that_do_not_go_together_are_usage_errors(
 ) -> None:
     res = _batch(f"file://{tmp_path / 'archive'}", *args, "--since", "2026-11-01")
     assert res.exit_code == 2 and says in res.output, res.output
+
+
+def test_a_large_window_lists_only_the_runs_that_did_not_match() -> None:
+    from datetime import date
+
+    from rich.console import Console
+
+    from tracevault.replayer._batch_report import BatchItem, BatchReport
+    from tracevault.replayer._batch_view import print_batch
+
+    seed = {"expected": "MODEL_CALL", "actual": "MODEL_CALL", "diff": ["$.seed: expected 8, got 7"]}
+    items = [BatchItem(f"run-{i:04d}", "ok", 11, 11) for i in range(150)]
+    items[7] = BatchItem("run-0007", "diverged", 11, 3, 3, None, "differs", seed)
+    items[9] = BatchItem("run-0009", "error", detail="SystemExit: 3")
+    report = BatchReport(date(2026, 11, 1), date(2026, 11, 2), AGENT, tuple(items))
+    console = Console(width=80, record=True, color_system=None)
+    print_batch(report, console)
+    out = console.export_text()
+    assert "run-0007" in out and "run-0009" in out and "run-0008" not in out
+    assert "the first 2 that did not match" in out and "$.seed" in out
+    assert all(cell_len(line) <= 80 for line in out.splitlines())
