@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -146,6 +147,7 @@ def main() -> None:
     finally:
         if cluster is not None:
             cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # the built archive and the cluster's logs
     out = {
         "runs": len(on_dask.items),
         "events_per_run": on_dask.items[0].count if on_dask.items else 0,
