@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -10,15 +11,17 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError, LogError, ReplayDivergence
 from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch, runs_between
+from tracevault.replayer._batch import load_agent, replay_with, run_batch, runs_between
+from tracevault.replayer._batch_view import print_batch
 from tracevault.replayer._bundle import export_bundle, verify_bundle
+from tracevault.replayer._dask import DaskEngine
+from tracevault.replayer._junit import junit_xml
 from tracevault.replayer._load import load_run
 from tracevault.replayer._log import NOT_CHECKED, LogPolicy
 from tracevault.replayer._records import LazyEvents
@@ -552,7 +555,30 @@ def _day(value: str | None, name: str) -> date | None:
 )
 @click.option("--since", required=True, help="First UTC day (YYYY-MM-DD).")
 @click.option("--until", "until_", help="Last UTC day, inclusive [today].")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="local: --workers processes here; dask: the cluster at --address.",
+)
+@click.option(
+    "--address",
+    help="With --engine dask: the scheduler, tcp://HOST:PORT.",
+)
+@click.option("--workers", type=click.IntRange(1, 64), help="Local processes [1].")
+@click.option("--chunk-size", type=click.IntRange(1), help="Runs per task [about 4 per worker].")
+@click.option(
+    "--ship-credentials",
+    is_flag=True,
+    help="Send this machine's AWS credentials to the workers (s3:// only).",
+)
+@click.option(
+    "--junit",
+    "junit_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write JUnit XML: a test per run.",
+)
 @_JSON
 @click.pass_context
 def batch_cmd(
@@ -562,57 +588,61 @@ def batch_cmd(
     source: str,
     since: str,
     until_: str | None,
-    workers: int,
+    engine: str,
+    address: str | None,
+    workers: int | None,
+    chunk_size: int | None,
+    ship_credentials: bool,
+    junit_file: Path | None,
     as_json: bool,
 ) -> None:
-    """Replay every run archived in a window, in parallel processes; exit 1 if any diverged.
+    """Replay every run archived in a window; exit 1 if any diverged.
+
+    Which recorded runs would this agent do differently? Diverged runs are grouped
+    by their first divergence (kind, JSON path). Workers read the archive directly
+    (no Kafka); on a Dask cluster each worker needs tracevault and the agent's
+    module importable (docs/replay-batch.md).
 
     \b
-    Example:
+    Examples:
       tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
           --workers 2 --json
+      tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
+          --engine dask --address tcp://10.0.0.5:8786 --junit replay.xml
     """
     settings = _settings(ctx)
     first = _day(since, "--since")
     assert first is not None
     last = _day(until_, "--until") or datetime.now(UTC).date()
-    with _progress() as progress:
+    if engine == "dask" and (address is None or workers is not None):
+        raise ConfigError("--engine dask needs --address tcp://HOST:PORT and takes no --workers")
+    if engine == "local" and address is not None:
+        raise ConfigError("--address needs --engine dask")
+    with contextlib.ExitStack() as stack:
+        runner = None
+        if engine == "dask":
+            assert address is not None
+            with stderr.status(f"connecting to the Dask scheduler at {address}…"):
+                runner = stack.enter_context(DaskEngine(address))
+        progress = stack.enter_context(_progress())
         task = progress.add_task("replaying", total=None)
-
-        def on_item(item: BatchItem) -> None:
-            progress.advance(task, 1)
-
         report = run_batch(
             settings,
             agent_spec,
             first,
             last,
-            workers=workers,
-            on_item=on_item,
+            workers=workers or 1,
+            engine=runner,
+            chunk_size=chunk_size,
+            ship_credentials=ship_credentials,
+            on_item=lambda _: progress.advance(task, 1),
             on_total=lambda n: progress.update(task, total=n),
         )
+    if junit_file is not None:
+        junit_file.write_bytes(junit_xml(report))
     if as_json:
         echo_json(report.to_json())
     else:
-        # The detail sits under its run id, so at 80 columns neither is cut mid-word.
-        t = Table(title=f"replay of runs archived {first} .. {last}")
-        t.add_column("run, detail", overflow="fold", ratio=1)
-        t.add_column("status", no_wrap=True)
-        for col in ("events", "served", "seq"):
-            t.add_column(col, justify="right", no_wrap=True)
-        colour = {"ok": "green", "diverged": "red", "verify_failed": "red", "error": "yellow"}
-        for it in report.items:
-            cell = Text(it.run_id)
-            if it.detail:
-                cell.append("\n" + it.detail.splitlines()[0], style="dim")
-            t.add_row(
-                cell,
-                f"[{colour[it.status]}]{it.status}[/]",
-                str(it.count),
-                str(it.steps),
-                "" if it.seq is None else str(it.seq),
-            )
-        stdout.print(t)
-        stdout.print(" ".join(f"{k}={v}" for k, v in report.totals().items()))
+        print_batch(report, stdout)
     if not report.ok:
         raise click.exceptions.Exit(1)
