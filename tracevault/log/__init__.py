@@ -13,7 +13,7 @@ from tracevault.log._evidence import (
     check_run_log,
 )
 from tracevault.log._keys import LOG_KEY_ENV, load_signer, load_verifiers, write_private_key
-from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash
+from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, leaf_prefix
 from tracevault.log._merkle import (
     EMPTY_ROOT,
     CompactTree,
@@ -45,9 +45,12 @@ from tracevault.log._record import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,
+    RECORD_HEADER_TREE,
+    TREE_KEY,
     CheckpointRecord,
     VerifiedCheckpoint,
     is_checkpoint_record,
+    is_tree_record,
 )
 
 __all__ = [
@@ -62,6 +65,8 @@ __all__ = [
     "LOG_KEY_ENV",
     "RECORD_HEADER",
     "RECORD_HEADER_CHECKPOINT",
+    "RECORD_HEADER_TREE",
+    "TREE_KEY",
     "Checkpoint",
     "CheckpointRecord",
     "CompactTree",
@@ -77,9 +82,11 @@ __all__ = [
     "hash_leaf",
     "inclusion_proof",
     "is_checkpoint_record",
+    "is_tree_record",
     "key_id",
     "leaf_data",
     "leaf_hash",
+    "leaf_prefix",
     "list_source",
     "load_signer",
     "load_verifiers",

@@ -23,6 +23,7 @@ from tracevault.config import Settings
 from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads import heads_partition_count, read_heads
 from tracevault.kafka import partition_for
+from tracevault.log import is_checkpoint_record
 from tracevault.replayer._checks import fail
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun
@@ -107,7 +108,7 @@ def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -
                         raise NotFoundError(f"topic {topic} does not exist")
                     continue
                 off = msg.offset() or 0
-                if msg.key() == key:
+                if msg.key() == key and not is_checkpoint_record(msg.headers()):
                     where = f"{topic}[{head.partition}]@{off}"
                     value = msg.value() or b""
                     try:

@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +70,7 @@ from tracevault.consumer._liveness import (
     is_outage,
 )
 from tracevault.consumer.sequencer._history import SealedHistory
+from tracevault.consumer.sequencer._log import PartitionLogs, signer_from_settings
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import (
     avro_str,
@@ -83,8 +86,17 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
-from tracevault.heads import read_heads
+from tracevault.heads import read_heads_and_trees
 from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
+from tracevault.log import (
+    CHECKPOINT_KEY,
+    RECORD_HEADER,
+    RECORD_HEADER_CHECKPOINT,
+    RECORD_HEADER_TREE,
+    TREE_KEY,
+    NoteSigner,
+    leaf_prefix,
+)
 from tracevault.schemas import avro_long
 
 __all__ = ["Sequencer", "default_instance_id"]
@@ -98,6 +110,12 @@ _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_REPLACE_CLOSE_S)
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _GIVE_UP_AFTER = 8  # sessions in a row that fail while a broker answers: exit for a supervisor
+_CHECKPOINT_HEADERS: list[tuple[str, str | bytes | None]] = [
+    (RECORD_HEADER, RECORD_HEADER_CHECKPOINT)
+]
+_TREE_HEADERS: list[tuple[str, str | bytes | None]] = [(RECORD_HEADER, RECORD_HEADER_TREE)]
+_U64 = struct.Struct(">Q").pack
+_sha256 = hashlib.sha256
 
 
 def default_instance_id() -> str:
@@ -130,8 +148,11 @@ class Sequencer:
         *,
         instance_id: str | None = None,
         metrics: SequencerMetrics | None = None,
+        signer: NoteSigner | None = None,
     ) -> None:
         self.settings = settings
+        # No key, no start: every transaction signs its partitions' checkpoints.
+        self.logs = PartitionLogs(settings, signer or signer_from_settings(settings))
         self.instance_id = instance_id or settings.sequencer_instance_id or default_instance_id()
         self.metrics = metrics or SequencerMetrics(self.instance_id)
         self._stop = threading.Event()
@@ -292,13 +313,17 @@ class Sequencer:
 
     def _restore(self, partitions: list[int]) -> None:
         assert self._book is not None
-        heads = read_heads(self.settings, partitions, timeout=self._txn_timeout_s + 30, stable=True)
+        heads, trees = read_heads_and_trees(
+            self.settings, partitions, timeout=self._txn_timeout_s + 30, stable=True
+        )
         self._book.restore(heads.values())
+        self.logs.restore(partitions, trees)
         log.info(
-            "sequencer %s restored %d run heads for partitions %s",
+            "sequencer %s restored %d run heads for partitions %s (log sizes %s)",
             self.instance_id,
             len(heads),
             partitions,
+            {p: self.logs.trees[p].size for p in partitions},
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -314,6 +339,7 @@ class Sequencer:
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
+        self.logs.drop(tp.partition for tp in partitions)
         log.info("sequencer %s revoked %s", self.instance_id, [tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -322,6 +348,7 @@ class Sequencer:
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
+        self.logs.drop(tp.partition for tp in partitions)
         log.warning("sequencer %s lost %s", self.instance_id, [tp.partition for tp in partitions])
         # The group session expired (a broker outage): this static member would come back
         # fenced, and a transaction with its metadata was seen to block; start afresh.
@@ -550,13 +577,33 @@ class Sequencer:
                         sid_enc,
                     )
                 )
+        # Leaf i of a partition's log is the i-th event record produced to it here (one
+        # idempotent producer, explicit partitions: produce order is offset order).
+        leaves: dict[int, list[bytes]] = {}
         for i, rec in enumerate(out.sealed):
             run = rec.run
+            part = run.partition
             if i in tracked:
                 on_delivery = _offset_setter(self, offsets, i)
-                produce(sealed_topic, values[i], run.key, run.partition, on_delivery)
+                produce(sealed_topic, values[i], run.key, part, on_delivery)
             else:
-                produce(sealed_topic, values[i], run.key, run.partition)
+                produce(sealed_topic, values[i], run.key, part)
+            lp = run.leaf
+            if lp is None:
+                lp = run.leaf = leaf_prefix(run.run_id)
+            hashes = leaves.get(part)
+            if hashes is None:
+                hashes = leaves[part] = []
+            hashes.append(_sha256(lp + _U64(rec.seq) + rec.hash).digest())
+        # One signature per partition: its checkpoint goes after its records, its compact
+        # tree to the same heads partition; both commit or abort with them.
+        signed = self.logs.sign(leaves)
+        heads_topic = topics.heads
+        for part, value in signed.records.items():
+            produce(sealed_topic, value, CHECKPOINT_KEY, part, headers=_CHECKPOINT_HEADERS)
+            produce(
+                heads_topic, signed.trees[part].to_bytes(), TREE_KEY, part, headers=_TREE_HEADERS
+            )
         for d in out.dlq:
             producer.produce(
                 topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
@@ -581,7 +628,6 @@ class Sequencer:
                 rec.run.first_offset = offset
             rec.run.last_offset = offset
         now_us = now_micros()
-        heads_topic = topics.heads
         head_header = head_v1_header()
         suffix = avro_long(now_us) + avro_str(sid)
         for run in out.touched.values():
@@ -630,6 +676,7 @@ class Sequencer:
         self._call("commit_transaction", producer.commit_transaction, timeout)
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
+        self.logs.committed(signed)
 
     @staticmethod
     def _run_enc(run: Any, sealed_header: bytes) -> tuple[bytes, bytes]:
@@ -669,6 +716,7 @@ class Sequencer:
         assert self._book is not None
         assignment = consumer.assignment()
         self._book.clear()
+        self.logs.clear()
         if not assignment:
             return
         committed = self._call(
