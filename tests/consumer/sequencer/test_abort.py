@@ -46,12 +46,14 @@ def test_failed_commit_is_redone_without_duplicates(
     real = _loop.Sequencer._call
     injected: list[bool] = []
 
-    def flaky(seq: _loop.Sequencer, what: str, fn: Callable[[float], Any], budget: float) -> Any:
+    def flaky(
+        seq: _loop.Sequencer, what: str, fn: Callable[[float], Any], budget: float, **kw: Any
+    ) -> Any:
         # fail the first commit_transaction; every other call goes to the real producer
         if not injected and what == "commit_transaction":
             injected.append(True)
             raise KafkaException(error)
-        return real(seq, what, fn, budget)
+        return real(seq, what, fn, budget, **kw)
 
     with mock.patch.object(_loop.Sequencer, "_call", autospec=True, side_effect=flaky):
         produce_raw(settings, items)

@@ -106,6 +106,7 @@ log = logging.getLogger(__name__)
 _LOG_EVERY_S = 10.0
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
 _SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
+_FLUSH_SLICE_S = 1.0  # one inline flush wait; stop and the session are checked between them
 _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we give up on it
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_REPLACE_CLOSE_S)
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
@@ -199,15 +200,18 @@ class Sequencer:
         if away * 1000 > self.settings.sequencer_session_timeout_ms:
             raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
 
-    def _call(self, what: str, fn: Callable[[float], Any], budget_s: float) -> Any:
+    def _call(
+        self, what: str, fn: Callable[[float], Any], budget_s: float, *, calls: int = 1
+    ) -> Any:
         """``fn(timeout)`` in slices of at most _SLICE_S while librdkafka says the error is
-        retriable, for at most ``budget_s``; each slice's deadline is enforced."""
+        retriable, for at most ``budget_s``; each slice's deadline is enforced (``calls``:
+        how many librdkafka calls ``fn`` makes, each with that timeout)."""
         end = time.monotonic() + budget_s
         attempt = 0
         while True:
             t = max(0.5, min(_SLICE_S, end - time.monotonic()))
             try:
-                return self._calls.call(what, functools.partial(fn, t), t + _SLACK_S)
+                return self._calls.call(what, functools.partial(fn, t), calls * t + _SLACK_S)
             except CallDeadline:
                 self.watch.trouble()
                 raise
@@ -609,7 +613,9 @@ class Sequencer:
                 topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
             )
         flush_end = time.monotonic() + timeout
-        while self._call("flush", producer.flush, _SLICE_S) > 0:
+        # Inline, not through BlockingCalls: flush is librdkafka's own poll loop and returns
+        # within its timeout; a hand-off per batch cost throughput (docs/liveness.md).
+        while producer.flush(_FLUSH_SLICE_S) > 0:
             if time.monotonic() >= flush_end:
                 self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
                 break
@@ -668,12 +674,18 @@ class Sequencer:
             self.watch.trouble()
             raise _Restart("the consumer lost its group session during a broker outage")
         group = consumer.consumer_group_metadata()
-        self._call(
-            "send_offsets_to_transaction",
-            lambda t: producer.send_offsets_to_transaction(positions, group, t),
-            timeout,
-        )
-        self._call("commit_transaction", producer.commit_transaction, timeout)
+        sent = False
+
+        def send_and_commit(t: float) -> None:
+            # One hand-off for both (each is a coordinator round trip with its own timeout);
+            # a retry after the offsets went in only commits again.
+            nonlocal sent
+            if not sent:
+                producer.send_offsets_to_transaction(positions, group, t)
+                sent = True
+            producer.commit_transaction(t)
+
+        self._call("commit_transaction", send_and_commit, timeout, calls=2)
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
         self.logs.committed(signed)
