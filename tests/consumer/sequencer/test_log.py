@@ -30,6 +30,7 @@ from tests.consumer.sequencer.support import (
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.errors import ConfigError
+from tracevault.heads import locate_run, read_heads
 from tracevault.log import Ed25519Signer, parse_vkey, write_private_key
 from tracevault.schemas import EventKind, decode_event
 
@@ -55,6 +56,11 @@ def test_each_transaction_signs_its_partitions_and_a_restart_continues_the_log(
         assert not errors
     after = assert_signed_log(settings, [parse_vkey(log_vkey)])
     assert sealed_count(settings) == want
+    # the heads readers skip the tree records: only runs, and a run is still found
+    heads = read_heads(settings, range(3))
+    assert set(heads) == {r for r, _ in [*first, *second, *gappy]}
+    where = locate_run(settings, "gappy")
+    assert where is not None and where.finished and where.last_seq == 3
 
     gap = [ev for _, ev in sealed_by_run(settings)["gappy"] if ev.seq == 1]
     assert decode_event(gap[0].raw, check_json=False).kind is EventKind.GAP

@@ -5,8 +5,10 @@ Per batch (docs/kafka-local.md's exactly-once pattern, with its abort path):
 1. ``consume`` up to ``sequencer_batch_size`` raw records (``read_committed``, no auto
    commit); apply the rules (``_rules``) and, when a gap may have timed out, the gap sweep.
 2. ``begin_transaction``; produce the sealed records (key = run_id, partition = the raw
-   record's partition index) and the DLQ records; ``flush`` so each sealed record's exact
-   offset is known from its delivery report.
+   record's partition index); per sealed partition written, one signed checkpoint record
+   after its records and its new compact tree to heads (``_log``, docs/log.md "Sequencer");
+   the DLQ records; ``flush`` so each sealed record's exact offset is known from its
+   delivery report.
 3. Produce one heads record per touched run (carrying those offsets) to the same partition
    index; ``send_offsets_to_transaction`` with the consumer's positions and group metadata;
    ``commit_transaction``.
@@ -16,16 +18,18 @@ Errors, as librdkafka classifies them: retriable → the same call again; ``txn_
 run book from the heads topic (the book is never half-applied); fatal → a new producer
 (``init_transactions`` fences nothing but our own old session), then the same rewind; fenced
 (another process took our ``transactional.id`` or ``group.instance.id``) → stop with
-:class:`FencedError`. A crash at any instant leaves either the whole batch (sealed, heads,
-DLQ and offsets) or none of it.
+:class:`FencedError`. A crash at any instant leaves either the whole batch (sealed,
+checkpoints, heads and trees, DLQ and offsets) or none of it.
 
-Liveness (docs/liveness.md): every blocking client call runs through :class:`BlockingCalls`
-with a deadline. A call past its deadline, a fatal consumer error, or a fencing that follows a
-broker outage (librdkafka's static member outlives its session and calls itself fenced) ends
-the Kafka *session*: both clients are abandoned and a new consumer and transactional producer
-start over exactly as a fresh process would (``init_transactions`` aborts the old open
-transaction, the assignment restores the heads). Only a fencing without an outage is another
-live process with our id: :class:`FencedError`.
+Liveness (docs/liveness.md): every client call that can hang runs through
+:class:`BlockingCalls` with a deadline (``consume`` and ``flush``, librdkafka's own poll
+loops, run inline in short slices). A call past its deadline, a fatal consumer error, or a
+fencing that follows a broker outage (librdkafka's static member outlives its session and
+calls itself fenced) ends the Kafka *session*: both clients are abandoned and a new consumer
+and transactional producer start over exactly as a fresh process would
+(``init_transactions`` aborts the old open transaction, the assignment restores the heads
+and the log's trees). Only a fencing without an outage is another live process with our id:
+:class:`FencedError`.
 
 Identity: ``transactional.id = <prefix>.sequencer.<instance_id>`` and the consumer's
 ``group.instance.id = <instance_id>`` (static membership), so a restarted instance fences its
