@@ -13,7 +13,13 @@ it); see docs/design.md, "Layout". Reading heads from Kafka needs confluent-kafk
 format alone (:mod:`tracevault.heads._record`) does not.
 """
 
-from tracevault.heads._read import RunLocation, heads_partition_count, locate_run, read_heads
+from tracevault.heads._read import (
+    RunLocation,
+    heads_partition_count,
+    locate_run,
+    read_heads,
+    read_heads_and_trees,
+)
 from tracevault.heads._record import GapRange, Head, HeldEvent, decode_head, encode_head
 
 __all__ = [
@@ -28,4 +34,5 @@ __all__ = [
     "heads_partition_count",
     "locate_run",
     "read_heads",
+    "read_heads_and_trees",
 ]

@@ -17,11 +17,18 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
-from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads._record import GapRange, Head, decode_head
 from tracevault.kafka import partition_for
+from tracevault.log import TREE_KEY, CompactTree, is_tree_record
 
-__all__ = ["RunLocation", "heads_partition_count", "locate_run", "read_heads"]
+__all__ = [
+    "RunLocation",
+    "heads_partition_count",
+    "locate_run",
+    "read_heads",
+    "read_heads_and_trees",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +92,17 @@ def _reader(settings: Settings, isolation: str) -> Consumer:
 def read_heads(
     settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
 ) -> dict[str, Head]:
-    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
+    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads`` (see
+    :func:`read_heads_and_trees`; the log's tree records are skipped)."""
+    return read_heads_and_trees(settings, partitions, timeout=timeout, stable=stable)[0]
+
+
+def read_heads_and_trees(
+    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
+) -> tuple[dict[str, Head], dict[int, CompactTree]]:
+    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``, and the
+    sequencer's latest compact tree of each partition's log (docs/log.md, "Sequencer";
+    a partition with none is absent).
 
     Reads each partition from the beginning with ``read_committed``. By default it stops at
     the last stable offset (what is committed now). With ``stable=True`` it also waits until
@@ -96,8 +113,9 @@ def read_heads(
     """
     parts = sorted(set(partitions))
     heads: dict[str, Head] = {}
+    trees: dict[int, CompactTree] = {}
     if not parts:
-        return heads
+        return heads, trees
     topic = settings.topics.heads
     consumer = _reader(settings, "read_committed")
     # A read_uncommitted client's watermark is the real high watermark (a read_committed
@@ -137,7 +155,7 @@ def read_heads(
                         )
                     log.warning("heads read: %s", err)
                     continue
-                _take(heads, topic, msg)
+                _take(heads, trees, topic, msg)
             if stable:
                 for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
                     if tp.offset >= ends[tp.partition][1]:
@@ -152,13 +170,22 @@ def read_heads(
         consumer.close()
         if probe is not consumer:
             probe.close()
-    return heads
+    return heads, trees
 
 
-def _take(heads: dict[str, Head], topic: str, msg: Any) -> None:
+def _take(heads: dict[str, Head], trees: dict[int, CompactTree], topic: str, msg: Any) -> None:
     key = msg.key()
     value = msg.value()
     if key is None:
+        return
+    if key == TREE_KEY and is_tree_record(msg.headers()):
+        try:
+            trees[msg.partition()] = CompactTree.from_bytes(value or b"")
+        except LogError as exc:
+            raise SchemaError(
+                f"{topic}[{msg.partition()}]@{msg.offset()} is not the log's compact tree: "
+                f"{exc}; the heads topic must be written by the sequencer only"
+            ) from exc
         return
     run_id = key.decode("utf-8", "replace")
     if value is None:  # tombstone: the run's head was deleted

@@ -37,7 +37,7 @@ from tracevault.log._keys import (
     load_witness_verifiers,
     write_private_key,
 )
-from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, leaf_hasher
+from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, leaf_hasher, leaf_prefix
 from tracevault.log._merkle import (
     EMPTY_ROOT,
     CompactTree,
@@ -70,9 +70,12 @@ from tracevault.log._record import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,
+    RECORD_HEADER_TREE,
+    TREE_KEY,
     CheckpointRecord,
     VerifiedCheckpoint,
     is_checkpoint_record,
+    is_tree_record,
 )
 from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof, with_cosignatures
 
@@ -107,6 +110,8 @@ __all__ = [
     "LOG_KEY_ENV",
     "RECORD_HEADER",
     "RECORD_HEADER_CHECKPOINT",
+    "RECORD_HEADER_TREE",
+    "TREE_KEY",
     "Checkpoint",
     "CheckpointRecord",
     "CompactTree",
@@ -122,10 +127,12 @@ __all__ = [
     "hash_leaf",
     "inclusion_proof",
     "is_checkpoint_record",
+    "is_tree_record",
     "key_id",
     "leaf_data",
     "leaf_hash",
     "leaf_hasher",
+    "leaf_prefix",
     "list_source",
     "load_signer",
     "load_verifiers",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from tracevault.errors import LogError
 from tracevault.log._merkle import HASH_SIZE, hash_leaf
 
-__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash", "leaf_hasher"]
+__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash", "leaf_hasher", "leaf_prefix"]
 
 LEAF_DOMAIN = b"tracevault/v1/leaf\x00"
 _U16 = struct.Struct(">H")
@@ -40,10 +40,7 @@ def leaf_hash(run_id: str, seq: int, chain_hash: bytes) -> bytes:
 
 def leaf_hasher(run_id: str) -> Callable[[int, bytes], bytes]:
     """``leaf_hash`` for one run, its prefix built once: a run's leaves are hashed in bulk."""
-    rid = run_id.encode("utf-8")
-    if len(rid) > 0xFFFF:
-        raise LogError(f"run id of {len(rid)} bytes does not fit a leaf")
-    prefix = b"\x00" + LEAF_DOMAIN + _U16.pack(len(rid)) + rid
+    prefix = leaf_prefix(run_id)
     pack, sha = _U64.pack, hashlib.sha256
 
     def leaf(seq: int, chain_hash: bytes) -> bytes:
@@ -55,3 +52,13 @@ def leaf_hasher(run_id: str) -> Callable[[int, bytes], bytes]:
         return leaf_hash(run_id, seq, chain_hash)
 
     return leaf
+
+
+def leaf_prefix(run_id: str) -> bytes:
+    """What the leaf hash input of every record of ``run_id`` starts with: the RFC 6962 leaf
+    prefix 0x00 and the leaf data up to the seq. A writer hashing thousands of leaves a second
+    appends ``u64 seq ‖ hash`` to it (the sequencer caches it per run)."""
+    rid = run_id.encode("utf-8")
+    if len(rid) > 0xFFFF:
+        raise LogError(f"run id of {len(rid)} bytes does not fit a leaf")
+    return b"\x00" + LEAF_DOMAIN + _U16.pack(len(rid)) + rid
