@@ -3,8 +3,10 @@
 Phase 1 (throughput): N raw events of R interleaved runs are produced once. The baseline is
 the same consume -> transactional produce -> send offsets -> commit loop with the same batch
 size, copying each value unchanged to ``<prefix>.passthrough`` (no decoding, chaining or
-heads). The sequencer then seals the very same records (its own consumer group). Both run in
-this process's main thread, timed from the first consumed batch to the last commit.
+heads). The sequencer then seals the very same records (its own consumer group), signing a
+checkpoint of every sealed partition in each transaction (docs/log.md) with a key made for
+the run. Both run in this process's main thread, timed from the first consumed batch to the
+last commit.
 
 Phase 2 (latency): the sequencer runs as its own process (``python -m tracevault sequencer``)
 while this process produces new runs at a steady rate (default 5,000 events/s) and a
@@ -41,6 +43,7 @@ from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.consumer.sequencer._rules import BatchOutput
 from tracevault.kafka import ensure_topics
+from tracevault.log import LOG_KEY_ENV, Ed25519Signer, is_checkpoint_record
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -52,6 +55,7 @@ from tracevault.schemas import (
 )
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
+SIGNER = Ed25519Signer.generate("bench-log")
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -170,7 +174,7 @@ class _TimedSequencer(Sequencer):
 
 
 def sequencer_rate(settings: Settings, n: int) -> float:
-    seq = _TimedSequencer(settings, instance_id="bench")
+    seq = _TimedSequencer(settings, instance_id="bench", signer=SIGNER)
     seq.target = n
     seq.run()
     return n / (seq.t1 - seq.t0)
@@ -178,6 +182,7 @@ def sequencer_rate(settings: Settings, n: int) -> float:
 
 def latency(settings: Settings, rate: int, seconds: float, batch_size: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVAULT_")}
+    env[LOG_KEY_ENV] = SIGNER.skey
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "tracevault", "--bootstrap-servers",
@@ -247,6 +252,8 @@ def latency(settings: Settings, rate: int, seconds: float, batch_size: int) -> d
         while seen < total and time.monotonic() < end:
             for m in consumer.consume(1000, timeout=0.05):
                 if m.error() is not None or m.value() is None:
+                    continue
+                if is_checkpoint_record(m.headers()):
                     continue
                 now = time.time_ns() // 1000
                 at = decode_event(decode_sealed(m.value()).raw, check_json=False).at

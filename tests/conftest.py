@@ -1,4 +1,4 @@
-"""Session fixtures: a real Kafka broker, unique topics and settings per test."""
+"""Session fixtures: a real Kafka broker, unique topics and settings per test, a log key."""
 
 from __future__ import annotations
 
@@ -15,6 +15,33 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.kafka_harness import LocalBroker, find_or_start_kafka
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
+from tracevault.log import LOG_KEY_ENV, Ed25519Signer
+
+
+@pytest.fixture(scope="session")
+def log_signer() -> Ed25519Signer:
+    """The session's log key: every sequencer of the suite signs its checkpoints with it."""
+    return Ed25519Signer.generate("tracevault-test")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def log_key(log_signer: Ed25519Signer) -> Iterator[str]:
+    """The session's private log key, also in TRACEVAULT_LOG_KEY, so that every Settings and
+    every subprocess of the suite has it (a sequencer refuses to start without one). A test
+    that filters TRACEVAULT_* out of a child's environment adds it back."""
+    old = os.environ.get(LOG_KEY_ENV)
+    os.environ[LOG_KEY_ENV] = log_signer.skey
+    yield log_signer.skey
+    if old is None:
+        os.environ.pop(LOG_KEY_ENV, None)
+    else:
+        os.environ[LOG_KEY_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def log_vkey(log_signer: Ed25519Signer) -> str:
+    """The verifier key of the session's log key, for archivers and verifiers to trust."""
+    return log_signer.verifier.vkey
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +90,7 @@ def topic_factory(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
 
 @pytest.fixture
 def settings_factory(
-    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, log_key: str
 ) -> Callable[..., Settings]:
     """Settings with a unique topic prefix (topics created) and private archive/spool dirs."""
 
@@ -75,6 +102,7 @@ def settings_factory(
             "partitions": partitions,
             "archive_url": f"file://{base / 'archive'}",
             "spool_dir": str(base / "spool"),
+            "log_key": log_key,
         }
         values.update(overrides)
         settings = Settings(**values)  # type: ignore[arg-type]

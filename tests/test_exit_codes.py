@@ -199,6 +199,7 @@ def test_a_sequencer_fenced_by_a_second_with_its_id_exits_5(
     # exit with 5, so its supervisor can tell a takeover from a crash (3) or a typo (2).
     settings = settings_factory(partitions=1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVAULT_")}
+    env["TRACEVAULT_LOG_KEY"] = os.environ["TRACEVAULT_LOG_KEY"]  # the session's log key
 
     def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
         log = tmp_path / f"{name}.log"

@@ -11,7 +11,8 @@ import tracevault.schemas
 
 def test_schemas_exports() -> None:
     assert set(tracevault.schemas.__all__) == {
-        "AgentInfo", "ErrorInfo", "EventKind", "SealedEvent", "TraceEvent", "micros_to_datetime",
+        "AgentInfo", "ErrorInfo", "EventKind", "Interleave", "SealedEvent", "TraceEvent",
+        "micros_to_datetime",
         "MAGIC", "Codec", "decode_event", "decode_sealed", "encode_event", "encode_sealed",
         "canonical_json", "canonical_json_like", "check_canonical", "loads_canonical",
         "SCHEMA_DIR", "SchemaSet", "SchemaVersion", "default_schemas", "fingerprint",

@@ -37,6 +37,11 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
+    "keys": ("tracevault.log.commands:keys", "make log and witness keys, print their vkeys"),
+    "witness": (
+        "tracevault.witness.commands:witness",
+        "check and cosign each partition log's checkpoints (service)",
+    ),
 }
 
 

@@ -157,6 +157,20 @@ class Settings(BaseSettings):
         description="trusted log verifier keys (name+id+key), comma-separated, or @FILE",
     )
 
+    # The witness (docs/log.md, "Witness"): its own cosignature/v1 key and its own store.
+    witness_key: SecretStr | None = Field(
+        default=None, description="the witness's private key (PRIVATE+KEY+...), for secret managers"
+    )
+    witness_key_file: str | None = Field(
+        default=None, description="file (mode 0600) holding the witness's private key"
+    )
+    witness_store_url: str | None = Field(
+        default=None, description="the witness's own store: file:///DIR or s3://BUCKET/PREFIX"
+    )
+    witness_metrics_port: int | None = Field(
+        default=None, ge=0, le=65_535, description="witness /metrics and /healthz port (off)"
+    )
+
     # Sequencer (tracevault.consumer.sequencer): one Kafka transaction per batch.
     sequencer_instance_id: str | None = Field(
         default=None,

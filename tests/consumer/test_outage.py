@@ -110,6 +110,7 @@ class Service:
 @contextmanager
 def services(settings: Settings, archive: Path, logs: Path) -> Iterator[tuple[Service, Service]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVAULT_")}
+    env["TRACEVAULT_LOG_KEY"] = os.environ["TRACEVAULT_LOG_KEY"]  # the session's log key
     env["TRACEVAULT_HEALTH_STALL_S"] = str(STALL_S)
     common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
     seq = Service(

@@ -7,7 +7,14 @@ import itertools
 import pytest
 
 from tracevault.producer._wire import EventEncoder, avro_long, read_run_seq
-from tracevault.schemas import AgentInfo, ErrorInfo, EventKind, TraceEvent, encode_event
+from tracevault.schemas import (
+    AgentInfo,
+    ErrorInfo,
+    EventKind,
+    Interleave,
+    TraceEvent,
+    encode_event,
+)
 
 AGENT = AgentInfo("triage-bot", "1.2.0", "host-ü", "pytest", "0.1.0")
 
@@ -22,6 +29,7 @@ def test_every_field_combination_matches_fastavro(run_id: str) -> None:
         "idempotency_key": [None, f"{run_id}:7"],
         "parent_seq": [None, 0, 130],
         "attributes": [{}, {"duration_us": "12"}, {f"k{i}": "v" * i for i in range(70)}],
+        "interleave": [None, Interleave(None, 1, 0), Interleave(70, 2**40, 64)],
     }
     keys = list(optional)
     for seq, kind in (

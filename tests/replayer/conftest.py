@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.replayer import agents
+from tests.replayer.dask_cluster import LocalDaskCluster
 from tests.replayer.recording import record, seal
 from tracevault.archive import ObjectStore, open_store
 from tracevault.schemas import SealedEvent, TraceEvent
@@ -30,3 +32,17 @@ def sealed(events: list[TraceEvent]) -> list[SealedEvent]:
 @pytest.fixture
 def file_store(tmp_path: Path) -> ObjectStore:
     return open_store(f"file://{tmp_path / 'archive'}")
+
+
+@pytest.fixture(scope="session")
+def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDaskCluster]:
+    """A real local Dask cluster (scheduler + 2 worker processes); fails loudly if it cannot
+    start, never skips."""
+    cluster = LocalDaskCluster(workers=2, log_dir=tmp_path_factory.mktemp("dask"))
+    try:
+        cluster.start()
+    except Exception as exc:
+        cluster.stop()
+        pytest.fail(f"the local Dask cluster did not start: {exc}\n{cluster.logs()}", pytrace=False)
+    yield cluster
+    cluster.stop()

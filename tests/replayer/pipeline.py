@@ -12,13 +12,29 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from tests.conftest import unique_name
 from tests.replayer import agents
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.heads import locate_run
+from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
+
+
+def fresh_settings(bootstrap: str, base: Path, stem: str, *, partitions: int = 1) -> Settings:
+    """Settings of a pipeline of its own: unique topics (created) and an archive under ``base``."""
+    settings = Settings(
+        bootstrap_servers=bootstrap,
+        topic_prefix=unique_name(stem),
+        partitions=partitions,
+        archive_url=f"file://{base / 'archive'}",
+        spool_dir=str(base / "spool"),
+    )
+    ensure_topics(settings)
+    return settings
 
 
 def record_live(

@@ -193,3 +193,21 @@ def test_replay_reaches_s3_through_the_endpoint_flag(s3_endpoint: str) -> None:
     assert json.loads(res.output)["count"] == 11
     res = CliRunner().invoke(tracevault, [*flags, "show", "on-s3", "--json"], env=env)
     assert res.exit_code == 0 and len(res.output.splitlines()) == 11
+
+
+def test_verify_archive_without_a_key_warns_and_with_one_fails_l1(archive) -> None:
+    """Legacy archives (no log evidence) still verify without a key, with the warning; a
+    trusted key asks for the signed log, which they do not carry (docs/log.md)."""
+    from tracevault.log import Ed25519Signer
+
+    res = _run(archive, "verify", "run-a")
+    assert res.exit_code == 0 and "signed log was NOT checked" in " ".join(res.output.split())
+    out = json.loads(_run(archive, "verify", "run-a", "--json").output)
+    assert out["log_checked"] is False
+    vkey = Ed25519Signer.generate("tv.test-log").verifier.vkey
+    res = _run(archive, "verify", "run-a", "--json", "--trusted-key", vkey)
+    out = json.loads(res.output)
+    assert res.exit_code == 1 and out["ok"] is False
+    assert out["error"].startswith("L1 signature: run run-a from the archive")
+    res = _run(archive, "verify", "run-a", "--witness-key", vkey)
+    assert res.exit_code == 2 and "give --trusted-key" in res.output

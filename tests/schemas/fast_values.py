@@ -82,6 +82,10 @@ events = st.fixed_dictionaries(
         "idempotency_key": st.none() | texts,
         "parent_seq": st.none() | longs,
         "attributes": attributes,
+        "interleave": st.none()
+        | st.fixed_dictionaries(
+            {"branch_prev": st.none() | longs, "started_at_done": longs, "done_order": longs}
+        ),
     }
 )
 
@@ -115,6 +119,7 @@ _SOME_EVENT = {
     "idempotency_key": None,
     "parent_seq": None,
     "attributes": {},
+    "interleave": {"branch_prev": 3, "started_at_done": 9, "done_order": 5},
 }
 
 
@@ -209,6 +214,14 @@ class Writer:
                 self.union(r["idempotency_key"], self.string),
                 self.union(r["parent_seq"], self.long),
                 self.map_(r["attributes"]),
+                self.union(
+                    r["interleave"],
+                    lambda il: (
+                        self.union(il["branch_prev"], self.long)
+                        + self.long(il["started_at_done"])
+                        + self.long(il["done_order"])
+                    ),
+                ),
             ]
         )
 

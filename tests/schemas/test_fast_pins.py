@@ -31,7 +31,7 @@ from tracevault.schemas import _registry as registry
 from tracevault.schemas.fast import (
     PINS,
     SEALED_EVENT_V1,
-    TRACE_EVENT_V1,
+    TRACE_EVENT_V2,
     _event,
     _sealed,
     event_kind,
@@ -61,8 +61,8 @@ def _newest_event_value() -> bytes:
 
 def test_values_of_the_newest_trace_event_schema_take_every_fast_path() -> None:
     value = _newest_event_value()
-    hint = stale(TRACE_EVENT_V1, default_schemas()) or (
-        f"update the walks in {TRACE_EVENT_V1.walks} to read TraceEvent "
+    hint = stale(TRACE_EVENT_V2, default_schemas()) or (
+        f"update the walks in {TRACE_EVENT_V2.walks} to read TraceEvent "
         f"v{default_schemas().get('TraceEvent').version}"
     )
     assert fast_decode_event(value) is not None, f"fast_decode_event declined: {hint}"
@@ -94,44 +94,44 @@ def test_values_of_the_newest_sealed_event_schema_take_every_fast_path() -> None
 
 
 @pytest.fixture
-def trace_event_v2(tmp_path: Path) -> SchemaSet:
-    """The published schemas plus a TraceEvent v2 (v1 with one more optional field)."""
+def trace_event_next(tmp_path: Path) -> SchemaSet:
+    """The published schemas plus a TraceEvent v3 (v2 with one more optional field)."""
     for f in SCHEMA_DIR.glob("*.avsc"):
         shutil.copy(f, tmp_path / f.name)
-    v2 = json.loads((SCHEMA_DIR / "TraceEvent.v1.avsc").read_text("utf-8"))
-    v2["fields"].append({"name": "tenant", "type": ["null", "string"], "default": None})
-    (tmp_path / "TraceEvent.v2.avsc").write_text(json.dumps(v2), "utf-8")
+    v3 = json.loads((SCHEMA_DIR / "TraceEvent.v2.avsc").read_text("utf-8"))
+    v3["fields"].append({"name": "tenant", "type": ["null", "string"], "default": None})
+    (tmp_path / "TraceEvent.v3.avsc").write_text(json.dumps(v3), "utf-8")
     return SchemaSet(tmp_path)
 
 
-def test_a_new_version_is_reported_with_what_to_update(trace_event_v2: SchemaSet) -> None:
-    why = stale(TRACE_EVENT_V1, trace_event_v2)
+def test_a_new_version_is_reported_with_what_to_update(trace_event_next: SchemaSet) -> None:
+    why = stale(TRACE_EVENT_V2, trace_event_next)
     assert why is not None
-    assert "TraceEvent v2" in why and "tracevault/schemas/fast/_event.py" in why
+    assert "TraceEvent v3" in why and "tracevault/schemas/fast/_event.py" in why
     assert "pin them to fastavro" in why
-    assert armed_header(TRACE_EVENT_V1, trace_event_v2) is None
-    assert stale(SEALED_EVENT_V1, trace_event_v2) is None  # SealedEvent did not change
+    assert armed_header(TRACE_EVENT_V2, trace_event_next) is None
+    assert stale(SEALED_EVENT_V1, trace_event_next) is None  # SealedEvent did not change
 
 
 def test_under_a_new_version_the_v1_walks_decline_and_the_codec_reads(
-    trace_event_v2: SchemaSet, monkeypatch: pytest.MonkeyPatch
+    trace_event_next: SchemaSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the pins tests guard against: correct answers, every one from the slow path."""
     ev = TraceEvent("r", 3, EventKind.TOOL_CALL, 1, AgentInfo("a", "1", "h", "x", "0"), b"{}", b"1")
-    v1_value = encode_event(ev)  # written with v1 before the switch
-    monkeypatch.setattr(registry, "_DEFAULT", trace_event_v2)
+    v2_value = encode_event(ev)  # written with v2 before the switch
+    monkeypatch.setattr(registry, "_DEFAULT", trace_event_next)
     monkeypatch.setattr(_event, "_header", None)
     monkeypatch.setattr(_sealed, "_header", None)
     _event._arm.cache_clear()
     try:
-        assert fast_decode_event(v1_value) is None
-        assert peek_event(v1_value) is None
-        assert event_kind(v1_value) is None
-        # the codec (fastavro) still reads the v1 value, resolved into v2
-        rec = Codec("TraceEvent", trace_event_v2).decode(v1_value)
+        assert fast_decode_event(v2_value) is None
+        assert peek_event(v2_value) is None
+        assert event_kind(v2_value) is None
+        # the codec (fastavro) still reads the v2 value, resolved into v3
+        rec = Codec("TraceEvent", trace_event_next).decode(v2_value)
         assert rec["tenant"] is None and rec["seq"] == 3
     finally:
         _event._arm.cache_clear()
     monkeypatch.undo()
-    assert decode_event(v1_value) == ev  # and with v1 current again, the fast path is back
-    assert fast_decode_event(v1_value) == ev
+    assert decode_event(v2_value) == ev  # and with v2 current again, the fast path is back
+    assert fast_decode_event(v2_value) == ev

@@ -1,4 +1,4 @@
-"""The direct TraceEvent v1 reader gives exactly what the fastavro codec gives, or defers to it."""
+"""The direct TraceEvent v2 reader gives exactly what the fastavro codec gives, or defers to it."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from tracevault.schemas import (
     Codec,
     ErrorInfo,
     EventKind,
+    Interleave,
     TraceEvent,
     decode_event,
     default_schemas,
     encode_event,
 )
-from tracevault.schemas.fast import TRACE_EVENT_V1, fast_decode_event
+from tracevault.schemas.fast import TRACE_EVENT_V2, fast_decode_event
 from tracevault.schemas.fast._event import _SET
 
 AGENTS = (
@@ -56,6 +57,7 @@ def events() -> Iterator[TraceEvent]:
         "idempotency_key": [None, "run:7"],
         "parent_seq": [None, 0, 130, -(2**63)],
         "attributes": [{}, {"duration_us": "12"}, {f"k{i}-ü": "v" * i for i in range(70)}],
+        "interleave": [None, Interleave(None, 1, 0), Interleave(2**40, -1, 2**63 - 1)],
     }
     keys = list(optional)
     runs = ["r", "run-ünïcode-✓", "x" * 200, ""]
@@ -91,9 +93,9 @@ def events() -> Iterator[TraceEvent]:
         )
 
 
-def test_the_pinned_fingerprint_is_the_current_v1() -> None:
+def test_the_pinned_fingerprint_is_the_current_version() -> None:
     current = default_schemas().get("TraceEvent")
-    assert (current.version, current.fingerprint) == (1, TRACE_EVENT_V1.fingerprint)
+    assert (current.version, current.fingerprint) == (2, TRACE_EVENT_V2.fingerprint)
 
 
 def test_every_field_combination_matches_the_codec_field_for_field() -> None:
@@ -107,7 +109,7 @@ def test_every_field_combination_matches_the_codec_field_for_field() -> None:
         assert type(fast.attributes) is dict
         assert decode_event(raw, check_json=False) == fast
         n += 1
-    assert n == 4 * 7 * 3 * 2 * 4 * 3
+    assert n == 4 * 7 * 3 * 2 * 4 * 3 * 3
 
 
 def test_each_event_gets_its_own_attributes_dict() -> None:

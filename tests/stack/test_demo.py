@@ -6,9 +6,12 @@ import os
 import shlex
 import subprocess
 
+from tests.consumer.sequencer.support import assert_signed_log
 from tests.stack.conftest import DemoRun
 from tracevault.archive import list_runs, open_store, read_run_objects
 from tracevault.archive.layout import FinalReceipt, final_key
+from tracevault.config import Settings
+from tracevault.log import load_signer, parse_vkey
 
 
 def test_small_demo_summary_matches_the_archive(demo_run: DemoRun) -> None:
@@ -49,3 +52,13 @@ def test_the_commands_the_demo_prints_work(demo_run: DemoRun) -> None:
             timeout=120, check=False,
         )  # fmt: skip
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
+
+
+def test_the_demo_signs_with_its_own_key(demo_run: DemoRun, log_vkey: str) -> None:
+    key_file = demo_run.cwd / demo_run.summary["log_key_file"]
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    vkey = demo_run.summary["log_vkey"]
+    assert load_signer(key_file).verifier.vkey == vkey != log_vkey  # not the suite's key
+    settings = Settings(bootstrap_servers=demo_run.bootstrap, topic_prefix=demo_run.prefix)
+    cps = assert_signed_log(settings, [parse_vkey(vkey)])
+    assert sum(len(c) for c in cps.values()) > 0

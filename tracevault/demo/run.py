@@ -34,6 +34,7 @@ from tracevault.demo.services import LocalBroker, Service, broker_answers
 from tracevault.errors import ServiceUnavailableError
 from tracevault.heads import heads_partition_count, read_heads
 from tracevault.kafka import ensure_topics
+from tracevault.log import Ed25519Signer, load_signer, write_private_key
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import load_run, replay, verify
 
@@ -79,6 +80,8 @@ class DemoSummary:
     run_ids: list[str] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
     commands: list[str] = field(default_factory=list)
+    log_key_file: str = ""
+    log_vkey: str = ""
 
     @property
     def events_per_s(self) -> float:
@@ -104,6 +107,8 @@ class DemoSummary:
             "run_ids": self.run_ids,
             "logs": self.logs,
             "commands": self.commands,
+            "log_key_file": self.log_key_file,
+            "log_vkey": self.log_vkey,
         }
 
 
@@ -252,6 +257,16 @@ def _cli_name() -> str:
     return "tracevault"
 
 
+def demo_log_key(work_dir: Path) -> tuple[Path, str]:
+    """The demo's log key file under its state dir (created once, mode 0600) and its vkey:
+    the sequencer signs with it, the archiver and verify trust the vkey (docs/log.md)."""
+    path = work_dir / "log.key"
+    if not path.exists():
+        work_dir.mkdir(parents=True, exist_ok=True)
+        write_private_key(path, Ed25519Signer.generate("tracevault-demo"))
+    return path, load_signer(path).verifier.vkey
+
+
 def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSummary:
     """Run the whole pipeline once on ``settings`` and return what happened."""
     summary = DemoSummary(
@@ -262,6 +277,9 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
     tag = uuid.uuid4().hex[:8]
     logs = opts.work_dir / "demo-logs"
     common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
+    key_file, vkey = demo_log_key(opts.work_dir)
+    summary.log_key_file, summary.log_vkey = str(key_file), vkey
+    trusted = {"TRACEVAULT_LOG_VKEYS": vkey}
     with _broker(settings, opts, console):
         ensure_topics(settings)
         services = [
@@ -278,6 +296,8 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
                     "10",
                     "--batch-wait-ms",
                     "20",
+                    "--log-key-file",
+                    str(key_file),
                 ],
                 logs / f"sequencer-{tag}.log",
             ),
@@ -294,6 +314,7 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
                     "2",
                 ],
                 logs / f"archiver-{tag}.log",
+                trusted,
             ),
         ]
         summary.logs = {s.name: str(s.log_path) for s in services}
@@ -303,7 +324,9 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
             with _progress(console) as progress:
                 _record_fleet(settings, opts, progress, summary)
                 _wait_pipeline(settings, opts, progress, summary, services)
-                _check_samples(settings, opts, progress, summary)
+                _check_samples(
+                    settings.model_copy(update={"log_vkeys": vkey}), opts, progress, summary
+                )
         finally:
             codes = {svc.name: svc.stop() for svc in services}
         bad = {n: c for n, c in codes.items() if c not in (0, None)}

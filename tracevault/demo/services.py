@@ -86,10 +86,13 @@ class LocalBroker:
 class Service:
     """One long-running tracevault command as a subprocess, its output in a log file."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.env = env  # added to this process's environment
         self._log: IO[bytes] | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -101,6 +104,7 @@ class Service:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None,
         )
         log.info("started %s (pid %s), log %s", self.name, self.proc.pid, self.log_path)
 

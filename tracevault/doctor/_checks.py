@@ -24,6 +24,7 @@ from tracevault.archive import open_store, retention_report
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.kafka import TopicReport, describe_topics
+from tracevault.log import is_checkpoint_record
 
 __all__ = ["Check", "run_checks"]
 
@@ -160,7 +161,8 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
                 if err.code() == KafkaError._PARTITION_EOF:
                     open_parts.discard(msg.partition())
                 continue
-            lag += 1
+            if not is_checkpoint_record(msg.headers()):  # the signed log's, not an event
+                lag += 1
     except KafkaException as exc:
         return Check(f"{name} lag", "fail", f"cannot read group {group}: {exc}")
     finally:

@@ -26,6 +26,7 @@ from tracevault.heads._read import (
     heads_partition_count,
     locate_run,
     read_heads,
+    read_heads_and_trees,
     read_state,
 )
 from tracevault.heads._record import GapRange, Head, HeldEvent, decode_head, encode_head
@@ -50,4 +51,5 @@ __all__ = [
     "heads_partition_count",
     "locate_run",
     "read_heads",
+    "read_heads_and_trees",
 ]

@@ -17,10 +17,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
-from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads._finished import FinishedChunk, is_finished_key
 from tracevault.heads._record import GapRange, Head, decode_head
 from tracevault.kafka import partition_for
+from tracevault.log import TREE_KEY, CompactTree, is_tree_record
 
 __all__ = [
     "HeadsState",
@@ -29,6 +30,7 @@ __all__ = [
     "heads_partition_count",
     "locate_run",
     "read_heads",
+    "read_heads_and_trees",
     "read_state",
 ]
 
@@ -101,6 +103,7 @@ class HeadsState:
 
     heads: dict[str, Head] = field(default_factory=dict)
     finished: dict[bytes, tuple[int, FinishedChunk]] = field(default_factory=dict)
+    trees: dict[int, CompactTree] = field(default_factory=dict)
 
 
 def read_heads(
@@ -108,6 +111,15 @@ def read_heads(
 ) -> dict[str, Head]:
     """The latest committed head of every *open* run in ``partitions`` (see read_state)."""
     return read_state(settings, partitions, timeout=timeout, stable=stable).heads
+
+
+def read_heads_and_trees(
+    settings: Settings, partitions: Iterable[int], *, timeout: float = 30.0, stable: bool = False
+) -> tuple[dict[str, Head], dict[int, CompactTree]]:
+    """Open runs' heads and the sequencer's latest compact tree of each partition's log
+    (docs/log.md, "Sequencer"; a partition with none is absent)."""
+    state = read_state(settings, partitions, timeout=timeout, stable=stable)
+    return state.heads, state.trees
 
 
 def read_state(
@@ -118,7 +130,8 @@ def read_state(
     stable: bool = False,
     keep_heads: bool = True,
 ) -> HeadsState:
-    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``.
+    """Every run's latest committed head in ``partitions`` of ``<prefix>.heads``, the chunks
+    of finished runs (docs/fleet.md) and the log's compact trees (docs/log.md).
 
     Reads each partition from the beginning with ``read_committed``. By default it stops at
     the last stable offset (what is committed now). With ``stable=True`` it also waits until
@@ -192,6 +205,15 @@ def _take(state: HeadsState, topic: str, msg: Any, keep_heads: bool) -> None:
     key = msg.key()
     value = msg.value()
     if key is None:
+        return
+    if key == TREE_KEY and is_tree_record(msg.headers()):
+        try:
+            state.trees[msg.partition()] = CompactTree.from_bytes(value or b"")
+        except LogError as exc:
+            raise SchemaError(
+                f"{topic}[{msg.partition()}]@{msg.offset()} is not the log's compact tree: "
+                f"{exc}; the heads topic must be written by the sequencer only"
+            ) from exc
         return
     if is_finished_key(key):
         if value is None:

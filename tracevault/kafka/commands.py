@@ -1,4 +1,4 @@
-"""``tracevault topics``: create and describe the deployment's four topics."""
+"""``tracevault topics``: create and describe the deployment's four topics, grant its ACLs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stdout
-from tracevault.errors import NotFoundError, TopicMismatchError
+from tracevault.errors import ConfigError, NotFoundError, TopicMismatchError
+from tracevault.kafka._acls import Grant, acl_plan, grant_acls, parse_principal
 from tracevault.kafka._topics import TopicReport, describe_topics, ensure_topics
 
 __all__ = ["topics"]
@@ -15,7 +16,8 @@ __all__ = ["topics"]
 
 @click.group()
 def topics() -> None:
-    """Create and inspect <prefix>.raw, .sealed, .heads (compacted) and .dlq."""
+    """Create and inspect <prefix>.raw, .sealed, .heads (compacted) and .dlq;
+    grant who may read and write them (acls)."""
 
 
 def _table(reports: list[TopicReport], title: str) -> Table:
@@ -100,3 +102,116 @@ def describe(ctx: click.Context, as_json: bool) -> None:
         ctx.exit(TopicMismatchError.exit_code)
     if any(r.status == "missing" for r in reports):
         ctx.exit(NotFoundError.exit_code)
+
+
+def _acl_table(rows: list[tuple[Grant, str]], title: str) -> Table:
+    # One row per principal and resource, its operations joined: a row per operation made
+    # twenty rows for one deployment.
+    merged: dict[tuple[str, str], tuple[list[str], set[str]]] = {}
+    for g, status in rows:
+        label = {"TRANSACTIONAL_ID": "txn id", "CLUSTER": "cluster"}.get(g.resource, g.resource)
+        what = f"{label.lower()} {g.name}" + ("*" if g.pattern == "PREFIXED" else "")
+        ops, statuses = merged.setdefault((g.principal, what), ([], set()))
+        ops.append(g.operation)
+        statuses.add(status)
+    t = Table(title=title)
+    t.add_column("principal", overflow="fold")
+    t.add_column("may", overflow="fold")
+    t.add_column("on", overflow="fold", ratio=1)
+    t.add_column("status", no_wrap=True)
+    for (principal, what), (ops, statuses) in merged.items():
+        status = ", ".join(sorted(statuses))
+        styled = f"[green]{status}[/]" if statuses == {"added"} else status
+        t.add_row(principal, ", ".join(ops), what, styled)
+    return t
+
+
+@topics.command("acls")
+@click.option(
+    "--sequencer",
+    "sequencers",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="The sequencer's principal (User:NAME); repeatable.",
+)
+@click.option(
+    "--archiver",
+    "archivers",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="The archiver's principal; repeatable.",
+)
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="An agent's principal (may write raw only); repeatable.",
+)
+@click.option(
+    "--reader",
+    "readers",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="A read-only principal (replay --from topic); repeatable.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the ACLs; do not contact Kafka.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def acls(
+    ctx: click.Context,
+    sequencers: tuple[str, ...],
+    archivers: tuple[str, ...],
+    agents: tuple[str, ...],
+    readers: tuple[str, ...],
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Grant each principal the Kafka ACLs its role needs, and no more.
+
+    ACLs are the first line of defence (docs/acls.md): only the sequencer
+    may write sealed, heads and dlq or use the transactional ids
+    <prefix>.sequencer.*, so an agent cannot forge a sealed run.
+
+    \b
+    sequencer  read raw, heads, sealed; write sealed, heads, dlq;
+               group <prefix>.sequencer; its transactional ids
+    archiver   read sealed; group tracevault-archiver.<prefix>
+    agent      write raw
+    reader     read sealed and heads (replay --from topic)
+
+    The broker must run an authorizer (dev/kafka start --sasl does),
+    and these settings must name a super user or a principal with
+    ALTER on the cluster: TRACEVAULT_SECURITY_PROTOCOL,
+    TRACEVAULT_SASL_MECHANISM, TRACEVAULT_SASL_USERNAME and
+    TRACEVAULT_SASL_PASSWORD. Safe to run again: an ACL that exists
+    shows as present. Exits 2 when the broker has no authorizer or
+    refuses these credentials, 3 when it does not answer.
+
+    \b
+    Example:
+      tracevault --prefix agent-traces topics acls \\
+        --sequencer User:sequencer --archiver User:archiver \\
+        --agent User:agent --dry-run
+    """
+    settings = settings_from(ctx)
+    plan = acl_plan(
+        settings,
+        sequencers=[parse_principal(p, "--sequencer") for p in sequencers],
+        archivers=[parse_principal(p, "--archiver") for p in archivers],
+        agents=[parse_principal(p, "--agent") for p in agents],
+        readers=[parse_principal(p, "--reader") for p in readers],
+    )
+    if not plan:
+        raise ConfigError(
+            "name at least one principal: --sequencer, --archiver, --agent or --reader"
+        )
+    if dry_run:
+        rows = [(g, "dry run") for g in plan]
+    else:
+        rows = [(g, "added" if new else "present") for g, new in grant_acls(settings, plan)]
+    if as_json:
+        echo_json([{**g.as_dict(), "status": status} for g, status in rows])
+    else:
+        where = "would grant (dry run)" if dry_run else f"at {settings.bootstrap_servers}"
+        stdout.print(_acl_table(rows, f"ACLs for {settings.topic_prefix}.* {where}"))

@@ -5,6 +5,15 @@ bundles); imports neither, nor any Kafka client. Design: docs/log.md.
 """
 
 from tracevault.log._checkpoint import Checkpoint, log_origin
+from tracevault.log._cosignature import (
+    ALG_COSIGNATURE_V1,
+    CosignatureSigner,
+    CosignatureVerifier,
+    add_cosignature,
+    cosignature_message,
+    cosignature_time,
+    parse_witness_vkey,
+)
 from tracevault.log._evidence import (
     LOG_CHECKS,
     LeafProof,
@@ -12,8 +21,23 @@ from tracevault.log._evidence import (
     RunLogEvidence,
     check_run_log,
 )
-from tracevault.log._keys import LOG_KEY_ENV, load_signer, load_verifiers, write_private_key
-from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash
+from tracevault.log._gather import (
+    FoundCheckpoint,
+    RunLeaf,
+    compact_source,
+    fast_inclusion_proof,
+    run_log_evidence,
+)
+from tracevault.log._keys import (
+    LOG_KEY_ENV,
+    WITNESS_KEY_ENV,
+    load_signer,
+    load_verifiers,
+    load_witness_signer,
+    load_witness_verifiers,
+    write_private_key,
+)
+from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, leaf_hasher, leaf_prefix
 from tracevault.log._merkle import (
     EMPTY_ROOT,
     CompactTree,
@@ -41,16 +65,40 @@ from tracevault.log._note import (
     sign_note,
     split_note,
 )
+from tracevault.log._range import compact_range_source
 from tracevault.log._record import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,
+    RECORD_HEADER_TREE,
+    TREE_KEY,
     CheckpointRecord,
     VerifiedCheckpoint,
     is_checkpoint_record,
+    is_tree_record,
 )
+from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof, with_cosignatures
 
 __all__ = [
+    "FoundCheckpoint",
+    "RunLeaf",
+    "TLOG_PROOF_HEADER",
+    "TlogProof",
+    "compact_source",
+    "fast_inclusion_proof",
+    "run_log_evidence",
+    "with_cosignatures",
+    "ALG_COSIGNATURE_V1",
+    "WITNESS_KEY_ENV",
+    "CosignatureSigner",
+    "CosignatureVerifier",
+    "add_cosignature",
+    "cosignature_message",
+    "cosignature_time",
+    "load_witness_signer",
+    "load_witness_verifiers",
+    "parse_witness_vkey",
+    "compact_range_source",
     "LOG_CHECKS",
     "LeafProof",
     "RunEvent",
@@ -62,6 +110,8 @@ __all__ = [
     "LOG_KEY_ENV",
     "RECORD_HEADER",
     "RECORD_HEADER_CHECKPOINT",
+    "RECORD_HEADER_TREE",
+    "TREE_KEY",
     "Checkpoint",
     "CheckpointRecord",
     "CompactTree",
@@ -77,9 +127,12 @@ __all__ = [
     "hash_leaf",
     "inclusion_proof",
     "is_checkpoint_record",
+    "is_tree_record",
     "key_id",
     "leaf_data",
     "leaf_hash",
+    "leaf_hasher",
+    "leaf_prefix",
     "list_source",
     "load_signer",
     "load_verifiers",

@@ -8,13 +8,15 @@ the first failure. Only public keys are trusted: nothing about the source is.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
-from tracevault.log._leaf import leaf_hash
-from tracevault.log._merkle import root_from_inclusion, verify_consistency
+from tracevault.log._leaf import leaf_hasher
+from tracevault.log._merkle import hash_children, verify_consistency
 from tracevault.log._note import NoteVerifier, open_note
 
 __all__ = ["LOG_CHECKS", "LeafProof", "RunEvent", "RunLogEvidence", "check_run_log"]
@@ -42,7 +44,7 @@ class LeafProof:
 
     seq: int
     index: int
-    proof: tuple[bytes, ...]
+    proof: Sequence[bytes]
     obj: str | None = None
 
 
@@ -76,6 +78,148 @@ def _open(
     return cp, good
 
 
+def _root_or_known(  # noqa: PLR0917 - the RFC's arguments, in its order
+    index: int,
+    size: int,
+    leaf: bytes,
+    proof: Sequence[bytes],
+    known: dict[tuple[int, int], bytes],
+    start: int = 0,
+) -> tuple[bytes | None, list[tuple[tuple[int, int], bytes]]]:
+    """RFC 9162 2.1.3.2 as ``root_from_inclusion``, stopping early at a node already proven.
+
+    ``known`` maps a node's position in the tree of ``size`` leaves (levels climbed, index at
+    that level) to its hash, for every node on a path that reached the signed root. Meeting
+    one with the same hash proves this leaf too (the node is in the signed tree, and the
+    leaf's path reaches it), so None is returned and the rest of the proof is not read:
+    about one hash per event of a run instead of one per level. Otherwise the root is
+    returned. Either way with the path, which the caller adds to ``known`` once proven.
+
+    With ``start`` > 0, ``leaf`` is the hash of the perfect subtree of ``2**start`` leaves
+    from ``index`` (aligned), and the proof is read from its element ``start``: the first
+    ``start`` steps of the leaf's own climb would have built exactly that subtree.
+    """
+    if not 0 <= index < size:
+        raise LogError(f"leaf {index} is not in a tree of size {size}")
+    fn, sn, level = index >> start, (size - 1) >> start, start
+    r = leaf
+    path: list[tuple[tuple[int, int], bytes]] = []
+    for p in islice(proof, start, None):
+        if sn == 0:
+            raise LogError(f"inclusion proof for leaf {index} of {size} is too long")
+        if fn & 1 or fn == sn:
+            r = hash_children(p, r)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+                    level += 1
+        else:
+            r = hash_children(r, p)
+        fn >>= 1
+        sn >>= 1
+        level += 1
+        if known.get((level, fn)) == r:
+            return None, path
+        path.append(((level, fn), r))
+    if sn != 0:
+        raise LogError(f"inclusion proof for leaf {index} of {size} is too short")
+    return r, path
+
+
+def _subtree(leaves: Sequence[bytes]) -> bytes:
+    """The root of a perfect subtree over ``leaves`` (a power of two of them)."""
+    level = list(leaves)
+    sha = hashlib.sha256
+    while len(level) > 1:
+        level = [sha(b"\x01" + level[k] + level[k + 1]).digest() for k in range(0, len(level), 2)]
+    return level[0]
+
+
+def _check_inclusion(
+    run_id: str,
+    events: Sequence[RunEvent],
+    evidence: RunLogEvidence,
+    cp: Checkpoint,
+    where: str,
+) -> None:
+    """L2: every event's leaf reaches the signed root.
+
+    Why not one proof per event: the events of a run sit in runs of consecutive leaves (one
+    per transaction, or the whole run), and a range of leaves is proven by hashing it into
+    its perfect subtrees and climbing from each with the proof of its first leaf, so only a
+    few proofs per range are read. An event outside such a range, or a subtree that does
+    not reach the root, is checked leaf by leaf, so the failure names the exact seq.
+    """
+    proofs = {p.seq: p for p in evidence.leaves}
+    leaf_of = leaf_hasher(run_id)
+    items: list[tuple[RunEvent, LeafProof, bytes]] = []
+    for ev in events:
+        p = proofs.get(ev.seq)
+        if p is None:
+            raise LogError(
+                f"L2 inclusion: run {run_id} seq {ev.seq} has no proof in {where}",
+                run=run_id,
+                seq=ev.seq,
+                checkpoint=where,
+            )
+        items.append((ev, p, leaf_of(ev.seq, ev.chain_hash)))
+    known: dict[tuple[int, int], bytes] = {}
+    i = 0
+    while i < len(items):
+        lo = items[i][1].index
+        n = 1
+        while i + n < len(items) and items[i + n][1].index == lo + n:
+            n += 1
+        pos = 0
+        while pos < n:
+            at = lo + pos
+            level = min((at & -at).bit_length() - 1 if at else 64, (n - pos).bit_length() - 1)
+            chunk = items[i + pos : i + pos + (1 << level)]
+            ok = False
+            if level and 0 <= at < cp.size:
+                root, path = _root_or_known(
+                    at, cp.size, _subtree([c[2] for c in chunk]), chunk[0][1].proof, known, level
+                )
+                ok = root is None or root == cp.root
+                if ok:
+                    known.update(path)
+            if not ok:
+                for ev, p, leaf in chunk:
+                    _check_leaf(run_id, ev, p, leaf, cp, where, known)
+            pos += 1 << level
+        i += n
+
+
+def _check_leaf(  # noqa: PLR0917 - private, one call site
+    run_id: str,
+    ev: RunEvent,
+    p: LeafProof,
+    leaf: bytes,
+    cp: Checkpoint,
+    where: str,
+    known: dict[tuple[int, int], bytes],
+) -> None:
+    try:
+        root, path = _root_or_known(p.index, cp.size, leaf, p.proof, known)
+    except LogError as e:
+        root, path, why = b"", [], str(e)
+    else:
+        why = "the proof leads to another root"
+    if root is None or root == cp.root:
+        known.update(path)  # every node on a proven path is proven
+        return
+    raise LogError(
+        f"L2 inclusion: run {run_id} seq {ev.seq}"
+        + (f" in {p.obj}" if p.obj else "")
+        + f" is not leaf {p.index} of {where}: {why}",
+        run=run_id,
+        seq=ev.seq,
+        obj=p.obj,
+        checkpoint=where,
+    )
+
+
 def check_run_log(
     run_id: str,
     events: Sequence[RunEvent],
@@ -102,34 +246,7 @@ def check_run_log(
             f"{min_witnesses} required",
             checkpoint=where,
         )
-    proofs = {p.seq: p for p in evidence.leaves}
-    for ev in events:
-        p = proofs.get(ev.seq)
-        if p is None:
-            raise LogError(
-                f"L2 inclusion: run {run_id} seq {ev.seq} has no proof in {where}",
-                run=run_id,
-                seq=ev.seq,
-                checkpoint=where,
-            )
-        try:
-            root = root_from_inclusion(
-                p.index, cp.size, leaf_hash(run_id, ev.seq, ev.chain_hash), p.proof
-            )
-        except LogError as e:
-            root, why = b"", str(e)
-        else:
-            why = "the proof leads to another root"
-        if root != cp.root:
-            raise LogError(
-                f"L2 inclusion: run {run_id} seq {ev.seq}"
-                + (f" in {p.obj}" if p.obj else "")
-                + f" is not leaf {p.index} of {where}: {why}",
-                run=run_id,
-                seq=ev.seq,
-                obj=p.obj,
-                checkpoint=where,
-            )
+    _check_inclusion(run_id, events, evidence, cp, where)
     if require_finished and not (events and events[-1].finishes):
         last = events[-1].seq if events else None
         raise LogError(

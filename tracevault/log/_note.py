@@ -19,7 +19,7 @@ import binascii
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol, Self
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -41,6 +41,7 @@ __all__ = [
     "Ed25519Verifier",
     "NoteSigner",
     "NoteVerifier",
+    "SeedKey",
     "Signature",
     "key_id",
     "open_note",
@@ -115,8 +116,18 @@ class Ed25519Verifier:
         return True
 
 
-class Ed25519Signer:
-    """An Ed25519 signer from a 32-byte seed (the file or environment key)."""
+_KEY_KINDS = {0x01: "a log key (Ed25519, type 0x01)", 0x04: "a witness key (type 0x04)"}
+
+
+class SeedKey:
+    """A named Ed25519 key from a 32-byte seed, of one signed-note key type (``ALG``).
+
+    What a log's signer and a witness's signer share: the name, the key id of their type and
+    the private key text (``PRIVATE+KEY+name+id+base64(type ‖ seed)``). Each subclass says
+    what it signs and which verifier checks it.
+    """
+
+    ALG: ClassVar[int] = ALG_ED25519
 
     def __init__(self, name: str, seed: bytes) -> None:
         _check_name(name)
@@ -124,32 +135,32 @@ class Ed25519Signer:
             raise ConfigError(f"Ed25519 private key of {name!r} is not a 32-byte seed")
         self._name = name
         self._key = Ed25519PrivateKey.from_private_bytes(seed)
-        pub = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self._verifier = Ed25519Verifier(name, pub)
+        self._public = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self._key_id = key_id(name, self.ALG, self._public)
 
     @classmethod
-    def generate(cls, name: str) -> Ed25519Signer:
+    def generate(cls, name: str) -> Self:
         seed = Ed25519PrivateKey.generate().private_bytes(
             Encoding.Raw, PrivateFormat.Raw, NoEncryption()
         )
         return cls(name, seed)
 
     @classmethod
-    def from_skey(cls, text: str) -> Ed25519Signer:
-        """Parse ``PRIVATE+KEY+name+id+base64(0x01 ‖ seed)`` and check its id."""
-        parts = text.strip().split("+", 4)  # base64 may hold "+"
-        if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
-            raise ConfigError("a log private key reads PRIVATE+KEY+<name>+<id>+<key>")
-        name, hexid, blob = parts[2], parts[3], parts[4]
-        try:
-            raw = base64.b64decode(blob, validate=True)
-        except binascii.Error as e:
-            raise ConfigError(f"private key of {name!r} is not base64: {e}") from None
-        if len(raw) != 33 or raw[0] != ALG_ED25519:
-            raise ConfigError(f"private key of {name!r} is not an Ed25519 (type 0x01) key")
+    def from_skey(cls, text: str) -> Self:
+        """Parse ``PRIVATE+KEY+name+id+base64(ALG ‖ seed)`` and check its id.
+
+        A key of the other type is refused by name: one key, one role, so a log key can
+        never cosign its own checkpoints as a witness.
+        """
+        name, hexid, raw = key_fields(text, private=True, what="a private key")
+        if len(raw) != 33 or raw[0] != cls.ALG:
+            found = _KEY_KINDS.get(raw[0]) if raw else None
+            raise ConfigError(
+                f"private key of {name!r} is not {_KEY_KINDS[cls.ALG]}"
+                + (f": it is {found}" if found else "")
+            )
         signer = cls(name, raw[1:])
-        if signer.key_id.hex() != hexid.lower():
-            raise ConfigError(f"private key of {name!r} has id {hexid}, its key says otherwise")
+        check_key_id(name, hexid, signer.key_id, "private key")
         return signer
 
     @property
@@ -158,17 +169,25 @@ class Ed25519Signer:
 
     @property
     def key_id(self) -> bytes:
-        return self._verifier.key_id
-
-    @property
-    def verifier(self) -> Ed25519Verifier:
-        return self._verifier
+        return self._key_id
 
     @property
     def skey(self) -> str:
         seed = self._key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-        blob = base64.b64encode(bytes([ALG_ED25519]) + seed).decode()
+        blob = base64.b64encode(bytes([self.ALG]) + seed).decode()
         return f"PRIVATE+KEY+{self._name}+{self.key_id.hex()}+{blob}"
+
+
+class Ed25519Signer(SeedKey):
+    """An Ed25519 signer from a 32-byte seed (the file or environment key)."""
+
+    def __init__(self, name: str, seed: bytes) -> None:
+        super().__init__(name, seed)
+        self._verifier = Ed25519Verifier(name, self._public)
+
+    @property
+    def verifier(self) -> Ed25519Verifier:
+        return self._verifier
 
     def sign(self, message: bytes) -> bytes:
         return self._key.sign(message)
@@ -176,20 +195,33 @@ class Ed25519Signer:
 
 def parse_vkey(text: str) -> Ed25519Verifier:
     """Parse ``name+id+base64(0x01 ‖ public key)``; the id must match the key."""
-    parts = text.strip().split("+", 2)  # base64 may hold "+"
-    if len(parts) != 3:
-        raise ConfigError(f"verifier key {text!r} does not read <name>+<id>+<key>")
-    name, hexid, blob = parts
-    try:
-        raw = base64.b64decode(blob, validate=True)
-    except binascii.Error as e:
-        raise ConfigError(f"verifier key of {name!r} is not base64: {e}") from None
+    name, hexid, raw = key_fields(text, private=False, what="a verifier key")
     if len(raw) != 33 or raw[0] != ALG_ED25519:
         raise ConfigError(f"verifier key of {name!r} is not an Ed25519 (type 0x01) key")
     verifier = Ed25519Verifier(name, raw[1:])
-    if verifier.key_id.hex() != hexid.lower():
-        raise ConfigError(f"verifier key of {name!r} has id {hexid}, its key says otherwise")
+    check_key_id(name, hexid, verifier.key_id, "verifier key")
     return verifier
+
+
+def key_fields(text: str, *, private: bool, what: str) -> tuple[str, str, bytes]:
+    """(name, hex id, type byte ‖ key) of ``[PRIVATE+KEY+]name+id+base64``, any key type."""
+    parts = text.strip().split("+", 4 if private else 2)  # base64 may hold "+"
+    if private and (len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY"):
+        raise ConfigError(f"{what} reads PRIVATE+KEY+<name>+<id>+<key>")
+    if not private and len(parts) != 3:
+        raise ConfigError(f"{what} {text!r} does not read <name>+<id>+<key>")
+    name, hexid, blob = parts[-3:]
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except binascii.Error as e:
+        raise ConfigError(f"{what} of {name!r} is not base64: {e}") from None
+    return name, hexid, raw
+
+
+def check_key_id(name: str, hexid: str, actual: bytes, what: str) -> None:
+    """A key's written id must be the one its name, type and key give (c2sp.org/signed-note)."""
+    if actual.hex() != hexid.lower():
+        raise ConfigError(f"{what} of {name!r} has id {hexid}, its key says otherwise")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ The Kafka record carries header ``tracevault-record: checkpoint`` and key ``\\x0
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tracevault.errors import LogError
@@ -31,14 +31,21 @@ __all__ = [
     "CHECKPOINT_KEY",
     "RECORD_HEADER",
     "RECORD_HEADER_CHECKPOINT",
+    "RECORD_HEADER_TREE",
+    "TREE_KEY",
     "CheckpointRecord",
     "VerifiedCheckpoint",
     "is_checkpoint_record",
+    "is_tree_record",
 ]
 
 RECORD_HEADER = "tracevault-record"
 RECORD_HEADER_CHECKPOINT = b"checkpoint"
 CHECKPOINT_KEY = b"\x00checkpoint"
+#: The sequencer's compact tree of a partition, in the same partition of ``<prefix>.heads``
+#: (value ``CompactTree.to_bytes()``); compaction keeps the latest per partition.
+RECORD_HEADER_TREE = b"tree"
+TREE_KEY = b"\x00tree"
 _MAGIC = b"TVCP"
 _VERSION = 1
 _HEAD = struct.Struct(">4sBI")
@@ -46,11 +53,26 @@ _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 
 
-def is_checkpoint_record(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
-    """True when the Kafka headers mark a checkpoint record (not a sealed event)."""
+#: Kafka record headers as confluent-kafka gives them (a list of pairs) or takes them.
+Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None
+
+
+def _marked(headers: Headers, kind: bytes) -> bool:
     if not headers:
         return False
-    return any(k == RECORD_HEADER and v == RECORD_HEADER_CHECKPOINT for k, v in headers)
+    if isinstance(headers, Mapping):
+        return headers.get(RECORD_HEADER) == kind
+    return any(k == RECORD_HEADER and v == kind for k, v in headers)
+
+
+def is_checkpoint_record(headers: Headers) -> bool:
+    """True when the Kafka headers mark a checkpoint record (not a sealed event)."""
+    return _marked(headers, RECORD_HEADER_CHECKPOINT)
+
+
+def is_tree_record(headers: Headers) -> bool:
+    """True when the Kafka headers mark the sequencer's compact tree record in heads."""
+    return _marked(headers, RECORD_HEADER_TREE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,10 @@ the agent and nothing on the path waits on the network:
 4. call the real thing (model, tool, state reader); an exception it raises is recorded in
    the event's ``error`` and raised again to the agent;
 5. canonical JSON of the response, encode the event, hand it to the Publisher in seq order
-   (a crossing that finishes before an earlier one waits in a small per-run buffer);
+   (a crossing that finishes before an earlier one waits in a small per-run buffer); the
+   event's ``interleave`` says where the crossing completed among the run's concurrent ones
+   (asyncio tasks, threads) and which crossing of its branch came before it, so replay can
+   hand results back in the same interleaving (docs/design.md, "Concurrency inside a run");
 6. return the *recorded* response (parsed back from its canonical JSON) to the agent, so the
    agent sees live exactly what replay will serve.
 """
@@ -69,6 +72,11 @@ _HOST = socket.gethostname()
 _CURRENT: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "tracevault_current_crossing", default=None
 )
+# (recorder identity, seq) of the crossing this branch completed last: a new asyncio task
+# copies its creator's context, so its first crossing names the creator's last one.
+_BRANCH: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "tracevault_branch_last", default=None
+)
 
 
 @dataclass(slots=True)
@@ -82,6 +90,7 @@ class _Open:
     parent: int | None
     at: int
     t0: int
+    prev: int | None
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:
@@ -216,6 +225,7 @@ class Recorder:
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
+        self._done = 0  # crossings completed: the next one's interleave.done_order
         self._next_emit = 0
         self._waiting: dict[int, EventFields] = {}
         self._started = False
@@ -317,6 +327,7 @@ class Recorder:
                 None,
                 self._attributes,
             ),
+            None,
         )
 
     def _finish(self, output: JSON) -> None:
@@ -325,16 +336,20 @@ class Recorder:
         except PayloadError as exc:
             self._fail(exc)
             raise
+        prev = self._branch_prev()
         seq = self._alloc(final=True)
-        self._emit(seq, (seq, EventKind.RUN_FINISHED, _now_us(), _EMPTY, response, *_NONE6))
+        self._emit(seq, (seq, EventKind.RUN_FINISHED, _now_us(), _EMPTY, response, *_NONE6), prev)
 
     def _fail(self, exc: BaseException) -> None:
         if self._finished:
             return
         err = _error_info(exc)
+        prev = self._branch_prev()
         seq = self._alloc()
         self._emit(
-            seq, (seq, EventKind.ERROR, _now_us(), _EMPTY, _NULL, None, None, err, None, None, None)
+            seq,
+            (seq, EventKind.ERROR, _now_us(), _EMPTY, _NULL, None, None, err, None, None, None),
+            prev,
         )
         seq = self._alloc(final=True)
         self._emit(
@@ -352,6 +367,7 @@ class Recorder:
                 None,
                 None,
             ),
+            seq - 1,
         )
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -384,13 +400,18 @@ class Recorder:
                 self._finished = True
             return seq
 
-    def _emit(self, seq: int, fields: EventFields) -> None:
-        """Publish in seq order: a crossing that completes early waits for earlier ones.
+    def _emit(self, seq: int, fields: Any, prev: int | None) -> None:
+        """Complete crossing ``seq`` and publish in seq order (an early one waits for earlier).
 
-        The Avro bytes are made on the Publisher's thread (``encode_fields``), off the
-        agent's path; everything in ``fields`` is already validated.
+        Completing stamps the interleave: how many crossings had started and completed by
+        now, under the same lock that hands out seqs. The Avro bytes are made on the
+        Publisher's thread (``encode_fields``), off the agent's path; everything in
+        ``fields`` is already validated.
         """
+        _BRANCH.set((self._ident, seq))
         with self._lock:
+            fields = (*fields, (prev, self._next_seq, self._done))
+            self._done += 1
             if seq != self._next_emit:
                 self._waiting[seq] = fields
                 return
@@ -403,12 +424,18 @@ class Recorder:
                 nxt += 1
             self._next_emit = nxt
 
+    def _branch_prev(self) -> int | None:
+        """The seq this task or thread completed last in this run (None: its first)."""
+        last = _BRANCH.get()
+        return last[1] if last is not None and last[0] == self._ident else None
+
     def _parent(self) -> int | None:
         cur = _CURRENT.get()
         return cur[1] if cur is not None and cur[0] == self._ident else None
 
     def _open(self, crossing: Crossing, effect: bool) -> _Open:
         request = self._payload(crossing.request, "request")
+        prev = self._branch_prev()
         seq = self._alloc()
         return _Open(
             seq,
@@ -418,6 +445,7 @@ class Recorder:
             self._parent(),
             _now_us(),
             time.perf_counter_ns(),
+            prev,
         )
 
     def _record(self, op: _Open, response: bytes, error: ErrorInfo | None) -> None:
@@ -438,6 +466,7 @@ class Recorder:
                 op.parent,
                 duration,
             ),
+            op.prev,
         )
 
     def _respond(self, op: _Open, result: Any) -> Any:
@@ -499,6 +528,7 @@ class Recorder:
 
     def _instant(self, crossing: Crossing, response: bytes, at: int, seed: int | None) -> None:
         request = self._payload(crossing.request, "request")
+        prev = self._branch_prev()
         seq = self._alloc()
         self._emit(
             seq,
@@ -515,6 +545,7 @@ class Recorder:
                 self._parent(),
                 None,
             ),
+            prev,
         )
 
     # -- the edges --------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""Offline replay jobs over every archived run in a window, in worker processes.
+"""Offline replay jobs over every archived run in a window, on local processes or a cluster.
 
 Runs are found through the archive's day index (``index/days/<day>/<run>``, one listing per
-day), so a window never lists the whole archive. Each worker opens its own store, loads,
-verifies and re-runs one run and sends back a plain :class:`BatchItem` (results cross the
-process boundary as frozen dataclasses of str/int, never live objects).
+day), so a window never lists the whole archive. Runs are cut into chunks; each chunk is one
+task that opens its own store from plain :class:`ArchiveAccess` settings (never a pickled
+client), loads the agent once, and loads, verifies and re-runs each of its runs, sending back
+plain :class:`BatchItem` values. The engine that runs the tasks is the local process pool
+(``--workers``, the default) or a Dask cluster (``tracevault.replayer._dask``); the task is
+the same on both (docs/replay-batch.md).
 """
 
 from __future__ import annotations
@@ -12,29 +15,47 @@ import asyncio
 import importlib
 import inspect
 import logging
+import math
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
-from tracevault.archive import open_store
+from tracevault.archive import ObjectStore, open_store
 from tracevault.archive.layout import day_prefix, run_id_from_key
 from tracevault.config import Settings
-from tracevault.errors import ChainError, ConfigError, TraceVaultError
+from tracevault.errors import ChainError, ConfigError
 from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer._batch_report import BatchItem, BatchReport
 from tracevault.replayer._replay import areplay, replay
 from tracevault.replayer._results import ReplayResult
 from tracevault.replayer._verify import verify
 
-__all__ = ["BatchItem", "BatchReport", "load_agent", "run_batch", "runs_between", "replay_with"]
-
-Status = Literal["ok", "diverged", "verify_failed", "error"]
+__all__ = [
+    "ArchiveAccess",
+    "BatchItem",
+    "BatchReport",
+    "Engine",
+    "LocalEngine",
+    "chunked",
+    "load_agent",
+    "lost",
+    "replay_chunk",
+    "replay_with",
+    "run_batch",
+    "runs_between",
+]
 
 log = logging.getLogger(__name__)
+
+MAX_CHUNK = 32  # runs per task: enough to amortise a task's cost, small enough to balance
 
 
 def load_agent(spec: str) -> Callable[..., Any]:
@@ -86,101 +107,224 @@ def runs_between(settings: Settings, since: date, until: date) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchItem:
-    """One run's outcome: ``seq`` is the divergent or first bad seq, ``detail`` says why."""
+class S3Credentials:
+    """Credentials resolved where the job was started, for workers that have none of their own."""
 
-    run_id: str
-    status: Status
-    count: int = 0
-    steps: int = 0
-    seq: int | None = None
-    obj: str | None = None
-    detail: str = ""
-    divergence: dict[str, Any] | None = None
+    access_key: str
+    secret_key: str = field(repr=False)
+    token: str | None = field(default=None, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "count": self.count,
-            "steps": self.steps,
-            "seq": self.seq,
-            "object": self.obj,
-            "detail": self.detail,
-            "divergence": self.divergence,
-        }
+    @classmethod
+    def resolve(cls) -> S3Credentials:
+        """The boto3 default chain's credentials here (env, profile, role), frozen."""
+        import boto3  # noqa: PLC0415 - only an s3:// archive with --ship-credentials needs it
 
-
-def replay_archived(settings: Settings, run_id: str, agent_spec: str) -> BatchItem:
-    """Load, verify and re-run one archived run (the worker's job; never raises)."""
-    try:
-        agent = load_agent(agent_spec)
-        store = open_store(settings.archive_url, settings)
-        try:
-            run = load_from_archive(store, run_id)
-        finally:
-            store.close()
-        try:
-            report = verify(run)
-        except ChainError as exc:
-            return BatchItem(run_id, "verify_failed", len(run), 0, exc.seq, exc.obj, str(exc))
-        result = replay_with(report.events, agent, None)
-    except ChainError as exc:
-        return BatchItem(run_id, "verify_failed", 0, 0, exc.seq, exc.obj, str(exc))
-    except TraceVaultError as exc:
-        return BatchItem(run_id, "error", detail=f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # an agent bug must not take the batch down
-        return BatchItem(run_id, "error", detail=f"{type(exc).__name__}: {exc}")
-    if result.divergence is not None:
-        d = result.divergence
-        return BatchItem(
-            run_id, "diverged", report.count, result.steps, d.seq, None, d.reason, d.to_json()
-        )
-    return BatchItem(run_id, "ok", report.count, result.steps)
+        found = boto3.Session().get_credentials()
+        if found is None:
+            raise ConfigError(
+                "--ship-credentials: no AWS credentials here to ship (set AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY, or a profile)"
+            )
+        frozen = found.get_frozen_credentials()
+        if not frozen.access_key or not frozen.secret_key:
+            raise ConfigError("--ship-credentials: the AWS credentials here are incomplete")
+        return cls(frozen.access_key, frozen.secret_key, frozen.token)
 
 
 @dataclass(frozen=True, slots=True)
-class BatchReport:
-    since: date
-    until: date
-    agent: str
-    items: tuple[BatchItem, ...] = field(default=())
+class ArchiveAccess:
+    """Everything a worker needs to open the archive, as plain values that travel anywhere.
 
-    def totals(self) -> dict[str, int]:
-        out = {"runs": len(self.items), "ok": 0, "diverged": 0, "verify_failed": 0, "error": 0}
-        for it in self.items:
-            out[it.status] += 1
-        return out
+    A worker builds its own client from these; a client object is never sent (it holds
+    sockets and threads). Without ``credentials`` an s3:// store uses the worker's own AWS
+    credential chain (its role or environment), which is how a cluster is usually run.
+    """
+
+    url: str
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    lock_mode: Literal["COMPLIANCE", "GOVERNANCE"] = "COMPLIANCE"
+    credentials: S3Credentials | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, *, ship_credentials: bool = False) -> ArchiveAccess:
+        s3 = urlsplit(settings.archive_url).scheme == "s3"
+        return cls(
+            settings.archive_url,
+            settings.s3_endpoint_url,
+            settings.s3_region,
+            settings.lock_mode,
+            S3Credentials.resolve() if ship_credentials and s3 else None,
+        )
+
+    def open(self) -> ObjectStore:
+        settings = Settings(
+            archive_url=self.url,
+            s3_endpoint_url=self.s3_endpoint_url,
+            s3_region=self.s3_region,
+            lock_mode=self.lock_mode,
+        )
+        creds = self.credentials
+        parts = urlsplit(self.url)
+        if creds is None or parts.scheme != "s3":
+            return open_store(self.url, settings)
+        import boto3  # noqa: PLC0415 - slow to import; only s3:// needs it
+        from botocore.config import Config  # noqa: PLC0415
+
+        from tracevault.archive._s3store import S3Store  # noqa: PLC0415
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint_url,
+            region_name=self.s3_region,
+            aws_access_key_id=creds.access_key,
+            aws_secret_access_key=creds.secret_key,
+            aws_session_token=creds.token,
+            config=Config(retries={"max_attempts": 5, "mode": "standard"}),
+        )
+        return S3Store(parts.netloc, parts.path.strip("/"), lock_mode=self.lock_mode, client=client)
+
+
+def lost(run_ids: Sequence[str], exc: BaseException, where: str) -> list[BatchItem]:
+    """Error items for a task the engine lost (its worker died, it could not be sent)."""
+    detail = f"{where} lost the task of {len(run_ids)} run(s): {type(exc).__name__}: {exc}"
+    return [BatchItem(rid, "error", detail=detail) for rid in run_ids]
+
+
+def _failed(run_id: str, exc: BaseException, started: float) -> BatchItem:
+    took = time.perf_counter() - started
+    if isinstance(exc, ChainError):
+        return BatchItem(run_id, "verify_failed", 0, 0, exc.seq, exc.obj, str(exc), seconds=took)
+    return BatchItem(run_id, "error", detail=f"{type(exc).__name__}: {exc}", seconds=took)
+
+
+def _replay_one(store: ObjectStore, run_id: str, agent: Callable[..., Any]) -> BatchItem:
+    """Load, verify and re-run one run; every failure becomes an item, never an exception."""
+    started = time.perf_counter()
+    try:
+        run = load_from_archive(store, run_id)
+        try:
+            report = verify(run)
+        except ChainError as exc:
+            took = time.perf_counter() - started
+            return BatchItem(
+                run_id, "verify_failed", len(run), 0, exc.seq, exc.obj, str(exc), seconds=took
+            )
+        result = replay_with(report.events, agent, None)
+    except Exception as exc:  # an agent bug must not take the batch down
+        return _failed(run_id, exc, started)
+    except (SystemExit, GeneratorExit) as exc:  # an agent calling sys.exit() neither
+        return _failed(run_id, exc, started)
+    took = time.perf_counter() - started
+    if result.divergence is not None:
+        d = result.divergence
+        return BatchItem(
+            run_id, "diverged", report.count, result.steps, d.seq, None, d.reason, d.to_json(), took
+        )
+    return BatchItem(run_id, "ok", report.count, result.steps, seconds=took)
+
+
+def replay_chunk(access: ArchiveAccess, run_ids: Sequence[str], agent_spec: str) -> list[BatchItem]:
+    """One task: the agent loaded and the store opened once for several runs (never raises).
+
+    This is what runs on a worker, local or remote: it must import only what a worker has
+    (tracevault and the agent's module) and take and return plain values.
+    """
+    started = time.perf_counter()
+    try:
+        agent = load_agent(agent_spec)
+        store = access.open()
+    except Exception as exc:
+        return [_failed(rid, exc, started) for rid in run_ids]
+    try:
+        return [_replay_one(store, rid, agent) for rid in run_ids]
+    finally:
+        store.close()
+
+
+def chunked(run_ids: Sequence[str], parallelism: int, size: int | None = None) -> list[list[str]]:
+    """Runs cut into tasks: ``size`` each, or about four tasks per worker, at most MAX_CHUNK."""
+    if size is None:
+        size = max(1, min(MAX_CHUNK, math.ceil(len(run_ids) / (4 * max(1, parallelism)))))
+    return [list(run_ids[i : i + size]) for i in range(0, len(run_ids), size)]
+
+
+class Engine(Protocol):
+    """Runs chunks of runs somewhere and yields each chunk's items as they complete."""
 
     @property
-    def ok(self) -> bool:
-        return all(it.status == "ok" for it in self.items)
+    def name(self) -> str: ...
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "since": self.since.isoformat(),
-            "until": self.until.isoformat(),
-            "agent": self.agent,
-            "ok": self.ok,
-            "totals": self.totals(),
-            "runs": [it.to_json() for it in self.items],
-        }
+    @property
+    def parallelism(self) -> int: ...
+
+    def map_chunks(
+        self, access: ArchiveAccess, chunks: list[list[str]], agent_spec: str
+    ) -> Iterator[list[BatchItem]]: ...
 
 
-def _results(
-    settings: Settings, run_ids: list[str], agent_spec: str, workers: int
-) -> Iterator[BatchItem]:
-    if workers <= 1:
-        for rid in run_ids:
-            yield replay_archived(settings, rid, agent_spec)
-        return
-    # spawn, not fork: the parent runs a progress-bar thread, and forking a threaded process
-    # can deadlock the child on a lock held at fork time
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(replay_archived, settings, rid, agent_spec) for rid in run_ids]
-        for fut in as_completed(futures):
-            yield fut.result()
+@dataclass(frozen=True, slots=True)
+class LocalEngine:
+    """This machine: ``workers`` spawned processes (1: in this process)."""
+
+    workers: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"local ({self.workers} worker{'s' if self.workers > 1 else ''})"
+
+    @property
+    def parallelism(self) -> int:
+        return self.workers
+
+    def map_chunks(
+        self, access: ArchiveAccess, chunks: list[list[str]], agent_spec: str
+    ) -> Iterator[list[BatchItem]]:
+        if self.workers <= 1:
+            for chunk in chunks:
+                yield replay_chunk(access, chunk, agent_spec)
+            return
+        # spawn, not fork: the parent runs a progress-bar thread, and forking a threaded
+        # process can deadlock the child on a lock held at fork time
+        ctx = multiprocessing.get_context("spawn")
+        unfinished: list[list[str]] = []
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
+            futures = {pool.submit(replay_chunk, access, c, agent_spec): c for c in chunks}
+            for fut in as_completed(futures):
+                try:
+                    yield fut.result()
+                except BrokenProcessPool:  # a process died: every unfinished task fails
+                    unfinished.append(futures[fut])
+                except Exception as exc:  # the task or its result could not cross
+                    yield lost(futures[fut], exc, "a local worker process")
+        if unfinished:
+            log.warning(
+                "a local worker process died; %d tasks again, one at a time", len(unfinished)
+            )
+            yield from self._isolated(access, unfinished, agent_spec, ctx)
+
+    def _isolated(
+        self, access: ArchiveAccess, chunks: list[list[str]], agent_spec: str, ctx: Any
+    ) -> Iterator[list[BatchItem]]:
+        """After a worker died (which fails the whole pool), one task at a time, so the task
+        that kills its process is known; its runs again one by one, so only the run that
+        kills loses (and is an error), never an innocent beside it."""
+        queue = list(chunks)
+        pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+        try:
+            while queue:
+                chunk = queue.pop(0)
+                try:
+                    yield pool.submit(replay_chunk, access, chunk, agent_spec).result()
+                except BrokenProcessPool as exc:
+                    pool.shutdown(wait=True)
+                    pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+                    if len(chunk) > 1:
+                        queue[:0] = [[rid] for rid in chunk]
+                    else:
+                        yield lost(chunk, exc, "a local worker process")
+        finally:
+            pool.shutdown(wait=True)
 
 
 def run_batch(
@@ -190,26 +334,39 @@ def run_batch(
     until: date,
     *,
     workers: int = 1,
+    engine: Engine | None = None,
+    chunk_size: int | None = None,
+    ship_credentials: bool = False,
     on_item: Callable[[BatchItem], None] | None = None,
     on_total: Callable[[int], None] | None = None,
 ) -> BatchReport:
-    """Replay every run archived between ``since`` and ``until`` (UTC days, inclusive)."""
+    """Replay every run archived between ``since`` and ``until`` (UTC days, inclusive).
+
+    ``engine`` runs the tasks (default: :class:`LocalEngine` with ``workers`` processes).
+    """
     load_agent(agent_spec)  # a bad --agent is a usage error before any worker starts
+    eng: Engine = engine if engine is not None else LocalEngine(workers)
+    access = ArchiveAccess.of(settings, ship_credentials=ship_credentials)
     run_ids = runs_between(settings, since, until)
+    chunks = chunked(run_ids, eng.parallelism, chunk_size)
     log.info(
-        "batch replay of %d runs archived %s..%s with %d workers",
+        "batch replay of %d runs archived %s..%s in %d tasks on %s",
         len(run_ids),
         since,
         until,
-        workers,
+        len(chunks),
+        eng.name,
     )
     if on_total is not None:
         on_total(len(run_ids))
+    started = time.perf_counter()
     order = {rid: i for i, rid in enumerate(run_ids)}
     items: list[BatchItem] = []
-    for item in _results(settings, run_ids, agent_spec, workers):
-        items.append(item)
-        if on_item is not None:
-            on_item(item)
+    for chunk_items in eng.map_chunks(access, chunks, agent_spec) if chunks else ():
+        for item in chunk_items:
+            items.append(item)
+            if on_item is not None:
+                on_item(item)
     items.sort(key=lambda it: order[it.run_id])
-    return BatchReport(since, until, agent_spec, tuple(items))
+    took = time.perf_counter() - started
+    return BatchReport(since, until, agent_spec, tuple(items), eng.name, took)

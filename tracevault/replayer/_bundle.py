@@ -10,15 +10,23 @@ Layout (every file listed with its SHA-256 in ``manifest.json``)::
     schemas/*.avsc         every schema version the events can be read with
     archive/runs/<run>/…   (from the archive) the segments and receipts, byte for byte
     head.json              (from the topic) the sequencer's committed head that was checked
+    log/checkpoint         (signed log) the checkpoint note, with any cosignatures
+    log/<seq>.tlog-proof   (signed log) C2SP tlog-proof of each event against it
+    log/consistency.jsonl  (signed log) other checkpoints seen, with consistency proofs
 
 ``verify_bundle`` recomputes the chain from genesis over ``raw/`` (checks 1-6), re-runs the
 archive checks (A1-A3) over ``archive/`` as if it were the store, checks the head, that
 ``events.jsonl`` is what the raw bytes decode to with the bundled schemas, and every file's
-hash; the first failure is a ChainError naming the seq and the file.
+hash; the first failure is a ChainError naming the seq and the file. With trusted keys, the
+signed log's checks L1-L4 run over ``log/`` first, with public keys only (docs/log.md,
+"Verify and bundles"); a bundle exported before the signed log has no ``log/`` and fails L1
+then, and verifies as before without keys.
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,9 +37,19 @@ from typing import Any
 
 from tracevault import __version__
 from tracevault.archive import ObjectInfo
-from tracevault.errors import ConfigError, NotFoundError
+from tracevault.errors import ConfigError, LogError, NotFoundError
+from tracevault.log import (
+    TLOG_PROOF_HEADER,
+    Checkpoint,
+    LeafProof,
+    RunLogEvidence,
+    TlogProof,
+    split_note,
+    with_cosignatures,
+)
 from tracevault.replayer._archive import ReadableStore, load_from_archive
 from tracevault.replayer._checks import fail
+from tracevault.replayer._log import LogPolicy, run_evidence
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer._verify import verify
@@ -62,6 +80,17 @@ above and `manifest.json`'s `head`. Every file's SHA-256 is in `manifest.json`.
 `raw/*.bin` are Avro single-object encoded TraceEvents (`C3 01`, the 8-byte CRC-64-AVRO
 fingerprint of the writer schema, the body); the schemas are in `schemas/`.
 `events.jsonl` is the same events decoded, for reading. {archive_note}
+{log_note}"""
+
+_LOG_NOTE = """
+## The signed log
+
+`log/checkpoint` is the signed checkpoint of log `{origin}` (size {size}); each
+`log/<seq>.tlog-proof` is a C2SP tlog-proof (c2sp.org/tlog-proof) that the event's leaf,
+SHA-256(0x00 + "tracevault/v1/leaf\\0" + u16 len + run_id + u64 seq + hash), is in it.
+Check them with the log's public key:
+
+    tracevault replay verify --bundle . --trusted-key <vkey or @file>
 """
 
 
@@ -85,19 +114,37 @@ class _Writer:
         self.files[rel] = _sha(data)
 
 
+def _proof_name(seq: int) -> str:
+    return f"log/{seq:012d}.tlog-proof"
+
+
 def export_bundle(
     run: LoadedRun,
     out_dir: Path,
     *,
     store: ReadableStore | None = None,
     progress: Callable[[int], None] | None = None,
+    log: LogPolicy | None = None,
+    cosigned: Sequence[str] = (),
 ) -> VerifyReport:
     """Verify ``run`` and write its evidence bundle to ``out_dir`` (new or empty).
 
-    ``store`` is where an archive-sourced run's segments and receipts are copied from.
-    Raises ``ChainError`` (nothing written) if the run does not verify.
+    ``store`` is where an archive-sourced run's segments and receipts are copied from. With
+    ``log`` the signed log is checked first; the run's log evidence, when its source has
+    any, goes into ``log/`` as C2SP tlog-proofs (checked or not: ``verify --bundle`` checks).
+    ``cosigned`` are witnesses' copies of that checkpoint: their cosignatures are added to
+    the bundle's. Raises ``ChainError``/``LogError`` (nothing written) if the run does not
+    verify.
     """
-    report = verify(run)
+    report = verify(run, log=log)
+    evidence = report.log_evidence or run_evidence(run, ())
+    if cosigned:
+        if evidence is None:
+            raise ConfigError("cosignatures given, but the run has no signed-log evidence")
+        note = evidence.checkpoint
+        for c in cosigned:
+            note = with_cosignatures(note, c)
+        evidence = dataclasses.replace(evidence, checkpoint=note)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(
             f"{out_dir} is not empty; export into a new folder (evidence is never overwritten)"
@@ -149,6 +196,8 @@ def export_bundle(
                 }
             ),
         )
+    if evidence is not None:
+        _put_log(w, run, evidence)
     created = datetime.now(UTC).isoformat()
     note = (
         "`archive/` holds the archived segments and receipts byte for byte, under their keys."
@@ -167,6 +216,12 @@ def export_bundle(
             head=report.head,
             finished=report.finished,
             archive_note=note,
+            log_note=""
+            if evidence is None
+            else _LOG_NOTE.format(
+                origin=evidence.origin,
+                size=Checkpoint.parse(split_note(evidence.checkpoint)[0]).size,
+            ),
         ).encode(),
     )
     manifest = {
@@ -182,10 +237,80 @@ def export_bundle(
         "tracevault": __version__,
         "files": dict(sorted(w.files.items())),
     }
+    if evidence is not None:
+        manifest["log"] = {
+            "origin": evidence.origin,
+            "checkpoint": "log/checkpoint",
+            "checkpoint_object": evidence.checkpoint_obj,
+            "proof_format": TLOG_PROOF_HEADER,
+        }
     (out_dir / "manifest.json").write_bytes(
         json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
     )
     return report
+
+
+def _put_log(w: _Writer, run: LoadedRun, evidence: RunLogEvidence) -> None:
+    """One C2SP tlog-proof per event (the spec's unit is one entry), and the checkpoint."""
+    proofs = {p.seq: p for p in evidence.leaves}
+    w.put("log/checkpoint", evidence.checkpoint.encode())
+    for sealed in run.records:
+        p = proofs[sealed.seq]
+        w.put(
+            _proof_name(sealed.seq),
+            TlogProof(p.index, tuple(p.proof), evidence.checkpoint).encode().encode(),
+        )
+    w.put(
+        "log/consistency.jsonl",
+        b"".join(
+            _json_line({"checkpoint": note, "proof": [base64.b64encode(h).decode() for h in proof]})
+            for note, proof in evidence.others
+        ),
+    )
+
+
+def _bundle_evidence(
+    root: Path, manifest: dict[str, Any], seqs: Sequence[int]
+) -> RunLogEvidence | None:
+    """The run's log evidence from ``log/``: None for a bundle exported before the log."""
+    meta = manifest.get("log")
+    if not isinstance(meta, dict):
+        return None
+    try:
+        note = (root / "log" / "checkpoint").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LogError(
+            f"L1 signature: log/checkpoint is unreadable ({exc})", checkpoint="log/checkpoint"
+        ) from None
+    leaves: list[LeafProof] = []
+    for seq in seqs:
+        rel = _proof_name(seq)
+        try:
+            text = (root / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            raise LogError(
+                f"L2 inclusion: seq {seq} has no readable tlog-proof {rel}", seq=seq, obj=rel
+            ) from None
+        proof = TlogProof.parse(text, rel)
+        if proof.checkpoint != note:
+            raise LogError(
+                f"L1 signature: {rel} proves seq {seq} against another checkpoint than "
+                "log/checkpoint",
+                seq=seq,
+                obj=rel,
+                checkpoint="log/checkpoint",
+            )
+        leaves.append(LeafProof(seq, proof.index, proof.hashes, rel))
+    others: list[tuple[str, tuple[bytes, ...]]] = []
+    path = root / "log" / "consistency.jsonl"
+    if path.is_file():
+        for line in path.read_bytes().splitlines():
+            if line:
+                o = json.loads(line)
+                others.append(
+                    (str(o["checkpoint"]), tuple(base64.b64decode(h) for h in o["proof"]))
+                )
+    return RunLogEvidence(str(meta["origin"]), note, tuple(leaves), tuple(others), "log/checkpoint")
 
 
 def _json_line(obj: dict[str, Any]) -> bytes:
@@ -237,8 +362,12 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
-def verify_bundle(root: Path) -> VerifyReport:
-    """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file."""
+def verify_bundle(root: Path, *, log: LogPolicy | None = None) -> VerifyReport:
+    """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
+
+    With ``log`` (public keys only) the bundle's tlog-proofs and checkpoint are checked
+    first (L1-L4, ``LogError``).
+    """
     manifest = _read_manifest(root)
     run_id = str(manifest["run_id"])
     checks = ["B1 manifest: every file listed is present with its SHA-256"]
@@ -283,8 +412,12 @@ def verify_bundle(root: Path) -> VerifyReport:
         expected_last_seq=head.get("last_seq"),
         expected_finished=head.get("finished"),
         expected_head=bytes.fromhex(head["last_hash"]) if head.get("last_hash") else None,
+        # read only when asked to check it: without keys the bundle verifies as before
+        log_evidence=None
+        if log is None
+        else _bundle_evidence(root, manifest, [int(c["seq"]) for c in chain]),
     )
-    report = verify(run)
+    report = verify(run, log=log)
     checks.extend(report.checks)
     if report.head != manifest.get("head") or report.count != manifest.get("count"):
         raise fail(
@@ -326,4 +459,7 @@ def verify_bundle(root: Path) -> VerifyReport:
         gaps=report.gaps,
         warnings=report.warnings,
         events=report.events,
+        log_checked=report.log_checked,
+        checkpoint=report.checkpoint,
+        log_evidence=report.log_evidence,
     )

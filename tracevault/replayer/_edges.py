@@ -10,7 +10,6 @@ because every later call and the end of the run raise it again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -26,25 +25,19 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ReplayDivergence
-from tracevault.replayer._diff import json_diff, short_json
+from tracevault.replayer._diff import json_diff
+from tracevault.replayer._interleave import Interleaver, interleaved
+from tracevault.replayer._mismatch import StopReplay, gap_reason, loads, mismatch
 from tracevault.replayer._recorded_error import raise_recorded
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
-__all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay"]
+__all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay", "gap_reason", "mismatch"]
 
 NEXT_SHOWN = 3
 
 
-class StopReplay(BaseException):
-    """Raised inside the agent when ``--until N`` is reached.
-
-    A BaseException so an agent's ``except Exception`` does not swallow it.
-    """
-
-
-def _loads(data: bytes) -> Any:
-    return json.loads(data) if data else None
+_loads = loads
 
 
 class ReplayCursor:
@@ -58,6 +51,8 @@ class ReplayCursor:
         self.divergence: ReplayDivergence | None = None
         self.report: DivergenceReport | None = None
         self.stopped = False
+        # a record whose crossings overlapped is served in its recorded interleaving
+        self.interleave = Interleaver(self, events) if interleaved(events) else None
 
     # -- reading the record -------------------------------------------------------------
     def peek(self) -> TraceEvent | None:
@@ -82,20 +77,21 @@ class ReplayCursor:
         actual_kind: str | None,
         diff: tuple[str, ...] = (),
         actual_request: Any = None,
+        at: int | None = None,
     ) -> ReplayDivergence:
-        ev = self.peek()
+        """The divergence at the next event, or at index ``at`` (a concurrent branch's)."""
+        pos = self.pos if at is None else at
+        ev = self.events[pos] if pos < len(self.events) else None
         report = DivergenceReport(
             run_id=self.run_id,
-            seq=self.next_seq(),
+            seq=self.next_seq() if at is None else (pos if ev is None else ev.seq),
             expected=None if ev is None else ev.kind.value,
             actual=actual_kind,
             reason=reason,
             diff=diff,
             expected_request=None if ev is None else _loads(ev.request),
             actual_request=actual_request,
-            next_in_record=tuple(
-                StepSummary.of(e) for e in self.events[self.pos : self.pos + NEXT_SHOWN]
-            ),
+            next_in_record=tuple(StepSummary.of(e) for e in self.events[pos : pos + NEXT_SHOWN]),
         )
         exc = ReplayDivergence(
             report.render(),
@@ -113,66 +109,32 @@ class ReplayCursor:
             raise self.divergence
 
     # -- one crossing -------------------------------------------------------------------
+    async def aexpect(self, crossing: Crossing) -> TraceEvent:
+        """:meth:`expect` for async edges: awaits its turn in a concurrent record."""
+        if self.interleave is not None:
+            return await self.interleave.aexpect(crossing)
+        return self.expect(crossing)
+
     def expect(self, crossing: Crossing) -> TraceEvent:
         """Match ``crossing`` against the next recorded event and consume it, or diverge."""
+        if self.interleave is not None:
+            return self.interleave.expect(crossing)
         self.raise_if_diverged()
         self.check_stop()
         ev = self.peek()
         actual_req = crossing.request
-        # in the recorded event's own form: a record made before RFC 8785 still matches
-        actual_bytes = canonical_json_like(
-            actual_req, None if ev is None else ev.request, field="request"
-        )
         kind = crossing.kind.value
         if ev is None:
+            canonical_json_like(actual_req, None, field="request")  # unrecordable: say so
             raise self.diverge(
                 f"the agent made an extra {kind} call after the record ended",
                 actual_kind=kind,
                 diff=json_diff(None, actual_req, "$.request"),
                 actual_request=actual_req,
             )
-        if ev.kind is EventKind.GAP:
-            raise self.diverge(
-                f"the record has a GAP marker at seq {ev.seq} (events never reached the "
-                f"sequencer: {short_json(_loads(ev.request))}); replay cannot serve past it — "
-                f"use --until {ev.seq - 1} to rebuild the state before it",
-                actual_kind=kind,
-                actual_request=actual_req,
-            )
-        if ev.kind is not crossing.kind:
-            raise self.diverge(
-                f"the agent made a {kind} call where the record has {ev.kind.value}",
-                actual_kind=kind,
-                diff=json_diff(_loads(ev.request), actual_req, "$.request"),
-                actual_request=actual_req,
-            )
-        diff: list[str] = []
-        if ev.model != crossing.model:
-            diff.append(
-                f"$.model: expected {short_json(ev.model)}, got {short_json(crossing.model)}"
-            )
-        if self._seed_differs(ev, crossing):
-            diff.append(f"$.seed: expected {short_json(ev.seed)}, got {short_json(crossing.seed)}")
-        if actual_bytes != ev.request:
-            diff.extend(json_diff(_loads(ev.request), actual_req, "$.request"))
-            if len(diff) == 0:  # e.g. a record from before RFC 8785 holds 1.0, the re-run 1
-                diff.append(
-                    "$.request: the same JSON value, in other canonical bytes than the record's"
-                )
-        if diff:
-            what = (
-                "model"
-                if diff[0].startswith("$.model")
-                else "seed"
-                if diff[0].startswith("$.seed")
-                else "request"
-            )
-            raise self.diverge(
-                f"the {kind} call's {what} differs from the record",
-                actual_kind=kind,
-                diff=tuple(diff),
-                actual_request=actual_req,
-            )
+        why = mismatch(ev, crossing)
+        if why is not None:
+            raise self.diverge(why[0], actual_kind=kind, diff=why[1], actual_request=actual_req)
         self.pos += 1
         self._skip_nested(ev.seq)
         return ev
@@ -187,13 +149,6 @@ class ReplayCursor:
         while (nxt := self.peek()) is not None and nxt.parent_seq in inside:
             inside.add(nxt.seq)
             self.pos += 1
-
-    @staticmethod
-    def _seed_differs(ev: TraceEvent, crossing: Crossing) -> bool:
-        if crossing.kind is EventKind.RANDOM:
-            # seed=None live means "draw one and record it": replay then serves the recorded one.
-            return crossing.seed is not None and crossing.seed != ev.seed
-        return crossing.seed != ev.seed
 
 
 def _response(ev: TraceEvent) -> JSON:
@@ -220,14 +175,20 @@ class ReplayEdges:
         seed: int | None = None,
         call: Callable[..., Any] | None = None,
     ) -> JSON:
+        return _response(self._cursor.expect(self._model_crossing(request, model, seed, call)))
+
+    def _model_crossing(
+        self, request: JSON, model: str | None, seed: int | None, call: Callable[..., Any] | None
+    ) -> Crossing:
         crossing = model_call_crossing(request, model=model, seed=seed, call=call)
-        if crossing.model is None:
+        if crossing.model is None and self._cursor.interleave is None:
             # The build the provider reported is its output, served from the record like the
-            # response; the requested model is compared inside the request (edges.py).
+            # response; the requested model is compared inside the request (edges.py). (The
+            # Interleaver does the same for the crossing it matches.)
             ev = self._cursor.peek()
             if ev is not None and ev.kind is EventKind.MODEL_CALL:
                 crossing = dataclasses.replace(crossing, model=ev.model)
-        return _response(self._cursor.expect(crossing))
+        return crossing
 
     async def amodel(
         self,
@@ -237,13 +198,14 @@ class ReplayEdges:
         seed: int | None = None,
         call: Callable[..., Any] | None = None,
     ) -> JSON:
-        return self.model(request, model=model, seed=seed, call=call)
+        crossing = self._model_crossing(request, model, seed, call)
+        return _response(await self._cursor.aexpect(crossing))
 
     def tool(self, name: str, args: JSON) -> JSON:
         return _response(self._cursor.expect(tool_crossing(name, args)))
 
     async def atool(self, name: str, args: JSON) -> JSON:
-        return self.tool(name, args)
+        return _response(await self._cursor.aexpect(tool_crossing(name, args)))
 
     def clock(self, name: str = "now") -> float:
         value = _response(self._cursor.expect(clock_crossing(name)))
@@ -261,7 +223,7 @@ class ReplayEdges:
         return _response(self._cursor.expect(state_crossing(name)))
 
     async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
-        return self.state(name)
+        return _response(await self._cursor.aexpect(state_crossing(name)))
 
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
         self._cursor.expect(decision_crossing(name, choice, options))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tracevault.archive.layout import FinalReceipt, SegmentReceipt
+from tracevault.log import FoundCheckpoint, RunLogEvidence
 from tracevault.replayer._diff import short_json
 from tracevault.replayer._records import SealedRows
 from tracevault.schemas import ErrorInfo, EventKind, SealedEvent, TraceEvent, micros_to_datetime
@@ -130,6 +131,11 @@ class LoadedRun:
     expected_finished: bool | None = None
     expected_head: bytes | None = None
     expected_gaps: tuple[tuple[int, int], ...] = ()
+    #: The signed log (docs/log.md): ready evidence (a bundle, the archive), or the origin and
+    #: checkpoint records read beside the run (the topic), gathered by ``verify`` with its keys.
+    log_evidence: RunLogEvidence | None = None
+    log_origin: str | None = None
+    log_checkpoints: tuple[FoundCheckpoint, ...] = ()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -164,6 +170,10 @@ class VerifyReport:
     gaps: tuple[int, ...] = ()
     warnings: tuple[str, ...] = ()
     events: Sequence[TraceEvent] = field(default=(), repr=False, compare=False)
+    #: True when L1-L4 held against trusted keys; ``checkpoint`` is the one they held against.
+    log_checked: bool = False
+    checkpoint: str | None = None
+    log_evidence: RunLogEvidence | None = field(default=None, repr=False, compare=False)
 
     @property
     def status(self) -> str:
@@ -184,6 +194,8 @@ class VerifyReport:
             "gaps": list(self.gaps),
             "checks": list(self.checks),
             "warnings": list(self.warnings),
+            "log_checked": self.log_checked,
+            "checkpoint": self.checkpoint,
         }
 
 

@@ -20,8 +20,14 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
-from tracevault.errors import NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads import find_head
+from tracevault.log import (
+    CheckpointRecord,
+    FoundCheckpoint,
+    is_checkpoint_record,
+    log_origin,
+)
 from tracevault.replayer._checks import fail
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun
@@ -41,8 +47,15 @@ def _codec() -> Codec:
     return _SEALED
 
 
-def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -> LoadedRun:
-    """The run's sealed records from Kafka; ``NotFoundError`` if no head knows the run."""
+def load_from_topic(
+    settings: Settings, run_id: str, *, timeout: float = 30.0, with_log: bool = False
+) -> LoadedRun:
+    """The run's sealed records from Kafka; ``NotFoundError`` if no head knows the run.
+
+    With ``with_log`` the checkpoint records of the partition are kept too, from the run's
+    first record through the first one after its last (the one that covers its last
+    transaction), for ``verify`` to gather the run's log evidence (docs/log.md).
+    """
     head = find_head(settings, run_id, timeout=timeout)
     if head is None or head.first_offset < 0:
         raise NotFoundError(
@@ -68,6 +81,7 @@ def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -
     codec = _codec()
     rows: list[dict[str, Any]] = []
     objects: list[str] = []
+    found: list[FoundCheckpoint] = []
     deadline = time.monotonic() + timeout
     try:
         low, _high = consumer.get_watermark_offsets(
@@ -105,6 +119,13 @@ def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -
                         raise NotFoundError(f"topic {topic} does not exist")
                     continue
                 off = msg.offset() or 0
+                if with_log and _is_checkpoint(msg.headers()):
+                    where = f"{topic}[{head.partition}]@{off}"
+                    found.append(_checkpoint(msg.value() or b"", where))
+                    if off > head.last_offset:
+                        done = True
+                        break
+                    continue
                 if msg.key() == key:
                     where = f"{topic}[{head.partition}]@{off}"
                     value = msg.value() or b""
@@ -115,7 +136,7 @@ def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -
                             "1 run", len(rows), where, f"not a readable SealedEvent ({exc})"
                         ) from exc
                     objects.append(where)
-                if off >= head.last_offset:
+                if off >= head.last_offset and not with_log:
                     done = True
                     break
     except KafkaException as exc:
@@ -133,4 +154,22 @@ def load_from_topic(settings: Settings, run_id: str, *, timeout: float = 30.0) -
         expected_finished=head.finished,
         expected_head=head.last_hash,
         expected_gaps=tuple((g.missing_from, g.missing_to) for g in head.gaps),
+        log_origin=log_origin(settings.log_origin, settings.topic_prefix, head.partition)
+        if with_log
+        else None,
+        log_checkpoints=tuple(found),
     )
+
+
+def _is_checkpoint(headers: Any) -> bool:
+    """confluent_kafka types headers loosely; ours are a list of (str, bytes)."""
+    return isinstance(headers, list) and is_checkpoint_record(headers)
+
+
+def _checkpoint(value: bytes, where: str) -> FoundCheckpoint:
+    try:
+        return FoundCheckpoint(CheckpointRecord.decode(value), where)
+    except LogError as exc:
+        raise LogError(
+            f"L1 signature: checkpoint record {where} is unreadable ({exc})", checkpoint=where
+        ) from exc

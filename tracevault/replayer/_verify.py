@@ -1,6 +1,7 @@
 """``verify``: the record checks, then the source's own evidence; the first failure raised.
 
-The numbered checks are listed in ``_checks`` (1-6, every record), ``_verify_archive``
+With trusted keys the signed log's checks L1-L4 (``_log``) come first. The numbered checks
+are listed in ``_checks`` (1-6, every record), ``_verify_archive``
 (A1-A3: segments and receipts) and here (T1: the topic's committed head; F: finished, when
 required). A run with no RUN_FINISHED verifies but is reported as unfinished; GAP markers
 (one per missing seq, sealed by the sequencer) are reported as warnings.
@@ -14,6 +15,7 @@ sealing it. Events read lazily (the default) still go through ``decode_event``'s
 from __future__ import annotations
 
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
+from tracevault.replayer._log import LogPolicy, check_log
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
@@ -61,24 +63,37 @@ def _check_topic_head(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> N
 
 
 def verify(
-    run: LoadedRun, *, require_finished: bool = False, rebuild: bool = False
+    run: LoadedRun,
+    *,
+    require_finished: bool = False,
+    rebuild: bool = False,
+    log: LogPolicy | None = None,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
-    With ``require_finished`` an unfinished run fails too (check "finished"). With
+    With ``log`` (the trusted keys) the signed log's checks L1-L4 run first and raise
+    :class:`LogError`; without, the report says ``log_checked=False``. With
+    ``require_finished`` an unfinished run fails too (check "finished"). With
     ``rebuild`` every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
     """
     with gc_paused():
-        return _verify(run, require_finished=require_finished, rebuild=rebuild)
+        return _verify(run, require_finished=require_finished, rebuild=rebuild, log=log)
 
 
-def _verify(run: LoadedRun, *, require_finished: bool, rebuild: bool) -> VerifyReport:
+def _verify(
+    run: LoadedRun, *, require_finished: bool, rebuild: bool, log: LogPolicy | None
+) -> VerifyReport:
     rows = run.records.rows
     if not rows:
         raise fail("2 seq", 0, None, "the run has no records")
     checks: list[str] = []
     warnings: list[str] = []
+    checkpoint: str | None = None
+    evidence = None
+    if log is not None:
+        checks, warnings, cp, evidence = check_log(run, log, require_finished=require_finished)
+        checkpoint = f"{cp.origin}@{cp.size}"
     if run.source == "archive":
         check_archive_structure(run, checks)
     checks.extend(RECORD_CHECKS)
@@ -117,4 +132,7 @@ def _verify(run: LoadedRun, *, require_finished: bool, rebuild: bool) -> VerifyR
         events=summary.events
         if summary.events is not None
         else LazyEvents([r["raw"] for r in rows]),
+        log_checked=log is not None,
+        checkpoint=checkpoint,
+        log_evidence=evidence,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -10,16 +11,19 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.errors import ChainError, ConfigError, ReplayDivergence
+from tracevault.errors import ChainError, ConfigError, LogError, ReplayDivergence
 from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch, runs_between
+from tracevault.replayer._batch import load_agent, replay_with, run_batch, runs_between
+from tracevault.replayer._batch_view import print_batch
 from tracevault.replayer._bundle import export_bundle, verify_bundle
+from tracevault.replayer._dask import DaskEngine
+from tracevault.replayer._junit import junit_xml
 from tracevault.replayer._load import load_run
+from tracevault.replayer._log import NOT_CHECKED, LogPolicy
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import DivergenceReport, LoadedRun, StepSummary, VerifyReport
 from tracevault.replayer._rundiff import RunDiffSide, diff_runs
@@ -40,6 +44,39 @@ _FROM = click.option(
 _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
+def _log_options(f: Any) -> Any:
+    """--trusted-key, --witness-key, --min-witnesses: the public keys a check trusts.
+
+    Defined once for every source (topic, archive, bundle) and every command that verifies.
+    """
+    f = click.option(
+        "--min-witnesses",
+        type=click.IntRange(0),
+        help="Witness cosignatures required [1 with --witness-key].",
+    )(f)
+    f = click.option(
+        "--witness-key",
+        "witness_keys",
+        multiple=True,
+        metavar="VKEY|@FILE",
+        help="A witness key whose cosignature counts (repeatable).",
+    )(f)
+    return click.option(
+        "--trusted-key",
+        "trusted_keys",
+        multiple=True,
+        metavar="VKEY|@FILE",
+        help="A log key to trust (repeatable; adds to TRACEVAULT_LOG_VKEYS): "
+        "checks the signed log (L1-L4) first.",
+    )(f)
+
+
+def _log_policy(
+    settings: Settings, trusted: tuple[str, ...], witness: tuple[str, ...], least: int | None
+) -> LogPolicy | None:
+    return LogPolicy.of(settings, trusted, witness, least)
+
+
 def _settings(ctx: click.Context) -> Settings:
     meta = ctx.find_root().meta
     return settings_from(
@@ -49,10 +86,17 @@ def _settings(ctx: click.Context) -> Settings:
     )
 
 
-def _load(ctx: click.Context, run_id: str, source: str) -> tuple[Settings, LoadedRun]:
+def _load(
+    ctx: click.Context, run_id: str, source: str, *, with_log: bool = False
+) -> tuple[Settings, LoadedRun]:
     settings = _settings(ctx)
     with stderr.status(f"loading {run_id} from the {source}…"):
-        run = load_run(settings, run_id, source="topic" if source == "topic" else "archive")
+        run = load_run(
+            settings,
+            run_id,
+            source="topic" if source == "topic" else "archive",
+            with_log=with_log,
+        )
     return settings, run
 
 
@@ -138,13 +182,20 @@ def _print_verified(report: VerifyReport, as_json: bool) -> None:
         f"{report.count} events, seq 0..{report.last_seq}, head {report.head[:16]}…, "
         f"finished: {report.finished}"
     )
+    if report.checkpoint:
+        stdout.print(f"signed log: checkpoint {report.checkpoint}")
     for w in report.warnings:
         stdout.print(f"[yellow]warning:[/] {w}")
+    if not report.log_checked:
+        stdout.print(f"[yellow bold]warning:[/] {NOT_CHECKED}")
 
 
-def _chain_failure(exc: ChainError, as_json: bool) -> None:
+def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
     if as_json:
-        echo_json({"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)})
+        out = {"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)}
+        if isinstance(exc, LogError):
+            out["checkpoint"] = exc.checkpoint
+        echo_json(out)
         raise click.exceptions.Exit(1)
     raise exc
 
@@ -158,6 +209,7 @@ def _chain_failure(exc: ChainError, as_json: bool) -> None:
     help="Check an exported evidence bundle instead (no Kafka, no object store).",
 )
 @click.option("--require-finished", is_flag=True, help="Fail (exit 1) on an unfinished run.")
+@_log_options
 @_JSON
 @click.pass_context
 def verify_cmd(
@@ -167,32 +219,41 @@ def verify_cmd(
     source: str,
     bundle: Path | None,
     require_finished: bool,
+    trusted_keys: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+    min_witnesses: int | None,
     as_json: bool,
 ) -> None:
-    """Recompute the chain from genesis and check everything the source offers.
+    """Check the signed log, recompute the chain, check what the source offers.
 
-    Records: run, seq contiguity, links, hashes, content, shape. Archive: segments, receipts,
-    object hashes, final receipt. Topic: the sequencer's committed head. Exit 1 names the
-    first bad seq and object. An unfinished run verifies and is reported as unfinished.
+    With a trusted key (--trusted-key or TRACEVAULT_LOG_VKEYS), first the signed
+    log: L1 checkpoint signature (and witnesses), L2 every event in the log, L3
+    RUN_FINISHED in the log, L4 checkpoints consistent. Without one, a warning
+    says the log was not checked. Then records: run, seq contiguity, links,
+    hashes, content, shape. Archive: segments, receipts, final receipt. Topic:
+    the sequencer's committed head. Exit 1 names the first bad seq and object.
 
     \b
     Examples:
+      tracevault replay verify run-42 --from topic --trusted-key @log.vkey
       tracevault replay verify run-42 --from archive
-      tracevault replay verify --bundle evidence/run-42 --json
+      tracevault replay verify --bundle evidence/run-42 --trusted-key @log.vkey \\
+          --witness-key @witness.vkey --json
     """
     try:
+        policy = _log_policy(_settings(ctx), trusted_keys, witness_keys, min_witnesses)
         if bundle is not None:
             if run_id is not None:
                 raise click.UsageError("give RUN_ID or --bundle, not both")
             with stderr.status(f"checking bundle {bundle}…"):
-                report = verify_bundle(bundle)
+                report = verify_bundle(bundle, log=policy)
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
-            _, run = _load(ctx, run_id, source)
+            _, run = _load(ctx, run_id, source, with_log=policy is not None)
             with stderr.status(f"verifying {len(run)} events…"):
-                report = verify(run, require_finished=require_finished)
-    except ChainError as exc:
+                report = verify(run, require_finished=require_finished, log=policy)
+    except (ChainError, LogError) as exc:
         _chain_failure(exc, as_json)
         return
     _print_verified(report, as_json)
@@ -339,7 +400,16 @@ def diff_cmd(
 @click.option("--content", is_flag=True, help="With --otel: include messages and tool I/O.")
 @click.option("--since", help="With --otel: every run archived from this UTC day (YYYY-MM-DD).")
 @click.option("--until", "until_", help="With --since: the last UTC day, inclusive [today].")
+@click.option(
+    "--cosigned",
+    "cosigned",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A witness's cosigned copy of the run's checkpoint: its cosignatures go into "
+    "the bundle (repeatable).",
+)
 @_FROM
+@_log_options
 @_JSON
 @click.pass_context
 def export_cmd(
@@ -351,14 +421,20 @@ def export_cmd(
     content: bool,
     since: str | None,
     until_: str | None,
+    cosigned: tuple[Path, ...],
     source: str,
+    trusted_keys: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+    min_witnesses: int | None,
     as_json: bool,
 ) -> None:
     """Write a self-contained evidence bundle: raw bytes, events, chain, receipts, schemas.
 
-    The run must verify first. Check the bundle anywhere with `verify --bundle DIR`. With
-    --otel, verified runs (one or many) become OpenTelemetry GenAI spans, sent to a collector
-    (--endpoint) or written as OTLP JSON (-o FILE); see README "Seeing runs in Phoenix or Jaeger".
+    The run must verify first (with a trusted key, its signed log too); the bundle carries
+    a C2SP tlog-proof per event and the checkpoint when the source has them. Check the
+    bundle anywhere with `verify --bundle DIR --trusted-key K`. With --otel, verified runs
+    (one or many) become OpenTelemetry GenAI spans, sent to a collector (--endpoint) or
+    written as OTLP JSON (-o FILE); see README "Seeing runs in Phoenix or Jaeger".
 
     \b
     Example:
@@ -383,18 +459,24 @@ def export_cmd(
         )
     (run_id,) = run_ids
     settings = _settings(ctx)
+    policy = _log_policy(settings, trusted_keys, witness_keys, min_witnesses)
     store = open_store(settings.archive_url, settings) if source == "archive" else None
     try:
         with stderr.status(f"loading {run_id} from the {source}…"):
             run = (
                 load_from_archive(store, run_id)
                 if store is not None
-                else load_run(settings, run_id, source="topic")
+                else load_run(settings, run_id, source="topic", with_log=True)
             )
         with _progress() as progress:
             task = progress.add_task("exporting", total=len(run))
             report = export_bundle(
-                run, out_dir, store=store, progress=lambda n: progress.advance(task, n)
+                run,
+                out_dir,
+                store=store,
+                progress=lambda n: progress.advance(task, n),
+                log=policy,
+                cosigned=[p.read_text(encoding="utf-8") for p in cosigned],
             )
     finally:
         if store is not None:
@@ -473,7 +555,30 @@ def _day(value: str | None, name: str) -> date | None:
 )
 @click.option("--since", required=True, help="First UTC day (YYYY-MM-DD).")
 @click.option("--until", "until_", help="Last UTC day, inclusive [today].")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="local: --workers processes here; dask: the cluster at --address.",
+)
+@click.option(
+    "--address",
+    help="With --engine dask: the scheduler, tcp://HOST:PORT.",
+)
+@click.option("--workers", type=click.IntRange(1, 64), help="Local processes [1].")
+@click.option("--chunk-size", type=click.IntRange(1), help="Runs per task [about 4 per worker].")
+@click.option(
+    "--ship-credentials",
+    is_flag=True,
+    help="Send this machine's AWS credentials to the workers (s3:// only).",
+)
+@click.option(
+    "--junit",
+    "junit_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write JUnit XML: a test per run.",
+)
 @_JSON
 @click.pass_context
 def batch_cmd(
@@ -483,57 +588,61 @@ def batch_cmd(
     source: str,
     since: str,
     until_: str | None,
-    workers: int,
+    engine: str,
+    address: str | None,
+    workers: int | None,
+    chunk_size: int | None,
+    ship_credentials: bool,
+    junit_file: Path | None,
     as_json: bool,
 ) -> None:
-    """Replay every run archived in a window, in parallel processes; exit 1 if any diverged.
+    """Replay every run archived in a window; exit 1 if any diverged.
+
+    Which recorded runs would this agent do differently? Diverged runs are grouped
+    by their first divergence (kind, JSON path). Workers read the archive directly
+    (no Kafka); on a Dask cluster each worker needs tracevault and the agent's
+    module importable (docs/replay-batch.md).
 
     \b
-    Example:
+    Examples:
       tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
           --workers 2 --json
+      tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
+          --engine dask --address tcp://10.0.0.5:8786 --junit replay.xml
     """
     settings = _settings(ctx)
     first = _day(since, "--since")
     assert first is not None
     last = _day(until_, "--until") or datetime.now(UTC).date()
-    with _progress() as progress:
+    if engine == "dask" and (address is None or workers is not None):
+        raise ConfigError("--engine dask needs --address tcp://HOST:PORT and takes no --workers")
+    if engine == "local" and address is not None:
+        raise ConfigError("--address needs --engine dask")
+    with contextlib.ExitStack() as stack:
+        runner = None
+        if engine == "dask":
+            assert address is not None
+            with stderr.status(f"connecting to the Dask scheduler at {address}…"):
+                runner = stack.enter_context(DaskEngine(address))
+        progress = stack.enter_context(_progress())
         task = progress.add_task("replaying", total=None)
-
-        def on_item(item: BatchItem) -> None:
-            progress.advance(task, 1)
-
         report = run_batch(
             settings,
             agent_spec,
             first,
             last,
-            workers=workers,
-            on_item=on_item,
+            workers=workers or 1,
+            engine=runner,
+            chunk_size=chunk_size,
+            ship_credentials=ship_credentials,
+            on_item=lambda _: progress.advance(task, 1),
             on_total=lambda n: progress.update(task, total=n),
         )
+    if junit_file is not None:
+        junit_file.write_bytes(junit_xml(report))
     if as_json:
         echo_json(report.to_json())
     else:
-        # The detail sits under its run id, so at 80 columns neither is cut mid-word.
-        t = Table(title=f"replay of runs archived {first} .. {last}")
-        t.add_column("run, detail", overflow="fold", ratio=1)
-        t.add_column("status", no_wrap=True)
-        for col in ("events", "served", "seq"):
-            t.add_column(col, justify="right", no_wrap=True)
-        colour = {"ok": "green", "diverged": "red", "verify_failed": "red", "error": "yellow"}
-        for it in report.items:
-            cell = Text(it.run_id)
-            if it.detail:
-                cell.append("\n" + it.detail.splitlines()[0], style="dim")
-            t.add_row(
-                cell,
-                f"[{colour[it.status]}]{it.status}[/]",
-                str(it.count),
-                str(it.steps),
-                "" if it.seq is None else str(it.seq),
-            )
-        stdout.print(t)
-        stdout.print(" ".join(f"{k}={v}" for k, v in report.totals().items()))
+        print_batch(report, stdout)
     if not report.ok:
         raise click.exceptions.Exit(1)

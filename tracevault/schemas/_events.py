@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["AgentInfo", "ErrorInfo", "EventKind", "SealedEvent", "TraceEvent", "micros_to_datetime"]
+__all__ = ["AgentInfo", "ErrorInfo", "EventKind", "Interleave", "SealedEvent", "TraceEvent"]
+__all__ += ["micros_to_datetime"]
 
 
 class EventKind(StrEnum):
@@ -54,6 +55,21 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Interleave:
+    """Where a crossing sits among the run's concurrent ones (TraceEvent v2).
+
+    Replay hands results back in the recorded interleaving with it: a crossing completes
+    only after ``started_at_done`` crossings have started and ``done_order`` others have
+    completed; ``branch_prev`` ties a call to its branch (docs/design.md, "Concurrency
+    inside a run").
+    """
+
+    branch_prev: int | None
+    started_at_done: int
+    done_order: int
+
+
+@dataclass(frozen=True, slots=True)
 class TraceEvent:
     """One crossing of the harness boundary (``io.tracevault.v1.TraceEvent``).
 
@@ -74,10 +90,12 @@ class TraceEvent:
     idempotency_key: str | None = None
     parent_seq: int | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
+    interleave: Interleave | None = None
 
     def to_avro(self) -> dict[str, Any]:
         agent = self.agent
         err = self.error
+        il = self.interleave
         return {
             "run_id": self.run_id,
             "seq": self.seq,
@@ -98,12 +116,20 @@ class TraceEvent:
             "idempotency_key": self.idempotency_key,
             "parent_seq": self.parent_seq,
             "attributes": dict(self.attributes),
+            "interleave": None
+            if il is None
+            else {
+                "branch_prev": il.branch_prev,
+                "started_at_done": il.started_at_done,
+                "done_order": il.done_order,
+            },
         }
 
     @classmethod
     def from_avro(cls, rec: Mapping[str, Any]) -> TraceEvent:
         a = rec["agent"]
         e = rec["error"]
+        il = rec.get("interleave")  # absent only when read with the v1 schema as reader
         return cls(
             run_id=rec["run_id"],
             seq=rec["seq"],
@@ -120,6 +146,9 @@ class TraceEvent:
             idempotency_key=rec["idempotency_key"],
             parent_seq=rec["parent_seq"],
             attributes=rec["attributes"],
+            interleave=None
+            if il is None
+            else Interleave(il["branch_prev"], il["started_at_done"], il["done_order"]),
         )
 
 

@@ -21,6 +21,20 @@ from tests.conftest import NOW_US
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
+from tracevault.log import (
+    CHECKPOINT_KEY,
+    RECORD_HEADER,
+    TREE_KEY,
+    CheckpointRecord,
+    CompactTree,
+    NoteVerifier,
+    VerifiedCheckpoint,
+    consistency_proof,
+    leaf_hash,
+    list_source,
+    log_origin,
+    verify_consistency,
+)
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -185,9 +199,18 @@ def read_all(settings: Settings, topic: str, *, timeout: float = 30.0) -> list[R
         consumer.close()
 
 
+def is_checkpoint(rec: Record) -> bool:
+    return rec.headers.get(RECORD_HEADER) == b"checkpoint"
+
+
+def read_sealed_events(settings: Settings) -> list[Record]:
+    """The committed event records of ``<prefix>.sealed`` (the log's checkpoints left out)."""
+    return [r for r in read_all(settings, settings.topics.sealed) if not is_checkpoint(r)]
+
+
 def sealed_by_run(settings: Settings) -> dict[str, list[tuple[Record, SealedEvent]]]:
     runs: dict[str, list[tuple[Record, SealedEvent]]] = {}
-    for rec in read_all(settings, settings.topics.sealed):
+    for rec in read_sealed_events(settings):
         assert rec.value is not None
         ev = decode_sealed(rec.value)
         assert rec.key == ev.run_id.encode()
@@ -217,7 +240,63 @@ def wait_until(cond: Callable[[], bool], *, timeout: float, what: str, every: fl
 
 
 def sealed_count(settings: Settings) -> int:
-    return len(read_all(settings, settings.topics.sealed))
+    return len(read_sealed_events(settings))
+
+
+def assert_signed_log(
+    settings: Settings, verifiers: list[NoteVerifier]
+) -> dict[int, list[VerifiedCheckpoint]]:
+    """Read every sealed partition back and check its signed log, independently of the
+    sequencer's code: each checkpoint record verifies with ``verifiers`` for its partition's
+    origin, lists exactly the leaf hashes of the event records since the previous checkpoint
+    in offset order (computed here from the decoded records), starts where the previous one
+    ended, and is consistent with it (an RFC 6962 consistency proof over the leaves read);
+    no event record is left after the last checkpoint; the heads topic's tree record of each
+    partition is the last checkpoint's tree. Returns the checkpoints per partition."""
+    by_part: dict[int, list[Record]] = {}
+    for rec in read_all(settings, settings.topics.sealed):
+        by_part.setdefault(rec.partition, []).append(rec)
+    out: dict[int, list[VerifiedCheckpoint]] = {}
+    for part, recs in sorted(by_part.items()):
+        recs.sort(key=lambda r: r.offset)
+        leaves: list[bytes] = []
+        source = list_source(leaves)  # memoises perfect subtrees: leaves only ever grow
+        pending: list[bytes] = []
+        cps: list[VerifiedCheckpoint] = []
+        for rec in recs:
+            if not is_checkpoint(rec):
+                assert rec.value is not None
+                ev = decode_sealed(rec.value)
+                pending.append(leaf_hash(ev.run_id, ev.seq, ev.hash))
+                continue
+            assert rec.key == CHECKPOINT_KEY, (part, rec.offset)
+            assert rec.value is not None
+            origin = log_origin(settings.log_origin, settings.topic_prefix, part)
+            vc = CheckpointRecord.decode(rec.value).verify(verifiers, origin)
+            where = f"checkpoint at {settings.topics.sealed}[{part}]@{rec.offset}"
+            assert vc.start == len(leaves), f"{where} starts at {vc.start}, not {len(leaves)}"
+            assert list(vc.leaves) == pending, f"{where} does not list the events before it"
+            assert pending, f"{where} covers no event record"
+            leaves.extend(pending)
+            pending = []
+            assert vc.checkpoint.size == len(leaves)
+            if cps:
+                old = cps[-1].checkpoint
+                new = vc.checkpoint
+                proof = consistency_proof(old.size, new.size, source)
+                verify_consistency(old.size, new.size, proof, old.root, new.root)
+            cps.append(vc)
+        assert not pending, f"{len(pending)} sealed events of partition {part} are in no checkpoint"
+        out[part] = cps
+    trees: dict[int, CompactTree] = {}
+    for rec in read_all(settings, settings.topics.heads):
+        if rec.key == TREE_KEY and rec.headers.get(RECORD_HEADER) == b"tree":
+            assert rec.value is not None
+            trees[rec.partition] = CompactTree.from_bytes(rec.value)
+    for part, cps in out.items():
+        if cps:
+            assert trees[part] == cps[-1].tree, f"heads' tree of partition {part} is stale"
+    return out
 
 
 @contextlib.contextmanager

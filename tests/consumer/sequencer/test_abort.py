@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from tests.consumer.sequencer.support import (
     assert_chain,
+    assert_signed_log,
     interleaved_runs,
     produce_raw,
     running,
@@ -26,6 +27,7 @@ from tests.consumer.sequencer.support import (
 )
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import _loop
+from tracevault.log import Ed25519Signer
 
 
 @pytest.mark.parametrize(
@@ -37,19 +39,21 @@ from tracevault.consumer.sequencer import _loop
     ids=["abortable", "fatal"],
 )
 def test_failed_commit_is_redone_without_duplicates(
-    seq_settings: Callable[..., Settings], error: KafkaError
+    seq_settings: Callable[..., Settings], error: KafkaError, log_signer: Ed25519Signer
 ) -> None:
     settings = seq_settings(partitions=2, sequencer_batch_size=50)
     items = interleaved_runs(8, 25, seed=13, stem="abort")
     real = _loop.Sequencer._call
     injected: list[bool] = []
 
-    def flaky(seq: _loop.Sequencer, what: str, fn: Callable[[float], Any], budget: float) -> Any:
+    def flaky(
+        seq: _loop.Sequencer, what: str, fn: Callable[[float], Any], budget: float, **kw: Any
+    ) -> Any:
         # fail the first commit_transaction; every other call goes to the real producer
         if not injected and what == "commit_transaction":
             injected.append(True)
             raise KafkaException(error)
-        return real(seq, what, fn, budget)
+        return real(seq, what, fn, budget, **kw)
 
     with mock.patch.object(_loop.Sequencer, "_call", autospec=True, side_effect=flaky):
         produce_raw(settings, items)
@@ -65,3 +69,6 @@ def test_failed_commit_is_redone_without_duplicates(
         expected.setdefault(run, []).append(value)
     for run_id, recs in runs.items():
         assert_chain(run_id, [ev for _, ev in recs], expected[run_id])
+    # the aborted transaction's checkpoint is gone with it; the redo signed from the tree the
+    # heads topic had (not from one advanced by the aborted batch)
+    assert_signed_log(settings, [log_signer.verifier])

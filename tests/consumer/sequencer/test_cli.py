@@ -42,6 +42,7 @@ def test_service_serves_metrics_and_stops_on_sigterm(
     port = free_port()
     log = tmp_path / "seq.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVAULT_")}
+    env["TRACEVAULT_LOG_KEY"] = os.environ["TRACEVAULT_LOG_KEY"]  # the session's log key
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [

@@ -19,7 +19,7 @@ def test_sequencer_exports() -> None:
 def test_heads_exports() -> None:
     assert set(tracevault.heads.__all__) == {
         "GapRange", "Head", "HeldEvent", "RunLocation", "decode_head", "encode_head",
-        "heads_partition_count", "locate_run", "read_heads",
+        "heads_partition_count", "locate_run", "read_heads", "read_heads_and_trees",
     }  # fmt: skip
     for name in tracevault.heads.__all__:
         assert getattr(tracevault.heads, name) is not None

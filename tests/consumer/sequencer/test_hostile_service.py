@@ -31,6 +31,7 @@ from tests.consumer.sequencer.support import (
     produce_raw,
     raw_event,
     read_all,
+    read_sealed_events,
     wait_until,
 )
 from tests.consumer.sequencer.support import running as sequencer_running
@@ -99,7 +100,7 @@ def test_hostile_records_neither_stop_the_sequencer_nor_the_archiver(
         assert snap["tracevault_sequencer_dlq_total{reason=undecodable}"] == 3
 
     # the good runs: sealed on one chain each, archived and verified
-    on_sealed = read_all(settings, settings.topics.sealed)
+    on_sealed = read_sealed_events(settings)
     assert {r.key for r in on_sealed} == {b"good-1", b"good-2", b"forged", b"forged2", b"forged3"}
     for run_id in ("good-1", "good-2"):
         events = [decode_sealed(r.value or b"") for r in on_sealed if r.key == run_id.encode()]
@@ -163,9 +164,7 @@ def test_a_raw_record_too_large_to_seal_does_not_stall_the_sequencer(
         [(part, offset)] = produce_raw(settings, [("big", big)])
         produce_raw(settings, _good_run("after-big"))
         wait_until(
-            lambda: (
-                sum(r.key == b"after-big" for r in read_all(settings, settings.topics.sealed)) == 5
-            ),
+            lambda: sum(r.key == b"after-big" for r in read_sealed_events(settings)) == 5,
             timeout=60,
             what="the run after the big record sealed",
         )

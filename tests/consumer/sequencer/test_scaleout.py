@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 
 from tests.consumer.sequencer.support import (
     assert_chain,
+    assert_signed_log,
     interleaved_runs,
     produce_raw,
     read_all,
@@ -20,6 +21,7 @@ from tests.consumer.sequencer.support import (
 from tests.consumer.sequencer.support import producer as raw_producer
 from tracevault.config import Settings
 from tracevault.errors import FencedError
+from tracevault.log import Ed25519Signer
 
 
 def _expected(items: list[tuple[str, bytes]]) -> dict[str, list[bytes]]:
@@ -37,6 +39,11 @@ def _verify(settings: Settings, items: list[tuple[str, bytes]]) -> None:
     for run_id, recs in runs.items():
         assert_chain(run_id, [ev for _, ev in recs], expected[run_id])
     assert read_all(settings, settings.topics.dlq) == []
+    # partitions moved between instances (or a zombie was fenced): each partition's log still
+    # grows by consistent, signed checkpoints covering every sealed event
+    assert settings.log_key is not None
+    signer = Ed25519Signer.from_skey(settings.log_key.get_secret_value())
+    assert_signed_log(settings, [signer.verifier])
 
 
 def test_two_instances_with_a_rebalance_mid_stream(seq_settings: Callable[..., Settings]) -> None:

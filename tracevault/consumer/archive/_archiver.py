@@ -79,6 +79,7 @@ from tracevault.errors import (
     SchemaError,
     ServiceUnavailableError,
 )
+from tracevault.log import CHECKPOINT_KEY, is_checkpoint_record
 
 __all__ = ["Archiver", "ArchiverStats"]
 
@@ -572,6 +573,8 @@ class Archiver:
             if partition is None or offset is None:
                 continue  # only error events lack a position
             consumed[partition] = offset + 1
+            if msg.key() == CHECKPOINT_KEY and is_checkpoint_record(msg.headers()):
+                continue  # the signed log's record, not an event (docs/log.md)
             if value is None:
                 self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
                 continue

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import ServiceUnavailableError
+from tracevault.log import is_checkpoint_record
 from tracevault.schemas import decode_sealed
 
 __all__ = ["SealedHistory"]
@@ -69,7 +70,7 @@ class SealedHistory:
                         if err.code() != KafkaError._PARTITION_EOF:
                             raise ServiceUnavailableError(f"reading {topic}: {err}")
                         continue
-                    if msg.key() == key:
+                    if msg.key() == key and not is_checkpoint_record(msg.headers()):
                         value = msg.value()
                         if value is not None:
                             sealed = decode_sealed(value)

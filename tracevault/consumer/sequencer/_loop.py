@@ -5,8 +5,10 @@ Per batch (docs/kafka-local.md's exactly-once pattern, with its abort path):
 1. ``consume`` up to ``sequencer_batch_size`` raw records (``read_committed``, no auto
    commit); apply the rules (``_rules``) and, when a gap may have timed out, the gap sweep.
 2. ``begin_transaction``; produce the sealed records (key = run_id, partition = the raw
-   record's partition index) and the DLQ records; ``flush`` so each sealed record's exact
-   offset is known from its delivery report.
+   record's partition index); per sealed partition written, one signed checkpoint record
+   after its records and its new compact tree to heads (``_log``, docs/log.md "Sequencer");
+   the DLQ records; ``flush`` so each sealed record's exact offset is known from its
+   delivery report.
 3. Produce one heads record per touched run (carrying those offsets) to the same partition
    index; ``send_offsets_to_transaction`` with the consumer's positions and group metadata;
    ``commit_transaction``.
@@ -16,16 +18,18 @@ Errors, as librdkafka classifies them: retriable → the same call again; ``txn_
 run book from the heads topic (the book is never half-applied); fatal → a new producer
 (``init_transactions`` fences nothing but our own old session), then the same rewind; fenced
 (another process took our ``transactional.id`` or ``group.instance.id``) → stop with
-:class:`FencedError`. A crash at any instant leaves either the whole batch (sealed, heads,
-DLQ and offsets) or none of it.
+:class:`FencedError`. A crash at any instant leaves either the whole batch (sealed,
+checkpoints, heads and trees, DLQ and offsets) or none of it.
 
-Liveness (docs/liveness.md): every blocking client call runs through :class:`BlockingCalls`
-with a deadline. A call past its deadline, a fatal consumer error, or a fencing that follows a
-broker outage (librdkafka's static member outlives its session and calls itself fenced) ends
-the Kafka *session*: both clients are abandoned and a new consumer and transactional producer
-start over exactly as a fresh process would (``init_transactions`` aborts the old open
-transaction, the assignment restores the heads). Only a fencing without an outage is another
-live process with our id: :class:`FencedError`.
+Liveness (docs/liveness.md): every client call that can hang runs through
+:class:`BlockingCalls` with a deadline (``consume`` and ``flush``, librdkafka's own poll
+loops, run inline in short slices). A call past its deadline, a fatal consumer error, or a
+fencing that follows a broker outage (librdkafka's static member outlives its session and
+calls itself fenced) ends the Kafka *session*: both clients are abandoned and a new consumer
+and transactional producer start over exactly as a fresh process would
+(``init_transactions`` aborts the old open transaction, the assignment restores the heads
+and the log's trees). Only a fencing without an outage is another live process with our id:
+:class:`FencedError`.
 
 Identity: ``transactional.id = <prefix>.sequencer.<instance_id>`` and the consumer's
 ``group.instance.id = <instance_id>`` (static membership), so a restarted instance fences its
@@ -38,9 +42,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -69,6 +75,7 @@ from tracevault.consumer._liveness import (
 )
 from tracevault.consumer._memory import trim_heap
 from tracevault.consumer.sequencer._history import SealedHistory
+from tracevault.consumer.sequencer._log import PartitionLogs, signer_from_settings
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import (
     avro_str,
@@ -86,6 +93,15 @@ from tracevault.errors import (
 )
 from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, read_state
 from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
+from tracevault.log import (
+    CHECKPOINT_KEY,
+    RECORD_HEADER,
+    RECORD_HEADER_CHECKPOINT,
+    RECORD_HEADER_TREE,
+    TREE_KEY,
+    NoteSigner,
+    leaf_prefix,
+)
 from tracevault.schemas import avro_long
 
 __all__ = ["Sequencer", "default_instance_id"]
@@ -97,10 +113,17 @@ _IDLE_EVERY_S = 10.0  # how often open runs are checked for the idle timeout
 _CHUNK_RUNS = 3000  # finished runs per heads chunk: ~150 bytes each, well under 1 MiB
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
 _SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
+_FLUSH_SLICE_S = 1.0  # one inline flush wait; stop and the session are checked between them
 _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we give up on it
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_REPLACE_CLOSE_S)
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _GIVE_UP_AFTER = 8  # sessions in a row that fail while a broker answers: exit for a supervisor
+_CHECKPOINT_HEADERS: list[tuple[str, str | bytes | None]] = [
+    (RECORD_HEADER, RECORD_HEADER_CHECKPOINT)
+]
+_TREE_HEADERS: list[tuple[str, str | bytes | None]] = [(RECORD_HEADER, RECORD_HEADER_TREE)]
+_U64 = struct.Struct(">Q").pack
+_sha256 = hashlib.sha256
 
 
 def default_instance_id() -> str:
@@ -133,8 +156,11 @@ class Sequencer:
         *,
         instance_id: str | None = None,
         metrics: SequencerMetrics | None = None,
+        signer: NoteSigner | None = None,
     ) -> None:
         self.settings = settings
+        # No key, no start: every transaction signs its partitions' checkpoints.
+        self.logs = PartitionLogs(settings, signer or signer_from_settings(settings))
         self.instance_id = instance_id or settings.sequencer_instance_id or default_instance_id()
         self.metrics = metrics or SequencerMetrics(self.instance_id)
         self._stop = threading.Event()
@@ -182,15 +208,18 @@ class Sequencer:
         if away * 1000 > self.settings.sequencer_session_timeout_ms:
             raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
 
-    def _call(self, what: str, fn: Callable[[float], Any], budget_s: float) -> Any:
+    def _call(
+        self, what: str, fn: Callable[[float], Any], budget_s: float, *, calls: int = 1
+    ) -> Any:
         """``fn(timeout)`` in slices of at most _SLICE_S while librdkafka says the error is
-        retriable, for at most ``budget_s``; each slice's deadline is enforced."""
+        retriable, for at most ``budget_s``; each slice's deadline is enforced (``calls``:
+        how many librdkafka calls ``fn`` makes, each with that timeout)."""
         end = time.monotonic() + budget_s
         attempt = 0
         while True:
             t = max(0.5, min(_SLICE_S, end - time.monotonic()))
             try:
-                return self._calls.call(what, functools.partial(fn, t), t + _SLACK_S)
+                return self._calls.call(what, functools.partial(fn, t), calls * t + _SLACK_S)
             except CallDeadline:
                 self.watch.trouble()
                 raise
@@ -305,15 +334,18 @@ class Sequencer:
         )
         self._book.restore(state.heads.values())
         self._book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
+        self.logs.restore(partitions, state.trees)
         n_open = len(state.heads)
         del state
         trim_heap()
         log.info(
-            "sequencer %s restored %d open run heads and %d finished runs for partitions %s",
+            "sequencer %s restored %d open run heads and %d finished runs for partitions %s "
+            "(log sizes %s)",
             self.instance_id,
             n_open,
             len(self._book.finished),
             partitions,
+            {p: self.logs.trees[p].size for p in partitions},
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -329,6 +361,7 @@ class Sequencer:
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
+        self.logs.drop(tp.partition for tp in partitions)
         log.info("sequencer %s revoked %s", self.instance_id, [tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -337,6 +370,7 @@ class Sequencer:
         self.metrics.rebalances.inc()
         assert self._book is not None
         self._book.drop_partitions(tp.partition for tp in partitions)
+        self.logs.drop(tp.partition for tp in partitions)
         log.warning("sequencer %s lost %s", self.instance_id, [tp.partition for tp in partitions])
         # The group session expired (a broker outage): this static member would come back
         # fenced, and a transaction with its metadata was seen to block; start afresh.
@@ -584,19 +618,41 @@ class Sequencer:
                         sid_enc,
                     )
                 )
+        # Leaf i of a partition's log is the i-th event record produced to it here (one
+        # idempotent producer, explicit partitions: produce order is offset order).
+        leaves: dict[int, list[bytes]] = {}
         for i, rec in enumerate(out.sealed):
             run = rec.run
+            part = run.partition
             if i in tracked:
                 on_delivery = _offset_setter(self, offsets, i)
-                produce(sealed_topic, values[i], run.key, run.partition, on_delivery)
+                produce(sealed_topic, values[i], run.key, part, on_delivery)
             else:
-                produce(sealed_topic, values[i], run.key, run.partition)
+                produce(sealed_topic, values[i], run.key, part)
+            lp = run.leaf
+            if lp is None:
+                lp = run.leaf = leaf_prefix(run.run_id)
+            hashes = leaves.get(part)
+            if hashes is None:
+                hashes = leaves[part] = []
+            hashes.append(_sha256(lp + _U64(rec.seq) + rec.hash).digest())
+        # One signature per partition: its checkpoint goes after its records, its compact
+        # tree to the same heads partition; both commit or abort with them.
+        signed = self.logs.sign(leaves)
+        heads_topic = topics.heads
+        for part, value in signed.records.items():
+            produce(sealed_topic, value, CHECKPOINT_KEY, part, headers=_CHECKPOINT_HEADERS)
+            produce(
+                heads_topic, signed.trees[part].to_bytes(), TREE_KEY, part, headers=_TREE_HEADERS
+            )
         for d in out.dlq:
             producer.produce(
                 topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
             )
         flush_end = time.monotonic() + timeout
-        while self._call("flush", producer.flush, _SLICE_S) > 0:
+        # Inline, not through BlockingCalls: flush is librdkafka's own poll loop and returns
+        # within its timeout; a hand-off per batch cost throughput (docs/liveness.md).
+        while producer.flush(_FLUSH_SLICE_S) > 0:
             if time.monotonic() >= flush_end:
                 self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
                 break
@@ -615,7 +671,6 @@ class Sequencer:
                 rec.run.first_offset = offset
             rec.run.last_offset = offset
         now_us = now_micros()
-        heads_topic = topics.heads
         head_header = head_v1_header()
         suffix = avro_long(now_us) + avro_str(sid)
         finished: dict[int, list[Head]] = {}
@@ -674,14 +729,21 @@ class Sequencer:
             self.watch.trouble()
             raise _Restart("the consumer lost its group session during a broker outage")
         group = consumer.consumer_group_metadata()
-        self._call(
-            "send_offsets_to_transaction",
-            lambda t: producer.send_offsets_to_transaction(positions, group, t),
-            timeout,
-        )
-        self._call("commit_transaction", producer.commit_transaction, timeout)
+        sent = False
+
+        def send_and_commit(t: float) -> None:
+            # One hand-off for both (each is a coordinator round trip with its own timeout);
+            # a retry after the offsets went in only commits again.
+            nonlocal sent
+            if not sent:
+                producer.send_offsets_to_transaction(positions, group, t)
+                sent = True
+            producer.commit_transaction(t)
+
+        self._call("commit_transaction", send_and_commit, timeout, calls=2)
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
+        self.logs.committed(signed)
 
     @staticmethod
     def _run_enc(run: Any, sealed_header: bytes) -> tuple[bytes, bytes]:
@@ -721,6 +783,7 @@ class Sequencer:
         assert self._book is not None
         assignment = consumer.assignment()
         self._book.clear()
+        self.logs.clear()
         if not assignment:
             return
         committed = self._call(

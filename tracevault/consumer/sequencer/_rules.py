@@ -101,6 +101,7 @@ class _Run:
         "key",
         "last_hash",
         "last_offset",
+        "leaf",
         "next_seq",
         "partition",
         "persisted",
@@ -113,6 +114,8 @@ class _Run:
         self.key = head.run_id.encode("utf-8")  # the Kafka key of its records
         # the writer's per-run cache of encoded pieces (opaque here; None until first use)
         self.enc: tuple[bytes, bytes] | None = None
+        # the writer's cached start of the run's log leaves (tracevault.log.leaf_prefix)
+        self.leaf: bytes | None = None
         self.partition = head.partition
         self.next_seq = head.next_seq
         self.last_hash = head.last_hash

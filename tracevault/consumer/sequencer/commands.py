@@ -78,6 +78,13 @@ class JsonLogFormatter(logging.Formatter):
     "(503 when stuck) [off].",
 )
 @click.option(
+    "--log-key-file",
+    type=click.Path(dir_okay=False),
+    help="File (mode 0600) with the log's private key that signs each transaction's "
+    "checkpoints [TRACEVAULT_LOG_KEY_FILE, else TRACEVAULT_LOG_KEY]; create one with "
+    "`tracevault keys generate`.",
+)
+@click.option(
     "--log-json",
     is_flag=True,
     help="One JSON object per log line (ts, level, logger, message, stats) for log shippers.",
@@ -113,14 +120,21 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
       TRACEVAULT_TOPIC_PREFIX=prod tracevault -v sequencer --instance-id seq-b
       tracevault --prefix dev sequencer --gap-timeout 5 --batch-size 200
 
+    Each transaction also signs, per sealed partition it wrote, a checkpoint of that
+    partition's Merkle log with the log key (docs/log.md); without a key it does not start.
+
     Stops cleanly on SIGTERM or SIGINT (the current transaction finishes first). Exits 5 when
-    fenced by another process with the same --instance-id, 3 when Kafka or a topic is missing.
+    fenced by another process with the same --instance-id, 3 when Kafka or a topic is missing,
+    2 without a log key.
     """
     if options.pop("log_json"):
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonLogFormatter())
-    # Every option maps to the Settings field of the same name with a "sequencer_" prefix.
-    settings = settings_from(ctx, **{f"sequencer_{k}": v for k, v in options.items()})
+    key_file = options.pop("log_key_file")
+    # Every other option maps to the Settings field of the same name with a "sequencer_" prefix.
+    settings = settings_from(
+        ctx, log_key_file=key_file, **{f"sequencer_{k}": v for k, v in options.items()}
+    )
     seq = Sequencer(settings)
     if settings.sequencer_metrics_port is not None:
         port = serve(settings.sequencer_metrics_port, seq.metrics.registry, seq.health)

@@ -1,7 +1,7 @@
-"""Every hand-written reader of the published v1 records, in one place.
+"""Every hand-written reader of the published records (TraceEvent v2, SealedEvent v1), in one place.
 
 fastavro's generic reader costs more per record than everything else the sequencer, the
-archiver and the replayer do with it, so their hot paths walk the v1 bytes directly:
+archiver and the replayer do with it, so their hot paths walk the bytes directly:
 
 ==========================  =========================================  =====================
 reader                      used by                                    module
@@ -30,7 +30,7 @@ from tracevault.schemas.fast._event import (
     fast_decode_event,
     peek_event,
 )
-from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V1, Pin, stale
+from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V2, Pin, stale
 from tracevault.schemas.fast._sealed import sealed_fields, segment_rows
 from tracevault.schemas.fast._varint import VarintError, read_long
 
@@ -46,7 +46,7 @@ __all__ = [
     # the guard
     "PINS",
     "SEALED_EVENT_V1",
-    "TRACE_EVENT_V1",
+    "TRACE_EVENT_V2",
     "Pin",
     "stale",
     # the varint

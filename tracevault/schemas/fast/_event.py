@@ -1,8 +1,8 @@
-"""Direct readers of TraceEvent v1 values: the replayer's full decode and the sequencer's peek.
+"""Direct readers of TraceEvent v2 values: the replayer's full decode and the sequencer's peek.
 
 fastavro's ``schemaless_reader`` costs ~9 µs per event and ``TraceEvent.from_avro`` then copies
 the dict into the dataclass; replaying a 100,000-event run, or sealing one, would spend most of
-its time there. The v1 layout is fixed (a published file is never edited), so these walks read
+its time there. The v2 layout is fixed (a published file is never edited), so these walks read
 its fields straight from the bytes:
 
 * :func:`fast_decode_event` reads every field into a :class:`TraceEvent` (the codec's
@@ -12,7 +12,7 @@ its fields straight from the bytes:
   request, response), and validates the rest (bounds, UTF-8);
 * :func:`event_kind` reads only the first three fields (the archiver, on sealed values).
 
-The guard (``_guard.py``) arms them only while v1 is the newest published TraceEvent; each
+The guard (``_guard.py``) arms them only while v2 is the newest published TraceEvent; each
 walk checks the header, declines (returns None) on anything unusual or on an error in
 ``DECLINE``, and checks that it ended exactly at the end of the value. The caller then falls
 back to fastavro. ``tests/schemas/test_fast_pinned.py`` pins each walk to
@@ -30,9 +30,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from tracevault.schemas._events import AgentInfo, ErrorInfo, EventKind, TraceEvent
+from tracevault.schemas._events import AgentInfo, ErrorInfo, EventKind, Interleave, TraceEvent
 from tracevault.schemas._registry import default_schemas
-from tracevault.schemas.fast._guard import DECLINE, TRACE_EVENT_V1, armed_header
+from tracevault.schemas.fast._guard import DECLINE, TRACE_EVENT_V2, armed_header
 from tracevault.schemas.fast._varint import CONT7, CONT8, VarintError, read_long
 
 __all__ = ["Peeked", "event_kind", "event_time", "fast_decode_event", "peek_event"]
@@ -48,7 +48,7 @@ _last_agent: tuple[bytes, AgentInfo] = (b"\x00" * 5, AgentInfo("", "", "", "", "
 
 _FIELDS = (
     "run_id", "seq", "kind", "at", "agent", "request", "response", "model", "seed", "error",
-    "idempotency_key", "parent_seq", "attributes",
+    "idempotency_key", "parent_seq", "attributes", "interleave",
 )  # fmt: skip
 
 
@@ -56,7 +56,7 @@ def _slot_setters() -> tuple[Callable[[TraceEvent, Any], None], ...] | None:
     """The slot setters of TraceEvent's fields, when building it field by field is safe.
 
     A frozen dataclass's ``__init__`` stores each argument through ``object.__setattr__``
-    (~1 µs for 13 fields); the slots' own setters do the same stores in half that. Used only
+    (~1 µs for 14 fields); the slots' own setters do the same stores in half that. Used only
     while TraceEvent is exactly the plain slotted dataclass of these fields with no
     ``__post_init__`` (checked here); otherwise events are built with the constructor.
     """
@@ -108,15 +108,15 @@ def _agent(d: bytes, p: int, end: int) -> tuple[AgentInfo, int]:
     return agent, p
 
 
-_header: bytes | None = None  # C3 01 + the v1 fingerprint, once the guard armed the walks
+_header: bytes | None = None  # C3 01 + the v2 fingerprint, once the guard armed the walks
 _kinds: tuple[EventKind, ...] = ()
 
 
 @lru_cache(maxsize=1)
 def _arm() -> bytes | None:
-    """The header v1 values start with, or None when the guard keeps the walks off."""
+    """The header v2 values start with, or None when the guard keeps the walks off."""
     global _header, _kinds  # noqa: PLW0603 - computed on first use, not at import
-    header = armed_header(TRACE_EVENT_V1)
+    header = armed_header(TRACE_EVENT_V2)
     if header is not None:
         _kinds = _kind_symbols()
         _header = header
@@ -124,14 +124,14 @@ def _arm() -> bytes | None:
 
 
 def _kind_symbols() -> tuple[EventKind, ...]:
-    """EventKind by enum index, as TraceEvent v1 lists its symbols."""
-    v1 = default_schemas().get(TRACE_EVENT_V1.record, TRACE_EVENT_V1.version)
-    (kind,) = (f for f in v1.source["fields"] if f["name"] == "kind")
+    """EventKind by enum index, as TraceEvent v2 lists its symbols."""
+    v2 = default_schemas().get(TRACE_EVENT_V2.record, TRACE_EVENT_V2.version)
+    (kind,) = (f for f in v2.source["fields"] if f["name"] == "kind")
     return tuple(EventKind(s) for s in kind["type"]["symbols"])
 
 
 def fast_decode_event(data: object) -> TraceEvent | None:
-    """``data`` as a TraceEvent if it is an ordinary v1 value read into v1, else None.
+    """``data`` as a TraceEvent if it is an ordinary v2 value read into v2, else None.
 
     One flat function on purpose: it runs once per event on every replay.
     """
@@ -298,16 +298,35 @@ def fast_decode_event(data: object) -> TraceEvent | None:
                 k, p = _string(d, p, end)
                 attributes[k], p = _string(d, p, end)
             count, p = read_long(d, p)
+        # interleave: ["null", Interleave(branch_prev ["null", long], long, long)]
+        b = d[p]
+        p += 1
+        if b == 0:
+            interleave = None
+        elif b == 2:
+            b = d[p]
+            p += 1
+            if b == 0:
+                prev = None
+            elif b == 2:
+                prev, p = read_long(d, p)
+            else:
+                return None
+            started, p = read_long(d, p)
+            done, p = read_long(d, p)
+            interleave = Interleave(prev, started, done)
+        else:
+            return None
         if p != end:
             return None
         if _SET is None:
             return TraceEvent(
                 run_id, seq, kind, at, agent, request, response, model, seed, error, key, parent,
-                attributes,
+                attributes, interleave,
             )  # fmt: skip
         ev = _new(TraceEvent)
         (s_run, s_seq, s_kind, s_at, s_agent, s_req, s_resp, s_model, s_seed, s_err, s_key,
-         s_parent, s_attrs) = _SET  # fmt: skip
+         s_parent, s_attrs, s_il) = _SET  # fmt: skip
         s_run(ev, run_id)
         s_seq(ev, seq)
         s_kind(ev, kind)
@@ -321,6 +340,7 @@ def fast_decode_event(data: object) -> TraceEvent | None:
         s_key(ev, key)
         s_parent(ev, parent)
         s_attrs(ev, attributes)
+        s_il(ev, interleave)
         return ev
     except DECLINE:
         return None
@@ -341,7 +361,7 @@ _new_tuple = tuple.__new__
 
 
 def peek_event(value: bytes) -> Peeked | None:
-    """The fields the sequencer needs from a TraceEvent v1 value; None means "ask fastavro"."""
+    """The fields the sequencer needs from a TraceEvent v2 value; None means "ask fastavro"."""
     header = _header
     if header is None:
         header = _arm()
@@ -505,13 +525,29 @@ def _peek_walk(v: bytes) -> Peeked | None:
             for _ in range(count):
                 _, pos = _string(v, pos, n)
                 _, pos = _string(v, pos, n)
+    # interleave (optional record: an optional long, two longs)
+    b = v[pos]
+    if b == 0:
+        pos += 1
+    elif b == 2:
+        b = v[pos + 1]
+        if b == 0:
+            pos += 2
+        elif b == 2:
+            _, pos = rl(v, pos + 2)
+        else:
+            return None
+        _, pos = rl(v, pos)
+        _, pos = rl(v, pos)
+    else:
+        return None
     if pos != n:
         return None
     return _new_tuple(Peeked, (run_id, seq, kind, request, response))
 
 
 def event_kind(raw: bytes) -> EventKind | None:
-    """The kind of a v1 value, read from its first three fields; None means "ask fastavro".
+    """The kind of a v2 value, read from its first three fields; None means "ask fastavro".
 
     A prefix read, not a walk of the whole value: the archiver calls it on sealed values, which
     the sequencer walked in full before sealing them (and the chain covers their bytes). On a

@@ -31,7 +31,7 @@ __all__ = [
     "MAGIC",
     "PINS",
     "SEALED_EVENT_V1",
-    "TRACE_EVENT_V1",
+    "TRACE_EVENT_V2",
     "Pin",
     "armed_header",
     "stale",
@@ -57,13 +57,13 @@ class Pin:
     """The file holding the walks (named in the message when they are stale)."""
 
 
-TRACE_EVENT_V1 = Pin(
-    "TraceEvent", 1, bytes.fromhex("ec2e1f56534d0288"), "tracevault/schemas/fast/_event.py"
+TRACE_EVENT_V2 = Pin(
+    "TraceEvent", 2, bytes.fromhex("507a36026c006d8d"), "tracevault/schemas/fast/_event.py"
 )
 SEALED_EVENT_V1 = Pin(
     "SealedEvent", 1, bytes.fromhex("56e7e7d30b5c62aa"), "tracevault/schemas/fast/_sealed.py"
 )
-PINS = (TRACE_EVENT_V1, SEALED_EVENT_V1)
+PINS = (TRACE_EVENT_V2, SEALED_EVENT_V1)
 
 
 def stale(pin: Pin, schemas: SchemaSet) -> str | None:

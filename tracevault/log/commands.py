@@ -1,0 +1,149 @@
+"""``tracevault keys``: make the log's and the witnesses' Ed25519 keys, and print their vkeys.
+
+The private key never leaves the file it is generated into (mode 0600, never overwritten);
+what is printed is only the public verifier key (vkey), the one thing an archiver, a verifier
+or a witness needs to be given (docs/log.md, "Keys").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import sys
+from pathlib import Path
+
+import click
+
+from tracevault._clitools import echo_json
+from tracevault.errors import ConfigError
+from tracevault.log._cosignature import (
+    ALG_COSIGNATURE_V1,
+    CosignatureSigner,
+    CosignatureVerifier,
+    parse_witness_vkey,
+)
+from tracevault.log._keys import write_private_key
+from tracevault.log._note import ALG_ED25519, Ed25519Signer, Ed25519Verifier, parse_vkey
+
+__all__ = ["keys"]
+
+_TYPES = {"log": "Ed25519 (0x01), signs checkpoints", "witness": "cosignature/v1 (0x04)"}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def keys() -> None:
+    """Make the log's and witnesses' signing keys; print their public vkeys.
+
+    \b
+    Two kinds of key, one role each (docs/log.md, "Keys"):
+      log      the sequencer signs every checkpoint with it
+      witness  a witness cosigns checkpoints it checked (cosignature/v1)
+
+    \b
+    Where the printed vkey goes:
+      archiver, witness   TRACEVAULT_LOG_VKEYS=<log vkey>[,<old vkey>]
+      replay verify       --trusted-key <log vkey>
+                          --witness-key <witness vkey> --min-witnesses 1
+    The sequencer reads its private file: TRACEVAULT_LOG_KEY_FILE=<file>;
+    a witness its own: tracevault witness run --key-file <file>.
+
+    \b
+    Rotation: generate a new key, give verifiers BOTH vkeys, then switch
+    the sequencer to the new file; drop the old vkey once nothing you
+    must still verify was signed with it.
+    """
+
+
+@keys.command()
+@click.option(
+    "--name",
+    required=True,
+    help="Key name, signed into every signature line (e.g. tv.example/log).",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Private key file to create (mode 0600; an existing file is refused).",
+)
+@click.option(
+    "--type",
+    "kind",
+    type=click.Choice(sorted(_TYPES)),
+    default="log",
+    show_default=True,
+    help="log: signs checkpoints. witness: cosigns them (cosignature/v1).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print name, key id, vkey as JSON.")
+def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
+    """Create a new private key file and print its public vkey.
+
+    \b
+    Example:
+      tracevault keys generate --name tv.example/log --out log.key
+      tracevault keys generate --type witness --name w1.example \\
+          --out witness.key
+    """
+    signer: Ed25519Signer | CosignatureSigner
+    signer = (CosignatureSigner if kind == "witness" else Ed25519Signer).generate(name)
+    write_private_key(out, signer)
+    _print(kind, signer.verifier, as_json, source=str(out))
+
+
+@keys.command()
+@click.argument("source", metavar="FILE|-")
+@click.option("--json", "as_json", is_flag=True, help="Print name, key id, vkey as JSON.")
+def show(source: str, as_json: bool) -> None:
+    """Print the vkey of a key file ('-': read the key from stdin).
+
+    \b
+    Example:
+      tracevault keys show log.key
+      echo "$TRACEVAULT_LOG_KEY" | tracevault keys show -
+    """
+    if source == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(source).read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read key file {source}: {e.strerror}") from None
+    kind, verifier = _parse_any(text.strip(), source)
+    _print(kind, verifier, as_json, source=source)
+
+
+def _parse_any(text: str, source: str) -> tuple[str, Ed25519Verifier | CosignatureVerifier]:
+    """A private key or a vkey of either type, told apart by its type byte."""
+    private = text.startswith("PRIVATE+KEY+")
+    blob = text.split("+", 4 if private else 2)[-1]
+    try:
+        alg = base64.b64decode(blob, validate=True)[:1]
+    except binascii.Error:
+        raise ConfigError(f"{source} holds no key: its last field is not base64") from None
+    if alg == bytes([ALG_COSIGNATURE_V1]):
+        if private:
+            return "witness", CosignatureSigner.from_skey(text).verifier
+        return "witness", parse_witness_vkey(text)
+    if alg == bytes([ALG_ED25519]):
+        if private:
+            return "log", Ed25519Signer.from_skey(text).verifier
+        return "log", parse_vkey(text)
+    raise ConfigError(f"{source} holds no Ed25519 log (0x01) or witness (0x04) key")
+
+
+def _print(
+    kind: str, verifier: Ed25519Verifier | CosignatureVerifier, as_json: bool, source: str
+) -> None:
+    if as_json:
+        echo_json(
+            {
+                "name": verifier.name,
+                "key_id": verifier.key_id.hex(),
+                "type": kind,
+                "vkey": verifier.vkey,
+            }
+        )
+        return
+    click.echo(verifier.vkey)
+    click.echo(f"# {kind} key {verifier.name} id {verifier.key_id.hex()} from {source}", err=True)

@@ -1,0 +1,350 @@
+"""Replay of concurrent crossings in the recorded interleaving (TraceEvent v2 ``interleave``).
+
+Live, an agent's asyncio tasks or threads overlap their crossings and the order in which
+results come back follows latency. Served in seq order with no waiting, one branch would run
+straight through and the run would diverge. So a run whose record overlaps crossings is
+served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
+
+* **Matching does not depend on timing.** A call is matched to the recorded crossing of its
+  *branch*: the one whose ``branch_prev`` is the crossing this task or thread completed last
+  (a new task inherits its creator's, through its copied context), with the same kind and
+  request; among several, the lowest seq. A call no branch explains (a thread-pool worker
+  reused for another branch) is matched by request among every crossing not yet served.
+* **Results come back in the recorded interleaving.** The crossing recorded as the k-th to
+  complete is handed back only after the k-1 before it were, and only once
+  ``started_at_done`` crossings have started (been matched) under replay. An async edge
+  awaits a future, a sync edge in a thread waits on an event; a sync edge on an event loop's
+  thread cannot wait without blocking the loop, so it is answered at once.
+* **A changed agent still diverges at its seq.** A call that matches nothing is a
+  ``ReplayDivergence`` at its branch's next recorded crossing; a call that never comes
+  (a branch that stopped early) leaves the others waiting, and after ``stall_timeout_s``
+  without progress the run diverges at the first crossing that never started. Every waiting
+  branch then raises the same divergence.
+
+A record that never overlapped (each crossing done before the next began: a sequential
+agent, or a v1 record with no ``interleave``) is served by the plain cursor, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+from tracevault.edges import Crossing
+from tracevault.errors import ReplayDivergence
+from tracevault.replayer._mismatch import StopReplay, gap_reason, mismatch
+from tracevault.schemas import EventKind, TraceEvent, canonical_json
+
+if TYPE_CHECKING:
+    from tracevault.replayer._edges import ReplayCursor
+
+__all__ = ["STALL_TIMEOUT_S", "Interleaver", "interleaved"]
+
+#: How long every branch may wait without any crossing starting or completing before the
+#: run is declared diverged (a branch stopped making the calls the others wait for).
+STALL_TIMEOUT_S = 10.0
+
+_NOT_CROSSINGS = frozenset(
+    {EventKind.RUN_STARTED, EventKind.RUN_FINISHED, EventKind.ERROR, EventKind.GAP}
+)
+_tokens = itertools.count(1)
+# (interleaver token, seq) of the crossing this task or thread completed last under replay:
+# the live Recorder's ``_BRANCH``, rebuilt the same way.
+_BRANCH: ContextVar[tuple[int, int] | None] = ContextVar("tracevault_replay_branch", default=None)
+
+
+def interleaved(events: Sequence[TraceEvent]) -> bool:
+    """Whether the record overlaps crossings, so it must be served by an Interleaver."""
+    if not events or any(ev.seq != i for i, ev in enumerate(events)):
+        return False
+    overlapped = False
+    for i, ev in enumerate(events):
+        il = ev.interleave
+        if il is None:
+            if ev.kind is not EventKind.GAP:
+                return False  # a v1 record (or a mix): served in seq order, as it always was
+            continue
+        if il.done_order != i or il.started_at_done != i + 1:
+            overlapped = True
+    return overlapped
+
+
+class _Waiter:
+    """A matched call waiting for its turn to complete."""
+
+    __slots__ = ("event", "fut", "loop", "woken")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.loop = loop
+        self.fut: asyncio.Future[None] | None = None if loop is None else loop.create_future()
+        self.event: threading.Event | None = threading.Event() if loop is None else None
+        self.woken = False
+
+    def wake(self) -> None:
+        self.woken = True
+        if self.event is not None:
+            self.event.set()
+            return
+        assert self.fut is not None and self.loop is not None
+        if asyncio.events._get_running_loop() is self.loop:
+            if not self.fut.done():
+                self.fut.set_result(None)
+        else:
+            self.loop.call_soon_threadsafe(_resolve, self.fut)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Interleaver:
+    """Serves a run's crossings to concurrent branches in the recorded interleaving."""
+
+    def __init__(
+        self,
+        cursor: ReplayCursor,
+        events: Sequence[TraceEvent],
+        stall_timeout_s: float | None = None,
+    ) -> None:
+        self._cursor = cursor
+        self._events = events
+        self._stall = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
+        self._token = next(_tokens)
+        n = len(events)
+        self._matched = [False] * n
+        self._matched[0] = True  # RUN_STARTED: consumed by replay() itself
+        self._virtual: set[int] = set()  # matched without a call: nested in a served crossing
+        self._slot = [-1] * n  # seq -> position among completions
+        order: dict[int, int] = {}
+        self._by_prev: dict[int | None, list[int]] = {}
+        self._children: dict[int, list[int]] = {}
+        for ev in events:
+            il = ev.interleave
+            if il is not None:
+                order[il.done_order] = ev.seq
+            if ev.parent_seq is not None:
+                self._children.setdefault(ev.parent_seq, []).append(ev.seq)
+            elif ev.kind not in _NOT_CROSSINGS and il is not None:
+                self._by_prev.setdefault(il.branch_prev, []).append(ev.seq)
+        self._order = [order[k] for k in sorted(order)]
+        for k, seq in enumerate(self._order):
+            self._slot[seq] = k
+        self._completed = [False] * len(self._order)
+        self._done = 0
+        self._waiters: dict[int, _Waiter] = {}
+        self._lock = threading.Lock()
+        self._progress = time.monotonic()
+        self._failed: BaseException | None = None
+        self._complete(0)
+        _BRANCH.set((self._token, 0))
+
+    # -- the edges' entry points ------------------------------------------------------------
+    def expect(self, crossing: Crossing) -> TraceEvent:
+        """Match a sync edge's call and wait (in a thread) for its turn."""
+        on_loop = asyncio.events._get_running_loop() is not None
+        seq, waiter = self._arrive(crossing, None, wait=not on_loop)
+        if waiter is not None:
+            assert waiter.event is not None
+            while not waiter.event.wait(min(self._stall, 0.5)):
+                with self._lock:
+                    if self._stalled():
+                        raise self._failed  # type: ignore[misc]
+            self._resume(seq)
+        return self._events[seq]
+
+    async def aexpect(self, crossing: Crossing) -> TraceEvent:
+        """Match an async edge's call and await its turn.
+
+        A plain ``await`` of one future: woken, the task resumes on the next loop iteration,
+        as it did live when its callee's result arrived.
+        """
+        loop = asyncio.get_running_loop()
+        seq, waiter = self._arrive(crossing, loop, wait=True)
+        if waiter is not None:
+            assert waiter.fut is not None
+            watch = loop.call_later(self._stall, self._watch, loop)
+            try:
+                await waiter.fut
+            finally:
+                watch.cancel()
+            self._resume(seq)
+        return self._events[seq]
+
+    # -- matching ---------------------------------------------------------------------------
+    def _arrive(
+        self, crossing: Crossing, loop: asyncio.AbstractEventLoop | None, *, wait: bool
+    ) -> tuple[int, _Waiter | None]:
+        data = canonical_json(crossing.request, field="request")
+        last = _BRANCH.get()
+        prev = last[1] if last is not None and last[0] == self._token else None
+        with self._lock:
+            self._raise_if_failed()
+            gap = self._events[self._cursor.pos] if self._cursor.pos < len(self._events) else None
+            if gap is not None and gap.kind is EventKind.GAP:
+                raise self._fail(
+                    self._cursor.diverge(
+                        gap_reason(gap),
+                        actual_kind=crossing.kind.value,
+                        actual_request=crossing.request,
+                        at=gap.seq,
+                    )
+                )
+            seq = self._match(crossing, data, prev)
+            if seq is None:
+                raise self._fail(self._mismatch(crossing, prev))
+            until = self._cursor.until
+            if until is not None and seq > until:
+                raise self._fail(self._stop())
+            self._take(seq)
+            self._progress = time.monotonic()
+            slot = self._slot[seq]
+            if not wait or (self._done == slot and self._cursor.pos >= self._started(seq)):
+                self._complete(slot)
+                waiter = None
+            else:
+                waiter = _Waiter(loop)
+                self._waiters[seq] = waiter
+                self._advance()
+        _BRANCH.set((self._token, seq))
+        return seq, waiter
+
+    def _match(self, crossing: Crossing, data: bytes, prev: int | None) -> int | None:
+        for seq in self._by_prev.get(prev, ()):
+            if not self._matched[seq] and self._same(self._events[seq], crossing, data):
+                return seq
+        # A branch the record cannot name: a thread-pool worker's context still holds the
+        # last crossing of the branch it ran before. Match by request among all open ones.
+        for seqs in self._by_prev.values():
+            for seq in seqs:
+                if not self._matched[seq] and self._same(self._events[seq], crossing, data):
+                    return seq
+        return None
+
+    @staticmethod
+    def _same(ev: TraceEvent, crossing: Crossing, data: bytes) -> bool:
+        if ev.kind is not crossing.kind or ev.request != data:
+            return False
+        if crossing.kind is EventKind.MODEL_CALL and crossing.model is None:
+            return ev.seed == crossing.seed  # the build the provider reported is served
+        if crossing.kind is EventKind.RANDOM:
+            return crossing.seed is None or crossing.seed == ev.seed
+        return ev.model == crossing.model and ev.seed == crossing.seed
+
+    def _take(self, seq: int) -> None:
+        """Mark ``seq`` started, with every crossing recorded inside it (not made again)."""
+        todo = [seq]
+        while todo:
+            s = todo.pop()
+            self._matched[s] = True
+            for child in self._children.get(s, ()):
+                self._virtual.add(child)
+                todo.append(child)
+        c = self._cursor
+        while c.pos < len(self._events) and self._matched[c.pos]:
+            c.pos += 1
+
+    def _started(self, seq: int) -> int:
+        il = self._events[seq].interleave
+        return 0 if il is None else il.started_at_done
+
+    # -- completing in the recorded order ---------------------------------------------------
+    def _complete(self, slot: int) -> None:
+        if slot >= 0:
+            self._completed[slot] = True
+        while self._done < len(self._completed) and self._completed[self._done]:
+            self._done += 1
+        self._advance()
+
+    def _advance(self) -> None:
+        """Wake the next crossing to complete, or complete the nested ones nobody calls."""
+        pos = self._cursor.pos
+        while self._done < len(self._order):
+            seq = self._order[self._done]
+            if not self._matched[seq] or pos < self._started(seq):
+                return
+            if seq in self._virtual:
+                self._completed[self._done] = True
+                self._done += 1
+                continue
+            waiter = self._waiters.get(seq)
+            if waiter is not None and not waiter.woken:
+                waiter.wake()
+            return
+
+    def _resume(self, seq: int) -> None:
+        with self._lock:
+            self._waiters.pop(seq, None)
+            self._raise_if_failed()
+            self._progress = time.monotonic()
+            self._complete(self._slot[seq])
+
+    # -- divergence and stalls --------------------------------------------------------------
+    def _raise_if_failed(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    def _fail(self, exc: BaseException) -> BaseException:
+        """Make ``exc`` the outcome of every waiting branch too (none may hang)."""
+        self._failed = exc
+        for waiter in self._waiters.values():
+            waiter.wake()
+        return exc
+
+    def _stop(self) -> BaseException:
+        self._cursor.stopped = True
+        return StopReplay()
+
+    def _mismatch(self, crossing: Crossing, prev: int | None) -> ReplayDivergence:
+        """The divergence for a call no recorded crossing explains, at its branch's next."""
+        at = next((s for s in self._by_prev.get(prev, ()) if not self._matched[s]), None)
+        if at is None:
+            at = self._cursor.pos
+        c = self._cursor
+        if c.until is not None and at > c.until:
+            raise self._fail(self._stop())
+        kind = crossing.kind.value
+        diff: tuple[str, ...] = ()
+        if at >= len(self._events) or self._events[at].kind is EventKind.RUN_FINISHED:
+            reason = f"the agent made an extra {kind} call after the record ended"
+        else:
+            reason, diff = mismatch(self._events[at], crossing) or (
+                f"the {kind} call was already served to another branch",
+                (),
+            )
+        return c.diverge(
+            reason, actual_kind=kind, diff=diff, actual_request=crossing.request, at=at
+        )
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop's stall check, while async branches wait."""
+        with self._lock:
+            if self._failed is not None or not self._waiters or self._stalled():
+                return
+            idle = time.monotonic() - self._progress
+            loop.call_later(max(self._stall - idle, 0.05), self._watch, loop)
+
+    def _stalled(self) -> bool:
+        """Whether nothing started or completed for ``stall_timeout_s``; if so, diverge."""
+        if self._failed is not None:
+            return True
+        idle = time.monotonic() - self._progress
+        if idle < self._stall:
+            return False
+        at = self._cursor.pos
+        ev = self._events[at] if at < len(self._events) else None
+        if ev is not None and ev.kind is EventKind.GAP:
+            reason = gap_reason(ev)
+        else:
+            what = "call" if ev is None else f"{ev.kind.value} call"
+            reason = (
+                f"the agent never made the {what} recorded at seq {at}: its other branches "
+                f"waited {idle:.1f}s for it (a branch stopped early or took another path)"
+            )
+        self._fail(self._cursor.diverge(reason, actual_kind=None, at=at))
+        return True
