@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracevault import __version__
+from tracevault.callsite import SITE_ATTRIBUTE, call_site
 from tracevault.edges import (
     JSON,
     Crossing,
@@ -82,6 +83,7 @@ class _Open:
     parent: int | None
     at: int
     t0: int
+    site: str | None = None
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:
@@ -418,6 +420,7 @@ class Recorder:
             self._parent(),
             _now_us(),
             time.perf_counter_ns(),
+            call_site(),
         )
 
     def _record(self, op: _Open, response: bytes, error: ErrorInfo | None) -> None:
@@ -436,7 +439,7 @@ class Recorder:
                 error,
                 op.key,
                 op.parent,
-                duration,
+                duration if op.site is None else _site_attrs(op.site, duration),
             ),
         )
 
@@ -513,7 +516,7 @@ class Recorder:
                 None,
                 None,
                 self._parent(),
-                None,
+                _site_attrs(call_site(), None),
             ),
         )
 
@@ -622,6 +625,14 @@ class Recorder:
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
         self._instant(decision_crossing(name, choice, options), _NULL, _now_us(), None)
         return choice
+
+
+def _site_attrs(site: str | None, duration: int | None) -> dict[str, str] | None:
+    """The attributes of a crossing: its call site (``tracevault.callsite``), its duration."""
+    attrs = {} if site is None else {SITE_ATTRIBUTE: site}
+    if duration is not None:
+        attrs["duration_us"] = str(duration)
+    return attrs or None
 
 
 def _now_us() -> int:

@@ -200,6 +200,7 @@ class DivergenceReport:
     expected_request: Any = None
     actual_request: Any = None
     next_in_record: tuple[StepSummary, ...] = ()
+    site: str | None = None  # the agent's call site (``tracevault.callsite``), when known
 
     def render(self) -> str:
         """The report as plain text (the ReplayDivergence message)."""
@@ -208,6 +209,8 @@ class DivergenceReport:
             f"  expected kind: {self.expected or '(end of record)'}",
             f"  actual kind:   {self.actual or '(agent made no further call)'}",
         ]
+        if self.site:
+            lines.append(f"  call site:     {self.site}")
         if self.diff:
             lines.append("  differences:")
             lines.extend(f"    {d}" for d in self.diff)
@@ -234,6 +237,7 @@ class DivergenceReport:
             "expected_request": self.expected_request,
             "actual_request": self.actual_request,
             "next_in_record": [s.to_json() for s in self.next_in_record],
+            "site": self.site,
         }
 
 
@@ -255,6 +259,8 @@ class ReplayResult:
     error: ErrorInfo | None = None
     divergence: DivergenceReport | None = None
     served: tuple[TraceEvent, ...] = field(default=(), repr=False, compare=False)
+    #: with ``keep_going``: every divergence, in seq order (``divergence`` is the first)
+    divergences: tuple[DivergenceReport, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -268,4 +274,5 @@ class ReplayResult:
             if self.error is None
             else {"type": self.error.type, "message": self.error.message},
             "divergence": None if self.divergence is None else self.divergence.to_json(),
+            "divergences": [d.to_json() for d in self.divergences],
         }

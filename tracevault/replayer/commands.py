@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -21,7 +23,15 @@ from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_b
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._results import DivergenceReport, LoadedRun, StepSummary, VerifyReport
+from tracevault.replayer._replay import areplay
+from tracevault.replayer._replay import replay as replay_events
+from tracevault.replayer._results import (
+    DivergenceReport,
+    LoadedRun,
+    ReplayResult,
+    StepSummary,
+    VerifyReport,
+)
 from tracevault.replayer._rundiff import RunDiffSide, diff_runs
 from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._verify import verify
@@ -220,10 +230,38 @@ def _divergence_panel(d: DivergenceReport) -> None:
         )
 
 
+def _divergences_table(run_id: str, found: tuple[DivergenceReport, ...]) -> Table:
+    """Every divergence of a keep-going re-run, one row each, readable at 80 columns."""
+    t = Table(title=f"run {run_id}: {len(found)} divergences", show_lines=True)
+    t.add_column("seq", justify="right", no_wrap=True)
+    t.add_column("record → re-run", no_wrap=True)
+    t.add_column("what, where, differences", overflow="fold", ratio=1)
+    for d in found:
+        cell = Text(d.reason)
+        if d.site:
+            cell.append(f"\nat {d.site}", style="dim")
+        for line in d.diff[:5]:
+            cell.append(f"\n{line}")
+        kinds = f"{d.expected or '(none)'}\n→ {d.actual or '(none)'}"
+        t.add_row(str(d.seq), kinds, cell)
+    return t
+
+
+def _replay_all(events: Any, agent: Any) -> ReplayResult:
+    if inspect.iscoroutinefunction(agent):
+        return asyncio.run(areplay(events, agent, keep_going=True))
+    return replay_events(events, agent, keep_going=True)
+
+
 @replay.command("run")
 @click.argument("run_id")
 @click.option("--agent", "agent_spec", required=True, help="The agent as MODULE:CALLABLE.")
 @click.option("--until", type=click.IntRange(0), help="Stop after seq N: the state at step N.")
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="Report every divergence, aligned by kind, call site and ordinal.",
+)
 @click.option("--no-verify", is_flag=True, help="Re-run even if the run does not verify.")
 @_FROM
 @_JSON
@@ -234,6 +272,7 @@ def run_cmd(
     run_id: str,
     agent_spec: str,
     until: int | None,
+    keep_going: bool,
     no_verify: bool,
     source: str,
     as_json: bool,
@@ -254,6 +293,19 @@ def run_cmd(
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
         events = verify(run).events
+    if keep_going:
+        if until is not None:
+            raise click.UsageError("--keep-going replays the whole run: drop --until")
+        result = _replay_all(events, agent)
+        if as_json:
+            echo_json(result.to_json())
+        elif result.divergences:
+            stdout.print(_divergences_table(run_id, result.divergences))
+        else:
+            stdout.print(f"[green]run {run_id}: matched the record[/] ({result.steps} served)")
+        if result.divergences:
+            raise click.exceptions.Exit(ReplayDivergence.exit_code)
+        return
     result = replay_with(events, agent, until)
     if as_json:
         echo_json(result.to_json())
