@@ -7,11 +7,13 @@ Import from here, never from the private modules::
     run = load_run(settings, "run-42", source="archive")
     report = verify(run)                         # raises ChainError naming seq and object
     result = replay(report.events, my_agent)     # raises ReplayDivergence at the first difference
+    every = replay(report.events, my_agent, keep_going=True).divergences   # all of them
 
 The same as commands: ``tracevault replay show|verify|run|diff|export|batch``.
 """
 
 from tracevault.errors import ChainError, ReplayDivergence
+from tracevault.replayer._aligndiff import FieldDiff, RunAlignment, StepDiff, align_runs
 from tracevault.replayer._batch import BatchItem, BatchReport, run_batch
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._checks import RECORD_CHECKS
@@ -55,6 +57,10 @@ __all__ = [
     "RunDiffSide",
     "diff_runs",
     "json_diff",
+    "FieldDiff",
+    "RunAlignment",
+    "StepDiff",
+    "align_runs",
     # evidence bundles
     "export_bundle",
     "verify_bundle",

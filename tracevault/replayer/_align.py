@@ -38,6 +38,11 @@ def is_crossing(ev: TraceEvent, *, nested: bool) -> bool:
     return ev.kind not in _NOT_CROSSINGS and (nested or ev.parent_seq is None)
 
 
+def _seed(kind: EventKind, seed: int | None) -> int | None:
+    # a RANDOM crossing made without a seed is answered with the recorded one: any seed aligns
+    return None if kind is EventKind.RANDOM else seed
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """A crossing looking for its recorded counterpart."""
@@ -84,7 +89,7 @@ class RecordIndex:
             self.taken[pos] = False
             site = event_site(ev)
             self.sited = self.sited or site is not None
-            content = (ev.kind, ev.request, ev.model, ev.seed)
+            content = (ev.kind, ev.request, ev.model, _seed(ev.kind, ev.seed))
             for table, key in (
                 (self._site, (ev.kind, site)),
                 (self._exact, (*content, site)),
@@ -101,7 +106,7 @@ class RecordIndex:
     def take(self, probe: Probe) -> int | None:
         """The position of the recorded crossing ``probe`` aligns with, now taken; or None."""
         site = probe.site if self.sited else None
-        content = (probe.kind, probe.request, probe.model, probe.seed)
+        content = (probe.kind, probe.request, probe.model, _seed(probe.kind, probe.seed))
         pos = self._first(self._exact, (*content, site))
         if pos is None:
             pos = self._first(self._site, (probe.kind, site))

@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_DIFFS", "MISSING", "Leaf", "json_diff", "json_leaves", "json_path", "short_json"]
+__all__ = [
+    "MAX_DIFFS",
+    "MISSING",
+    "Leaf",
+    "json_diff",
+    "json_leaves",
+    "json_path",
+    "leaf_line",
+    "short_json",
+]
 
 MAX_DIFFS = 50
 _SHORT = 80
@@ -59,7 +68,7 @@ def json_diff(
 
     At most ``limit`` lines; a last line says how many more were left out.
     """
-    out = [_line(leaf) for leaf in json_leaves(expected, actual, path)]
+    out = [leaf_line(leaf) for leaf in json_leaves(expected, actual, path)]
     if len(out) > limit:
         more = len(out) - limit
         return (*out[:limit], f"… and {more} more difference{'s' if more > 1 else ''}")
@@ -73,7 +82,7 @@ def json_leaves(expected: Any, actual: Any, path: str = "$") -> list[Leaf]:
     return out
 
 
-def _line(leaf: Leaf) -> str:
+def leaf_line(leaf: Leaf) -> str:
     path, expected, actual = leaf
     if actual is MISSING:
         return f"{path}: missing (recorded {short_json(expected)})"

@@ -22,7 +22,7 @@ from tracevault.callsite import call_site
 from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer._align import Probe, RecordIndex, event_site, is_crossing
-from tracevault.replayer._diff import json_diff, short_json
+from tracevault.replayer._diff import MISSING, json_diff, short_json
 from tracevault.replayer._edges import ReplayCursor
 from tracevault.replayer._recorded_error import type_name
 from tracevault.replayer._results import DivergenceReport, StepSummary
@@ -118,7 +118,7 @@ class KeepGoingCursor(ReplayCursor):
             None,
             reason,
             actual=kind,
-            diff=json_diff(None, crossing.request, "$.request"),
+            diff=json_diff(MISSING, crossing.request, "$.request"),
             actual_request=crossing.request,
             site=site,
             next_in_record=tuple(StepSummary.of(e) for e in self.events[self.pos : self.pos + 3]),
@@ -143,7 +143,7 @@ class KeepGoingCursor(ReplayCursor):
                 ev,
                 f"the re-run never made this {ev.kind.value} call",
                 actual=None,
-                diff=json_diff(_loads(ev.request), None, "$.request")[:1],
+                diff=json_diff(_loads(ev.request), MISSING, "$.request")[:1],
                 site=event_site(ev),
             )
 

@@ -18,6 +18,7 @@ from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError, ReplayDivergence
+from tracevault.replayer._aligndiff import RunAlignment, align_runs, parse_ignore
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch, runs_between
 from tracevault.replayer._bundle import export_bundle, verify_bundle
@@ -32,7 +33,7 @@ from tracevault.replayer._results import (
     StepSummary,
     VerifyReport,
 )
-from tracevault.replayer._rundiff import RunDiffSide, diff_runs
+from tracevault.replayer._rundiff import RunDiffSide
 from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._verify import verify
 from tracevault.schemas import EventModel
@@ -230,9 +231,13 @@ def _divergence_panel(d: DivergenceReport) -> None:
         )
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _divergences_table(run_id: str, found: tuple[DivergenceReport, ...]) -> Table:
     """Every divergence of a keep-going re-run, one row each, readable at 80 columns."""
-    t = Table(title=f"run {run_id}: {len(found)} divergences", show_lines=True)
+    t = Table(title=f"run {run_id}: {_count(len(found), 'divergence')}", show_lines=True)
     t.add_column("seq", justify="right", no_wrap=True)
     t.add_column("record → re-run", no_wrap=True)
     t.add_column("what, where, differences", overflow="fold", ratio=1)
@@ -339,40 +344,91 @@ def _summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
     return t
 
 
+def _differences_table(result: RunAlignment) -> Table:
+    """Every difference side by side, with its seq in both runs (80 columns and up)."""
+    noise = ", ".join((*result.ignore, *result.ignore_paths)) or "nothing"
+    n = _count(len(result.differences), "difference")
+    t = Table(title=f"{n} (ignored: {noise})", show_lines=True)
+    t.add_column("seq\nA B", no_wrap=True)
+    t.add_column("step", overflow="fold", ratio=2)
+    t.add_column(f"A {result.a.run_id}", overflow="fold", ratio=3)
+    t.add_column(f"B {result.b.run_id}", overflow="fold", ratio=3)
+    for d in result.differences:
+        seqs = f"{'-' if d.seq_a is None else d.seq_a} {'-' if d.seq_b is None else d.seq_b}"
+        step = Text(d.kind, style="bold")
+        if d.site:
+            step.append(f"\n{d.site}", style="dim")
+        a_cell, b_cell = Text(), Text()
+        for i, f in enumerate(d.fields[:8]):
+            sep = "\n" if i else ""
+            a_cell.append(f"{sep}{f.path}\n", style="dim")
+            a_cell.append(f.a if f.a is not None else "(none)")
+            b_cell.append(f"{sep}{f.path}\n", style="dim")
+            b_cell.append(f.b if f.b is not None else "(none)")
+        t.add_row(seqs, step, a_cell, b_cell)
+    return t
+
+
 @replay.command("diff")
 @click.argument("run_a")
 @click.argument("run_b")
+@click.option(
+    "--ignore",
+    "ignore",
+    multiple=True,
+    metavar="KINDS",
+    help="Skip these crossings in both runs: clock, random, state (comma-separated).",
+)
+@click.option(
+    "--ignore-path",
+    "ignore_paths",
+    multiple=True,
+    metavar="PATH",
+    help="Skip fields under this JSON path, e.g. '$.response.output.took' ([*] any index).",
+)
 @click.option("--no-verify", is_flag=True, help="Compare even if a run does not verify.")
 @_FROM
 @_JSON
 @click.pass_context
 def diff_cmd(
-    ctx: click.Context, *, run_a: str, run_b: str, no_verify: bool, source: str, as_json: bool
+    ctx: click.Context,
+    *,
+    run_a: str,
+    run_b: str,
+    ignore: tuple[str, ...],
+    ignore_paths: tuple[str, ...],
+    no_verify: bool,
+    source: str,
+    as_json: bool,
 ) -> None:
-    """Where two runs first diverge, with the same report as `run`, and both summaries.
+    """Every difference between two runs, aligned by kind, call site and ordinal.
 
-    Exit 0 when every step is the same, 1 when they diverge.
+    Each difference shows its seq in both runs and both values side by side. Clock reads
+    and random draws differ between any two honest runs: --ignore them, and --ignore-path
+    the fields they feed. Exit 0 when nothing else differs, 1 when something does.
 
     \b
     Example:
-      tracevault replay diff run-42 run-43 --from archive
+      tracevault replay diff run-42 run-43 --ignore clock,random \\
+          --ignore-path '$.response.output.took'
     """
+    kinds = parse_ignore(ignore)  # refuse a bad flag before loading anything
     sides: list[Any] = []
     for rid in (run_a, run_b):
         _, run = _load(ctx, rid, source)
         sides.append(
             LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
         )
-    result = diff_runs(sides[0], sides[1])
+    result = align_runs(sides[0], sides[1], ignore=kinds, ignore_paths=ignore_paths)
     if as_json:
         echo_json(result.to_json())
     else:
         stdout.print(_summary_table(result.a, result.b))
-        if result.divergence is None:
+        if result.same:
             stdout.print("[green]the runs are the same at every step[/]")
         else:
-            _divergence_panel(result.divergence)
-    if result.divergence is not None:
+            stdout.print(_differences_table(result))
+    if not result.same:
         raise click.exceptions.Exit(1)
 
 
