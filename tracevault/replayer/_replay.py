@@ -32,6 +32,7 @@ from tracevault.replayer._edges import ReplayCursor, ReplayEdges, StopReplay
 from tracevault.replayer._keepgoing import KeepGoingCursor
 from tracevault.replayer._recorded_error import type_name
 from tracevault.replayer._results import ReplayResult
+from tracevault.replayer._until import UntilCursor
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["Agent", "AsyncAgent", "areplay", "replay"]
@@ -66,7 +67,11 @@ class _Run:
         self.all: KeepGoingCursor | None = (
             KeepGoingCursor(self.run_id, events) if keep_going else None
         )
-        self.cursor = self.all or ReplayCursor(self.run_id, events, until)
+        self.cursor = self.all or (
+            ReplayCursor(self.run_id, events, until)
+            if until is None
+            else UntilCursor(self.run_id, events, until)
+        )
         self.edges = ReplayEdges(self.cursor)
 
     def _every(self, output: Any, exc: BaseException | None) -> ReplayResult:
@@ -103,12 +108,15 @@ class _Run:
             error=error,
             divergence=c.report,
             served=tuple(c.events[: c.pos]),
+            next_call=c.asked if isinstance(c, UntilCursor) else None,
         )
 
     def returned(self, output: JSON) -> ReplayResult:
         if self.all is not None:
             return self._every(output, None)
         c = self.cursor
+        if isinstance(c, UntilCursor):
+            c.ended(EventKind.RUN_FINISHED.value, {"output": output})
         c.raise_if_diverged()
         c.check_stop()
         actual = {"output": output}
@@ -152,6 +160,10 @@ class _Run:
         if self.all is not None:
             return self._every(None, exc)
         c = self.cursor
+        if isinstance(c, UntilCursor):
+            c.ended(
+                EventKind.ERROR.value, {"error": {"type": type_name(exc)[0], "message": str(exc)}}
+            )
         c.raise_if_diverged()
         c.check_stop()
         names = type_name(exc)

@@ -22,6 +22,7 @@ from tracevault.replayer._aligndiff import RunAlignment, align_runs, parse_ignor
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch, runs_between
 from tracevault.replayer._bundle import export_bundle, verify_bundle
+from tracevault.replayer._diff import short_json
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._replay import areplay
@@ -32,6 +33,7 @@ from tracevault.replayer._results import (
     ReplayResult,
     StepSummary,
     VerifyReport,
+    event_json,
 )
 from tracevault.replayer._rundiff import RunDiffSide
 from tracevault.replayer._timeline import steps_table
@@ -258,6 +260,31 @@ def _replay_all(events: Any, agent: Any) -> ReplayResult:
     return replay_events(events, agent, keep_going=True)
 
 
+def _state_at(run_id: str, result: ReplayResult, record_next: Any) -> None:
+    """``--until N``: the timeline served up to N, the agent's next call, the record's."""
+    title = f"run {run_id}: served up to seq {result.until} (the state at step {result.until})"
+    served = (StepSummary.of(ev) for ev in result.served)
+    stdout.print(steps_table(served, title=title, width=stdout.width, with_time=False))
+    asked = result.next_call
+    t = Table(title="what comes next", show_header=False, show_lines=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("", overflow="fold", ratio=1)
+    if asked is None:
+        t.add_row("the agent", "(asked for nothing more)")
+    else:
+        cell = Text(asked.kind, style="bold")
+        if asked.model:
+            cell.append(f" {asked.model}")
+        cell.append(f"\n{short_json(asked.request, 300)}")
+        if asked.site:
+            cell.append(f"\nat {asked.site}", style="dim")
+        t.add_row("the agent\nasked for", cell)
+    if record_next is not None:
+        s = StepSummary.of(record_next)
+        t.add_row(f"the record\nseq {s.seq}", Text(f"{s.kind}\n{s.request}\n← {s.response}"))
+    stdout.print(t)
+
+
 @replay.command("run")
 @click.argument("run_id")
 @click.option("--agent", "agent_spec", required=True, help="The agent as MODULE:CALLABLE.")
@@ -312,11 +339,17 @@ def run_cmd(
             raise click.exceptions.Exit(ReplayDivergence.exit_code)
         return
     result = replay_with(events, agent, until)
+    record_next = events[len(result.served)] if len(events) > len(result.served) else None
     if as_json:
-        echo_json(result.to_json())
+        out = result.to_json()
+        if result.stopped:
+            out["record_next"] = None if record_next is None else event_json(record_next)
+        echo_json(out)
     elif result.divergence is not None:
         _divergence_panel(result.divergence)
     else:
+        if result.stopped:
+            _state_at(run_id, result, record_next)
         what = f"stopped after seq {until}" if result.stopped else "matched the record"
         stdout.print(f"[green]run {run_id}: {what}[/] ({result.steps} events served)")
         if result.error is not None:
