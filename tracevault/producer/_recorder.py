@@ -46,6 +46,7 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
+from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
 from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
@@ -84,6 +85,7 @@ class _Open:
     at: int
     t0: int
     site: str | None = None
+    links: dict[str, str] | None = None  # e.g. the sub-agent run a crossing started
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:
@@ -153,7 +155,10 @@ class Recorder:
     ``model_allow`` or ``TRACEVAULT_MODEL_ALLOW`` (``tracevault.model_ids``); ``tools``
     maps names to callables ``fn(args)`` or :class:`Tool` (side effects get
     ``idempotency_key=``). When the agent raises, ``ERROR`` and then ``RUN_FINISHED`` with the
-    same error are recorded and the exception propagates.
+    same error are recorded and the exception propagates. ``clock(name)``, when given, is
+    the time source ``edges.clock`` records (seconds since the epoch; default: the wall clock).
+    ``edges.subagent(name, agent, input)`` records another agent's run as a child of this one
+    (``tracevault.producer._subagent``).
     """
 
     def __init__(
@@ -170,6 +175,7 @@ class Recorder:
         max_payload_bytes: int | None = None,
         model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
+        clock: Callable[[str], float] | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
@@ -223,6 +229,8 @@ class Recorder:
         self._started = False
         self._finished = False
         self._input = input
+        self._clock = clock
+        self._agent_version = agent_version
         self._output: JSON = None
         self._output_set = False
 
@@ -439,7 +447,7 @@ class Recorder:
                 error,
                 op.key,
                 op.parent,
-                duration if op.site is None else _site_attrs(op.site, duration),
+                duration if op.site is None else _site_attrs(op.site, duration, op.links),
             ),
         )
 
@@ -593,6 +601,10 @@ class Recorder:
         return await self._acall(crossing, self._invoker(tool, args), tool.side_effect)
 
     def clock(self, name: str = "now") -> float:
+        if self._clock is not None:  # Recorder(clock=...): e.g. a fork serving recorded reads
+            now = self._clock(name)
+            self._instant(clock_crossing(name), canonical_json({"time": now}), _now_us(), None)
+            return now
         ns = time.time_ns()
         now = ns / 1e9
         self._instant(clock_crossing(name), canonical_json({"time": now}), ns // 1000, None)
@@ -626,10 +638,66 @@ class Recorder:
         self._instant(decision_crossing(name, choice, options), _NULL, _now_us(), None)
         return choice
 
+    # -- sub-agents (tracevault.links) ------------------------------------------------------
+    def _child(self, name: str, input: JSON, version: str | None) -> tuple[_Open, Recorder]:
+        """The parent's crossing, opened, and the child's Recorder linked to it both ways."""
+        op = self._open(subagent_crossing(name, input), False)
+        child_id = str(uuid.uuid4())
+        op.links = {SUBAGENT_RUN: child_id}
+        child = Recorder(
+            publisher=self._publisher,
+            agent_id=name,
+            agent_version=version or self._agent_version,
+            model=self._model_fn,
+            tools=self._tools,
+            run_id=child_id,
+            attributes={PARENT_RUN: self._run_id, PARENT_SEQ: str(op.seq)},
+            model_allow=self._model_allow,
+            clock=self._clock,
+        )
+        return op, child
 
-def _site_attrs(site: str | None, duration: int | None) -> dict[str, str] | None:
+    def subagent(
+        self,
+        name: str,
+        agent: Callable[..., JSON],
+        input: JSON,
+        *,
+        agent_version: str | None = None,
+    ) -> JSON:
+        """Run ``agent(input, edges)`` as a child run of this one; returns its output.
+
+        One TOOL_CALL ``subagent:<name>`` here (its response the child's output), one whole
+        run there, linked both ways in attributes; the child uses this run's model and tools.
+        """
+        op, child = self._child(name, input, agent_version)
+        try:
+            output = child.run(agent, input)
+        except BaseException as exc:
+            self._record(op, _NULL, _error_info(exc))
+            raise
+        return self._respond(op, output)
+
+    async def asubagent(
+        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
+    ) -> JSON:
+        """:meth:`subagent` for async agents."""
+        op, child = self._child(name, input, agent_version)
+        try:
+            output = await child.arun(agent, input)
+        except BaseException as exc:
+            self._record(op, _NULL, _error_info(exc))
+            raise
+        return self._respond(op, output)
+
+
+def _site_attrs(
+    site: str | None, duration: int | None, links: dict[str, str] | None = None
+) -> dict[str, str] | None:
     """The attributes of a crossing: its call site (``tracevault.callsite``), its duration."""
-    attrs = {} if site is None else {SITE_ATTRIBUTE: site}
+    attrs = dict(links or {})
+    if site is not None:
+        attrs[SITE_ATTRIBUTE] = site
     if duration is not None:
         attrs["duration_us"] = str(duration)
     return attrs or None

@@ -13,6 +13,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
@@ -37,6 +38,7 @@ from tracevault.replayer._results import (
 )
 from tracevault.replayer._rundiff import RunDiffSide
 from tracevault.replayer._timeline import steps_table
+from tracevault.replayer._tree import RunNode, TreeReplay, replay_tree, run_tree
 from tracevault.replayer._verify import verify
 from tracevault.schemas import EventModel
 
@@ -105,21 +107,57 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
 
 
 # -- show -----------------------------------------------------------------------------------
+def _run_tree(node: RunNode) -> Tree:
+    def label(n: RunNode) -> Text:
+        text = Text(f"run {n.run_id}", style="bold")
+        done = "finished" if n.finished else "unfinished"
+        text.append(f"  {n.agent}, {n.count} events, {done}")
+        if n.forked_from is not None:
+            text.append(f"\nforked from {n.forked_from[0]} at seq {n.forked_from[1]}", style="dim")
+        if n.parent is not None:
+            text.append(f"\nchild of {n.parent[0]} at seq {n.parent[1]}", style="dim")
+        return text
+
+    def add(tree: Tree, n: RunNode) -> None:
+        for child, sub in n.children:
+            head = Text(f"seq {child.seq} subagent {child.name} → ", style="cyan")
+            if isinstance(sub, str):
+                tree.add(head + Text(f"{child.run_id}: {sub}", style="yellow"))
+            else:
+                add(tree.add(head + label(sub)), sub)
+
+    root = Tree(label(node))
+    add(root, node)
+    return root
+
+
 @replay.command("show")
 @click.argument("run_id")
+@click.option("--tree", "as_tree", is_flag=True, help="The run and its sub-agent runs, as a tree.")
 @_FROM
 @_JSON
 @click.pass_context
-def show(ctx: click.Context, run_id: str, source: str, as_json: bool) -> None:
+def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: bool) -> None:
     """The run's timeline: seq, kind, time, model, short request and response.
 
     Not verified (use `verify`); --json prints one full event per line (JSON lines).
+    --tree draws the run and every sub-agent run below it (verified), each under the
+    parent's crossing that started it; with --json, one nested object.
 
     \b
     Example:
       tracevault replay show run-42 --from topic --json \\
           | jq 'select(.kind=="TOOL_CALL")'
+      tracevault replay show run-42 --tree
     """
+    if as_tree:
+        load = _loader(ctx, source, no_verify=False)
+        node = run_tree(load, run_id, load(run_id))
+        if as_json:
+            echo_json(node.to_json())
+        else:
+            stdout.print(_run_tree(node))
+        return
     _, run = _load(ctx, run_id, source)
     events = LazyEvents([r["raw"] for r in run.records.rows])
     if as_json:
@@ -285,6 +323,105 @@ def _state_at(run_id: str, result: ReplayResult, record_next: Any) -> None:
     stdout.print(t)
 
 
+def _fork(
+    ctx: click.Context,
+    events: Any,
+    agent: Any,
+    agent_spec: str,
+    until: int,
+    live_spec: str | None,
+    as_json: bool,
+) -> None:
+    """``--until N --then live``: the record up to N, then the live edges, as a new run."""
+    # the fork records through the producer (the Kafka client): imported only when asked for
+    from tracevault.producer import Publisher  # noqa: PLC0415
+    from tracevault.replayer.fork import fork_run, live_edges_from  # noqa: PLC0415
+
+    spec = live_spec or f"{agent_spec.partition(':')[0]}:live_edges"
+    try:
+        factory = load_agent(spec)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc}; a fork needs live edges: give --live-edges MODULE:FACTORY or define "
+            "live_edges() in the agent's module"
+        ) from None
+    model, tools = live_edges_from(factory(), spec)
+    publisher = Publisher(_settings(ctx))
+    try:
+        with stderr.status(f"serving seq 0..{until}, then live…"):
+            result = fork_run(events, agent, until=until, publisher=publisher, model=model,
+                              tools=tools)  # fmt: skip
+        delivered = publisher.flush(30)
+    finally:
+        publisher.close()
+    if as_json:
+        echo_json({**result.to_json(), "delivered": delivered})
+    elif result.divergence is not None:
+        _divergence_panel(result.divergence)
+    else:
+        stdout.print(
+            f"[green]forked[/] {result.forked_from[0]} at seq {until} → new run "
+            f"[bold]{result.run_id}[/] ({result.served} events served, then live)"
+        )
+        if result.error:
+            stdout.print(f"the agent raised {result.error} (recorded in the new run)")
+        if not delivered:
+            stdout.print("[yellow]not every event reached Kafka yet: the rest is spooled[/]")
+    if result.divergence is not None:
+        raise click.exceptions.Exit(ReplayDivergence.exit_code)
+
+
+def _recurse(
+    ctx: click.Context,
+    run_id: str,
+    events: Any,
+    agent: Any,
+    source: str,
+    no_verify: bool,
+    as_json: bool,
+) -> None:
+    """``--recurse``: the run, then each sub-agent run it served, against its own record."""
+    tree = replay_tree(_loader(ctx, source, no_verify), events, agent)
+    if as_json:
+        echo_json(tree.to_json())
+    else:
+        stdout.print(_replay_tree(run_id, tree))
+    if not tree.matched:
+        raise click.exceptions.Exit(ReplayDivergence.exit_code)
+
+
+def _loader(ctx: click.Context, source: str, no_verify: bool) -> Any:
+    settings = _settings(ctx)
+    kind: Any = "topic" if source == "topic" else "archive"
+
+    def load(rid: str) -> Any:
+        run = load_run(settings, rid, source=kind)
+        return LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
+
+    return load
+
+
+def _replay_tree(run_id: str, tree: TreeReplay) -> Tree:
+    def label(rid: str, t: TreeReplay) -> Text:
+        r = t.result
+        seq = "?" if r.divergence is None else r.divergence.seq
+        ok = "[green]matched[/]" if r.matched else f"[red]diverged at seq {seq}[/]"
+        return Text.from_markup(f"run {rid}: {ok} ({r.steps} events served)")
+
+    root = Tree(label(run_id, tree))
+
+    def add(node: Tree, t: TreeReplay) -> None:
+        for child, sub in t.children:
+            head = f"seq {child.seq} subagent {child.name} → "
+            if isinstance(sub, str):
+                node.add(Text(head + f"{child.run_id}: {sub}", style="yellow"))
+            else:
+                add(node.add(Text(head) + label(child.run_id, sub)), sub)
+
+    add(root, tree)
+    return root
+
+
 @replay.command("run")
 @click.argument("run_id")
 @click.option("--agent", "agent_spec", required=True, help="The agent as MODULE:CALLABLE.")
@@ -294,6 +431,19 @@ def _state_at(run_id: str, result: ReplayResult, record_next: Any) -> None:
     is_flag=True,
     help="Report every divergence, aligned by kind, call site and ordinal.",
 )
+@click.option(
+    "--then",
+    "then",
+    type=click.Choice(["live"]),
+    help="With --until N: go on live after N, recorded as a new run (a fork).",
+)
+@click.option(
+    "--live-edges",
+    "live_spec",
+    metavar="MODULE:FACTORY",
+    help="With --then live: returns {'model': ..., 'tools': {...}} [AGENT_MODULE:live_edges].",
+)
+@click.option("--recurse", is_flag=True, help="Replay the sub-agent runs it served too.")
 @click.option("--no-verify", is_flag=True, help="Re-run even if the run does not verify.")
 @_FROM
 @_JSON
@@ -305,6 +455,9 @@ def run_cmd(
     agent_spec: str,
     until: int | None,
     keep_going: bool,
+    then: str | None,
+    live_spec: str | None,
+    recurse: bool,
     no_verify: bool,
     source: str,
     as_json: bool,
@@ -325,6 +478,16 @@ def run_cmd(
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
         events = verify(run).events
+    if then is not None or live_spec is not None:
+        if then is None or until is None:
+            raise click.UsageError("a fork needs both --until N and --then live")
+        _fork(ctx, events, agent, agent_spec, until, live_spec, as_json)
+        return
+    if recurse:
+        if until is not None or keep_going:
+            raise click.UsageError("--recurse replays whole runs: drop --until/--keep-going")
+        _recurse(ctx, run_id, events, agent, source, no_verify, as_json)
+        return
     if keep_going:
         if until is not None:
             raise click.UsageError("--keep-going replays the whole run: drop --until")
