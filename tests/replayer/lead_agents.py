@@ -12,25 +12,23 @@ from tests.replayer import agents
 ROUTE = {"choice": "answer"}  # read behind the edges' back: what a diff must find
 
 
-def researcher(task: Any, edges: Any) -> Any:
+def _research(task: Any, edges: Any, seed: int) -> Any:
     hits = edges.tool("search", {"q": task["q"]})
     summary = edges.model(
         {"messages": [{"role": "user", "content": f"summarize {hits['urls'][0]}"}]},
         model=agents.MODEL,
-        seed=1,
+        seed=seed,
     )
     return {"summary": summary["text"], "n": len(hits["urls"])}
+
+
+def researcher(task: Any, edges: Any) -> Any:
+    return _research(task, edges, 1)
 
 
 def sloppy_researcher(task: Any, edges: Any) -> Any:
     """The researcher after a change: another seed, so its own run diverges at seq 2."""
-    hits = edges.tool("search", {"q": task["q"]})
-    summary = edges.model(
-        {"messages": [{"role": "user", "content": f"summarize {hits['urls'][0]}"}]},
-        model=agents.MODEL,
-        seed=2,
-    )
-    return {"summary": summary["text"], "n": len(hits["urls"])}
+    return _research(task, edges, 2)
 
 
 def _lead(task: Any, edges: Any, research: Any) -> Any:

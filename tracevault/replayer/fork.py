@@ -114,6 +114,15 @@ class ForkEdges:
         )
 
     # -- the edges ------------------------------------------------------------------------
+    def _callee(
+        self, request: JSON, model: str | None, seed: int | None, call: Callable[..., Any] | None
+    ) -> Callable[..., Any] | None:
+        """The model call's callee: the recorded answer while serving, else the live one."""
+        if not self.serving():
+            return call
+        served = self.replayed.model(request, model=model, seed=seed, call=call)
+        return lambda *_, **__: served
+
     def model(
         self,
         request: JSON,
@@ -122,10 +131,8 @@ class ForkEdges:
         seed: int | None = None,
         call: Callable[..., Any] | None = None,
     ) -> JSON:
-        if self.serving():
-            served = self.replayed.model(request, model=model, seed=seed, call=call)
-            return self.rec.model(request, model=model, seed=seed, call=lambda *_, **__: served)
-        return self.rec.model(request, model=model, seed=seed, call=call)
+        callee = self._callee(request, model, seed, call)
+        return self.rec.model(request, model=model, seed=seed, call=callee)
 
     async def amodel(
         self,
@@ -135,12 +142,8 @@ class ForkEdges:
         seed: int | None = None,
         call: Callable[..., Any] | None = None,
     ) -> JSON:
-        if self.serving():
-            served = self.replayed.model(request, model=model, seed=seed, call=call)
-            return await self.rec.amodel(
-                request, model=model, seed=seed, call=lambda *_, **__: served
-            )
-        return await self.rec.amodel(request, model=model, seed=seed, call=call)
+        callee = self._callee(request, model, seed, call)
+        return await self.rec.amodel(request, model=model, seed=seed, call=callee)
 
     def tool(self, name: str, args: JSON) -> JSON:
         return self.rec.tool(name, args)
