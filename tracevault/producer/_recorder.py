@@ -84,8 +84,6 @@ class _Open:
     parent: int | None
     at: int
     t0: int
-    site: str | None = None
-    links: dict[str, str] | None = None  # e.g. the sub-agent run a crossing started
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:
@@ -158,7 +156,7 @@ class Recorder:
     same error are recorded and the exception propagates. ``clock(name)``, when given, is
     the time source ``edges.clock`` records (seconds since the epoch; default: the wall clock).
     ``edges.subagent(name, agent, input)`` records another agent's run as a child of this one
-    (``tracevault.producer._subagent``).
+    (``tracevault.links``).
     """
 
     def __init__(
@@ -231,6 +229,7 @@ class Recorder:
         self._input = input
         self._clock = clock
         self._agent_version = agent_version
+        self._links: dict[int, dict[str, str]] = {}  # seq -> the child run a crossing started
         self._output: JSON = None
         self._output_set = False
 
@@ -428,7 +427,6 @@ class Recorder:
             self._parent(),
             _now_us(),
             time.perf_counter_ns(),
-            call_site(),
         )
 
     def _record(self, op: _Open, response: bytes, error: ErrorInfo | None) -> None:
@@ -447,7 +445,7 @@ class Recorder:
                 error,
                 op.key,
                 op.parent,
-                duration if op.site is None else _site_attrs(op.site, duration, op.links),
+                _site_attrs(call_site(), duration, self._links.pop(op.seq, None)),
             ),
         )
 
@@ -643,7 +641,7 @@ class Recorder:
         """The parent's crossing, opened, and the child's Recorder linked to it both ways."""
         op = self._open(subagent_crossing(name, input), False)
         child_id = str(uuid.uuid4())
-        op.links = {SUBAGENT_RUN: child_id}
+        self._links[op.seq] = {SUBAGENT_RUN: child_id}
         child = Recorder(
             publisher=self._publisher,
             agent_id=name,
