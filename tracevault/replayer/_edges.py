@@ -26,11 +26,10 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ReplayDivergence
-from tracevault.links import subagent_crossing
 from tracevault.replayer._diff import json_diff, short_json
 from tracevault.replayer._recorded_error import raise_recorded
 from tracevault.replayer._results import DivergenceReport, StepSummary
-from tracevault.replayer._subagents import note_child
+from tracevault.replayer._subagents import serve_subagent
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay"]
@@ -272,9 +271,7 @@ class ReplayEdges:
     def subagent(
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
     ) -> JSON:
-        ev = self._cursor.expect(subagent_crossing(name, input))
-        note_child(ev, agent)  # for --recurse (_subagents)
-        return _response(ev)
+        return _response(serve_subagent(self._cursor.expect, name, agent, input))
 
     async def asubagent(
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None

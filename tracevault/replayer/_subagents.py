@@ -14,14 +14,24 @@ import contextvars
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tracevault.links import SUBAGENT_RUN
+from tracevault.edges import JSON, Crossing
+from tracevault.links import SUBAGENT_RUN, subagent_crossing
 from tracevault.schemas import TraceEvent
 
-__all__ = ["collect_children", "note_child"]
+__all__ = ["collect_children", "note_child", "serve_subagent"]
 
 _CHILDREN: contextvars.ContextVar[dict[str, Callable[..., Any]] | None] = contextvars.ContextVar(
     "tracevault_replay_children", default=None
 )
+
+
+def serve_subagent(
+    expect: Callable[[Crossing], TraceEvent], name: str, agent: Callable[..., Any], input: JSON
+) -> TraceEvent:
+    """The recorded sub-agent crossing (``expect`` is the replay cursor's), its agent noted."""
+    ev = expect(subagent_crossing(name, input))
+    note_child(ev, agent)
+    return ev
 
 
 def note_child(ev: TraceEvent, agent: Callable[..., Any]) -> None:

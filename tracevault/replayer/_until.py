@@ -24,12 +24,21 @@ class UntilCursor(ReplayCursor):
 
     asked: NextCall | None = None
 
-    def expect(self, crossing: Crossing) -> TraceEvent:
+    def _note(self, crossing: Crossing) -> None:
         if self.asked is None and self.until is not None and self.next_seq() > self.until:
             self.asked = NextCall(
                 crossing.kind.value, crossing.request, crossing.model, crossing.seed, call_site()
             )
+
+    def expect(self, crossing: Crossing) -> TraceEvent:
+        self._note(crossing)
         return super().expect(crossing)
+
+    async def aexpect(self, crossing: Crossing) -> TraceEvent:
+        """The async edges' entry (a concurrent record's cursor awaits its turn there)."""
+        self._note(crossing)
+        turn = getattr(super(), "aexpect", None)
+        return super().expect(crossing) if turn is None else await turn(crossing)
 
     def ended(self, kind: str, request: Any) -> None:
         """The agent returned or raised at the stop: that is what it "asked" for next."""
