@@ -33,8 +33,11 @@ _HARNESS: list[str] = [
     "functools",
     "contextlib",
 ]
-_is_harness: dict[CodeType, bool] = {}
-_formatted: dict[tuple[CodeType, int], str] = {}
+# id(code) -> (code, is harness, "module:function", instruction offset -> site). The code
+# object is kept so its id cannot be reused by another; ids, unlike code objects, hash for
+# free, and an offset (f_lasti) costs a tenth of a line number (f_lineno walks a table).
+_Entry = tuple[CodeType, bool, str, dict[int, str]]
+_cache: dict[int, _Entry] = {}
 _CACHE_MAX = 65_536
 
 
@@ -46,40 +49,39 @@ def add_harness_module(prefix: str) -> None:
     """
     if prefix not in _HARNESS:
         _HARNESS.append(prefix)
-        _is_harness.clear()
+        _cache.clear()
 
 
-def _harness(frame: FrameType) -> bool:
+def _entry(frame: FrameType) -> _Entry:
     code = frame.f_code
-    known = _is_harness.get(code)
-    if known is None:
-        name = str(frame.f_globals.get("__name__", ""))
-        known = any(name == p or name.startswith(p + ".") for p in _HARNESS)
-        if len(_is_harness) > _CACHE_MAX:
-            _is_harness.clear()
-        _is_harness[code] = known
-    return known
+    name = str(frame.f_globals.get("__name__", "?"))
+    harness = any(name == p or name.startswith(p + ".") for p in _HARNESS)
+    if len(_cache) > _CACHE_MAX:
+        _cache.clear()
+    entry: _Entry = (code, harness, f"{name}:{code.co_qualname}", {})
+    _cache[id(code)] = entry
+    return entry
 
 
 def call_site(depth: int = 1) -> str | None:
     """The ``module:function:line`` of the nearest non-harness caller, or None when none is."""
     try:
         frame: FrameType | None = sys._getframe(depth)
-    except ValueError:
+    except ValueError:  # the stack is not that deep
         return None
-    while frame is not None and _harness(frame):
+    while frame is not None:
+        code = frame.f_code
+        entry = _cache.get(id(code))
+        if entry is None or entry[0] is not code:
+            entry = _entry(frame)
+        if not entry[1]:
+            offset = frame.f_lasti
+            site = entry[3].get(offset)
+            if site is None:
+                site = entry[3][offset] = f"{entry[2]}:{frame.f_lineno}"
+            return site
         frame = frame.f_back
-    if frame is None:
-        return None
-    key = (frame.f_code, frame.f_lineno)
-    site = _formatted.get(key)
-    if site is None:
-        module = str(frame.f_globals.get("__name__", "?"))
-        site = f"{module}:{frame.f_code.co_qualname}:{frame.f_lineno}"
-        if len(_formatted) > _CACHE_MAX:
-            _formatted.clear()
-        _formatted[key] = site
-    return site
+    return None
 
 
 def site_function(site: str | None) -> str | None:

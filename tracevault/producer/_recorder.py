@@ -229,7 +229,9 @@ class Recorder:
         self._input = input
         self._clock = clock
         self._agent_version = agent_version
-        self._links: dict[int, dict[str, str]] = {}  # seq -> the child run a crossing started
+        # seq -> attributes of a crossing whose callee runs: its call site (taken in the edge,
+        # one frame up, before any harness frame is in between), a sub-agent's run
+        self._attrs: dict[int, dict[str, str]] = {}
         self._output: JSON = None
         self._output_set = False
 
@@ -445,7 +447,7 @@ class Recorder:
                 error,
                 op.key,
                 op.parent,
-                _site_attrs(call_site(), duration, self._links.pop(op.seq, None)),
+                _with_duration(self._attrs.pop(op.seq, None), duration),
             ),
         )
 
@@ -474,6 +476,7 @@ class Recorder:
 
     def _call(self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool) -> Any:
         op = self._open(crossing, effect)
+        self._attrs[op.seq] = _with_site(call_site(3))
         token = _CURRENT.set((self._ident, op.seq))
         try:
             result = invoke(op.key)
@@ -494,6 +497,7 @@ class Recorder:
         self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool
     ) -> Any:
         op = self._open(crossing, effect)
+        self._attrs[op.seq] = _with_site(call_site(3))
         token = _CURRENT.set((self._ident, op.seq))
         try:
             result = invoke(op.key)
@@ -522,7 +526,7 @@ class Recorder:
                 None,
                 None,
                 self._parent(),
-                _site_attrs(call_site(), None),
+                _with_site(call_site(2)),
             ),
         )
 
@@ -641,7 +645,7 @@ class Recorder:
         """The parent's crossing, opened, and the child's Recorder linked to it both ways."""
         op = self._open(subagent_crossing(name, input), False)
         child_id = str(uuid.uuid4())
-        self._links[op.seq] = {SUBAGENT_RUN: child_id}
+        self._attrs[op.seq] = _with_site(call_site(3), {SUBAGENT_RUN: child_id})
         child = Recorder(
             publisher=self._publisher,
             agent_id=name,
@@ -689,16 +693,19 @@ class Recorder:
         return self._respond(op, output)
 
 
-def _site_attrs(
-    site: str | None, duration: int | None, links: dict[str, str] | None = None
-) -> dict[str, str] | None:
-    """The attributes of a crossing: its call site (``tracevault.callsite``), its duration."""
-    attrs = dict(links or {})
+def _with_site(site: str | None, attrs: dict[str, str] | None = None) -> dict[str, str]:
+    """A crossing's attributes with its call site (``tracevault.callsite``), when known."""
+    out = attrs if attrs is not None else {}
     if site is not None:
-        attrs[SITE_ATTRIBUTE] = site
-    if duration is not None:
-        attrs["duration_us"] = str(duration)
-    return attrs or None
+        out[SITE_ATTRIBUTE] = site
+    return out
+
+
+def _with_duration(attrs: dict[str, str] | None, duration: int) -> dict[str, str] | int:
+    if not attrs:
+        return duration  # encoded as {"duration_us": ...} off the agent's thread
+    attrs["duration_us"] = str(duration)
+    return attrs
 
 
 def _now_us() -> int:
