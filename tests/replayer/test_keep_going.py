@@ -97,3 +97,24 @@ def test_cli_keep_going_prints_every_divergence_and_json(tmp_path, events) -> No
     out = json.loads(res.output)
     assert [d["seq"] for d in out["divergences"]] == [3, 4, 5, 7, 8, 10]
     assert out["divergence"]["seq"] == 3 and not out["matched"]
+
+
+def test_cli_refuses_flags_that_cannot_work_together(tmp_path) -> None:
+    url = f"file://{tmp_path / 'archive'}"
+    base = [
+        "replay",
+        "--archive-url",
+        url,
+        "run",
+        "nowhere",
+        "--agent",
+        "tests.replayer.agents:research_agent",
+    ]
+    for extra, says in (
+        (["--then", "live"], "needs both --until N and --then live"),
+        (["--live-edges", "x:y", "--until", "3"], "needs both --until N and --then live"),
+        (["--keep-going", "--until", "3"], "drop --until"),
+        (["--recurse", "--keep-going"], "drop --until/--keep-going"),
+    ):
+        res = CliRunner().invoke(tracevault, [*base, *extra])
+        assert res.exit_code == 2 and says in res.output, res.output

@@ -93,7 +93,9 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
       tracevault replay --archive-url s3://audit/tv \\
           --s3-endpoint-url http://minio:9000 verify run-42
       tracevault replay run run-42 --agent myagents.support:run --until 12
-      tracevault replay diff run-42 run-43
+      tracevault replay run run-42 --agent myagents.support:run --keep-going
+      tracevault replay diff run-42 run-43 --ignore clock,random
+      tracevault replay show run-42 --tree
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
       tracevault replay batch --agent myagents.support:run --since 2026-11-01
@@ -468,29 +470,37 @@ def run_cmd(
     report (seq, expected vs actual kind, JSON-path diff, what the record had next).
     A run that does not verify is refused unless --no-verify.
 
+    --keep-going reports every divergence. --until N shows the events served up to N and
+    the call the agent asked for next. --until N --then live forks: the record up to N,
+    then the live model and tools, recorded as a new run (needs Kafka). --recurse also
+    replays the sub-agent runs the run started.
+
     \b
-    Example:
+    Examples:
       tracevault replay run run-42 --agent myagents.support:run --from archive
+      tracevault replay run run-42 --agent myagents.support:run --keep-going
+      tracevault replay run run-42 --agent myagents.support:run --until 12 \\
+          --then live --live-edges myagents.support:live_edges
     """
+    if (then is not None or live_spec is not None) and (then is None or until is None):
+        raise click.UsageError("a fork needs both --until N and --then live")
+    if keep_going and until is not None and then is None:
+        raise click.UsageError("--keep-going replays the whole run: drop --until")
+    if recurse and (until is not None or keep_going):
+        raise click.UsageError("--recurse replays whole runs: drop --until/--keep-going")
     agent = load_agent(agent_spec)
     _, run = _load(ctx, run_id, source)
     if no_verify:
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
         events = verify(run).events
-    if then is not None or live_spec is not None:
-        if then is None or until is None:
-            raise click.UsageError("a fork needs both --until N and --then live")
+    if then is not None and until is not None:
         _fork(ctx, events, agent, agent_spec, until, live_spec, as_json)
         return
     if recurse:
-        if until is not None or keep_going:
-            raise click.UsageError("--recurse replays whole runs: drop --until/--keep-going")
         _recurse(ctx, run_id, events, agent, source, no_verify, as_json)
         return
     if keep_going:
-        if until is not None:
-            raise click.UsageError("--keep-going replays the whole run: drop --until")
         result = _replay_all(events, agent)
         if as_json:
             echo_json(result.to_json())
