@@ -71,3 +71,18 @@ def _hotter_fetch(args: Any) -> Any:
 def changed_fetch() -> Any:
     """What if the page had said something else: the fetch tool changed, the rest live."""
     return {"model": agents.fake_model, "tools": {**agents.TOOLS, "fetch": _hotter_fetch}}
+
+
+def failing_researcher(task: Any, edges: Any) -> Any:
+    edges.tool("fetch", {"url": "https://example.org/missing"})  # raises FileNotFoundError
+    return {"n": 0}
+
+
+async def async_lead(task: Any, edges: Any) -> Any:
+    """Async, and its sub-agent fails: the parent catches the child's error and goes on."""
+    try:
+        found = await edges.asubagent("researcher", failing_researcher, {"q": task["question"]})
+    except FileNotFoundError as exc:
+        found = {"n": -1, "why": str(exc)}
+    await edges.atool("search", {"q": "fallback"})
+    return found

@@ -6,6 +6,7 @@ of two runs that differ only by one decision.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -25,7 +26,7 @@ from tracevault.links import (
     SUBAGENT_RUN,
 )
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import load_run, replay, verify
+from tracevault.replayer import load_run, replay, replay_tree, verify
 
 LEAD = "tests.replayer.lead_agents:lead_agent"
 
@@ -155,3 +156,28 @@ def test_two_runs_that_differ_only_by_one_decision(settings_factory) -> None:
     assert diff["differences"][0]["fields"] == [
         {"path": "$.request.choice", "a": '"answer"', "b": '"escalate"'}]  # fmt: skip
     assert diff["differences"][0]["site"].startswith("tests.replayer.lead_agents:_lead:")
+
+
+def test_an_async_parent_whose_sub_agent_failed(settings_factory) -> None:
+    settings = settings_factory(partitions=2)
+    publisher = Publisher(settings)
+    rec = Recorder(publisher=publisher, agent_id="lead", agent_version="1.0.0",
+                   model=agents.fake_model, tools=agents.TOOLS, run_id="lead-async")  # fmt: skip
+    output = asyncio.run(rec.arun(lead_agents.async_lead, agents.INPUT))
+    assert publisher.flush(30)
+    publisher.close()
+    assert output["n"] == -1 and "no such page" in output["why"]
+    with sequencer_running(settings):
+        wait_sealed(settings, "lead-async")
+        parent = verify(load_run(settings, "lead-async", source="topic")).events
+        child_id = parent[1].attributes[SUBAGENT_RUN]
+        wait_sealed(settings, child_id)
+        child = verify(load_run(settings, child_id, source="topic")).events
+    # the parent's crossing raised what the child raised; the child recorded its failure
+    assert parent[1].error is not None and parent[1].error.type == "FileNotFoundError"
+    assert [e.kind.value for e in child] == ["RUN_STARTED", "TOOL_CALL", "ERROR", "RUN_FINISHED"]
+    load = {"lead-async": parent, child_id: child}.__getitem__
+    tree = replay_tree(load, parent, lead_agents.async_lead)
+    assert tree.matched and tree.result.output == output
+    ((_, sub),) = tree.children
+    assert not isinstance(sub, str) and sub.result.matched and sub.result.error is not None
