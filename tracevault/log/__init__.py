@@ -49,8 +49,30 @@ from tracevault.log._record import (
     VerifiedCheckpoint,
     is_checkpoint_record,
 )
+from tracevault.log._tiles import (
+    TILE_WIDTH,
+    TileState,
+    decode_bundle,
+    encode_bundle,
+    entries_path,
+    tile_hashes,
+    tile_node_source,
+    tile_path,
+    tile_width,
+    tiles_changed,
+)
 
 __all__ = [
+    "TILE_WIDTH",
+    "TileState",
+    "decode_bundle",
+    "encode_bundle",
+    "entries_path",
+    "tile_hashes",
+    "tile_node_source",
+    "tile_path",
+    "tile_width",
+    "tiles_changed",
     "LOG_CHECKS",
     "LeafProof",
     "RunEvent",
