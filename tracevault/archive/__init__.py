@@ -15,6 +15,7 @@ needs none (docs/design.md, "Layout"). Keys and receipts are defined in
 :mod:`tracevault.archive.layout`.
 """
 
+from tracevault.archive._logread import LogRun, read_log_run, run_index_keys
 from tracevault.archive._open import open_store
 from tracevault.archive._reader import (
     RunListing,
@@ -52,6 +53,9 @@ __all__ = [
     "ObjectVersion",
     "open_store",
     # reading runs back
+    "LogRun",
+    "read_log_run",
+    "run_index_keys",
     "RunListing",
     "RunObjects",
     "SegmentObject",

@@ -13,7 +13,7 @@ from tracevault.log._evidence import (
     check_run_log,
 )
 from tracevault.log._keys import LOG_KEY_ENV, load_signer, load_verifiers, write_private_key
-from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash
+from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, parse_leaf
 from tracevault.log._merkle import (
     EMPTY_ROOT,
     CompactTree,
@@ -102,6 +102,7 @@ __all__ = [
     "key_id",
     "leaf_data",
     "leaf_hash",
+    "parse_leaf",
     "list_source",
     "load_signer",
     "load_verifiers",

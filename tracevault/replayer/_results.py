@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tracevault.archive.layout import FinalReceipt, SegmentReceipt
+from tracevault.log import RunLogEvidence
 from tracevault.replayer._diff import short_json
 from tracevault.replayer._records import SealedRows
 from tracevault.schemas import ErrorInfo, EventKind, SealedEvent, TraceEvent, micros_to_datetime
@@ -130,6 +131,11 @@ class LoadedRun:
     expected_finished: bool | None = None
     expected_head: bytes | None = None
     expected_gaps: tuple[tuple[int, int], ...] = ()
+    log_evidence: RunLogEvidence | None = None
+    """What places the run in the signed log (the static-log archive; docs/log.md)."""
+    log_index_keys: tuple[str, ...] = ()
+    log_head: str | None = None
+    """The chain head the run's last index object states when the run finished."""
 
     def __len__(self) -> int:
         return len(self.records)

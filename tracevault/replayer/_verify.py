@@ -13,11 +13,17 @@ sealing it. Events read lazily (the default) still go through ``decode_event``'s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from tracevault.errors import LogError
+from tracevault.log import LOG_CHECKS, NoteVerifier, RunEvent, check_run_log
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer._verify_archive import check_archive, check_archive_structure
+from tracevault.schemas import EventKind, decode_event
+from tracevault.schemas.fast import event_kind
 
 __all__ = ["verify"]
 
@@ -60,8 +66,54 @@ def _check_topic_head(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> N
         )
 
 
+def _check_log(run: LoadedRun, keys: Sequence[NoteVerifier], checks: list[str]) -> None:
+    """L1-L4 (docs/log.md) before the chain: the run is what the log key signed."""
+    checks.extend(LOG_CHECKS)
+    rows = run.records.rows
+    if run.log_evidence is None:
+        raise LogError(
+            f"L1 signature: run {run.run_id} has no signed-log evidence in this source (an "
+            "archive of the older layout, or written without the log): it cannot be checked "
+            "against the trusted keys",
+            run=run.run_id,
+        )
+    events = [RunEvent(int(r["seq"]), bytes(r["hash"]), False) for r in rows]
+    if rows and finishes_run(bytes(rows[-1]["raw"])):
+        events[-1] = RunEvent(events[-1].seq, events[-1].chain_hash, True)
+    check_run_log(
+        run.run_id,
+        events,
+        run.log_evidence,
+        keys,
+        require_finished=bool(run.expected_finished),
+    )
+
+
+def _check_log_index(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> None:
+    checks.append("A4 index: the run's index objects agree with the chain's end")
+    if run.log_head is not None and (not s.finished or s.head.hex() != run.log_head):
+        raise fail(
+            "A4 index",
+            len(run.records) - 1,
+            run.log_index_keys[-1] if run.log_index_keys else None,
+            f"the run index says the run finished with head {run.log_head[:16]}…, the records "
+            f"end at {s.head.hex()[:16]}… (finished={s.finished})",
+        )
+
+
+def finishes_run(raw: bytes) -> bool:
+    kind = event_kind(raw)
+    if kind is None:
+        kind = decode_event(raw, check_json=False).kind
+    return kind is EventKind.RUN_FINISHED
+
+
 def verify(
-    run: LoadedRun, *, require_finished: bool = False, rebuild: bool = False
+    run: LoadedRun,
+    *,
+    require_finished: bool = False,
+    rebuild: bool = False,
+    keys: Sequence[NoteVerifier] = (),
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -70,21 +122,32 @@ def verify(
     ``report.events`` is that list; without it, events are decoded on first access.
     """
     with gc_paused():
-        return _verify(run, require_finished=require_finished, rebuild=rebuild)
+        return _verify(run, require_finished=require_finished, rebuild=rebuild, keys=keys)
 
 
-def _verify(run: LoadedRun, *, require_finished: bool, rebuild: bool) -> VerifyReport:
+def _verify(
+    run: LoadedRun, *, require_finished: bool, rebuild: bool, keys: Sequence[NoteVerifier]
+) -> VerifyReport:
     rows = run.records.rows
     if not rows:
         raise fail("2 seq", 0, None, "the run has no records")
     checks: list[str] = []
     warnings: list[str] = []
-    if run.source == "archive":
+    if keys:
+        _check_log(run, keys, checks)
+    elif run.log_evidence is not None:
+        warnings.append(
+            "the signed log was not checked (no trusted key: --trusted-key or TRACEVAULT_LOG_VKEYS)"
+        )
+    legacy = run.source == "archive" and run.log_evidence is None
+    if legacy:
         check_archive_structure(run, checks)
     checks.extend(RECORD_CHECKS)
     summary = check_records(run.run_id, rows, run.objects, rebuild=rebuild)
-    if run.source == "archive":
+    if legacy:
         warnings.extend(check_archive(run, summary, checks))
+    elif run.source == "archive":
+        _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
     if require_finished:

@@ -15,7 +15,8 @@ from rich.text import Text
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.errors import ChainError, ConfigError, ReplayDivergence
+from tracevault.errors import ChainError, ConfigError, LogError, ReplayDivergence
+from tracevault.log import load_verifiers
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._batch import BatchItem, load_agent, replay_with, run_batch, runs_between
 from tracevault.replayer._bundle import export_bundle, verify_bundle
@@ -158,6 +159,14 @@ def _chain_failure(exc: ChainError, as_json: bool) -> None:
     help="Check an exported evidence bundle instead (no Kafka, no object store).",
 )
 @click.option("--require-finished", is_flag=True, help="Fail (exit 1) on an unfinished run.")
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    multiple=True,
+    metavar="VKEY|@FILE",
+    help="A log verifier key to trust (repeatable; adds to TRACEVAULT_LOG_VKEYS): checks "
+    "L1-L4 of docs/log.md before the chain.",
+)
 @_JSON
 @click.pass_context
 def verify_cmd(
@@ -167,6 +176,7 @@ def verify_cmd(
     source: str,
     bundle: Path | None,
     require_finished: bool,
+    trusted_keys: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Recompute the chain from genesis and check everything the source offers.
@@ -189,9 +199,14 @@ def verify_cmd(
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
-            _, run = _load(ctx, run_id, source)
+            settings, run = _load(ctx, run_id, source)
+            vkeys = [*trusted_keys, *(k for k in settings.log_vkeys.split(",") if k.strip())]
+            keys = load_verifiers(k.strip() for k in vkeys)
             with stderr.status(f"verifying {len(run)} events…"):
-                report = verify(run, require_finished=require_finished)
+                report = verify(run, require_finished=require_finished, keys=keys)
+    except LogError as exc:
+        _chain_failure(ChainError(str(exc), exc.seq, exc.obj or exc.checkpoint), as_json)
+        return
     except ChainError as exc:
         _chain_failure(exc, as_json)
         return
