@@ -9,13 +9,15 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from tests.consumer.archive.helpers import produce_sealed
+from tests.consumer.archive.helpers import SealedLog
 from tests.consumer.archive.sealed_factory import sealed_values
-from tracevault.archive import check_run, open_store, read_run_objects
+from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
+from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer._verify import verify
 
 
 def _archive(url: str, run_id: str, n: int = 8) -> None:
@@ -87,15 +89,19 @@ def test_retention_under_183_days_is_a_usage_error(tmp_path: Path) -> None:
 def test_archiver_command_archives_until_idle(
     settings_factory: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    settings = settings_factory()
-    produce_sealed(settings, {"cli-run": sealed_values("cli-run", 20)})
+    sl = SealedLog(settings_factory())
+    sl.produce({"cli-run": sealed_values("cli-run", 20)})
+    settings = sl.settings
     url = f"file://{tmp_path / 'a'}"
+    vkey = tmp_path / "log.vkey"
+    vkey.write_text(sl.vkey + "\n")
     code, out = _run(
         "--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix,
-        "archiver", "--archive", url, "--until-idle", "2",
+        "archiver", "--archive", url, "--until-idle", "2", "--trusted-key", f"@{vkey}",
     )  # fmt: skip
     assert code == 0, out
-    assert check_run(read_run_objects(open_store(url, Settings()), "cli-run")) == 20
+    run = load_from_archive(open_store(url, Settings()), "cli-run")
+    assert verify(run, keys=[sl.signer.verifier]).count == 20
 
 
 def test_archive_commands_reach_s3_through_the_endpoint_flag(

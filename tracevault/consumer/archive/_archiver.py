@@ -10,9 +10,10 @@ Per partition, in offset order (docs/log.md, "Archive"):
    a chain-valid one) is quarantined ``not-in-log`` and never archived;
 3. a checkpoint that fails verification is quarantined ``bad-checkpoint`` and the pending
    records stay pending (never archived unless a later verified checkpoint lists them);
-4. when enough leaves are verified (``archive_segment_max_events``) or they are old enough
-   (``archive_segment_max_age_s``), the partition's log is flushed (``_logwriter``): bundles,
-   tiles, per-run index objects, day markers, then the checkpoint object;
+4. when enough leaves are verified (``archive_segment_max_events`` or ``_max_bytes`` of
+   sealed values) or they are old enough (``archive_segment_max_age_s``), the partition's
+   log is flushed (``_logwriter``): bundles, tiles, per-run index objects, day markers, then
+   the checkpoint object;
 5. offsets are committed only up to the record after the last *flushed* checkpoint record (or
    all consumed, once nothing is pending or unflushed): pending records are re-read after a
    restart, which resumes from the archive's newest checkpoint (re-verified).
@@ -192,6 +193,7 @@ class Archiver:
         self._committed: dict[int, int] = {}
         self._assigned_at: float | None = None  # idle time counts from the first assignment
         self._max_events = settings.archive_segment_max_events
+        self._max_bytes = settings.archive_segment_max_bytes
         self._calls = BlockingCalls("archiver", self._stop)
         self.watch = KafkaWatch("archiver")
         self.health = Health("archiver", settings.health_stall_s)
@@ -628,7 +630,7 @@ class Archiver:
             plog.root = vc.tree.root()
         if not plog.unflushed:
             part.durable_offset = part.ready_offset
-        elif plog.unflushed >= self._max_events:
+        elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
             self._flush(part)
 
     def _flush_due(self) -> None:

@@ -86,6 +86,7 @@ class PartitionLog:
     bundles: dict[int, int] = field(default_factory=dict)  # full bundles to write: index -> 256
     full_entries: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     archived: int = 0  # size of the newest checkpoint object
+    unflushed_bytes: int = 0
     note: str | None = None  # the newest verified checkpoint not yet flushed
     note_size: int = 0
 
@@ -161,6 +162,7 @@ class PartitionLog:
             n = index // TILE_WIDTH
             self.full_entries[n] = (encode_bundle(self.entries), encode_values(self.values))
             self.entries, self.values = [], []
+        self.unflushed_bytes += len(rec.value)
         self.runs.setdefault(rec.run_id, []).append(rec)
         self.leaf_index.setdefault(rec.run_id, []).append(index)
         return index
@@ -217,6 +219,7 @@ class PartitionLog:
         self.runs.clear()
         self.leaf_index.clear()
         self.archived = size
+        self.unflushed_bytes = 0
         return len(puts) + 1
 
 
