@@ -9,7 +9,8 @@ Keys (every object written once and retention-locked; docs/log.md, "Archive")::
     log/<prefix>/<p>/checkpoint/<size:020d>      the signed checkpoint note at that size
     runs/<run>/log-<p>-<size:012d>.json          RunIndex: the run's leaves added by the flush
                                                  that ended at <size>
-    index/days/<day>/<run>                       empty marker, as in the legacy layout
+    index/day-runs/<day>/<prefix>-<p>-<size>     the runs a flush first saw on <day>, one
+                                                 object per flush (layout.day_batch_key)
 
 The spec's single mutable ``checkpoint`` object cannot live on WORM storage, so each
 checkpoint is its own immutable object named by its size; the newest is the last in a listing.

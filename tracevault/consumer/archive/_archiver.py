@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -50,7 +50,6 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
-from tracevault.archive.tlog import log_prefix
 from tracevault.config import MIN_RETENTION_DAYS, Settings
 from tracevault.consumer._liveness import (
     BlockingCalls,
@@ -97,7 +96,6 @@ _COMMIT_EVERY_S = 0.5
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
-_DAYS_SEEN = 200_000  # (day, run) markers remembered as written; forgetting only costs a no-op
 
 
 class _Restart(Exception):
@@ -187,7 +185,6 @@ class Archiver:
         self.stats = ArchiverStats()
         self._stop = threading.Event()
         self._parts: dict[int, _Part] = {}
-        self._days_seen: set[tuple[date, str]] = set()
         self._pool = ThreadPoolExecutor(_WRITERS, thread_name_prefix="archive-put")
         self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
         self._committed: dict[int, int] = {}
@@ -517,7 +514,7 @@ class Archiver:
             part = _Part(
                 PartitionLog.open(
                     self.store,
-                    log_prefix(prefix, partition),
+                    prefix,
                     log_origin(self.settings.log_origin, prefix, partition),
                     partition,
                     self.verifiers,
@@ -645,9 +642,7 @@ class Archiver:
             return
         runs = {r: recs[-1].finishes for r, recs in plog.runs.items()}
         n = plog.unflushed
-        if len(self._days_seen) > _DAYS_SEEN:
-            self._days_seen.clear()
-        objects = plog.flush(self.clock() + self.retention, self._days_seen, self._pool)
+        objects = plog.flush(self.clock() + self.retention, self._pool)
         part.durable_offset = part.ready_offset
         st = self.stats
         st.events_archived += n

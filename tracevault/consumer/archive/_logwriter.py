@@ -2,10 +2,11 @@
 
 A flush writes, all at once and in parallel: the entry and data bundles and the hash tiles
 that grew (full ones once, the newest partial one at its own path), one ``RunIndex`` per run
-it touched and the runs' day markers; then, last, the checkpoint object at the new size. The
-checkpoint object is what makes a flush count: a reader never goes past the newest one, and a
-restart resumes from it (so a crash before it is redone, and every object redone gets the same
-bytes or a new name).
+it touched and one day-index batch per day (every run the flush touched; a function of the
+flush's leaves only, so a flush redone after a crash writes the same bytes); then, last, the
+checkpoint object at the new size. The checkpoint object is what makes a flush count: a
+reader never goes past the newest one, and a restart resumes from it (so a crash before it
+is redone, and every object redone gets the same bytes or a new name).
 
 Why resume from the archive's checkpoint rather than the next checkpoint record on the topic:
 the partial tiles at the archived size are needed anyway to keep writing, and the checkpoint
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 from tracevault.archive._store import ObjectStore
-from tracevault.archive.layout import day_index_key, run_prefix
+from tracevault.archive.layout import day_batch_key, encode_day_batch, run_prefix
 from tracevault.archive.tlog import (
     RunIndex,
     checkpoint_key,
@@ -30,6 +31,7 @@ from tracevault.archive.tlog import (
     decode_values,
     encode_values,
     entries_key,
+    log_prefix,
     run_index_key,
     tile_key,
 )
@@ -75,6 +77,7 @@ class PartitionLog:
 
     store: ObjectStore
     log: str  # key prefix log/<prefix>/<p>/
+    prefix: str  # the topic prefix
     origin: str
     partition: int
     state: TileState
@@ -102,15 +105,16 @@ class PartitionLog:
     def open(
         cls,
         store: ObjectStore,
-        log_key: str,
+        prefix: str,
         origin: str,
         partition: int,
         verifiers: Sequence[NoteVerifier],
     ) -> PartitionLog:
         """The partition's log as archived: its newest checkpoint, checked, and partial tiles."""
+        log_key = log_prefix(prefix, partition)
         cps = store.list(checkpoint_prefix(log_key))
         if not cps:
-            return cls(store, log_key, origin, partition, TileState(), tree_root(0, _none))
+            return cls(store, log_key, prefix, origin, partition, TileState(), tree_root(0, _none))
         key = cps[-1].key
         note = store.get(key).decode("utf-8", "replace")
         try:
@@ -143,6 +147,7 @@ class PartitionLog:
         return cls(
             store,
             log_key,
+            prefix,
             origin,
             partition,
             state,
@@ -170,7 +175,6 @@ class PartitionLog:
     def flush(
         self,
         until: datetime,
-        days_seen: set[tuple[date, str]],
         pool: ThreadPoolExecutor,
         prefix_of_run: Callable[[str], str] = run_prefix,
     ) -> int:
@@ -191,10 +195,9 @@ class PartitionLog:
             puts.append((data_key(self.log, n, w), encode_values(self.values)))
         for level, index, width, data in self.state.take_tiles():
             puts.append((tile_key(self.log, level, index, width), data))
-        finished = 0
+        days: dict[date, set[str]] = {}
         for run_id, recs in self.runs.items():
             fin = recs[-1].finishes
-            finished += fin
             idx = RunIndex(
                 run_id=run_id,
                 log=self.log,
@@ -207,9 +210,10 @@ class PartitionLog:
             )
             puts.append((run_index_key(prefix_of_run(run_id), self.partition, size), idx.to_json()))
             for day in {_day(recs[0].sealed_at), _day(recs[-1].sealed_at)}:
-                if (day, run_id) not in days_seen:
-                    days_seen.add((day, run_id))
-                    puts.append((day_index_key(day, run_id), b""))
+                days.setdefault(day, set()).add(run_id)
+        for day, run_ids in sorted(days.items()):  # one object per flush and day, not per run
+            key = day_batch_key(day, self.prefix, self.partition, size)
+            puts.append((key, encode_day_batch(run_ids)))
         for f in [pool.submit(self.store.put, k, v, retain_until=until) for k, v in puts]:
             f.result()
         self.store.put(
