@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -128,9 +128,19 @@ class RunIndex:
     version: int = 1
 
     def to_json(self) -> bytes:
-        obj = asdict(self)
-        obj["leaves"] = [list(x) for x in self.leaves]
-        return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+        # by hand, not asdict(): one per run per flush, and asdict's deep copy dominated
+        obj = {
+            "finished": self.finished,
+            "head": self.head,
+            "leaves": [list(x) for x in self.leaves],
+            "log": self.log,
+            "origin": self.origin,
+            "partition": self.partition,
+            "run_id": self.run_id,
+            "size": self.size,
+            "version": self.version,
+        }
+        return json.dumps(obj, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes, key: str) -> RunIndex:

@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -60,7 +60,9 @@ from tracevault.consumer._liveness import (
     backoff,
     is_fenced,
 )
-from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
+from tracevault.consumer.archive._logwriter import FlushJob, LeafRecord, PartitionLog
+from tracevault.consumer.archive._quarantine import MAX_SEALED_AT as _MAX_AT
+from tracevault.consumer.archive._quarantine import MIN_SEALED_AT as _MIN_AT
 from tracevault.consumer.archive._quarantine import QuarantineReason as Why
 from tracevault.consumer.archive._quarantine import quarantine, unarchivable
 from tracevault.consumer.archive._sealed import parse_sealed
@@ -96,6 +98,8 @@ _COMMIT_EVERY_S = 0.5
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
+_FLUSHERS = 4
+_RUN_IDS = 100_000  # run ids remembered as storable (then each new one is checked again)
 
 
 class _Restart(Exception):
@@ -153,6 +157,9 @@ class _Part:
     ready_offset: int | None = None  # after the last verified checkpoint record
     durable_offset: int | None = None  # after the last flushed (or already archived) one
     opened: float = 0.0  # when the first unflushed leaf was verified
+    inflight: Future[int] | None = None  # the flush being written (one at a time)
+    inflight_job: FlushJob | None = None
+    inflight_offset: int | None = None  # ready_offset when it was taken
 
 
 class Archiver:
@@ -185,7 +192,11 @@ class Archiver:
         self.stats = ArchiverStats()
         self._stop = threading.Event()
         self._parts: dict[int, _Part] = {}
+        self._storable: set[str] = set()  # run ids whose archive path was checked
         self._pool = ThreadPoolExecutor(_WRITERS, thread_name_prefix="archive-put")
+        # Flushes are written in the background (one per partition at a time) while the main
+        # thread goes on reading and verifying; offsets follow only once a flush is durable.
+        self._flusher = ThreadPoolExecutor(_FLUSHERS, thread_name_prefix="archive-flush")
         self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
         self._committed: dict[int, int] = {}
         self._assigned_at: float | None = None  # idle time counts from the first assignment
@@ -288,6 +299,10 @@ class Archiver:
         if gone is None:
             gone = set(self._parts) | set(self._consumed)
         for p in gone:
+            part = self._parts.get(p)
+            if part is not None:
+                self._wait(part)  # nothing of ours is written after the partition moves on
+        for p in gone:
             self._parts.pop(p, None)
             self._consumed.pop(p, None)
             self._committed.pop(p, None)
@@ -343,6 +358,7 @@ class Archiver:
                 if self._stop.wait(wait):
                     break
         finally:
+            self._flusher.shutdown(wait=True)
             self._pool.shutdown(wait=True)
             self._calls.close()
         self._log_stats("stopped")
@@ -372,6 +388,7 @@ class Archiver:
                 self.health.progressed()
                 self._progress_in_session = True
             self._flush_due()
+            self._reap()
             self._commit(consumer)
             now = time.monotonic()
             if now >= next_lag:
@@ -384,6 +401,8 @@ class Archiver:
                 break
         for part in self._parts.values():
             self._flush(part)
+        for part in self._parts.values():
+            self._wait(part)
         self._commit(consumer, final=True)
 
     def _close_consumer(self, consumer: Consumer) -> None:
@@ -430,7 +449,7 @@ class Archiver:
         since = last_msg or self._assigned_at
         if since is None or time.monotonic() - since < until_idle:
             return False
-        if any(p.log.unflushed for p in self._parts.values()):
+        if any(p.log.unflushed or p.inflight for p in self._parts.values()):
             return False
         for tp in consumer.assignment():
             _low, high = consumer.get_watermark_offsets(tp, cached=True)
@@ -458,7 +477,7 @@ class Archiver:
         for p, consumed in self._consumed.items():
             part = self._parts.get(p)
             upto: int | None = consumed
-            if part is not None and (part.pending or part.log.unflushed):
+            if part is not None and (part.pending or part.log.unflushed or part.inflight):
                 upto = part.durable_offset
             if upto is not None and self._committed.get(p) != upto:
                 offsets.append(TopicPartition(self.topic, p, upto))
@@ -525,7 +544,8 @@ class Archiver:
 
     def _take_all(self, msgs: list[Message]) -> None:
         """Sort one consumed batch into pending events and checkpoint records."""
-        consumed = self._consumed
+        consumed, storable = self._consumed, self._storable
+        min_at, max_at = _MIN_AT, _MAX_AT
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -548,7 +568,13 @@ class Archiver:
                 why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
                 self._refuse(msg, why, f"{type(exc).__name__}: {exc}")
                 continue
-            problem = unarchivable(ev.run_id, ev.sealed_at)
+            problem = (
+                None
+                if ev.run_id in storable and min_at <= ev.sealed_at <= max_at
+                else unarchivable(ev.run_id, ev.sealed_at)
+            )
+            if problem is None and len(storable) < _RUN_IDS:
+                storable.add(ev.run_id)
             if problem is not None:
                 self._refuse(msg, Why.INVALID, problem, ev.run_id, ev.seq)
                 continue
@@ -625,7 +651,7 @@ class Archiver:
             plog.note, plog.note_size = vc.note, vc.checkpoint.size
         if new:
             plog.root = vc.tree.root()
-        if not plog.unflushed:
+        if not plog.unflushed and part.inflight is None:
             part.durable_offset = part.ready_offset
         elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
             self._flush(part)
@@ -637,18 +663,36 @@ class Archiver:
                 self._flush(part)
 
     def _flush(self, part: _Part) -> None:
+        """Hand the partition's verified leaves to a background flush (after the previous
+        one of the partition is written: the checkpoint objects go in order)."""
         plog = part.log
         if not plog.unflushed:
             return
-        runs = {r: recs[-1].finishes for r, recs in plog.runs.items()}
-        n = plog.unflushed
-        objects = plog.flush(self.clock() + self.retention, self._pool)
-        part.durable_offset = part.ready_offset
+        self._wait(part)
+        job = plog.take_flush(self.clock() + self.retention)
+        part.inflight_job, part.inflight_offset = job, part.ready_offset
+        part.inflight = self._flusher.submit(job.write, self._pool)
+
+    def _reap(self) -> None:
+        for part in self._parts.values():
+            if part.inflight is not None and part.inflight.done():
+                self._wait(part)
+
+    def _wait(self, part: _Part) -> None:
+        """Wait for the partition's flush in flight; account for it (its error is raised)."""
+        fut, job = part.inflight, part.inflight_job
+        if fut is None or job is None:
+            return
+        try:
+            objects = fut.result()
+        finally:
+            part.inflight = part.inflight_job = None
+        part.durable_offset = part.ready_offset if not part.log.unflushed else part.inflight_offset
         st = self.stats
-        st.events_archived += n
+        st.events_archived += job.leaves
         st.segments_written += 1
         st.objects_written += objects
-        st.runs_finished += sum(runs.values())
+        st.runs_finished += job.finished
         st.last_write_at = time.monotonic()
 
     def _refuse(

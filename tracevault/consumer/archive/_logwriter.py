@@ -48,7 +48,7 @@ from tracevault.log import (
     tree_root,
 )
 
-__all__ = ["LeafRecord", "PartitionLog"]
+__all__ = ["FlushJob", "LeafRecord", "PartitionLog"]
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class PartitionLog:
     leaf_index: dict[str, list[int]] = field(default_factory=dict)
     bundles: dict[int, int] = field(default_factory=dict)  # full bundles to write: index -> 256
     full_entries: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
-    archived: int = 0  # size of the newest checkpoint object
+    archived: int = 0  # size handed to the newest flush (written or being written)
     unflushed_bytes: int = 0
     note: str | None = None  # the newest verified checkpoint not yet flushed
     note_size: int = 0
@@ -179,6 +179,12 @@ class PartitionLog:
         prefix_of_run: Callable[[str], str] = run_prefix,
     ) -> int:
         """Write everything since the last flush, the checkpoint last; returns objects written."""
+        return self.take_flush(until, prefix_of_run).write(pool)
+
+    def take_flush(
+        self, until: datetime, prefix_of_run: Callable[[str], str] = run_prefix
+    ) -> FlushJob:
+        """Hand everything since the last flush to a job (written by ``FlushJob.write``)."""
         if self.note is None or self.note_size != self.state.size:
             raise ArchiveError(
                 f"partition {self.partition}: flush at size {self.state.size} without the "
@@ -214,17 +220,42 @@ class PartitionLog:
         for day, run_ids in sorted(days.items()):  # one object per flush and day, not per run
             key = day_batch_key(day, self.prefix, self.partition, size)
             puts.append((key, encode_day_batch(run_ids)))
-        for f in [pool.submit(self.store.put, k, v, retain_until=until) for k, v in puts]:
-            f.result()
-        self.store.put(
-            checkpoint_key(self.log, size), self.note.encode(), retain_until=until
-        )  # last: it makes the flush count
+        job = FlushJob(
+            self.store,
+            puts,
+            (checkpoint_key(self.log, size), self.note.encode()),
+            until,
+            size,
+            size - self.archived,
+            sum(r[-1].finishes for r in self.runs.values()),
+        )
         self.full_entries.clear()
         self.runs.clear()
         self.leaf_index.clear()
         self.archived = size
         self.unflushed_bytes = 0
-        return len(puts) + 1
+        return job
+
+
+@dataclass(slots=True)
+class FlushJob:
+    """One flush's objects; ``write`` puts them in parallel, then the checkpoint object."""
+
+    store: ObjectStore
+    puts: list[tuple[str, bytes]]
+    checkpoint: tuple[str, bytes]
+    until: datetime
+    size: int
+    leaves: int
+    finished: int
+
+    def write(self, pool: ThreadPoolExecutor) -> int:
+        until = self.until
+        for f in [pool.submit(self.store.put, k, v, retain_until=until) for k, v in self.puts]:
+            f.result()
+        key, note = self.checkpoint
+        self.store.put(key, note, retain_until=until)  # last: it makes the flush count
+        return len(self.puts) + 1
 
 
 def _none(level: int, index: int) -> bytes:
