@@ -11,9 +11,9 @@ Per partition, in offset order (docs/log.md, "Archive"):
 3. a checkpoint that fails verification is quarantined ``bad-checkpoint`` and the pending
    records stay pending (never archived unless a later verified checkpoint lists them);
 4. when enough leaves are verified (``archive_segment_max_events`` or ``_max_bytes`` of
-   sealed values) or they are old enough (``archive_segment_max_age_s``), the partition's
-   log is flushed (``_logwriter``): bundles, tiles, per-run index objects, day markers, then
-   the checkpoint object;
+   sealed values), they are old enough (``archive_segment_max_age_s``) or a poll comes back
+   empty (caught up), the partition's log is flushed (``_logwriter``): bundles, tiles,
+   per-run index objects, day batches, then the checkpoint object;
 5. offsets are committed only up to the record after the last *flushed* checkpoint record (or
    all consumed, once nothing is pending or unflushed): pending records are re-read after a
    restart, which resumes from the archive's newest checkpoint (re-verified).
@@ -387,7 +387,7 @@ class Archiver:
                 last_msg = time.monotonic()
                 self.health.progressed()
                 self._progress_in_session = True
-            self._flush_due()
+            self._flush_due(caught_up=not msgs)
             self._reap()
             self._commit(consumer)
             now = time.monotonic()
@@ -656,10 +656,12 @@ class Archiver:
         elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
             self._flush(part)
 
-    def _flush_due(self) -> None:
+    def _flush_due(self, *, caught_up: bool = False) -> None:
+        """Flush what is old enough, or everything once a poll came back empty: the
+        archiver has caught up with the topic, and waiting longer only adds latency."""
         deadline = time.monotonic() - self.settings.archive_segment_max_age_s
         for part in self._parts.values():
-            if part.log.unflushed and part.opened <= deadline:
+            if part.log.unflushed and (caught_up or part.opened <= deadline):
                 self._flush(part)
 
     def _flush(self, part: _Part) -> None:
