@@ -154,7 +154,7 @@ def s3_archive(s3_endpoint: str) -> Callable[[Settings], Settings]:
     return make
 
 
-@pytest.mark.parametrize("what", ["tile/0/", "checkpoint/", "data/"])
+@pytest.mark.parametrize("what", ["tile/0/", "checkpoint/", "data/", "runs/"])
 def test_a_log_object_shadowed_by_a_new_s3_version_is_named(
     settings_factory: Callable[..., Settings],
     s3_archive: Callable[[Settings], Settings],
@@ -168,7 +168,8 @@ def test_a_log_object_shadowed_by_a_new_s3_version_is_named(
     store = open_store(settings.archive_url, settings)
     assert verify(load_from_archive(store, "run-s"), keys=[sl.signer.verifier]).finished
     log = log_prefix(settings.topic_prefix, 0)
-    key = next(i.key for i in store.list(log) if i.key.startswith(log + what))
+    base = "" if what == "runs/" else log
+    key = next(i.key for i in store.list(base + what) if i.key.startswith(base + what))
     bucket = settings.archive_url.removeprefix("s3://").split("/")[0]
     client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
     body = client.get_object(Bucket=bucket, Key=f"archive/{key}")["Body"].read()
