@@ -31,7 +31,6 @@ from pathlib import Path
 import fastavro
 from confluent_kafka.admin import AdminClient
 
-from tests.consumer.archive.helpers import SealedLog
 from tracevault.archive import open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
@@ -47,6 +46,11 @@ from tracevault.schemas import (
     encode_event,
     encode_sealed,
 )
+
+# The sealed records are made as the sequencer makes them (with its checkpoint records) by the
+# tests' SealedLog, so the bench and the tests share one maker of the contract's format.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.consumer.archive.helpers import SealedLog
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 
