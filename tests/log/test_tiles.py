@@ -67,6 +67,7 @@ def test_tile_state_emits_exactly_the_tiles_of_the_tree(sizes: list[int]) -> Non
             assert inclusion_proof(i, size, src) == inclusion_proof(i, size, node)
         if old:
             assert consistency_proof(old, size, src) == consistency_proof(old, size, node)
+        assert state.compact().root() == tree_root(size, node)
         restored = TileState.restore(size, lambda lv, ix, w: written[(lv, ix, w)])
         assert restored.levels == state.levels
         old = size

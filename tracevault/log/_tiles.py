@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 
 from tracevault.errors import LogError
-from tracevault.log._merkle import HASH_SIZE, NodeSource, hash_children
+from tracevault.log._merkle import HASH_SIZE, CompactTree, NodeSource, hash_children
 
 __all__ = [
     "TILE_HEIGHT",
@@ -210,6 +210,23 @@ class TileState:
                 layer = [hash_children(layer[i], layer[i + 1]) for i in range(0, len(layer), 2)]
             row.clear()
             h, level = layer[0], level + 1
+
+    def compact(self) -> CompactTree:
+        """The compact tree of the same size (so a writer can check its root against a
+        signed checkpoint without keeping a second tree)."""
+        hashes: list[bytes] = []
+        for row in reversed(self.levels):
+            pos = 0
+            for bit in reversed(range(TILE_HEIGHT)):
+                if len(row) >> bit & 1:
+                    layer = row[pos : pos + (1 << bit)]
+                    while len(layer) > 1:
+                        layer = [
+                            hash_children(layer[i], layer[i + 1]) for i in range(0, len(layer), 2)
+                        ]
+                    hashes.append(layer[0])
+                    pos += 1 << bit
+        return CompactTree(self.size, hashes)
 
     def take_tiles(self) -> list[tuple[int, int, int, bytes]]:
         """``(level, index, width, bytes)`` of every tile changed since the last call."""

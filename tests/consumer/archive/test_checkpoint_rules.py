@@ -45,11 +45,11 @@ class _Feed:
         return m
 
     def events(self, run_id: str, seqs: range) -> list[Message]:
-        evs = sealed_run(run_id, seqs.stop)
+        evs = sealed_run(run_id, 10)
         return [self.msg(run_id.encode(), encode_sealed(evs[s])) for s in seqs]
 
     def checkpoint(self, tree: CompactTree, run_id: str, seqs: range, origin: str = "") -> bytes:
-        evs = sealed_run(run_id, seqs.stop)
+        evs = sealed_run(run_id, 10)
         leaves = [leaf_hash(run_id, s, evs[s].hash) for s in seqs]
         rec, _ = CheckpointRecord.build(tree, leaves, origin or self.origin, SIGNER)
         return rec.encode()
@@ -65,7 +65,7 @@ class _Feed:
 
 
 def _tree(run_id: str, seqs: range) -> CompactTree:
-    evs = sealed_run(run_id, seqs.stop)
+    evs = sealed_run(run_id, 10)
     t = CompactTree()
     t.extend([leaf_hash(run_id, s, evs[s].hash) for s in seqs])
     return t
@@ -112,3 +112,25 @@ def test_a_checkpoint_listing_a_record_the_topic_lacks_is_refused(tmp_path: Path
     (q,) = f.quarantined()
     assert q.reason == "bad-checkpoint" and "lists leaf 1" in q.detail
     assert f.archiver.stats.events_archived == 0
+
+
+def test_after_a_restart_a_checkpoint_overlapping_the_archive_must_extend_it(
+    tmp_path: Path,
+) -> None:
+    f = _Feed(tmp_path)
+    f.feed(
+        [
+            *f.events("a", range(3)),
+            f.msg(CHECKPOINT_KEY, f.checkpoint(CompactTree(), "a", range(3)), True),
+        ]
+    )
+    # a restarted archiver re-reads from a committed offset inside a later transaction
+    g = _Feed(tmp_path)
+    g.offset = 10
+    forged = g.checkpoint(CompactTree(), "z", range(5))  # signed, but another history
+    genuine = g.checkpoint(CompactTree(), "a", range(5))
+    g.feed([*g.events("a", range(2, 5)), g.msg(CHECKPOINT_KEY, forged, True)])
+    (q,) = [q for q in g.quarantined() if q.reason == "bad-checkpoint"]
+    assert "not a prefix" in q.detail
+    g.feed([g.msg(CHECKPOINT_KEY, genuine, True)])
+    assert (g.archiver.stats.events_archived, g.archiver.stats.events_skipped) == (2, 1)

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
@@ -139,8 +139,7 @@ class ArchiverStats:
     last_write_at: float | None = None  # time.monotonic() after the last flush
 
 
-@dataclass(slots=True)
-class _Pending:
+class _Pending(NamedTuple):
     """A sealed event read since the last verified checkpoint of its partition."""
 
     offset: int
@@ -607,6 +606,14 @@ class Archiver:
                     f"its tree at {vc.start} leaves is not the one this partition's log has "
                     "(the log forked)"
                 )
+            if vc.start < size <= vc.checkpoint.size:  # re-read after a restart: must match
+                tree = plog.state.compact()
+                tree.extend(vc.leaves[size - vc.start :])
+                if tree.root() != vc.checkpoint.root:
+                    raise LogError(
+                        f"the archived log of {size} leaves is not a prefix of it (the log "
+                        "forked, or the archive was changed)"
+                    )
             matched, unmatched = _match(part.pending, vc.leaves, vc.start)
             new = [(i, p) for i, p in matched if i >= size]
             if [i for i, _ in new] != list(range(size, vc.checkpoint.size)):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from typing import NamedTuple
 
 from tracevault.archive._store import ObjectStore
 from tracevault.archive.layout import day_batch_key, encode_day_batch, run_prefix
@@ -53,9 +54,10 @@ __all__ = ["FlushJob", "LeafRecord", "PartitionLog"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class LeafRecord:
-    """One logged sealed record: what the leaf binds and the exact value to keep."""
+class LeafRecord(NamedTuple):
+    """One logged sealed record: what the leaf binds and the exact value to keep.
+
+    A NamedTuple, not a frozen dataclass: one is built per sealed event (see ``_sealed``)."""
 
     run_id: str
     seq: int
