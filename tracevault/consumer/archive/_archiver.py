@@ -28,6 +28,11 @@ are retried with backoff. A commit past its deadline, a fatal consumer error, or
 right after a broker outage ends the Kafka session: every partition's unflushed state is
 forgotten as on a revocation, and a new consumer resumes from the committed offsets.
 
+Known limit: pending records are held in memory until a checkpoint resolves them. A genuine
+transaction brings its checkpoint with it (read_committed delivers both), so only records
+appended by another producer can pile up, and only while the sequencer writes nothing to
+that partition; the next checkpoint quarantines them all.
+
 Known limit: object stores have no fencing, so an archiver that stalls past
 ``max.poll.interval.ms`` without noticing it lost its partitions could still flush after the
 new owner did; both write the same leaves, so the objects agree (same bytes, or partial tiles
