@@ -34,6 +34,7 @@ from tracevault.archive._retention import (
     list_runs,
     purge,
     retention_report,
+    runs_on_day,
 )
 from tracevault.archive._segment import (
     CODEC,
@@ -71,6 +72,7 @@ __all__ = [
     "list_runs",
     "purge",
     "retention_report",
+    "runs_on_day",
     # segments and receipts
     "CODEC",
     "FinalReceipt",

@@ -94,6 +94,17 @@ def _day_batch_runs(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
     return out
 
 
+def runs_on_day(store: ObjectStore, day: date) -> list[str]:
+    """The run ids the day index lists for ``day`` (UTC): the segment layout's markers, then
+    the static log's per-flush batches, each run once, in that order."""
+    seen: dict[str, None] = {}
+    for m in store.list(day_prefix(day)):
+        seen.setdefault(run_id_from_key(m.key), None)
+    for rid in _day_batch_runs(store, day_batch_prefix(day)):
+        seen.setdefault(rid, None)
+    return list(seen)
+
+
 def list_runs(
     store: ObjectStore, *, day: date | None = None, run_id: str | None = None
 ) -> list[RunSummary]:
@@ -105,10 +116,8 @@ def list_runs(
         return _summaries(store, keys)
     if day is None:
         return _summaries(store, (i.key for i in store.list("runs/")))
-    rids = {run_id_from_key(m.key) for m in store.list(day_prefix(day))}
-    rids |= _day_batch_runs(store, day_batch_prefix(day)).keys()
     out = []
-    for rid in sorted(rids):
+    for rid in sorted(runs_on_day(store, day)):
         out.extend(_summaries(store, (i.key for i in store.list(run_prefix(rid)))))
     return out
 

@@ -1,7 +1,8 @@
 """Offline replay jobs over every archived run in a window, in worker processes.
 
-Runs are found through the archive's day index (``index/days/<day>/<run>``, one listing per
-day), so a window never lists the whole archive. Each worker opens its own store, loads,
+Runs are found through the archive's day index (``index/days/<day>/<run>`` markers and the
+static log's per-flush batches under ``index/day-runs/<day>/``; ``runs_on_day``), so a window
+never lists the whole archive. Each worker opens its own store, loads,
 verifies and re-runs one run and sends back a plain :class:`BatchItem` (results cross the
 process boundary as frozen dataclasses of str/int, never live objects).
 """
@@ -21,8 +22,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
-from tracevault.archive import open_store
-from tracevault.archive.layout import day_prefix, run_id_from_key
+from tracevault.archive import open_store, runs_on_day
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError, TraceVaultError
 from tracevault.replayer._archive import load_from_archive
@@ -77,8 +77,8 @@ def runs_between(settings: Settings, since: date, until: date) -> list[str]:
     try:
         day = since
         while day <= until:
-            for info in store.list(day_prefix(day)):
-                seen.setdefault(run_id_from_key(info.key), None)
+            for run_id in runs_on_day(store, day):
+                seen.setdefault(run_id, None)
             day += timedelta(days=1)
     finally:
         store.close()

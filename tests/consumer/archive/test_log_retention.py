@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 from tests.consumer.archive.sealed_factory import sealed_run, write_log_run, write_segment_objects
-from tracevault.archive import ObjectStore, list_runs, purge, retention_report
+from tracevault.archive import ObjectStore, list_runs, purge, retention_report, runs_on_day
 from tracevault.log import (
     Ed25519Signer,
 )
@@ -19,6 +19,7 @@ def test_log_runs_are_listed_reported_and_never_purged_alone(store: ObjectStore)
         ("tiled", 7, True)
     }
     assert {r.run_id for r in list_runs(store)} == {"tiled", "legacy"}
+    assert runs_on_day(store, day) == ["tiled"]  # what `replay batch` and OTel export use
     (tiled,) = [r for r in retention_report(store) if r.run_id == "tiled"]
     assert not tiled.missing and not tiled.extra
     assert {o.lock_mode for o in tiled.objects} == {store.lock_mode}
