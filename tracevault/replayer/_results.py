@@ -165,11 +165,15 @@ class LoadedRun:
     expected_finished: bool | None = None
     expected_head: bytes | None = None
     expected_gaps: tuple[tuple[int, int], ...] = ()
-    #: The signed log (docs/log.md): ready evidence (a bundle, the archive), or the origin and
-    #: checkpoint records read beside the run (the topic), gathered by ``verify`` with its keys.
+    #: The signed log (docs/log.md): ready evidence (a bundle, the archive's tiles), or the
+    #: origin and checkpoint records read beside the run (the topic), gathered by ``verify``.
     log_evidence: RunLogEvidence | None = None
     log_origin: str | None = None
     log_checkpoints: tuple[FoundCheckpoint, ...] = ()
+    #: The static-log archive's index objects of the run, and the chain head the last one
+    #: states when the run finished (check A4).
+    log_index_keys: tuple[str, ...] = ()
+    log_head: str | None = None
 
     def __len__(self) -> int:
         return len(self.records)

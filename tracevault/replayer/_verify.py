@@ -62,6 +62,18 @@ def _check_topic_head(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> N
         )
 
 
+def _check_log_index(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> None:
+    checks.append("A4 index: the run's index objects agree with the chain's end")
+    if run.log_head is not None and (not s.finished or s.head.hex() != run.log_head):
+        raise fail(
+            "A4 index",
+            len(run.records) - 1,
+            run.log_index_keys[-1] if run.log_index_keys else None,
+            f"the run index says the run finished with head {run.log_head[:16]}…, the records "
+            f"end at {s.head.hex()[:16]}… (finished={s.finished})",
+        )
+
+
 def verify(
     run: LoadedRun,
     *,
@@ -94,12 +106,15 @@ def _verify(
     if log is not None:
         checks, warnings, cp, evidence = check_log(run, log, require_finished=require_finished)
         checkpoint = f"{cp.origin}@{cp.size}"
-    if run.source == "archive":
+    legacy = run.source == "archive" and run.log_evidence is None
+    if legacy:
         check_archive_structure(run, checks)
     checks.extend(RECORD_CHECKS)
     summary = check_records(run.run_id, rows, run.objects, rebuild=rebuild)
-    if run.source == "archive":
+    if legacy:
         warnings.extend(check_archive(run, summary, checks))
+    elif run.source == "archive":
+        _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
     if require_finished:
