@@ -14,6 +14,9 @@ sealing it. Events read lazily (the default) still go through ``decode_event``'s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from tracevault.log import NoteVerifier
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
 from tracevault.replayer._log import LogPolicy, check_log
 from tracevault.replayer._nogc import gc_paused
@@ -80,15 +83,19 @@ def verify(
     require_finished: bool = False,
     rebuild: bool = False,
     log: LogPolicy | None = None,
+    keys: Sequence[NoteVerifier] = (),
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
-    With ``log`` (the trusted keys) the signed log's checks L1-L4 run first and raise
+    With ``log`` (the trusted keys; ``keys=`` alone is short for a policy of just those)
+    the signed log's checks L1-L4 run first and raise
     :class:`LogError`; without, the report says ``log_checked=False``. With
     ``require_finished`` an unfinished run fails too (check "finished"). With
     ``rebuild`` every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
     """
+    if keys and log is None:  # the simple case: trusted log keys, no witnesses
+        log = LogPolicy(tuple(keys))
     with gc_paused():
         return _verify(run, require_finished=require_finished, rebuild=rebuild, log=log)
 

@@ -249,6 +249,8 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
         out = {"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)}
         if isinstance(exc, LogError):
             out["checkpoint"] = exc.checkpoint
+            # a failed signature or proof is the checkpoint's fault: name its object
+            out["object"] = exc.obj or exc.checkpoint
         echo_json(out)
         raise click.exceptions.Exit(1)
     raise exc

@@ -193,4 +193,4 @@ def test_the_archiver_refuses_to_start_without_trusted_keys(
     settings_factory: Callable[..., Settings],
 ) -> None:
     with pytest.raises(ConfigError, match="TRACEVAULT_LOG_VKEYS"):
-        Archiver(settings_factory(create=False))
+        Archiver(settings_factory(create=False, log_vkeys=""))
