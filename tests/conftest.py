@@ -17,6 +17,8 @@ from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 from tracevault.log import LOG_KEY_ENV, Ed25519Signer
 
+_VKEYS_ENV = "TRACEVAULT_LOG_VKEYS"
+
 
 @pytest.fixture(scope="session")
 def log_signer() -> Ed25519Signer:
@@ -29,13 +31,16 @@ def log_key(log_signer: Ed25519Signer) -> Iterator[str]:
     """The session's private log key, also in TRACEVAULT_LOG_KEY, so that every Settings and
     every subprocess of the suite has it (a sequencer refuses to start without one). A test
     that filters TRACEVAULT_* out of a child's environment adds it back."""
-    old = os.environ.get(LOG_KEY_ENV)
+    saved = {k: os.environ.get(k) for k in (LOG_KEY_ENV, _VKEYS_ENV)}
     os.environ[LOG_KEY_ENV] = log_signer.skey
+    # ... and its vkey in TRACEVAULT_LOG_VKEYS: archivers refuse to start without a trusted key
+    os.environ[_VKEYS_ENV] = log_signer.verifier.vkey
     yield log_signer.skey
-    if old is None:
-        os.environ.pop(LOG_KEY_ENV, None)
-    else:
-        os.environ[LOG_KEY_ENV] = old
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 import tracevault.errors as errors_module
 from tests.conftest import unique_name
-from tests.consumer.archive.helpers import produce_sealed
-from tests.consumer.archive.sealed_factory import sealed_run, sealed_values, write_segment_objects
+from tests.consumer.archive.helpers import SealedLog
+from tests.consumer.archive.sealed_factory import sealed_values
 from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
@@ -141,21 +141,28 @@ def test_describe_with_a_missing_topic_exits_3(kafka_bootstrap: str) -> None:
     assert "missing" in out
 
 
-def test_an_archive_with_a_hole_stops_the_archiver_with_4(
+def test_an_archive_whose_log_cannot_be_resumed_stops_the_archiver_with_4(
     settings_factory: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    # The run's first segment is gone from the archive (seqs 5..9 remain): the archiver must
-    # stop for an operator, and a supervisor must see that it is not a crash (3) or fencing.
+    # A tile under the archive's newest checkpoint is gone: the archiver must stop for an
+    # operator, and a supervisor must see that it is not a crash (3) or fencing.
     settings = settings_factory(partitions=1)
+    sl = SealedLog(settings)
+    sl.produce({"holed": sealed_values("holed", 12)})
     url = f"file://{tmp_path / 'archive'}"
-    write_segment_objects(open_store(url, Settings()), sealed_run("holed", 10)[5:])
-    produce_sealed(settings, {"holed": sealed_values("holed", 12)})
-    code, out = _cli(
+    args = (
         "--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix,
-        "archiver", "--archive", url, "--until-idle", "3",
+        "archiver", "--archive", url, "--until-idle", "3", "--trusted-key", sl.vkey,
     )  # fmt: skip
+    code, out = _cli(*args)
+    assert code == 0, out
+    objects = (tmp_path / "archive" / "objects" / "log").rglob("*")
+    tile = next(p for p in objects if p.is_file() and "/tile/0/" in str(p))
+    tile.chmod(0o600)
+    tile.unlink()
+    code, out = _cli(*args[:-2], "--trusted-key", sl.vkey, "--group-id", "another")
     assert code == ArchiveError.exit_code == 4, out
-    assert "not contiguous" in out and "holed" in out
+    assert "cannot be resumed" in out and "tile/0/" in out
 
 
 def test_a_retention_under_the_minimum_is_a_usage_error(tmp_path: Path) -> None:

@@ -100,13 +100,13 @@ def test_show_on_a_wide_terminal_gives_each_field_a_column(archive: str) -> None
     assert 'search({"q":"boiling point altitude 2000 m"})' in out
 
 
-def test_diff_at_80_columns_keeps_the_next_steps_readable(archive: str) -> None:
+def test_diff_at_80_columns_shows_both_sides_readable(archive: str) -> None:
     code, out = cli("replay", "--archive-url", archive, "diff", "golden-research",
                     "golden-tool_error_handled")  # fmt: skip
     assert code == 1, out
     assert_fits(out)
-    assert "what the record says came next" in out
-    assert '{"seed":9177099061710084543}' in out and "°C" in out
+    assert "10 differences" in out and "A golden-research" in out
+    assert '{"name":"sampling"}' in out and "°C" in out and '"fallback after' in out
 
 
 def test_batch_at_80_columns_keeps_run_ids_whole(archive: str) -> None:

@@ -204,3 +204,17 @@ class Edges(Protocol):
 
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
         """Record a control-flow choice and return it; replay checks the same choice is made."""
+
+    def subagent(
+        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
+    ) -> JSON:
+        """Run ``agent(input, edges)`` as a linked child run (``tracevault.links``).
+
+        Under replay the child's recorded output is served and the child is not run, unless
+        it is replayed too (``replay run --recurse``).
+        """
+
+    async def asubagent(
+        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
+    ) -> JSON:
+        """``subagent`` for async agents."""

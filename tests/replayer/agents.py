@@ -67,6 +67,7 @@ def _agent(
     skip_fetch: bool = False,
     reorder: bool = False,
     extra_clock: bool = False,
+    go_choice: str = "answer",
 ) -> Any:
     started = edges.clock()
     rng = edges.random("sampling")
@@ -86,7 +87,7 @@ def _agent(
     if extra_tool:
         edges.tool("search", {"q": "again"})
     cached = edges.state("inventory", read=_inventory)
-    go = edges.decision("next", "answer", options=["answer", "search_more"])
+    go = edges.decision("next", go_choice, options=["answer", "search_more"])
     answer = edges.model(
         {
             "messages": [
@@ -140,6 +141,18 @@ def reordered_tools_agent(agent_input: Any, edges: Any) -> Any:
 
 def extra_clock_agent(agent_input: Any, edges: Any) -> Any:
     return _agent(agent_input, edges, extra_clock=True)
+
+
+def four_changes_agent(agent_input: Any, edges: Any) -> Any:
+    """A changed prompt, an inserted clock read, a fetch left out, another decision."""
+    return _agent(
+        agent_input,
+        edges,
+        prompt="plan carefully: ",
+        extra_clock=True,
+        skip_fetch=True,
+        go_choice="search_more",
+    )
 
 
 def other_model_agent(agent_input: Any, edges: Any) -> Any:

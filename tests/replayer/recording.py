@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracevault.callsite import SITE_ATTRIBUTE, add_harness_module, call_site
 from tracevault.chain import genesis, link
 from tracevault.edges import (
     Crossing,
@@ -34,6 +35,7 @@ from tracevault.schemas import (
     encode_event,
 )
 
+add_harness_module(__name__)  # the site recorded is the agent's line, as the Recorder's
 AGENT = AgentInfo("test-agent", "1.0.0", "test-host", "pytest", "0.1.0")
 T0 = 1_790_000_000_000_000  # micros
 
@@ -58,9 +60,13 @@ class LiveEdges:
     )
     events: list[TraceEvent] = field(default_factory=list)
 
+    sites: bool = True
+
     def emit(
         self, c: Crossing, response: Any, error: ErrorInfo | None = None, seed: int | None = None
     ) -> None:
+        boundary = c.kind in (EventKind.RUN_STARTED, EventKind.RUN_FINISHED, EventKind.ERROR)
+        site = call_site() if self.sites and not boundary else None
         self.events.append(
             TraceEvent(
                 run_id=self.run_id,
@@ -73,6 +79,7 @@ class LiveEdges:
                 model=c.model,
                 seed=c.seed if seed is None else seed,
                 error=error,
+                attributes={} if site is None else {SITE_ATTRIBUTE: site},
             )
         )
 

@@ -12,6 +12,8 @@ def test_replayer_exports() -> None:
         "VerifyReport",
         "ChainError", "RECORD_CHECKS", "load_run", "verify",
         "RunDiff", "RunDiffSide", "diff_runs", "json_diff",
+        "FieldDiff", "RunAlignment", "StepDiff", "align_runs",
+        "RunNode", "TreeReplay", "replay_tree", "run_tree",
         "export_bundle", "verify_bundle",
         "BatchItem", "BatchReport", "run_batch",
     }  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,10 @@ def test_every_block_is_bash_python_or_a_picture() -> None:
 def test_readme_block_runs(
     demo_run: DemoRun, tmp_path: Path, index: int, lang: str, body: str
 ) -> None:
+    # A user runs the README where they ran the demo: its state dir (the log key) is there.
+    state = tmp_path / ".tracevault"
+    state.mkdir()
+    shutil.copy2(demo_run.cwd / ".tracevault" / "log.key", state / "log.key")
     if lang == "python":
         argv = [sys.executable, "-c", body]
     else:

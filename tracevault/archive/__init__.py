@@ -15,6 +15,7 @@ needs none (docs/design.md, "Layout"). Keys and receipts are defined in
 :mod:`tracevault.archive.layout`.
 """
 
+from tracevault.archive._logread import LogRun, read_log_run, run_index_keys
 from tracevault.archive._open import open_store
 from tracevault.archive._reader import (
     RunListing,
@@ -33,6 +34,7 @@ from tracevault.archive._retention import (
     list_runs,
     purge,
     retention_report,
+    runs_on_day,
 )
 from tracevault.archive._segment import (
     CODEC,
@@ -52,6 +54,9 @@ __all__ = [
     "ObjectVersion",
     "open_store",
     # reading runs back
+    "LogRun",
+    "read_log_run",
+    "run_index_keys",
     "RunListing",
     "RunObjects",
     "SegmentObject",
@@ -67,6 +72,7 @@ __all__ = [
     "list_runs",
     "purge",
     "retention_report",
+    "runs_on_day",
     # segments and receipts
     "CODEC",
     "FinalReceipt",

@@ -19,8 +19,11 @@ from datetime import UTC, date, datetime, timedelta
 from tracevault.archive._segment import read_segment
 from tracevault.archive._store import ObjectInfo, ObjectStore, ObjectVersion, utc_now
 from tracevault.archive.layout import (
+    DAY_BATCH_ROOT,
     FinalReceipt,
     SegmentReceipt,
+    day_batch_prefix,
+    day_batch_runs,
     day_prefix,
     final_key,
     parse_segment_key,
@@ -29,6 +32,7 @@ from tracevault.archive.layout import (
     run_id_from_key,
     run_prefix,
 )
+from tracevault.archive.tlog import RunIndex, parse_run_index_key
 from tracevault.config import MIN_RETENTION_DAYS
 from tracevault.errors import ArchiveError, NotFoundError, RetentionError, TraceVaultError
 from tracevault.schemas import EventKind, decode_event
@@ -63,16 +67,42 @@ class RunSummary:
     complete: bool
 
 
-def _summaries(keys: Iterable[str]) -> list[RunSummary]:
+def _summaries(store: ObjectStore, keys: Iterable[str]) -> list[RunSummary]:
     runs: dict[str, list[str]] = {}
     for key in keys:
         runs.setdefault(run_id_from_key(key), []).append(key)
     out = []
     for run_id, ks in sorted(runs.items()):
+        idx = [k for k in ks if parse_run_index_key(k) is not None]
+        if idx:  # the static log: one read per index object (a run has few)
+            read = [RunIndex.from_json(store.get(k), k) for k in idx]
+            seqs = {s for i in read for _, s in i.leaves}
+            out.append(RunSummary(run_id, len(idx), len(seqs), any(i.finished for i in read)))
+            continue
         ranges = [r for r in map(parse_segment_key, ks) if r is not None]
         last = max((r[1] for r in ranges), default=-1)
         out.append(RunSummary(run_id, len(ranges), last + 1, final_key(run_id) in ks))
     return out
+
+
+def _day_batch_runs(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
+    """run -> day-batch keys listing it (the static log's day index; shared, never purged)."""
+    out: dict[str, list[str]] = {}
+    for i in store.list(prefix):
+        for rid in day_batch_runs(store.get(i.key)):
+            out.setdefault(rid, []).append(i.key)
+    return out
+
+
+def runs_on_day(store: ObjectStore, day: date) -> list[str]:
+    """The run ids the day index lists for ``day`` (UTC): the segment layout's markers, then
+    the static log's per-flush batches, each run once, in that order."""
+    seen: dict[str, None] = {}
+    for m in store.list(day_prefix(day)):
+        seen.setdefault(run_id_from_key(m.key), None)
+    for rid in _day_batch_runs(store, day_batch_prefix(day)):
+        seen.setdefault(rid, None)
+    return list(seen)
 
 
 def list_runs(
@@ -83,13 +113,12 @@ def list_runs(
         keys = [i.key for i in store.list(run_prefix(run_id))]
         if not keys:
             raise NotFoundError(f"run {run_id!r} is not in the archive {store.url}")
-        return _summaries(keys)
+        return _summaries(store, keys)
     if day is None:
-        return _summaries(i.key for i in store.list("runs/"))
+        return _summaries(store, (i.key for i in store.list("runs/")))
     out = []
-    for marker in store.list(day_prefix(day)):
-        rid = run_id_from_key(marker.key)
-        out.extend(_summaries(i.key for i in store.list(run_prefix(rid))))
+    for rid in sorted(runs_on_day(store, day)):
+        out.extend(_summaries(store, (i.key for i in store.list(run_prefix(rid)))))
     return out
 
 
@@ -351,7 +380,7 @@ def _structure(
             ranges.setdefault(srng, seg)
             if seg not in present:
                 missing.add(seg)
-        elif key != fkey:
+        elif key != fkey and parse_run_index_key(key) is None:  # run index: the static log
             extra.add(key)
     ordered = sorted(ranges)
     expect = 0
@@ -461,6 +490,8 @@ def retention_report(
     for v in store.history("runs/"):
         history.setdefault(run_id_from_key(v.key), []).append(v)
     indexed = _day_index_runs(store)
+    for rid, keys in _day_batch_runs(store, DAY_BATCH_ROOT).items():
+        indexed.setdefault(rid, []).extend(keys)
     run_ids = sorted(present.keys() | history.keys() | indexed.keys())
     out = []
     for n, run_id in enumerate(run_ids, 1):

@@ -7,6 +7,8 @@ verifies). Every key is derived here, nowhere else::
     runs/<run>/seg-<first:012d>-<last:012d>.receipt.json    SegmentReceipt (canonical JSON)
     runs/<run>/final.receipt.json                           FinalReceipt, once the run ended
     index/days/<YYYY-MM-DD>/<run>                           empty marker: run seen that day (UTC)
+    index/day-runs/<YYYY-MM-DD>/<prefix>-<p>-<size>         the static log's runs seen that day,
+                                                            one object per flush (tlog.py)
     purges/<YYYYMMDDTHHMMSSZ>-<id>.json                     what one purge deleted (immutable)
     quarantine/<topic>/<partition>/<offset:020d>.json        a sealed record the archiver refused
 
@@ -25,6 +27,7 @@ Version-1 receipts (before ``retain_until``) still read; ``retain_until`` is the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -36,8 +39,13 @@ __all__ = [
     "RECEIPT_VERSION",
     "FinalReceipt",
     "SegmentReceipt",
+    "DAY_BATCH_ROOT",
+    "day_batch_key",
+    "day_batch_prefix",
+    "day_batch_runs",
     "day_index_key",
     "day_prefix",
+    "encode_day_batch",
     "final_key",
     "parse_segment_key",
     "purge_record_key",
@@ -77,6 +85,27 @@ def day_prefix(day: date) -> str:
 
 def day_index_key(day: date, run_id: str) -> str:
     return f"{day_prefix(day)}{_run(run_id)}"
+
+
+DAY_BATCH_ROOT = "index/day-runs/"
+
+
+def day_batch_prefix(day: date) -> str:
+    """Where one day's batched run lists of the static-log layout live (tracevault.archive.tlog)."""
+    return f"{DAY_BATCH_ROOT}{day.isoformat()}/"
+
+
+def day_batch_key(day: date, prefix: str, partition: int, size: int) -> str:
+    """One flush's runs seen on ``day``: the run ids, percent-encoded, one per line."""
+    return f"{day_batch_prefix(day)}{quote(prefix, safe='-_.')}-{partition}-{size:012d}"
+
+
+def day_batch_runs(data: bytes) -> list[str]:
+    return [unquote(x) for x in data.decode("ascii").split("\n") if x]
+
+
+def encode_day_batch(run_ids: Iterable[str]) -> bytes:
+    return "".join(f"{_run(r)}\n" for r in sorted(run_ids)).encode("ascii")
 
 
 def purge_record_key(at: datetime, purge_id: str) -> str:

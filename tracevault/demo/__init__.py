@@ -4,6 +4,6 @@
 README's example of agent code that runs unchanged live and under replay.
 """
 
-from tracevault.demo.fleet import FleetWorld, scripted_model, support_agent
+from tracevault.demo.fleet import FleetWorld, live_edges, scripted_model, support_agent
 
-__all__ = ["FleetWorld", "scripted_model", "support_agent"]
+__all__ = ["FleetWorld", "live_edges", "scripted_model", "support_agent"]

@@ -15,7 +15,14 @@ from typing import Any
 from tracevault.edges import JSON, Edges
 from tracevault.producer import Tool
 
-__all__ = ["MODEL_ID", "FleetWorld", "RefundRefused", "scripted_model", "support_agent"]
+__all__ = [
+    "MODEL_ID",
+    "FleetWorld",
+    "RefundRefused",
+    "live_edges",
+    "scripted_model",
+    "support_agent",
+]
 
 MODEL_ID = "scripted-support-model-2026-11-01"
 
@@ -82,6 +89,11 @@ class FleetWorld:
 
     def tools(self) -> dict[str, Any]:
         return {"lookup_order": self.lookup_order, "refund": Tool(self.refund, side_effect=True)}
+
+
+def live_edges() -> dict[str, Any]:
+    """The fleet's own model and tools, for a fork's live part (``replay run --then live``)."""
+    return {"model": scripted_model, "tools": FleetWorld().tools()}
 
 
 def support_agent(task: JSON, edges: Edges) -> JSON:

@@ -37,7 +37,14 @@ from tracevault.log._keys import (
     load_witness_verifiers,
     write_private_key,
 )
-from tracevault.log._leaf import LEAF_DOMAIN, leaf_data, leaf_hash, leaf_hasher, leaf_prefix
+from tracevault.log._leaf import (
+    LEAF_DOMAIN,
+    leaf_data,
+    leaf_hash,
+    leaf_hasher,
+    leaf_prefix,
+    parse_leaf,
+)
 from tracevault.log._merkle import (
     EMPTY_ROOT,
     CompactTree,
@@ -77,6 +84,18 @@ from tracevault.log._record import (
     is_checkpoint_record,
     is_tree_record,
 )
+from tracevault.log._tiles import (
+    TILE_WIDTH,
+    TileState,
+    decode_bundle,
+    encode_bundle,
+    entries_path,
+    tile_hashes,
+    tile_node_source,
+    tile_path,
+    tile_width,
+    tiles_changed,
+)
 from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof, with_cosignatures
 
 __all__ = [
@@ -99,6 +118,16 @@ __all__ = [
     "load_witness_verifiers",
     "parse_witness_vkey",
     "compact_range_source",
+    "TILE_WIDTH",
+    "TileState",
+    "decode_bundle",
+    "encode_bundle",
+    "entries_path",
+    "tile_hashes",
+    "tile_node_source",
+    "tile_path",
+    "tile_width",
+    "tiles_changed",
     "LOG_CHECKS",
     "LeafProof",
     "RunEvent",
@@ -133,6 +162,7 @@ __all__ = [
     "leaf_hash",
     "leaf_hasher",
     "leaf_prefix",
+    "parse_leaf",
     "list_source",
     "load_signer",
     "load_verifiers",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from tracevault.errors import LogError
 from tracevault.log._merkle import HASH_SIZE, hash_leaf
 
-__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash", "leaf_hasher", "leaf_prefix"]
+__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash", "leaf_hasher", "leaf_prefix", "parse_leaf"]
 
 LEAF_DOMAIN = b"tracevault/v1/leaf\x00"
 _U16 = struct.Struct(">H")
@@ -62,3 +62,19 @@ def leaf_prefix(run_id: str) -> bytes:
     if len(rid) > 0xFFFF:
         raise LogError(f"run id of {len(rid)} bytes does not fit a leaf")
     return b"\x00" + LEAF_DOMAIN + _U16.pack(len(rid)) + rid
+
+
+def parse_leaf(data: bytes) -> tuple[str, int, bytes]:
+    """``(run_id, seq, chain_hash)`` of leaf data; :class:`LogError` if it is not one."""
+    d = len(LEAF_DOMAIN)
+    if not data.startswith(LEAF_DOMAIN) or len(data) < d + 2:
+        raise LogError("not tracevault leaf data")
+    (n,) = _U16.unpack_from(data, d)
+    if len(data) != d + 2 + n + 8 + HASH_SIZE:
+        raise LogError("tracevault leaf data of the wrong length")
+    try:
+        rid = data[d + 2 : d + 2 + n].decode("utf-8")
+    except UnicodeDecodeError:
+        raise LogError("leaf run id is not UTF-8") from None
+    (seq,) = _U64.unpack_from(data, d + 2 + n)
+    return rid, seq, data[d + 2 + n + 8 :]

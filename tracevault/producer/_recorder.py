@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracevault import __version__
+from tracevault.callsite import SITE_ATTRIBUTE, call_site
 from tracevault.edges import (
     JSON,
     Crossing,
@@ -48,6 +49,7 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
+from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
 from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
@@ -160,7 +162,10 @@ class Recorder:
     ``model_allow`` or ``TRACEVAULT_MODEL_ALLOW`` (``tracevault.model_ids``); ``tools``
     maps names to callables ``fn(args)`` or :class:`Tool` (side effects get
     ``idempotency_key=``). When the agent raises, ``ERROR`` and then ``RUN_FINISHED`` with the
-    same error are recorded and the exception propagates.
+    same error are recorded and the exception propagates. ``clock(name)``, when given, is
+    the time source ``edges.clock`` records (seconds since the epoch; default: the wall clock).
+    ``edges.subagent(name, agent, input)`` records another agent's run as a child of this one
+    (``tracevault.links``).
     """
 
     def __init__(
@@ -177,6 +182,7 @@ class Recorder:
         max_payload_bytes: int | None = None,
         model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
+        clock: Callable[[str], float] | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
@@ -231,6 +237,11 @@ class Recorder:
         self._started = False
         self._finished = False
         self._input = input
+        self._clock = clock
+        self._agent_version = agent_version
+        # seq -> attributes of a crossing whose callee runs: its call site (taken in the edge,
+        # one frame up, before any harness frame is in between), a sub-agent's run
+        self._attrs: dict[int, dict[str, str]] = {}
         self._output: JSON = None
         self._output_set = False
 
@@ -464,7 +475,7 @@ class Recorder:
                 error,
                 op.key,
                 op.parent,
-                duration,
+                _with_duration(self._attrs.pop(op.seq, None), duration),
             ),
             op.prev,
         )
@@ -494,6 +505,7 @@ class Recorder:
 
     def _call(self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool) -> Any:
         op = self._open(crossing, effect)
+        self._attrs[op.seq] = _with_site(call_site(3))
         token = _CURRENT.set((self._ident, op.seq))
         try:
             result = invoke(op.key)
@@ -514,6 +526,7 @@ class Recorder:
         self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool
     ) -> Any:
         op = self._open(crossing, effect)
+        self._attrs[op.seq] = _with_site(call_site(3))
         token = _CURRENT.set((self._ident, op.seq))
         try:
             result = invoke(op.key)
@@ -543,7 +556,7 @@ class Recorder:
                 None,
                 None,
                 self._parent(),
-                None,
+                _with_site(call_site(2)),
             ),
             prev,
         )
@@ -621,6 +634,10 @@ class Recorder:
         return await self._acall(crossing, self._invoker(tool, args), tool.side_effect)
 
     def clock(self, name: str = "now") -> float:
+        if self._clock is not None:  # Recorder(clock=...): e.g. a fork serving recorded reads
+            now = self._clock(name)
+            self._instant(clock_crossing(name), canonical_json({"time": now}), _now_us(), None)
+            return now
         ns = time.time_ns()
         now = ns / 1e9
         self._instant(clock_crossing(name), canonical_json({"time": now}), ns // 1000, None)
@@ -653,6 +670,73 @@ class Recorder:
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
         self._instant(decision_crossing(name, choice, options), _NULL, _now_us(), None)
         return choice
+
+    # -- sub-agents (tracevault.links) ------------------------------------------------------
+    def _child(self, name: str, input: JSON, version: str | None) -> tuple[_Open, Recorder]:
+        """The parent's crossing, opened, and the child's Recorder linked to it both ways."""
+        op = self._open(subagent_crossing(name, input), False)
+        child_id = str(uuid.uuid4())
+        self._attrs[op.seq] = _with_site(call_site(3), {SUBAGENT_RUN: child_id})
+        child = Recorder(
+            publisher=self._publisher,
+            agent_id=name,
+            agent_version=version or self._agent_version,
+            model=self._model_fn,
+            tools=self._tools,
+            run_id=child_id,
+            attributes={PARENT_RUN: self._run_id, PARENT_SEQ: str(op.seq)},
+            model_allow=self._model_allow,
+            clock=self._clock,
+        )
+        return op, child
+
+    def subagent(
+        self,
+        name: str,
+        agent: Callable[..., JSON],
+        input: JSON,
+        *,
+        agent_version: str | None = None,
+    ) -> JSON:
+        """Run ``agent(input, edges)`` as a child run of this one; returns its output.
+
+        One TOOL_CALL ``subagent:<name>`` here (its response the child's output), one whole
+        run there, linked both ways in attributes; the child uses this run's model and tools.
+        """
+        op, child = self._child(name, input, agent_version)
+        try:
+            output = child.run(agent, input)
+        except BaseException as exc:
+            self._record(op, _NULL, _error_info(exc))
+            raise
+        return self._respond(op, output)
+
+    async def asubagent(
+        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
+    ) -> JSON:
+        """:meth:`subagent` for async agents."""
+        op, child = self._child(name, input, agent_version)
+        try:
+            output = await child.arun(agent, input)
+        except BaseException as exc:
+            self._record(op, _NULL, _error_info(exc))
+            raise
+        return self._respond(op, output)
+
+
+def _with_site(site: str | None, attrs: dict[str, str] | None = None) -> dict[str, str]:
+    """A crossing's attributes with its call site (``tracevault.callsite``), when known."""
+    out = attrs if attrs is not None else {}
+    if site is not None:
+        out[SITE_ATTRIBUTE] = site
+    return out
+
+
+def _with_duration(attrs: dict[str, str] | None, duration: int) -> dict[str, str] | int:
+    if not attrs:
+        return duration  # encoded as {"duration_us": ...} off the agent's thread
+    attrs["duration_us"] = str(duration)
+    return attrs
 
 
 def _now_us() -> int:

@@ -7,11 +7,15 @@ Import from here, never from the private modules::
     run = load_run(settings, "run-42", source="archive")
     report = verify(run)                         # raises ChainError naming seq and object
     result = replay(report.events, my_agent)     # raises ReplayDivergence at the first difference
+    every = replay(report.events, my_agent, keep_going=True).divergences   # all of them
 
-The same as commands: ``tracevault replay show|verify|run|diff|export|batch``.
+The same as commands: ``tracevault replay show|verify|run|diff|export|batch``. A fork
+(``replay run --until N --then live``) records a new run, so it lives apart, in
+``tracevault.replayer.fork`` (it imports the producer and the Kafka client; this does not).
 """
 
 from tracevault.errors import ChainError, ReplayDivergence
+from tracevault.replayer._aligndiff import FieldDiff, RunAlignment, StepDiff, align_runs
 from tracevault.replayer._batch import BatchItem, BatchReport, run_batch
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._checks import RECORD_CHECKS
@@ -28,6 +32,7 @@ from tracevault.replayer._results import (
     VerifyReport,
 )
 from tracevault.replayer._rundiff import RunDiff, RunDiffSide, diff_runs
+from tracevault.replayer._tree import RunNode, TreeReplay, replay_tree, run_tree
 from tracevault.replayer._verify import verify
 
 __all__ = [
@@ -55,6 +60,15 @@ __all__ = [
     "RunDiffSide",
     "diff_runs",
     "json_diff",
+    "FieldDiff",
+    "RunAlignment",
+    "StepDiff",
+    "align_runs",
+    # sub-agent trees
+    "RunNode",
+    "TreeReplay",
+    "replay_tree",
+    "run_tree",
     # evidence bundles
     "export_bundle",
     "verify_bundle",

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastavro import reader as ocf_reader
 
-from tracevault.archive import ObjectInfo, ObjectVersion
+from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
@@ -30,11 +30,13 @@ from tracevault.archive.layout import (
     receipt_key,
     run_prefix,
 )
-from tracevault.errors import ArchiveError, NotFoundError
+from tracevault.archive.tlog import RunIndex
+from tracevault.errors import ArchiveError, NotFoundError, SchemaError
 from tracevault.replayer._checks import fail
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
+from tracevault.schemas import Codec
 from tracevault.schemas.fast import segment_rows
 
 __all__ = ["ReadableStore", "VersionedStore", "load_from_archive", "read_segment_rows"]
@@ -65,6 +67,7 @@ class _Originals:
 
     def __init__(self, store: VersionedStore, prefix: str) -> None:
         self._store = store
+        self.inner = store
         self._first: dict[str, ObjectVersion] = {}
         layered: dict[str, list[ObjectVersion]] = {}
         for v in store.history(prefix):
@@ -138,6 +141,60 @@ def load_from_archive(store: ReadableStore, run_id: str) -> LoadedRun:
         return _load(store, run_id)
 
 
+def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> LoadedRun:
+    """A run of the static-log layout: records from the data bundles, with its log evidence.
+
+    On a versioned store the partition's log is read at each object's original version too
+    (check A0 over ``log/<prefix>/<p>/``: a later version of a tile, bundle or checkpoint is
+    named as tampering)."""
+    log_store = store
+    if isinstance(store, _Originals):
+        first = RunIndex.from_json(store.get(index_keys[0]), index_keys[0])
+        log_store = _Originals(store.inner, first.log)
+    try:
+        lr = read_log_run(
+            log_store.get,
+            lambda prefix: [i.key for i in log_store.list(prefix)],
+            run_id,
+            index_keys,
+        )
+        rows = [
+            _sealed_codec().decode(v, what=o) for v, o in zip(lr.values, lr.objects, strict=True)
+        ]
+    except (ArchiveError, SchemaError) as exc:
+        raise fail("A1 log", None, getattr(exc, "obj", None) or index_keys[-1], str(exc)) from exc
+    if lr.unindexed:
+        leaf, seq, ekey = lr.unindexed[0]
+        raise fail(
+            "A4 index",
+            seq,
+            ekey,
+            f"leaf {leaf} of the log holds run {run_id} seq {seq} but no index object of the "
+            f"run lists it ({len(lr.unindexed)} such leaves): the run's last index object(s) "
+            "were deleted (the tail of the run is hidden)",
+        )
+    return LoadedRun(
+        run_id=run_id,
+        source="archive",
+        records=SealedRows(rows),
+        objects=list(lr.objects),
+        log_evidence=lr.evidence,
+        log_index_keys=lr.index_keys,
+        log_head=lr.head if lr.finished else None,
+        expected_finished=True if lr.finished else None,
+    )
+
+
+_CODEC: Codec | None = None
+
+
+def _sealed_codec() -> Codec:
+    global _CODEC  # noqa: PLW0603 - built on first use, not at import
+    if _CODEC is None:
+        _CODEC = Codec("SealedEvent")
+    return _CODEC
+
+
 def _load(store: ReadableStore, run_id: str) -> LoadedRun:
     if isinstance(store, VersionedStore):
         store = _Originals(store, run_prefix(run_id))
@@ -148,6 +205,9 @@ def _load(store: ReadableStore, run_id: str) -> LoadedRun:
             f"run {run_id!r} is not in the archive {store.url} (nothing under "
             f"{run_prefix(run_id)}); check the run id and that the archiver is running"
         )
+    index_keys = run_index_keys(sorted(keys))
+    if index_keys:
+        return _load_log(store, run_id, index_keys)
     segs = sorted(
         ((rng, k) for k in keys if (rng := parse_segment_key(k)) is not None),
         key=lambda x: x[0],

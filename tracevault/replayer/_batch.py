@@ -1,12 +1,13 @@
 """Offline replay jobs over every archived run in a window, on local processes or a cluster.
 
-Runs are found through the archive's day index (``index/days/<day>/<run>``, one listing per
-day), so a window never lists the whole archive. Runs are cut into chunks; each chunk is one
-task that opens its own store from plain :class:`ArchiveAccess` settings (never a pickled
-client), loads the agent once, and loads, verifies and re-runs each of its runs, sending back
-plain :class:`BatchItem` values. The engine that runs the tasks is the local process pool
-(``--workers``, the default) or a Dask cluster (``tracevault.replayer._dask``); the task is
-the same on both (docs/replay-batch.md).
+Runs are found through the archive's day index (``index/days/<day>/<run>`` markers and the
+static log's per-flush batches under ``index/day-runs/<day>/``; ``runs_on_day``), so a window
+never lists the whole archive. Runs are cut into chunks; each chunk is one task that opens its
+own store from plain :class:`ArchiveAccess` settings (never a pickled client), loads the agent
+once, and loads, verifies and re-runs each of its runs, sending back plain :class:`BatchItem`
+values. The engine that runs the tasks is the local process pool (``--workers``, the default)
+or a Dask cluster (``tracevault.replayer._dask``); the task is the same on both
+(docs/replay-batch.md).
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from datetime import date, timedelta
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from tracevault.archive import ObjectStore, open_store
-from tracevault.archive.layout import day_prefix, run_id_from_key
+from tracevault.archive import ObjectStore, open_store, runs_on_day
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError
 from tracevault.replayer._archive import load_from_archive
@@ -98,8 +98,8 @@ def runs_between(settings: Settings, since: date, until: date) -> list[str]:
     try:
         day = since
         while day <= until:
-            for info in store.list(day_prefix(day)):
-                seen.setdefault(run_id_from_key(info.key), None)
+            for run_id in runs_on_day(store, day):
+                seen.setdefault(run_id, None)
             day += timedelta(days=1)
     finally:
         store.close()

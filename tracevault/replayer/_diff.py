@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_DIFFS", "json_path", "json_diff", "short_json"]
+__all__ = [
+    "MAX_DIFFS",
+    "MISSING",
+    "Leaf",
+    "json_diff",
+    "json_leaves",
+    "json_path",
+    "leaf_line",
+    "short_json",
+]
 
 MAX_DIFFS = 50
 _SHORT = 80
@@ -47,6 +56,11 @@ def _same_value(a: Any, b: Any) -> bool:
     )
 
 
+#: One differing leaf: its JSON path and each side's value (``MISSING`` when a side has none).
+Leaf = tuple[str, Any, Any]
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+
 def json_diff(
     expected: Any, actual: Any, path: str = "$", limit: int = MAX_DIFFS
 ) -> tuple[str, ...]:
@@ -54,34 +68,41 @@ def json_diff(
 
     At most ``limit`` lines; a last line says how many more were left out.
     """
-    out: list[str] = []
-    _walk(expected, actual, path, out)
+    out = [leaf_line(leaf) for leaf in json_leaves(expected, actual, path)]
     if len(out) > limit:
         more = len(out) - limit
         return (*out[:limit], f"… and {more} more difference{'s' if more > 1 else ''}")
     return tuple(out)
 
 
-def _walk(expected: Any, actual: Any, path: str, out: list[str]) -> None:
+def json_leaves(expected: Any, actual: Any, path: str = "$") -> list[Leaf]:
+    """Every differing leaf as ``(path, expected, actual)``, in document order."""
+    out: list[Leaf] = []
+    _walk(expected, actual, path, out)
+    return out
+
+
+def leaf_line(leaf: Leaf) -> str:
+    path, expected, actual = leaf
+    if actual is MISSING:
+        return f"{path}: missing (recorded {short_json(expected)})"
+    if expected is MISSING:
+        return f"{path}: unexpected {short_json(actual)} (not in the record)"
+    return f"{path}: expected {short_json(expected)}, got {short_json(actual)}"
+
+
+def _walk(expected: Any, actual: Any, path: str, out: list[Leaf]) -> None:
     if isinstance(expected, dict) and isinstance(actual, dict):
         for key in sorted(expected.keys() | actual.keys()):
             sub = json_path(path, key)
-            if key not in actual:
-                out.append(f"{sub}: missing (recorded {short_json(expected[key])})")
-            elif key not in expected:
-                out.append(f"{sub}: unexpected {short_json(actual[key])} (not in the record)")
-            else:
-                _walk(expected[key], actual[key], sub, out)
+            _walk(expected.get(key, MISSING), actual.get(key, MISSING), sub, out)
         return
     if isinstance(expected, list) and isinstance(actual, list):
         for i in range(max(len(expected), len(actual))):
             sub = json_path(path, i)
-            if i >= len(actual):
-                out.append(f"{sub}: missing (recorded {short_json(expected[i])})")
-            elif i >= len(expected):
-                out.append(f"{sub}: unexpected {short_json(actual[i])} (not in the record)")
-            else:
-                _walk(expected[i], actual[i], sub, out)
+            a = expected[i] if i < len(expected) else MISSING
+            b = actual[i] if i < len(actual) else MISSING
+            _walk(a, b, sub, out)
         return
-    if not _same_value(expected, actual):
-        out.append(f"{path}: expected {short_json(expected)}, got {short_json(actual)}")
+    if expected is MISSING or actual is MISSING or not _same_value(expected, actual):
+        out.append((path, expected, actual))

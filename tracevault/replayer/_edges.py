@@ -30,6 +30,7 @@ from tracevault.replayer._interleave import Interleaver, interleaved
 from tracevault.replayer._mismatch import StopReplay, gap_reason, loads, mismatch
 from tracevault.replayer._recorded_error import raise_recorded
 from tracevault.replayer._results import DivergenceReport, StepSummary
+from tracevault.replayer._subagents import serve_subagent
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay", "gap_reason", "mismatch"]
@@ -228,3 +229,13 @@ class ReplayEdges:
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
         self._cursor.expect(decision_crossing(name, choice, options))
         return choice
+
+    def subagent(
+        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
+    ) -> JSON:
+        return _response(serve_subagent(self._cursor.expect, name, agent, input))
+
+    async def asubagent(
+        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
+    ) -> JSON:
+        return self.subagent(name, agent, input, agent_version=agent_version)

@@ -10,6 +10,9 @@ Protocol, mirroring ``Recorder.run``/``arun``:
    ``{"output": ...}``; when it raises, the record must say ERROR with the same type and
    message (then RUN_FINISHED). A re-run that reproduces a recorded failure *matches*.
 4. ``until=N`` stops the agent before the first crossing after seq N: the state at step N.
+5. ``keep_going=True`` aligns crossings by kind, call site and ordinal instead of position
+   and reports every divergence (``ReplayResult.divergences``) instead of stopping at the
+   first (``_keepgoing``).
 
 The first difference is a :class:`ReplayDivergence` (raised by default; returned in
 ``ReplayResult.divergence`` with ``raise_on_divergence=False``).
@@ -26,8 +29,10 @@ from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._edges import ReplayCursor, ReplayEdges, StopReplay
+from tracevault.replayer._keepgoing import KeepGoingCursor
 from tracevault.replayer._recorded_error import type_name
 from tracevault.replayer._results import ReplayResult
+from tracevault.replayer._until import UntilCursor
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["Agent", "AsyncAgent", "areplay", "replay"]
@@ -37,7 +42,9 @@ AsyncAgent = Callable[[JSON, Edges], Awaitable[JSON]]
 
 
 class _Run:
-    def __init__(self, events: Sequence[TraceEvent], until: int | None) -> None:
+    def __init__(
+        self, events: Sequence[TraceEvent], until: int | None, keep_going: bool = False
+    ) -> None:
         if not events:
             raise ConfigError("nothing to replay: the run has no events")
         first = events[0]
@@ -55,8 +62,36 @@ class _Run:
                 f"run {self.run_id}: seq 0 request has no 'input' (see tracevault.edges payloads)"
             )
         self.input: JSON = req["input"]
-        self.cursor = ReplayCursor(self.run_id, events, until)
+        if keep_going and until is not None:
+            raise ConfigError("--keep-going replays the whole run: it does not take --until")
+        self.all: KeepGoingCursor | None = (
+            KeepGoingCursor(self.run_id, events) if keep_going else None
+        )
+        self.cursor = self.all or (
+            ReplayCursor(self.run_id, events, until)
+            if until is None
+            else UntilCursor(self.run_id, events, until)
+        )
         self.edges = ReplayEdges(self.cursor)
+
+    def _every(self, output: Any, exc: BaseException | None) -> ReplayResult:
+        """The keep-going outcome: what was never reached, the end, every divergence."""
+        c = self.all
+        assert c is not None
+        c.missing()
+        c.outcome(output, exc)
+        found = c.reports()
+        return ReplayResult(
+            run_id=self.run_id,
+            matched=not found,
+            steps=c.index.crossings - len(c.index.untaken()),
+            until=None,
+            stopped=False,
+            output=output,
+            error=None if exc is None else ErrorInfo(type_name(exc)[0], str(exc)),
+            divergence=found[0] if found else None,
+            divergences=found,
+        )
 
     # -- outcomes -----------------------------------------------------------------------
     def _result(
@@ -73,10 +108,15 @@ class _Run:
             error=error,
             divergence=c.report,
             served=tuple(c.events[: c.pos]),
+            next_call=c.asked if isinstance(c, UntilCursor) else None,
         )
 
     def returned(self, output: JSON) -> ReplayResult:
+        if self.all is not None:
+            return self._every(output, None)
         c = self.cursor
+        if isinstance(c, UntilCursor):
+            c.ended(EventKind.RUN_FINISHED.value, {"output": output})
         c.raise_if_diverged()
         c.check_stop()
         actual = {"output": output}
@@ -117,7 +157,13 @@ class _Run:
         return self._result(matched=True, output=output)
 
     def raised(self, exc: BaseException) -> ReplayResult:
+        if self.all is not None:
+            return self._every(None, exc)
         c = self.cursor
+        if isinstance(c, UntilCursor):
+            c.ended(
+                EventKind.ERROR.value, {"error": {"type": type_name(exc)[0], "message": str(exc)}}
+            )
         c.raise_if_diverged()
         c.check_stop()
         names = type_name(exc)
@@ -159,6 +205,8 @@ class _Run:
         except StopReplay:
             return self._result(matched=True)
         except ReplayDivergence:
+            if self.all is not None and self.cursor.report is not None:
+                return self._every(None, None)
             if raise_on_divergence or self.cursor.report is None:
                 raise
             return self._result(matched=False)
@@ -178,13 +226,15 @@ def replay(
     *,
     until: int | None = None,
     raise_on_divergence: bool = True,
+    keep_going: bool = False,
 ) -> ReplayResult:
     """Re-run ``agent`` against the recorded ``events`` (seq order, from a verified run).
 
     Returns a :class:`ReplayResult`; raises :class:`ReplayDivergence` at the first step
-    where the re-run leaves the record unless ``raise_on_divergence=False``.
+    where the re-run leaves the record unless ``raise_on_divergence=False``. With
+    ``keep_going=True`` nothing is raised: ``result.divergences`` lists every divergence.
     """
-    run = _Run(events, until)
+    run = _Run(events, until, keep_going)
 
     def outcome() -> ReplayResult:
         run.cursor.check_stop()
@@ -205,9 +255,10 @@ async def areplay(
     *,
     until: int | None = None,
     raise_on_divergence: bool = True,
+    keep_going: bool = False,
 ) -> ReplayResult:
     """:func:`replay` for async agents (``await agent(input, edges)``)."""
-    run = _Run(events, until)
+    run = _Run(events, until, keep_going)
     result: Any = None
     failure: BaseException | None = None
     stopped = False

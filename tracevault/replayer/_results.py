@@ -15,19 +15,48 @@ from tracevault.archive.layout import FinalReceipt, SegmentReceipt
 from tracevault.log import FoundCheckpoint, RunLogEvidence
 from tracevault.replayer._diff import short_json
 from tracevault.replayer._records import SealedRows
-from tracevault.schemas import ErrorInfo, EventKind, SealedEvent, TraceEvent, micros_to_datetime
+from tracevault.schemas import (
+    ErrorInfo,
+    EventKind,
+    EventModel,
+    SealedEvent,
+    TraceEvent,
+    micros_to_datetime,
+)
 
 __all__ = [
     "DivergenceReport",
     "LoadedRun",
+    "NextCall",
     "ReplayResult",
     "SegmentInfo",
     "StepSummary",
     "VerifyReport",
+    "event_json",
     "summarize",
 ]
 
 Source = Literal["topic", "archive", "bundle", "memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class NextCall:
+    """The crossing the agent asked for when ``until`` stopped it (RUN_FINISHED: it returned)."""
+
+    kind: str
+    request: Any
+    model: str | None = None
+    seed: int | None = None
+    site: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "request": self.request,
+            "model": self.model,
+            "seed": self.seed,
+            "site": self.site,
+        }
 
 
 def _payload(data: bytes) -> Any:
@@ -35,6 +64,11 @@ def _payload(data: bytes) -> Any:
         return json.loads(data) if data else None
     except ValueError:
         return f"<{len(data)} bytes, not JSON>"
+
+
+def event_json(ev: TraceEvent) -> dict[str, Any]:
+    """One whole event as JSON (payloads parsed), as ``replay show --json`` prints it."""
+    return EventModel.from_event(ev).model_dump(mode="json")
 
 
 def summarize(ev: TraceEvent, limit: int = 60) -> tuple[str, str]:
@@ -131,11 +165,15 @@ class LoadedRun:
     expected_finished: bool | None = None
     expected_head: bytes | None = None
     expected_gaps: tuple[tuple[int, int], ...] = ()
-    #: The signed log (docs/log.md): ready evidence (a bundle, the archive), or the origin and
-    #: checkpoint records read beside the run (the topic), gathered by ``verify`` with its keys.
+    #: The signed log (docs/log.md): ready evidence (a bundle, the archive's tiles), or the
+    #: origin and checkpoint records read beside the run (the topic), gathered by ``verify``.
     log_evidence: RunLogEvidence | None = None
     log_origin: str | None = None
     log_checkpoints: tuple[FoundCheckpoint, ...] = ()
+    #: The static-log archive's index objects of the run, and the chain head the last one
+    #: states when the run finished (check A4).
+    log_index_keys: tuple[str, ...] = ()
+    log_head: str | None = None
 
     def __len__(self) -> int:
         return len(self.records)
@@ -212,6 +250,7 @@ class DivergenceReport:
     expected_request: Any = None
     actual_request: Any = None
     next_in_record: tuple[StepSummary, ...] = ()
+    site: str | None = None  # the agent's call site (``tracevault.callsite``), when known
 
     def render(self) -> str:
         """The report as plain text (the ReplayDivergence message)."""
@@ -220,6 +259,8 @@ class DivergenceReport:
             f"  expected kind: {self.expected or '(end of record)'}",
             f"  actual kind:   {self.actual or '(agent made no further call)'}",
         ]
+        if self.site:
+            lines.append(f"  call site:     {self.site}")
         if self.diff:
             lines.append("  differences:")
             lines.extend(f"    {d}" for d in self.diff)
@@ -246,6 +287,7 @@ class DivergenceReport:
             "expected_request": self.expected_request,
             "actual_request": self.actual_request,
             "next_in_record": [s.to_json() for s in self.next_in_record],
+            "site": self.site,
         }
 
 
@@ -267,6 +309,10 @@ class ReplayResult:
     error: ErrorInfo | None = None
     divergence: DivergenceReport | None = None
     served: tuple[TraceEvent, ...] = field(default=(), repr=False, compare=False)
+    #: with ``keep_going``: every divergence, in seq order (``divergence`` is the first)
+    divergences: tuple[DivergenceReport, ...] = ()
+    #: with ``until``: the crossing the agent asked for when it was stopped
+    next_call: NextCall | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -280,4 +326,13 @@ class ReplayResult:
             if self.error is None
             else {"type": self.error.type, "message": self.error.message},
             "divergence": None if self.divergence is None else self.divergence.to_json(),
+            "divergences": [d.to_json() for d in self.divergences],
+            **(
+                {}
+                if self.until is None
+                else {
+                    "served": [event_json(e) for e in self.served],
+                    "next_call": None if self.next_call is None else self.next_call.to_json(),
+                }
+            ),
         }

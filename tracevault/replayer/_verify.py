@@ -14,6 +14,9 @@ sealing it. Events read lazily (the default) still go through ``decode_event``'s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from tracevault.log import NoteVerifier
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
 from tracevault.replayer._log import LogPolicy, check_log
 from tracevault.replayer._nogc import gc_paused
@@ -62,21 +65,37 @@ def _check_topic_head(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> N
         )
 
 
+def _check_log_index(run: LoadedRun, s: RecordsSummary, checks: list[str]) -> None:
+    checks.append("A4 index: the run's index objects agree with the chain's end")
+    if run.log_head is not None and (not s.finished or s.head.hex() != run.log_head):
+        raise fail(
+            "A4 index",
+            len(run.records) - 1,
+            run.log_index_keys[-1] if run.log_index_keys else None,
+            f"the run index says the run finished with head {run.log_head[:16]}…, the records "
+            f"end at {s.head.hex()[:16]}… (finished={s.finished})",
+        )
+
+
 def verify(
     run: LoadedRun,
     *,
     require_finished: bool = False,
     rebuild: bool = False,
     log: LogPolicy | None = None,
+    keys: Sequence[NoteVerifier] = (),
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
-    With ``log`` (the trusted keys) the signed log's checks L1-L4 run first and raise
+    With ``log`` (the trusted keys; ``keys=`` alone is short for a policy of just those)
+    the signed log's checks L1-L4 run first and raise
     :class:`LogError`; without, the report says ``log_checked=False``. With
     ``require_finished`` an unfinished run fails too (check "finished"). With
     ``rebuild`` every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
     """
+    if keys and log is None:  # the simple case: trusted log keys, no witnesses
+        log = LogPolicy(tuple(keys))
     with gc_paused():
         return _verify(run, require_finished=require_finished, rebuild=rebuild, log=log)
 
@@ -94,12 +113,15 @@ def _verify(
     if log is not None:
         checks, warnings, cp, evidence = check_log(run, log, require_finished=require_finished)
         checkpoint = f"{cp.origin}@{cp.size}"
-    if run.source == "archive":
+    legacy = run.source == "archive" and run.log_evidence is None
+    if legacy:
         check_archive_structure(run, checks)
     checks.extend(RECORD_CHECKS)
     summary = check_records(run.run_id, rows, run.objects, rebuild=rebuild)
-    if run.source == "archive":
+    if legacy:
         warnings.extend(check_archive(run, summary, checks))
+    elif run.source == "archive":
+        _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
     if require_finished:

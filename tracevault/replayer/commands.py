@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -11,23 +13,37 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError, LogError, ReplayDivergence
+from tracevault.replayer._aligndiff import RunAlignment, align_runs, parse_ignore
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._batch import load_agent, replay_with, run_batch, runs_between
 from tracevault.replayer._batch_view import print_batch
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._dask import DaskEngine
+from tracevault.replayer._diff import short_json
 from tracevault.replayer._junit import junit_xml
 from tracevault.replayer._load import load_run
 from tracevault.replayer._log import NOT_CHECKED, LogPolicy
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._results import DivergenceReport, LoadedRun, StepSummary, VerifyReport
-from tracevault.replayer._rundiff import RunDiffSide, diff_runs
+from tracevault.replayer._replay import areplay
+from tracevault.replayer._replay import replay as replay_events
+from tracevault.replayer._results import (
+    DivergenceReport,
+    LoadedRun,
+    ReplayResult,
+    StepSummary,
+    VerifyReport,
+    event_json,
+)
+from tracevault.replayer._rundiff import RunDiffSide
 from tracevault.replayer._timeline import steps_table
+from tracevault.replayer._tree import RunNode, TreeReplay, replay_tree, run_tree
 from tracevault.replayer._verify import verify
 from tracevault.schemas import EventModel
 
@@ -122,7 +138,9 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
       tracevault replay --archive-url s3://audit/tv \\
           --s3-endpoint-url http://minio:9000 verify run-42
       tracevault replay run run-42 --agent myagents.support:run --until 12
-      tracevault replay diff run-42 run-43
+      tracevault replay run run-42 --agent myagents.support:run --keep-going
+      tracevault replay diff run-42 run-43 --ignore clock,random
+      tracevault replay show run-42 --tree
       tracevault replay export run-42 -o evidence/run-42
       tracevault replay verify --bundle evidence/run-42
       tracevault replay batch --agent myagents.support:run --since 2026-11-01
@@ -136,21 +154,57 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
 
 
 # -- show -----------------------------------------------------------------------------------
+def _run_tree(node: RunNode) -> Tree:
+    def label(n: RunNode) -> Text:
+        text = Text(f"run {n.run_id}", style="bold")
+        done = "finished" if n.finished else "unfinished"
+        text.append(f"  {n.agent}, {n.count} events, {done}")
+        if n.forked_from is not None:
+            text.append(f"\nforked from {n.forked_from[0]} at seq {n.forked_from[1]}", style="dim")
+        if n.parent is not None:
+            text.append(f"\nchild of {n.parent[0]} at seq {n.parent[1]}", style="dim")
+        return text
+
+    def add(tree: Tree, n: RunNode) -> None:
+        for child, sub in n.children:
+            head = Text(f"seq {child.seq} subagent {child.name} → ", style="cyan")
+            if isinstance(sub, str):
+                tree.add(head + Text(f"{child.run_id}: {sub}", style="yellow"))
+            else:
+                add(tree.add(head + label(sub)), sub)
+
+    root = Tree(label(node))
+    add(root, node)
+    return root
+
+
 @replay.command("show")
 @click.argument("run_id")
+@click.option("--tree", "as_tree", is_flag=True, help="The run and its sub-agent runs, as a tree.")
 @_FROM
 @_JSON
 @click.pass_context
-def show(ctx: click.Context, run_id: str, source: str, as_json: bool) -> None:
+def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: bool) -> None:
     """The run's timeline: seq, kind, time, model, short request and response.
 
     Not verified (use `verify`); --json prints one full event per line (JSON lines).
+    --tree draws the run and every sub-agent run below it (verified), each under the
+    parent's crossing that started it; with --json, one nested object.
 
     \b
     Example:
       tracevault replay show run-42 --from topic --json \\
           | jq 'select(.kind=="TOOL_CALL")'
+      tracevault replay show run-42 --tree
     """
+    if as_tree:
+        load = _loader(ctx, source, no_verify=False)
+        node = run_tree(load, run_id, load(run_id))
+        if as_json:
+            echo_json(node.to_json())
+        else:
+            stdout.print(_run_tree(node))
+        return
     _, run = _load(ctx, run_id, source)
     events = LazyEvents([r["raw"] for r in run.records.rows])
     if as_json:
@@ -195,6 +249,8 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
         out = {"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)}
         if isinstance(exc, LogError):
             out["checkpoint"] = exc.checkpoint
+            # a failed signature or proof is the checkpoint's fault: name its object
+            out["object"] = exc.obj or exc.checkpoint
         echo_json(out)
         raise click.exceptions.Exit(1)
     raise exc
@@ -281,10 +337,179 @@ def _divergence_panel(d: DivergenceReport) -> None:
         )
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _divergences_table(run_id: str, found: tuple[DivergenceReport, ...]) -> Table:
+    """Every divergence of a keep-going re-run, one row each, readable at 80 columns."""
+    t = Table(title=f"run {run_id}: {_count(len(found), 'divergence')}", show_lines=True)
+    t.add_column("seq", justify="right", no_wrap=True)
+    t.add_column("record → re-run", no_wrap=True)
+    t.add_column("what, where, differences", overflow="fold", ratio=1)
+    for d in found:
+        cell = Text(d.reason)
+        if d.site:
+            cell.append(f"\nat {d.site}", style="dim")
+        for line in d.diff[:5]:
+            cell.append(f"\n{line}")
+        kinds = f"{d.expected or '(none)'}\n→ {d.actual or '(none)'}"
+        t.add_row(str(d.seq), kinds, cell)
+    return t
+
+
+def _replay_all(events: Any, agent: Any) -> ReplayResult:
+    if inspect.iscoroutinefunction(agent):
+        return asyncio.run(areplay(events, agent, keep_going=True))
+    return replay_events(events, agent, keep_going=True)
+
+
+def _state_at(run_id: str, result: ReplayResult, record_next: Any) -> None:
+    """``--until N``: the timeline served up to N, the agent's next call, the record's."""
+    title = f"run {run_id}: served up to seq {result.until} (the state at step {result.until})"
+    served = (StepSummary.of(ev) for ev in result.served)
+    stdout.print(steps_table(served, title=title, width=stdout.width, with_time=False))
+    asked = result.next_call
+    t = Table(title="what comes next", show_header=False, show_lines=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("", overflow="fold", ratio=1)
+    if asked is None:
+        t.add_row("the agent", "(asked for nothing more)")
+    else:
+        cell = Text(asked.kind, style="bold")
+        if asked.model:
+            cell.append(f" {asked.model}")
+        cell.append(f"\n{short_json(asked.request, 300)}")
+        if asked.site:
+            cell.append(f"\nat {asked.site}", style="dim")
+        t.add_row("the agent\nasked for", cell)
+    if record_next is not None:
+        s = StepSummary.of(record_next)
+        t.add_row(f"the record\nseq {s.seq}", Text(f"{s.kind}\n{s.request}\n← {s.response}"))
+    stdout.print(t)
+
+
+def _fork(
+    ctx: click.Context,
+    events: Any,
+    agent: Any,
+    agent_spec: str,
+    until: int,
+    live_spec: str | None,
+    as_json: bool,
+) -> None:
+    """``--until N --then live``: the record up to N, then the live edges, as a new run."""
+    # the fork records through the producer (the Kafka client): imported only when asked for
+    from tracevault.producer import Publisher  # noqa: PLC0415
+    from tracevault.replayer.fork import fork_run, live_edges_from  # noqa: PLC0415
+
+    spec = live_spec or f"{agent_spec.partition(':')[0]}:live_edges"
+    try:
+        factory = load_agent(spec)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc}; a fork needs live edges: give --live-edges MODULE:FACTORY or define "
+            "live_edges() in the agent's module"
+        ) from None
+    model, tools = live_edges_from(factory(), spec)
+    publisher = Publisher(_settings(ctx))
+    try:
+        with stderr.status(f"serving seq 0..{until}, then live…"):
+            result = fork_run(events, agent, until=until, publisher=publisher, model=model,
+                              tools=tools)  # fmt: skip
+        delivered = publisher.flush(30)
+    finally:
+        publisher.close()
+    if as_json:
+        echo_json({**result.to_json(), "delivered": delivered})
+    elif result.divergence is not None:
+        _divergence_panel(result.divergence)
+    else:
+        stdout.print(
+            f"[green]forked[/] {result.forked_from[0]} at seq {until} → new run "
+            f"[bold]{result.run_id}[/] ({result.served} events served, then live)"
+        )
+        if result.error:
+            stdout.print(f"the agent raised {result.error} (recorded in the new run)")
+        if not delivered:
+            stdout.print("[yellow]not every event reached Kafka yet: the rest is spooled[/]")
+    if result.divergence is not None:
+        raise click.exceptions.Exit(ReplayDivergence.exit_code)
+
+
+def _recurse(
+    ctx: click.Context,
+    run_id: str,
+    events: Any,
+    agent: Any,
+    source: str,
+    no_verify: bool,
+    as_json: bool,
+) -> None:
+    """``--recurse``: the run, then each sub-agent run it served, against its own record."""
+    tree = replay_tree(_loader(ctx, source, no_verify), events, agent)
+    if as_json:
+        echo_json(tree.to_json())
+    else:
+        stdout.print(_replay_tree(run_id, tree))
+    if not tree.matched:
+        raise click.exceptions.Exit(ReplayDivergence.exit_code)
+
+
+def _loader(ctx: click.Context, source: str, no_verify: bool) -> Any:
+    settings = _settings(ctx)
+    kind: Any = "topic" if source == "topic" else "archive"
+
+    def load(rid: str) -> Any:
+        run = load_run(settings, rid, source=kind)
+        return LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
+
+    return load
+
+
+def _replay_tree(run_id: str, tree: TreeReplay) -> Tree:
+    def label(rid: str, t: TreeReplay) -> Text:
+        r = t.result
+        seq = "?" if r.divergence is None else r.divergence.seq
+        ok = "[green]matched[/]" if r.matched else f"[red]diverged at seq {seq}[/]"
+        return Text.from_markup(f"run {rid}: {ok} ({r.steps} events served)")
+
+    root = Tree(label(run_id, tree))
+
+    def add(node: Tree, t: TreeReplay) -> None:
+        for child, sub in t.children:
+            head = f"seq {child.seq} subagent {child.name} → "
+            if isinstance(sub, str):
+                node.add(Text(head + f"{child.run_id}: {sub}", style="yellow"))
+            else:
+                add(node.add(Text(head) + label(child.run_id, sub)), sub)
+
+    add(root, tree)
+    return root
+
+
 @replay.command("run")
 @click.argument("run_id")
 @click.option("--agent", "agent_spec", required=True, help="The agent as MODULE:CALLABLE.")
 @click.option("--until", type=click.IntRange(0), help="Stop after seq N: the state at step N.")
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="Report every divergence, aligned by kind, call site and ordinal.",
+)
+@click.option(
+    "--then",
+    "then",
+    type=click.Choice(["live"]),
+    help="With --until N: go on live after N, recorded as a new run (a fork).",
+)
+@click.option(
+    "--live-edges",
+    "live_spec",
+    metavar="MODULE:FACTORY",
+    help="With --then live: returns {'model': ..., 'tools': {...}} [AGENT_MODULE:live_edges].",
+)
+@click.option("--recurse", is_flag=True, help="Replay the sub-agent runs it served too.")
 @click.option("--no-verify", is_flag=True, help="Re-run even if the run does not verify.")
 @_FROM
 @_JSON
@@ -295,6 +520,10 @@ def run_cmd(
     run_id: str,
     agent_spec: str,
     until: int | None,
+    keep_going: bool,
+    then: str | None,
+    live_spec: str | None,
+    recurse: bool,
     no_verify: bool,
     source: str,
     as_json: bool,
@@ -305,22 +534,59 @@ def run_cmd(
     report (seq, expected vs actual kind, JSON-path diff, what the record had next).
     A run that does not verify is refused unless --no-verify.
 
+    --keep-going reports every divergence. --until N shows the events served up to N and
+    the call the agent asked for next. --until N --then live forks: the record up to N,
+    then the live model and tools, recorded as a new run (needs Kafka). --recurse also
+    replays the sub-agent runs the run started.
+
     \b
-    Example:
+    Examples:
       tracevault replay run run-42 --agent myagents.support:run --from archive
+      tracevault replay run run-42 --agent myagents.support:run --keep-going
+      tracevault replay run run-42 --agent myagents.support:run --until 12 \\
+          --then live --live-edges myagents.support:live_edges
     """
+    if (then is not None or live_spec is not None) and (then is None or until is None):
+        raise click.UsageError("a fork needs both --until N and --then live")
+    if keep_going and until is not None and then is None:
+        raise click.UsageError("--keep-going replays the whole run: drop --until")
+    if recurse and (until is not None or keep_going):
+        raise click.UsageError("--recurse replays whole runs: drop --until/--keep-going")
     agent = load_agent(agent_spec)
     _, run = _load(ctx, run_id, source)
     if no_verify:
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
         events = verify(run).events
+    if then is not None and until is not None:
+        _fork(ctx, events, agent, agent_spec, until, live_spec, as_json)
+        return
+    if recurse:
+        _recurse(ctx, run_id, events, agent, source, no_verify, as_json)
+        return
+    if keep_going:
+        result = _replay_all(events, agent)
+        if as_json:
+            echo_json(result.to_json())
+        elif result.divergences:
+            stdout.print(_divergences_table(run_id, result.divergences))
+        else:
+            stdout.print(f"[green]run {run_id}: matched the record[/] ({result.steps} served)")
+        if result.divergences:
+            raise click.exceptions.Exit(ReplayDivergence.exit_code)
+        return
     result = replay_with(events, agent, until)
+    record_next = events[len(result.served)] if len(events) > len(result.served) else None
     if as_json:
-        echo_json(result.to_json())
+        out = result.to_json()
+        if result.stopped:
+            out["record_next"] = None if record_next is None else event_json(record_next)
+        echo_json(out)
     elif result.divergence is not None:
         _divergence_panel(result.divergence)
     else:
+        if result.stopped:
+            _state_at(run_id, result, record_next)
         what = f"stopped after seq {until}" if result.stopped else "matched the record"
         stdout.print(f"[green]run {run_id}: {what}[/] ({result.steps} events served)")
         if result.error is not None:
@@ -348,40 +614,91 @@ def _summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
     return t
 
 
+def _differences_table(result: RunAlignment) -> Table:
+    """Every difference side by side, with its seq in both runs (80 columns and up)."""
+    noise = ", ".join((*result.ignore, *result.ignore_paths)) or "nothing"
+    n = _count(len(result.differences), "difference")
+    t = Table(title=f"{n} (ignored: {noise})", show_lines=True)
+    t.add_column("seq\nA B", no_wrap=True)
+    t.add_column("step", overflow="fold", ratio=2)
+    t.add_column(f"A {result.a.run_id}", overflow="fold", ratio=3)
+    t.add_column(f"B {result.b.run_id}", overflow="fold", ratio=3)
+    for d in result.differences:
+        seqs = f"{'-' if d.seq_a is None else d.seq_a} {'-' if d.seq_b is None else d.seq_b}"
+        step = Text(d.kind, style="bold")
+        if d.site:
+            step.append(f"\n{d.site}", style="dim")
+        a_cell, b_cell = Text(), Text()
+        for i, f in enumerate(d.fields[:8]):
+            sep = "\n" if i else ""
+            a_cell.append(f"{sep}{f.path}\n", style="dim")
+            a_cell.append(f.a if f.a is not None else "(none)")
+            b_cell.append(f"{sep}{f.path}\n", style="dim")
+            b_cell.append(f.b if f.b is not None else "(none)")
+        t.add_row(seqs, step, a_cell, b_cell)
+    return t
+
+
 @replay.command("diff")
 @click.argument("run_a")
 @click.argument("run_b")
+@click.option(
+    "--ignore",
+    "ignore",
+    multiple=True,
+    metavar="KINDS",
+    help="Skip these crossings in both runs: clock, random, state (comma-separated).",
+)
+@click.option(
+    "--ignore-path",
+    "ignore_paths",
+    multiple=True,
+    metavar="PATH",
+    help="Skip fields under this JSON path, e.g. '$.response.output.took' ([*] any index).",
+)
 @click.option("--no-verify", is_flag=True, help="Compare even if a run does not verify.")
 @_FROM
 @_JSON
 @click.pass_context
 def diff_cmd(
-    ctx: click.Context, *, run_a: str, run_b: str, no_verify: bool, source: str, as_json: bool
+    ctx: click.Context,
+    *,
+    run_a: str,
+    run_b: str,
+    ignore: tuple[str, ...],
+    ignore_paths: tuple[str, ...],
+    no_verify: bool,
+    source: str,
+    as_json: bool,
 ) -> None:
-    """Where two runs first diverge, with the same report as `run`, and both summaries.
+    """Every difference between two runs, aligned by kind, call site and ordinal.
 
-    Exit 0 when every step is the same, 1 when they diverge.
+    Each difference shows its seq in both runs and both values side by side. Clock reads
+    and random draws differ between any two honest runs: --ignore them, and --ignore-path
+    the fields they feed. Exit 0 when nothing else differs, 1 when something does.
 
     \b
     Example:
-      tracevault replay diff run-42 run-43 --from archive
+      tracevault replay diff run-42 run-43 --ignore clock,random \\
+          --ignore-path '$.response.output.took'
     """
+    kinds = parse_ignore(ignore)  # refuse a bad flag before loading anything
     sides: list[Any] = []
     for rid in (run_a, run_b):
         _, run = _load(ctx, rid, source)
         sides.append(
             LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
         )
-    result = diff_runs(sides[0], sides[1])
+    result = align_runs(sides[0], sides[1], ignore=kinds, ignore_paths=ignore_paths)
     if as_json:
         echo_json(result.to_json())
     else:
         stdout.print(_summary_table(result.a, result.b))
-        if result.divergence is None:
+        if result.same:
             stdout.print("[green]the runs are the same at every step[/]")
         else:
-            _divergence_panel(result.divergence)
-    if result.divergence is not None:
+            stdout.print(_differences_table(result))
+    if not result.same:
         raise click.exceptions.Exit(1)
 
 

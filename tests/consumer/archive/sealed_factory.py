@@ -7,11 +7,15 @@ encode them with ``encode_sealed``, which is exactly what lands on ``<prefix>.se
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from tracevault.archive import ObjectStore, encode_segment, sealed_body
 from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
+from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
+from tracevault.log import CheckpointRecord, CompactTree, Ed25519Signer, leaf_data, log_origin
+from tracevault.log._merkle import hash_leaf
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -102,3 +106,26 @@ def write_segment_objects(
         )
         store.put(receipt_key(run, first, last), r.to_json(), retain_until=FUTURE)
     return key
+
+
+def write_log_run(
+    store: ObjectStore, run_id: str, n: int, signer: Ed25519Signer, prefix: str = "pfx"
+) -> None:
+    """Archive one run as the archiver would (a static log of partition 0), signed by
+    ``signer``, without Kafka."""
+    origin = log_origin("tracevault", prefix, 0)
+    plog = PartitionLog.open(store, prefix, origin, 0, [signer.verifier])
+    recs = []
+    for ev in sealed_run(run_id, n):
+        last = ev.seq == n - 1
+        data = leaf_data(run_id, ev.seq, ev.hash)
+        recs.append(
+            LeafRecord(run_id, ev.seq, ev.hash, last, ev.sealed_at,
+                       data, hash_leaf(data), encode_sealed(ev))
+        )  # fmt: skip
+    rec, _ = CheckpointRecord.build(CompactTree(), [r.leaf_hash for r in recs], origin, signer)
+    for r in recs:
+        plog.append(r)
+    plog.note, plog.note_size = rec.note, n
+    with ThreadPoolExecutor(4) as pool:
+        plog.flush(FUTURE, pool)

@@ -7,15 +7,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
-from tests.consumer.archive.helpers import produce_sealed
-from tests.consumer.archive.sealed_factory import sealed_values
-from tracevault.archive import check_run, open_store, read_run_objects
+from tests.consumer.archive.helpers import SealedLog
+from tests.consumer.archive.sealed_factory import sealed_values, write_log_run
+from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
+from tracevault.log import Ed25519Signer
+from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer._verify import verify
 
 
 def _archive(url: str, run_id: str, n: int = 8) -> None:
@@ -87,15 +91,19 @@ def test_retention_under_183_days_is_a_usage_error(tmp_path: Path) -> None:
 def test_archiver_command_archives_until_idle(
     settings_factory: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    settings = settings_factory()
-    produce_sealed(settings, {"cli-run": sealed_values("cli-run", 20)})
+    sl = SealedLog(settings_factory())
+    sl.produce({"cli-run": sealed_values("cli-run", 20)})
+    settings = sl.settings
     url = f"file://{tmp_path / 'a'}"
+    vkey = tmp_path / "log.vkey"
+    vkey.write_text(sl.vkey + "\n")
     code, out = _run(
         "--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix,
-        "archiver", "--archive", url, "--until-idle", "2",
+        "archiver", "--archive", url, "--until-idle", "2", "--trusted-key", f"@{vkey}",
     )  # fmt: skip
     assert code == 0, out
-    assert check_run(read_run_objects(open_store(url, Settings()), "cli-run")) == 20
+    run = load_from_archive(open_store(url, Settings()), "cli-run")
+    assert verify(run, keys=[sl.signer.verifier]).count == 20
 
 
 def test_archive_commands_reach_s3_through_the_endpoint_flag(
@@ -115,3 +123,32 @@ def test_archive_commands_reach_s3_through_the_endpoint_flag(
     )
     assert code == 0, out
     assert {o["lock_mode"] for o in json.loads(out)[0]["objects"]} == {"COMPLIANCE"}
+
+
+def test_replay_verify_from_the_archive_checks_the_log_with_trusted_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)  # only the keys given here
+    url = f"file://{tmp_path / 'a'}"
+    signer, other = Ed25519Signer.generate("test-log"), Ed25519Signer.generate("test-log")
+    write_log_run(open_store(url, Settings()), "tiled", 6, signer)
+    _archive(url, "legacy", 4)
+    keyfile = tmp_path / "vkeys"
+    keyfile.write_text(f"# trusted\n{signer.verifier.vkey}\n")
+    base = ("replay", "--archive-url", url, "verify")
+    code, out = _run(*base, "tiled", "--trusted-key", f"@{keyfile}", "--json")
+    assert code == 0, out
+    assert json.loads(out)["checks"][0].startswith("L1 signature")
+    # another key: L1 names the checkpoint object
+    code, out = _run(*base, "tiled", "--trusted-key", other.verifier.vkey, "--json")
+    doc = json.loads(out)
+    assert code == 1 and not doc["ok"] and "L1 signature" in doc["error"]
+    assert doc["object"].startswith("log/pfx/0/checkpoint/")
+    # a legacy archive has no log evidence: with a key it fails L1, without one it verifies
+    code, out = _run(*base, "legacy", "--trusted-key", signer.verifier.vkey, "--json")
+    assert code == 1 and "no signed-log evidence" in json.loads(out)["error"]
+    code, out = _run(*base, "legacy", "--json")
+    assert code == 0, out
+    # without a key the log run verifies its chain and says the log was not checked
+    code, out = _run(*base, "tiled", "--json")
+    assert code == 0 and json.loads(out)["log_checked"] is False

@@ -22,7 +22,8 @@ def test_archive_exports() -> None:
         "LockMode", "ObjectInfo", "ObjectStore", "ObjectVersion", "open_store",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
         "ObjectRetention", "PurgeReport", "RunRetention", "RunSummary", "hold_run", "list_runs",
-        "purge", "retention_report",
+        "purge", "retention_report", "runs_on_day",
+        "LogRun", "read_log_run", "run_index_keys",
         "CODEC", "FinalReceipt", "SegmentReceipt", "encode_segment", "iter_segment",
         "read_segment", "sealed_body",
     }  # fmt: skip

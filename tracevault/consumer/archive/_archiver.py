@@ -1,64 +1,61 @@
-"""The archiver: ``<prefix>.sealed`` (read_committed) into segments in an object store.
+"""The archiver: ``<prefix>.sealed`` (read_committed) into the archive, verified first.
 
-Loop, per batch of messages:
+Per partition, in offset order (docs/log.md, "Archive"):
 
-1. each sealed value is parsed; its run's cursor (what the archive already holds) is loaded
-   with one listing the first time the run is seen;
-2. an event at or below the archived seq is skipped (it was archived before a crash); the
-   next seq is checked against the chain (prev_hash = last hash, hash = link(prev, raw)) and
-   buffered; a record that does not parse, cannot be stored, breaks the chain or comes
-   after a missing seq (a hole) is quarantined (``_quarantine``) and the archiver goes on;
-3. a run's buffer becomes a segment job at RUN_FINISHED (plus the final receipt) or when it
-   reaches the configured event count, byte size or age. Writer threads run the jobs, each
-   run always on the same one so its segments go in order (compression and I/O release the
-   GIL, so parsing and writing overlap, and fsync or PUT latencies overlap each other);
-4. offsets are committed only up to the first event of each partition that is still
-   buffered or in a job not yet written, i.e. only for events whose objects are durable.
+1. a sealed event is parsed and its leaf hash computed; it is *pending*;
+2. a checkpoint record is decoded and verified (a trusted log key's signature, the origin of
+   this partition's log, the listed leaves growing the compact tree to the signed root). The
+   pending records are matched greedily, in order, against the listed leaf hashes: matched
+   ones become leaves of the archived log; any other one (appended by another producer, even
+   a chain-valid one) is quarantined ``not-in-log`` and never archived;
+3. a checkpoint that fails verification is quarantined ``bad-checkpoint`` and the pending
+   records stay pending (never archived unless a later verified checkpoint lists them);
+4. when enough leaves are verified (``archive_segment_max_events`` or ``_max_bytes`` of
+   sealed values), they are old enough (``archive_segment_max_age_s``) or a poll comes back
+   empty (caught up), the partition's log is flushed (``_logwriter``): bundles, tiles,
+   per-run index objects, day batches, then the checkpoint object;
+5. offsets are committed only up to the record after the last *flushed* checkpoint record (or
+   all consumed, once nothing is pending or unflushed): pending records are re-read after a
+   restart, which resumes from the archive's newest checkpoint (re-verified).
 
-A SIGKILL anywhere loses only unwritten events, which Kafka re-delivers; the cursor skips
-what was written. On revocation the writer is drained first (no write after we lose the
-partition), then the buffers of the revoked partitions are dropped: their new owner reads
-them again from the committed offset.
-
-No record can stop the archiver: a hole in a run's seqs or a break in its chain sends the
-record, with the run, seq and topic position named, to ``quarantine/`` in the archive store
-(an ALERT log line and ``stats.events_quarantined``); the run stays archived up to the seq
-before it, since the archive never skips a seq, and an operator has to look. Errors of the
-object store stop it (after boto3's retries): run it under a supervisor; on restart it
-resumes from the archive itself.
+Without trusted log keys (``log_vkeys``) the archiver refuses to start: it must not archive
+what it cannot check. No record can stop it: anything it cannot archive is quarantined
+(``_quarantine``: an immutable object, an ALERT log line, counted by reason). Errors of the
+object store stop it (after boto3's retries): run it under a supervisor.
 
 Liveness (docs/liveness.md): offset commits run with a deadline and transient commit errors
-(a coordinator loading after a broker restart) are retried with backoff. A commit past its
-deadline, a fatal consumer error, or a fencing right after a broker outage ends the Kafka
-session: the writers are drained, every partition is forgotten as on a revocation, and a new
-consumer resumes from the committed offsets (the cursors skip what was written).
+are retried with backoff. A commit past its deadline, a fatal consumer error, or a fencing
+right after a broker outage ends the Kafka session: every partition's unflushed state is
+forgotten as on a revocation, and a new consumer resumes from the committed offsets.
+
+Known limit: pending records are held in memory until a checkpoint resolves them. A genuine
+transaction brings its checkpoint with it (read_committed delivers both), so only records
+appended by another producer can pile up, and only while the sequencer writes nothing to
+that partition; the next checkpoint quarantines them all.
 
 Known limit: object stores have no fencing, so an archiver that stalls past
-``max.poll.interval.ms`` without noticing it lost its partitions could still write a segment
-after the new owner did; the two would overlap and ``check_run`` / ``replay verify`` would
-name them. Static membership (``archive_instance_id``) and a supervisor that kills, rather
-than pauses, a stuck process keep that window closed in practice.
+``max.poll.interval.ms`` without noticing it lost its partitions could still flush after the
+new owner did; both write the same leaves, so the objects agree (same bytes, or partial tiles
+and checkpoints at different sizes of the same log).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
-from tracevault.chain import link
-from tracevault.config import Settings
+from tracevault.config import MIN_RETENTION_DAYS, Settings
 from tracevault.consumer._liveness import (
     BlockingCalls,
     CallDeadline,
@@ -68,43 +65,67 @@ from tracevault.consumer._liveness import (
     backoff,
     is_fenced,
 )
+from tracevault.consumer.archive._logwriter import FlushJob, LeafRecord, PartitionLog
 from tracevault.consumer.archive._quarantine import MAX_SEALED_AT as _MAX_AT
 from tracevault.consumer.archive._quarantine import MIN_SEALED_AT as _MIN_AT
 from tracevault.consumer.archive._quarantine import QuarantineReason as Why
 from tracevault.consumer.archive._quarantine import quarantine, unarchivable
-from tracevault.consumer.archive._sealed import Sealed, parse_sealed
-from tracevault.consumer.archive._writer import ArchiveWriter, RunCursor
+from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.errors import (
+    ConfigError,
     FencedError,
+    LogError,
+    RetentionError,
     SchemaError,
     ServiceUnavailableError,
 )
-from tracevault.log import CHECKPOINT_KEY, is_checkpoint_record
+from tracevault.log import (
+    CheckpointRecord,
+    CompactTree,
+    NoteVerifier,
+    is_checkpoint_record,
+    leaf_data,
+    load_verifiers,
+    log_origin,
+)
+from tracevault.log._merkle import hash_leaf
 
-__all__ = ["Archiver", "ArchiverStats"]
+__all__ = ["Archiver", "ArchiverStats", "trusted_log_keys"]
 
 log = logging.getLogger(__name__)
 
-_RUN_CACHE = 100_000  # run states kept; the oldest idle ones are dropped (reloaded if seen)
-_QUEUE_JOBS = 8  # per writer; back-pressure: parsing waits when the writers fall behind
 _REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
-_WRITERS = 4  # I/O-bound (fsync, S3 PUT latency): more writers than cores pays
+_WRITERS = 8  # I/O-bound (fsync, S3 PUT latency): a flush's objects are written in parallel
 _COMMIT_S = 15.0  # a synchronous offset commit taking longer ends the Kafka session
-# Commits run in a worker thread (for their deadline); with the writer threads holding the
-# GIL each hand-off costs milliseconds, so offsets go at most this often (and at the end).
-# A crash re-reads at most this much more; the cursors skip it.
+# Offsets go at most this often (and at the end); a crash re-reads at most this much more,
+# and the leaves the archive already holds are skipped.
 _COMMIT_EVERY_S = 0.5
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
+_FLUSHERS = 4
+_RUN_IDS = 100_000  # run ids remembered as storable (then each new one is checked again)
 
 
 class _Restart(Exception):
-    """This Kafka session cannot go on: drain, forget the partitions, start a new consumer."""
+    """This Kafka session cannot go on: forget the partitions, start a new consumer."""
 
 
 class _Broken(_Restart):
     """A restart for a client that broke while the broker answered: counted towards giving up."""
+
+
+def trusted_log_keys(settings: Settings) -> list[NoteVerifier]:
+    """The vkeys the archiver trusts; ``ConfigError`` when there are none."""
+    items = [x.strip() for x in settings.log_vkeys.split(",") if x.strip()]
+    keys: list[NoteVerifier] = list(load_verifiers(items))
+    if not keys:
+        raise ConfigError(
+            "the archiver needs the log's verifier key to check what it archives: set "
+            "TRACEVAULT_LOG_VKEYS (or log_vkeys) to the vkey `tracevault keys show` prints, "
+            "or @FILE of vkeys; it will not archive what it cannot check"
+        )
+    return keys
 
 
 @dataclass(slots=True)
@@ -113,43 +134,41 @@ class ArchiverStats:
 
     events_archived: int = 0
     events_skipped: int = 0
-    segments_written: int = 0
+    segments_written: int = 0  # flushes of a partition's log
+    objects_written: int = 0
     runs_finished: int = 0
+    checkpoints_verified: int = 0
     events_quarantined: int = 0
     quarantined: dict[str, int] = field(default_factory=dict)  # by reason
     first_message_at: float | None = None  # time.monotonic() of the first message consumed
-    last_write_at: float | None = None  # time.monotonic() after the last segment was written
+    last_write_at: float | None = None  # time.monotonic() after the last flush
+
+
+class _Pending(NamedTuple):
+    """A sealed event read since the last verified checkpoint of its partition."""
+
+    offset: int
+    key: bytes | None
+    rec: LeafRecord
 
 
 @dataclass(slots=True)
-class _Run:
-    """The main thread's view of a run: what is accepted (written, queued or buffered)."""
+class _Part:
+    """The main thread's view of one assigned partition."""
 
-    cursor: RunCursor  # belongs to the writer thread once the run has a job
-    partition: int
-    next_seq: int
-    last_hash: bytes
-    finished: bool
-    buffer: list[Sealed] = field(default_factory=list)
-    first_offset: int = -1
-    opened: float = 0.0
-    size: int = 0
-    jobs: int = 0
-
-
-@dataclass(slots=True)
-class _Job:
-    run_id: str
-    cursor: RunCursor
-    events: list[Sealed]
-    partition: int
-    first_offset: int
-    done: bool = False
-    finished_at: float = 0.0
+    log: PartitionLog
+    pending: list[_Pending] = field(default_factory=list)
+    ready_offset: int | None = None  # after the last verified checkpoint record
+    durable_offset: int | None = None  # after the last flushed (or already archived) one
+    opened: float = 0.0  # when the first unflushed leaf was verified
+    inflight: Future[int] | None = None  # the flush being written (one at a time)
+    inflight_job: FlushJob | None = None
+    inflight_offset: int | None = None  # ready_offset when it was taken
 
 
 class Archiver:
-    """Consume the sealed topic and archive every run; ``run()`` until ``stop()``."""
+    """Consume the sealed topic and archive what the signed log lists; ``run()`` until
+    ``stop()``."""
 
     def __init__(
         self,
@@ -157,21 +176,31 @@ class Archiver:
         *,
         store: ObjectStore | None = None,
         clock: Callable[[], datetime] = utc_now,
+        verifiers: list[NoteVerifier] | None = None,
     ) -> None:
         self.settings = settings
+        self.verifiers = verifiers if verifiers is not None else trusted_log_keys(settings)
+        if not self.verifiers:
+            raise ConfigError("the archiver needs at least one trusted log key")
+        if settings.retention_days < MIN_RETENTION_DAYS:
+            raise RetentionError(
+                f"retention_days={settings.retention_days} is under {MIN_RETENTION_DAYS} "
+                "days; EU AI Act Art. 19 requires automatically generated logs to be kept at "
+                "least six months"
+            )
         self.store = store or open_store(settings.archive_url, settings)
-        self.writer = ArchiveWriter(self.store, retention_days=settings.retention_days, clock=clock)
+        self.clock = clock
+        self.retention = _days(settings.retention_days)
         self.topic = settings.topics.sealed
         self.group_id = settings.archiver_group_id
         self.stats = ArchiverStats()
         self._stop = threading.Event()
-        self._runs: OrderedDict[str, _Run] = OrderedDict()
-        self._jobs: list[_Job] = []  # submitted, not yet reaped, in submission order
-        # A run always goes to the same writer, so its segments are written in order.
-        self._queues: list[queue.Queue[_Job | None]] = [
-            queue.Queue(maxsize=_QUEUE_JOBS) for _ in range(_WRITERS)
-        ]
-        self._writer_error: BaseException | None = None
+        self._parts: dict[int, _Part] = {}
+        self._storable: set[str] = set()  # run ids whose archive path was checked
+        self._pool = ThreadPoolExecutor(_WRITERS, thread_name_prefix="archive-put")
+        # Flushes are written in the background (one per partition at a time) while the main
+        # thread goes on reading and verifying; offsets follow only once a flush is durable.
+        self._flusher = ThreadPoolExecutor(_FLUSHERS, thread_name_prefix="archive-flush")
         self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
         self._committed: dict[int, int] = {}
         self._assigned_at: float | None = None  # idle time counts from the first assignment
@@ -196,8 +225,28 @@ class Archiver:
         for name, doc, fn in (
             ("events_archived", "events written to the archive", lambda: st.events_archived),
             ("events_skipped", "events the archive already held", lambda: st.events_skipped),
-            ("segments_written", "segments written", lambda: st.segments_written),
-            ("runs_finished", "runs archived with their final receipt", lambda: st.runs_finished),
+            ("segments_written", "log flushes written", lambda: st.segments_written),
+            ("runs_finished", "runs archived with their end", lambda: st.runs_finished),
+            (
+                "checkpoints_verified",
+                "checkpoint records whose signature and root held",
+                lambda: st.checkpoints_verified,
+            ),
+            (
+                "records_quarantined",
+                "sealed records refused (any reason, not-in-log included)",
+                lambda: st.events_quarantined,
+            ),
+            (
+                "records_not_in_log",
+                "sealed records no signed checkpoint lists (injected)",
+                lambda: st.quarantined.get(Why.NOT_IN_LOG.value, 0),
+            ),
+            (
+                "checkpoints_refused",
+                "checkpoint records that failed verification",
+                lambda: st.quarantined.get(Why.BAD_CHECKPOINT.value, 0),
+            ),
             ("session_restarts", "Kafka sessions replaced", lambda: self.health.restarts),
             ("consumer_lag", "sealed records not yet consumed", lambda: self.health.lag or 0),
         ):
@@ -208,59 +257,6 @@ class Archiver:
         """Ask ``run()`` to flush, commit and return (safe from a signal handler)."""
         self.health.state = "stopping"
         self._stop.set()
-
-    # -- the writer thread ------------------------------------------------------------------
-
-    def _write_loop(self, jobs: queue.Queue[_Job | None]) -> None:
-        while True:
-            job = jobs.get()
-            try:
-                if job is None:
-                    return
-                if self._writer_error is None:  # after a failure, only drain the queue
-                    self.writer.write_segment(job.cursor, job.events)
-                    job.finished_at = time.monotonic()
-                    job.done = True
-            except BaseException as exc:
-                self._writer_error = exc
-            finally:
-                jobs.task_done()
-
-    def _submit(self, job: _Job) -> None:
-        self._jobs.append(job)
-        jobs = self._queues[hash(job.run_id) % len(self._queues)]
-        while True:
-            self._raise_writer_error()
-            try:
-                jobs.put(job, timeout=0.5)
-                return
-            except queue.Full:
-                continue
-
-    def _raise_writer_error(self) -> None:
-        if self._writer_error is not None:
-            raise self._writer_error
-
-    def _drain(self) -> None:
-        """Wait until every submitted job is written (or the writer failed)."""
-        for jobs in self._queues:
-            jobs.join()
-        self._reap()
-
-    def _reap(self) -> None:
-        """Account for written jobs (the writer's errors are raised by the main loop)."""
-        done = [j for j in self._jobs if j.done]
-        if not done:
-            return
-        self._jobs = [j for j in self._jobs if not j.done]
-        for job in done:
-            self.stats.events_archived += len(job.events)
-            self.stats.segments_written += 1
-            self.stats.runs_finished += 1 if job.events[-1].finishes_run else 0
-            self.stats.last_write_at = max(self.stats.last_write_at or 0.0, job.finished_at)
-            run = self._runs.get(job.run_id)
-            if run is not None:
-                run.jobs -= 1
 
     # -- Kafka ------------------------------------------------------------------------------
 
@@ -301,15 +297,17 @@ class Archiver:
         self.watch.trouble()
 
     def _forget(self, gone: set[int] | None) -> None:
-        """Drain the writers, then drop what was read of ``gone`` (None: every partition)."""
-        self._drain()  # nothing of ours may be written after the partitions move on
+        """Drop what was read of ``gone`` (None: every partition); flushes are synchronous,
+        so nothing of ours is written after this. Unflushed and pending records are not
+        committed: the next owner re-reads them and resumes from the archive's checkpoint."""
         if gone is None:
-            gone = {r.partition for r in self._runs.values()} | set(self._consumed)
-        # Unwritten events of revoked partitions are not committed: their next owner
-        # re-reads them, and its cursor skips whatever we did write.
-        for run_id in [r for r, run in self._runs.items() if run.partition in gone]:
-            del self._runs[run_id]
+            gone = set(self._parts) | set(self._consumed)
         for p in gone:
+            part = self._parts.get(p)
+            if part is not None:
+                self._wait(part)  # nothing of ours is written after the partition moves on
+        for p in gone:
+            self._parts.pop(p, None)
             self._consumed.pop(p, None)
             self._committed.pop(p, None)
         log.info("archiver revoked %s", sorted(gone))
@@ -318,13 +316,6 @@ class Archiver:
         """Archive until ``stop()`` (or ``until_idle`` seconds without a message).
 
         A Kafka session that cannot go on is replaced by a new one (docs/liveness.md)."""
-        writers = [
-            threading.Thread(target=self._write_loop, args=(q,), name=f"archive-writer-{i}")
-            for i, q in enumerate(self._queues)
-        ]
-        for w in writers:
-            w.daemon = True
-            w.start()
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
         failures = attempts = 0
         try:
@@ -365,17 +356,14 @@ class Archiver:
                     self.health.state = "restarting"
                     self.health.restarts += 1
                     self._forget(None)  # the new consumer resumes from the committed offsets
-                    self._raise_writer_error()
                 finally:
                     self._live = None
                     self._close_consumer(consumer)
                 if self._stop.wait(wait):
                     break
         finally:
-            for q in self._queues:
-                q.put(None)
-            for w in writers:
-                w.join(60)
+            self._flusher.shutdown(wait=True)
+            self._pool.shutdown(wait=True)
             self._calls.close()
         self._log_stats("stopped")
         return self.stats
@@ -403,9 +391,8 @@ class Archiver:
                 last_msg = time.monotonic()
                 self.health.progressed()
                 self._progress_in_session = True
-            self._flush_aged()
+            self._flush_due(caught_up=not msgs)
             self._reap()
-            self._raise_writer_error()
             self._commit(consumer)
             now = time.monotonic()
             if now >= next_lag:
@@ -416,11 +403,10 @@ class Archiver:
                 self._log_stats("archiving")
             if until_idle is not None and self._idle(consumer, last_msg, until_idle):
                 break
-        for run in list(self._runs.values()):
-            if run.buffer:
-                self._flush(run)
-        self._drain()
-        self._raise_writer_error()
+        for part in self._parts.values():
+            self._flush(part)
+        for part in self._parts.values():
+            self._wait(part)
         self._commit(consumer, final=True)
 
     def _close_consumer(self, consumer: Consumer) -> None:
@@ -447,25 +433,27 @@ class Archiver:
     def _log_stats(self, state: str) -> None:
         st = self.stats
         log.info(
-            "archiver %s: %d events archived, %d skipped, %d quarantined, %d segments, "
-            "%d runs finished, %d runs open, %d segments being written",
+            "archiver %s: %d events archived, %d skipped, %d quarantined, %d checkpoints "
+            "verified, %d flushes (%d objects), %d runs finished, %d records pending",
             state,
             st.events_archived,
             st.events_skipped,
             st.events_quarantined,
+            st.checkpoints_verified,
             st.segments_written,
+            st.objects_written,
             st.runs_finished,
-            sum(1 for r in self._runs.values() if r.buffer),
-            len(self._jobs),
+            sum(len(p.pending) for p in self._parts.values()),
         )
 
     def _idle(self, consumer: Consumer, last_msg: float | None, until_idle: float) -> bool:
-        """Nothing buffered or unwritten, no message for ``until_idle`` s, and every assigned
-        partition fetched at least once (so a slow first fetch is not taken for idleness)."""
+        """Nothing unflushed, no message for ``until_idle`` s, and every assigned partition
+        fetched at least once (so a slow first fetch is not taken for idleness). Pending
+        records (no checkpoint yet) do not keep it busy: only a checkpoint resolves them."""
         since = last_msg or self._assigned_at
         if since is None or time.monotonic() - since < until_idle:
             return False
-        if self._jobs or any(r.buffer for r in self._runs.values()):
+        if any(p.log.unflushed or p.inflight for p in self._parts.values()):
             return False
         for tp in consumer.assignment():
             _low, high = consumer.get_watermark_offsets(tp, cached=True)
@@ -489,18 +477,13 @@ class Archiver:
         log.warning("Kafka consumer: %s", err.str())
 
     def _commit(self, consumer: Consumer, *, final: bool = False) -> None:
-        hold: dict[int, int] = {}  # partition -> first offset not yet durable
-        for run in self._runs.values():
-            if run.buffer:
-                hold[run.partition] = min(
-                    run.first_offset, hold.get(run.partition, run.first_offset)
-                )
-        for job in self._jobs:
-            hold[job.partition] = min(job.first_offset, hold.get(job.partition, job.first_offset))
         offsets = []
         for p, consumed in self._consumed.items():
-            upto = hold.get(p, consumed)
-            if self._committed.get(p) != upto:
+            part = self._parts.get(p)
+            upto: int | None = consumed
+            if part is not None and (part.pending or part.log.unflushed or part.inflight):
+                upto = part.durable_offset
+            if upto is not None and self._committed.get(p) != upto:
                 offsets.append(TopicPartition(self.topic, p, upto))
         if not offsets:
             return
@@ -545,24 +528,27 @@ class Archiver:
         for tp in offsets:
             self._committed[tp.partition] = tp.offset
 
-    # -- runs -------------------------------------------------------------------------------
+    # -- the log ----------------------------------------------------------------------------
 
-    def _load(self, run_id: str, partition: int) -> _Run:
-        cur = self.writer.cursor(run_id)
-        run = _Run(cur, partition, cur.next_seq, cur.last_hash, cur.finished)
-        self._runs[run_id] = run
-        if len(self._runs) > _RUN_CACHE:
-            for old in list(self._runs)[: _RUN_CACHE // 10]:
-                r = self._runs[old]
-                if not r.buffer and not r.jobs:
-                    del self._runs[old]
-        return run
+    def _part(self, partition: int) -> _Part:
+        part = self._parts.get(partition)
+        if part is None:
+            prefix = self.settings.topic_prefix
+            part = _Part(
+                PartitionLog.open(
+                    self.store,
+                    prefix,
+                    log_origin(self.settings.log_origin, prefix, partition),
+                    partition,
+                    self.verifiers,
+                )
+            )
+            self._parts[partition] = part
+        return part
 
     def _take_all(self, msgs: list[Message]) -> None:
-        """Check and buffer one consumed batch (the hot loop: locals, no per-event calls
-        beyond the parse and the hash)."""
-        runs, consumed, stats = self._runs, self._consumed, self.stats
-        max_events, max_bytes = self._max_events, self._max_bytes
+        """Sort one consumed batch into pending events and checkpoint records."""
+        consumed, storable = self._consumed, self._storable
         min_at, max_at = _MIN_AT, _MAX_AT
         for msg in msgs:
             err = msg.error()
@@ -573,8 +559,10 @@ class Archiver:
             if partition is None or offset is None:
                 continue  # only error events lack a position
             consumed[partition] = offset + 1
-            if msg.key() == CHECKPOINT_KEY and is_checkpoint_record(msg.headers()):
-                continue  # the signed log's record, not an event (docs/log.md)
+            part = self._part(partition)
+            if is_checkpoint_record(msg.headers()):
+                self._checkpoint(part, msg)
+                continue
             if value is None:
                 self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
                 continue
@@ -584,85 +572,203 @@ class Archiver:
                 why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
                 self._refuse(msg, why, f"{type(exc).__name__}: {exc}")
                 continue
-            run = runs.get(ev.run_id)
-            if run is None:
-                problem = unarchivable(ev.run_id, ev.sealed_at)
-                if problem is not None:
-                    self._refuse(msg, Why.INVALID, problem, ev)
-                    continue
-                run = self._load(ev.run_id, partition)
-            elif not min_at <= ev.sealed_at <= max_at:
-                self._refuse(msg, Why.INVALID, unarchivable(ev.run_id, ev.sealed_at) or "", ev)
+            problem = (
+                None
+                if ev.run_id in storable and min_at <= ev.sealed_at <= max_at
+                else unarchivable(ev.run_id, ev.sealed_at)
+            )
+            if problem is None and len(storable) < _RUN_IDS:
+                storable.add(ev.run_id)
+            if problem is not None:
+                self._refuse(msg, Why.INVALID, problem, ev.run_id, ev.seq)
                 continue
-            if run.finished or ev.seq < run.next_seq:
-                stats.events_skipped += 1
+            try:
+                data = leaf_data(ev.run_id, ev.seq, ev.hash)
+            except LogError as exc:
+                self._refuse(msg, Why.INVALID, str(exc), ev.run_id, ev.seq)
                 continue
-            if ev.seq > run.next_seq:
-                self._refuse(
-                    msg,
-                    Why.HOLE,
-                    f"run {ev.run_id!r} is archived up to seq {run.next_seq - 1} and this is "
-                    f"seq {ev.seq}: seq {run.next_seq} is missing from the sealed topic or was "
-                    "quarantined; the archive never skips a seq",
-                    ev,
-                )
-                continue
-            if ev.prev_hash != run.last_hash or link(run.last_hash, ev.raw) != ev.hash:
-                self._refuse(
-                    msg,
-                    Why.CHAIN,
-                    f"run {ev.run_id!r} seq {ev.seq} does not continue the run's hash chain: "
-                    + (
-                        f"its prev_hash {ev.prev_hash.hex()} is not the archived chain head "
-                        f"{run.last_hash.hex()}"
-                        if ev.prev_hash != run.last_hash
-                        else f"its hash {ev.hash.hex()} is not link(prev_hash, raw)"
-                    ),
-                    ev,
-                )
-                continue
-            buffer = run.buffer
-            if not buffer:
-                run.first_offset = offset
-                run.opened = time.monotonic()
-            buffer.append(ev)
-            run.size += len(ev.body)
-            run.next_seq += 1
-            run.last_hash = ev.hash
-            if ev.finishes_run:
-                run.finished = True
-                self._flush(run)
-            elif len(buffer) >= max_events or run.size >= max_bytes:
-                self._flush(run)
+            rec = LeafRecord(
+                ev.run_id, ev.seq, ev.hash, ev.finishes_run, ev.sealed_at, data,
+                hash_leaf(data), value,
+            )  # fmt: skip
+            part.pending.append(_Pending(offset, msg.key(), rec))
 
-    def _refuse(self, msg: Message, why: Why, detail: str, ev: Sealed | None = None) -> None:
+    def _checkpoint(self, part: _Part, msg: Message) -> None:
+        """Verify one checkpoint record and resolve the pending records against it."""
+        plog = part.log
+        where = f"{self.topic}[{plog.partition}]@{msg.offset()}"
+        try:
+            cpr = CheckpointRecord.decode(msg.value() or b"")
+            vc = cpr.verify(self.verifiers, plog.origin)
+            size = plog.size
+            if vc.start > size:
+                raise LogError(
+                    f"it adds leaves {vc.start}..{vc.checkpoint.size - 1} but the log read so "
+                    f"far has {size}: leaves {size}..{vc.start - 1} were never seen here"
+                )
+            if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
+                raise LogError(
+                    f"its tree at {vc.start} leaves is not the one this partition's log has "
+                    "(the log forked)"
+                )
+            if vc.start < size <= vc.checkpoint.size:  # re-read after a restart: must match
+                tree = plog.state.compact()
+                tree.extend(vc.leaves[size - vc.start :])
+                if tree.root() != vc.checkpoint.root:
+                    raise LogError(
+                        f"the archived log of {size} leaves is not a prefix of it (the log "
+                        "forked, or the archive was changed)"
+                    )
+            matched, unmatched = _match(part.pending, vc.leaves, vc.start)
+            new = [(i, p) for i, p in matched if i >= size]
+            if [i for i, _ in new] != list(range(size, vc.checkpoint.size)):
+                got = {i for i, _ in new}
+                lost = next(i for i in range(size, vc.checkpoint.size) if i not in got)
+                raise LogError(
+                    f"it lists leaf {lost} but no sealed record read since the last "
+                    "checkpoint has that leaf hash (the record is missing from the topic)"
+                )
+        except LogError as exc:
+            detail = (
+                f"checkpoint record {where} failed verification: {exc}; the "
+                f"{len(part.pending)} record(s) read since the last verified checkpoint stay "
+                "pending (never archived unless a verified checkpoint lists them)"
+            )
+            self._refuse(msg, Why.BAD_CHECKPOINT, detail)
+            return
+        self.stats.checkpoints_verified += 1
+        for p in unmatched:
+            r = p.rec
+            self._refuse(
+                msg,
+                Why.NOT_IN_LOG,
+                f"run {r.run_id!r} seq {r.seq} (leaf hash {r.leaf_hash.hex()[:16]}…) is not "
+                f"listed by the signed checkpoint {vc.checkpoint.origin}@{vc.checkpoint.size} "
+                f"(record {where}) that covers it: another producer appended it; it is never "
+                "archived as run history",
+                r.run_id,
+                r.seq,
+                offset=p.offset,
+                key=p.key,
+                value=r.value,
+            )
+        self.stats.events_skipped += len(matched) - len(new)
+        if new and not plog.unflushed:
+            part.opened = time.monotonic()
+        for _, p in new:
+            plog.append(p.rec)
+        part.pending = []
+        part.ready_offset = (msg.offset() or 0) + 1
+        if vc.checkpoint.size > plog.archived or plog.note is None:
+            plog.note, plog.note_size = vc.note, vc.checkpoint.size
+        if new:
+            plog.root = vc.tree.root()
+        if not plog.unflushed and part.inflight is None:
+            part.durable_offset = part.ready_offset
+        elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
+            self._flush(part)
+
+    def _flush_due(self, *, caught_up: bool = False) -> None:
+        """Flush what is old enough, or everything once a poll came back empty: the
+        archiver has caught up with the topic, and waiting longer only adds latency."""
+        deadline = time.monotonic() - self.settings.archive_segment_max_age_s
+        for part in self._parts.values():
+            if part.log.unflushed and (caught_up or part.opened <= deadline):
+                self._flush(part)
+
+    def _flush(self, part: _Part) -> None:
+        """Hand the partition's verified leaves to a background flush (after the previous
+        one of the partition is written: the checkpoint objects go in order)."""
+        plog = part.log
+        if not plog.unflushed:
+            return
+        self._wait(part)
+        job = plog.take_flush(self.clock() + self.retention)
+        part.inflight_job, part.inflight_offset = job, part.ready_offset
+        part.inflight = self._flusher.submit(job.write, self._pool)
+
+    def _reap(self) -> None:
+        for part in self._parts.values():
+            if part.inflight is not None and part.inflight.done():
+                self._wait(part)
+
+    def _wait(self, part: _Part) -> None:
+        """Wait for the partition's flush in flight; account for it (its error is raised)."""
+        fut, job = part.inflight, part.inflight_job
+        if fut is None or job is None:
+            return
+        try:
+            objects = fut.result()
+        finally:
+            part.inflight = part.inflight_job = None
+        part.durable_offset = part.ready_offset if not part.log.unflushed else part.inflight_offset
+        st = self.stats
+        st.events_archived += job.leaves
+        st.segments_written += 1
+        st.objects_written += objects
+        st.runs_finished += job.finished
+        st.last_write_at = time.monotonic()
+
+    def _refuse(
+        self,
+        msg: Message,
+        why: Why,
+        detail: str,
+        run_id: str | None = None,
+        seq: int | None = None,
+        *,
+        offset: int | None = None,
+        key: bytes | None = None,
+        value: bytes | None = None,
+    ) -> None:
         """Quarantine one record (durably, before its offset can be committed) and go on."""
-        partition, offset = msg.partition(), msg.offset()
-        assert partition is not None and offset is not None  # a consumed record has both
+        partition = msg.partition()
+        at = msg.offset() if offset is None else offset
+        assert partition is not None and at is not None  # a consumed record has both
         quarantine(
             self.store,
-            self.writer.clock() + self.writer.retention,
+            self.clock() + self.retention,
             why,
             detail,
             self.topic,
             partition,
-            offset,
-            msg.key(),
-            msg.value(),
-            None if ev is None else ev.run_id,
-            None if ev is None else ev.seq,
+            at,
+            msg.key() if offset is None else key,
+            msg.value() if offset is None else value,
+            run_id,
+            seq,
         )
         st = self.stats
         st.events_quarantined += 1
         st.quarantined[why.value] = st.quarantined.get(why.value, 0) + 1
 
-    def _flush_aged(self) -> None:
-        deadline = time.monotonic() - self.settings.archive_segment_max_age_s
-        for run in list(self._runs.values()):
-            if run.buffer and run.opened <= deadline:
-                self._flush(run)
 
-    def _flush(self, run: _Run) -> None:
-        events, run.buffer, run.size = run.buffer, [], 0
-        run.jobs += 1
-        self._submit(_Job(events[0].run_id, run.cursor, events, run.partition, run.first_offset))
+def _match(
+    pending: list[_Pending], leaves: tuple[bytes, ...], start: int
+) -> tuple[list[tuple[int, _Pending]], list[_Pending]]:
+    """Greedy in-order matching of pending records to listed leaf hashes.
+
+    Each record takes the next listed leaf at or after the last match with its hash; listed
+    leaves skipped over are ones this reader did not see (read before a restart); a record
+    with no such leaf is not in the log.
+    """
+    matched: list[tuple[int, _Pending]] = []
+    unmatched: list[_Pending] = []
+    j = 0
+    for p in pending:
+        h = p.rec.leaf_hash
+        if j < len(leaves) and leaves[j] == h:
+            k = j
+        else:
+            try:
+                k = leaves.index(h, j)
+            except ValueError:
+                unmatched.append(p)
+                continue
+        matched.append((start + k, p))
+        j = k + 1
+    return matched, unmatched
+
+
+def _days(n: int) -> timedelta:
+    return timedelta(days=n)

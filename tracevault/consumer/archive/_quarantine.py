@@ -53,6 +53,10 @@ class QuarantineReason(StrEnum):
     """The next seq of its run, but ``prev_hash``/``hash`` do not continue the run's chain."""
     HOLE = "hole"
     """A seq past the next one of its run: a record before it is missing or quarantined."""
+    NOT_IN_LOG = "not-in-log"
+    """Parses, but no verified checkpoint lists its leaf: another producer appended it."""
+    BAD_CHECKPOINT = "bad-checkpoint"
+    """A checkpoint record that failed verification (unknown key, wrong origin, root, gap)."""
     INTERNAL = "internal"
     """The archiver failed on this record in a way it did not foresee (a bug)."""
 

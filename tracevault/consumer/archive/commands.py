@@ -48,8 +48,15 @@ def _store(ctx: click.Context, **overrides: Any) -> tuple[Settings, ObjectStore]
 @click.option(
     "--lock-mode", type=click.Choice(["COMPLIANCE", "GOVERNANCE"]), help="S3 Object Lock mode."
 )
-@click.option("--segment-max-events", type=click.IntRange(1), help="Events per segment [10000].")
-@click.option("--segment-max-bytes", type=click.IntRange(1024), help="Bytes per segment [64 MiB].")
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    multiple=True,
+    metavar="VKEY|@FILE",
+    help="The log's verifier key (repeatable) [env TRACEVAULT_LOG_VKEYS]. Required.",
+)
+@click.option("--segment-max-events", type=click.IntRange(1), help="Leaves per flush [10000].")
+@click.option("--segment-max-bytes", type=click.IntRange(1024), help="Bytes per flush [64 MiB].")
 @click.option(
     "--segment-max-age", type=click.FloatRange(min=0, min_open=True), help="Seconds [60]."
 )
@@ -74,6 +81,7 @@ def archiver(
     s3_endpoint_url: str | None,
     retention_days: int | None,
     lock_mode: str | None,
+    trusted_keys: tuple[str, ...],
     segment_max_events: int | None,
     segment_max_bytes: int | None,
     segment_max_age: float | None,
@@ -82,16 +90,18 @@ def archiver(
     until_idle: float | None,
     metrics_port: int | None,
 ) -> None:
-    """Archive every sealed run as immutable, retained Avro segments.
+    """Archive what the signed log lists, as immutable, retained objects.
 
-    Consumes <prefix>.sealed (read_committed) and writes, per run, Avro container files
-    named by seq range, each with a receipt, and a final receipt when the run ends. Offsets
-    are committed only after the objects are durably written; a kill at any moment loses
-    nothing and archives nothing twice. SIGTERM or Ctrl-C flushes open segments and exits.
+    Consumes <prefix>.sealed (read_committed), verifies every checkpoint record with the
+    trusted log keys and writes each partition's log as C2SP tiles plus a small index per
+    run (docs/log.md). A record no verified checkpoint lists is quarantined, never
+    archived. Offsets are committed only after the objects are durably written; a kill at
+    any moment loses nothing and archives nothing twice. SIGTERM or Ctrl-C flushes, exits.
 
     \b
     Examples:
-      tracevault archiver --archive file:///var/lib/tracevault/archive
+      tracevault archiver --archive file:///var/lib/tv/archive \\
+          --trusted-key @/etc/tracevault/log.vkey
       tracevault archiver --archive s3://audit-logs/tracevault \\
           --s3-endpoint-url http://minio:9000 --lock-mode COMPLIANCE
       TRACEVAULT_ARCHIVE_URL=s3://audit-logs/tv \\
@@ -104,8 +114,10 @@ def archiver(
     from tracevault.consumer._liveness import serve, stop_on_signals  # noqa: PLC0415
     from tracevault.consumer.archive._archiver import Archiver  # noqa: PLC0415 - Kafka import
 
+    extra = {"log_vkeys": ",".join(trusted_keys)} if trusted_keys else {}
     settings, store = _store(
         ctx,
+        **extra,
         archive_url=archive_url,
         s3_endpoint_url=s3_endpoint_url,
         retention_days=retention_days,
@@ -130,7 +142,8 @@ def archiver(
         undo()
     stderr.print(
         f"stopped: {stats.events_archived} events archived in {stats.segments_written} "
-        f"segments, {stats.runs_finished} runs finished, {stats.events_skipped} skipped"
+        f"flushes, {stats.runs_finished} runs finished, {stats.events_skipped} skipped, "
+        f"{stats.events_quarantined} quarantined"
     )
 
 

@@ -1,0 +1,184 @@
+"""Reading a run from the static-log layout (``tracevault.archive.tlog``), with its log evidence.
+
+One listing of ``runs/<run>/`` finds the run's index objects; they name the partition log,
+the leaf index of every seq and the tree size each flush archived. The records come from the
+data bundles; the evidence (``RunLogEvidence``) from the log itself: the newest archived
+checkpoint of the partition, an inclusion proof per event built from the hash tiles, and a
+consistency proof from every checkpoint a run index names to the newest one. Nothing here is
+trusted: ``check_run_log`` decides with the public keys only (docs/log.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tracevault.archive.tlog import (
+    RunIndex,
+    checkpoint_key,
+    checkpoint_prefix,
+    data_key,
+    decode_values,
+    entries_key,
+    parse_run_index_key,
+    tile_key,
+)
+from tracevault.errors import ArchiveError, LogError, NotFoundError
+from tracevault.log import (
+    TILE_WIDTH,
+    Checkpoint,
+    LeafProof,
+    RunLogEvidence,
+    consistency_proof,
+    decode_bundle,
+    inclusion_proof,
+    parse_leaf,
+    split_note,
+    tile_node_source,
+    tile_width,
+)
+
+__all__ = ["LogRun", "read_log_run", "run_index_keys"]
+
+
+@dataclass(frozen=True, slots=True)
+class LogRun:
+    """A run as the static log holds it: its sealed values in seq order, where each came
+    from, and the evidence that places it in the signed log."""
+
+    run_id: str
+    values: tuple[bytes, ...]
+    objects: tuple[str, ...]  # the data bundle of each value
+    index_keys: tuple[str, ...]
+    finished: bool
+    head: str
+    evidence: RunLogEvidence
+    unindexed: tuple[tuple[int, int, str], ...] = ()
+    """(leaf, seq, entry bundle) of the run's leaves past its last indexed one that no index
+    object lists: the tail of the run's index was deleted."""
+
+
+def run_index_keys(keys: Sequence[str]) -> list[str]:
+    return [k for k in keys if parse_run_index_key(k) is not None]
+
+
+class _Reader:
+    def __init__(self, get: Callable[[str], bytes]) -> None:
+        self._get = get
+        self._cache: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes:
+        got = self._cache.get(key)
+        if got is None:
+            try:
+                got = self._get(key)
+            except NotFoundError:
+                raise ArchiveError(f"object {key} is missing from the archive (deleted?)") from None
+            self._cache[key] = got
+        return got
+
+
+def read_log_run(
+    get: Callable[[str], bytes],
+    list_keys: Callable[[str], list[str]],
+    run_id: str,
+    index_keys: Sequence[str],
+) -> LogRun:
+    """The run from its index objects (``index_keys``, from the run's listing)."""
+    if not index_keys:
+        raise ArchiveError(f"run {run_id!r} has no index objects")
+    r = _Reader(get)
+    indexes = [RunIndex.from_json(r.get(k), k) for k in sorted(index_keys)]
+    logs = {(i.log, i.origin) for i in indexes}
+    if len(logs) != 1:
+        raise ArchiveError(
+            f"run {run_id!r}: its index objects name {len(logs)} logs ({sorted(logs)}); a run "
+            "lives in one partition"
+        )
+    (log_key, origin) = logs.pop()
+    by_seq: dict[int, tuple[int, str]] = {}
+    for idx, key in zip(indexes, sorted(index_keys), strict=True):
+        if idx.run_id != run_id:
+            raise ArchiveError(f"run index {key} is for run {idx.run_id!r}, not {run_id!r}")
+        for leaf, seq in idx.leaves:
+            seen = by_seq.get(seq)
+            if seen is not None and seen[0] != leaf:
+                raise ArchiveError(
+                    f"run {run_id!r} seq {seq}: index {key} says leaf {leaf}, {seen[1]} says "
+                    f"leaf {seen[0]}"
+                )
+            by_seq[seq] = (leaf, key)
+    cps = list_keys(checkpoint_prefix(log_key))
+    if not cps:
+        raise ArchiveError(f"log {log_key} has no checkpoint object (deleted?)")
+    cp_key = cps[-1]
+    note = r.get(cp_key).decode("utf-8", "replace")
+    try:
+        cp = Checkpoint.parse(split_note(note)[0])
+    except LogError as exc:
+        raise ArchiveError(f"checkpoint {cp_key} is unreadable: {exc}") from exc
+    size = cp.size
+
+    def read_tile(level: int, index: int, width: int) -> bytes:
+        return r.get(tile_key(log_key, level, index, width))
+
+    node = tile_node_source(size, read_tile)
+    values: list[bytes] = []
+    objects: list[str] = []
+    proofs: list[LeafProof] = []
+    for seq in sorted(by_seq):
+        leaf, _ = by_seq[seq]
+        if leaf >= size:
+            raise ArchiveError(
+                f"run {run_id!r} seq {seq} is leaf {leaf}, beyond the newest checkpoint "
+                f"{cp_key} (size {size})"
+            )
+        n = leaf // TILE_WIDTH
+        dkey = data_key(log_key, n, tile_width(0, n, size))
+        bundle = decode_values(r.get(dkey), dkey)
+        try:
+            values.append(bundle[leaf % TILE_WIDTH])
+        except IndexError:
+            raise ArchiveError(f"data bundle {dkey} has no record for leaf {leaf}") from None
+        objects.append(dkey)
+        try:
+            proof = tuple(inclusion_proof(leaf, size, node))
+        except LogError as exc:
+            raise ArchiveError(f"tiles of {log_key}: {exc}") from exc
+        proofs.append(LeafProof(seq, leaf, proof, dkey))
+    unindexed: list[tuple[int, int, str]] = []
+    last_leaf = max(leaf for leaf, _ in by_seq.values())
+    for n in range(last_leaf // TILE_WIDTH, (size - 1) // TILE_WIDTH + 1):
+        ekey = entries_key(log_key, n, tile_width(0, n, size))
+        try:
+            entries = decode_bundle(r.get(ekey), ekey)
+        except LogError as exc:
+            raise ArchiveError(str(exc)) from exc
+        for i, data in enumerate(entries, start=n * TILE_WIDTH):
+            if i <= last_leaf:
+                continue
+            try:
+                rid, seq, _ = parse_leaf(data)
+            except LogError as exc:
+                raise ArchiveError(f"entry bundle {ekey} leaf {i}: {exc}") from exc
+            if rid == run_id and seq not in by_seq:
+                unindexed.append((i, seq, ekey))
+    others: list[tuple[str, tuple[bytes, ...]]] = []
+    for old in sorted({i.size for i in indexes} - {size}):
+        okey = checkpoint_key(log_key, old)
+        other = r.get(okey).decode("utf-8", "replace")
+        if old < size:
+            others.append((other, tuple(consistency_proof(old, size, node))))
+        else:
+            others.append((other, ()))  # a checkpoint past the newest listed one: L4 fails
+    fin = [i for i in indexes if i.finished]
+    return LogRun(
+        run_id,
+        tuple(values),
+        tuple(objects),
+        tuple(sorted(index_keys)),
+        bool(fin),
+        fin[-1].head if fin else "",
+        RunLogEvidence(origin, note, tuple(proofs), tuple(others), cp_key),
+        tuple(unindexed),
+    )

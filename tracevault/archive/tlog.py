@@ -1,0 +1,154 @@
+"""The archive as a static log per sealed partition (C2SP tlog-tiles) plus a per-run index.
+
+Keys (every object written once and retention-locked; docs/log.md, "Archive")::
+
+    log/<prefix>/<p>/tile/<L>/<N>[.p/<W>]        hash tiles (c2sp.org/tlog-tiles)
+    log/<prefix>/<p>/tile/entries/<N>[.p/<W>]    entry bundles: the leaf data (u16-prefixed)
+    log/<prefix>/<p>/data/<N>[.p/<W>]            the sealed records of the same leaves (u32-
+                                                 prefixed SealedEvent values), aligned
+    log/<prefix>/<p>/checkpoint/<size:020d>      the signed checkpoint note at that size
+    runs/<run>/log-<p>-<size:012d>.json          RunIndex: the run's leaves added by the flush
+                                                 that ended at <size>
+    index/day-runs/<day>/<prefix>-<p>-<size>     the runs a flush first saw on <day>, one
+                                                 object per flush (layout.day_batch_key)
+
+The spec's single mutable ``checkpoint`` object cannot live on WORM storage, so each
+checkpoint is its own immutable object named by its size; the newest is the last in a listing.
+A run is one listing of ``runs/<run>/``; legacy ``seg-*`` objects under the same prefix are the
+older layout (``tracevault.archive.layout``), still read.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from tracevault.errors import ArchiveError
+from tracevault.log import entries_path, tile_path
+
+__all__ = [
+    "RunIndex",
+    "checkpoint_key",
+    "checkpoint_prefix",
+    "data_key",
+    "decode_values",
+    "encode_values",
+    "entries_key",
+    "log_prefix",
+    "parse_run_index_key",
+    "run_index_key",
+    "tile_key",
+]
+
+_U32 = struct.Struct(">I")
+
+
+def log_prefix(prefix: str, partition: int) -> str:
+    return f"log/{quote(prefix, safe='-_.')}/{partition}/"
+
+
+def tile_key(log: str, level: int, index: int, width: int) -> str:
+    return log + tile_path(level, index, width)
+
+
+def entries_key(log: str, index: int, width: int) -> str:
+    return log + entries_path(index, width)
+
+
+def data_key(log: str, index: int, width: int) -> str:
+    return log + "data/" + entries_path(index, width)[len("tile/entries/") :]
+
+
+def checkpoint_prefix(log: str) -> str:
+    return log + "checkpoint/"
+
+
+def checkpoint_key(log: str, size: int) -> str:
+    return f"{checkpoint_prefix(log)}{size:020d}"
+
+
+def run_index_key(run_prefix: str, partition: int, size: int) -> str:
+    return f"{run_prefix}log-{partition}-{size:012d}.json"
+
+
+def parse_run_index_key(key: str) -> tuple[int, int] | None:
+    """``(partition, size)`` of a run index key, or None if ``key`` is not one."""
+    name = key.rsplit("/", 1)[-1]
+    if not (name.startswith("log-") and name.endswith(".json")):
+        return None
+    try:
+        p, size = name[4:-5].split("-")
+        return int(p), int(size)
+    except ValueError:
+        return None
+
+
+def encode_values(values: Iterable[bytes]) -> bytes:
+    """A data bundle: each sealed value as a big-endian u32 length and the bytes."""
+    return b"".join(_U32.pack(len(v)) + v for v in values)
+
+
+def decode_values(data: bytes, key: str) -> list[bytes]:
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise ArchiveError(f"data bundle {key} ends inside a length (byte {pos})")
+        (n,) = _U32.unpack_from(data, pos)
+        pos += 4
+        if pos + n > len(data):
+            raise ArchiveError(f"data bundle {key} ends inside record {len(out)}")
+        out.append(data[pos : pos + n])
+        pos += n
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunIndex:
+    """One flush's part of a run: which leaves of which partition log hold which seqs.
+
+    ``size`` is the tree size the flush archived (its checkpoint object and the bundles at
+    that size hold every listed leaf); ``finished`` and ``head`` are set on the flush that
+    archived the run's RUN_FINISHED. Canonical JSON, no timestamps: a flush redone after a
+    crash writes the same bytes.
+    """
+
+    run_id: str
+    log: str
+    origin: str
+    partition: int
+    size: int
+    leaves: tuple[tuple[int, int], ...]  # (leaf index, seq), seq order
+    finished: bool = False
+    head: str = ""
+    version: int = 1
+
+    def to_json(self) -> bytes:
+        # by hand, not asdict(): one per run per flush, and asdict's deep copy dominated
+        obj = {
+            "finished": self.finished,
+            "head": self.head,
+            "leaves": [list(x) for x in self.leaves],
+            "log": self.log,
+            "origin": self.origin,
+            "partition": self.partition,
+            "run_id": self.run_id,
+            "size": self.size,
+            "version": self.version,
+        }
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, key: str) -> RunIndex:
+        try:
+            obj: Any = json.loads(data)
+            if not isinstance(obj, dict) or obj.get("version") != 1:
+                raise ValueError("not a version-1 run index object")
+            leaves = tuple((int(i), int(s)) for i, s in obj.pop("leaves"))
+            return cls(leaves=leaves, **obj)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ArchiveError(f"run index {key} is unreadable: {exc}") from exc

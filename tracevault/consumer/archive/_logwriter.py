@@ -1,0 +1,264 @@
+"""Writing one sealed partition's log into the archive as a static log (docs/log.md, "Archive").
+
+A flush writes, all at once and in parallel: the entry and data bundles and the hash tiles
+that grew (full ones once, the newest partial one at its own path), one ``RunIndex`` per run
+it touched and one day-index batch per day (every run the flush touched; a function of the
+flush's leaves only, so a flush redone after a crash writes the same bytes); then, last, the
+checkpoint object at the new size. The checkpoint object is what makes a flush count: a
+reader never goes past the newest one, and a restart resumes from it (so a crash before it
+is redone, and every object redone gets the same bytes or a new name).
+
+Why resume from the archive's checkpoint rather than the next checkpoint record on the topic:
+the partial tiles at the archived size are needed anyway to keep writing, and the checkpoint
+object is re-verified (signature, origin, and the root the tiles give) before it is trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import NamedTuple
+
+from tracevault.archive._store import ObjectStore
+from tracevault.archive.layout import day_batch_key, encode_day_batch, run_prefix
+from tracevault.archive.tlog import (
+    RunIndex,
+    checkpoint_key,
+    checkpoint_prefix,
+    data_key,
+    decode_values,
+    encode_values,
+    entries_key,
+    log_prefix,
+    run_index_key,
+    tile_key,
+)
+from tracevault.errors import ArchiveError, LogError, NotFoundError
+from tracevault.log import (
+    TILE_WIDTH,
+    Checkpoint,
+    NoteVerifier,
+    TileState,
+    decode_bundle,
+    encode_bundle,
+    open_note,
+    tile_node_source,
+    tree_root,
+)
+
+__all__ = ["FlushJob", "LeafRecord", "PartitionLog"]
+
+log = logging.getLogger(__name__)
+
+
+class LeafRecord(NamedTuple):
+    """One logged sealed record: what the leaf binds and the exact value to keep.
+
+    A NamedTuple, not a frozen dataclass: one is built per sealed event (see ``_sealed``)."""
+
+    run_id: str
+    seq: int
+    chain_hash: bytes
+    finishes: bool
+    sealed_at: int
+    leaf: bytes  # leaf data
+    leaf_hash: bytes
+    value: bytes
+
+
+def _day(micros: int) -> date:
+    return datetime.fromtimestamp(micros / 1_000_000, tz=UTC).date()
+
+
+@dataclass(slots=True)
+class PartitionLog:
+    """The archived log of one partition and what was appended since the last flush."""
+
+    store: ObjectStore
+    log: str  # key prefix log/<prefix>/<p>/
+    prefix: str  # the topic prefix
+    origin: str
+    partition: int
+    state: TileState
+    root: bytes  # of the archived size (the newest checkpoint object's)
+    entries: list[bytes] = field(default_factory=list)  # the newest (partial) bundle
+    values: list[bytes] = field(default_factory=list)
+    runs: dict[str, list[LeafRecord]] = field(default_factory=dict)  # since the last flush
+    leaf_index: dict[str, list[int]] = field(default_factory=dict)
+    bundles: dict[int, int] = field(default_factory=dict)  # full bundles to write: index -> 256
+    full_entries: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    archived: int = 0  # size handed to the newest flush (written or being written)
+    unflushed_bytes: int = 0
+    note: str | None = None  # the newest verified checkpoint not yet flushed
+    note_size: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.state.size
+
+    @property
+    def unflushed(self) -> int:
+        return self.state.size - self.archived
+
+    @classmethod
+    def open(
+        cls,
+        store: ObjectStore,
+        prefix: str,
+        origin: str,
+        partition: int,
+        verifiers: Sequence[NoteVerifier],
+    ) -> PartitionLog:
+        """The partition's log as archived: its newest checkpoint, checked, and partial tiles."""
+        log_key = log_prefix(prefix, partition)
+        cps = store.list(checkpoint_prefix(log_key))
+        if not cps:
+            return cls(store, log_key, prefix, origin, partition, TileState(), tree_root(0, _none))
+        key = cps[-1].key
+        note = store.get(key).decode("utf-8", "replace")
+        try:
+            text, _ = open_note(note, verifiers)
+            cp = Checkpoint.parse(text)
+            if cp.origin != origin:
+                raise LogError(f"it is for log {cp.origin!r}, not {origin!r}")
+
+            def read(level: int, index: int, width: int) -> bytes:
+                return store.get(tile_key(log_key, level, index, width))
+
+            state = TileState.restore(cp.size, read)
+            if tree_root(cp.size, tile_node_source(cp.size, read)) != cp.root:
+                raise LogError("the archived tiles do not give its root")
+            width = cp.size % TILE_WIDTH
+            entries: list[bytes] = []
+            values: list[bytes] = []
+            if width:
+                n = cp.size // TILE_WIDTH
+                ek, dk = entries_key(log_key, n, width), data_key(log_key, n, width)
+                entries = decode_bundle(store.get(ek), ek)
+                values = decode_values(store.get(dk), dk)
+        except (LogError, NotFoundError) as exc:
+            raise ArchiveError(
+                f"the archive's checkpoint {key} cannot be resumed from: {exc}. Operator "
+                "action: run `tracevault replay verify --from archive` on a run of partition "
+                f"{partition} and restore the log before restarting the archiver"
+            ) from exc
+        log.info("partition %d: resuming the archived log at size %d", partition, cp.size)
+        return cls(
+            store,
+            log_key,
+            prefix,
+            origin,
+            partition,
+            state,
+            cp.root,
+            entries,
+            values,
+            archived=cp.size,
+        )
+
+    def append(self, rec: LeafRecord) -> int:
+        """Add the next leaf; returns its index."""
+        index = self.state.size
+        self.state.append(rec.leaf_hash)
+        self.entries.append(rec.leaf)
+        self.values.append(rec.value)
+        if len(self.entries) == TILE_WIDTH:
+            n = index // TILE_WIDTH
+            self.full_entries[n] = (encode_bundle(self.entries), encode_values(self.values))
+            self.entries, self.values = [], []
+        self.unflushed_bytes += len(rec.value)
+        self.runs.setdefault(rec.run_id, []).append(rec)
+        self.leaf_index.setdefault(rec.run_id, []).append(index)
+        return index
+
+    def flush(
+        self,
+        until: datetime,
+        pool: ThreadPoolExecutor,
+        prefix_of_run: Callable[[str], str] = run_prefix,
+    ) -> int:
+        """Write everything since the last flush, the checkpoint last; returns objects written."""
+        return self.take_flush(until, prefix_of_run).write(pool)
+
+    def take_flush(
+        self, until: datetime, prefix_of_run: Callable[[str], str] = run_prefix
+    ) -> FlushJob:
+        """Hand everything since the last flush to a job (written by ``FlushJob.write``)."""
+        if self.note is None or self.note_size != self.state.size:
+            raise ArchiveError(
+                f"partition {self.partition}: flush at size {self.state.size} without the "
+                "checkpoint of that size (a bug)"
+            )
+        size = self.state.size
+        puts: list[tuple[str, bytes]] = []
+        for n, (e, d) in sorted(self.full_entries.items()):
+            puts.append((entries_key(self.log, n, TILE_WIDTH), e))
+            puts.append((data_key(self.log, n, TILE_WIDTH), d))
+        if self.entries and size > self.archived:
+            n, w = size // TILE_WIDTH, len(self.entries)
+            puts.append((entries_key(self.log, n, w), encode_bundle(self.entries)))
+            puts.append((data_key(self.log, n, w), encode_values(self.values)))
+        for level, index, width, data in self.state.take_tiles():
+            puts.append((tile_key(self.log, level, index, width), data))
+        days: dict[date, set[str]] = {}
+        for run_id, recs in self.runs.items():
+            fin = recs[-1].finishes
+            idx = RunIndex(
+                run_id=run_id,
+                log=self.log,
+                origin=self.origin,
+                partition=self.partition,
+                size=size,
+                leaves=tuple(zip(self.leaf_index[run_id], (r.seq for r in recs), strict=True)),
+                finished=fin,
+                head=recs[-1].chain_hash.hex() if fin else "",
+            )
+            puts.append((run_index_key(prefix_of_run(run_id), self.partition, size), idx.to_json()))
+            for day in {_day(recs[0].sealed_at), _day(recs[-1].sealed_at)}:
+                days.setdefault(day, set()).add(run_id)
+        for day, run_ids in sorted(days.items()):  # one object per flush and day, not per run
+            key = day_batch_key(day, self.prefix, self.partition, size)
+            puts.append((key, encode_day_batch(run_ids)))
+        job = FlushJob(
+            self.store,
+            puts,
+            (checkpoint_key(self.log, size), self.note.encode()),
+            until,
+            size,
+            size - self.archived,
+            sum(r[-1].finishes for r in self.runs.values()),
+        )
+        self.full_entries.clear()
+        self.runs.clear()
+        self.leaf_index.clear()
+        self.archived = size
+        self.unflushed_bytes = 0
+        return job
+
+
+@dataclass(slots=True)
+class FlushJob:
+    """One flush's objects; ``write`` puts them in parallel, then the checkpoint object."""
+
+    store: ObjectStore
+    puts: list[tuple[str, bytes]]
+    checkpoint: tuple[str, bytes]
+    until: datetime
+    size: int
+    leaves: int
+    finished: int
+
+    def write(self, pool: ThreadPoolExecutor) -> int:
+        until = self.until
+        for f in [pool.submit(self.store.put, k, v, retain_until=until) for k, v in self.puts]:
+            f.result()
+        key, note = self.checkpoint
+        self.store.put(key, note, retain_until=until)  # last: it makes the flush count
+        return len(self.puts) + 1
+
+
+def _none(level: int, index: int) -> bytes:
+    raise LogError("the empty tree has no nodes")

@@ -1,0 +1,134 @@
+"""Aligning two sequences of crossings by kind, call site and ordinal, not by position.
+
+A re-run or a second run that inserts one call would, compared position by position, differ
+at every later step. Here each crossing is matched with a recorded one, in this order:
+
+1. same kind, same call site, same request (model, seed): the same call, wherever it fell
+   (concurrent branches finish in any order);
+2. same kind and call site: the n-th call at that site is the n-th recorded there (ordinal);
+3. same kind and request from another site: the same call after an edit moved its line;
+4. the next unmatched recorded crossing, if it is of the same kind in the same function;
+
+and nothing else: then the crossing is *extra*, and what no crossing took is *missing*.
+Call sites come from ``attributes["tracevault.site"]`` (``tracevault.callsite``); a record
+without them (made before sites were recorded) aligns by kind and ordinal alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tracevault.callsite import SITE_ATTRIBUTE, site_function
+from tracevault.schemas import EventKind, TraceEvent
+
+__all__ = ["Probe", "RecordIndex", "event_site", "is_crossing"]
+
+_NOT_CROSSINGS = frozenset(
+    {EventKind.RUN_STARTED, EventKind.RUN_FINISHED, EventKind.ERROR, EventKind.GAP}
+)
+
+
+def event_site(ev: TraceEvent) -> str | None:
+    return ev.attributes.get(SITE_ATTRIBUTE) if ev.attributes else None
+
+
+def is_crossing(ev: TraceEvent, *, nested: bool) -> bool:
+    """A crossing the agent made (not a run boundary or GAP); nested ones only if asked."""
+    return ev.kind not in _NOT_CROSSINGS and (nested or ev.parent_seq is None)
+
+
+def _seed(kind: EventKind, seed: int | None) -> int | None:
+    # a RANDOM crossing made without a seed is answered with the recorded one: any seed aligns
+    return None if kind is EventKind.RANDOM else seed
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A crossing looking for its recorded counterpart."""
+
+    kind: EventKind
+    site: str | None
+    request: bytes
+    model: str | None
+    seed: int | None
+
+
+class _Queue:
+    """Positions in seq order with a head that skips the taken ones."""
+
+    __slots__ = ("head", "items")
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+        self.head = 0
+
+    def first(self, taken: list[bool]) -> int | None:
+        items = self.items
+        while self.head < len(items) and taken[items[self.head]]:
+            self.head += 1
+        return items[self.head] if self.head < len(items) else None
+
+
+class RecordIndex:
+    """The crossings of one recorded run, each taken at most once by :meth:`take`."""
+
+    def __init__(self, events: Sequence[TraceEvent], *, nested: bool) -> None:
+        self.events = events
+        self.taken = [True] * len(events)
+        self.last = 0  # the highest position taken so far
+        self._site: dict[tuple[object, ...], _Queue] = {}
+        self._exact: dict[tuple[object, ...], _Queue] = {}
+        self._content: dict[tuple[object, ...], _Queue] = {}
+        self.sited = False
+        self.crossings = 0
+        for pos, ev in enumerate(events):
+            if not is_crossing(ev, nested=nested):
+                continue
+            self.crossings += 1
+            self.taken[pos] = False
+            site = event_site(ev)
+            self.sited = self.sited or site is not None
+            content = (ev.kind, ev.request, ev.model, _seed(ev.kind, ev.seed))
+            for table, key in (
+                (self._site, (ev.kind, site)),
+                (self._exact, (*content, site)),
+                (self._content, content),
+            ):
+                table.setdefault(key, _Queue()).items.append(pos)
+
+    def _first(
+        self, table: dict[tuple[object, ...], _Queue], key: tuple[object, ...]
+    ) -> int | None:
+        q = table.get(key)
+        return None if q is None else q.first(self.taken)
+
+    def take(self, probe: Probe) -> int | None:
+        """The position of the recorded crossing ``probe`` aligns with, now taken; or None."""
+        site = probe.site if self.sited else None
+        content = (probe.kind, probe.request, probe.model, _seed(probe.kind, probe.seed))
+        pos = self._first(self._exact, (*content, site))
+        if pos is None:
+            pos = self._first(self._site, (probe.kind, site))
+        if pos is None:
+            pos = self._first(self._content, content)
+        if pos is None:
+            pos = self._next_in_function(probe.kind, site)
+        if pos is not None:
+            self.taken[pos] = True
+            self.last = max(self.last, pos)
+        return pos
+
+    def _next_in_function(self, kind: EventKind, site: str | None) -> int | None:
+        for pos in range(self.last + 1, len(self.events)):
+            if self.taken[pos]:
+                continue
+            ev = self.events[pos]
+            if ev.kind is kind and site_function(event_site(ev)) == site_function(site):
+                return pos
+            return None
+        return None
+
+    def untaken(self) -> list[int]:
+        """Positions of the recorded crossings nothing aligned with, in seq order."""
+        return [pos for pos, t in enumerate(self.taken) if not t]

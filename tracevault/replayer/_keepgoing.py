@@ -1,0 +1,194 @@
+"""``replay(..., keep_going=True)``: every divergence of a re-run, not only the first.
+
+The re-run's crossings are aligned with the record by kind, call site and ordinal
+(``_align``) instead of by position, so one inserted or removed call is reported once and
+the calls after it still match. Each crossing that aligns is answered with its recorded
+response, even when its request changed, so the agent goes on as it went live; a crossing
+with no recorded counterpart is *extra*: a decision is let through (it needs no answer), a
+clock read gets the record's time at that point and a random draw its own seed (or 0); a
+model, tool or state call stops the re-run there, since the record holds nothing to answer
+it with. What nothing aligned with is *missing*. All of it, and the final output, is
+reported in seq order.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from tracevault.callsite import call_site
+from tracevault.edges import Crossing
+from tracevault.errors import ReplayDivergence
+from tracevault.replayer._align import Probe, RecordIndex, event_site, is_crossing
+from tracevault.replayer._diff import MISSING, json_diff, short_json
+from tracevault.replayer._edges import ReplayCursor
+from tracevault.replayer._recorded_error import type_name
+from tracevault.replayer._results import DivergenceReport, StepSummary
+from tracevault.schemas import EventKind, TraceEvent, canonical_json, canonical_json_like
+
+__all__ = ["KeepGoingCursor"]
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data) if data else None
+
+
+class KeepGoingCursor(ReplayCursor):
+    """A :class:`ReplayCursor` that aligns instead of walking, and collects every divergence."""
+
+    def __init__(self, run_id: str, events: Sequence[TraceEvent]) -> None:
+        super().__init__(run_id, events, None)
+        self.index = RecordIndex(events, nested=False)
+        self.found: list[DivergenceReport] = []
+        self._lock = threading.Lock()
+        # every request of a run is in one form (RFC 8785, or the older one): take it from one
+        self._form = next((e.request for e in events if is_crossing(e, nested=False)), None)
+
+    def _report(self, ev: TraceEvent | None, reason: str, **kw: Any) -> DivergenceReport:
+        report = DivergenceReport(
+            run_id=self.run_id,
+            seq=ev.seq if ev is not None else self.next_seq(),
+            expected=kw.pop("expected", None if ev is None else ev.kind.value),
+            reason=reason,
+            expected_request=None if ev is None else _loads(ev.request),
+            **kw,
+        )
+        self.found.append(report)
+        return report
+
+    def expect(self, crossing: Crossing) -> TraceEvent:
+        site = call_site()
+        with self._lock:
+            self.raise_if_diverged()
+            request = canonical_json_like(crossing.request, self._form, field="request")
+            probe = Probe(crossing.kind, site, request, crossing.model, crossing.seed)
+            pos = self.index.take(probe)
+            kind = crossing.kind.value
+            if pos is None:
+                return self._extra(crossing, site)
+            self.pos = self.index.last + 1
+            ev = self.events[pos]
+            if crossing.kind is EventKind.MODEL_CALL and crossing.model is None:
+                crossing = Crossing(crossing.kind, crossing.request, ev.model, crossing.seed)
+            diff: list[str] = []
+            if ev.model != crossing.model:
+                diff.append(f"$.model: expected {short_json(ev.model)}, got {crossing.model!r}")
+            # a RANDOM crossing made without a seed is answered with the recorded one
+            unseeded = crossing.kind is EventKind.RANDOM and crossing.seed is None
+            if not unseeded and crossing.seed != ev.seed:
+                diff.append(f"$.seed: expected {ev.seed}, got {crossing.seed}")
+            if request != ev.request:
+                diff.extend(json_diff(_loads(ev.request), crossing.request, "$.request"))
+            recorded_site = event_site(ev)
+            if diff:
+                moved = "" if recorded_site in (None, site) else f" (recorded at {recorded_site})"
+                self._report(
+                    ev,
+                    f"the {kind} call differs from the record{moved}",
+                    actual=kind,
+                    diff=tuple(diff),
+                    actual_request=crossing.request,
+                    site=site or recorded_site,
+                )
+            return ev
+
+    def _stand_in(self, crossing: Crossing) -> TraceEvent | None:
+        """An answer for an extra crossing that needs none from the record, or None."""
+        if crossing.kind is EventKind.DECISION:
+            response = b"null"  # the agent goes on with its own choice
+        elif crossing.kind is EventKind.CLOCK:
+            # the record's own time at that point: the last served crossing's
+            response = canonical_json({"time": self.events[self.index.last].at / 1e6})
+        elif crossing.kind is EventKind.RANDOM:
+            response = canonical_json({"seed": crossing.seed or 0})
+        else:
+            return None
+        first = self.events[0]
+        return TraceEvent(self.run_id, -1, crossing.kind, first.at, first.agent, b"{}", response)
+
+    async def aexpect(self, crossing: Crossing) -> TraceEvent:
+        """Async edges align the same way: a keep-going re-run waits for no turn."""
+        return self.expect(crossing)
+
+    def _extra(self, crossing: Crossing, site: str | None) -> TraceEvent:
+        kind = crossing.kind.value
+        nxt = self.peek()
+        where = "after the record ended" if nxt is None else f"before seq {nxt.seq}"
+        stand_in = self._stand_in(crossing)
+        reason = f"an extra {kind} call the record does not have ({where})"
+        if stand_in is None:
+            reason += "; the record holds no answer for it, so the re-run stopped here"
+        report = self._report(
+            None,
+            reason,
+            actual=kind,
+            diff=json_diff(MISSING, crossing.request, "$.request"),
+            actual_request=crossing.request,
+            site=site,
+            next_in_record=tuple(StepSummary.of(e) for e in self.events[self.pos : self.pos + 3]),
+        )
+        if stand_in is not None:
+            return stand_in
+        self.report = report
+        self.divergence = ReplayDivergence(
+            report.render(), seq=report.seq, expected=None, actual=kind, diff=report.diff
+        )
+        raise self.divergence
+
+    # -- the end of the re-run ----------------------------------------------------------
+    def missing(self) -> None:
+        """Report every recorded crossing nothing aligned with (before the stop, if stopped)."""
+        stop = self.index.last if self.divergence is not None else len(self.events)
+        for pos in self.index.untaken():
+            if pos > stop:
+                break
+            ev = self.events[pos]
+            self._report(
+                ev,
+                f"the re-run never made this {ev.kind.value} call",
+                actual=None,
+                diff=json_diff(_loads(ev.request), MISSING, "$.request")[:1],
+                site=event_site(ev),
+            )
+
+    def outcome(self, output: Any, exc: BaseException | None) -> None:
+        """Compare the agent's output (or error) with the record's RUN_FINISHED/ERROR."""
+        if self.divergence is not None:
+            return
+        last = next(
+            (e for e in self.events if e.kind in (EventKind.ERROR, EventKind.RUN_FINISHED)), None
+        )
+        if last is None:
+            self._report(None, "the agent finished but the record never does", actual="END")
+            return
+        err = last.error
+        rec_err = None if err is None else {"type": err.type, "message": err.message}
+        got_err = None if exc is None else {"type": type_name(exc)[0], "message": str(exc)[:16_384]}
+        same_error = (rec_err is None and exc is None) or (
+            rec_err is not None
+            and exc is not None
+            and rec_err["type"] in type_name(exc)
+            and rec_err["message"] == got_err["message"]  # type: ignore[index]
+        )
+        actual = EventKind.ERROR.value if exc is not None else EventKind.RUN_FINISHED.value
+        if not same_error:
+            self._report(
+                last,
+                "the agent ended differently than the record says",
+                actual=actual,
+                diff=json_diff({"error": rec_err}, {"error": got_err}),
+            )
+        elif exc is None:
+            out = {"output": output}
+            if canonical_json_like(out, last.response, field="response") != last.response:
+                self._report(
+                    last,
+                    "the agent's final output differs from the record",
+                    actual=actual,
+                    diff=json_diff(_loads(last.response), out, "$.response"),
+                )
+
+    def reports(self) -> tuple[DivergenceReport, ...]:
+        return tuple(sorted(self.found, key=lambda r: (r.seq, r.expected is None)))
