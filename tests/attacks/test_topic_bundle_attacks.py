@@ -38,6 +38,12 @@ from tracevault.log import (
 from tracevault.schemas import EventKind, TraceEvent, canonical_json, decode_event, encode_event
 
 
+@pytest.fixture(autouse=True)
+def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests name their trusted keys themselves (the session's vkey is not one)."""
+    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+
+
 @pytest.fixture(scope="module")
 def settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return fresh_settings(kafka_bootstrap, tmp_path_factory.mktemp("tv"))

@@ -20,6 +20,13 @@ from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.schemas import micros_to_datetime
 
+
+@pytest.fixture(autouse=True)
+def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests name their trusted keys themselves (the session's vkey is not one)."""
+    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+
+
 AGENT = "tests.replayer.agents:research_agent"
 
 

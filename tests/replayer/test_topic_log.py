@@ -26,6 +26,12 @@ from tracevault.replayer import export_bundle, load_run, verify, verify_bundle
 from tracevault.replayer._log import LogPolicy
 
 
+@pytest.fixture(autouse=True)
+def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests name their trusted keys themselves (the session's vkey is not one)."""
+    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+
+
 @pytest.fixture(scope="module")
 def settings(kafka_bootstrap, tmp_path_factory):
     return fresh_settings(kafka_bootstrap, tmp_path_factory.mktemp("tv"))

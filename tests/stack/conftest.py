@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,16 @@ class DemoRun:
     archive: str
     bootstrap: str
     summary: dict[str, Any]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _as_a_user() -> Iterator[None]:
+    """A user who ran the demo trusts the demo's log key, not the test session's: the
+    session's TRACEVAULT_LOG_VKEYS (tests/conftest.py) is not in this module's environment."""
+    saved = os.environ.pop("TRACEVAULT_LOG_VKEYS", None)
+    yield
+    if saved is not None:
+        os.environ["TRACEVAULT_LOG_VKEYS"] = saved
 
 
 @pytest.fixture(scope="module")

@@ -304,7 +304,10 @@ def _object_retention(info: ObjectInfo, content: _Content, min_days: int) -> Obj
                 problems.append(
                     f"{key}: retained {days:.1f} days from when it was written, under {min_days}"
                 )
-        problems.append(f"{key}: no receipt states its retention")
+        if parse_run_index_key(key) is None:
+            problems.append(f"{key}: no receipt states its retention")
+        # else: a static-log index object has no receipt; its lock, checked above against
+        # when it was written, is its retention (docs/log.md, "Archive")
     else:
         if meta is not None:
             if key in content.derived:
@@ -557,6 +560,10 @@ def _why_kept(
     its receipt (a file's mtime reset with ``touch``, say) keeps the run and names the object.
     """
     keys = [i.key for i in store.list(run_prefix(run_id))]
+    if any(parse_run_index_key(k) is not None for k in keys):
+        # A run of the static log shares its bundles and tiles with the runs archived with
+        # it: deleting its index alone would hide it, not remove it (docs/log.md, "Archive").
+        return "its events are in the shared static log: it goes with its partition log", keys
     content = _read_content(store, run_id, keys, retention_days)
     infos = [store.head(k) for k in keys]
     held = [i.key for i in infos if i.legal_hold]

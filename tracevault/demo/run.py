@@ -26,8 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tracevault.archive import open_store
-from tracevault.archive.layout import FinalReceipt, run_id_from_key
+from tracevault.archive import archived_run, open_store
 from tracevault.config import Settings
 from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
 from tracevault.demo.services import LocalBroker, Service, broker_answers
@@ -198,6 +197,7 @@ def _wait_pipeline(
     store = open_store(settings.archive_url, settings)
     deadline = time.monotonic() + opts.timeout
     started = time.monotonic()
+    archived: dict[str, int] = {}  # run id -> events archived, once its end is archived
     try:
         while True:
             for svc in services:
@@ -205,14 +205,12 @@ def _wait_pipeline(
             heads = read_heads(settings, parts)
             finished = {r: h for r, h in heads.items() if r in wanted and h.finished}
             progress.update(sealed_task, completed=len(finished))
-            finals = {
-                run_id_from_key(info.key): info.key
-                for info in store.list("runs/")
-                if info.key.endswith("/final.receipt.json")
-            }
-            archived = wanted & finals.keys()
+            for run_id in wanted - archived.keys():
+                got = archived_run(store, run_id)  # either archive layout
+                if got is not None and got[0]:
+                    archived[run_id] = got[1]
             progress.update(archived_task, completed=len(archived))
-            if len(finished) == len(wanted) and archived == wanted:
+            if len(finished) == len(wanted) and archived.keys() == wanted:
                 break
             if time.monotonic() > deadline:
                 raise ServiceUnavailableError(
@@ -223,9 +221,7 @@ def _wait_pipeline(
             time.sleep(0.5)
         summary.pipeline_seconds = time.monotonic() - started
         summary.events_sealed = sum(finished[r].next_seq for r in wanted)
-        for run_id in sorted(wanted):
-            receipt = FinalReceipt.from_json(store.get(finals[run_id]), finals[run_id])
-            summary.events_archived += receipt.count
+        summary.events_archived = sum(archived.values())
         summary.runs_archived = len(archived)
     finally:
         store.close()

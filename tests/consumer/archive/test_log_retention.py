@@ -22,6 +22,7 @@ def test_log_runs_are_listed_reported_and_never_purged_alone(store: ObjectStore)
     assert runs_on_day(store, day) == ["tiled"]  # what `replay batch` and OTel export use
     (tiled,) = [r for r in retention_report(store) if r.run_id == "tiled"]
     assert not tiled.missing and not tiled.extra
+    assert not tiled.problems, tiled.problems  # locked long enough, by the store's own lock
     assert {o.lock_mode for o in tiled.objects} == {store.lock_mode}
     # its objects state no retention of their own and the log is shared: purge keeps it
     report = purge(store, now=datetime.now(UTC) + timedelta(days=400), dry_run=True)
