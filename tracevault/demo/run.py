@@ -31,7 +31,7 @@ from tracevault.config import Settings
 from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
 from tracevault.demo.services import LocalBroker, Service, broker_answers
 from tracevault.errors import ServiceUnavailableError
-from tracevault.heads import heads_partition_count, read_heads
+from tracevault.heads import fingerprint, heads_partition_count, read_state
 from tracevault.kafka import ensure_topics
 from tracevault.log import Ed25519Signer, load_signer, write_private_key
 from tracevault.producer import Publisher, Recorder
@@ -183,6 +183,23 @@ def _record_fleet(
     summary.events = stats.published
 
 
+def _sealed_to_the_end(settings: Settings, parts: range, wanted: set[str]) -> dict[str, int]:
+    """Runs of ``wanted`` whose RUN_FINISHED is sealed, and how many events each has.
+
+    A finished run's head leaves the heads topic for a chunk of finished runs (docs/fleet.md),
+    so both are read: an open run's head, a finished run's entry in its chunk.
+    """
+    state = read_state(settings, parts)
+    out = {r: h.next_seq for r, h in state.heads.items() if r in wanted and h.finished}
+    by_fp = {fingerprint(r): r for r in wanted}
+    for _p, chunk in state.finished.values():
+        for fp, last in zip(chunk.fingerprints, chunk.last_seqs, strict=True):
+            run = by_fp.get(fp)
+            if run is not None:
+                out[run] = last + 1
+    return out
+
+
 def _wait_pipeline(
     settings: Settings,
     opts: DemoOptions,
@@ -202,8 +219,7 @@ def _wait_pipeline(
         while True:
             for svc in services:
                 svc.check_alive()
-            heads = read_heads(settings, parts)
-            finished = {r: h for r, h in heads.items() if r in wanted and h.finished}
+            finished = _sealed_to_the_end(settings, parts, wanted)
             progress.update(sealed_task, completed=len(finished))
             for run_id in wanted - archived.keys():
                 got = archived_run(store, run_id)  # either archive layout
@@ -220,7 +236,7 @@ def _wait_pipeline(
                 )
             time.sleep(0.5)
         summary.pipeline_seconds = time.monotonic() - started
-        summary.events_sealed = sum(finished[r].next_seq for r in wanted)
+        summary.events_sealed = sum(finished[r] for r in wanted)
         summary.events_archived = sum(archived.values())
         summary.runs_archived = len(archived)
     finally:

@@ -20,6 +20,8 @@ def test_heads_exports() -> None:
     assert set(tracevault.heads.__all__) == {
         "GapRange", "Head", "HeldEvent", "RunLocation", "decode_head", "encode_head",
         "heads_partition_count", "locate_run", "read_heads", "read_heads_and_trees",
+        "FINISHED_KEY_PREFIX", "FinishedChunk", "fingerprint", "is_finished_key",
+        "HeadsState", "find_head", "read_state",
     }  # fmt: skip
     for name in tracevault.heads.__all__:
         assert getattr(tracevault.heads, name) is not None
