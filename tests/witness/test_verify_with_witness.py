@@ -31,8 +31,8 @@ from tracevault.witness._core import Witness
 from tracevault.witness._follow import WitnessFollower
 
 
-def _cli(settings: Settings, *args: str) -> Any:
-    return CliRunner().invoke(main, list(args), env=cli_env(settings))
+def _cli(settings: Settings, *args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(main, list(args), env={**cli_env(settings), **(env or {})})
 
 
 def _log_size(settings: Settings, log_vkey: str, run_id: str) -> int:
@@ -101,9 +101,11 @@ def sealed(
     yield settings, witnesses, origin, base
 
 
-def _verify(settings: Settings, vkey: str, run_id: str, *extra: str) -> Any:
+def _verify(
+    settings: Settings, vkey: str, run_id: str, *extra: str, env: dict[str, str] | None = None
+) -> Any:
     return _cli(settings, "replay", "--archive-url", settings.archive_url, "verify", run_id,
-                "--json", "--trusted-key", vkey, *extra)  # fmt: skip
+                "--json", "--trusted-key", vkey, *extra, env=env)  # fmt: skip
 
 
 @pytest.mark.parametrize("source", ["topic", "archive"])
@@ -135,10 +137,10 @@ def test_verify_counts_the_witness_from_its_store(sealed, log_vkey: str, source:
     assert res.exit_code == 1
     assert "0 trusted witness cosignature(s), 1 required" in " ".join(res.output.split())
 
-    # both stores and both keys: two witnesses on one checkpoint
+    # both stores (from the environment) and both keys: two witnesses on one checkpoint
     res = _verify(settings, log_vkey, "wv-a", "--from", source, "--witness-key", w1,
-                  "--witness-key", w2, "--witness-store", wit.urls[0],
-                  "--witness-store", wit.urls[1], "--min-witnesses", "2")  # fmt: skip
+                  "--witness-key", w2, "--min-witnesses", "2",
+                  env={"TRACEVAULT_WITNESS_STORES": ",".join(wit.urls)})  # fmt: skip
     assert res.exit_code == 0, res.output
 
 

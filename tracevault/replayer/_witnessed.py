@@ -137,7 +137,10 @@ def _reanchor(settings: Settings, run: LoadedRun) -> Reanchor:
 def with_witness_stores(
     settings: Settings, run: LoadedRun, policy: LogPolicy | None, urls: Sequence[str]
 ) -> LoadedRun:
-    """:func:`witnessed` over the witness stores at ``urls`` (``--witness-store``)."""
+    """:func:`witnessed` over the witness stores at ``urls`` (``--witness-store``), or else
+    those of ``settings.witness_stores`` (env ``TRACEVAULT_WITNESS_STORES``)."""
+    if not urls:
+        urls = [u.strip() for u in settings.witness_stores.split(",") if u.strip()]
     if not urls or policy is None:
         return run
     stores = [open_store(u, settings) for u in urls]

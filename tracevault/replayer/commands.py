@@ -94,7 +94,7 @@ _WITNESS_STORE = click.option(
     multiple=True,
     metavar="URL",
     help="A witness's store (file:// or s3://) to read its cosigned checkpoint of the "
-    "run from (repeatable).",
+    "run from (repeatable) [env TRACEVAULT_WITNESS_STORES, comma-separated].",
 )
 
 
