@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,23 @@ from tests.replayer.pipeline import fresh_settings, record_live, sequencer_runni
 from tracevault.archive import ObjectStore, open_store
 from tracevault.cli import tracevault as main
 from tracevault.config import Settings
-from tracevault.log import CosignatureSigner, Ed25519Signer, log_origin
-from tracevault.replayer._witnessed import pick_witnessed_size
-from tracevault.witness import cosigned_sizes
+from tracevault.errors import LogError
+from tracevault.log import (
+    Checkpoint,
+    CosignatureSigner,
+    Ed25519Signer,
+    LeafProof,
+    RunLogEvidence,
+    add_cosignature,
+    log_origin,
+    open_note,
+    sign_note,
+)
+from tracevault.replayer import LoadedRun
+from tracevault.replayer._log import LogPolicy
+from tracevault.replayer._records import SealedRows
+from tracevault.replayer._witnessed import pick_witnessed_size, witnessed
+from tracevault.witness import checkpoint_key, cosigned_sizes
 from tracevault.witness._core import Witness
 from tracevault.witness._follow import WitnessFollower
 
@@ -179,3 +193,36 @@ def test_the_smallest_size_enough_stores_cosigned_is_picked() -> None:
     assert pick_witnessed_size([[3, 9, 12], [8, 20]], 5, 2) == 8  # none shared: the smallest
     assert pick_witnessed_size([[3, 9, 12], [8, 20]], 5, 1) == 8
     assert pick_witnessed_size([[3, 4]], 5, 1) is None
+
+
+def _stored(store: ObjectStore, origin: str, note: str) -> None:
+    size = int(note.split("\n")[1])
+    store.put(checkpoint_key(origin, size), note.encode(), retain_until=datetime.now(UTC))
+
+
+def test_a_store_with_another_root_at_the_size_is_named_not_merged(tmp_path: Path) -> None:
+    """A witness copy of the run's own size merges in place (no re-read); one of another
+    root at that size (a split view) is an error naming the store, never merged."""
+    origin = "tv.test/wv/0"
+    log_key = Ed25519Signer.generate("tv.test/log")
+    w1 = CosignatureSigner.generate("w1.test")
+    note = sign_note(Checkpoint(origin, 5, b"\x01" * 32).body(), [log_key])
+    forked = sign_note(Checkpoint(origin, 5, b"\x02" * 32).body(), [log_key])
+    evidence = RunLogEvidence(origin, note, (LeafProof(0, 4, ()),), checkpoint_obj="t[0]@9")
+    run = LoadedRun("r", "topic", SealedRows([]), [], log_evidence=evidence)
+    policy = LogPolicy((log_key.verifier,), (w1.verifier,), 1)
+
+    def never(size: int, note: str) -> LoadedRun:
+        raise AssertionError("the run's own size needs no re-read")
+
+    good = open_store(f"file://{tmp_path / 'good'}", Settings())
+    _stored(good, origin, add_cosignature(note, w1))
+    got = witnessed(run, policy, [good], never).log_evidence
+    assert got is not None and got.checkpoint_obj == "t[0]@9"
+    _, sigs = open_note(got.checkpoint, [log_key.verifier, w1.verifier])
+    assert len(sigs) == 2  # the log's signature still holds on the same body, plus w1's
+
+    bad = open_store(f"file://{tmp_path / 'bad'}", Settings())
+    _stored(bad, origin, add_cosignature(forked, w1))
+    with pytest.raises(LogError, match=f"witness store {bad.url}"):
+        witnessed(run, policy, [bad], never)

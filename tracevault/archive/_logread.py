@@ -202,7 +202,7 @@ def read_log_run(
             note if anchor is None else anchor,
             tuple(proofs),
             tuple(others),
-            cp_key if anchor is None else f"{checkpoint_prefix(log_key)}(witnessed) size {size}",
+            cp_key if anchor is None else None,  # the caller names where the anchor came from
         ),
         tuple(unindexed),
     )

@@ -104,7 +104,8 @@ def witnessed(
     note = evidence.checkpoint
     for url, other in notes:
         note = with_cosignatures(note, other, f"the checkpoint in witness store {url}")
-    merged: RunLogEvidence = dataclasses.replace(evidence, checkpoint=note)
+    where = evidence.checkpoint_obj or f"{notes[0][0]} {checkpoint_key(origin, size)}"
+    merged: RunLogEvidence = dataclasses.replace(evidence, checkpoint=note, checkpoint_obj=where)
     return dataclasses.replace(run, log_evidence=merged)
 
 
