@@ -63,9 +63,10 @@ def witnessed(
 ) -> LoadedRun:
     """``run`` with its log evidence against a checkpoint carrying the stores' cosignatures.
 
-    Unchanged when no store is given or the run has no log evidence (L1 then names what is
-    missing). Raises :class:`LogError` naming the origin and stores when none of them
-    cosigned a checkpoint covering the run.
+    Unchanged when no store is given, the run has no log evidence (L1 then names what is
+    missing), or no witness is required and none cosigned the run yet. Raises
+    :class:`LogError` naming the origin and stores when witnesses are required and none of
+    them cosigned a checkpoint covering the run.
     """
     if not stores:
         return run
@@ -76,6 +77,8 @@ def witnessed(
     need = max((p.index for p in evidence.leaves), default=-1) + 1
     held = [cosigned_sizes(s, origin) for s in stores]
     size = pick_witnessed_size(held, need, max(policy.min_witnesses, 1))
+    if size is None and not policy.min_witnesses:
+        return run  # none required (e.g. TRACEVAULT_WITNESS_STORES set, no --witness-key)
     if size is None:
         raise LogError(
             f"L1 signature: no witness store ({', '.join(s.url for s in stores)}) holds a "
