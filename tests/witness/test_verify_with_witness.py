@@ -143,7 +143,9 @@ def test_verify_counts_the_witness_from_its_store(sealed, log_vkey: str, source:
                   "--min-witnesses", "1")  # fmt: skip
     assert res.exit_code == 1
     assert "L1 signature" in res.output
-    assert "0 trusted witness cosignature(s), 1 required" in " ".join(res.output.split())
+    assert "0 trusted witness cosignature(s), 1 required (of w1.test)" in " ".join(
+        res.output.split()
+    )
 
     # another witness's store: its cosignature is not by the trusted witness key
     res = _verify(settings, log_vkey, "wv-a", "--from", source, "--witness-key", w1,
