@@ -243,7 +243,7 @@ def check_run_log(
     if wit < min_witnesses:
         raise LogError(
             f"L1 signature: {where} has {wit} trusted witness cosignature(s), "
-            f"{min_witnesses} required",
+            f"{min_witnesses} required (of {', '.join(sorted({w.name for w in witnesses}))})",
             checkpoint=where,
         )
     _check_inclusion(run_id, events, evidence, cp, where)
