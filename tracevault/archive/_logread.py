@@ -3,7 +3,8 @@
 One listing of ``runs/<run>/`` finds the run's index objects; they name the partition log,
 the leaf index of every seq and the tree size each flush archived. The records come from the
 data bundles; the evidence (``RunLogEvidence``) from the log itself: the newest archived
-checkpoint of the partition, an inclusion proof per event built from the hash tiles, and a
+checkpoint of the partition, an inclusion proof per event read from the hash tiles as it is
+checked (``LazyProof``: only the few elements a range check reads are built), and a
 consistency proof from every checkpoint a run index names to the newest one. Nothing here is
 trusted: ``check_run_log`` decides with the public keys only (docs/log.md).
 """
@@ -29,11 +30,12 @@ from tracevault.errors import ArchiveError, LogError, NotFoundError
 from tracevault.log import (
     TILE_WIDTH,
     Checkpoint,
-    LeafProof,
+    LazyProof,
+    LeafProofs,
     RunLogEvidence,
     consistency_proof,
     decode_bundle,
-    inclusion_proof,
+    edge_source,
     parse_leaf,
     split_note,
     tile_node_source,
@@ -141,32 +143,38 @@ def read_log_run(
     def read_tile(level: int, index: int, width: int) -> bytes:
         return r.get(tile_key(log_key, level, index, width))
 
-    node = tile_node_source(newest, read_tile)
+    node = tile_node_source(newest, read_tile)  # any smaller tree's nodes too
+    edge = edge_source(size, node)
     values: list[bytes] = []
     objects: list[str] = []
-    proofs: list[LeafProof] = []
-    for seq in sorted(by_seq):
-        leaf, _ = by_seq[seq]
+    seqs = sorted(by_seq)
+    leaves = [by_seq[seq][0] for seq in seqs]
+    bundle: list[bytes] = []
+    dkey, bundle_n = "", -1
+    for seq, leaf in zip(seqs, leaves, strict=True):
         if leaf >= size:
             raise ArchiveError(
                 f"run {run_id!r} seq {seq} is leaf {leaf}, beyond the newest checkpoint "
                 f"{cp_key} (size {size})"
             )
         n = leaf // TILE_WIDTH
-        dkey = data_key(log_key, n, tile_width(0, n, newest))
-        bundle = decode_values(r.get(dkey), dkey)
+        if n != bundle_n:  # a run's leaves come bundle by bundle: each is decoded once
+            dkey = data_key(log_key, n, tile_width(0, n, newest))
+            bundle, bundle_n = decode_values(r.get(dkey), dkey), n
         try:
             values.append(bundle[leaf % TILE_WIDTH])
         except IndexError:
             raise ArchiveError(f"data bundle {dkey} has no record for leaf {leaf}") from None
         objects.append(dkey)
-        try:
-            proof = tuple(inclusion_proof(leaf, size, node))
-        except LogError as exc:
-            raise ArchiveError(f"tiles of {log_key}: {exc}") from exc
-        proofs.append(LeafProof(seq, leaf, proof, dkey))
+
+    def proof(leaf: int) -> LazyProof:
+        # built as check_run_log reads it: it proves consecutive leaves as ranges and reads
+        # a few elements of a few proofs (docs/log.md, "Verifying a run")
+        return LazyProof(leaf, size, node, edge)
+
+    proofs = LeafProofs(seqs, leaves, objects, proof)
     unindexed: list[tuple[int, int, str]] = []
-    last_leaf = max(leaf for leaf, _ in by_seq.values())
+    last_leaf = max(leaves)
     for n in range(last_leaf // TILE_WIDTH, (newest - 1) // TILE_WIDTH + 1):
         ekey = entries_key(log_key, n, tile_width(0, n, newest))
         try:
@@ -202,7 +210,7 @@ def read_log_run(
         RunLogEvidence(
             origin,
             note if anchor is None else anchor,
-            tuple(proofs),
+            proofs,
             tuple(others),
             cp_key if anchor is None else None,  # the caller names where the anchor came from
         ),
