@@ -202,20 +202,17 @@ def _check_inclusion(
     else:
         seqs, indexes = [p.seq for p in got], [p.index for p in got]
     position = dict(zip(seqs, range(len(seqs)), strict=True))
+    at = [position.get(ev.seq, -1) for ev in events]  # the position of each event's proof
+    if -1 in at:
+        seq = events[at.index(-1)].seq
+        raise LogError(
+            f"L2 inclusion: run {run_id} seq {seq} has no proof in {where}",
+            run=run_id,
+            seq=seq,
+            checkpoint=where,
+        )
     leaf_of = leaf_hasher(run_id)
-    at: list[int] = []  # the position in ``got`` of each event's proof
-    leaves: list[bytes] = []
-    for ev in events:
-        j = position.get(ev.seq)
-        if j is None:
-            raise LogError(
-                f"L2 inclusion: run {run_id} seq {ev.seq} has no proof in {where}",
-                run=run_id,
-                seq=ev.seq,
-                checkpoint=where,
-            )
-        at.append(j)
-        leaves.append(leaf_of(ev.seq, ev.chain_hash))
+    leaves = [leaf_of(ev.seq, ev.chain_hash) for ev in events]
     index = [indexes[j] for j in at]
     known: dict[tuple[int, int], bytes] = {}
     i, total = 0, len(index)
