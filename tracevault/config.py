@@ -170,6 +170,11 @@ class Settings(BaseSettings):
     witness_metrics_port: int | None = Field(
         default=None, ge=0, le=65_535, description="witness /metrics and /healthz port (off)"
     )
+    # What a verifier reads: the stores of the witnesses whose cosignatures it wants to count.
+    witness_stores: str = Field(
+        default="",
+        description="witness stores replay verify/export read cosignatures from, comma-separated",
+    )
 
     # Sequencer (tracevault.consumer.sequencer): one Kafka transaction per batch.
     sequencer_instance_id: str | None = Field(

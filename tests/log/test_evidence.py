@@ -52,7 +52,7 @@ def test_a_run_in_the_log_passes_and_each_alteration_is_named() -> None:
     stranger = Ed25519Signer.generate("tv.test")
     with pytest.raises(LogError, match="L1 signature"):
         check_run_log("run-1", events, ev, [stranger.verifier])
-    changed = [*events[:2], dataclasses.replace(events[2], chain_hash=b"\x01" * 32), events[3]]
+    changed = [*events[:2], events[2]._replace(chain_hash=b"\x01" * 32), events[3]]
     with pytest.raises(LogError, match="L2 inclusion: run run-1 seq 2") as e:
         check_run_log("run-1", changed, ev, [key.verifier])
     assert e.value.seq == 2

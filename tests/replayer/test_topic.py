@@ -16,6 +16,12 @@ from tracevault.kafka import partition_for
 from tracevault.replayer import load_run, replay, verify
 
 
+@pytest.fixture(autouse=True)
+def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs are sealed without the signed log: no session key is trusted here."""
+    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+
+
 @pytest.fixture(scope="module")
 def settings(request):
     # one prefix for the module: each test uses its own run ids

@@ -3,7 +3,8 @@
 One listing of ``runs/<run>/`` finds the run's index objects; they name the partition log,
 the leaf index of every seq and the tree size each flush archived. The records come from the
 data bundles; the evidence (``RunLogEvidence``) from the log itself: the newest archived
-checkpoint of the partition, an inclusion proof per event built from the hash tiles, and a
+checkpoint of the partition, an inclusion proof per event read from the hash tiles as it is
+checked (``LazyProof``: only the few elements a range check reads are built), and a
 consistency proof from every checkpoint a run index names to the newest one. Nothing here is
 trusted: ``check_run_log`` decides with the public keys only (docs/log.md).
 """
@@ -29,11 +30,12 @@ from tracevault.errors import ArchiveError, LogError, NotFoundError
 from tracevault.log import (
     TILE_WIDTH,
     Checkpoint,
-    LeafProof,
+    LazyProof,
+    LeafProofs,
     RunLogEvidence,
     consistency_proof,
     decode_bundle,
-    inclusion_proof,
+    edge_source,
     parse_leaf,
     split_note,
     tile_node_source,
@@ -85,8 +87,15 @@ def read_log_run(
     list_keys: Callable[[str], list[str]],
     run_id: str,
     index_keys: Sequence[str],
+    anchor: str | None = None,
 ) -> LogRun:
-    """The run from its index objects (``index_keys``, from the run's listing)."""
+    """The run from its index objects (``index_keys``, from the run's listing).
+
+    ``anchor`` (a signed checkpoint note of the partition no larger than the newest archived
+    one, e.g. a witness's cosigned copy) is what the proofs are built against instead of the
+    newest: the tiles hold every node of any smaller tree, and the archived checkpoints
+    become the others, each with its consistency proof (docs/log.md, "Witness").
+    """
     if not index_keys:
         raise ArchiveError(f"run {run_id!r} has no index objects")
     r = _Reader(get)
@@ -119,39 +128,55 @@ def read_log_run(
         cp = Checkpoint.parse(split_note(note)[0])
     except LogError as exc:
         raise ArchiveError(f"checkpoint {cp_key} is unreadable: {exc}") from exc
-    size = cp.size
+    size = newest = cp.size
+    if anchor is not None:
+        try:
+            size = Checkpoint.parse(split_note(anchor)[0]).size
+        except LogError as exc:
+            raise ArchiveError(f"the checkpoint to prove against is unreadable: {exc}") from exc
+        if size > newest:
+            raise ArchiveError(
+                f"log {log_key} is archived up to size {newest} ({cp_key}); the checkpoint of "
+                f"size {size} is past it: verify from the topic, or once the archiver caught up"
+            )
 
     def read_tile(level: int, index: int, width: int) -> bytes:
         return r.get(tile_key(log_key, level, index, width))
 
-    node = tile_node_source(size, read_tile)
+    node = tile_node_source(newest, read_tile)  # any smaller tree's nodes too
+    edge = edge_source(size, node)
     values: list[bytes] = []
     objects: list[str] = []
-    proofs: list[LeafProof] = []
-    for seq in sorted(by_seq):
-        leaf, _ = by_seq[seq]
+    seqs = sorted(by_seq)
+    leaves = [by_seq[seq][0] for seq in seqs]
+    bundle: list[bytes] = []
+    dkey, bundle_n = "", -1
+    for seq, leaf in zip(seqs, leaves, strict=True):
         if leaf >= size:
             raise ArchiveError(
                 f"run {run_id!r} seq {seq} is leaf {leaf}, beyond the newest checkpoint "
                 f"{cp_key} (size {size})"
             )
         n = leaf // TILE_WIDTH
-        dkey = data_key(log_key, n, tile_width(0, n, size))
-        bundle = decode_values(r.get(dkey), dkey)
+        if n != bundle_n:  # a run's leaves come bundle by bundle: each is decoded once
+            dkey = data_key(log_key, n, tile_width(0, n, newest))
+            bundle, bundle_n = decode_values(r.get(dkey), dkey), n
         try:
             values.append(bundle[leaf % TILE_WIDTH])
         except IndexError:
             raise ArchiveError(f"data bundle {dkey} has no record for leaf {leaf}") from None
         objects.append(dkey)
-        try:
-            proof = tuple(inclusion_proof(leaf, size, node))
-        except LogError as exc:
-            raise ArchiveError(f"tiles of {log_key}: {exc}") from exc
-        proofs.append(LeafProof(seq, leaf, proof, dkey))
+
+    def proof(leaf: int) -> LazyProof:
+        # built as check_run_log reads it: it proves consecutive leaves as ranges and reads
+        # a few elements of a few proofs (docs/log.md, "Verifying a run")
+        return LazyProof(leaf, size, node, edge)
+
+    proofs = LeafProofs(seqs, leaves, objects, proof)
     unindexed: list[tuple[int, int, str]] = []
-    last_leaf = max(leaf for leaf, _ in by_seq.values())
-    for n in range(last_leaf // TILE_WIDTH, (size - 1) // TILE_WIDTH + 1):
-        ekey = entries_key(log_key, n, tile_width(0, n, size))
+    last_leaf = max(leaves)
+    for n in range(last_leaf // TILE_WIDTH, (newest - 1) // TILE_WIDTH + 1):
+        ekey = entries_key(log_key, n, tile_width(0, n, newest))
         try:
             entries = decode_bundle(r.get(ekey), ekey)
         except LogError as exc:
@@ -166,11 +191,12 @@ def read_log_run(
             if rid == run_id and seq not in by_seq:
                 unindexed.append((i, seq, ekey))
     others: list[tuple[str, tuple[bytes, ...]]] = []
-    for old in sorted({i.size for i in indexes} - {size}):
+    for old in sorted(({i.size for i in indexes} | {newest}) - {size}):
         okey = checkpoint_key(log_key, old)
         other = r.get(okey).decode("utf-8", "replace")
-        if old < size:
-            others.append((other, tuple(consistency_proof(old, size, node))))
+        if old <= newest:
+            pair = (old, size) if old < size else (size, old)
+            others.append((other, tuple(consistency_proof(*pair, node))))
         else:
             others.append((other, ()))  # a checkpoint past the newest listed one: L4 fails
     fin = [i for i in indexes if i.finished]
@@ -181,7 +207,13 @@ def read_log_run(
         tuple(sorted(index_keys)),
         bool(fin),
         fin[-1].head if fin else "",
-        RunLogEvidence(origin, note, tuple(proofs), tuple(others), cp_key),
+        RunLogEvidence(
+            origin,
+            note if anchor is None else anchor,
+            proofs,
+            tuple(others),
+            cp_key if anchor is None else None,  # the caller names where the anchor came from
+        ),
         tuple(unindexed),
     )
 

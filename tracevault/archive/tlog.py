@@ -94,16 +94,18 @@ def encode_values(values: Iterable[bytes]) -> bytes:
 
 def decode_values(data: bytes, key: str) -> list[bytes]:
     out: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        if pos + 4 > len(data):
+    add, unpack = out.append, _U32.unpack_from  # locals: a verify reads every value
+    pos, end = 0, len(data)
+    while pos < end:
+        if pos + 4 > end:
             raise ArchiveError(f"data bundle {key} ends inside a length (byte {pos})")
-        (n,) = _U32.unpack_from(data, pos)
+        (n,) = unpack(data, pos)
         pos += 4
-        if pos + n > len(data):
+        q = pos + n
+        if q > end:
             raise ArchiveError(f"data bundle {key} ends inside record {len(out)}")
-        out.append(data[pos : pos + n])
-        pos += n
+        add(data[pos:q])
+        pos = q
     return out
 
 

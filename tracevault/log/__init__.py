@@ -17,6 +17,7 @@ from tracevault.log._cosignature import (
 from tracevault.log._evidence import (
     LOG_CHECKS,
     LeafProof,
+    LeafProofs,
     RunEvent,
     RunLogEvidence,
     check_run_log,
@@ -37,6 +38,7 @@ from tracevault.log._keys import (
     load_witness_verifiers,
     write_private_key,
 )
+from tracevault.log._lazyproof import LazyProof, edge_source, proof_from
 from tracevault.log._leaf import (
     LEAF_DOMAIN,
     leaf_data,
@@ -104,6 +106,9 @@ __all__ = [
     "TLOG_PROOF_HEADER",
     "TlogProof",
     "compact_source",
+    "LazyProof",
+    "edge_source",
+    "proof_from",
     "fast_inclusion_proof",
     "run_log_evidence",
     "with_cosignatures",
@@ -130,6 +135,7 @@ __all__ = [
     "tiles_changed",
     "LOG_CHECKS",
     "LeafProof",
+    "LeafProofs",
     "RunEvent",
     "RunLogEvidence",
     "check_run_log",

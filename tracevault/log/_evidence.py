@@ -9,17 +9,25 @@ the first failure. Only public keys are trusted: nothing about the source is.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from typing import NamedTuple, overload
 
 from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
+from tracevault.log._lazyproof import proof_from
 from tracevault.log._leaf import leaf_hasher
 from tracevault.log._merkle import hash_children, verify_consistency
 from tracevault.log._note import NoteVerifier, open_note
 
-__all__ = ["LOG_CHECKS", "LeafProof", "RunEvent", "RunLogEvidence", "check_run_log"]
+__all__ = [
+    "LOG_CHECKS",
+    "LeafProof",
+    "LeafProofs",
+    "RunEvent",
+    "RunLogEvidence",
+    "check_run_log",
+]
 
 LOG_CHECKS = (
     "L1 signature: the checkpoint is signed by a trusted log key (and enough witnesses)",
@@ -29,9 +37,10 @@ LOG_CHECKS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    """What the log binds of one event: its seq and chain hash (and whether it ends the run)."""
+class RunEvent(NamedTuple):
+    """What the log binds of one event: its seq and chain hash (and whether it ends the run).
+
+    A named tuple, not a dataclass: a verifier makes one per event of a run."""
 
     seq: int
     chain_hash: bytes
@@ -48,6 +57,42 @@ class LeafProof:
     obj: str | None = None
 
 
+class LeafProofs(Sequence[LeafProof]):
+    """A run's leaf proofs as columns (seq, leaf index, object), each proof built on reading.
+
+    Why not a tuple of :class:`LeafProof`: a source places every event of a 100,000-event
+    run, and ``check_run_log`` proves consecutive leaves as ranges, reading one proof per
+    range; one object per event (and its proof) cost more than the checks themselves.
+    ``proof(index)`` gives leaf ``index``'s inclusion proof against the checkpoint.
+    """
+
+    __slots__ = ("_proof", "indexes", "objs", "seqs")
+
+    def __init__(
+        self,
+        seqs: Sequence[int],
+        indexes: Sequence[int],
+        objs: Sequence[str | None],
+        proof: Callable[[int], Sequence[bytes]],
+    ) -> None:
+        if not len(seqs) == len(indexes) == len(objs):
+            raise LogError("leaf proofs: seqs, indexes and objects differ in length")
+        self.seqs, self.indexes, self.objs, self._proof = seqs, indexes, objs, proof
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @overload
+    def __getitem__(self, i: int) -> LeafProof: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[LeafProof]: ...
+    def __getitem__(self, i: int | slice) -> LeafProof | Sequence[LeafProof]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        index = self.indexes[i]
+        return LeafProof(self.seqs[i], index, self._proof(index), self.objs[i])
+
+
 @dataclass(frozen=True, slots=True)
 class RunLogEvidence:
     """A signed checkpoint of the run's partition log, and proofs that place the run in it.
@@ -58,7 +103,7 @@ class RunLogEvidence:
 
     origin: str
     checkpoint: str
-    leaves: tuple[LeafProof, ...]
+    leaves: Sequence[LeafProof]  # a tuple, or LeafProofs
     others: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
     checkpoint_obj: str | None = None
 
@@ -104,7 +149,7 @@ def _root_or_known(  # noqa: PLR0917 - the RFC's arguments, in its order
     fn, sn, level = index >> start, (size - 1) >> start, start
     r = leaf
     path: list[tuple[tuple[int, int], bytes]] = []
-    for p in islice(proof, start, None):
+    for p in proof_from(proof, start):
         if sn == 0:
             raise LogError(f"inclusion proof for leaf {index} of {size} is too long")
         if fn & 1 or fn == sn:
@@ -151,42 +196,51 @@ def _check_inclusion(
     few proofs per range are read. An event outside such a range, or a subtree that does
     not reach the root, is checked leaf by leaf, so the failure names the exact seq.
     """
-    proofs = {p.seq: p for p in evidence.leaves}
+    got = evidence.leaves
+    if isinstance(got, LeafProofs):
+        seqs, indexes = got.seqs, got.indexes
+    else:
+        seqs, indexes = [p.seq for p in got], [p.index for p in got]
+    position = dict(zip(seqs, range(len(seqs)), strict=True))
+    at = [position.get(ev.seq, -1) for ev in events]  # the position of each event's proof
+    if -1 in at:
+        seq = events[at.index(-1)].seq
+        raise LogError(
+            f"L2 inclusion: run {run_id} seq {seq} has no proof in {where}",
+            run=run_id,
+            seq=seq,
+            checkpoint=where,
+        )
     leaf_of = leaf_hasher(run_id)
-    items: list[tuple[RunEvent, LeafProof, bytes]] = []
-    for ev in events:
-        p = proofs.get(ev.seq)
-        if p is None:
-            raise LogError(
-                f"L2 inclusion: run {run_id} seq {ev.seq} has no proof in {where}",
-                run=run_id,
-                seq=ev.seq,
-                checkpoint=where,
-            )
-        items.append((ev, p, leaf_of(ev.seq, ev.chain_hash)))
+    leaves = [leaf_of(ev.seq, ev.chain_hash) for ev in events]
+    index = [indexes[j] for j in at]
     known: dict[tuple[int, int], bytes] = {}
-    i = 0
-    while i < len(items):
-        lo = items[i][1].index
+    i, total = 0, len(index)
+    while i < total:
+        lo = index[i]
         n = 1
-        while i + n < len(items) and items[i + n][1].index == lo + n:
+        while i + n < total and index[i + n] == lo + n:
             n += 1
         pos = 0
         while pos < n:
-            at = lo + pos
-            level = min((at & -at).bit_length() - 1 if at else 64, (n - pos).bit_length() - 1)
-            chunk = items[i + pos : i + pos + (1 << level)]
+            first = lo + pos
+            level = min(
+                (first & -first).bit_length() - 1 if first else 64, (n - pos).bit_length() - 1
+            )
+            k = i + pos
             ok = False
-            if level and 0 <= at < cp.size:
-                root, path = _root_or_known(
-                    at, cp.size, _subtree([c[2] for c in chunk]), chunk[0][1].proof, known, level
-                )
+            if level and 0 <= first < cp.size:
+                sub = _subtree(leaves[k : k + (1 << level)])
+                try:
+                    root, path = _root_or_known(first, cp.size, sub, got[at[k]].proof, known, level)
+                except LogError:  # a proof that cannot be read: leaf by leaf names the seq
+                    root, path = b"", []
                 ok = root is None or root == cp.root
                 if ok:
                     known.update(path)
             if not ok:
-                for ev, p, leaf in chunk:
-                    _check_leaf(run_id, ev, p, leaf, cp, where, known)
+                for m in range(k, k + (1 << level)):
+                    _check_leaf(run_id, events[m], got[at[m]], leaves[m], cp, where, known)
             pos += 1 << level
         i += n
 
@@ -243,7 +297,7 @@ def check_run_log(
     if wit < min_witnesses:
         raise LogError(
             f"L1 signature: {where} has {wit} trusted witness cosignature(s), "
-            f"{min_witnesses} required",
+            f"{min_witnesses} required (of {', '.join(sorted({w.name for w in witnesses}))})",
             checkpoint=where,
         )
     _check_inclusion(run_id, events, evidence, cp, where)

@@ -18,13 +18,14 @@ bundles"):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, overload
+from typing import NamedTuple
 
 from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
-from tracevault.log._evidence import LeafProof, RunLogEvidence
+from tracevault.log._evidence import LeafProofs, RunLogEvidence
+from tracevault.log._lazyproof import LazyProof
 from tracevault.log._merkle import (
     CompactTree,
     NodeSource,
@@ -207,40 +208,6 @@ class _LogBuilder:
         return got
 
 
-class _LazyProof(Sequence[bytes]):
-    """A leaf's inclusion proof, built as it is read: a verifier that meets an already
-    proven node stops reading, so most of each proof is never built."""
-
-    __slots__ = ("_index", "_log", "_size")
-
-    def __init__(self, index: int, size: int, log: _LogBuilder) -> None:
-        self._index, self._size, self._log = index, size, log
-
-    def __iter__(self) -> Iterator[bytes]:
-        index, size, log = self._index, self._size, self._log
-        inner = (index ^ (size - 1)).bit_length()
-        for level in range(inner):
-            sib = (index >> level) ^ 1
-            if (sib + 1) << level <= size:
-                yield log.node(level, sib)
-            else:
-                yield log.edge(sib << level)
-        for level in range(inner, size.bit_length()):
-            if index >> level & 1:
-                yield log.node(level, (index >> level) ^ 1)
-
-    def __len__(self) -> int:
-        inner = (self._index ^ (self._size - 1)).bit_length()
-        return inner + (self._index >> inner).bit_count()
-
-    @overload
-    def __getitem__(self, i: int) -> bytes: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
-    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
-        return tuple(self)[i]
-
-
 def run_log_evidence(
     origin: str,
     run_id: str,
@@ -288,8 +255,8 @@ def run_log_evidence(
     index_of: dict[bytes, int] = {}
     for i, h in enumerate(log.leaves):
         index_of.setdefault(h, base.size + i)
-    proofs: list[LeafProof] = []
-    add = proofs.append
+    indexes: list[int] = []
+    add = indexes.append
     prev = -1
     for rl in leaves:
         idx = index_of.get(rl.leaf, -1)
@@ -304,7 +271,12 @@ def run_log_evidence(
                 checkpoint=last.obj,
             )
         prev = idx
-        add(LeafProof(rl.seq, idx, _LazyProof(idx, size, log), rl.obj))
+        add(idx)
+
+    def leaf_proof(index: int) -> LazyProof:
+        return LazyProof(index, size, log.node, log.edge)
+
+    proofs = LeafProofs([rl.seq for rl in leaves], indexes, [rl.obj for rl in leaves], leaf_proof)
     # Every record's root was reproduced above from one sequence of leaves, so they are all
     # consistent with one another; the oldest one goes to L4 with its proof, for
     # check_run_log (and a bundle's reader) to check the log did not fork since it.
@@ -312,4 +284,4 @@ def run_log_evidence(
     if len(checkpoints) > 1 and opened[0].size > base.size:
         proof = consistency_proof(opened[0].size, size, log.node)
         others.append((checkpoints[0].record.note, tuple(proof)))
-    return RunLogEvidence(origin, last.record.note, tuple(proofs), tuple(others), last.obj)
+    return RunLogEvidence(origin, last.record.note, proofs, tuple(others), last.obj)

@@ -116,7 +116,8 @@ def tile_node_source(size: int, read_tile: Callable[[int, int, int], bytes]) -> 
 
     ``read_tile(level, index, width)`` returns the tile's bytes (``width`` hashes). A node of
     tree level ``8*L + r`` is the Merkle hash of ``2**r`` consecutive hashes of a level-``L``
-    tile. Tiles are memoised; a tile of the wrong length raises :class:`LogError`.
+    tile. Tiles and the nodes built from them are memoised; a tile of the wrong length
+    raises :class:`LogError`.
     """
     cache: dict[tuple[int, int], Sequence[bytes]] = {}
 
@@ -136,17 +137,22 @@ def tile_node_source(size: int, read_tile: Callable[[int, int, int], bytes]) -> 
             cache[(level, index)] = got
         return got
 
+    memo: dict[tuple[int, int], bytes] = {}
+
     def node(level: int, index: int) -> bytes:
         tl, r = divmod(level, TILE_HEIGHT)
-        first = index << r
-        tile_hashes = hashes(tl, first // TILE_WIDTH)
-        off = first % TILE_WIDTH
-        layer = list(tile_hashes[off : off + (1 << r)])
-        if len(layer) != 1 << r:
-            raise LogError(f"node ({level}, {index}) is not complete in a tree of {size}")
-        while len(layer) > 1:
-            layer = [hash_children(layer[i], layer[i + 1]) for i in range(0, len(layer), 2)]
-        return layer[0]
+        if r == 0:
+            tile_hashes = hashes(tl, index // TILE_WIDTH)
+            off = index % TILE_WIDTH
+            if off >= len(tile_hashes):
+                raise LogError(f"node ({level}, {index}) is not complete in a tree of {size}")
+            return tile_hashes[off]
+        # between tile levels: built from the level below, once (proofs share their nodes)
+        got = memo.get((level, index))
+        if got is None:
+            got = hash_children(node(level - 1, 2 * index), node(level - 1, 2 * index + 1))
+            memo[(level, index)] = got
+        return got
 
     return node
 

@@ -37,7 +37,7 @@ from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
 from tracevault.schemas import Codec
-from tracevault.schemas.fast import segment_rows
+from tracevault.schemas.fast import sealed_rows, segment_rows
 
 __all__ = ["ReadableStore", "VersionedStore", "load_from_archive", "read_segment_rows"]
 
@@ -158,9 +158,12 @@ def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> Loade
             run_id,
             index_keys,
         )
-        rows = [
-            _sealed_codec().decode(v, what=o) for v, o in zip(lr.values, lr.objects, strict=True)
-        ]
+        rows = sealed_rows(lr.values)  # the v1 fast path; anything else through the codec
+        if rows is None:
+            rows = [
+                _sealed_codec().decode(v, what=o)
+                for v, o in zip(lr.values, lr.objects, strict=True)
+            ]
     except (ArchiveError, SchemaError) as exc:
         raise fail("A1 log", None, getattr(exc, "obj", None) or index_keys[-1], str(exc)) from exc
     if lr.unindexed:

@@ -125,9 +125,9 @@ def check_log(
             )
         except SchemaError:  # an unreadable event is check 5's to name
             finishes = False
-    events = [
-        RunEvent(r["seq"], r["hash"], finishes=i == last and finishes) for i, r in enumerate(rows)
-    ]
+    events = [RunEvent(r["seq"], r["hash"]) for r in rows]
+    if finishes:
+        events[last] = events[last]._replace(finishes=True)
     need_end = _l3_required(run, require_finished)
     cp = check_run_log(
         run.run_id,

@@ -48,13 +48,19 @@ def _codec() -> Codec:
 
 
 def load_from_topic(
-    settings: Settings, run_id: str, *, timeout: float = 30.0, with_log: bool = False
+    settings: Settings,
+    run_id: str,
+    *,
+    timeout: float = 30.0,
+    with_log: bool = False,
+    log_until: int = 0,
 ) -> LoadedRun:
     """The run's sealed records from Kafka; ``NotFoundError`` if no head knows the run.
 
     With ``with_log`` the checkpoint records of the partition are kept too, from the run's
     first record through the first one after its last (the one that covers its last
-    transaction), for ``verify`` to gather the run's log evidence (docs/log.md).
+    transaction), for ``verify`` to gather the run's log evidence (docs/log.md); with
+    ``log_until``, on through the first one whose tree reaches that size (a witness's).
     """
     head = find_head(settings, run_id, timeout=timeout)
     if head is None or head.first_offset < 0:
@@ -122,7 +128,7 @@ def load_from_topic(
                 if with_log and _is_checkpoint(msg.headers()):
                     where = f"{topic}[{head.partition}]@{off}"
                     found.append(_checkpoint(msg.value() or b"", where))
-                    if off > head.last_offset:
+                    if off > head.last_offset and found[-1].record.end >= log_until:
                         done = True
                         break
                     continue

@@ -45,6 +45,7 @@ from tracevault.replayer._rundiff import RunDiffSide
 from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._tree import RunNode, TreeReplay, replay_tree, run_tree
 from tracevault.replayer._verify import verify
+from tracevault.replayer._witnessed import with_witness_stores
 from tracevault.schemas import EventModel
 
 __all__ = ["replay"]
@@ -87,10 +88,25 @@ def _log_options(f: Any) -> Any:
     )(f)
 
 
+_WITNESS_STORE = click.option(
+    "--witness-store",
+    "witness_stores",
+    multiple=True,
+    metavar="URL",
+    help="A witness's store (file:// or s3://) to read its cosigned checkpoint of the "
+    "run from (repeatable) [env TRACEVAULT_WITNESS_STORES, comma-separated].",
+)
+
+
 def _log_policy(
     settings: Settings, trusted: tuple[str, ...], witness: tuple[str, ...], least: int | None
 ) -> LogPolicy | None:
     return LogPolicy.of(settings, trusted, witness, least)
+
+
+def _witness_stores_need(policy: LogPolicy | None, stores: tuple[str, ...]) -> None:
+    if stores and policy is None:
+        raise ConfigError("--witness-store needs the log's key too: give --trusted-key")
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -266,6 +282,7 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
 )
 @click.option("--require-finished", is_flag=True, help="Fail (exit 1) on an unfinished run.")
 @_log_options
+@_WITNESS_STORE
 @_JSON
 @click.pass_context
 def verify_cmd(
@@ -278,6 +295,7 @@ def verify_cmd(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
+    witness_stores: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Check the signed log, recompute the chain, check what the source offers.
@@ -298,15 +316,22 @@ def verify_cmd(
     """
     try:
         policy = _log_policy(_settings(ctx), trusted_keys, witness_keys, min_witnesses)
+        _witness_stores_need(policy, witness_stores)
         if bundle is not None:
             if run_id is not None:
                 raise click.UsageError("give RUN_ID or --bundle, not both")
+            if witness_stores:
+                raise click.UsageError(
+                    "--witness-store reads a run's source; a bundle "
+                    "carries its cosignatures (export --witness-store)"
+                )
             with stderr.status(f"checking bundle {bundle}…"):
                 report = verify_bundle(bundle, log=policy)
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
-            _, run = _load(ctx, run_id, source, with_log=policy is not None)
+            settings, run = _load(ctx, run_id, source, with_log=policy is not None)
+            run = with_witness_stores(settings, run, policy, witness_stores)
             with stderr.status(f"verifying {len(run)} events…"):
                 report = verify(run, require_finished=require_finished, log=policy)
     except (ChainError, LogError) as exc:
@@ -727,6 +752,7 @@ def diff_cmd(
 )
 @_FROM
 @_log_options
+@_WITNESS_STORE
 @_JSON
 @click.pass_context
 def export_cmd(
@@ -743,6 +769,7 @@ def export_cmd(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
+    witness_stores: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Write a self-contained evidence bundle: raw bytes, events, chain, receipts, schemas.
@@ -777,6 +804,7 @@ def export_cmd(
     (run_id,) = run_ids
     settings = _settings(ctx)
     policy = _log_policy(settings, trusted_keys, witness_keys, min_witnesses)
+    _witness_stores_need(policy, witness_stores)
     store = open_store(settings.archive_url, settings) if source == "archive" else None
     try:
         with stderr.status(f"loading {run_id} from the {source}…"):
@@ -785,6 +813,7 @@ def export_cmd(
                 if store is not None
                 else load_run(settings, run_id, source="topic", with_log=True)
             )
+            run = with_witness_stores(settings, run, policy, witness_stores)
         with _progress() as progress:
             task = progress.add_task("exporting", total=len(run))
             report = export_bundle(

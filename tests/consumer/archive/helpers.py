@@ -12,7 +12,7 @@ from itertools import zip_longest
 
 from confluent_kafka import Producer
 
-from tracevault.archive import ObjectStore, list_run
+from tracevault.archive import ObjectStore, archived_run
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver, ArchiverStats
 from tracevault.log import (
@@ -63,7 +63,8 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def finished_runs(store: ObjectStore, run_ids: list[str]) -> int:
-    return sum(1 for r in run_ids if list_run(store, r).has_final)
+    """How many of ``run_ids`` are archived to their end (either archive layout)."""
+    return sum(1 for r in run_ids if (got := archived_run(store, r)) is not None and got[0])
 
 
 @contextmanager

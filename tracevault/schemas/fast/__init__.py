@@ -10,6 +10,7 @@ reader                      used by                                    module
 :func:`fast_decode_event`   ``decode_event`` and the replayer's rebuild ``_event.py``
 :func:`event_kind`          the archiver (does a value finish its run)  ``_event.py``
 :func:`sealed_fields`       the archiver, once per sealed event         ``_sealed.py``
+:func:`sealed_rows`         the replayer, per data bundle of the log    ``_sealed.py``
 :func:`segment_rows`        the replayer, per archived segment          ``_sealed.py``
 ==========================  =========================================  =====================
 
@@ -31,7 +32,7 @@ from tracevault.schemas.fast._event import (
     peek_event,
 )
 from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V2, Pin, stale
-from tracevault.schemas.fast._sealed import sealed_fields, segment_rows
+from tracevault.schemas.fast._sealed import sealed_fields, sealed_rows, segment_rows
 from tracevault.schemas.fast._varint import VarintError, read_long
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "fast_decode_event",
     "peek_event",
     "sealed_fields",
+    "sealed_rows",
     "segment_rows",
     # the guard
     "PINS",

@@ -2,6 +2,8 @@
 
 * :func:`sealed_fields` reads one ``<prefix>.sealed`` value. The archiver touches every sealed
   event, and a fastavro ``decode_sealed`` costs more than writing the archive itself.
+* :func:`sealed_rows` reads many whole values into row dicts: the archive's data bundles
+  (the static log) hold the exact sealed values, and the replayer reads every one of a run.
 * :func:`segment_rows` reads the archiver's own segments: SealedEvent v1 rows in deflate OCF
   blocks. fastavro's generic OCF reader spends ~3.6 µs on each row (including a ``datetime``
   for ``sealed_at`` that the replayer turns straight back into micros), this reader ~3 µs. The
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -28,7 +31,7 @@ from tracevault.schemas._registry import default_schemas
 from tracevault.schemas.fast._guard import DECLINE, SEALED_EVENT_V1, armed_header
 from tracevault.schemas.fast._varint import CONT7, CONT8, read_long
 
-__all__ = ["segment_rows", "sealed_fields"]
+__all__ = ["sealed_fields", "sealed_rows", "segment_rows"]
 
 _MAX_INT = 1 << 31
 _META_KEYS = {"avro.codec", "avro.schema"}
@@ -293,5 +296,23 @@ def segment_rows(data: bytes) -> list[dict[str, Any]] | None:
                 return None
             p = q + 16
     except (*DECLINE, zlib.error):
+        return None
+    return rows
+
+
+def sealed_rows(values: Iterable[bytes]) -> list[dict[str, Any]] | None:
+    """The SealedEvent v1 rows of whole sealed values (as ``segment_rows`` gives them), or
+    None when any of them is not a plain v1 value (read them all with fastavro)."""
+    header = _header
+    if header is None:
+        header = _arm()
+        if header is None:
+            return None
+    rows: list[dict[str, Any]] = []
+    try:
+        for v in values:
+            if not v.startswith(header) or not _rows(v[10:], 1, rows):
+                return None
+    except DECLINE:
         return None
     return rows
