@@ -6,8 +6,11 @@ a variant of the agent diverges at the same seq from either source.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from tests.conftest import NOW_US
 from tests.replayer import agents
 from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
 from tracevault.consumer.archive import Archiver
@@ -45,7 +48,10 @@ def test_gap_markers_from_the_real_sequencer_are_reported(settings_factory, even
     producer = Producer(settings.kafka_config(**{"partitioner": "murmur2_random"}))
     for ev in events:
         if ev.seq != 5:  # seq 5 never reaches Kafka
-            producer.produce(settings.topics.raw, encode_event(ev), ev.run_id.encode())
+            # stamped now, as a Recorder does: the sequencer refuses an unknown run's event
+            # recorded longer ago than its horizon (docs/fleet.md)
+            now = dataclasses.replace(ev, at=NOW_US + ev.seq)
+            producer.produce(settings.topics.raw, encode_event(now), ev.run_id.encode())
     assert producer.flush(30) == 0
     with sequencer_running(settings):
         wait_sealed(settings, "run-a")
