@@ -15,7 +15,7 @@ needs none (docs/design.md, "Layout"). Keys and receipts are defined in
 :mod:`tracevault.archive.layout`.
 """
 
-from tracevault.archive._logread import LogRun, archived_run, read_log_run, run_index_keys
+from tracevault.archive._logread import LogRun, read_log_run, run_index_keys
 from tracevault.archive._open import open_store
 from tracevault.archive._reader import (
     RunListing,
@@ -30,6 +30,7 @@ from tracevault.archive._retention import (
     PurgeReport,
     RunRetention,
     RunSummary,
+    archived_run,
     hold_run,
     list_runs,
     purge,

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tracevault.archive._store import ObjectStore
-from tracevault.archive.layout import FinalReceipt, run_prefix
 from tracevault.archive.tlog import (
     RunIndex,
     checkpoint_key,
@@ -42,7 +40,7 @@ from tracevault.log import (
     tile_width,
 )
 
-__all__ = ["LogRun", "archived_run", "read_log_run", "run_index_keys"]
+__all__ = ["LogRun", "read_log_run", "run_index_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,26 +214,3 @@ def read_log_run(
         ),
         tuple(unindexed),
     )
-
-
-def archived_run(store: ObjectStore, run_id: str) -> tuple[bool, int] | None:
-    """Whether ``run_id`` is archived to its end, and how many events it holds there.
-
-    One listing of the run's prefix: a run of the static log is finished when its last index
-    object says so (its events are the leaves its index objects list); a run of the segment
-    layout when its final receipt exists. None when nothing of the run is archived yet.
-    For progress displays (the demo) and operators, not for verification: ``verify`` checks.
-    """
-    keys = [info.key for info in store.list(run_prefix(run_id))]
-    final = [k for k in keys if k.endswith("/final.receipt.json")]
-    if final:
-        return True, FinalReceipt.from_json(store.get(final[0]), final[0]).count
-    indices = sorted((parsed[1], k) for k in keys if (parsed := parse_run_index_key(k)) is not None)
-    if not indices:
-        return None
-    events = 0
-    last: RunIndex | None = None
-    for _size, key in indices:
-        last = RunIndex.from_json(store.get(key), key)
-        events += len(last.leaves)
-    return (last is not None and last.finished), events

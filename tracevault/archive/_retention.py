@@ -42,6 +42,7 @@ __all__ = [
     "PurgeReport",
     "RunRetention",
     "RunSummary",
+    "archived_run",
     "hold_run",
     "list_runs",
     "purge",
@@ -120,6 +121,16 @@ def list_runs(
     for rid in sorted(runs_on_day(store, day)):
         out.extend(_summaries(store, (i.key for i in store.list(run_prefix(rid)))))
     return out
+
+
+def archived_run(store: ObjectStore, run_id: str) -> tuple[bool, int] | None:
+    """(archived to its end, events archived) of ``run_id`` in either layout, or None when
+    nothing of it is archived yet: :func:`list_runs` of the one run, for progress displays."""
+    try:
+        (summary,) = list_runs(store, run_id=run_id)
+    except NotFoundError:
+        return None
+    return summary.complete, summary.events
 
 
 def _run_objects(store: ObjectStore, run_id: str) -> list[ObjectInfo]:

@@ -55,7 +55,9 @@ def test_failed_commit_is_redone_without_duplicates(
             raise KafkaException(error)
         return real(seq, what, fn, budget, **kw)
 
-    with mock.patch.object(_loop.Sequencer, "_call", autospec=True, side_effect=flaky):
+    with mock.patch.object(
+        _loop.Sequencer, "_call", autospec=True, spec_set=True, side_effect=flaky
+    ):
         produce_raw(settings, items)
         with running(settings, "ab") as (seq, errors):
             wait_until(lambda: sealed_count(settings) >= len(items), timeout=60, what="sealed")

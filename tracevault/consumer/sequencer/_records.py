@@ -17,6 +17,7 @@ import socket
 import time
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from tracevault import __version__
 from tracevault.schemas import (
@@ -118,14 +119,15 @@ def now_micros() -> int:
 _HOST = socket.gethostname()
 
 
-def gap_event(
-    run_id: str, seq: int, missing_from: int, missing_to: int, sequencer_id: str
+def _sequencer_event(
+    run_id: str, seq: int, kind: EventKind, request: object, sequencer_id: str, **extra: Any
 ) -> bytes:
-    """The raw value of the GAP marker sealed at ``seq`` (one of ``missing_from..missing_to``)."""
+    """A TraceEvent the sequencer itself writes (agent ``GAP_AGENT_ID``, harness
+    ``sequencer:<id>``), so no reader mistakes it for the agent's own."""
     ev = TraceEvent(
         run_id=run_id,
         seq=seq,
-        kind=EventKind.GAP,
+        kind=kind,
         at=now_micros(),
         agent=AgentInfo(
             agent_id=GAP_AGENT_ID,
@@ -134,32 +136,30 @@ def gap_event(
             harness=f"sequencer:{sequencer_id}",
             sdk_version=__version__,
         ),
-        request=canonical_json({"missing_from": missing_from, "missing_to": missing_to}),
+        request=canonical_json(request),
         response=canonical_json(None),
+        **extra,
     )
     return encode_event(ev)
 
 
-def closed_event(run_id: str, seq: int, idle_s: float, sequencer_id: str) -> bytes:
-    """The RUN_FINISHED marker the sequencer seals for a run idle past the idle timeout.
+def gap_event(
+    run_id: str, seq: int, missing_from: int, missing_to: int, sequencer_id: str
+) -> bytes:
+    """The raw value of the GAP marker sealed at ``seq`` (one of ``missing_from..missing_to``)."""
+    request = {"missing_from": missing_from, "missing_to": missing_to}
+    return _sequencer_event(run_id, seq, EventKind.GAP, request, sequencer_id)
 
-    Written like a GAP marker (agent ``GAP_AGENT_ID``, harness ``sequencer:<id>``), so no
-    reader mistakes it for the agent's own ending; the error says why (docs/fleet.md).
-    """
-    ev = TraceEvent(
-        run_id=run_id,
-        seq=seq,
-        kind=EventKind.RUN_FINISHED,
-        at=now_micros(),
-        agent=AgentInfo(
-            agent_id=GAP_AGENT_ID,
-            agent_version=__version__,
-            host=_HOST,
-            harness=f"sequencer:{sequencer_id}",
-            sdk_version=__version__,
-        ),
-        request=canonical_json({"closed_by": "sequencer", "idle_s": round(idle_s, 3)}),
-        response=canonical_json(None),
+
+def closed_event(run_id: str, seq: int, idle_s: float, sequencer_id: str) -> bytes:
+    """The RUN_FINISHED marker the sequencer seals for a run idle past the idle timeout;
+    its error says why (docs/fleet.md)."""
+    return _sequencer_event(
+        run_id,
+        seq,
+        EventKind.RUN_FINISHED,
+        {"closed_by": "sequencer", "idle_s": round(idle_s, 3)},
+        sequencer_id,
         error=ErrorInfo(
             type="RunAbandoned",
             message=f"no event for {idle_s:.0f}s (sequencer_idle_close_s): the agent is taken "
@@ -167,7 +167,6 @@ def closed_event(run_id: str, seq: int, idle_s: float, sequencer_id: str) -> byt
         ),
         attributes={"tracevault.closed": "idle"},
     )
-    return encode_event(ev)
 
 
 _SEALED_V1_HEADER: bytes | None = None
