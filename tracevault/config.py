@@ -170,6 +170,11 @@ class Settings(BaseSettings):
     witness_metrics_port: int | None = Field(
         default=None, ge=0, le=65_535, description="witness /metrics and /healthz port (off)"
     )
+    # Read only to prove consistency across a gap in the topic; nothing in it is trusted.
+    witness_archive_url: str | None = Field(
+        default=None,
+        description="archive whose tiles the witness reads to prove across a gap (off)",
+    )
     # What a verifier reads: the stores of the witnesses whose cosignatures it wants to count.
     witness_stores: str = Field(
         default="",

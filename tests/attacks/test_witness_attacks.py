@@ -10,7 +10,6 @@ and pass on the checkpoint the witness cosigned.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -27,15 +26,12 @@ from confluent_kafka import Producer
 
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
+from tests.witness.topiclog import RUN, Partition
+from tests.witness.topiclog import chain as _chain
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 from tracevault.errors import LogError
 from tracevault.log import (
-    CHECKPOINT_KEY,
-    RECORD_HEADER,
-    RECORD_HEADER_CHECKPOINT,
-    CheckpointRecord,
-    CompactTree,
     CosignatureSigner,
     Ed25519Signer,
     LeafProof,
@@ -43,53 +39,11 @@ from tracevault.log import (
     RunLogEvidence,
     check_run_log,
     inclusion_proof,
-    leaf_hash,
     list_source,
     load_witness_verifiers,
-    log_origin,
     write_private_key,
 )
 from tracevault.witness._core import checkpoint_key, origin_prefix
-
-RUN = "run-attacked"
-
-
-def _chain(seq: int, tag: str) -> bytes:
-    return hashlib.sha256(f"{tag}:{seq}".encode()).digest()
-
-
-@dataclass
-class Partition:
-    """Partition 0's log as a key holder writes it: leaves of run RUN, tagged by history."""
-
-    settings: Settings
-    signer: Ed25519Signer
-    producer: Producer
-    tag: str
-    tree: CompactTree
-    leaves: list[bytes]
-
-    @property
-    def origin(self) -> str:
-        return log_origin(self.settings.log_origin, self.settings.topic_prefix, 0)
-
-    def append(self, n: int) -> CheckpointRecord:
-        lo = self.tree.size
-        new = [leaf_hash(RUN, s, _chain(s, self.tag)) for s in range(lo, lo + n)]
-        rec, self.tree = CheckpointRecord.build(self.tree, new, self.origin, self.signer)
-        self.leaves.extend(new)
-        self.producer.produce(
-            self.settings.topics.sealed,
-            key=CHECKPOINT_KEY,
-            value=rec.encode(),
-            partition=0,
-            headers=[(RECORD_HEADER, RECORD_HEADER_CHECKPOINT)],
-        )
-        assert self.producer.flush(10) == 0
-        return rec
-
-    def fork(self, tag: str) -> Partition:
-        return Partition(self.settings, self.signer, self.producer, tag, CompactTree(), [])
 
 
 @dataclass
@@ -138,7 +92,7 @@ def witness(settings_factory: Callable[..., Settings], tmp_path: Path) -> Iterat
         text=True,
     )
     producer = Producer(settings.kafka_config())
-    log = Partition(settings, log_key, producer, "genuine", CompactTree(), [])
+    log = Partition(settings, log_key, producer, "genuine")
     running = Running(proc, open_store(store_url, settings), f"http://127.0.0.1:{port}", "", log)
     running.witness_vkey = wkey.verifier.vkey
     try:

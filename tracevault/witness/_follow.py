@@ -15,11 +15,15 @@ poll that chain are joined first, see :meth:`WitnessFollower.handle_batch`):
   or its leaves do not grow to the signed root: not the log's; counted, warned, skipped
   (anyone with write access to the topic can append such a record);
 - ending at or before the witness's size: the same checkpoint seen again (re-read after a
-  restart) is fine; another root for a size it cosigned is a fork; a size it never cosigned
-  below its own is a rollback;
-- starting at or before the witness's size and ending after: proof from the witness's size,
-  then ``add_checkpoint`` (a bad proof is a fork);
-- starting after it: a gap the witness cannot prove across; refused until an operator looks.
+  restart) is fine; another root for a size it cosigned is a fork; a smaller size it never
+  cosigned is ``old`` (a late joiner re-reading the log: no alert) unless it is shown to be a
+  rollback: not a prefix of the witness's tree, or newer in the partition than a larger head
+  it does not extend (the log presented a smaller size as its newest);
+- ending after it: proof from the witness's size, then ``add_checkpoint`` (a bad proof is a
+  fork). The record proves from any size that ends on a subtree of its start tree; across a
+  wider gap (records gone from the topic) the missing nodes come from the archive's tiles if
+  one is configured. Unprovable: refused as a ``gap``, stored once per size, and every later
+  record is tried again, so the witness cosigns as soon as one proves.
 
 Offsets are committed after the decision is stored, so a crash re-reads, and re-reading is
 harmless (the second case).
@@ -30,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -39,11 +44,14 @@ from tracevault.errors import LogError, TraceVaultError
 from tracevault.log import (
     CheckpointRecord,
     CompactTree,
+    NodeSource,
     compact_range_source,
     consistency_proof,
     is_checkpoint_record,
     log_origin,
+    verify_consistency,
 )
+from tracevault.witness._archive import ArchiveTiles
 from tracevault.witness._core import Cosigned, Refused, Witness
 
 __all__ = ["WitnessFollower"]
@@ -51,23 +59,57 @@ __all__ = ["WitnessFollower"]
 log = logging.getLogger(__name__)
 
 
-class WitnessFollower:
-    """Reads ``<prefix>.sealed`` (read_committed) and hands each checkpoint to the witness."""
+@dataclass(slots=True)
+class _Head:
+    """The newest checked record of a partition in this session: its offset and tree."""
 
-    def __init__(self, settings: Settings, witness: Witness, *, group_id: str | None = None):
+    offset: int | None
+    tree: CompactTree
+
+
+@dataclass(slots=True)
+class _Range:
+    """Checked records of one partition joined in a poll, and what the log showed before."""
+
+    rec: CheckpointRecord
+    tree: CompactTree
+    head_before: int
+
+
+class WitnessFollower:
+    """Reads ``<prefix>.sealed`` (read_committed) and hands each checkpoint to the witness.
+
+    ``archive``: the archive's tiles, read only to prove consistency across a gap.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        witness: Witness,
+        *,
+        group_id: str | None = None,
+        archive: ArchiveTiles | None = None,
+    ):
         self.settings = settings
         self.witness = witness
         self.group_id = group_id or f"tracevault-witness.{settings.topic_prefix}"
+        self.archive = archive
+        self._heads: dict[int, _Head] = {}
+        self._gaps: dict[str, int] = {}  # origin -> the size a gap refusal is stored at
 
     def origin(self, partition: int) -> str:
         return log_origin(self.settings.log_origin, self.settings.topic_prefix, partition)
 
-    def handle(self, partition: int, value: bytes) -> Cosigned | Refused | None:
+    def handle(
+        self, partition: int, value: bytes, offset: int | None = None
+    ) -> Cosigned | Refused | None:
         """Decide one checkpoint record; None when it is not the log's (see module doc)."""
-        got = self.handle_batch([(partition, value)])
+        got = self.handle_batch([(partition, value)], None if offset is None else [offset])
         return got[0] if got else None
 
-    def handle_batch(self, records: Sequence[tuple[int, bytes]]) -> list[Cosigned | Refused]:
+    def handle_batch(
+        self, records: Sequence[tuple[int, bytes]], offsets: Sequence[int] | None = None
+    ) -> list[Cosigned | Refused]:
         """Decide the checkpoint records of one poll, in order, one decision per run of them.
 
         Consecutive records of a partition that chain (each starts where the last ended, on
@@ -77,26 +119,50 @@ class WitnessFollower:
         keeps up with the sequencer. A verifier needs a cosigned checkpoint at or after its
         run's end, not one per transaction. A record that does not chain (a re-read, a fork)
         ends the range and is decided on its own.
+
+        ``offsets`` (the records' Kafka offsets) tell a re-read (at or below the newest
+        offset seen) from a record the log appended after its head; without them each record
+        counts as the newest.
         """
         out: list[Cosigned | Refused] = []
-        pending: dict[int, tuple[CheckpointRecord, CompactTree]] = {}
-        for partition, value in records:
+        pending: dict[int, _Range] = {}
+        for i, (partition, value) in enumerate(records):
             checked = self._checked(partition, value)
             if checked is None:
                 continue
             rec, tree = checked
+            head_before = self._advance(partition, rec, tree, offsets[i] if offsets else None)
             cur = pending.get(partition)
-            if cur is not None and rec.start == cur[1].size and list(rec.prefix) == cur[1].hashes:
+            if (
+                cur is not None
+                and rec.start == cur.tree.size
+                and list(rec.prefix) == cur.tree.hashes
+            ):
                 joined = CheckpointRecord(
-                    rec.note, cur[0].start, cur[0].prefix, cur[0].leaves + rec.leaves
+                    rec.note, cur.rec.start, cur.rec.prefix, cur.rec.leaves + rec.leaves
                 )
-                pending[partition] = (joined, tree)
+                pending[partition] = _Range(joined, tree, cur.head_before)
                 continue
             if cur is not None:
-                out.append(self._decide(partition, cur[0]))
-            pending[partition] = (rec, tree)
-        out.extend(self._decide(p, rec) for p, (rec, _) in pending.items())
+                out.append(self._decide(partition, cur))
+            pending[partition] = _Range(rec, tree, head_before)
+        out.extend(self._decide(p, r) for p, r in pending.items())
         return out
+
+    def _advance(
+        self, partition: int, rec: CheckpointRecord, tree: CompactTree, offset: int | None
+    ) -> int:
+        """Move the partition's head to ``rec`` when it is newer; the size of a larger head
+        it does not extend (the log showed that, then presented this smaller one), else 0."""
+        head = self._heads.get(partition)
+        last = None if head is None else head.offset
+        if last is not None and offset is not None and offset <= last:
+            return 0  # a re-read (rebalance, seek): not what the log shows as newest
+        self._heads[partition] = _Head(offset, tree)
+        if head is None or tree.size >= head.tree.size:
+            return 0
+        chains = rec.start == head.tree.size and list(rec.prefix) == head.tree.hashes
+        return 0 if chains else head.tree.size
 
     def _checked(self, partition: int, value: bytes) -> tuple[CheckpointRecord, CompactTree] | None:
         origin = self.origin(partition)
@@ -109,29 +175,85 @@ class WitnessFollower:
             return None
         return rec, tree
 
-    def _decide(self, partition: int, rec: CheckpointRecord) -> Cosigned | Refused:
-        """``rec`` is checked (signed, its leaves reach its root); prove it from our size."""
+    def _decide(self, partition: int, r: _Range) -> Cosigned | Refused:
+        """``r.rec`` is checked (signed, its leaves reach its root); prove it from our size."""
         origin = self.origin(partition)
+        rec = r.rec
         latest = self.witness.latest(origin)
-        size = latest[0] if latest is not None else 0
+        size, root = latest if latest is not None else (0, b"")
+        proof: list[bytes] = []
+        from_log = True
         try:
-            if latest is not None and rec.start > size:
-                raise self.witness.refuse(
-                    "gap",
-                    origin,
-                    f"checkpoint {origin}@{rec.end} lists leaves from {rec.start}, the "
-                    f"witness is at {size}: it cannot prove consistency across the gap",
-                    rec.note,
-                )
-            proof: list[bytes] = []
             if latest is not None and size < rec.end:
                 src = compact_range_source(rec.start, rec.prefix, rec.leaves)
-                proof = consistency_proof(size, rec.end, src)
-            return self.witness.add_checkpoint(
-                rec.note, size, proof, proof_from_log=True, evidence=rec.encode()
+                try:
+                    proof = consistency_proof(size, rec.end, src)
+                except LogError:  # a gap: the record alone does not reach back to our size
+                    proof = self._across_gap(partition, r, size, root, src)
+                    from_log = False
+            got = self.witness.add_checkpoint(
+                rec.note,
+                size,
+                proof,
+                proof_from_log=from_log,
+                evidence=rec.encode(),
+                tree=r.tree,
+                head_before=r.head_before,
             )
-        except Refused as r:
-            return r
+        except Refused as refused:
+            return refused
+        if got.new and self._gaps.pop(origin, None) is not None:
+            log.warning(
+                "witness of %s cosigns again: %s proved consistent with %s", origin, rec.end, size
+            )
+        return got
+
+    def _across_gap(
+        self, partition: int, r: _Range, size: int, root: bytes, src: NodeSource
+    ) -> list[bytes]:
+        """The proof from ``size`` to the range's end with the nodes left of its start read
+        from the archive's tiles; a checked proof or :class:`Refused` (``gap``)."""
+        origin, rec = self.origin(partition), r.rec
+        why = "no archive is configured to read the missing nodes from"
+        if self.archive is not None:
+            try:
+                _, tiles = self.archive.source(partition)
+
+                def node(level: int, index: int) -> bytes:
+                    try:
+                        return src(level, index)
+                    except LogError:
+                        return tiles(level, index)
+
+                proof = consistency_proof(size, rec.end, node)
+                verify_consistency(size, rec.end, proof, root, r.tree.root())
+                return proof
+            except TraceVaultError as e:  # not archived that far yet, unreachable, or doctored
+                why = f"the archive {self.archive.store.url} does not prove it: {e}"
+        raise self._gap(origin, rec, size, why)
+
+    def _gap(self, origin: str, rec: CheckpointRecord, size: int, why: str) -> Refused:
+        """Refuse a record it cannot prove from ``size``: stored and counted once per size.
+
+        Why once: while the gap lasts every later record is one too, and a refusal per record
+        (and per restart) would bury the one that matters; the store's copy names the sizes.
+        """
+        message = (
+            f"checkpoint {origin}@{rec.end} lists leaves from {rec.start}, the witness is at "
+            f"{size}: it cannot prove consistency across leaves {size}..{rec.start - 1} "
+            f"({why}); it cosigns again once a checkpoint proves from {size}"
+        )
+        if self._gaps.get(origin) == size or (
+            origin not in self._gaps and self.witness.refused_before(origin, "gap", size)
+        ):
+            self._gaps[origin] = size
+            log.debug("still a gap: %s", message)
+            return Refused("gap", origin, message, size, 409)
+        self._gaps[origin] = size
+        detail = {"start": rec.start, "checkpoint_size": rec.end}
+        return self.witness.refuse(
+            "gap", origin, message, rec.note, evidence=rec.encode(), detail=detail
+        )
 
     def run(self, stop: threading.Event, health: Health | None = None) -> None:
         """Follow until ``stop`` is set; a record that fails is logged, never fatal."""
@@ -152,10 +274,10 @@ class WitnessFollower:
         try:
             while not stop.is_set():
                 msgs = consumer.consume(500, 0.5)
-                batch = [r for r in map(self._record, msgs) if r is not None]
-                if batch:
+                got = [r for r in map(self._record, msgs) if r is not None]
+                if got:
                     try:
-                        self.handle_batch(batch)
+                        self.handle_batch([(p, v) for p, v, _ in got], [o for _, _, o in got])
                     except TraceVaultError as e:
                         # the store failed: stop before committing past what is not recorded
                         log.error("witness could not record its decisions: %s", e)
@@ -168,8 +290,8 @@ class WitnessFollower:
         finally:
             consumer.close()
 
-    def _record(self, m: Message) -> tuple[int, bytes] | None:
-        """(partition, value) of a checkpoint record; None for anything else."""
+    def _record(self, m: Message) -> tuple[int, bytes, int] | None:
+        """(partition, value, offset) of a checkpoint record; None for anything else."""
         err = m.error()
         if err is not None:
             if err.code() != KafkaError._PARTITION_EOF:
@@ -182,6 +304,7 @@ class WitnessFollower:
             return None
         value = m.value()
         partition = m.partition()
-        if value is None or partition is None:
+        offset = m.offset()
+        if value is None or partition is None or offset is None:
             return None
-        return partition, value
+        return partition, value, offset

@@ -62,6 +62,9 @@ def witness() -> None:
           --store file:///var/lib/tracevault-witness
     A log can also push checkpoints with a consistency proof: add
     --listen-port PORT (C2SP tlog-witness POST /add-checkpoint).
+    Records gone from the topic before it read them (a gap) stall it
+    until a later checkpoint proves consistency; --archive URL lets it
+    read the missing nodes from the archive's tiles.
     Give verifiers the printed witness vkey:
       tracevault replay verify RUN --witness-key <vkey> --min-witnesses 1
     """
@@ -96,6 +99,13 @@ def witness() -> None:
     help="Also serve C2SP tlog-witness POST /add-checkpoint on this port [off].",
 )
 @click.option(
+    "--archive",
+    "archive_url",
+    metavar="URL",
+    help="Archive whose tiles prove consistency across a gap in the topic "
+    "[env TRACEVAULT_WITNESS_ARCHIVE_URL; off].",
+)
+@click.option(
     "--follow/--no-follow",
     default=True,
     show_default=True,
@@ -110,6 +120,7 @@ def run(
     metrics_port: int | None,
     group_id: str | None,
     listen_port: int | None,
+    archive_url: str | None,
     follow: bool,
 ) -> None:
     """Follow the sealed topic and cosign its checkpoints (service).
@@ -117,6 +128,7 @@ def run(
     SIGTERM or Ctrl-C stops it within seconds; what was cosigned is stored.
     """
     from tracevault.consumer._liveness import Health, serve, stop_on_signals  # noqa: PLC0415
+    from tracevault.witness._archive import ArchiveTiles  # noqa: PLC0415
     from tracevault.witness._core import Witness  # noqa: PLC0415
     from tracevault.witness._follow import WitnessFollower  # noqa: PLC0415 - Kafka import
     from tracevault.witness._http import serve_add_checkpoint  # noqa: PLC0415
@@ -128,6 +140,7 @@ def run(
         witness_key_file=key_file,
         witness_store_url=store_url,
         witness_metrics_port=metrics_port,
+        witness_archive_url=archive_url,
     )
     keys = load_verifiers(log_vkeys or [k for k in settings.log_vkeys.split(",") if k.strip()])
     if not keys:
@@ -138,7 +151,12 @@ def run(
     signer = _signer(settings)
     store = open_store(_store_url(settings), settings)
     w = Witness(store, signer, keys, retention=timedelta(days=settings.retention_days))
-    follower = WitnessFollower(settings, w, group_id=group_id)
+    archive = None
+    if settings.witness_archive_url:
+        archive = ArchiveTiles(
+            open_store(settings.witness_archive_url, settings), settings.topic_prefix
+        )
+    follower = WitnessFollower(settings, w, group_id=group_id, archive=archive)
     health = Health("witness", settings.health_stall_s)
     if settings.witness_metrics_port is not None:
         port = serve(settings.witness_metrics_port, w.metrics.registry, health)
@@ -160,6 +178,8 @@ def run(
     finally:
         undo()
         store.close()
+        if archive is not None:
+            archive.store.close()
 
 
 @witness.command()
