@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
+from tests.witness.topiclog import post_add_checkpoint as _post
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.log import (
@@ -54,17 +54,6 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Witness, Ed25519Signer]]:
 
 def _note(key: Ed25519Signer, size: int, root: bytes | None = None) -> str:
     return sign_note(Checkpoint(ORIGIN, size, root or tree_root(size, SRC)).body(), [key])
-
-
-def _post(url: str, old: int, proof: list[bytes], note: str) -> tuple[int, str, str]:
-    body = f"old {old}\n" + "".join(base64.b64encode(h).decode() + "\n" for h in proof)
-    req = urllib.request.Request(url, data=(body + "\n" + note).encode(), method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as res:
-            return res.status, res.headers["Content-Type"], res.read().decode()
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, e.headers["Content-Type"], e.read().decode()
 
 
 def test_cosigns_over_http_and_answers_per_spec(

@@ -218,6 +218,41 @@ def test_a_gap_is_refused_without_alert(env: tuple[WitnessFollower, Log, ObjectS
     assert [r["kind"] for r in _refusals(store)] == ["gap"]
 
 
+def test_a_gap_is_crossed_when_a_later_start_tree_holds_the_witness_tree(
+    env: tuple[WitnessFollower, Log, ObjectStore],
+) -> None:
+    follower, log, store = env
+    follower.handle(0, log.batch(6))
+    log.batch(1)  # 6..7, never seen
+    got = follower.handle(0, log.batch(2))  # 7..9: its start tree is [0,4) [4,6) [6]
+    assert isinstance(got, Cosigned) and got.new and got.size == 9
+    assert _refusals(store) == []
+
+
+def test_an_old_checkpoint_it_cannot_place_is_old_not_a_rollback(
+    env: tuple[WitnessFollower, Log, ObjectStore],
+) -> None:
+    """Over add-checkpoint only the note is known: a genuine one and another history's look
+    alike below the witness's size, so both get the spec's 409, with no alert."""
+    follower, log, store = env
+    w = follower.witness
+    log.batch(5)
+    w.add_checkpoint(sign_note(Checkpoint(ORIGIN, 5, log.tree.root()).body(), [log.signer]), 0, [])
+    other = Log(log.signer, tag="other")
+    other.batch(3)
+    for tree in (_root_at(log, 3), other.tree.root()):
+        note = sign_note(Checkpoint(ORIGIN, 3, tree).body(), [log.signer])
+        with pytest.raises(Refused) as old:
+            w.add_checkpoint(note, 0, [])
+        assert (old.value.kind, old.value.status, old.value.size, old.value.alert) == (
+            "old",
+            409,
+            5,
+            False,
+        )
+    assert _refusals(store) == [] and _refused(follower, "old") == 2
+
+
 def test_add_checkpoint_checks_the_proof_it_is_given(
     env: tuple[WitnessFollower, Log, ObjectStore],
 ) -> None:

@@ -6,7 +6,10 @@ rolled-back history (another ``tag``), each a checkpoint record produced to part
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -70,3 +73,15 @@ class Partition:
 
     def fork(self, tag: str) -> Partition:
         return Partition(self.settings, self.signer, self.producer, tag)
+
+
+def post_add_checkpoint(url: str, old: int, proof: list[bytes], note: str) -> tuple[int, str, str]:
+    """POST a C2SP tlog-witness add-checkpoint body; (status, Content-Type, body)."""
+    body = f"old {old}\n" + "".join(base64.b64encode(h).decode() + "\n" for h in proof)
+    req = urllib.request.Request(url, data=(body + "\n" + note).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as res:
+            return res.status, res.headers["Content-Type"], res.read().decode()
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, e.headers["Content-Type"], e.read().decode()
