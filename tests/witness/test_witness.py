@@ -30,7 +30,14 @@ from tracevault.log import (
     sign_note,
 )
 from tracevault.witness import cosigned_checkpoint, cosigned_sizes
-from tracevault.witness._core import Cosigned, Refused, Witness, checkpoint_key, origin_prefix
+from tracevault.witness._core import (
+    Cosigned,
+    Refused,
+    Witness,
+    checkpoint_key,
+    origin_prefix,
+    prefix_root,
+)
 from tracevault.witness._follow import WitnessFollower
 
 SETTINGS = Settings(topic_prefix="wt", log_origin="tv.test")
@@ -314,3 +321,22 @@ def test_cosigned_checkpoint_finds_the_smallest_covering_size(
     text, good = open_note(note, [log.signer.verifier, follower.witness.signer.verifier])
     assert Checkpoint.parse(text).size == 7 and len(good) == 2
     assert cosigned_checkpoint(store, ORIGIN, 8) is None
+
+
+def test_prefix_root_is_known_exactly_on_the_compact_trees_subtree_boundaries() -> None:
+    leaves = _leaves("p", 0, 70)
+    for n in range(66):
+        tree = CompactTree()
+        tree.extend(leaves[:n])
+        for m in range(n + 1):
+            boundary = m == 0 or any(m == (n >> k) << k for k in range(n.bit_length() + 1))
+            got = prefix_root(tree, m)
+            assert (got is not None) == boundary, (n, m)
+            if got is not None:
+                assert got == _root_at_leaves(leaves, m)
+
+
+def _root_at_leaves(leaves: list[bytes], size: int) -> bytes:
+    t = CompactTree()
+    t.extend(leaves[:size])
+    return t.root()

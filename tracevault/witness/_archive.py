@@ -35,7 +35,10 @@ class ArchiveTiles:
         cps = self.store.list(checkpoint_prefix(log))
         if not cps:
             raise LogError(f"the archive {self.store.url} holds no checkpoint of {log}")
-        size = int(cps[-1].key.rsplit("/", 1)[1])
+        name = cps[-1].key.rsplit("/", 1)[1]
+        if not name.isdigit():
+            raise LogError(f"the archive's checkpoint object {cps[-1].key} is not named by a size")
+        size = int(name)
 
         def read(level: int, index: int, width: int) -> bytes:
             key = tile_key(log, level, index, width)
