@@ -1,7 +1,8 @@
 """A witness that joins late, and one that finds records gone, against the real broker.
 
-Both follow a real sealed topic (``WitnessFollower.run`` in a thread, its own consumer group)
-into a real file store. The first learned the log's newest checkpoint by a push before it read
+Both follow a real sealed topic into a real file store, with their own consumer group: the
+first as ``WitnessFollower.run`` in a thread, the second, after its first size, as the service
+(``tracevault witness run --archive URL``) in its own process. The first learned the log's newest checkpoint by a push before it read
 the topic from the beginning: the old genuine checkpoints it then reads are old (409 over
 HTTP), not a rollback, while the log presenting an old one as its newest head still is. The
 second was down while records it needed were deleted from the topic (as retention does): it
@@ -12,7 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,12 +30,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.consumer.sequencer.support import wait_until
+from tests.kafka_harness import free_port
 from tests.witness.topiclog import RUN, Partition, chain, post_add_checkpoint
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
-from tracevault.log import CosignatureSigner, Ed25519Signer, leaf_data
-from tracevault.witness._archive import ArchiveTiles
+from tracevault.log import CosignatureSigner, Ed25519Signer, leaf_data, write_private_key
+from tracevault.witness import cosigned_sizes
 from tracevault.witness._core import Witness, checkpoint_key, origin_prefix
 from tracevault.witness._follow import WitnessFollower
 from tracevault.witness._http import serve_add_checkpoint
@@ -148,9 +155,16 @@ def _archive(settings: Settings, log: Partition, size: int, note: str) -> None:
         plog.flush(datetime.now(UTC) + timedelta(days=1), pool)
 
 
+def _metric(url: str, origin: str, kind: str) -> float:
+    body = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    want = f'tracevault_witness_refused_total{{kind="{kind}",origin="{origin}"}}'
+    return next((float(x.rsplit(" ", 1)[1]) for x in body.splitlines() if x.startswith(want)), 0)
+
+
 def test_a_gap_is_refused_once_and_proved_across_from_the_archive(
     settings_factory: Callable[..., Settings], tmp_path: Path
 ) -> None:
+    """The second half runs the service itself: ``tracevault witness run --archive URL``."""
     settings = settings_factory(partitions=1)
     key = Ed25519Signer.generate("tv.test/log")
     log = Partition(settings, key, Producer(settings.kafka_config()), "genuine")
@@ -168,9 +182,25 @@ def test_a_gap_is_refused_once_and_proved_across_from_the_archive(
     for f in admin.delete_records([gone]).values():
         f.result(30)
 
-    archive = ArchiveTiles(open_store(settings.archive_url, settings), settings.topic_prefix)
-    follower = WitnessFollower(settings, w, group_id=group, archive=archive)
-    with _following(follower):
+    write_private_key(tmp_path / "w.key", w.signer)
+    port = free_port()
+    env = {
+        **os.environ,
+        "TRACEVAULT_LOG_VKEYS": key.verifier.vkey,
+        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
+    }
+    args = ["witness", "run", "--key-file", str(tmp_path / "w.key"), "--group-id", group]
+    args += ["--store", w.store.url, "--archive", settings.archive_url]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracevault", *args, "--metrics-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = f"http://127.0.0.1:{port}"
+    try:
         log.append(1)  # 8..9: 3 is not a subtree of 8, nothing archived: unprovable
         wait_until(lambda: bool(_refusals(w.store, origin)), timeout=60, what="a gap refusal")
         e = log.append(2)  # 9..11: the same gap, read in a later poll
@@ -187,9 +217,8 @@ def test_a_gap_is_refused_once_and_proved_across_from_the_archive(
             9,
         )
         assert "leaves 3..7" in str(gap["message"])
-        assert _refused(w, origin, "gap") == 1  # once, though two records hit it
-        at = w.latest(origin)
-        assert at is not None and at[0] == 3  # nothing cosigned across the gap
+        assert _metric(metrics, origin, "gap") == 1  # once, though two records hit it
+        assert cosigned_sizes(w.store, origin) == [3]  # nothing cosigned across the gap
 
         _archive(settings, log, 11, e.note)  # the archiver caught up to 11
         log.append(1)  # 11..12: the tiles give what 3 -> 12 needs left of 11
@@ -198,5 +227,13 @@ def test_a_gap_is_refused_once_and_proved_across_from_the_archive(
             timeout=60,
             what="the witness to cosign across the gap",
         )
-    assert w.latest(origin) == (12, log.tree.root())
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert cosigned_sizes(w.store, origin) == [3, 12]
     assert len(_refusals(w.store, origin)) == 1
+    assert "ALERT" not in err

@@ -50,8 +50,9 @@ def witness() -> None:
     signed by a trusted log key and extends the last checkpoint it
     cosigned (a consistency proof), cosigns it (C2SP cosignature/v1)
     and keeps the cosigned checkpoint in its own store. A fork (two
-    roots for one size, or no proof) or a rollback is refused, logged
-    as ALERT, counted and kept as a refusal record (docs/log.md).
+    roots for one size, or a failing proof) or a rollback is refused,
+    logged as ALERT, counted and kept as a refusal record; an older
+    checkpoint it never cosigned is only answered 409 (docs/log.md).
 
     \b
     Setup:
