@@ -11,10 +11,8 @@ and pass on the checkpoint the witness cosigned.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -26,7 +24,7 @@ from confluent_kafka import Producer
 
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
-from tests.witness.topiclog import RUN, Partition
+from tests.witness.topiclog import RUN, Partition, witness_process
 from tests.witness.topiclog import chain as _chain
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
@@ -78,29 +76,16 @@ def witness(settings_factory: Callable[..., Settings], tmp_path: Path) -> Iterat
     store_url = f"file://{tmp_path / 'witness-store'}"
     port = free_port()
     env = {
-        **os.environ,
         "TRACEVAULT_LOG_VKEYS": log_key.verifier.vkey,
         "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
     }
-    args = ["witness", "run", "--key-file", str(tmp_path / "w.key"), "--store", store_url]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tracevault", "-v", *args, "--metrics-port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    producer = Producer(settings.kafka_config())
-    log = Partition(settings, log_key, producer, "genuine")
-    running = Running(proc, open_store(store_url, settings), f"http://127.0.0.1:{port}", "", log)
-    running.witness_vkey = wkey.verifier.vkey
-    try:
-        yield running
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
+    args = ["-v", "witness", "run", "--key-file", str(tmp_path / "w.key"), "--store", store_url]
+    with witness_process([*args, "--metrics-port", str(port)], **env) as proc:
+        producer = Producer(settings.kafka_config())
+        log = Partition(settings, log_key, producer, "genuine")
+        store = open_store(store_url, settings)
+        yield Running(proc, store, f"http://127.0.0.1:{port}", wkey.verifier.vkey, log)
 
 
 def _evidence(p: Partition, note: str) -> tuple[list[RunEvent], RunLogEvidence]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ import pytest
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
 from tests.witness.topiclog import post_add_checkpoint as _post
+from tests.witness.topiclog import witness_process
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.log import (
@@ -112,18 +111,10 @@ def test_the_service_serves_add_checkpoint_and_stops_on_sigterm(tmp_path: Path) 
     wkey = CosignatureSigner.generate("w.test")
     write_private_key(tmp_path / "w.key", wkey)
     port = free_port()
-    env = {**os.environ, "TRACEVAULT_LOG_VKEYS": key.verifier.vkey}
     args = ["witness", "run", "--no-follow", "--listen-port", str(port)]
     args += ["--key-file", str(tmp_path / "w.key"), "--store", f"file://{tmp_path / 's'}"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tracevault", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     url = f"http://127.0.0.1:{port}/add-checkpoint"
-    try:
+    with witness_process(args, TRACEVAULT_LOG_VKEYS=key.verifier.vkey) as proc:
         wait_until(lambda: _up(url, proc), timeout=30, what="the witness to listen")
         note = _note(key, 4)
         code, _, body = _post(url, 0, [], note)
@@ -133,10 +124,6 @@ def test_the_service_serves_add_checkpoint_and_stops_on_sigterm(tmp_path: Path) 
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
         assert proc.returncode == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
 
 
 def _up(url: str, proc: subprocess.Popen[str]) -> bool:

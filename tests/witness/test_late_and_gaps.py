@@ -2,21 +2,20 @@
 
 Both follow a real sealed topic into a real file store, with their own consumer group: the
 first as ``WitnessFollower.run`` in a thread, the second, after its first size, as the service
-(``tracevault witness run --archive URL``) in its own process. The first learned the log's newest checkpoint by a push before it read
-the topic from the beginning: the old genuine checkpoints it then reads are old (409 over
-HTTP), not a rollback, while the log presenting an old one as its newest head still is. The
-second was down while records it needed were deleted from the topic (as retention does): it
-refuses once, keeps following, and cosigns again once the archive's tiles prove the gap.
+(``tracevault witness run --archive URL``) in its own process. The first learned the log's
+newest checkpoint by a push before it read the topic from the beginning: the old genuine
+checkpoints it then reads are old (409 over HTTP), not a rollback, while the log presenting
+an old one as its newest head still is. The second was down while records it needed were
+deleted from the topic (as retention does): it refuses once, keeps following, and cosigns
+again once the archive's tiles prove the gap.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import subprocess
-import sys
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
-from tests.witness.topiclog import RUN, Partition, chain, post_add_checkpoint
+from tests.witness.topiclog import RUN, Partition, chain, post_add_checkpoint, witness_process
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
@@ -155,6 +154,12 @@ def _archive(settings: Settings, log: Partition, size: int, note: str) -> None:
         plog.flush(datetime.now(UTC) + timedelta(days=1), pool)
 
 
+def _alive(proc: subprocess.Popen[str]) -> bool:
+    if proc.poll() is not None:  # died: fail now, with what it said
+        raise AssertionError(f"the witness exited with {proc.returncode}: {proc.communicate()[1]}")
+    return True
+
+
 def _metric(url: str, origin: str, kind: str) -> float:
     body = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
     want = f'tracevault_witness_refused_total{{kind="{kind}",origin="{origin}"}}'
@@ -185,24 +190,20 @@ def test_a_gap_is_refused_once_and_proved_across_from_the_archive(
     write_private_key(tmp_path / "w.key", w.signer)
     port = free_port()
     env = {
-        **os.environ,
         "TRACEVAULT_LOG_VKEYS": key.verifier.vkey,
         "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
     }
     args = ["witness", "run", "--key-file", str(tmp_path / "w.key"), "--group-id", group]
     args += ["--store", w.store.url, "--archive", settings.archive_url]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tracevault", *args, "--metrics-port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     metrics = f"http://127.0.0.1:{port}"
-    try:
+    with witness_process([*args, "--metrics-port", str(port)], **env) as proc:
         log.append(1)  # 8..9: 3 is not a subtree of 8, nothing archived: unprovable
-        wait_until(lambda: bool(_refusals(w.store, origin)), timeout=60, what="a gap refusal")
+        wait_until(
+            lambda: _alive(proc) and bool(_refusals(w.store, origin)),
+            timeout=60,
+            what="a gap refusal",
+        )
         e = log.append(2)  # 9..11: the same gap, read in a later poll
         wait_until(
             lambda: _committed(settings, group) >= _high(settings),
@@ -230,10 +231,6 @@ def test_a_gap_is_refused_once_and_proved_across_from_the_archive(
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
         assert proc.returncode == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
     assert cosigned_sizes(w.store, origin) == [3, 12]
     assert len(_refusals(w.store, origin)) == 1
     assert "ALERT" not in err

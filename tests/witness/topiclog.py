@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -85,3 +90,21 @@ def post_add_checkpoint(url: str, old: int, proof: list[bytes], note: str) -> tu
     except urllib.error.HTTPError as e:
         with e:
             return e.code, e.headers["Content-Type"], e.read().decode()
+
+
+@contextmanager
+def witness_process(args: list[str], **env: str) -> Iterator[subprocess.Popen[str]]:
+    """``python -m tracevault <args>`` with ``env`` added; killed on the way out if alive."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracevault", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
