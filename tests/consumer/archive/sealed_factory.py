@@ -108,24 +108,45 @@ def write_segment_objects(
     return key
 
 
+class LogWriter:
+    """One partition's static log written as the archiver writes it (signed checkpoint per
+    flush, tiles, bundles, run indexes), flush by flush, without Kafka."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        signer: Ed25519Signer,
+        prefix: str = "pfx",
+        until: datetime = FUTURE,
+    ) -> None:
+        self.origin = log_origin("tracevault", prefix, 0)
+        self.plog = PartitionLog.open(store, prefix, self.origin, 0, [signer.verifier])
+        self.signer, self.until = signer, until
+        self.tree = CompactTree()
+        self.pending: list[bytes] = []
+
+    def add(self, events: list[SealedEvent], *, finishes: bool = True) -> None:
+        """Append events (of one run, in seq order); the last finishes the run if ``finishes``."""
+        for ev in events:
+            data = leaf_data(ev.run_id, ev.seq, ev.hash)
+            rec = LeafRecord(ev.run_id, ev.seq, ev.hash, finishes and ev is events[-1],
+                             ev.sealed_at, data, hash_leaf(data), encode_sealed(ev))  # fmt: skip
+            self.plog.append(rec)
+            self.pending.append(rec.leaf_hash)
+
+    def flush(self) -> None:
+        rec, self.tree = CheckpointRecord.build(self.tree, self.pending, self.origin, self.signer)
+        self.pending = []
+        self.plog.note, self.plog.note_size = rec.note, self.tree.size
+        with ThreadPoolExecutor(4) as pool:
+            self.plog.flush(self.until, pool)
+
+
 def write_log_run(
     store: ObjectStore, run_id: str, n: int, signer: Ed25519Signer, prefix: str = "pfx"
 ) -> None:
     """Archive one run as the archiver would (a static log of partition 0), signed by
     ``signer``, without Kafka."""
-    origin = log_origin("tracevault", prefix, 0)
-    plog = PartitionLog.open(store, prefix, origin, 0, [signer.verifier])
-    recs = []
-    for ev in sealed_run(run_id, n):
-        last = ev.seq == n - 1
-        data = leaf_data(run_id, ev.seq, ev.hash)
-        recs.append(
-            LeafRecord(run_id, ev.seq, ev.hash, last, ev.sealed_at,
-                       data, hash_leaf(data), encode_sealed(ev))
-        )  # fmt: skip
-    rec, _ = CheckpointRecord.build(CompactTree(), [r.leaf_hash for r in recs], origin, signer)
-    for r in recs:
-        plog.append(r)
-    plog.note, plog.note_size = rec.note, n
-    with ThreadPoolExecutor(4) as pool:
-        plog.flush(FUTURE, pool)
+    w = LogWriter(store, signer, prefix)
+    w.add(sealed_run(run_id, n))
+    w.flush()

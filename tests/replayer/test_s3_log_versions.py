@@ -1,0 +1,75 @@
+"""`verify --from archive` on S3 checks the versions of what it reads, not of the whole log.
+
+Counted on the wire: a boto3 event hook sees every ListObjectVersions request the store sends
+to moto's server over HTTP. With the partition's log ten times longer (other runs archived
+before and after, each in its own flush), verifying one run sends the same requests.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+
+from tests.consumer.archive.sealed_factory import LogWriter, sealed_run
+from tracevault.archive._s3store import S3Store
+from tracevault.archive.layout import run_prefix
+from tracevault.archive.tlog import checkpoint_prefix, log_prefix
+from tracevault.log import Ed25519Signer
+from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer._verify import verify
+
+
+@dataclass
+class _Wire:
+    """What the store asked S3: version listings (prefix, key marker) and the keys it read."""
+
+    listings: list[tuple[str, str]] = field(default_factory=list)
+    gets: set[str] = field(default_factory=set)
+
+    def on_params(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "ListObjectVersions":
+            self.listings.append((params["Prefix"], params.get("KeyMarker", "")))
+        elif model.name == "GetObject":
+            self.gets.add(params["Key"])
+
+
+def _verify_counting(endpoint: str, others: int) -> tuple[_Wire, str]:
+    bucket = f"tv-ver-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    signer = Ed25519Signer.generate("test-log")
+    writer = LogWriter(S3Store(bucket, "archive", client=client), signer)
+    for i in range(2 * others):
+        if i == others:
+            writer.add(sealed_run("target", 4))
+            writer.flush()
+        writer.add(sealed_run(f"other-{i}", 2))
+        writer.flush()
+    wire = _Wire()
+    counted = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    counted.meta.events.register("provide-client-params.s3.*", wire.on_params)
+    store = S3Store(bucket, "archive", client=counted)
+    assert verify(load_from_archive(store, "target"), keys=[signer.verifier]).finished
+    return wire, "archive/"
+
+
+def test_version_listings_cover_only_what_verify_reads_and_do_not_grow_with_the_log(
+    s3_endpoint: str,
+) -> None:
+    short, base = _verify_counting(s3_endpoint, 3)
+    long, _ = _verify_counting(s3_endpoint, 30)
+    log = base + log_prefix("pfx", 0)
+    for wire in (short, long):
+        prefixes = {p for p, _ in wire.listings}
+        assert log not in prefixes  # no listing of the whole partition log
+        for prefix, marker in wire.listings:
+            if prefix == base + run_prefix("target"):
+                continue  # the run's own objects, one listing
+            if prefix == base + checkpoint_prefix(log_prefix("pfx", 0)):
+                assert marker  # only the keys past the newest checkpoint listed
+                continue
+            assert prefix in wire.gets, prefix  # exactly one object verify reads
+    assert len(long.listings) == len(short.listings)
