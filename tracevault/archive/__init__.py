@@ -26,6 +26,7 @@ from tracevault.archive._reader import (
     read_run_objects,
 )
 from tracevault.archive._retention import (
+    HoldReport,
     ObjectRetention,
     PurgeReport,
     RunRetention,
@@ -70,6 +71,7 @@ __all__ = [
     "PurgeReport",
     "RunRetention",
     "RunSummary",
+    "HoldReport",
     "hold_run",
     "list_runs",
     "purge",
