@@ -45,8 +45,9 @@ __all__ = ["S3Store"]
 log = logging.getLogger(__name__)
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchVersion"}
-# entries a page of ``versions``: the original and a few layers over it in one request
-_VERSIONS_PAGE = 8
+# entries a page of ``versions``: a key has one version unless tampered with, so the page
+# holds it and shows where the next key starts; layers over it take more pages
+_VERSIONS_PAGE = 2
 
 
 def _code(exc: ClientError) -> str:
