@@ -7,17 +7,15 @@ before and after, each in its own flush), verifying one run sends the same reque
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 
-from tests.consumer.archive.sealed_factory import LogWriter, sealed_run
+from tests.consumer.archive.sealed_factory import s3_log_among_others
 from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix
-from tracevault.log import Ed25519Signer
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._verify import verify
 
@@ -37,17 +35,7 @@ class _Wire:
 
 
 def _verify_counting(endpoint: str, others: int) -> tuple[_Wire, str]:
-    bucket = f"tv-ver-{uuid.uuid4().hex[:12]}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
-    signer = Ed25519Signer.generate("test-log")
-    writer = LogWriter(S3Store(bucket, "archive", client=client), signer)
-    for i in range(2 * others):
-        if i == others:
-            writer.add(sealed_run("target", 4))
-            writer.flush()
-        writer.add(sealed_run(f"other-{i}", 2))
-        writer.flush()
+    bucket, signer = s3_log_among_others(endpoint, "target", 4, others)
     wire = _Wire()
     counted = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     counted.meta.events.register("provide-client-params.s3.*", wire.on_params)
@@ -60,7 +48,7 @@ def test_version_listings_cover_only_what_verify_reads_and_do_not_grow_with_the_
     s3_endpoint: str,
 ) -> None:
     short, base = _verify_counting(s3_endpoint, 3)
-    long, _ = _verify_counting(s3_endpoint, 30)
+    long, _ = _verify_counting(s3_endpoint, 40)
     log = base + log_prefix("pfx", 0)
     for wire in (short, long):
         prefixes = {p for p, _ in wire.listings}

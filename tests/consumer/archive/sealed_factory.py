@@ -7,10 +7,14 @@ encode them with ``encode_sealed``, which is exactly what lands on ``<prefix>.se
 from __future__ import annotations
 
 import hashlib
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+import boto3
+
 from tracevault.archive import ObjectStore, encode_segment, sealed_body
+from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
 from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
@@ -150,3 +154,24 @@ def write_log_run(
     w = LogWriter(store, signer, prefix)
     w.add(sealed_run(run_id, n))
     w.flush()
+
+
+def s3_log_among_others(
+    endpoint: str, run_id: str, n: int, others: int
+) -> tuple[str, Ed25519Signer]:
+    """(bucket, signer) of a new Object Lock bucket on ``endpoint`` whose log (under
+    ``archive/``) holds ``run_id`` (``n`` events) in the middle of ``others`` runs of 2
+    events, each archived in its own flush, as a busy archiver with idle runs writes them."""
+    bucket = f"tv-log-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    signer = Ed25519Signer.generate("test-log")
+    w = LogWriter(S3Store(bucket, "archive", client=client), signer)
+    for i in range(others + 1):
+        if i == others // 2:
+            w.add(sealed_run(run_id, n))
+            w.flush()
+        if i < others:
+            w.add(sealed_run(f"other-{i}", 2))
+            w.flush()
+    return bucket, signer
