@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+import pytest
 
 from tests.consumer.archive.sealed_factory import s3_log_among_others
 from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix
+from tracevault.errors import ChainError
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._verify import verify
 
@@ -61,3 +63,17 @@ def test_version_listings_cover_only_what_verify_reads_and_do_not_grow_with_the_
                 continue
             assert prefix in wire.gets, prefix  # exactly one object verify reads
     assert len(long.listings) == len(short.listings)
+
+
+def test_a_newer_checkpoint_hidden_by_a_delete_marker_is_named(s3_endpoint: str) -> None:
+    # A listing no longer shows it, and verify no longer lists every version of the log:
+    # the listing of the keys past the newest listed checkpoint still finds the marker.
+    bucket, _ = s3_log_among_others(s3_endpoint, "target", 4, 2)
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    store = S3Store(bucket, "archive", client=client)
+    newest = store.list(checkpoint_prefix(log_prefix("pfx", 0)))[-1].key
+    client.delete_object(Bucket=bucket, Key=f"archive/{newest}")  # no version id: a marker
+    assert store.list(checkpoint_prefix(log_prefix("pfx", 0)))[-1].key != newest
+    with pytest.raises(ChainError, match="A0 versions") as info:
+        load_from_archive(store, "target")
+    assert info.value.obj == newest
