@@ -1,8 +1,10 @@
 """`verify --from archive` on S3 checks the versions of what it reads, not of the whole log.
 
 Counted on the wire: a boto3 event hook sees every ListObjectVersions request the store sends
-to moto's server over HTTP. With the partition's log ten times longer (other runs archived
-before and after, each in its own flush), verifying one run sends the same requests.
+to moto's server over HTTP. With many more other runs in the partition's log (archived before
+and after, each in its own flush, all in one 256-leaf bundle), verifying one run sends the
+same requests: one per object it reads. (A log longer by more bundles after the run adds one
+entry bundle per 256 leaves to what verify reads, for its unindexed-tail scan, A4.)
 """
 
 from __future__ import annotations
