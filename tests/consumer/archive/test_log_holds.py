@@ -17,7 +17,7 @@ from tests.consumer.archive.sealed_factory import LogWriter, sealed_run
 from tracevault.archive import ObjectInfo, ObjectStore, ObjectVersion, hold_run
 from tracevault.archive._store import utc_now
 from tracevault.archive.tlog import RunIndex, checkpoint_key, parse_run_index_key
-from tracevault.errors import NotFoundError, RetentionError
+from tracevault.errors import ArchiveError, NotFoundError, RetentionError
 from tracevault.log import Ed25519Signer
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._verify import verify
@@ -129,3 +129,15 @@ def test_holding_an_unknown_run_is_not_found_and_records_nothing(store: ObjectSt
     with pytest.raises(NotFoundError, match="missing-run"):
         hold_run(store, "missing-run", True)
     assert store.list("legal-holds/") == []
+
+
+def test_an_unreadable_hold_record_stops_a_release_naming_it(store: ObjectStore) -> None:
+    w = LogWriter(store, Ed25519Signer.generate("test-log"))
+    w.add(sealed_run("r", 2))
+    w.flush()
+    hold_run(store, "r", True)
+    bad = "legal-holds/someone/20260101T000000000000Z-x.json"
+    store.put(bad, b"not json", retain_until=utc_now() + timedelta(days=1))
+    with pytest.raises(ArchiveError, match=bad):
+        hold_run(store, "r", False)
+    assert store.head(store.list("runs/r/")[0].key).legal_hold  # nothing was released

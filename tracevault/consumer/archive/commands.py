@@ -233,7 +233,7 @@ def _hold(
     ep: str | None,
     as_json: bool,
 ) -> None:
-    from tracevault.archive._retention import hold_run  # noqa: PLC0415
+    from tracevault.archive._holds import hold_run  # noqa: PLC0415
 
     settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=ep)
     r = hold_run(store, run_id, on, retention_days=settings.retention_days)
