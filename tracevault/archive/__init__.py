@@ -15,6 +15,7 @@ needs none (docs/design.md, "Layout"). Keys and receipts are defined in
 :mod:`tracevault.archive.layout`.
 """
 
+from tracevault.archive._holds import HoldReport, hold_run
 from tracevault.archive._logread import LogRun, read_log_run, run_index_keys
 from tracevault.archive._open import open_store
 from tracevault.archive._reader import (
@@ -31,7 +32,6 @@ from tracevault.archive._retention import (
     RunRetention,
     RunSummary,
     archived_run,
-    hold_run,
     list_runs,
     purge,
     retention_report,
@@ -70,6 +70,7 @@ __all__ = [
     "PurgeReport",
     "RunRetention",
     "RunSummary",
+    "HoldReport",
     "hold_run",
     "list_runs",
     "purge",

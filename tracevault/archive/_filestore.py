@@ -194,9 +194,20 @@ class FileStore:
         except FileNotFoundError:
             raise NotFoundError(f"object {key} does not exist in {self.url}") from None
 
-    def history(self, prefix: str) -> list[ObjectVersion]:
+    def history(self, prefix: str, *, start_after: str = "") -> list[ObjectVersion]:
         """One version per object: a file store never keeps a replaced or deleted one."""
-        return [ObjectVersion(i.key, None, False, i.size) for i in self.list(prefix)]
+        return [
+            ObjectVersion(i.key, None, False, i.size)
+            for i in self.list(prefix)
+            if i.key > start_after
+        ]
+
+    def versions(self, key: str) -> list[ObjectVersion]:
+        try:
+            size = self._obj(key).stat().st_size
+        except FileNotFoundError:
+            return []
+        return [ObjectVersion(key, None, False, size)]
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""

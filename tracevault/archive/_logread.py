@@ -26,6 +26,7 @@ from tracevault.archive.tlog import (
 )
 from tracevault.errors import ArchiveError, LogError, NotFoundError
 from tracevault.log import (
+    HASH_SIZE,
     TILE_WIDTH,
     Checkpoint,
     LazyProof,
@@ -40,7 +41,7 @@ from tracevault.log import (
     tile_width,
 )
 
-__all__ = ["LogRun", "read_log_run", "run_index_keys"]
+__all__ = ["LogRun", "read_log_run", "run_index_keys", "run_log_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,54 @@ class LogRun:
 
 def run_index_keys(keys: Sequence[str]) -> list[str]:
     return [k for k in keys if parse_run_index_key(k) is not None]
+
+
+def run_log_keys(
+    indexes: Sequence[RunIndex], newest: int, *, own_entries: bool = False
+) -> set[str]:
+    """The log objects :func:`read_log_run` and the check of its proofs read for the run of
+    ``indexes`` when the partition's newest checkpoint has size ``newest``, from keys alone.
+
+    The checkpoints its indexes name and the newest; the data bundles of its leaves; the entry
+    bundles from its last leaf on (the unindexed-tail scan) and, with ``own_entries``, those
+    of its leaves too; and every hash tile an inclusion proof of one of its leaves or a
+    consistency proof from one of its checkpoints reads. The tiles come from running the
+    same proofs over a node source that records what it is asked for (reads depend on
+    positions only, never on hashes). Leaves of one 256-leaf bundle share every proof node
+    above it and their siblings below lie in its own level-0 tile, so one leaf a bundle
+    stands for all. Used to check only those objects' versions (verify on S3) and to hold
+    exactly them (``archive hold``; docs/log.md, "Archive").
+    """
+    if not indexes or newest <= 0:
+        return set()
+    log_key = indexes[0].log
+    leaves = sorted({leaf for i in indexes for leaf, _ in i.leaves if leaf < newest})
+    keys = {checkpoint_key(log_key, newest)} | {checkpoint_key(log_key, i.size) for i in indexes}
+    if not leaves:
+        return keys
+    blocks: dict[int, int] = {}  # bundle -> first leaf of the run in it
+    for leaf in leaves:
+        blocks.setdefault(leaf // TILE_WIDTH, leaf)
+    last = (newest - 1) // TILE_WIDTH
+    scan = range(leaves[-1] // TILE_WIDTH, last + 1)
+    for n in blocks:
+        keys.add(data_key(log_key, n, tile_width(0, n, newest)))
+    for n in [*scan, *(blocks if own_entries else ())]:
+        keys.add(entries_key(log_key, n, tile_width(0, n, newest)))
+
+    def read_tile(level: int, index: int, width: int) -> bytes:
+        keys.add(tile_key(log_key, level, index, width))
+        return bytes(width * HASH_SIZE)
+
+    node = tile_node_source(newest, read_tile)
+    edge = edge_source(newest, node)
+    for leaf in blocks.values():
+        for _ in LazyProof(leaf, newest, node, edge):
+            pass
+    for old in {i.size for i in indexes}:
+        if 0 < old < newest:
+            consistency_proof(old, newest, node)
+    return keys
 
 
 class _Reader:

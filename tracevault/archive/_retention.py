@@ -1,10 +1,11 @@
-"""Operating a retained archive: list runs, legal holds, purge, and the retention report.
+"""Operating a retained archive: list runs, purge, and the retention report.
 
-Legal hold is per run: ``hold_run`` places a hold on every object the run has, and a run with
-any held object is never purged (purge is all of a run or nothing), so a segment written after
-the hold still cannot go while the hold stands. Purge writes its record (``purges/…``, itself
-retained) *before* deleting, and deletes a run's final receipt first, so a crash mid-purge
-never leaves a run that claims to be complete; the next purge finishes the job.
+Legal holds are in ``_holds`` (a run with any held object is never purged: purge is all of a
+run or nothing, so a segment written after the hold still cannot go while the hold stands).
+
+Purge writes its record (``purges/…``, itself retained) *before* deleting, and deletes a run's
+final receipt first, so a crash mid-purge never leaves a run that claims to be complete; the
+next purge finishes the job.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ __all__ = [
     "RunRetention",
     "RunSummary",
     "archived_run",
-    "hold_run",
     "list_runs",
     "purge",
     "retention_report",
@@ -131,27 +131,6 @@ def archived_run(store: ObjectStore, run_id: str) -> tuple[bool, int] | None:
     except NotFoundError:
         return None
     return summary.complete, summary.events
-
-
-def _run_objects(store: ObjectStore, run_id: str) -> list[ObjectInfo]:
-    objs = store.list(run_prefix(run_id))
-    if not objs:
-        raise NotFoundError(
-            f"run {run_id!r} has no archived objects in {store.url}; check the id "
-            "(tracevault archive ls)"
-        )
-    return objs
-
-
-def hold_run(store: ObjectStore, run_id: str, on: bool) -> int:
-    """Place (``on``) or release a legal hold on every object of the run; returns the count."""
-    objs = _run_objects(store, run_id)
-    for obj in objs:
-        store.set_legal_hold(obj.key, on)
-    log.info(
-        "legal hold %s on run %s (%d objects)", "placed" if on else "released", run_id, len(objs)
-    )
-    return len(objs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,9 @@ __all__ = ["S3Store"]
 log = logging.getLogger(__name__)
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchVersion"}
+# entries a page of ``versions``: a key has one version unless tampered with, so the page
+# holds it and shows where the next key starts; layers over it take more pages
+_VERSIONS_PAGE = 2
 
 
 def _code(exc: ClientError) -> str:
@@ -191,33 +194,49 @@ class S3Store:
         body: bytes = resp["Body"].read()
         return body
 
-    def history(self, prefix: str) -> list[ObjectVersion]:
+    def history(self, prefix: str, *, start_after: str = "") -> list[ObjectVersion]:
         """Every version and delete marker under ``prefix``, each key's original first.
 
         S3 lists a key's versions newest first, so the original is the last listed version;
         delete markers are listed apart and always follow it. Sorting by Last-Modified would
         not do: it has whole-second resolution, and tampering can land in the same second.
         """
+        kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix}
+        if start_after:
+            kwargs["KeyMarker"] = self.prefix + start_after
+        out = self._list_versions(prefix or "(all)", kwargs)
+        return [v for v in out if v.key > start_after] if start_after else out
+
+    def versions(self, key: str) -> list[ObjectVersion]:
+        """The versions of exactly ``key``: a listing with the key as prefix, a few entries a
+        page, stopped at the first other key (``tile/0/000`` is also the prefix of its
+        partial tiles ``tile/0/000.p/<W>``, which sort after it)."""
+        kwargs: dict[str, Any] = {"Prefix": self._k(key), "MaxKeys": _VERSIONS_PAGE}
+        return [v for v in self._list_versions(key, kwargs, only=key) if v.key == key]
+
+    def _list_versions(
+        self, what: str, kwargs: dict[str, Any], only: str | None = None
+    ) -> list[ObjectVersion]:
         cut = len(self.prefix)
         versions: dict[str, list[ObjectVersion]] = {}
         markers: dict[str, list[ObjectVersion]] = {}
-        kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix}
         while True:
-            resp = self._call(
-                "LIST VERSIONS", prefix or "(all)", self._client.list_object_versions, **kwargs
-            )
+            resp = self._call("LIST VERSIONS", what, self._client.list_object_versions, **kwargs)
+            seen: set[str] = set()
             for v in resp.get("Versions", []):
                 key = v["Key"][cut:]
+                seen.add(key)
                 versions.setdefault(key, []).append(
                     ObjectVersion(key, v["VersionId"], False, int(v["Size"]), v["LastModified"])
                 )
             for m in resp.get("DeleteMarkers", []):
                 key = m["Key"][cut:]
+                seen.add(key)
                 markers.setdefault(key, []).append(
                     ObjectVersion(key, m["VersionId"], True, 0, m["LastModified"])
                 )
-            if not resp.get("IsTruncated"):
-                break
+            if not resp.get("IsTruncated") or (only is not None and seen - {only}):
+                break  # keys come sorted: once another key shows, ``only`` is complete
             kwargs["KeyMarker"] = resp.get("NextKeyMarker")
             kwargs["VersionIdMarker"] = resp.get("NextVersionIdMarker")
         out: list[ObjectVersion] = []

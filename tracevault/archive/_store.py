@@ -97,11 +97,21 @@ class ObjectStore(Protocol):
         """The object's bytes (of ``version_id`` if given); ``NotFoundError`` naming ``key``."""
         ...
 
-    def history(self, prefix: str) -> list[ObjectVersion]:
+    def history(self, prefix: str, *, start_after: str = "") -> list[ObjectVersion]:
         """Every version and delete marker under ``prefix``: by key, each key's original first.
 
         ``list`` shows what a reader sees now; ``history`` shows what was ever written, so a
         verifier can read the locked original and name what was layered over it.
+        ``start_after``: only keys after it (a reader that listed a prefix asks only whether
+        a key beyond the newest it saw hides under a delete marker).
+        """
+        ...
+
+    def versions(self, key: str) -> list[ObjectVersion]:
+        """Every version and delete marker of exactly ``key``, its original first ([] if none).
+
+        One small listing per key: a verifier checks the objects it reads, so its cost does
+        not grow with everything else under the same prefix (docs/log.md, "Archive").
         """
         ...
 

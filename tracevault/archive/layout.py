@@ -10,6 +10,8 @@ verifies). Every key is derived here, nowhere else::
     index/day-runs/<YYYY-MM-DD>/<prefix>-<p>-<size>         the static log's runs seen that day,
                                                             one object per flush (tlog.py)
     purges/<YYYYMMDDTHHMMSSZ>-<id>.json                     what one purge deleted (immutable)
+    legal-holds/<run>/<YYYYMMDDTHHMMSSffffffZ>-<id>.json    one hold or release of a run and
+                                                            the objects it covered (immutable)
     quarantine/<topic>/<partition>/<offset:020d>.json        a sealed record the archiver refused
 
 ``<run>`` is the run id percent-encoded (``quote(run_id, safe="-_.")``), so any run id is a
@@ -40,6 +42,7 @@ __all__ = [
     "FinalReceipt",
     "SegmentReceipt",
     "DAY_BATCH_ROOT",
+    "HOLDS_ROOT",
     "day_batch_key",
     "day_batch_prefix",
     "day_batch_runs",
@@ -47,6 +50,7 @@ __all__ = [
     "day_prefix",
     "encode_day_batch",
     "final_key",
+    "hold_record_key",
     "parse_segment_key",
     "purge_record_key",
     "quarantine_key",
@@ -111,6 +115,15 @@ def encode_day_batch(run_ids: Iterable[str]) -> bytes:
 def purge_record_key(at: datetime, purge_id: str) -> str:
     """Where a purge records what it deleted (added by the archiver; readers may ignore it)."""
     return f"purges/{at.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{purge_id}.json"
+
+
+HOLDS_ROOT = "legal-holds/"
+
+
+def hold_record_key(run_id: str, at: datetime, hold_id: str) -> str:
+    """Where ``archive hold``/``release`` records what it held or released, in time order."""
+    stamp = at.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{HOLDS_ROOT}{_run(run_id)}/{stamp}-{hold_id}.json"
 
 
 def quarantine_key(topic: str, partition: int, offset: int) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "encode_values",
     "entries_key",
     "log_prefix",
+    "parse_checkpoint_key",
     "parse_run_index_key",
     "run_index_key",
     "tile_key",
@@ -69,6 +70,12 @@ def checkpoint_prefix(log: str) -> str:
 
 def checkpoint_key(log: str, size: int) -> str:
     return f"{checkpoint_prefix(log)}{size:020d}"
+
+
+def parse_checkpoint_key(key: str) -> int | None:
+    """The tree size a checkpoint object's key names, or None if ``key`` is not one."""
+    name = key.rsplit("/", 1)[-1]
+    return int(name) if name.isdigit() else None
 
 
 def run_index_key(run_prefix: str, partition: int, size: int) -> str:

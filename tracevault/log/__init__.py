@@ -49,6 +49,7 @@ from tracevault.log._leaf import (
 )
 from tracevault.log._merkle import (
     EMPTY_ROOT,
+    HASH_SIZE,
     CompactTree,
     NodeSource,
     consistency_proof,
@@ -141,6 +142,7 @@ __all__ = [
     "check_run_log",
     "CHECKPOINT_KEY",
     "EMPTY_ROOT",
+    "HASH_SIZE",
     "LEAF_DOMAIN",
     "LOG_KEY_ENV",
     "RECORD_HEADER",

@@ -8,20 +8,25 @@ disagreement is the receipt's fault or the segment's.
 
 A store that keeps versions (S3) is read through its ``history``: each object's original,
 locked version is what is verified, and any later version or delete marker over it fails
-check A0, naming the object: it is what overwriting or deleting a locked object leaves.
+check A0, naming the object: it is what overwriting or deleting a locked object leaves. Only
+the objects the verification reads are checked (the run's own prefix, and the log objects
+``run_log_keys`` names, one version listing each), so a run's check does not cost more as
+the partition's log grows.
 """
 
 from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
 from typing import Any, Protocol, runtime_checkable
 
 from fastavro import reader as ocf_reader
 
 from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys
+from tracevault.archive._logread import run_log_keys
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
@@ -30,8 +35,8 @@ from tracevault.archive.layout import (
     receipt_key,
     run_prefix,
 )
-from tracevault.archive.tlog import RunIndex
-from tracevault.errors import ArchiveError, NotFoundError, SchemaError
+from tracevault.archive.tlog import RunIndex, checkpoint_prefix, parse_checkpoint_key
+from tracevault.errors import ArchiveError, ChainError, NotFoundError, SchemaError
 from tracevault.replayer._checks import fail
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import SealedRows
@@ -59,16 +64,44 @@ class VersionedStore(ReadableStore, Protocol):
 
     def get(self, key: str, *, version_id: str | None = None) -> bytes: ...
 
-    def history(self, prefix: str) -> list[ObjectVersion]: ...
+    def history(self, prefix: str, *, start_after: str = "") -> list[ObjectVersion]: ...
+
+    def versions(self, key: str) -> list[ObjectVersion]: ...
+
+
+# version listings in flight at once when checking a run's log objects (one per object)
+_PARALLEL = 8
+
+
+def _tampered(key: str, orig: ObjectVersion | None, later: list[ObjectVersion]) -> ChainError:
+    markers = sum(v.delete_marker for v in later)
+    rng = parse_segment_key(key)
+    return fail(
+        "A0 versions",
+        None if rng is None else rng[0],
+        key,
+        f"{len(later) - markers} later version(s) and {markers} delete marker(s) lie "
+        f"over the locked original (version {None if orig is None else orig.version_id}): "
+        "the object was overwritten or deleted outside the archiver (tampering)",
+    )
 
 
 class _Originals:
-    """A versioned store read at each object's original version (check A0 done first)."""
+    """A versioned store read at each object's original version (check A0 on what is read).
+
+    Under ``prefix`` (the run's own ``runs/<run>/``) one history listing checks every key up
+    front. Any other key (the partition log's tiles, bundles and checkpoints) is checked on
+    its own, with one version listing of exactly that key: ahead of reading by ``check``
+    (the keys a verify will read, in parallel), else when first read. A0 so covers exactly
+    the objects the run's verification reads, and its cost does not grow with the rest of
+    the log (docs/log.md, "Archive").
+    """
 
     def __init__(self, store: VersionedStore, prefix: str) -> None:
         self._store = store
-        self.inner = store
+        self._prefix = prefix
         self._first: dict[str, ObjectVersion] = {}
+        self._listed: dict[str, list[ObjectInfo]] = {}
         layered: dict[str, list[ObjectVersion]] = {}
         for v in store.history(prefix):
             if v.key not in self._first:
@@ -76,32 +109,58 @@ class _Originals:
             else:
                 layered.setdefault(v.key, []).append(v)
         for key, later in sorted(layered.items()):
-            orig = self._first[key]
-            markers = sum(v.delete_marker for v in later)
-            rng = parse_segment_key(key)
-            raise fail(
-                "A0 versions",
-                None if rng is None else rng[0],
-                key,
-                f"{len(later) - markers} later version(s) and {markers} delete marker(s) lie "
-                f"over the locked original (version {orig.version_id}): the object was "
-                "overwritten or deleted outside the archiver (tampering)",
-            )
+            raise _tampered(key, self._first[key], later)
 
     @property
     def url(self) -> str:
         return self._store.url
 
+    def check(self, keys: Iterable[str]) -> None:
+        """A0 over ``keys`` outside the eagerly checked prefix, one listing per key."""
+        todo = sorted({k for k in keys if k not in self._first and not self._eager(k)})
+        if not todo:
+            return
+        with ThreadPoolExecutor(min(_PARALLEL, len(todo))) as pool:
+            found = list(pool.map(self._store.versions, todo))
+        for key, versions in zip(todo, found, strict=True):
+            if versions:
+                self._first[key] = versions[0]
+                if len(versions) > 1 or versions[0].delete_marker:
+                    raise _tampered(key, versions[0], versions[1:])
+
+    def _eager(self, key: str) -> bool:
+        return key.startswith(self._prefix)
+
     def get(self, key: str) -> bytes:
+        if key not in self._first and not self._eager(key):
+            self.check([key])
+            if key not in self._first:
+                raise NotFoundError(f"object {key} does not exist in {self.url}")
         v = self._first.get(key)
         return self._store.get(key, version_id=None if v is None else v.version_id)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        return [
-            ObjectInfo(k, v.size)
-            for k, v in sorted(self._first.items())
-            if k.startswith(prefix) and not v.delete_marker
-        ]
+        """The run's own keys from its history; any other prefix (a log's checkpoints) as
+        the store lists it now, plus one version listing of the keys after the newest listed:
+        a newer one that only a delete marker hides is tampering."""
+        if self._eager(prefix):
+            return [
+                ObjectInfo(k, v.size)
+                for k, v in sorted(self._first.items())
+                if k.startswith(prefix) and not v.delete_marker
+            ]
+        got = self._listed.get(prefix)
+        if got is None:
+            got = self._listed[prefix] = list(self._store.list(prefix))
+            after = got[-1].key if got else ""
+            hidden: dict[str, list[ObjectVersion]] = {}
+            for v in self._store.history(prefix, start_after=after):
+                hidden.setdefault(v.key, []).append(v)
+            for key, versions in sorted(hidden.items()):
+                if any(v.delete_marker for v in versions):
+                    orig = next((v for v in versions if not v.delete_marker), None)
+                    raise _tampered(key, orig, [v for v in versions if v is not orig])
+        return got
 
 
 def read_segment_rows(data: bytes, key: str, first_seq: int) -> list[dict[str, Any]]:
@@ -144,17 +203,15 @@ def load_from_archive(store: ReadableStore, run_id: str) -> LoadedRun:
 def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> LoadedRun:
     """A run of the static-log layout: records from the data bundles, with its log evidence.
 
-    On a versioned store the partition's log is read at each object's original version too
-    (check A0 over ``log/<prefix>/<p>/``: a later version of a tile, bundle or checkpoint is
-    named as tampering)."""
-    log_store = store
+    On a versioned store each log object the verification reads (tiles, bundles,
+    checkpoints: ``run_log_keys``) is read at its original version and checked first (A0:
+    a later version or a delete marker over one is named as tampering)."""
     if isinstance(store, _Originals):
-        first = RunIndex.from_json(store.get(index_keys[0]), index_keys[0])
-        log_store = _Originals(store.inner, first.log)
+        _check_log_objects(store, index_keys)
     try:
         lr = read_log_run(
-            log_store.get,
-            lambda prefix: [i.key for i in log_store.list(prefix)],
+            store.get,
+            lambda prefix: [i.key for i in store.list(prefix)],
             run_id,
             index_keys,
         )
@@ -186,6 +243,23 @@ def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> Loade
         log_head=lr.head if lr.finished else None,
         expected_finished=True if lr.finished else None,
     )
+
+
+def _check_log_objects(store: _Originals, index_keys: list[str]) -> None:
+    """A0 over the log objects the run's verification will read, before reading any.
+
+    Anything unreadable here is left for ``read_log_run`` to name; a key it reads that
+    this did not foresee is checked when read."""
+    try:
+        indexes = [RunIndex.from_json(store.get(k), k) for k in index_keys]
+    except (ArchiveError, NotFoundError):
+        return
+    if not indexes:
+        return
+    cps = store.list(checkpoint_prefix(indexes[0].log))
+    newest = parse_checkpoint_key(cps[-1].key) if cps else None
+    if newest is not None:
+        store.check(run_log_keys(indexes, newest))
 
 
 _CODEC: Codec | None = None

@@ -7,10 +7,14 @@ encode them with ``encode_sealed``, which is exactly what lands on ``<prefix>.se
 from __future__ import annotations
 
 import hashlib
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+import boto3
+
 from tracevault.archive import ObjectStore, encode_segment, sealed_body
+from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
 from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
@@ -108,24 +112,66 @@ def write_segment_objects(
     return key
 
 
+class LogWriter:
+    """One partition's static log written as the archiver writes it (signed checkpoint per
+    flush, tiles, bundles, run indexes), flush by flush, without Kafka."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        signer: Ed25519Signer,
+        prefix: str = "pfx",
+        until: datetime = FUTURE,
+    ) -> None:
+        self.origin = log_origin("tracevault", prefix, 0)
+        self.plog = PartitionLog.open(store, prefix, self.origin, 0, [signer.verifier])
+        self.signer, self.until = signer, until
+        self.tree = CompactTree()
+        self.pending: list[bytes] = []
+
+    def add(self, events: list[SealedEvent], *, finishes: bool = True) -> None:
+        """Append events (of one run, in seq order); the last finishes the run if ``finishes``."""
+        for ev in events:
+            data = leaf_data(ev.run_id, ev.seq, ev.hash)
+            rec = LeafRecord(ev.run_id, ev.seq, ev.hash, finishes and ev is events[-1],
+                             ev.sealed_at, data, hash_leaf(data), encode_sealed(ev))  # fmt: skip
+            self.plog.append(rec)
+            self.pending.append(rec.leaf_hash)
+
+    def flush(self) -> None:
+        rec, self.tree = CheckpointRecord.build(self.tree, self.pending, self.origin, self.signer)
+        self.pending = []
+        self.plog.note, self.plog.note_size = rec.note, self.tree.size
+        with ThreadPoolExecutor(4) as pool:
+            self.plog.flush(self.until, pool)
+
+
 def write_log_run(
     store: ObjectStore, run_id: str, n: int, signer: Ed25519Signer, prefix: str = "pfx"
 ) -> None:
     """Archive one run as the archiver would (a static log of partition 0), signed by
     ``signer``, without Kafka."""
-    origin = log_origin("tracevault", prefix, 0)
-    plog = PartitionLog.open(store, prefix, origin, 0, [signer.verifier])
-    recs = []
-    for ev in sealed_run(run_id, n):
-        last = ev.seq == n - 1
-        data = leaf_data(run_id, ev.seq, ev.hash)
-        recs.append(
-            LeafRecord(run_id, ev.seq, ev.hash, last, ev.sealed_at,
-                       data, hash_leaf(data), encode_sealed(ev))
-        )  # fmt: skip
-    rec, _ = CheckpointRecord.build(CompactTree(), [r.leaf_hash for r in recs], origin, signer)
-    for r in recs:
-        plog.append(r)
-    plog.note, plog.note_size = rec.note, n
-    with ThreadPoolExecutor(4) as pool:
-        plog.flush(FUTURE, pool)
+    w = LogWriter(store, signer, prefix)
+    w.add(sealed_run(run_id, n))
+    w.flush()
+
+
+def s3_log_among_others(
+    endpoint: str, run_id: str, n: int, others: int
+) -> tuple[str, Ed25519Signer]:
+    """(bucket, signer) of a new Object Lock bucket on ``endpoint`` whose log (under
+    ``archive/``) holds ``run_id`` (``n`` events) in the middle of ``others`` runs of 2
+    events, each archived in its own flush, as a busy archiver with idle runs writes them."""
+    bucket = f"tv-log-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    signer = Ed25519Signer.generate("test-log")
+    w = LogWriter(S3Store(bucket, "archive", client=client), signer)
+    for i in range(others + 1):
+        if i == others // 2:
+            w.add(sealed_run(run_id, n))
+            w.flush()
+        if i < others:
+            w.add(sealed_run(f"other-{i}", 2))
+            w.flush()
+    return bucket, signer

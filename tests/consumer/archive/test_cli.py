@@ -11,7 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from tests.consumer.archive.helpers import SealedLog
-from tests.consumer.archive.sealed_factory import sealed_values, write_log_run
+from tests.consumer.archive.sealed_factory import (
+    LogWriter,
+    sealed_run,
+    sealed_values,
+    write_log_run,
+)
 from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
@@ -49,7 +54,12 @@ def test_ls_hold_release_and_report_as_json(tmp_path: Path) -> None:
     assert [r["run_id"] for r in json.loads(out)] == ["run-a"]
 
     code, out = _run("archive", "hold", "run-a", "--archive", url, "--json")
-    assert (code, json.loads(out)) == (0, {"run_id": "run-a", "legal_hold": True, "objects": 3})
+    held = json.loads(out)
+    assert code == 0 and held.pop("record").startswith("legal-holds/run-a/")
+    assert held == {
+        "run_id": "run-a", "legal_hold": True, "objects": 3, "kept": 0, "kept_for": [],
+        "missing": [],
+    }  # fmt: skip
     code, out = _run("archive", "retention-report", "--archive", url, "--json")
     assert code == 0
     report = {r["run_id"]: r for r in json.loads(out)}
@@ -152,3 +162,19 @@ def test_replay_verify_from_the_archive_checks_the_log_with_trusted_keys(
     # without a key the log run verifies its chain and says the log was not checked
     code, out = _run(*base, "tiled", "--json")
     assert code == 0 and json.loads(out)["log_checked"] is False
+
+
+def test_release_names_the_held_runs_that_keep_shared_log_objects(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    w = LogWriter(open_store(url, Settings()), Ed25519Signer.generate("test-log"))
+    w.add(sealed_run("run-a", 3))
+    w.add(sealed_run("run-b", 3))
+    w.flush()
+    for run_id in ("run-a", "run-b"):
+        code, _ = _run("archive", "hold", run_id, "--archive", url)
+        assert code == 0
+    code, out = _run("archive", "release", "run-a", "--archive", url, "--json")
+    got = json.loads(out)
+    assert code == 0 and got["kept"] > 0 and got["kept_for"] == ["run-b"]
+    code, out = _run("archive", "release", "run-b", "--archive", url)
+    assert code == 0 and "stay held" not in out

@@ -22,6 +22,7 @@ def test_archive_exports() -> None:
         "LockMode", "ObjectInfo", "ObjectStore", "ObjectVersion", "open_store",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
         "ObjectRetention", "PurgeReport", "RunRetention", "RunSummary", "hold_run", "list_runs",
+        "HoldReport",
         "archived_run",
         "purge", "retention_report", "runs_on_day",
         "LogRun", "read_log_run", "run_index_keys",

@@ -109,3 +109,10 @@ def test_history_puts_the_locked_original_first_then_what_was_layered_over_it(
     )
     assert store.get("runs/r/seg", version_id=first.version_id) == b"original"
     assert store.get("runs/r/seg", version_id=later.version_id) == b"forged"
+    # the same, for exactly that key, also when its layers span pages of the listing
+    for n in range(10):
+        raw.put_object(Bucket=bucket, Key="p/runs/r/seg", Body=b"again %d" % n)
+    store.put("runs/r/seg.p/1", b"a sibling key", retain_until=FUTURE)
+    versions = store.versions("runs/r/seg")
+    assert len(versions) == 13 and {v.key for v in versions} == {"runs/r/seg"}
+    assert store.get("runs/r/seg", version_id=versions[0].version_id) == b"original"

@@ -127,6 +127,23 @@ def test_history_lists_each_object_once_as_its_readable_original(store: ObjectSt
     assert store.history("none/") == []
 
 
+def test_versions_are_of_exactly_one_key_and_history_can_start_after_a_key(
+    store: ObjectStore,
+) -> None:
+    # a full tile's key is the prefix of its partial tiles' keys: versions() must not mix them
+    for key in ("t/000", "t/000.p/5", "t/000.p/50", "t/001"):
+        store.put(key, key.encode(), retain_until=FUTURE)
+    (v,) = store.versions("t/000.p/5")
+    assert (v.key, v.delete_marker, v.size) == ("t/000.p/5", False, len("t/000.p/5"))
+    assert store.get(v.key, version_id=v.version_id) == b"t/000.p/5"
+    assert [v.key for v in store.versions("t/000")] == ["t/000"]
+    assert store.versions("t/002") == []
+    assert [v.key for v in store.history("t/", start_after="t/000.p/5")] == [
+        "t/000.p/50",
+        "t/001",
+    ]
+
+
 def test_legal_hold_on_a_missing_object_is_not_found(store: ObjectStore) -> None:
     with pytest.raises(NotFoundError, match="k/none"):
         store.set_legal_hold("k/none", True)

@@ -233,14 +233,33 @@ def _hold(
     ep: str | None,
     as_json: bool,
 ) -> None:
-    from tracevault.archive._retention import hold_run  # noqa: PLC0415
+    from tracevault.archive._holds import hold_run  # noqa: PLC0415
 
-    _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=ep)
-    n = hold_run(store, run_id, on)
+    settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=ep)
+    r = hold_run(store, run_id, on, retention_days=settings.retention_days)
+    kept_for = sorted({rid for rids in r.kept.values() for rid in rids})
     if as_json:
-        echo_json({"run_id": run_id, "legal_hold": on, "objects": n})
-    else:
-        stdout.print(f"legal hold {'placed on' if on else 'released from'} {run_id}: {n} objects")
+        echo_json(
+            {
+                "run_id": run_id,
+                "legal_hold": on,
+                "objects": len(r.objects),
+                "kept": len(r.kept),
+                "kept_for": kept_for,
+                "missing": r.missing,
+                "record": r.record,
+            }
+        )
+        return
+    verb = "placed on" if on else "released from"
+    stdout.print(f"legal hold {verb} {run_id}: {len(r.objects)} objects")
+    if r.kept:
+        stdout.print(
+            f"{len(r.kept)} shared log objects stay held: other held runs need them "
+            f"({', '.join(kept_for)})"
+        )
+    for key in r.missing:
+        stderr.print(f"[yellow]missing[/]: {key} (reading the run needs it)")
 
 
 @archive.command("hold")
@@ -255,10 +274,12 @@ def hold(
     s3_endpoint_url: str | None,
     as_json: bool,
 ) -> None:
-    """Place a legal hold on RUN_ID: none of its objects can be deleted or purged.
+    """Place a legal hold on RUN_ID and all that verifying it reads.
 
-    Holds every object the run has now; a run with any held object is never purged, so
-    segments written later are protected with it. Exits 3 when the run has no objects.
+    Holds the run's objects and, in the tiled log, its bundles, the hash
+    tiles of its proofs and its checkpoints (shared with other runs).
+    A run with any held object is never purged. Recorded under
+    legal-holds/. Exits 3 when the run has no objects.
 
     \b
     Example:
@@ -280,6 +301,9 @@ def release(
     as_json: bool,
 ) -> None:
     """Release RUN_ID's legal hold; retention (retain-until) still applies.
+
+    Shared log objects that another held run needs stay held (the
+    output names those runs).
 
     \b
     Example:
