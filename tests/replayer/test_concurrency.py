@@ -194,3 +194,95 @@ def test_v1_runs_recorded_before_v2_still_replay(name: str) -> None:
     else:
         result = replay(events, agent)
     assert result.matched
+
+
+# -- keep-going on concurrent runs --------------------------------------------------------
+KEEP_GOING_REPLAYS = 50
+
+
+def _false_divergences(found: list[tuple[int, Any]]) -> list[tuple[int, int, str]]:
+    return [(k, d.seq, d.reason) for k, result in found for d in result.divergences]
+
+
+def test_keep_going_serves_async_branches_in_the_recorded_interleaving(runs: Runs) -> None:
+    """Before: keep-going answered every call at once, so the branches ran in another order
+    than the record and the shared list's length in their requests differed (false
+    divergences on nearly every replay)."""
+    recorded = runs["async"]
+
+    async def replays() -> list[tuple[int, Any]]:
+        found = []
+        for k in range(KEEP_GOING_REPLAYS):
+            events, output = recorded[k % len(recorded)]
+            result = await areplay(events, ca.async_agent, keep_going=True)
+            assert result.output == output, (k, result.output, output)
+            found.append((k, result))
+        return found
+
+    found = asyncio.run(replays())
+    assert _false_divergences(found) == []
+    assert all(result.matched for _, result in found)
+
+
+def test_keep_going_serves_thread_branches_in_the_recorded_interleaving(runs: Runs) -> None:
+    recorded = runs["threads"]
+    found = []
+    for k in range(KEEP_GOING_REPLAYS):
+        events, output = recorded[k % len(recorded)]
+        result = replay(events, ca.thread_agent, keep_going=True)
+        assert result.output == output
+        found.append((k, result))
+    assert _false_divergences(found) == []
+
+
+def _expect_both_perturbations(events: list[TraceEvent], result: Any, output: Any) -> None:
+    """Exactly the two changed searches, each at its own branch's seq, and the run went on."""
+    seqs = sorted(_seq_of_search(events, branch) for branch in ca.TWICE)
+    assert [(d.seq, d.expected, d.actual) for d in result.divergences] == [
+        (seq, "TOOL_CALL", "TOOL_CALL") for seq in seqs
+    ]
+    for d in result.divergences:
+        assert d.actual_request["args"]["branch"] in ca.TWICE
+        assert any(line.startswith("$.request.args.perturbed") for line in d.diff), d.diff
+    assert result.output == output  # served past both, in the recorded interleaving
+
+
+def test_keep_going_reports_changes_in_two_async_branches_each_at_its_seq(runs: Runs) -> None:
+    for events, output in runs["async"][:10]:
+        result = asyncio.run(areplay(events, ca.async_twice_perturbed_agent, keep_going=True))
+        _expect_both_perturbations(events, result, output)
+
+
+def test_keep_going_reports_changes_in_two_thread_branches_each_at_its_seq(runs: Runs) -> None:
+    for events, output in runs["threads"][:10]:
+        result = replay(events, ca.thread_twice_perturbed_agent, keep_going=True)
+        _expect_both_perturbations(events, result, output)
+
+
+def _branch_after(events: list[TraceEvent], seq: int) -> list[int]:
+    """The seqs its branch recorded after ``seq``, following ``branch_prev``."""
+    chain = []
+    while nxt := [
+        ev.seq
+        for ev in events
+        if ev.interleave is not None and ev.interleave.branch_prev == seq and ev.seq != 0
+    ]:
+        (seq,) = nxt
+        chain.append(seq)
+    return chain
+
+
+def test_keep_going_lets_a_branch_that_stops_early_go_as_missing(
+    runs: Runs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The others do not wait on it for ever: after the stall timeout its calls are missing."""
+    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", 0.3)
+    events, _ = runs["async"][0]
+    search = _seq_of_search(events, 0)
+    never = [search, *_branch_after(events, search)]
+    assert len(never) == 3  # the search, the stock read, the calculation
+    result = asyncio.run(areplay(events, ca.async_stopping_agent, keep_going=True))
+    missing = [d.seq for d in result.divergences if d.actual is None]
+    assert missing == never, result.divergences
+    assert all("never made" in d.reason for d in result.divergences if d.actual is None)
+    assert result.divergences[-1].expected == "RUN_FINISHED"  # it ran to its end

@@ -53,7 +53,10 @@ class ReplayCursor:
         self.report: DivergenceReport | None = None
         self.stopped = False
         # a record whose crossings overlapped is served in its recorded interleaving
-        self.interleave = Interleaver(self, events) if interleaved(events) else None
+        self.interleave = self._interleaver(events) if interleaved(events) else None
+
+    def _interleaver(self, events: Sequence[TraceEvent]) -> Interleaver:
+        return Interleaver(self, events)
 
     # -- reading the record -------------------------------------------------------------
     def peek(self) -> TraceEvent | None:
