@@ -158,9 +158,11 @@ def _tbranch(i: int, topic: str, edges: Any, perturbed: tuple[int, ...]) -> Any:
     return value["value"]
 
 
-def _thread_agent(agent_input: Any, edges: Any, perturbed: tuple[int, ...]) -> Any:
+def _thread_agent(
+    agent_input: Any, edges: Any, perturbed: tuple[int, ...], workers: int | None = None
+) -> Any:
     topics = agent_input["topics"]
-    with ThreadPoolExecutor(max_workers=len(topics)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or len(topics)) as pool:
         futures = [pool.submit(_tbranch, i, t, edges, perturbed) for i, t in enumerate(topics)]
         return {"values": [f.result() for f in futures]}
 
@@ -175,3 +177,9 @@ def thread_perturbed_agent(agent_input: Any, edges: Any) -> Any:
 
 def thread_twice_perturbed_agent(agent_input: Any, edges: Any) -> Any:
     return _thread_agent(agent_input, edges, TWICE)
+
+
+def thread_agent_two_workers(agent_input: Any, edges: Any) -> Any:
+    """Three branches on two pool threads: the third runs on a reused thread, whose context
+    still names the crossing the branch before it completed last (its ``branch_prev``)."""
+    return _thread_agent(agent_input, edges, (), workers=2)

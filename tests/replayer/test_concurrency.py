@@ -46,7 +46,8 @@ def _record(publisher: Publisher, mode: str, run_id: str) -> Any:
         return asyncio.run(rec.arun(ca.async_agent, ca.INPUT))
     rec = Recorder(publisher=publisher, agent_id="concurrent", agent_version="1",
                    model=ca.model_fn, tools=ca.THREAD_TOOLS, run_id=run_id)  # fmt: skip
-    return rec.run(ca.thread_agent, ca.INPUT)
+    agent = ca.thread_agent_two_workers if mode == "two-workers" else ca.thread_agent
+    return rec.run(agent, ca.INPUT)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,9 @@ def runs(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     with sequencer_running(settings):
         publisher = Publisher(settings)
         try:
-            for mode in ("async", "threads"):
-                for n in range(RECORDINGS):
+            for mode, recordings in (("async", RECORDINGS), ("threads", RECORDINGS),
+                                     ("two-workers", 5)):  # fmt: skip
+                for n in range(recordings):
                     run_id = f"{mode}-{n}"
                     outputs[run_id] = (mode, _record(publisher, mode, run_id))
         finally:
@@ -71,7 +73,7 @@ def runs(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         for run_id in outputs:
             wait_sealed(settings, run_id)
     Archiver(settings).run(until_idle=1.0)
-    got: Runs = {"async": [], "threads": []}
+    got: Runs = {"async": [], "threads": [], "two-workers": []}
     for run_id, (mode, output) in outputs.items():
         report = verify(load_run(settings, run_id, source="archive"), require_finished=True)
         got[mode].append((list(report.events), output))
@@ -257,6 +259,23 @@ def test_keep_going_reports_changes_in_two_thread_branches_each_at_its_seq(runs:
     for events, output in runs["threads"][:10]:
         result = replay(events, ca.thread_twice_perturbed_agent, keep_going=True)
         _expect_both_perturbations(events, result, output)
+
+
+def test_keep_going_on_a_reused_pool_thread_lets_nothing_go(runs: Runs) -> None:
+    """Recorded with a thread reused for the third branch, replayed with a thread each.
+
+    That branch's first crossing names another branch's as its ``branch_prev``; served
+    before it, it must not make keep-going take the other branch's crossings for missing
+    (they were let go and answered out of turn, and the branches' identical state reads
+    were mixed up: their calculations seemed to differ).
+    """
+    found = []
+    for k, (events, output) in enumerate(runs["two-workers"] * 4):
+        assert interleaved(events)
+        result = replay(events, ca.thread_agent, keep_going=True)
+        assert result.output == output
+        found.append((k, result))
+    assert _false_divergences(found) == []
 
 
 def _branch_after(events: list[TraceEvent], seq: int) -> list[int]:

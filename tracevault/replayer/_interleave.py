@@ -205,7 +205,7 @@ class Interleaver:
             until = self._cursor.until
             if until is not None and seq > until:
                 raise self._fail(self._stop())
-            self._take(seq)
+            self._take(seq, prev)
             self._progress = time.monotonic()
             slot = self._slot[seq]
             if not wait or (self._done == slot and self._cursor.pos >= self._started(seq)):
@@ -247,8 +247,11 @@ class Interleaver:
             return crossing.seed is None or crossing.seed == ev.seed
         return ev.model == crossing.model and ev.seed == crossing.seed
 
-    def _take(self, seq: int) -> None:
-        """Mark ``seq`` started, with every crossing recorded inside it (not made again)."""
+    def _take(self, seq: int, prev: int | None = None) -> None:
+        """Mark ``seq`` started, with every crossing recorded inside it (not made again).
+
+        ``prev`` is the calling branch's last served crossing (keep-going uses it).
+        """
         todo = [seq]
         while todo:
             s = todo.pop()

@@ -34,7 +34,7 @@ from tracevault.errors import ReplayDivergence
 from tracevault.replayer._align import Probe, RecordIndex, event_site, is_crossing
 from tracevault.replayer._diff import MISSING, json_diff, short_json
 from tracevault.replayer._edges import ReplayCursor
-from tracevault.replayer._interleave import Interleaver
+from tracevault.replayer._interleave import _BRANCH, Interleaver
 from tracevault.replayer._recorded_error import type_name
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.schemas import EventKind, TraceEvent, canonical_json, canonical_json_like
@@ -253,15 +253,27 @@ class KeepGoingInterleaver(Interleaver):
                 raise self._fail(exc) from None
         ev = self._events[seq]
         kg.compare(ev, crossing, data, site)
-        # let go as missing (a stall, a branch that passed it over): its turn is gone
-        return ev if self._matched[seq] else seq
+        if not self._matched[seq]:
+            return seq
+        # let go as missing after a stall: its turn is gone, so it is answered at once
+        _BRANCH.set((self._token, seq))
+        return ev
 
-    def _take(self, seq: int) -> None:
-        """Take ``seq``; what its branch recorded before it and never made is missing."""
-        prev = self._prev(seq)
-        while prev is not None and not self._matched[prev]:
-            self._let_go(prev)
-            prev = self._prev(prev)
+    def _take(self, seq: int, prev: int | None = None) -> None:
+        """Take ``seq``; what its branch passed over since ``prev`` is missing.
+
+        Only when ``seq``'s recorded branch leads back to ``prev``, the crossing this task or
+        thread was served last: a recorded ``branch_prev`` can also name another branch's
+        crossing (a pool thread reused live), which may simply not have been called yet.
+        """
+        skipped = []
+        back = self._prev(seq)
+        while back is not None and back != prev and not self._matched[back]:
+            skipped.append(back)
+            back = self._prev(back)
+        if prev is not None and back == prev:
+            for s in skipped:
+                self._let_go(s)
         super()._take(seq)
         index = self._kg.index
         index.taken[seq] = True
@@ -274,7 +286,7 @@ class KeepGoingInterleaver(Interleaver):
     def _let_go(self, seq: int) -> None:
         """Complete ``seq`` in its turn without a call (reported missing at the end)."""
         self._virtual.add(seq)
-        super()._take(seq)
+        super()._take(seq)  # not this class's: nothing before it is let go with it
 
     def _on_stall(self, idle: float) -> bool:
         """Let the crossing the others wait on go as missing, rather than stop the re-run.
