@@ -255,7 +255,7 @@ class KeepGoingInterleaver(Interleaver):
         kg.compare(ev, crossing, data, site)
         if not self._matched[seq]:
             return seq
-        # let go as missing after a stall: its turn is gone, so it is answered at once
+        # let go as missing (passed over, or after a stall): its turn is gone, answer at once
         _BRANCH.set((self._token, seq))
         return ev
 
