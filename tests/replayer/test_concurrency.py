@@ -18,10 +18,12 @@ from typing import Any
 
 import fastavro
 import pytest
+from click.testing import CliRunner
 
 from tests.conftest import unique_name
 from tests.replayer import concurrent_agents as ca
 from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.errors import ReplayDivergence
@@ -51,11 +53,19 @@ def _record(publisher: Publisher, mode: str, run_id: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def runs(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+def archive_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where ``runs`` are archived (the CLI reads them back from there)."""
+    return f"file://{tmp_path_factory.mktemp('concurrency') / 'archive'}"
+
+
+@pytest.fixture(scope="module")
+def runs(
+    kafka_bootstrap: str, archive_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Runs]:
     """20 async and 20 thread-pool runs, each recorded live once, read back from the archive."""
     base = tmp_path_factory.mktemp("concurrency")
     settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("tv"),
-                        partitions=2, archive_url=f"file://{base / 'archive'}",
+                        partitions=2, archive_url=archive_url,
                         spool_dir=str(base / "spool"))  # fmt: skip
     ensure_topics(settings)
     outputs: dict[str, tuple[str, Any]] = {}
@@ -259,6 +269,21 @@ def test_keep_going_reports_changes_in_two_thread_branches_each_at_its_seq(runs:
     for events, output in runs["threads"][:10]:
         result = replay(events, ca.thread_twice_perturbed_agent, keep_going=True)
         _expect_both_perturbations(events, result, output)
+
+
+def test_cli_keep_going_on_a_concurrent_run(runs: Runs, archive_url: str) -> None:
+    """``replay run --keep-going`` from the archive: both changes, then a clean re-run."""
+    events, _ = runs["async"][0]
+    base = ["replay", "--archive-url", archive_url, "run", events[0].run_id, "--keep-going"]
+    agent = "tests.replayer.concurrent_agents:async_twice_perturbed_agent"
+    res = CliRunner().invoke(tracevault, [*base, "--agent", agent, "--json"])
+    assert res.exit_code == 1, res.output
+    seqs = sorted(_seq_of_search(events, branch) for branch in ca.TWICE)
+    assert [d["seq"] for d in json.loads(res.output)["divergences"]] == seqs
+    res = CliRunner().invoke(
+        tracevault, [*base, "--agent", "tests.replayer.concurrent_agents:async_agent"]
+    )
+    assert res.exit_code == 0 and "matched the record" in res.output, res.output
 
 
 def test_keep_going_on_a_reused_pool_thread_lets_nothing_go(runs: Runs) -> None:
