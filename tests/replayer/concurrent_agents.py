@@ -5,7 +5,7 @@ every callee with a random latency, so live the crossings of the branches interl
 differently on every run. The async agent also keeps a list shared by its branches and puts
 its length into each request: a replay that hands results back in another order than the
 record makes different requests and diverges. ``perturbed`` agents change the search request
-of branch ``PERTURBED`` only.
+of branch ``PERTURBED`` only; ``twice_perturbed`` ones that of each branch in ``TWICE``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 BRANCHES = 3
 PERTURBED = 2
+TWICE = (0, 2)
 MODEL = "fake-model-2024-01-01"
 INPUT = {"topics": ["kafka", "avro", "merkle"]}
 _rng = random.Random()
@@ -87,14 +88,16 @@ ASYNC_TOOLS = {"search": asearch, "calc": acalc}
 THREAD_TOOLS = {"search": search, "calc": calc}
 
 
-def _search_args(i: int, plan: Any, seen: int, perturbed: bool) -> Any:
+def _search_args(i: int, plan: Any, seen: int, perturbed: tuple[int, ...]) -> Any:
     args: dict[str, Any] = {"branch": i, "q": plan["text"], "seen": seen}
-    if perturbed and i == PERTURBED:
+    if i in perturbed:
         args["perturbed"] = True
     return args
 
 
-async def _abranch(i: int, topic: str, edges: Any, shared: list[str], perturbed: bool) -> Any:
+async def _abranch(
+    i: int, topic: str, edges: Any, shared: list[str], perturbed: tuple[int, ...]
+) -> Any:
     plan = await edges.amodel({"prompt": f"plan {topic}", "seen": len(shared)}, model=MODEL)
     shared.append(f"{i}:plan")
     hits = await edges.atool("search", _search_args(i, plan, len(shared), perturbed))
@@ -108,7 +111,7 @@ async def _abranch(i: int, topic: str, edges: Any, shared: list[str], perturbed:
     return value["value"]
 
 
-async def _async_agent(agent_input: Any, edges: Any, perturbed: bool) -> Any:
+async def _async_agent(agent_input: Any, edges: Any, perturbed: tuple[int, ...]) -> Any:
     shared: list[str] = []
     values = await asyncio.gather(
         *(
@@ -120,11 +123,15 @@ async def _async_agent(agent_input: Any, edges: Any, perturbed: bool) -> Any:
 
 
 async def async_agent(agent_input: Any, edges: Any) -> Any:
-    return await _async_agent(agent_input, edges, False)
+    return await _async_agent(agent_input, edges, ())
 
 
 async def async_perturbed_agent(agent_input: Any, edges: Any) -> Any:
-    return await _async_agent(agent_input, edges, True)
+    return await _async_agent(agent_input, edges, (PERTURBED,))
+
+
+async def async_twice_perturbed_agent(agent_input: Any, edges: Any) -> Any:
+    return await _async_agent(agent_input, edges, TWICE)
 
 
 async def async_stopping_agent(agent_input: Any, edges: Any) -> Any:
@@ -135,7 +142,7 @@ async def async_stopping_agent(agent_input: Any, edges: Any) -> Any:
             await edges.amodel({"prompt": f"plan {topic}", "seen": len(shared)}, model=MODEL)
             shared.append(f"{i}:plan")
             return 0
-        return await _abranch(i, topic, edges, shared, False)
+        return await _abranch(i, topic, edges, shared, ())
 
     shared: list[str] = []
     topics = agent_input["topics"]
@@ -143,7 +150,7 @@ async def async_stopping_agent(agent_input: Any, edges: Any) -> Any:
     return {"values": list(values), "order": shared}
 
 
-def _tbranch(i: int, topic: str, edges: Any, perturbed: bool) -> Any:
+def _tbranch(i: int, topic: str, edges: Any, perturbed: tuple[int, ...]) -> Any:
     plan = edges.model({"prompt": f"plan {topic}"}, model=MODEL)
     hits = edges.tool("search", _search_args(i, plan, 0, perturbed))
     stock = edges.state("stock", read=read_stock)
@@ -151,16 +158,28 @@ def _tbranch(i: int, topic: str, edges: Any, perturbed: bool) -> Any:
     return value["value"]
 
 
-def _thread_agent(agent_input: Any, edges: Any, perturbed: bool) -> Any:
+def _thread_agent(
+    agent_input: Any, edges: Any, perturbed: tuple[int, ...], workers: int | None = None
+) -> Any:
     topics = agent_input["topics"]
-    with ThreadPoolExecutor(max_workers=len(topics)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or len(topics)) as pool:
         futures = [pool.submit(_tbranch, i, t, edges, perturbed) for i, t in enumerate(topics)]
         return {"values": [f.result() for f in futures]}
 
 
 def thread_agent(agent_input: Any, edges: Any) -> Any:
-    return _thread_agent(agent_input, edges, False)
+    return _thread_agent(agent_input, edges, ())
 
 
 def thread_perturbed_agent(agent_input: Any, edges: Any) -> Any:
-    return _thread_agent(agent_input, edges, True)
+    return _thread_agent(agent_input, edges, (PERTURBED,))
+
+
+def thread_twice_perturbed_agent(agent_input: Any, edges: Any) -> Any:
+    return _thread_agent(agent_input, edges, TWICE)
+
+
+def thread_agent_two_workers(agent_input: Any, edges: Any) -> Any:
+    """Three branches on two pool threads: the third runs on a reused thread, whose context
+    still names the crossing the branch before it completed last (its ``branch_prev``)."""
+    return _thread_agent(agent_input, edges, (), workers=2)

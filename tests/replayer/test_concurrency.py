@@ -18,10 +18,12 @@ from typing import Any
 
 import fastavro
 import pytest
+from click.testing import CliRunner
 
 from tests.conftest import unique_name
 from tests.replayer import concurrent_agents as ca
 from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.errors import ReplayDivergence
@@ -46,23 +48,33 @@ def _record(publisher: Publisher, mode: str, run_id: str) -> Any:
         return asyncio.run(rec.arun(ca.async_agent, ca.INPUT))
     rec = Recorder(publisher=publisher, agent_id="concurrent", agent_version="1",
                    model=ca.model_fn, tools=ca.THREAD_TOOLS, run_id=run_id)  # fmt: skip
-    return rec.run(ca.thread_agent, ca.INPUT)
+    agent = ca.thread_agent_two_workers if mode == "two-workers" else ca.thread_agent
+    return rec.run(agent, ca.INPUT)
 
 
 @pytest.fixture(scope="module")
-def runs(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+def archive_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where ``runs`` are archived (the CLI reads them back from there)."""
+    return f"file://{tmp_path_factory.mktemp('concurrency') / 'archive'}"
+
+
+@pytest.fixture(scope="module")
+def runs(
+    kafka_bootstrap: str, archive_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Runs]:
     """20 async and 20 thread-pool runs, each recorded live once, read back from the archive."""
     base = tmp_path_factory.mktemp("concurrency")
     settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("tv"),
-                        partitions=2, archive_url=f"file://{base / 'archive'}",
+                        partitions=2, archive_url=archive_url,
                         spool_dir=str(base / "spool"))  # fmt: skip
     ensure_topics(settings)
     outputs: dict[str, tuple[str, Any]] = {}
     with sequencer_running(settings):
         publisher = Publisher(settings)
         try:
-            for mode in ("async", "threads"):
-                for n in range(RECORDINGS):
+            for mode, recordings in (("async", RECORDINGS), ("threads", RECORDINGS),
+                                     ("two-workers", 5)):  # fmt: skip
+                for n in range(recordings):
                     run_id = f"{mode}-{n}"
                     outputs[run_id] = (mode, _record(publisher, mode, run_id))
         finally:
@@ -71,7 +83,7 @@ def runs(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         for run_id in outputs:
             wait_sealed(settings, run_id)
     Archiver(settings).run(until_idle=1.0)
-    got: Runs = {"async": [], "threads": []}
+    got: Runs = {"async": [], "threads": [], "two-workers": []}
     for run_id, (mode, output) in outputs.items():
         report = verify(load_run(settings, run_id, source="archive"), require_finished=True)
         got[mode].append((list(report.events), output))
@@ -194,3 +206,127 @@ def test_v1_runs_recorded_before_v2_still_replay(name: str) -> None:
     else:
         result = replay(events, agent)
     assert result.matched
+
+
+# -- keep-going on concurrent runs --------------------------------------------------------
+KEEP_GOING_REPLAYS = 50
+
+
+def _false_divergences(found: list[tuple[int, Any]]) -> list[tuple[int, int, str]]:
+    return [(k, d.seq, d.reason) for k, result in found for d in result.divergences]
+
+
+def test_keep_going_serves_async_branches_in_the_recorded_interleaving(runs: Runs) -> None:
+    """Before: keep-going answered every call at once, so the branches ran in another order
+    than the record and the shared list's length in their requests differed (false
+    divergences on nearly every replay)."""
+    recorded = runs["async"]
+
+    async def replays() -> list[tuple[int, Any]]:
+        found = []
+        for k in range(KEEP_GOING_REPLAYS):
+            events, output = recorded[k % len(recorded)]
+            result = await areplay(events, ca.async_agent, keep_going=True)
+            assert result.output == output, (k, result.output, output)
+            found.append((k, result))
+        return found
+
+    found = asyncio.run(replays())
+    assert _false_divergences(found) == []
+    assert all(result.matched for _, result in found)
+
+
+def test_keep_going_serves_thread_branches_in_the_recorded_interleaving(runs: Runs) -> None:
+    recorded = runs["threads"]
+    found = []
+    for k in range(KEEP_GOING_REPLAYS):
+        events, output = recorded[k % len(recorded)]
+        result = replay(events, ca.thread_agent, keep_going=True)
+        assert result.output == output
+        found.append((k, result))
+    assert _false_divergences(found) == []
+
+
+def _expect_both_perturbations(events: list[TraceEvent], result: Any, output: Any) -> None:
+    """Exactly the two changed searches, each at its own branch's seq, and the run went on."""
+    seqs = sorted(_seq_of_search(events, branch) for branch in ca.TWICE)
+    assert [(d.seq, d.expected, d.actual) for d in result.divergences] == [
+        (seq, "TOOL_CALL", "TOOL_CALL") for seq in seqs
+    ]
+    for d in result.divergences:
+        assert d.actual_request["args"]["branch"] in ca.TWICE
+        assert any(line.startswith("$.request.args.perturbed") for line in d.diff), d.diff
+    assert result.output == output  # served past both, in the recorded interleaving
+
+
+def test_keep_going_reports_changes_in_two_async_branches_each_at_its_seq(runs: Runs) -> None:
+    for events, output in runs["async"][:10]:
+        result = asyncio.run(areplay(events, ca.async_twice_perturbed_agent, keep_going=True))
+        _expect_both_perturbations(events, result, output)
+
+
+def test_keep_going_reports_changes_in_two_thread_branches_each_at_its_seq(runs: Runs) -> None:
+    for events, output in runs["threads"][:10]:
+        result = replay(events, ca.thread_twice_perturbed_agent, keep_going=True)
+        _expect_both_perturbations(events, result, output)
+
+
+def test_cli_keep_going_on_a_concurrent_run(runs: Runs, archive_url: str) -> None:
+    """``replay run --keep-going`` from the archive: both changes, then a clean re-run."""
+    events, _ = runs["async"][0]
+    base = ["replay", "--archive-url", archive_url, "run", events[0].run_id, "--keep-going"]
+    agent = "tests.replayer.concurrent_agents:async_twice_perturbed_agent"
+    res = CliRunner().invoke(tracevault, [*base, "--agent", agent, "--json"])
+    assert res.exit_code == 1, res.output
+    seqs = sorted(_seq_of_search(events, branch) for branch in ca.TWICE)
+    assert [d["seq"] for d in json.loads(res.output)["divergences"]] == seqs
+    res = CliRunner().invoke(
+        tracevault, [*base, "--agent", "tests.replayer.concurrent_agents:async_agent"]
+    )
+    assert res.exit_code == 0 and "matched the record" in res.output, res.output
+
+
+def test_keep_going_on_a_reused_pool_thread_lets_nothing_go(runs: Runs) -> None:
+    """Recorded with a thread reused for the third branch, replayed with a thread each.
+
+    That branch's first crossing names another branch's as its ``branch_prev``; served
+    before it, it must not make keep-going take the other branch's crossings for missing
+    (they were let go and answered out of turn, and the branches' identical state reads
+    were mixed up: their calculations seemed to differ).
+    """
+    found = []
+    for k, (events, output) in enumerate(runs["two-workers"] * 4):
+        assert interleaved(events)
+        result = replay(events, ca.thread_agent, keep_going=True)
+        assert result.output == output
+        found.append((k, result))
+    assert _false_divergences(found) == []
+
+
+def _branch_after(events: list[TraceEvent], seq: int) -> list[int]:
+    """The seqs its branch recorded after ``seq``, following ``branch_prev``."""
+    chain = []
+    while nxt := [
+        ev.seq
+        for ev in events
+        if ev.interleave is not None and ev.interleave.branch_prev == seq and ev.seq != 0
+    ]:
+        (seq,) = nxt
+        chain.append(seq)
+    return chain
+
+
+def test_keep_going_lets_a_branch_that_stops_early_go_as_missing(
+    runs: Runs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The others do not wait on it for ever: after the stall timeout its calls are missing."""
+    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", 0.3)
+    events, _ = runs["async"][0]
+    search = _seq_of_search(events, 0)
+    never = [search, *_branch_after(events, search)]
+    assert len(never) == 3  # the search, the stock read, the calculation
+    result = asyncio.run(areplay(events, ca.async_stopping_agent, keep_going=True))
+    missing = [d.seq for d in result.divergences if d.actual is None]
+    assert missing == never, result.divergences
+    assert all("never made" in d.reason for d in result.divergences if d.actual is None)
+    assert result.divergences[-1].expected == "RUN_FINISHED"  # it ran to its end

@@ -5,6 +5,9 @@ Each call builds its crossing with the same ``*_crossing`` function the Recorder
 would have published. The first difference becomes a :class:`ReplayDivergence`, which is
 also remembered: an agent that swallows exceptions (``except Exception``) cannot hide it,
 because every later call and the end of the run raise it again.
+
+:class:`ReplayEdges` is the one served edge: a fork's edges (``fork.ForkEdges``) are the
+same class with the new run's Recorder behind it, not a second copy of the serving.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from tracevault.edges import (
     JSON,
     Crossing,
+    Edges,
     clock_crossing,
     decision_crossing,
     model_call_crossing,
@@ -53,7 +57,10 @@ class ReplayCursor:
         self.report: DivergenceReport | None = None
         self.stopped = False
         # a record whose crossings overlapped is served in its recorded interleaving
-        self.interleave = Interleaver(self, events) if interleaved(events) else None
+        self.interleave = self._interleaver(events) if interleaved(events) else None
+
+    def _interleaver(self, events: Sequence[TraceEvent]) -> Interleaver:
+        return Interleaver(self, events)
 
     # -- reading the record -------------------------------------------------------------
     def peek(self) -> TraceEvent | None:
@@ -158,25 +165,57 @@ def _response(ev: TraceEvent) -> JSON:
     return _loads(ev.response)
 
 
+def _constant(value: JSON) -> Callable[..., JSON]:
+    return lambda *_, **__: value
+
+
 class ReplayEdges:
-    """:class:`tracevault.edges.Edges` served from a record; built by ``replay``/``areplay``."""
+    """:class:`tracevault.edges.Edges` served from a record; built by ``replay``/``areplay``.
+
+    The one served edge: a fork (``fork.ForkEdges``) is this class with a live Recorder
+    behind it (``_live``). There each crossing is served from the record while
+    ``_serving()`` (the record has crossings left up to the fork's seq) and handed to the
+    Recorder with the served answer as its callee, so the new run records it; after that the
+    Recorder makes it live. A Recorder takes tools and clock reads from its tool table and
+    clock source, so a fork serves those with :meth:`_served_tool` and :meth:`_served_clock`.
+    """
 
     def __init__(self, cursor: ReplayCursor) -> None:
         self._cursor = cursor
+
+    # -- what a fork changes --------------------------------------------------------------
+    @property
+    def _live(self) -> Edges | None:
+        """The Recorder that records every crossing into a new run; None under replay."""
+        return None
+
+    def _serving(self) -> bool:
+        """Whether the next crossing is served from the record (always, under replay)."""
+        return True
 
     @property
     def run_id(self) -> str:
         return self._cursor.run_id
 
-    def model(
-        self,
-        request: JSON,
-        *,
-        model: str | None,
-        seed: int | None = None,
-        call: Callable[..., Any] | None = None,
-    ) -> JSON:
-        return _response(self._cursor.expect(self._model_crossing(request, model, seed, call)))
+    # -- served from the record -------------------------------------------------------------
+    def _served(self, crossing: Crossing) -> Callable[..., JSON]:
+        """The record's answer to ``crossing`` as a callee (a recorded error raised now)."""
+        return _constant(_response(self._cursor.expect(crossing)))
+
+    def _callee(
+        self, request: JSON, model: str | None, seed: int | None, call: Callable[..., Any] | None
+    ) -> Callable[..., Any] | None:
+        """The model call's callee for a fork's Recorder: the record's answer while serving."""
+        if not self._serving():
+            return call
+        return self._served(self._model_crossing(request, model, seed, call))
+
+    def _served_tool(self, name: str, args: JSON) -> JSON:
+        return _response(self._cursor.expect(tool_crossing(name, args)))
+
+    def _served_clock(self, name: str) -> float:
+        value = _response(self._cursor.expect(clock_crossing(name)))
+        return float(value["time"])
 
     def _model_crossing(
         self, request: JSON, model: str | None, seed: int | None, call: Callable[..., Any] | None
@@ -191,6 +230,22 @@ class ReplayEdges:
                 crossing = dataclasses.replace(crossing, model=ev.model)
         return crossing
 
+    # -- the edges --------------------------------------------------------------------------
+    def model(
+        self,
+        request: JSON,
+        *,
+        model: str | None,
+        seed: int | None = None,
+        call: Callable[..., Any] | None = None,
+    ) -> JSON:
+        live = self._live
+        if live is None:
+            return _response(self._cursor.expect(self._model_crossing(request, model, seed, call)))
+        return live.model(
+            request, model=model, seed=seed, call=self._callee(request, model, seed, call)
+        )
+
     async def amodel(
         self,
         request: JSON,
@@ -199,43 +254,76 @@ class ReplayEdges:
         seed: int | None = None,
         call: Callable[..., Any] | None = None,
     ) -> JSON:
-        crossing = self._model_crossing(request, model, seed, call)
-        return _response(await self._cursor.aexpect(crossing))
+        live = self._live
+        if live is None:
+            crossing = self._model_crossing(request, model, seed, call)
+            return _response(await self._cursor.aexpect(crossing))
+        callee = self._callee(request, model, seed, call)
+        return await live.amodel(request, model=model, seed=seed, call=callee)
 
     def tool(self, name: str, args: JSON) -> JSON:
-        return _response(self._cursor.expect(tool_crossing(name, args)))
+        live = self._live
+        return self._served_tool(name, args) if live is None else live.tool(name, args)
 
     async def atool(self, name: str, args: JSON) -> JSON:
-        return _response(await self._cursor.aexpect(tool_crossing(name, args)))
+        live = self._live
+        if live is None:
+            return _response(await self._cursor.aexpect(tool_crossing(name, args)))
+        return await live.atool(name, args)
 
     def clock(self, name: str = "now") -> float:
-        value = _response(self._cursor.expect(clock_crossing(name)))
-        return float(value["time"])
+        live = self._live
+        return self._served_clock(name) if live is None else live.clock(name)
 
     def random(self, name: str = "rng", *, seed: int | None = None) -> random.Random:
-        ev = self._cursor.expect(random_crossing(name, seed))
-        recorded = ev.seed
-        if recorded is None:
-            resp = _response(ev)
-            recorded = resp.get("seed") if isinstance(resp, dict) else None
-        return random.Random(recorded)
+        recorded = None
+        if self._serving():
+            ev = self._cursor.expect(random_crossing(name, seed))
+            recorded = ev.seed
+            if recorded is None:
+                resp = _response(ev)
+                recorded = resp.get("seed") if isinstance(resp, dict) else None
+        live = self._live
+        if live is None:
+            return random.Random(recorded)
+        return live.random(name, seed=seed if recorded is None else recorded)
 
     def state(self, name: str, read: Callable[[], JSON] | None = None) -> JSON:
-        return _response(self._cursor.expect(state_crossing(name)))
+        live = self._live
+        if live is None:
+            return _response(self._cursor.expect(state_crossing(name)))
+        if self._serving():
+            read = self._served(state_crossing(name))
+        return live.state(name, read=read)
 
     async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
-        return _response(await self._cursor.aexpect(state_crossing(name)))
+        live = self._live
+        if live is None:
+            return _response(await self._cursor.aexpect(state_crossing(name)))
+        if self._serving():
+            return live.state(name, read=self._served(state_crossing(name)))
+        return await live.astate(name, read=read)
 
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
-        self._cursor.expect(decision_crossing(name, choice, options))
-        return choice
+        if self._serving():
+            self._cursor.expect(decision_crossing(name, choice, options))
+        live = self._live
+        return choice if live is None else live.decision(name, choice, options=options)
 
     def subagent(
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
     ) -> JSON:
-        return _response(serve_subagent(self._cursor.expect, name, agent, input))
+        live = self._live
+        if not self._serving():
+            assert live is not None  # replay always serves
+            return live.subagent(name, agent, input, agent_version=agent_version)
+        served = _response(serve_subagent(self._cursor.expect, name, agent, input))
+        return served if live is None else live.subagent(name, _constant(served), input)
 
     async def asubagent(
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
     ) -> JSON:
-        return self.subagent(name, agent, input, agent_version=agent_version)
+        live = self._live
+        if live is None or self._serving():
+            return self.subagent(name, agent, input, agent_version=agent_version)
+        return await live.asubagent(name, agent, input, agent_version=agent_version)

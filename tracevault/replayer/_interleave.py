@@ -148,15 +148,15 @@ class Interleaver:
     def expect(self, crossing: Crossing) -> TraceEvent:
         """Match a sync edge's call and wait (in a thread) for its turn."""
         on_loop = asyncio.events._get_running_loop() is not None
-        seq, waiter = self._arrive(crossing, None, wait=not on_loop)
+        ev, waiter = self._arrive(crossing, None, wait=not on_loop)
         if waiter is not None:
             assert waiter.event is not None
             while not waiter.event.wait(min(self._stall, 0.5)):
                 with self._lock:
                     if self._stalled():
                         raise self._failed  # type: ignore[misc]
-            self._resume(seq)
-        return self._events[seq]
+            self._resume(ev.seq)
+        return ev
 
     async def aexpect(self, crossing: Crossing) -> TraceEvent:
         """Match an async edge's call and await its turn.
@@ -165,7 +165,7 @@ class Interleaver:
         as it did live when its callee's result arrived.
         """
         loop = asyncio.get_running_loop()
-        seq, waiter = self._arrive(crossing, loop, wait=True)
+        ev, waiter = self._arrive(crossing, loop, wait=True)
         if waiter is not None:
             assert waiter.fut is not None
             watch = loop.call_later(self._stall, self._watch, loop)
@@ -173,13 +173,14 @@ class Interleaver:
                 await waiter.fut
             finally:
                 watch.cancel()
-            self._resume(seq)
-        return self._events[seq]
+            self._resume(ev.seq)
+        return ev
 
     # -- matching ---------------------------------------------------------------------------
     def _arrive(
         self, crossing: Crossing, loop: asyncio.AbstractEventLoop | None, *, wait: bool
-    ) -> tuple[int, _Waiter | None]:
+    ) -> tuple[TraceEvent, _Waiter | None]:
+        """The recorded crossing that answers this call, and what to wait on for its turn."""
         data = canonical_json(crossing.request, field="request")
         last = _BRANCH.get()
         prev = last[1] if last is not None and last[0] == self._token else None
@@ -197,11 +198,14 @@ class Interleaver:
                 )
             seq = self._match(crossing, data, prev)
             if seq is None:
-                raise self._fail(self._mismatch(crossing, prev))
+                found = self._unmatched(crossing, data, prev)
+                if isinstance(found, TraceEvent):
+                    return found, None  # answered outside the recorded order
+                seq = found
             until = self._cursor.until
             if until is not None and seq > until:
                 raise self._fail(self._stop())
-            self._take(seq)
+            self._take(seq, prev)
             self._progress = time.monotonic()
             slot = self._slot[seq]
             if not wait or (self._done == slot and self._cursor.pos >= self._started(seq)):
@@ -212,7 +216,7 @@ class Interleaver:
                 self._waiters[seq] = waiter
                 self._advance()
         _BRANCH.set((self._token, seq))
-        return seq, waiter
+        return self._events[seq], waiter
 
     def _match(self, crossing: Crossing, data: bytes, prev: int | None) -> int | None:
         for seq in self._by_prev.get(prev, ()):
@@ -226,6 +230,13 @@ class Interleaver:
                     return seq
         return None
 
+    def _unmatched(self, crossing: Crossing, data: bytes, prev: int | None) -> int | TraceEvent:
+        """A call no recorded crossing explains: strict replay diverges (keep-going aligns).
+
+        Returns the seq to serve in the recorded order, or an event answered at once.
+        """
+        raise self._fail(self._mismatch(crossing, prev))
+
     @staticmethod
     def _same(ev: TraceEvent, crossing: Crossing, data: bytes) -> bool:
         if ev.kind is not crossing.kind or ev.request != data:
@@ -236,8 +247,11 @@ class Interleaver:
             return crossing.seed is None or crossing.seed == ev.seed
         return ev.model == crossing.model and ev.seed == crossing.seed
 
-    def _take(self, seq: int) -> None:
-        """Mark ``seq`` started, with every crossing recorded inside it (not made again)."""
+    def _take(self, seq: int, prev: int | None = None) -> None:
+        """Mark ``seq`` started, with every crossing recorded inside it (not made again).
+
+        ``prev`` is the calling branch's last served crossing (keep-going uses it).
+        """
         todo = [seq]
         while todo:
             s = todo.pop()
@@ -336,6 +350,10 @@ class Interleaver:
         idle = time.monotonic() - self._progress
         if idle < self._stall:
             return False
+        return self._on_stall(idle)
+
+    def _on_stall(self, idle: float) -> bool:
+        """Nothing moved for ``idle`` seconds: diverge at the first crossing never started."""
         at = self._cursor.pos
         ev = self._events[at] if at < len(self._events) else None
         if ev is not None and ev.kind is EventKind.GAP:

@@ -9,12 +9,22 @@ clock read gets the record's time at that point and a random draw its own seed (
 model, tool or state call stops the re-run there, since the record holds nothing to answer
 it with. What nothing aligned with is *missing*. All of it, and the final output, is
 reported in seq order.
+
+A record whose crossings overlapped (concurrent branches) is served by a
+:class:`KeepGoingInterleaver`: results come back in the recorded interleaving exactly as in a
+strict replay (``_interleave``), so an agent whose requests depend on the order its branches
+completed in shows no false differences. A call the strict replay would diverge on is
+aligned instead: with its branch's next recorded crossing of the same kind, else as above,
+and served in that crossing's recorded turn. Crossings a branch passed over, and a crossing
+the others waited on for ``STALL_TIMEOUT_S`` that never started, are let go as missing, so
+no branch waits on a call that will not come.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,11 +34,12 @@ from tracevault.errors import ReplayDivergence
 from tracevault.replayer._align import Probe, RecordIndex, event_site, is_crossing
 from tracevault.replayer._diff import MISSING, json_diff, short_json
 from tracevault.replayer._edges import ReplayCursor
+from tracevault.replayer._interleave import _BRANCH, Interleaver
 from tracevault.replayer._recorded_error import type_name
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.schemas import EventKind, TraceEvent, canonical_json, canonical_json_like
 
-__all__ = ["KeepGoingCursor"]
+__all__ = ["KeepGoingCursor", "KeepGoingInterleaver"]
 
 
 def _loads(data: bytes) -> Any:
@@ -39,12 +50,22 @@ class KeepGoingCursor(ReplayCursor):
     """A :class:`ReplayCursor` that aligns instead of walking, and collects every divergence."""
 
     def __init__(self, run_id: str, events: Sequence[TraceEvent]) -> None:
-        super().__init__(run_id, events, None)
         self.index = RecordIndex(events, nested=False)
         self.found: list[DivergenceReport] = []
         self._lock = threading.Lock()
         # every request of a run is in one form (RFC 8785, or the older one): take it from one
         self._form = next((e.request for e in events if is_crossing(e, nested=False)), None)
+        super().__init__(run_id, events, None)
+
+    def _interleaver(self, events: Sequence[TraceEvent]) -> Interleaver:
+        return KeepGoingInterleaver(self, events)
+
+    def diverge(self, reason: str, **kw: Any) -> ReplayDivergence:
+        """A divergence that stops the re-run (a GAP, a stall at a run's end) is one found."""
+        exc = super().diverge(reason, **kw)
+        assert self.report is not None
+        self.found.append(self.report)
+        return exc
 
     def _report(self, ev: TraceEvent | None, reason: str, **kw: Any) -> DivergenceReport:
         report = DivergenceReport(
@@ -59,40 +80,46 @@ class KeepGoingCursor(ReplayCursor):
         return report
 
     def expect(self, crossing: Crossing) -> TraceEvent:
+        if self.interleave is not None:
+            return self.interleave.expect(crossing)
         site = call_site()
         with self._lock:
             self.raise_if_diverged()
             request = canonical_json_like(crossing.request, self._form, field="request")
             probe = Probe(crossing.kind, site, request, crossing.model, crossing.seed)
             pos = self.index.take(probe)
-            kind = crossing.kind.value
             if pos is None:
-                return self._extra(crossing, site)
+                return self.extra_call(crossing, site)
             self.pos = self.index.last + 1
             ev = self.events[pos]
-            if crossing.kind is EventKind.MODEL_CALL and crossing.model is None:
-                crossing = Crossing(crossing.kind, crossing.request, ev.model, crossing.seed)
-            diff: list[str] = []
-            if ev.model != crossing.model:
-                diff.append(f"$.model: expected {short_json(ev.model)}, got {crossing.model!r}")
-            # a RANDOM crossing made without a seed is answered with the recorded one
-            unseeded = crossing.kind is EventKind.RANDOM and crossing.seed is None
-            if not unseeded and crossing.seed != ev.seed:
-                diff.append(f"$.seed: expected {ev.seed}, got {crossing.seed}")
-            if request != ev.request:
-                diff.extend(json_diff(_loads(ev.request), crossing.request, "$.request"))
-            recorded_site = event_site(ev)
-            if diff:
-                moved = "" if recorded_site in (None, site) else f" (recorded at {recorded_site})"
-                self._report(
-                    ev,
-                    f"the {kind} call differs from the record{moved}",
-                    actual=kind,
-                    diff=tuple(diff),
-                    actual_request=crossing.request,
-                    site=site or recorded_site,
-                )
+            self.compare(ev, crossing, request, site)
             return ev
+
+    def compare(self, ev: TraceEvent, crossing: Crossing, request: bytes, site: str | None) -> None:
+        """Report how ``crossing`` differs from ``ev``, the recorded crossing it aligned with."""
+        kind = crossing.kind.value
+        if crossing.kind is EventKind.MODEL_CALL and crossing.model is None:
+            crossing = Crossing(crossing.kind, crossing.request, ev.model, crossing.seed)
+        diff: list[str] = []
+        if ev.model != crossing.model:
+            diff.append(f"$.model: expected {short_json(ev.model)}, got {crossing.model!r}")
+        # a RANDOM crossing made without a seed is answered with the recorded one
+        unseeded = crossing.kind is EventKind.RANDOM and crossing.seed is None
+        if not unseeded and crossing.seed != ev.seed:
+            diff.append(f"$.seed: expected {ev.seed}, got {crossing.seed}")
+        if request != ev.request:
+            diff.extend(json_diff(_loads(ev.request), crossing.request, "$.request"))
+        recorded_site = event_site(ev)
+        if diff:
+            moved = "" if recorded_site in (None, site) else f" (recorded at {recorded_site})"
+            self._report(
+                ev,
+                f"the {kind} call differs from the record{moved}",
+                actual=kind,
+                diff=tuple(diff),
+                actual_request=crossing.request,
+                site=site or recorded_site,
+            )
 
     def _stand_in(self, crossing: Crossing) -> TraceEvent | None:
         """An answer for an extra crossing that needs none from the record, or None."""
@@ -109,10 +136,13 @@ class KeepGoingCursor(ReplayCursor):
         return TraceEvent(self.run_id, -1, crossing.kind, first.at, first.agent, b"{}", response)
 
     async def aexpect(self, crossing: Crossing) -> TraceEvent:
-        """Async edges align the same way: a keep-going re-run waits for no turn."""
+        """Async edges align the same way; in a concurrent record they await their turn."""
+        if self.interleave is not None:
+            return await self.interleave.aexpect(crossing)
         return self.expect(crossing)
 
-    def _extra(self, crossing: Crossing, site: str | None) -> TraceEvent:
+    def extra_call(self, crossing: Crossing, site: str | None) -> TraceEvent:
+        """A crossing nothing in the record aligns with: a stand-in answer, or the stop."""
         kind = crossing.kind.value
         nxt = self.peek()
         where = "after the record ended" if nxt is None else f"before seq {nxt.seq}"
@@ -192,3 +222,83 @@ class KeepGoingCursor(ReplayCursor):
 
     def reports(self) -> tuple[DivergenceReport, ...]:
         return tuple(sorted(self.found, key=lambda r: (r.seq, r.expected is None)))
+
+
+class KeepGoingInterleaver(Interleaver):
+    """The strict :class:`Interleaver`, but a call it cannot match is aligned, not fatal."""
+
+    def __init__(self, cursor: KeepGoingCursor, events: Sequence[TraceEvent]) -> None:
+        super().__init__(cursor, events)
+        self._kg = cursor
+
+    def _unmatched(self, crossing: Crossing, data: bytes, prev: int | None) -> int | TraceEvent:
+        kg = self._kg
+        site = call_site()
+        # the same branch's next crossing of this kind: concurrent branches often make the
+        # same calls from the same lines, so the call site alone would pick another branch's
+        seq = next(
+            (
+                s
+                for s in self._by_prev.get(prev, ())
+                if not self._matched[s] and self._events[s].kind is crossing.kind
+            ),
+            None,
+        )
+        if seq is None:
+            seq = kg.index.take(Probe(crossing.kind, site, data, crossing.model, crossing.seed))
+        if seq is None:
+            try:
+                return kg.extra_call(crossing, site)
+            except ReplayDivergence as exc:
+                raise self._fail(exc) from None
+        ev = self._events[seq]
+        kg.compare(ev, crossing, data, site)
+        if not self._matched[seq]:
+            return seq
+        # let go as missing (passed over, or after a stall): its turn is gone, answer at once
+        _BRANCH.set((self._token, seq))
+        return ev
+
+    def _take(self, seq: int, prev: int | None = None) -> None:
+        """Take ``seq``; what its branch passed over since ``prev`` is missing.
+
+        Only when ``seq``'s recorded branch leads back to ``prev``, the crossing this task or
+        thread was served last: a recorded ``branch_prev`` can also name another branch's
+        crossing (a pool thread reused live), which may simply not have been called yet.
+        """
+        skipped = []
+        back = self._prev(seq)
+        while back is not None and back != prev and not self._matched[back]:
+            skipped.append(back)
+            back = self._prev(back)
+        if prev is not None and back == prev:
+            for s in skipped:
+                self._let_go(s)
+        super()._take(seq)
+        index = self._kg.index
+        index.taken[seq] = True
+        index.last = max(index.last, seq)
+
+    def _prev(self, seq: int) -> int | None:
+        il = self._events[seq].interleave
+        return None if il is None else il.branch_prev
+
+    def _let_go(self, seq: int) -> None:
+        """Complete ``seq`` in its turn without a call (reported missing at the end)."""
+        self._virtual.add(seq)
+        super()._take(seq)  # not this class's: nothing before it is let go with it
+
+    def _on_stall(self, idle: float) -> bool:
+        """Let the crossing the others wait on go as missing, rather than stop the re-run.
+
+        That is the next to complete if nobody called it, else the first never started
+        (the next to complete waits for it to start).
+        """
+        head = self._order[self._done] if self._done < len(self._order) else None
+        at = head if head is not None and not self._matched[head] else self._cursor.pos
+        if at >= len(self._events) or not is_crossing(self._events[at], nested=False):
+            return super()._on_stall(idle)
+        self._let_go(at)
+        self._progress = time.monotonic()
+        self._advance()
+        return False

@@ -12,7 +12,7 @@ Protocol, mirroring ``Recorder.run``/``arun``:
 4. ``until=N`` stops the agent before the first crossing after seq N: the state at step N.
 5. ``keep_going=True`` aligns crossings by kind, call site and ordinal instead of position
    and reports every divergence (``ReplayResult.divergences``) instead of stopping at the
-   first (``_keepgoing``).
+   first (``_keepgoing``); a concurrent record is still served in its recorded interleaving.
 
 The first difference is a :class:`ReplayDivergence` (raised by default; returned in
 ``ReplayResult.divergence`` with ``raise_on_divergence=False``).

@@ -23,10 +23,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,12 +78,15 @@ def live_edges_from(made: object, spec: str) -> tuple[Callable[..., Any] | None,
     return model, dict(tools)
 
 
-class ForkEdges:
-    """The agent's edges in a fork: replayed up to seq ``until``, live after, all recorded."""
+class ForkEdges(ReplayEdges):
+    """The agent's edges in a fork: replayed up to seq ``until``, live after, all recorded.
+
+    The served edge (:class:`ReplayEdges`) with the new run's Recorder behind it.
+    """
 
     def __init__(self, events: Sequence[TraceEvent], until: int) -> None:
         self.cursor = ReplayCursor(events[0].run_id, events, until)
-        self.replayed = ReplayEdges(self.cursor)
+        super().__init__(self.cursor)
         self.until = until
         self._rec: Recorder | None = None
 
@@ -97,6 +99,10 @@ class ForkEdges:
 
     def attach(self, recorder: Recorder) -> None:
         self._rec = recorder
+
+    @property
+    def _live(self) -> Recorder:
+        return self.rec
 
     @property
     def run_id(self) -> str:
@@ -113,92 +119,12 @@ class ForkEdges:
             and nxt.kind not in (EventKind.ERROR, EventKind.RUN_FINISHED, EventKind.GAP)
         )
 
-    # -- the edges ------------------------------------------------------------------------
-    def _callee(
-        self, request: JSON, model: str | None, seed: int | None, call: Callable[..., Any] | None
-    ) -> Callable[..., Any] | None:
-        """The model call's callee: the recorded answer while serving, else the live one."""
-        if not self.serving():
-            return call
-        served = self.replayed.model(request, model=model, seed=seed, call=call)
-        return lambda *_, **__: served
-
-    def model(
-        self,
-        request: JSON,
-        *,
-        model: str | None,
-        seed: int | None = None,
-        call: Callable[..., Any] | None = None,
-    ) -> JSON:
-        callee = self._callee(request, model, seed, call)
-        return self.rec.model(request, model=model, seed=seed, call=callee)
-
-    async def amodel(
-        self,
-        request: JSON,
-        *,
-        model: str | None,
-        seed: int | None = None,
-        call: Callable[..., Any] | None = None,
-    ) -> JSON:
-        callee = self._callee(request, model, seed, call)
-        return await self.rec.amodel(request, model=model, seed=seed, call=callee)
-
-    def tool(self, name: str, args: JSON) -> JSON:
-        return self.rec.tool(name, args)
-
-    async def atool(self, name: str, args: JSON) -> JSON:
-        return await self.rec.atool(name, args)
-
-    def clock(self, name: str = "now") -> float:
-        return self.rec.clock(name)
-
-    def random(self, name: str = "rng", *, seed: int | None = None) -> random.Random:
-        if self.serving():
-            ev = self.cursor.peek()
-            recorded = ev.seed if ev is not None and ev.kind is EventKind.RANDOM else None
-            self.replayed.random(name, seed=seed)
-            return self.rec.random(name, seed=recorded if recorded is not None else seed)
-        return self.rec.random(name, seed=seed)
-
-    def state(self, name: str, read: Callable[[], JSON] | None = None) -> JSON:
-        if self.serving():
-            served = self.replayed.state(name)
-            return self.rec.state(name, read=lambda: served)
-        return self.rec.state(name, read=read)
-
-    async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
-        if self.serving():
-            served = self.replayed.state(name)
-            return self.rec.state(name, read=lambda: served)
-        return await self.rec.astate(name, read=read)
-
-    def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
-        if self.serving():
-            self.replayed.decision(name, choice, options=options)
-        return self.rec.decision(name, choice, options=options)
-
-    def subagent(
-        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
-    ) -> JSON:
-        if self.serving():
-            served = self.replayed.subagent(name, agent, input)
-            return self.rec.subagent(name, lambda _i, _e: served, input)
-        return self.rec.subagent(name, agent, input, agent_version=agent_version)
-
-    async def asubagent(
-        self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
-    ) -> JSON:
-        if self.serving():
-            served = self.replayed.subagent(name, agent, input)
-            return self.rec.subagent(name, lambda _i, _e: served, input)
-        return await self.rec.asubagent(name, agent, input, agent_version=agent_version)
+    _serving = serving
 
     # -- what the Recorder calls --------------------------------------------------------
     def served_clock(self, live: Callable[[], float]) -> Callable[[str], float]:
         def read(name: str) -> float:
-            return self.replayed.clock(name) if self.serving() else live()
+            return self._served_clock(name) if self.serving() else live()
 
         return read
 
@@ -216,7 +142,7 @@ class ForkEdges:
     def _tool_fn(self, name: str, tool: Tool | None) -> Callable[..., Any]:
         def call(args: JSON, idempotency_key: str | None = None) -> Any:
             if self.serving():
-                return self.replayed.tool(name, args)
+                return self._served_tool(name, args)
             if tool is None:
                 raise ConfigError(f"tool {name!r} is not among the live edges (--live-edges)")
             if tool.side_effect:
