@@ -20,7 +20,9 @@ back to fastavro. ``tests/schemas/test_fast_pinned.py`` pins each walk to
 
 The walks are written out flat, with the common varint widths read inline (see
 ``_varint.py``): they run once per event and a Python call per field costs more than the rest
-of the walk.
+of the walk. The fields after ``response`` of the usual event (no error, idempotency key,
+parent, attributes or interleave) are its last five bytes, all zero, and are taken at once;
+any other tail is read by ``_tail``.
 """
 
 from __future__ import annotations
@@ -267,69 +269,14 @@ def fast_decode_event(data: object) -> TraceEvent | None:
             return None
         response = d[p:q]
         p = q
-        # error: ["null", ErrorInfo]
-        b = d[p]
-        p += 1
-        if b == 0:
-            error = None
-        elif b == 2:
-            etype, p = _string(d, p, end)
-            emsg, p = _string(d, p, end)
-            error = ErrorInfo(etype, emsg)
+        if p == end - 5 and d.endswith(_NULL_TAIL):  # the usual event's last five bytes
+            error = key = parent = interleave = None
+            attributes: dict[str, str] = {}
         else:
-            return None
-        # idempotency_key: ["null", "string"]
-        b = d[p]
-        p += 1
-        if b == 0:
-            key = None
-        elif b == 2:
-            key, p = _string(d, p, end)
-        else:
-            return None
-        # parent_seq: ["null", "long"]
-        b = d[p]
-        p += 1
-        if b == 0:
-            parent = None
-        elif b == 2:
-            parent, p = read_long(d, p)
-        else:
-            return None
-        # attributes: map<string> in blocks, ended by a zero count
-        attributes: dict[str, str] = {}
-        if d[p] == 0:
-            count, p = 0, p + 1
-        else:
-            count, p = read_long(d, p)
-        while count:
-            if count < 0:
-                return None  # sized blocks: rare, left to the codec
-            for _ in range(count):
-                k, p = _string(d, p, end)
-                attributes[k], p = _string(d, p, end)
-            count, p = read_long(d, p)
-        # interleave: ["null", Interleave(branch_prev ["null", long], long, long)]
-        b = d[p]
-        p += 1
-        if b == 0:
-            interleave = None
-        elif b == 2:
-            b = d[p]
-            p += 1
-            if b == 0:
-                prev = None
-            elif b == 2:
-                prev, p = read_long(d, p)
-            else:
+            tail = _tail(d, p, end)
+            if tail is None:
                 return None
-            started, p = read_long(d, p)
-            done, p = read_long(d, p)
-            interleave = Interleave(prev, started, done)
-        else:
-            return None
-        if p != end:
-            return None
+            error, key, parent, attributes, interleave = tail
         if _TWIN is None:
             return TraceEvent(
                 run_id, seq, kind, at, agent, request, response, model, seed, error, key, parent,
@@ -354,6 +301,81 @@ def fast_decode_event(data: object) -> TraceEvent | None:
         return ev  # type: ignore[no-any-return]  # a TraceEvent now (see _layout_twin)
     except DECLINE:
         return None
+
+
+_NULL_TAIL = b"\x00" * 5
+"""error, idempotency_key, parent_seq null, an empty attributes map, interleave null."""
+
+
+def _tail(
+    d: bytes, p: int, end: int
+) -> tuple[ErrorInfo | None, str | None, int | None, dict[str, str], Interleave | None] | None:
+    """The fields after ``response`` (error .. interleave), read to exactly ``end``; None to
+    decline. Called only when they are not the all-null five bytes."""
+    # error: ["null", ErrorInfo]
+    b = d[p]
+    p += 1
+    if b == 0:
+        error = None
+    elif b == 2:
+        etype, p = _string(d, p, end)
+        emsg, p = _string(d, p, end)
+        error = ErrorInfo(etype, emsg)
+    else:
+        return None
+    # idempotency_key: ["null", "string"]
+    b = d[p]
+    p += 1
+    if b == 0:
+        key = None
+    elif b == 2:
+        key, p = _string(d, p, end)
+    else:
+        return None
+    # parent_seq: ["null", "long"]
+    b = d[p]
+    p += 1
+    if b == 0:
+        parent = None
+    elif b == 2:
+        parent, p = read_long(d, p)
+    else:
+        return None
+    # attributes: map<string> in blocks, ended by a zero count
+    attributes: dict[str, str] = {}
+    if d[p] == 0:
+        count, p = 0, p + 1
+    else:
+        count, p = read_long(d, p)
+    while count:
+        if count < 0:
+            return None  # sized blocks: rare, left to the codec
+        for _ in range(count):
+            k, p = _string(d, p, end)
+            attributes[k], p = _string(d, p, end)
+        count, p = read_long(d, p)
+    # interleave: ["null", Interleave(branch_prev ["null", long], long, long)]
+    b = d[p]
+    p += 1
+    if b == 0:
+        interleave = None
+    elif b == 2:
+        b = d[p]
+        p += 1
+        if b == 0:
+            prev = None
+        elif b == 2:
+            prev, p = read_long(d, p)
+        else:
+            return None
+        started, p = read_long(d, p)
+        done, p = read_long(d, p)
+        interleave = Interleave(prev, started, done)
+    else:
+        return None
+    if p != end:
+        return None
+    return error, key, parent, attributes, interleave
 
 
 class Peeked(NamedTuple):
