@@ -17,7 +17,9 @@ Timed, in the same process and on the same files, best of ``--reps`` each:
   index objects, the data bundles, the newest checkpoint, the hash tiles, the older
   checkpoints) + ``verify(rebuild=True, require_finished=True, keys=[vkey])``: L1 signature,
   L2 every event proven against the signed root, L3, L4 a consistency proof from every
-  checkpoint a run index names; then checks 1-6 with every event decoded, A4.
+  checkpoint a run index names; then checks 1-6 with every event decoded, A4. Each sealed
+  value is walked once (``sealed_columns``: the columns the checks and L2 read, its event
+  decoded in the same pass).
 * **archive_no_log**: the same without keys (the log's cost is the difference).
 * **topic**: the segment store with the run's checkpoint records beside it, as
   ``verify --from topic`` has them (every record opened, the run placed on its leaves).

@@ -28,6 +28,7 @@ from tracevault.schemas.fast import (
     event_kind,
     fast_decode_event,
     peek_event,
+    sealed_columns,
     sealed_fields,
     sealed_rows,
     segment_rows,
@@ -66,15 +67,22 @@ def _event_readers_agree(value: bytes, ref: dict[str, Any] | None, *, must_answe
 def _sealed_readers_agree(value: bytes, ref: dict[str, Any] | None, *, must_answer: bool) -> None:
     got = sealed_fields(value)
     rows = sealed_rows([value])
+    cols = sealed_columns([value])
     if must_answer:
         assert got is not None, "sealed_fields declined a canonical value"
         assert rows is not None, "sealed_rows declined a canonical value"
+        assert cols is not None, "sealed_columns declined a canonical value"
     if ref is None:
         assert got is None, "sealed_fields read a value fastavro refuses"
         assert rows is None, "sealed_rows read a value fastavro refuses"
+        assert cols is None, "sealed_columns read a value fastavro refuses"
         return
     if rows is not None:
         assert rows == [ref]
+    if cols is not None:
+        fields = ("run_id", "seq", "prev_hash", "hash", "raw")
+        assert [c[0] for c in cols[:5]] == [ref[k] for k in fields]
+        assert cols.events == [fast_decode_event(ref["raw"])]  # the walk's event is the reader's
     if got is not None:
         fields = ("run_id", "seq", "prev_hash", "hash", "raw", "sealed_at")
         assert got == tuple(ref[k] for k in fields)

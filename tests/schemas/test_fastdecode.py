@@ -23,7 +23,7 @@ from tracevault.schemas import (
     encode_event,
 )
 from tracevault.schemas.fast import TRACE_EVENT_V2, fast_decode_event
-from tracevault.schemas.fast._event import _SET
+from tracevault.schemas.fast._event import _TWIN
 
 AGENTS = (
     AgentInfo("agent-7", "1.4.2", "host-a", "pytest", "0.1.0"),
@@ -175,11 +175,12 @@ def test_other_versions_and_headers_are_left_to_the_codec() -> None:
     assert fast_decode_event("not bytes") is None
 
 
-def test_events_are_built_through_the_slots_and_stay_frozen() -> None:
-    assert _SET is not None  # TraceEvent is the plain slotted dataclass the fast build expects
+def test_events_are_built_through_the_layout_twin_and_stay_frozen() -> None:
+    assert _TWIN is not None  # TraceEvent is the plain slotted dataclass the fast build expects
     ev = next(iter(events()))
     got = fast_decode_event(encode_event(ev))
-    assert got is not None and got == ev and hash(got.agent) == hash(ev.agent)
+    assert got is not None and type(got) is TraceEvent and got == ev
+    assert hash(got.agent) == hash(ev.agent) and dataclasses.astuple(got) == dataclasses.astuple(ev)
     assert repr(got) == repr(ev)
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.seq = 1  # type: ignore[misc]

@@ -198,21 +198,39 @@ def read_log_run(
     leaves = [by_seq[seq][0] for seq in seqs]
     bundle: list[bytes] = []
     dkey, bundle_n = "", -1
-    for seq, leaf in zip(seqs, leaves, strict=True):
-        if leaf >= size:
-            raise ArchiveError(
-                f"run {run_id!r} seq {seq} is leaf {leaf}, beyond the newest checkpoint "
-                f"{cp_key} (size {size})"
-            )
+    i, total = 0, len(leaves)
+    while i < total:
+        leaf = leaves[i]
         n = leaf // TILE_WIDTH
-        if n != bundle_n:  # a run's leaves come bundle by bundle: each is decoded once
+        if n != bundle_n and leaf < size:  # a run's leaves come bundle by bundle
             dkey = data_key(log_key, n, tile_width(0, n, newest))
             bundle, bundle_n = decode_values(r.get(dkey), dkey), n
+        # the run's next leaves in this bundle, when they are consecutive (one run's
+        # transaction, or a whole run alone in its partition): taken as one slice
+        lo = leaf % TILE_WIDTH
+        k = min(TILE_WIDTH - lo, total - i)
+        if (
+            k > 1
+            and leaves[i + k - 1] == leaf + k - 1  # O(1) first: interleaved runs stop here
+            and leaf + k <= size
+            and lo + k <= len(bundle)
+            and leaves[i : i + k] == list(range(leaf, leaf + k))
+        ):
+            values.extend(bundle[lo : lo + k])
+            objects.extend([dkey] * k)
+            i += k
+            continue
+        if leaf >= size:
+            raise ArchiveError(
+                f"run {run_id!r} seq {seqs[i]} is leaf {leaf}, beyond the newest checkpoint "
+                f"{cp_key} (size {size})"
+            )
         try:
-            values.append(bundle[leaf % TILE_WIDTH])
+            values.append(bundle[lo])
         except IndexError:
             raise ArchiveError(f"data bundle {dkey} has no record for leaf {leaf}") from None
         objects.append(dkey)
+        i += 1
 
     def proof(leaf: int) -> LazyProof:
         # built as check_run_log reads it: it proves consecutive leaves as ranges and reads

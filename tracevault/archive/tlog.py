@@ -24,6 +24,7 @@ import json
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 from urllib.parse import quote
 
@@ -157,7 +158,11 @@ class RunIndex:
             obj: Any = json.loads(data)
             if not isinstance(obj, dict) or obj.get("version") != 1:
                 raise ValueError("not a version-1 run index object")
-            leaves = tuple((int(i), int(s)) for i, s in obj.pop("leaves"))
+            pairs = obj.pop("leaves")
+            if set(map(type, chain.from_iterable(pairs))) <= {int} and set(map(len, pairs)) <= {2}:
+                leaves = tuple(map(tuple, pairs))  # plain (leaf, seq) pairs: converted in C
+            else:
+                leaves = tuple((int(i), int(s)) for i, s in pairs)
             return cls(leaves=leaves, **obj)
         except (ValueError, TypeError, KeyError) as exc:
             raise ArchiveError(f"run index {key} is unreadable: {exc}") from exc

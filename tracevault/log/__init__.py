@@ -19,6 +19,7 @@ from tracevault.log._evidence import (
     LeafProof,
     LeafProofs,
     RunEvent,
+    RunEvents,
     RunLogEvidence,
     check_run_log,
 )
@@ -44,6 +45,7 @@ from tracevault.log._leaf import (
     leaf_data,
     leaf_hash,
     leaf_hasher,
+    leaf_hashes,
     leaf_prefix,
     parse_leaf,
 )
@@ -138,6 +140,7 @@ __all__ = [
     "LeafProof",
     "LeafProofs",
     "RunEvent",
+    "RunEvents",
     "RunLogEvidence",
     "check_run_log",
     "CHECKPOINT_KEY",
@@ -169,6 +172,7 @@ __all__ = [
     "leaf_data",
     "leaf_hash",
     "leaf_hasher",
+    "leaf_hashes",
     "leaf_prefix",
     "parse_leaf",
     "list_source",

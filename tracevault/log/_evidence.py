@@ -16,7 +16,7 @@ from typing import NamedTuple, overload
 from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
 from tracevault.log._lazyproof import proof_from
-from tracevault.log._leaf import leaf_hasher
+from tracevault.log._leaf import leaf_hashes
 from tracevault.log._merkle import hash_children, verify_consistency
 from tracevault.log._note import NoteVerifier, open_note
 
@@ -25,6 +25,7 @@ __all__ = [
     "LeafProof",
     "LeafProofs",
     "RunEvent",
+    "RunEvents",
     "RunLogEvidence",
     "check_run_log",
 ]
@@ -45,6 +46,35 @@ class RunEvent(NamedTuple):
     seq: int
     chain_hash: bytes
     finishes: bool = False
+
+
+class RunEvents(Sequence[RunEvent]):
+    """A run's events as columns: seqs and chain hashes, the last one finishing or not.
+
+    What a verifier that walked the run into columns hands ``check_run_log``: no object per
+    event, and the leaves are hashed straight from the columns.
+    """
+
+    __slots__ = ("finishes", "hashes", "seqs")
+
+    def __init__(self, seqs: Sequence[int], hashes: Sequence[bytes], finishes: bool) -> None:
+        if len(seqs) != len(hashes):
+            raise LogError("run events: seqs and chain hashes differ in length")
+        self.seqs, self.hashes, self.finishes = seqs, hashes, finishes
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @overload
+    def __getitem__(self, i: int) -> RunEvent: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[RunEvent]: ...
+    def __getitem__(self, i: int | slice) -> RunEvent | Sequence[RunEvent]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self.seqs)
+        return RunEvent(self.seqs[i], self.hashes[i], self.finishes and i == len(self.seqs) - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,12 +211,13 @@ def _subtree(leaves: Sequence[bytes]) -> bytes:
     return level[0]
 
 
-def _check_inclusion(
+def _check_inclusion(  # noqa: PLR0917 - private, one call site
     run_id: str,
     events: Sequence[RunEvent],
     evidence: RunLogEvidence,
     cp: Checkpoint,
     where: str,
+    leaves: Sequence[bytes] | None,
 ) -> None:
     """L2: every event's leaf reaches the signed root.
 
@@ -198,22 +229,30 @@ def _check_inclusion(
     """
     got = evidence.leaves
     if isinstance(got, LeafProofs):
-        seqs, indexes = got.seqs, got.indexes
+        seqs, indexes = list(got.seqs), got.indexes
     else:
         seqs, indexes = [p.seq for p in got], [p.index for p in got]
-    position = dict(zip(seqs, range(len(seqs)), strict=True))
-    at = [position.get(ev.seq, -1) for ev in events]  # the position of each event's proof
-    if -1 in at:
-        seq = events[at.index(-1)].seq
-        raise LogError(
-            f"L2 inclusion: run {run_id} seq {seq} has no proof in {where}",
-            run=run_id,
-            seq=seq,
-            checkpoint=where,
-        )
-    leaf_of = leaf_hasher(run_id)
-    leaves = [leaf_of(ev.seq, ev.chain_hash) for ev in events]
-    index = [indexes[j] for j in at]
+    if isinstance(events, RunEvents):
+        ev_seqs, ev_hashes = list(events.seqs), events.hashes
+    else:
+        ev_seqs, ev_hashes = [ev.seq for ev in events], [ev.chain_hash for ev in events]
+    at: Sequence[int]  # the position of each event's proof
+    if ev_seqs == seqs == list(range(len(seqs))):  # a proof per event, in order: the archive
+        at, index = range(len(seqs)), list(indexes)
+    else:
+        position = dict(zip(seqs, range(len(seqs)), strict=True))
+        at = [position.get(seq, -1) for seq in ev_seqs]
+        if -1 in at:
+            seq = ev_seqs[at.index(-1)]
+            raise LogError(
+                f"L2 inclusion: run {run_id} seq {seq} has no proof in {where}",
+                run=run_id,
+                seq=seq,
+                checkpoint=where,
+            )
+        index = [indexes[j] for j in at]
+    if leaves is None or len(leaves) != len(ev_seqs):
+        leaves = leaf_hashes(run_id, ev_seqs, ev_hashes)
     known: dict[tuple[int, int], bytes] = {}
     i, total = 0, len(index)
     while i < total:
@@ -283,8 +322,13 @@ def check_run_log(
     witnesses: Sequence[NoteVerifier] = (),
     min_witnesses: int = 0,
     require_finished: bool = True,
+    leaves: Sequence[bytes] | None = None,
 ) -> Checkpoint:
-    """Raise :class:`LogError` at the first of L1-L4 that fails; return the checkpoint."""
+    """Raise :class:`LogError` at the first of L1-L4 that fails; return the checkpoint.
+
+    ``leaves``: the events' leaf hashes, when the caller already hashed these very events
+    (the topic's evidence is gathered by them); never a source's word for them.
+    """
     cp_name = evidence.checkpoint_obj or "checkpoint"
     cp, good = _open(evidence.checkpoint, [*keys, *witnesses], evidence.origin, cp_name)
     where = f"{cp_name} ({cp.origin}@{cp.size})"
@@ -300,7 +344,7 @@ def check_run_log(
             f"{min_witnesses} required (of {', '.join(sorted({w.name for w in witnesses}))})",
             checkpoint=where,
         )
-    _check_inclusion(run_id, events, evidence, cp, where)
+    _check_inclusion(run_id, events, evidence, cp, where, leaves)
     if require_finished and not (events and events[-1].finishes):
         last = events[-1].seq if events else None
         raise LogError(

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tracevault.errors import LogError
 from tracevault.log._merkle import HASH_SIZE, hash_leaf
 
-__all__ = ["LEAF_DOMAIN", "leaf_data", "leaf_hash", "leaf_hasher", "leaf_prefix", "parse_leaf"]
+__all__ = [
+    "LEAF_DOMAIN",
+    "leaf_data",
+    "leaf_hash",
+    "leaf_hasher",
+    "leaf_hashes",
+    "leaf_prefix",
+    "parse_leaf",
+]
 
 LEAF_DOMAIN = b"tracevault/v1/leaf\x00"
 _U16 = struct.Struct(">H")
@@ -52,6 +60,21 @@ def leaf_hasher(run_id: str) -> Callable[[int, bytes], bytes]:
         return leaf_hash(run_id, seq, chain_hash)
 
     return leaf
+
+
+def leaf_hashes(run_id: str, seqs: Sequence[int], hashes: Sequence[bytes]) -> list[bytes]:
+    """The leaf hashes of a run's records, in one comprehension (a verifier hashes them all).
+
+    A seq or hash that does not fit a leaf is named by ``leaf_hash``, as one by one.
+    """
+    prefix = leaf_prefix(run_id)
+    pack, sha = _U64.pack, hashlib.sha256
+    if set(map(len, hashes)) <= {HASH_SIZE}:
+        try:
+            return [sha(prefix + pack(s) + h).digest() for s, h in zip(seqs, hashes, strict=True)]
+        except struct.error:
+            pass  # a seq that does not fit: leaf_hash names it
+    return [leaf_hash(run_id, s, h) for s, h in zip(seqs, hashes, strict=True)]
 
 
 def leaf_prefix(run_id: str) -> bytes:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
 from typing import Any, Protocol, runtime_checkable
@@ -42,9 +42,15 @@ from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
 from tracevault.schemas import Codec
-from tracevault.schemas.fast import sealed_rows, segment_rows
+from tracevault.schemas.fast import sealed_columns, sealed_rows, segment_rows
 
-__all__ = ["ReadableStore", "VersionedStore", "load_from_archive", "read_segment_rows"]
+__all__ = [
+    "ReadableStore",
+    "VersionedStore",
+    "load_from_archive",
+    "read_segment_rows",
+    "sealed_reader",
+]
 
 
 class ReadableStore(Protocol):
@@ -215,13 +221,7 @@ def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> Loade
             run_id,
             index_keys,
         )
-        rows = sealed_rows(lr.values)  # the v1 fast path; anything else through the codec
-        if rows is None:
-            rows = [
-                _sealed_codec().decode(v, what=o)
-                for v, o in zip(lr.values, lr.objects, strict=True)
-            ]
-    except (ArchiveError, SchemaError) as exc:
+    except ArchiveError as exc:
         raise fail("A1 log", None, getattr(exc, "obj", None) or index_keys[-1], str(exc)) from exc
     if lr.unindexed:
         leaf, seq, ekey = lr.unindexed[0]
@@ -233,11 +233,15 @@ def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> Loade
             f"run lists it ({len(lr.unindexed)} such leaves): the run's last index object(s) "
             "were deleted (the tail of the run is hidden)",
         )
+    objects = list(lr.objects)
+    seqs = getattr(lr.evidence.leaves, "seqs", None) or range(len(lr.values))
     return LoadedRun(
         run_id=run_id,
         source="archive",
-        records=SealedRows(rows),
-        objects=list(lr.objects),
+        records=SealedRows(
+            values=lr.values, read=sealed_reader(run_id, seqs, objects), walk=sealed_columns
+        ),
+        objects=objects,
         log_evidence=lr.evidence,
         log_index_keys=lr.index_keys,
         log_head=lr.head if lr.finished else None,
@@ -260,6 +264,31 @@ def _check_log_objects(store: _Originals, index_keys: list[str]) -> None:
     newest = parse_checkpoint_key(cps[-1].key) if cps else None
     if newest is not None:
         store.check(run_log_keys(indexes, newest))
+
+
+def sealed_reader(
+    run_id: str, seqs: Sequence[int], objects: Sequence[str], *, fast: bool = True
+) -> Callable[[Sequence[bytes]], list[dict[str, Any]]]:
+    """How a run's sealed values become rows: the v1 fast path (``fast``), else the codec.
+
+    The codec decides what is readable: a value it refuses fails check A1 naming the run,
+    the seq (from the run's index) and the data bundle it came from.
+    """
+
+    def read(values: Sequence[bytes]) -> list[dict[str, Any]]:
+        rows = sealed_rows(values) if fast else None
+        if rows is not None:
+            return rows
+        codec, out = _sealed_codec(), []
+        for seq, v, o in zip(seqs, values, objects, strict=True):
+            try:
+                out.append(codec.decode(v, what=f"run {run_id} seq {seq} in {o}"))
+            except SchemaError as exc:
+                what = f"run {run_id} seq {seq} is not a readable SealedEvent ({exc})"
+                raise fail("A1 log", seq, o, what) from exc
+        return out
+
+    return read
 
 
 _CODEC: Codec | None = None

@@ -18,17 +18,18 @@ from tracevault.log import (
     LOG_CHECKS,
     Checkpoint,
     NoteVerifier,
-    RunEvent,
+    RunEvents,
     RunLeaf,
     RunLogEvidence,
     check_run_log,
-    leaf_hasher,
+    leaf_hashes,
     load_verifiers,
     load_witness_verifiers,
     run_log_evidence,
 )
 from tracevault.replayer._results import LoadedRun
 from tracevault.schemas import EventKind, decode_event
+from tracevault.schemas.fast import SealedColumns
 
 __all__ = ["LogPolicy", "check_log", "run_evidence"]
 
@@ -75,16 +76,23 @@ class LogPolicy:
         return cls(tuple(load_verifiers(vkeys)), wit, need)
 
 
-def run_evidence(run: LoadedRun, verifiers: Sequence[NoteVerifier]) -> RunLogEvidence | None:
-    """The run's log evidence: the source's own, or gathered from its checkpoint records."""
+def run_evidence(
+    run: LoadedRun, verifiers: Sequence[NoteVerifier], leaves: Sequence[bytes] | None = None
+) -> RunLogEvidence | None:
+    """The run's log evidence: the source's own, or gathered from its checkpoint records.
+
+    ``leaves``: the leaf hashes of the run's records, if the caller hashed them already.
+    """
     if run.log_evidence is not None:
         return run.log_evidence
     if run.log_origin is None or not run.log_checkpoints:
         return None
-    rows, objects = run.records.rows, run.objects
-    leaf = leaf_hasher(run.run_id)
-    leaves = [RunLeaf(r["seq"], leaf(r["seq"], r["hash"]), objects[i]) for i, r in enumerate(rows)]
-    return run_log_evidence(run.log_origin, run.run_id, leaves, run.log_checkpoints, verifiers)
+    rows = run.records.rows
+    seqs = [r["seq"] for r in rows]
+    if leaves is None:
+        leaves = leaf_hashes(run.run_id, seqs, [r["hash"] for r in rows])
+    found = list(map(RunLeaf, seqs, leaves, run.objects))
+    return run_log_evidence(run.log_origin, run.run_id, found, run.log_checkpoints, verifiers)
 
 
 def _l3_required(run: LoadedRun, require_finished: bool) -> bool:
@@ -102,11 +110,30 @@ def _l3_required(run: LoadedRun, require_finished: bool) -> bool:
 
 
 def check_log(
-    run: LoadedRun, policy: LogPolicy, *, require_finished: bool
+    run: LoadedRun,
+    policy: LogPolicy,
+    *,
+    require_finished: bool,
+    columns: SealedColumns | None = None,
 ) -> tuple[list[str], list[str], Checkpoint, RunLogEvidence]:
-    """L1-L4 on ``run``; returns the checks listed, warnings, the checkpoint and evidence."""
+    """L1-L4 on ``run``; returns the checks listed, warnings, the checkpoint and evidence.
+
+    ``columns``: the run's records walked once (``SealedRows.columns``), read instead of
+    its rows; the last event's kind is the decoded one's where the walk decoded it.
+    """
     where = run.objects[0] if run.objects else run.source
-    evidence = run_evidence(run, policy.keys)
+    if columns is None:
+        rows = run.records.rows
+        seqs, hashes = [r["seq"] for r in rows], [r["hash"] for r in rows]
+        raws = [r["raw"] for r in rows[-1:]]
+        decoded = None
+    else:
+        seqs, hashes, raws = columns.seqs, columns.hashes, columns.raws[-1:]
+        decoded = columns.events[-1] if columns.events else None
+    leaves = None  # hashed once: the topic's evidence is gathered by them, then L2 reads them
+    if run.log_evidence is None and run.log_origin is not None and run.log_checkpoints:
+        leaves = leaf_hashes(run.run_id, seqs, hashes)
+    evidence = run_evidence(run, policy.keys, leaves)
     if evidence is None:
         raise LogError(
             f"L1 signature: run {run.run_id} from the {run.source} ({where}) carries no "
@@ -115,19 +142,15 @@ def check_log(
             run=run.run_id,
             obj=where,
         )
-    rows = run.records.rows
-    last = len(rows) - 1
     finishes = False
-    if rows:
+    if decoded is not None:
+        finishes = decoded.kind is EventKind.RUN_FINISHED
+    elif raws:
         try:
-            finishes = (
-                decode_event(rows[-1]["raw"], check_json=False).kind is EventKind.RUN_FINISHED
-            )
+            finishes = decode_event(raws[0], check_json=False).kind is EventKind.RUN_FINISHED
         except SchemaError:  # an unreadable event is check 5's to name
             finishes = False
-    events = [RunEvent(r["seq"], r["hash"]) for r in rows]
-    if finishes:
-        events[last] = events[last]._replace(finishes=True)
+    events = RunEvents(seqs, hashes, finishes)
     need_end = _l3_required(run, require_finished)
     cp = check_run_log(
         run.run_id,
@@ -137,6 +160,7 @@ def check_log(
         witnesses=policy.witnesses,
         min_witnesses=policy.min_witnesses,
         require_finished=need_end,
+        leaves=leaves,
     )
     checks = list(LOG_CHECKS)  # the checkpoint they held against: VerifyReport.checkpoint
     warnings: list[str] = []

@@ -9,11 +9,12 @@ decoded here on first access with ``decode_event``'s canonical-JSON check.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 from tracevault.schemas import SealedEvent, TraceEvent, decode_event
+from tracevault.schemas.fast import SealedColumns
 
 __all__ = ["LazyEvents", "SealedRows", "sealed_of"]
 
@@ -29,15 +30,55 @@ def sealed_of(row: Mapping[str, Any]) -> SealedEvent:
 
 
 class SealedRows(Sequence[SealedEvent]):
-    """SealedEvent rows (Avro dicts) that become :class:`SealedEvent` on access."""
+    """SealedEvent rows (Avro dicts) that become :class:`SealedEvent` on access.
 
-    __slots__ = ("rows",)
+    A source that holds the exact sealed values (the archive's data bundles) gives them with
+    ``read`` (values -> rows, the codec's fallback and errors included) and ``walk`` (values
+    -> :class:`SealedColumns`, or None): the rows are then read on first use of ``rows``,
+    and ``verify`` with rebuild asks :meth:`columns` instead, one walk of each value that
+    also decodes its event (``tracevault.schemas.fast._columns``), so a verified rebuild
+    never builds the row dicts.
+    """
 
-    def __init__(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        self.rows = rows
+    __slots__ = ("_columns", "_read", "_rows", "_values", "_walk")
+
+    def __init__(
+        self,
+        rows: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        values: Sequence[bytes] = (),
+        read: Callable[[Sequence[bytes]], Sequence[Mapping[str, Any]]] | None = None,
+        walk: Callable[[Sequence[bytes]], SealedColumns | None] | None = None,
+    ) -> None:
+        if rows is None and read is None:
+            raise ValueError("SealedRows needs rows, or values with a reader")
+        self._rows, self._values, self._read, self._walk = rows, values, read, walk
+        self._columns: SealedColumns | None = None
+
+    @property
+    def rows(self) -> Sequence[Mapping[str, Any]]:
+        if self._rows is None:
+            assert self._read is not None  # the constructor's invariant
+            self._rows = self._read(self._values)
+        return self._rows
+
+    @property
+    def values(self) -> Sequence[bytes]:
+        """The exact sealed values the rows are read from (empty when built from rows)."""
+        return self._values
+
+    def columns(self) -> SealedColumns | None:
+        """The values walked once into columns with their events, or None (use ``rows``)."""
+        if self._columns is None and self._walk is not None and self._rows is None:
+            self._columns = self._walk(self._values)
+            if self._columns is None:
+                self._walk = None  # declined: the rows are read (and judged) instead
+        return self._columns
 
     def __len__(self) -> int:
-        return len(self.rows)
+        if self._rows is None:
+            return len(self._values)
+        return len(self._rows)
 
     @overload
     def __getitem__(self, i: int) -> SealedEvent: ...

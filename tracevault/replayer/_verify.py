@@ -103,21 +103,26 @@ def verify(
 def _verify(
     run: LoadedRun, *, require_finished: bool, rebuild: bool, log: LogPolicy | None
 ) -> VerifyReport:
-    rows = run.records.rows
-    if not rows:
+    # a rebuild reads a source's values in one walk (columns and events), where it can
+    columns = run.records.columns() if rebuild else None
+    rows = run.records.rows if columns is None else ()
+    count = len(run.records)
+    if not count:
         raise fail("2 seq", 0, None, "the run has no records")
     checks: list[str] = []
     warnings: list[str] = []
     checkpoint: str | None = None
     evidence = None
     if log is not None:
-        checks, warnings, cp, evidence = check_log(run, log, require_finished=require_finished)
+        checks, warnings, cp, evidence = check_log(
+            run, log, require_finished=require_finished, columns=columns
+        )
         checkpoint = f"{cp.origin}@{cp.size}"
     legacy = run.source == "archive" and run.log_evidence is None
     if legacy:
         check_archive_structure(run, checks)
     checks.extend(RECORD_CHECKS)
-    summary = check_records(run.run_id, rows, run.objects, rebuild=rebuild)
+    summary = check_records(run.run_id, rows, run.objects, rebuild=rebuild, columns=columns)
     if legacy:
         warnings.extend(check_archive(run, summary, checks))
     elif run.source == "archive":
@@ -129,9 +134,9 @@ def _verify(
         if not summary.finished:
             raise fail(
                 "F finished",
-                len(rows),
+                count,
                 None,
-                f"the run is unfinished: its last event is seq {len(rows) - 1} "
+                f"the run is unfinished: its last event is seq {count - 1} "
                 f"{summary.kinds[-1]}, not RUN_FINISHED",
             )
     if summary.gaps:
@@ -144,8 +149,8 @@ def _verify(
     return VerifyReport(
         run_id=run.run_id,
         source=run.source,
-        count=len(rows),
-        last_seq=len(rows) - 1,
+        count=count,
+        last_seq=count - 1,
         head=summary.head.hex(),
         finished=summary.finished,
         checks=tuple(checks),

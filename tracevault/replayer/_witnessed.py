@@ -25,7 +25,13 @@ from collections.abc import Callable, Sequence
 from tracevault.archive import ObjectStore, open_store, read_log_run
 from tracevault.config import Settings
 from tracevault.errors import LogError
-from tracevault.log import Checkpoint, RunLogEvidence, split_note, with_cosignatures
+from tracevault.log import (
+    Checkpoint,
+    LeafProofs,
+    RunLogEvidence,
+    split_note,
+    with_cosignatures,
+)
 from tracevault.replayer._log import LogPolicy, run_evidence
 from tracevault.replayer._results import LoadedRun
 from tracevault.witness import checkpoint_key, cosigned_sizes
@@ -74,7 +80,9 @@ def witnessed(
     if evidence is None:
         return run
     origin = evidence.origin
-    need = max((p.index for p in evidence.leaves), default=-1) + 1
+    proofs = evidence.leaves  # the indexes alone: LeafProofs would build a proof per event
+    indexes = proofs.indexes if isinstance(proofs, LeafProofs) else [p.index for p in proofs]
+    need = max(indexes, default=-1) + 1
     held = [cosigned_sizes(s, origin) for s in stores]
     size = pick_witnessed_size(held, need, max(policy.min_witnesses, 1))
     if size is None and not policy.min_witnesses:

@@ -11,6 +11,7 @@ reader                      used by                                    module
 :func:`event_kind`          the archiver (does a value finish its run)  ``_event.py``
 :func:`sealed_fields`       the archiver, once per sealed event         ``_sealed.py``
 :func:`sealed_rows`         the replayer, per data bundle of the log    ``_sealed.py``
+:func:`sealed_columns`      the replayer's verify + rebuild: one walk   ``_columns.py``
 :func:`segment_rows`        the replayer, per archived segment          ``_sealed.py``
 ==========================  =========================================  =====================
 
@@ -24,6 +25,7 @@ the published schema, and ``tests/schemas/test_fast_pins.py`` fails when a new s
 turns a fast path off.
 """
 
+from tracevault.schemas.fast._columns import SealedColumns, sealed_columns
 from tracevault.schemas.fast._event import (
     Peeked,
     event_kind,
@@ -42,6 +44,8 @@ __all__ = [
     "event_time",
     "fast_decode_event",
     "peek_event",
+    "SealedColumns",
+    "sealed_columns",
     "sealed_fields",
     "sealed_rows",
     "segment_rows",

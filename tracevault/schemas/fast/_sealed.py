@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Sequence
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 from tracevault.schemas._registry import default_schemas
@@ -169,14 +170,28 @@ def _ocf_header(data: bytes) -> tuple[int, bytes] | None:
     return p + 16, sync
 
 
-def _rows(body: bytes, count: int, out: list[dict[str, Any]]) -> bool:
-    """Append ``count`` rows read from ``body``; False unless they fill it exactly."""
+def _rows(
+    body: bytes,
+    count: int,
+    out: list[dict[str, Any]],
+    ends: Sequence[int] = (),
+    header: bytes = b"",
+) -> bool:
+    """Append ``count`` rows read from ``body``; False unless they fill it exactly.
+
+    With ``header``, every row is a whole sealed value (its header first, checked) and row
+    ``k`` must end exactly at ``ends[k]``.
+    """
     end = len(body)
     rid_bytes, run_id = b"\x00", ""
     sid_bytes, sequencer_id = b"\x00", ""
     p = 0
     append = out.append
-    for _ in range(count):
+    for k in range(count):
+        if header:
+            if not body.startswith(header, p):
+                return False
+            p += len(header)
         if body.startswith(rid_bytes, p):  # every row of a segment is the same run
             p += len(rid_bytes)
         else:
@@ -261,6 +276,8 @@ def _rows(body: bytes, count: int, out: list[dict[str, Any]]) -> bool:
             sequencer_id = body[q : q + n].decode("utf-8")
             sid_bytes = body[p : q + n]
             p = q + n
+        if header and p != ends[k]:
+            return False
         append(
             {
                 "run_id": run_id,
@@ -300,9 +317,15 @@ def segment_rows(data: bytes) -> list[dict[str, Any]] | None:
     return rows
 
 
-def sealed_rows(values: Iterable[bytes]) -> list[dict[str, Any]] | None:
+def sealed_rows(values: Sequence[bytes]) -> list[dict[str, Any]] | None:
     """The SealedEvent v1 rows of whole sealed values (as ``segment_rows`` gives them), or
     None when any of them is not a plain v1 value (read them all with fastavro)."""
+    got = _values(values)
+    return None if got is None else got[0]
+
+
+def _values(values: Sequence[bytes]) -> tuple[list[dict[str, Any]]] | None:
+    """One walk over the values laid end to end, each checked to end where it does."""
     header = _header
     if header is None:
         header = _arm()
@@ -310,9 +333,9 @@ def sealed_rows(values: Iterable[bytes]) -> list[dict[str, Any]] | None:
             return None
     rows: list[dict[str, Any]] = []
     try:
-        for v in values:
-            if not v.startswith(header) or not _rows(v[10:], 1, rows):
-                return None
+        ends = list(accumulate(map(len, values)))
+        if not _rows(b"".join(values), len(values), rows, ends, header):
+            return None
     except DECLINE:
         return None
-    return rows
+    return (rows,)

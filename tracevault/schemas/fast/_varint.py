@@ -8,7 +8,8 @@ path decline, so the value goes to the fastavro codec, which decides.
 
 The walks inline three fixed-width cases of this function where it runs several times per
 event (a call costs more than the decode): one byte (``b < 0x80``: the value is
-``(b >> 1) ^ -(b & 1)``), up to three bytes read as one little-endian word (seqs and offsets)
+``(b >> 1) ^ -(b & 1)``), up to three bytes read as one little-endian word (offsets) or byte
+by byte (seqs in the TraceEvent walk and the one-walk columns, where it costs half: no slice)
 and exactly eight bytes read as one word (timestamps in µs from 1974 to 2540). Each inline
 case hands every other width to this function. ``tests/schemas/test_fast_varint.py`` pins this
 function to fastavro at every width; ``tests/schemas/test_fast_pinned.py`` generates values
