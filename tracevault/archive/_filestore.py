@@ -194,6 +194,10 @@ class FileStore:
         except FileNotFoundError:
             raise NotFoundError(f"object {key} does not exist in {self.url}") from None
 
+    @property
+    def keeps_versions(self) -> bool:
+        return False  # an object is one file, never replaced (put refuses different bytes)
+
     def history(self, prefix: str, *, start_after: str = "") -> list[ObjectVersion]:
         """One version per object: a file store never keeps a replaced or deleted one."""
         return [

@@ -194,6 +194,10 @@ class S3Store:
         body: bytes = resp["Body"].read()
         return body
 
+    @property
+    def keeps_versions(self) -> bool:
+        return True  # Object Lock requires versioning: a PUT over a key adds a version
+
     def history(self, prefix: str, *, start_after: str = "") -> list[ObjectVersion]:
         """Every version and delete marker under ``prefix``, each key's original first.
 

@@ -97,6 +97,14 @@ class ObjectStore(Protocol):
         """The object's bytes (of ``version_id`` if given); ``NotFoundError`` naming ``key``."""
         ...
 
+    @property
+    def keeps_versions(self) -> bool:
+        """True when a key can gain versions after it is written (S3 with versioning).
+
+        A reader checks for later versions (check A0) only where there can be any: on a
+        store that keeps one version per key the check costs reads and finds nothing."""
+        ...
+
     def history(self, prefix: str, *, start_after: str = "") -> list[ObjectVersion]:
         """Every version and delete marker under ``prefix``: by key, each key's original first.
 

@@ -74,6 +74,9 @@ class VersionedStore(ReadableStore, Protocol):
 
     def versions(self, key: str) -> list[ObjectVersion]: ...
 
+    @property
+    def keeps_versions(self) -> bool: ...
+
 
 # version listings in flight at once when checking a run's log objects (one per object)
 _PARALLEL = 8
@@ -302,7 +305,7 @@ def _sealed_codec() -> Codec:
 
 
 def _load(store: ReadableStore, run_id: str) -> LoadedRun:
-    if isinstance(store, VersionedStore):
+    if isinstance(store, VersionedStore) and store.keeps_versions:
         store = _Originals(store, run_prefix(run_id))
     infos = store.list(run_prefix(run_id))
     keys = {i.key for i in infos}

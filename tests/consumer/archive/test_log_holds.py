@@ -46,6 +46,10 @@ class _Reads:
     def versions(self, key: str) -> list[ObjectVersion]:
         return self.store.versions(key)
 
+    @property
+    def keeps_versions(self) -> bool:
+        return self.store.keeps_versions
+
 
 def _verified_reads(store: ObjectStore, run_id: str, signer: Ed25519Signer) -> set[str]:
     reads = _Reads(store)
