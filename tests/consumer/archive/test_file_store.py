@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tracevault.archive import open_store
+from tracevault.archive import _filestore, open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.config import Settings
-from tracevault.errors import ConfigError
+from tracevault.errors import ArchiveError, ConfigError
 
 FUTURE = datetime.now(UTC) + timedelta(days=183)
 
@@ -66,3 +67,33 @@ def test_a_deleted_key_can_be_written_again(tmp_path: Path) -> None:
     store.delete("k/x", now=until)
     store.put("k/x", b"new", retain_until=until)
     assert store.get("k/x") == b"new"
+
+
+def test_objects_are_made_nameless_and_linked_without_a_temp_file(tmp_path: Path) -> None:
+    # O_TMPFILE + linkat: one inode and one name per object, no tmp/ entry to make and
+    # remove (on main, a put with tmp/ gone fails: it writes a named temp file there first)
+    store = FileStore(tmp_path)
+    (tmp_path / "tmp").rmdir()
+    store.put("runs/r/log-0-1.json", b"index", retain_until=FUTURE)
+    store.put("runs/r/log-0-1.json", b"index", retain_until=FUTURE)  # a flush redone
+    with pytest.raises(ArchiveError, match="already exists"):
+        store.put("runs/r/log-0-1.json", b"other", retain_until=FUTURE)
+    obj = tmp_path / "objects" / "runs" / "r" / "log-0-1.json"
+    assert obj.read_bytes() == b"index"
+    assert stat.S_IMODE(obj.stat().st_mode) == 0o444
+    assert store.head("runs/r/log-0-1.json").retain_until == FUTURE
+    assert obj.stat().st_nlink == 1
+
+
+def test_without_o_tmpfile_objects_go_through_a_named_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a flag the kernel refuses, as a kernel or filesystem without O_TMPFILE does
+    monkeypatch.setattr(_filestore, "_O_TMPFILE", os.O_DIRECTORY)
+    store = FileStore(tmp_path)
+    store.put("runs/r/a", b"whole", retain_until=FUTURE)
+    assert not store._anon
+    store.put("runs/r/b", b"whole too", retain_until=FUTURE)
+    assert (store.get("runs/r/a"), store.get("runs/r/b")) == (b"whole", b"whole too")
+    assert store.head("runs/r/b").retain_until == FUTURE
+    assert list((tmp_path / "tmp").iterdir()) == []
