@@ -4,6 +4,10 @@ On disk::
 
     PATH/store.json           {"format": 1, "lock_mode": ...}, fixed when the store is made
     PATH/objects/<key>        the object: mode 0444, mtime = its retain-until
+    PATH/objects/runs+/<xx>/<run>+<name>
+                              the object of key runs/<run>/<name> (<xx>: a shard of the
+                              run); older stores hold it at objects/runs/<run>/<name>,
+                              which is still read
     PATH/holds/<key>          empty marker while the object is under legal hold
     PATH/tmp/                 objects being written where O_TMPFILE is missing (never
                               visible under objects/)
@@ -18,6 +22,11 @@ Why this shape:
   a named temp file, its link and its unlink (on a VM's ext4 each directory operation is tens
   to hundreds of µs of kernel time, and the archiver writes hundreds of objects a second).
   Elsewhere (or if ``/proc`` is missing) it falls back to a named temp file in ``tmp/``.
+- A run's objects share a shard directory (256 of them) instead of a directory of their own:
+  a new directory is a new inode, as costly as the object itself on a VM's ext4, and a
+  20-event run writes about one object. Listing ``runs/<run>/`` stays one call: it reads
+  the run's shard (and the older layout's ``runs/<run>/`` directory, if there is one).
+  ``+`` is not a key character, so a shard name never collides with a key.
 - ``put`` is bare ``os`` calls on ``str`` paths: the archiver's flush threads call it for
   every object while its main thread runs Python, and each Python step holds the GIL.
 - The retain-until is the object's **mtime** (as NetApp SnapLock keeps it in the atime), set
@@ -41,6 +50,7 @@ import logging
 import os
 import time
 import uuid
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -59,6 +69,22 @@ log = logging.getLogger(__name__)
 
 _READ_ONLY = 0o444
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+_RUNS = "runs+"  # where runs/<run>/<name> objects live (not a key segment: "+")
+_SHARDS = 256
+
+
+def _run_shard(run: str) -> str:
+    return f"{zlib.crc32(run.encode()) % _SHARDS:02x}"
+
+
+def _split_run_key(key: str) -> tuple[str, str] | None:
+    """``(run, name)`` of a ``runs/<run>/<name>`` key, else None."""
+    parts = key.split("/")
+    if len(parts) == 3 and parts[0] == "runs":
+        return parts[1], parts[2]
+    return None
+
+
 _TMP_MAX_AGE_S = 3600
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -80,6 +106,34 @@ def _from_ns(ns: int) -> datetime:
     return datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).replace(
         microsecond=(ns % 1_000_000_000) // 1_000
     )
+
+
+def _list_runs(objects: Path, prefix: str) -> list[ObjectInfo]:
+    """The sharded run objects whose keys start with ``prefix``: one shard for a prefix
+    that names a whole run (``runs/<run>/...``), every shard otherwise."""
+    root = objects / _RUNS
+    parts = prefix.split("/")
+    if len(parts) >= 3:
+        shards = [root / _run_shard(parts[1])]
+        start = f"{parts[1]}+"
+    else:
+        shards = [root / d for d in sorted(os.listdir(root))] if root.is_dir() else []
+        start = ""
+    out: list[ObjectInfo] = []
+    for shard in shards:
+        try:
+            entries = list(os.scandir(shard))
+        except FileNotFoundError:
+            continue
+        for e in entries:
+            if not e.name.startswith(start):
+                continue
+            run, _, name = e.name.partition("+")
+            key = f"runs/{run}/{name}"
+            if key.startswith(prefix):
+                with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                    out.append(ObjectInfo(key, e.stat().st_size))
+    return out
 
 
 class FileStore:
@@ -148,7 +202,22 @@ class FileStore:
         return self._lock_mode
 
     def _obj(self, key: str) -> Path:
-        return self._objects / check_key(key)
+        """Where ``key``'s file is: for a run's key its shard, unless the store's older
+        layout holds it (then there)."""
+        run_key = _split_run_key(check_key(key))
+        if run_key is None:
+            return self._objects / key
+        run, name = run_key
+        path = self._objects / _RUNS / _run_shard(run) / f"{run}+{name}"
+        if not path.exists():
+            legacy = self._objects / key
+            if legacy.exists():
+                return legacy
+        return path
+
+    def path_of(self, key: str) -> Path:
+        """The file that holds ``key``'s object (for tools and tests that inspect the disk)."""
+        return self._obj(key)
 
     def _hold(self, key: str) -> Path:
         return self._holds / check_key(key)
@@ -165,7 +234,16 @@ class FileStore:
         return tmp
 
     def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
-        path = f"{self._objects}/{check_key(key)}"
+        run_key = _split_run_key(check_key(key))
+        if run_key is None:
+            path = f"{self._objects}/{key}"
+        else:
+            run, name = run_key
+            legacy = f"{self._objects}/{key}"
+            if os.path.lexists(legacy):  # written before runs had shards
+                self._same_or_raise(key, Path(legacy), data)
+                return
+            path = f"{self._objects}/{_RUNS}/{_run_shard(run)}/{run}+{name}"
         parent = path.rpartition("/")[0]
         if parent not in self._dirs:
             self._make_dirs(parent)
@@ -274,13 +352,17 @@ class FileStore:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self._objects / check_key(base) if base else self._objects
         out: list[ObjectInfo] = []
-        for dirpath, _dirs, files in os.walk(start):
+        for dirpath, dirs, files in os.walk(start):
             rel = Path(dirpath).relative_to(self._objects).as_posix()
+            if rel == ".":
+                dirs[:] = [d for d in dirs if d != _RUNS]  # read below, as keys
             for name in files:
                 key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(prefix):
                     with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
                         out.append(ObjectInfo(key, (Path(dirpath) / name).stat().st_size))
+        if prefix.startswith("runs/") or "runs/".startswith(prefix):
+            out.extend(_list_runs(self._objects, prefix))
         out.sort(key=lambda i: i.key)
         return out
 
