@@ -10,6 +10,11 @@ object (the consumer group join before that is not archiving work). The baseline
 ``fastavro.writer`` over the already-decoded records into a single deflate file, fsynced once.
 
     .venv/bin/python bench/archiver_throughput.py [--events 60000] [--per-run 20] [--reps 5]
+        [--dir /dev/shm]
+
+``--dir`` picks the filesystem both sides write to (default: the system temp directory). On
+a tmpfs (``/dev/shm``) creating a file costs microseconds of kernel time, on a VM's ext4 it
+can cost hundreds: running both separates the filesystem's cost from the archiver's own.
 
 Last line: {"events_per_s", "baseline_events_per_s", "ratio", "objects_per_run", ...}.
 Target (issue 11): ratio >= 0.5 with 20-event runs.
@@ -151,12 +156,33 @@ def archive_once(
     return stats.last_write_at - stats.first_message_at, size, stats.objects_written
 
 
+def _fs_type(path: Path) -> str:
+    """The filesystem type under ``path`` (from /proc/mounts; "unknown" elsewhere)."""
+    best, fs = "", "unknown"
+    target = str(path.resolve())
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return fs
+    for line in lines:
+        _dev, mnt, typ, *_ = line.split()
+        if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, fs = mnt, typ
+    return fs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=60_000)
     ap.add_argument("--per-run", type=int, default=20, help="events per run")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--concurrent", type=int, default=10, help="runs in flight at a time")
+    ap.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="directory both sides write under (default: the system temp directory)",
+    )
     ap.add_argument(
         "--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     )
@@ -177,7 +203,7 @@ def main() -> None:
         events = fleet_order(runs, args.concurrent)
         settings = settings.model_copy(update={"log_vkeys": produce(settings, events)})
         records = [e.to_avro() for e in events]
-        with tempfile.TemporaryDirectory(prefix="tv-bench-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="tv-bench-", dir=args.dir) as tmp:
             d = Path(tmp)
             baseline(records, d)  # warm-up: page cache, first-use schema parsing
             archive_once(settings, d, args.runs, n)
@@ -192,6 +218,8 @@ def main() -> None:
         arch_s = statistics.median(t for t, _, _ in arch)
         ratio = statistics.median(b / a for b, (a, _, _) in zip(base, arch, strict=True))
         result = {
+            "dir": str(args.dir or tempfile.gettempdir()),
+            "filesystem": _fs_type(args.dir or Path(tempfile.gettempdir())),
             "events": n,
             "runs": args.runs,
             "events_per_run": per_run,

@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from tests.consumer.archive.helpers import SealedLog, running, wait_for
 from tests.consumer.archive.sealed_factory import sealed_values
 from tracevault.archive import open_store
+from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import log_prefix, parse_run_index_key
 from tracevault.config import Settings
@@ -132,9 +133,9 @@ def test_a_deleted_final_index_object_is_named(
     keys = sorted(i.key for i in store.list(run_prefix("run-d")))
     idx = [k for k in keys if parse_run_index_key(k)]
     assert len(idx) == 2
-    root = Path(settings.archive_url.removeprefix("file://")) / "objects"
-    os.chmod(root / idx[-1], 0o600)
-    (root / idx[-1]).unlink()  # the bucket owner removes the run's last index object
+    last = FileStore(Path(settings.archive_url.removeprefix("file://"))).path_of(idx[-1])
+    os.chmod(last, 0o600)
+    last.unlink()  # the bucket owner removes the run's last index object
     with pytest.raises(ChainError, match="A4 index") as info:
         verify(load_from_archive(store, "run-d"), keys=[sl.signer.verifier])
     assert info.value.seq == 6 and "tile/entries/" in str(info.value.obj)

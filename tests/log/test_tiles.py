@@ -8,6 +8,7 @@ import pytest
 
 from tracevault.errors import LogError
 from tracevault.log import (
+    CompactTree,
     TileState,
     consistency_proof,
     decode_bundle,
@@ -71,3 +72,23 @@ def test_tile_state_emits_exactly_the_tiles_of_the_tree(sizes: list[int]) -> Non
         restored = TileState.restore(size, lambda lv, ix, w: written[(lv, ix, w)])
         assert restored.levels == state.levels
         old = size
+
+
+@pytest.mark.parametrize("start", [0, 5, 255, 256, 300])
+@pytest.mark.parametrize("n", [1, 200, 256, 700])
+def test_extending_a_tile_state_in_bulk_equals_appending_each_leaf(start: int, n: int) -> None:
+    """The archiver adds a checkpoint's leaves at once; the tiles must be the same."""
+    leaves = [hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(start + n)]
+    one, bulk = TileState(), TileState()
+    for h in leaves[:start]:
+        one.append(h)
+        bulk.append(h)
+    one.take_tiles()
+    bulk.take_tiles()
+    for h in leaves[start:]:
+        one.append(h)
+    bulk.extend(leaves[start:])
+    assert (bulk.size, bulk.levels, bulk.take_tiles()) == (one.size, one.levels, one.take_tiles())
+    tree = CompactTree()
+    tree.extend(leaves)
+    assert tree.root() == bulk.compact().root() == tree_root(start + n, list_source(leaves))

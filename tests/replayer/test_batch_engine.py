@@ -34,6 +34,8 @@ from tests.replayer.dask_cluster import ROOT, LocalDaskCluster
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
 from tests.replayer.recording import T0, record, seal
 from tracevault.archive import open_store
+from tracevault.archive._filestore import FileStore
+from tracevault.archive.layout import run_prefix
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
@@ -184,7 +186,9 @@ def test_unreadable_run_and_exiting_agent_are_errors_not_crashes(
     broken = pipeline_archive.ok[0]
     # the run's index object in the tiled log (docs/log.md, "Archive") made to state another
     # chain head: the run fails check A4, and the runs around it (sharing its bundles) do not
-    (seg, *_) = sorted((copy / "objects" / "runs" / broken).glob("log-*.json"))
+    fs = FileStore(copy)
+    (seg_key, *_) = [i.key for i in fs.list(run_prefix(broken)) if "/log-" in i.key]
+    seg = fs.path_of(seg_key)
     seg.chmod(0o644)
     index = json.loads(seg.read_bytes())
     index["head"] = "00" * 32
@@ -197,11 +201,11 @@ def test_unreadable_run_and_exiting_agent_are_errors_not_crashes(
     out = json.loads(res.output)
     by_run = {r["run_id"]: r for r in out["runs"]}
     assert by_run[broken]["status"] == "verify_failed"
-    assert by_run[broken]["object"].endswith(seg.name)
+    assert by_run[broken]["object"] == seg_key
     assert by_run[pipeline_archive.ok[1]]["status"] == "ok"
     (error,) = next(c for c in _junit(junit).iter("testcase") if c.get("name") == broken)
     assert error.tag == "error" and error.get("type") == "verify_failed"
-    assert seg.name in error.get("message", "")
+    assert seg_key in error.get("message", "")
 
     junit = tmp_path / "exits.xml"
     agent = "tests.replayer.batch_agents:exiting_agent"

@@ -15,10 +15,16 @@ from tests.replayer.archiving import write_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import T0, record, seal
 from tracevault.archive import open_store
+from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import final_key, segment_key
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.schemas import micros_to_datetime
+
+
+def _file(archive: str, key: str) -> Path:
+    """The file of ``key`` in the file:// archive (runs share shard directories)."""
+    return FileStore(Path(archive.removeprefix("file://"))).path_of(key)
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +74,7 @@ def test_verify_ok_and_json(archive) -> None:
 
 
 def test_verify_failure_exits_1_naming_seq_and_object(archive) -> None:
-    objects = Path(archive.removeprefix("file://")) / "objects"
-    p = objects / segment_key("run-a", 4, 7)
+    p = _file(archive, segment_key("run-a", 4, 7))
     p.chmod(0o644)
     p.write_bytes(p.read_bytes()[:-25])
     res = _run(archive, "verify", "run-a", "--json")
@@ -82,7 +87,7 @@ def test_verify_failure_exits_1_naming_seq_and_object(archive) -> None:
 
 @pytest.mark.parametrize("extra", [[], ["--require-finished"]])
 def test_a_finished_run_whose_final_receipt_was_deleted_exits_1(archive, extra) -> None:
-    os.remove(Path(archive.removeprefix("file://")) / "objects" / final_key("run-a"))
+    os.remove(_file(archive, final_key("run-a")))
     res = _run(archive, "verify", "run-a", "--json", *extra)
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
@@ -119,8 +124,7 @@ def test_run_divergence_exits_1_with_the_report(archive) -> None:
 
 
 def test_run_refuses_a_run_that_does_not_verify(archive) -> None:
-    objects = Path(archive.removeprefix("file://")) / "objects"
-    os.remove(objects / segment_key("run-a", 4, 7))
+    os.remove(_file(archive, segment_key("run-a", 4, 7)))
     res = _run(archive, "run", "run-a", "--agent", AGENT)
     assert res.exit_code == 1 and "check A1 segments" in res.output
 
@@ -170,8 +174,7 @@ def test_batch_over_a_day_reports_each_run(archive) -> None:
 
 
 def test_batch_reports_a_run_that_does_not_verify(archive) -> None:
-    objects = Path(archive.removeprefix("file://")) / "objects"
-    os.remove(objects / segment_key("run-b", 4, 7))
+    os.remove(_file(archive, segment_key("run-b", 4, 7)))
     day = micros_to_datetime(T0).date().isoformat()
     res = _run(archive, "batch", "--agent", AGENT, "--since", day, "--until", day)
     assert res.exit_code == 1

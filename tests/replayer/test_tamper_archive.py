@@ -17,6 +17,7 @@ from tests.replayer.both_ways import verify_both_ways
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
 from tracevault.archive import open_store
+from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import final_key, receipt_key, segment_key
 from tracevault.config import Settings
 from tracevault.errors import ChainError
@@ -35,7 +36,7 @@ def archived(tmp_path: Path, sealed):
 
 
 def _path(objects: Path, key: str) -> Path:
-    p = objects / key
+    p = FileStore(objects.parent).path_of(key)  # runs share shard directories
     p.chmod(0o644)
     return p
 

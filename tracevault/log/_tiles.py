@@ -217,6 +217,25 @@ class TileState:
             row.clear()
             h, level = layer[0], level + 1
 
+    def extend(self, leaf_hashes: Sequence[bytes]) -> None:
+        """``append`` of each, a level-0 tile at a time (the archiver adds hundreds at once)."""
+        levels, touched = self.levels, self._touched
+        i, n = 0, len(leaf_hashes)
+        while i < n:
+            if not levels:
+                levels.append([])
+            row = levels[0]
+            room = TILE_WIDTH - len(row)
+            if n - i < room:  # the tile stays partial
+                row.extend(leaf_hashes[i:])
+                self.size += n - i
+                touched.add((0, self.size // TILE_WIDTH))
+                return
+            row.extend(leaf_hashes[i : i + room - 1])
+            self.size += room - 1
+            self.append(leaf_hashes[i + room - 1])  # completes the tile, carries its root up
+            i += room
+
     def compact(self) -> CompactTree:
         """The compact tree of the same size (so a writer can check its root against a
         signed checkpoint without keeping a second tree)."""

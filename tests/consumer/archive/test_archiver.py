@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from datetime import date
+from datetime import date, datetime
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -194,3 +196,40 @@ def test_the_archiver_refuses_to_start_without_trusted_keys(
 ) -> None:
     with pytest.raises(ConfigError, match="TRACEVAULT_LOG_VKEYS"):
         Archiver(settings_factory(create=False, log_vkeys=""))
+
+
+class _SlowCheckpoints:
+    """A file store whose checkpoint objects wait for ``gate``: a flush still being written."""
+
+    def __init__(self, store: ObjectStore, gate: threading.Event) -> None:
+        self._store, self._gate = store, gate
+
+    def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
+        if "/checkpoint/" in key:
+            assert self._gate.wait(60), "the test never opened the gate"
+        self._store.put(key, data, retain_until=retain_until)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_verifying_goes_on_while_a_partitions_flush_is_written(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    # the next flush waits for the one being written, the main thread does not (on main it
+    # blocked at the second checkpoint until the first flush was durable)
+    sl = SealedLog(settings_factory(partitions=1, archive_segment_max_events=4))
+    values = sealed_values("slow", 12)
+    for i in range(0, 12, 4):
+        sl.transaction([("slow", v) for v in values[i : i + 4]])
+    settings = sl.settings_trusting()
+    gate = threading.Event()
+    store = _SlowCheckpoints(open_store(settings.archive_url, settings), gate)
+    archiver = Archiver(settings, store=cast(ObjectStore, store))
+    with running(archiver):
+        wait_for(lambda: archiver.stats.checkpoints_verified == 3, 30, "all three checkpoints")
+        assert archiver.stats.events_archived == 0  # the first flush is still being written
+        gate.set()
+        wait_for(lambda: archiver.stats.events_archived == 12, 60, "every flush")
+    report = verify(load_from_archive(store, "slow"), keys=[sl.signer.verifier])
+    assert report.count == 12 and report.finished

@@ -34,6 +34,7 @@ from tracevault.archive import (
     retention_report,
     sealed_body,
 )
+from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
@@ -73,6 +74,16 @@ def _on_s3(store: ObjectStore) -> bool:
 
 def _objects(tmp_path: Path) -> Path:
     return tmp_path / "objects"
+
+
+def _file(tmp_path: Path, key: str) -> Path:
+    """The file of ``key`` in the file store (runs share shard directories)."""
+    return FileStore(tmp_path).path_of(key)
+
+
+def _run_files(tmp_path: Path, run_id: str) -> list[Path]:
+    fs = FileStore(tmp_path)
+    return [fs.path_of(i.key) for i in fs.list(f"runs/{run_id}/")]
 
 
 def test_purge_deletes_only_expired_unheld_runs_and_records_it(store: ObjectStore) -> None:
@@ -119,7 +130,7 @@ def test_purge_deletes_only_expired_unheld_runs_and_records_it(store: ObjectStor
 def _touch_run(tmp_path: Path, run_id: str, at: datetime) -> None:
     """``touch -d``: set every object's mtime (the file store's lock) to ``at``."""
     ts = at.timestamp()
-    for path in (_objects(tmp_path) / "runs" / run_id).iterdir():
+    for path in _run_files(tmp_path, run_id):
         os.utime(path, (ts, ts))
     for path in (_objects(tmp_path) / "index" / "days").glob(f"*/{run_id}"):
         os.utime(path, (ts, ts))
@@ -156,7 +167,7 @@ def test_editing_a_receipts_retention_as_well_is_caught_by_its_written_at(tmp_pa
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "fresh", n=4)
     forged_at, forged_until = "2019-06-01T00:00:00+00:00", "2020-01-01T00:00:00+00:00"
-    for path in (_objects(tmp_path) / "runs" / "fresh").glob("*.json"):
+    for path in [p for p in _run_files(tmp_path, "fresh") if p.name.endswith(".json")]:
         path.chmod(0o644)
         receipt = json.loads(path.read_bytes())
         receipt.update(created_at=forged_at, retain_until=forged_until)
@@ -251,7 +262,7 @@ def test_retention_report_shows_locks_and_agreement(store: ObjectStore) -> None:
 def test_retention_report_flags_a_file_whose_lock_was_reset(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "r")
-    os.utime(_objects(tmp_path) / "runs" / "r" / "final.receipt.json")  # mtime = now
+    os.utime(_file(tmp_path, "runs/r/final.receipt.json"))  # mtime = now
     (bad,) = retention_report(store)
     assert len(bad.problems) == 1
     assert bad.problems[0].startswith("runs/r/final.receipt.json: the store's lock ends")
@@ -320,7 +331,7 @@ def test_report_names_a_deleted_segment_and_exits_1(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "ok")
     first, _ = _archive(store, "broken")
-    os.remove(_objects(tmp_path) / first)
+    os.remove(_file(tmp_path, first))
     code, runs = _report_cli(store.url)
     assert code == 1
     assert runs["ok"]["ok"] is True
@@ -330,7 +341,7 @@ def test_report_names_a_deleted_segment_and_exits_1(tmp_path: Path) -> None:
 def test_report_names_a_run_whose_every_object_was_deleted(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "gone")
-    for path in (_objects(tmp_path) / "runs" / "gone").iterdir():
+    for path in _run_files(tmp_path, "gone"):
         path.unlink()
     code, runs = _report_cli(store.url)
     assert code == 1
@@ -345,7 +356,7 @@ def test_report_names_a_deleted_final_receipt_extra_objects_and_a_lost_index_ent
 ) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "r")
-    os.remove(_objects(tmp_path) / final_key("r"))
+    os.remove(_file(tmp_path, final_key("r")))
     store.put("runs/r/stray.bin", b"?", retain_until=NOW + timedelta(days=183))
     for marker in (_objects(tmp_path) / "index" / "days").glob("*/r"):
         marker.unlink()

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from tracevault.schemas import EventKind, decode_event, decode_sealed, encode_sealed
 from tracevault.schemas.fast import event_kind, sealed_fields
 
-__all__ = ["Sealed", "finishes_run", "parse_sealed"]
+__all__ = ["Sealed", "finishes_run", "leaf_fields", "parse_sealed"]
 
 _HEADER = 10
 _FINISHED = EventKind.RUN_FINISHED
@@ -61,3 +61,16 @@ def parse_sealed(value: bytes, *, what: str = "sealed event") -> Sealed:
     kind = event_kind(raw)  # inline of finishes_run: this runs once per archived event
     fin = kind is _FINISHED if kind is not None else finishes_run(raw)
     return Sealed(run_id, seq, prev, h, raw, sealed_at, value[_HEADER:], fin)
+
+
+def leaf_fields(value: bytes) -> tuple[str, int, bytes, bool, int]:
+    """``(run_id, seq, hash, finishes_run, sealed_at)``: what the archiver's log needs of one
+    sealed value, checked as ``parse_sealed`` checks it (``SchemaError`` if malformed) but
+    without building a ``Sealed`` or copying the body (once per event, at 60k events/s)."""
+    fields = sealed_fields(value)
+    if fields is None:
+        ev = parse_sealed(value)
+        return ev.run_id, ev.seq, ev.hash, ev.finishes_run, ev.sealed_at
+    run_id, seq, _prev, h, raw, sealed_at = fields
+    kind = event_kind(raw)
+    return run_id, seq, h, kind is _FINISHED if kind is not None else finishes_run(raw), sealed_at
