@@ -21,6 +21,7 @@ from tracevault.archive.tlog import (
     data_key,
     decode_values,
     entries_key,
+    parse_checkpoint_key,
     parse_run_index_key,
     tile_key,
 )
@@ -113,6 +114,31 @@ def run_log_keys(
     return keys
 
 
+def _completed(
+    pairs: list[tuple[RunIndex, str]], log_key: str, cps: Sequence[str]
+) -> list[tuple[RunIndex, str]]:
+    """The run's index objects less those of flushes that never completed.
+
+    A flush writes its run indexes before its checkpoint object, which is what makes it
+    count; an archiver killed in between leaves indexes naming a size that has no
+    checkpoint, and after its restart it flushes the same leaves again at other boundaries
+    (so they are listed again by the redone flush's indexes). Such an index, below the
+    newest checkpoint, is passed over. Passing one over hides nothing: a leaf of the run that
+    no other index lists breaks the run's seqs (the chain check) or lies past its last listed
+    leaf (the unindexed-tail scan), and on S3 a deleted checkpoint is a delete marker (A0).
+    An index past the newest checkpoint is kept, so the reader names it (docs/log.md,
+    "Archive").
+    """
+    have = set(cps)
+    newest = parse_checkpoint_key(cps[-1])
+    kept = [
+        (i, k)
+        for i, k in pairs
+        if checkpoint_key(log_key, i.size) in have or newest is None or i.size > newest
+    ]
+    return kept or pairs
+
+
 class _Reader:
     def __init__(self, get: Callable[[str], bytes]) -> None:
         self._get = get
@@ -154,8 +180,14 @@ def read_log_run(
             "lives in one partition"
         )
     (log_key, origin) = logs.pop()
+    cps = list_keys(checkpoint_prefix(log_key))
+    if not cps:
+        raise ArchiveError(f"log {log_key} has no checkpoint object (deleted?)")
+    pairs = _completed(list(zip(indexes, sorted(index_keys), strict=True)), log_key, cps)
+    indexes = [i for i, _ in pairs]
+    index_keys = [k for _, k in pairs]
     by_seq: dict[int, tuple[int, str]] = {}
-    for idx, key in zip(indexes, sorted(index_keys), strict=True):
+    for idx, key in pairs:
         if idx.run_id != run_id:
             raise ArchiveError(f"run index {key} is for run {idx.run_id!r}, not {run_id!r}")
         for leaf, seq in idx.leaves:
@@ -166,9 +198,6 @@ def read_log_run(
                     f"leaf {seen[0]}"
                 )
             by_seq[seq] = (leaf, key)
-    cps = list_keys(checkpoint_prefix(log_key))
-    if not cps:
-        raise ArchiveError(f"log {log_key} has no checkpoint object (deleted?)")
     cp_key = cps[-1]
     note = r.get(cp_key).decode("utf-8", "replace")
     try:
