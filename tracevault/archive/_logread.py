@@ -73,14 +73,14 @@ def run_log_keys(
     ``indexes`` when the partition's newest checkpoint has size ``newest``, from keys alone.
 
     The checkpoints its indexes name and the newest; the data bundles of its leaves; the entry
-    bundles from its last leaf on (the unindexed-tail scan) and, with ``own_entries``, those
-    of its leaves too; and every hash tile an inclusion proof of one of its leaves or a
-    consistency proof from one of its checkpoints reads. The tiles come from running the
-    same proofs over a node source that records what it is asked for (reads depend on
-    positions only, never on hashes). Leaves of one 256-leaf bundle share every proof node
-    above it and their siblings below lie in its own level-0 tile, so one leaf a bundle
-    stands for all. Used to check only those objects' versions (verify on S3) and to hold
-    exactly them (``archive hold``; docs/log.md, "Archive").
+    bundles from its last leaf on (the unindexed-tail scan, for a run no index says finished)
+    and, with ``own_entries``, those of its leaves too; and every hash tile an inclusion
+    proof of one of its leaves or a consistency proof from one of its checkpoints reads. The
+    tiles come from running the same proofs over a node source that records what it is
+    asked for (reads depend on positions only, never on hashes). Leaves of one 256-leaf
+    bundle share every proof node above it and their siblings below lie in its own level-0
+    tile, so one leaf a bundle stands for all. Used to check only those objects' versions
+    (verify on S3) and to hold exactly them (``archive hold``; docs/log.md, "Archive").
     """
     if not indexes or newest <= 0:
         return set()
@@ -93,7 +93,8 @@ def run_log_keys(
     for leaf in leaves:
         blocks.setdefault(leaf // TILE_WIDTH, leaf)
     last = (newest - 1) // TILE_WIDTH
-    scan = range(leaves[-1] // TILE_WIDTH, last + 1)
+    finished = any(i.finished for i in indexes)  # no tail scan (read_log_run)
+    scan = range(0) if finished else range(leaves[-1] // TILE_WIDTH, last + 1)
     for n in blocks:
         keys.add(data_key(log_key, n, tile_width(0, n, newest)))
     for n in [*scan, *(blocks if own_entries else ())]:
@@ -269,7 +270,15 @@ def read_log_run(
     proofs = LeafProofs(seqs, leaves, objects, proof)
     unindexed: list[tuple[int, int, str]] = []
     last_leaf = max(leaves)
-    for n in range(last_leaf // TILE_WIDTH, (newest - 1) // TILE_WIDTH + 1):
+    fin = [i for i in indexes if i.finished]
+    # The unindexed-tail scan looks for leaves of the run that no index lists, past its
+    # last listed one. A run whose index says it finished has none to find: verify holds
+    # that claim to the chain's end (check A4: the last event is its RUN_FINISHED, with the
+    # head the index names) and the sequencer seals nothing of a finished run. Deleting the
+    # finishing index to hide a tail removes the claim, and the scan runs. Without this, a
+    # run's verify read every entry bundle written after it.
+    scan = () if fin else range(last_leaf // TILE_WIDTH, (newest - 1) // TILE_WIDTH + 1)
+    for n in scan:
         ekey = entries_key(log_key, n, tile_width(0, n, newest))
         try:
             entries = decode_bundle(r.get(ekey), ekey)
@@ -293,7 +302,6 @@ def read_log_run(
             others.append((other, tuple(consistency_proof(*pair, node))))
         else:
             others.append((other, ()))  # a checkpoint past the newest listed one: L4 fails
-    fin = [i for i in indexes if i.finished]
     return LogRun(
         run_id,
         tuple(values),
