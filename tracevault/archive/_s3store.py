@@ -300,14 +300,23 @@ class S3Store:
         log.info("deleted %s (%d versions) from %s", key, len(versions), self.url)
 
     def set_legal_hold(self, key: str, on: bool) -> None:
-        self.head(key)  # a clear NotFoundError (moto answers 500 for a missing key)
-        self._call(
-            "LEGAL HOLD",
-            key,
-            self._client.put_object_legal_hold,
-            Key=self._k(key),
-            LegalHold={"Status": "ON" if on else "OFF"},
-        )
+        """Hold (or release) every version of ``key``, the locked original first.
+
+        A hold by key alone lands on the latest version: where someone layered a new
+        version over an archived object, the original (the evidence) would stay unheld.
+        The layered version is held too, as evidence of the tampering."""
+        found = [v for v in self.versions(key) if not v.delete_marker]
+        if not found:  # a clear NotFoundError (moto answers 500 for a missing key)
+            raise NotFoundError(f"object {key} does not exist in {self.url}")
+        for v in found:
+            self._call(
+                "LEGAL HOLD",
+                key,
+                self._client.put_object_legal_hold,
+                Key=self._k(key),
+                VersionId=v.version_id,
+                LegalHold={"Status": "ON" if on else "OFF"},
+            )
 
     def close(self) -> None:
         self._client.close()

@@ -45,6 +45,29 @@ def test_every_put_is_locked_and_the_server_refuses_deletion(
     assert store.get("runs/r/seg") == b"segment"
 
 
+def test_a_hold_covers_the_original_under_a_layered_version(
+    s3_bucket_factory: Callable[..., str], archive_settings: Settings, s3_endpoint: str
+) -> None:
+    bucket = s3_bucket_factory()
+    store = open_store(f"s3://{bucket}/p", archive_settings)
+    store.put("runs/r/log-0-1.json", b"original", retain_until=FUTURE)
+    raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    raw.put_object(Bucket=bucket, Key="p/runs/r/log-0-1.json", Body=b"layered over it")
+    versions = raw.list_object_versions(Bucket=bucket, Prefix="p/runs/r/log-0-1.json")
+    ids = {v["VersionId"]: v["IsLatest"] for v in versions["Versions"]}
+    assert len(ids) == 2
+
+    store.set_legal_hold("runs/r/log-0-1.json", True)
+
+    def held(vid: str) -> str:
+        got = raw.get_object_legal_hold(Bucket=bucket, Key="p/runs/r/log-0-1.json", VersionId=vid)
+        return str(got["LegalHold"]["Status"])
+
+    assert {held(vid) for vid in ids} == {"ON"}  # the original too, not only the latest
+    store.set_legal_hold("runs/r/log-0-1.json", False)
+    assert {held(vid) for vid in ids} == {"OFF"}
+
+
 def test_governance_mode_is_configurable(
     s3_bucket_factory: Callable[..., str], s3_endpoint: str
 ) -> None:
