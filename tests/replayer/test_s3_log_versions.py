@@ -3,8 +3,9 @@
 Counted on the wire: a boto3 event hook sees every ListObjectVersions request the store sends
 to moto's server over HTTP. With many more other runs in the partition's log (archived before
 and after, each in its own flush, all in one 256-leaf bundle), verifying one run sends the
-same requests: one per object it reads. (A log longer by more bundles after the run adds one
-entry bundle per 256 leaves to what verify reads, for its unindexed-tail scan, A4.)
+same requests: one per object it reads. (A finished run is not tail-scanned; for a run no
+index says finished, a log longer by more bundles after it adds one entry bundle per 256
+leaves to what verify reads, for the unindexed-tail scan, A4.)
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from tests.consumer.archive.sealed_factory import s3_log_among_others
 from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix
+from tracevault.config import Settings
 from tracevault.errors import ChainError
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._verify import verify
+from tracevault.replayer._witnessed import _reanchor
 
 
 @dataclass
@@ -79,3 +82,22 @@ def test_a_newer_checkpoint_hidden_by_a_delete_marker_is_named(s3_endpoint: str)
     with pytest.raises(ChainError, match="A0 versions") as info:
         load_from_archive(store, "target")
     assert info.value.obj == newest
+
+
+def test_reanchoring_to_a_witnessed_size_reads_the_locked_originals(s3_endpoint: str) -> None:
+    # verify --witness-store re-proves the run against the (smaller) size a witness
+    # cosigned, reading the log's tiles again: a version layered over one is named as such
+    bucket, _ = s3_log_among_others(s3_endpoint, "target", 4, 6)
+    raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    store = S3Store(bucket, "archive", client=raw)
+    run = load_from_archive(store, "target")
+    (size,) = {int(k.rsplit("-", 1)[1].split(".")[0]) for k in run.log_index_keys}
+    cps = checkpoint_prefix(log_prefix("pfx", 0))
+    note = store.get(f"{cps}{size:020d}").decode()
+    tiles = [i.key for i in store.list(log_prefix("pfx", 0) + "tile/") if "/entries/" not in i.key]
+    for key in tiles:
+        raw.put_object(Bucket=bucket, Key="archive/" + key, Body=bytes(32 * 256))
+    settings = Settings(s3_endpoint_url=s3_endpoint, archive_url=f"s3://{bucket}/archive")
+    with pytest.raises(ChainError, match="A0 versions") as caught:
+        _reanchor(settings, run)(size, note)
+    assert any(t in str(caught.value) for t in tiles)

@@ -304,9 +304,16 @@ def _sealed_codec() -> Codec:
     return _CODEC
 
 
-def _load(store: ReadableStore, run_id: str) -> LoadedRun:
+def originals(store: ReadableStore, run_id: str) -> ReadableStore:
+    """``store`` as a run's verification reads it: on a store that keeps versions, every
+    object at its locked original version, anything layered over one named (check A0)."""
     if isinstance(store, VersionedStore) and store.keeps_versions:
-        store = _Originals(store, run_prefix(run_id))
+        return _Originals(store, run_prefix(run_id))
+    return store
+
+
+def _load(store: ReadableStore, run_id: str) -> LoadedRun:
+    store = originals(store, run_id)
     infos = store.list(run_prefix(run_id))
     keys = {i.key for i in infos}
     if not keys:

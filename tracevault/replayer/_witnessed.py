@@ -32,6 +32,7 @@ from tracevault.log import (
     split_note,
     with_cosignatures,
 )
+from tracevault.replayer._archive import originals
 from tracevault.replayer._log import LogPolicy, run_evidence
 from tracevault.replayer._results import LoadedRun
 from tracevault.witness import checkpoint_key, cosigned_sizes
@@ -132,9 +133,10 @@ def _reanchor(settings: Settings, run: LoadedRun) -> Reanchor:
     def archive(_size: int, note: str) -> LoadedRun:
         store = open_store(settings.archive_url, settings)
         try:
+            src = originals(store, run.run_id)  # A0 here too: the proofs' tiles as locked
             lr = read_log_run(
-                store.get,
-                lambda prefix: [i.key for i in store.list(prefix)],
+                src.get,
+                lambda prefix: [i.key for i in src.list(prefix)],
                 run.run_id,
                 run.log_index_keys,
                 anchor=note,
