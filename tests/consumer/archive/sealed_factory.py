@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import boto3
 
-from tracevault.archive import ObjectStore, encode_segment, sealed_body
+from tracevault.archive import (
+    ObjectInfo,
+    ObjectStore,
+    ObjectVersion,
+    encode_segment,
+    sealed_body,
+)
 from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
@@ -175,3 +182,31 @@ def s3_log_among_others(
             w.add(sealed_run(f"other-{i}", 2))
             w.flush()
     return bucket, signer
+
+
+class RecordingStore:
+    """The store, recording every key a reader gets (the objects a verify needs)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store, self.keys = store, set[str]()
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def get(self, key: str, *, version_id: str | None = None) -> bytes:
+        self.keys.add(key)
+        return self.store.get(key, version_id=version_id)
+
+    def list(self, prefix: str) -> Sequence[ObjectInfo]:
+        return self.store.list(prefix)
+
+    def history(self, prefix: str, **kw: str) -> list[ObjectVersion]:
+        return self.store.history(prefix, **kw)
+
+    def versions(self, key: str) -> list[ObjectVersion]:
+        return self.store.versions(key)
+
+    @property
+    def keeps_versions(self) -> bool:
+        return self.store.keeps_versions

@@ -7,14 +7,13 @@ expired. Both stores: ``file://`` and moto's S3 over HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
 
 from tests.consumer.archive.helpers import wait_for
-from tests.consumer.archive.sealed_factory import LogWriter, sealed_run
-from tracevault.archive import ObjectInfo, ObjectStore, ObjectVersion, hold_run
+from tests.consumer.archive.sealed_factory import LogWriter, RecordingStore, sealed_run
+from tracevault.archive import ObjectStore, hold_run
 from tracevault.archive._store import utc_now
 from tracevault.archive.tlog import RunIndex, checkpoint_key, parse_run_index_key
 from tracevault.errors import ArchiveError, NotFoundError, RetentionError
@@ -23,36 +22,8 @@ from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._verify import verify
 
 
-class _Reads:
-    """The store, recording every key a reader gets (the objects a verify needs)."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.store, self.keys = store, set[str]()
-
-    @property
-    def url(self) -> str:
-        return self.store.url
-
-    def get(self, key: str, *, version_id: str | None = None) -> bytes:
-        self.keys.add(key)
-        return self.store.get(key, version_id=version_id)
-
-    def list(self, prefix: str) -> Sequence[ObjectInfo]:
-        return self.store.list(prefix)
-
-    def history(self, prefix: str, **kw: str) -> list[ObjectVersion]:
-        return self.store.history(prefix, **kw)
-
-    def versions(self, key: str) -> list[ObjectVersion]:
-        return self.store.versions(key)
-
-    @property
-    def keeps_versions(self) -> bool:
-        return self.store.keeps_versions
-
-
 def _verified_reads(store: ObjectStore, run_id: str, signer: Ed25519Signer) -> set[str]:
-    reads = _Reads(store)
+    reads = RecordingStore(store)
     assert verify(load_from_archive(reads, run_id), keys=[signer.verifier]).finished
     return reads.keys
 

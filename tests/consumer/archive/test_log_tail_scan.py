@@ -8,13 +8,12 @@ the claim. Before, every verify of a finished run read every bundle written afte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from tests.consumer.archive.sealed_factory import LogWriter, sealed_run
-from tracevault.archive import ObjectInfo, ObjectStore
+from tests.consumer.archive.sealed_factory import LogWriter, RecordingStore, sealed_run
+from tracevault.archive import ObjectStore
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import log_prefix, run_index_key
@@ -24,24 +23,6 @@ from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._verify import verify
 
 ENTRIES = log_prefix("pfx", 0) + "tile/entries/"
-
-
-class _Reads:
-    """The store, recording every key a reader gets."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.store, self.keys = store, list[str]()
-
-    @property
-    def url(self) -> str:
-        return self.store.url
-
-    def get(self, key: str) -> bytes:
-        self.keys.append(key)
-        return self.store.get(key)
-
-    def list(self, prefix: str) -> Sequence[ObjectInfo]:
-        return self.store.list(prefix)
 
 
 def _log(store: ObjectStore, signer: Ed25519Signer, *, finish: bool) -> None:
@@ -57,7 +38,7 @@ def _log(store: ObjectStore, signer: Ed25519Signer, *, finish: bool) -> None:
 def test_a_finished_runs_verify_reads_no_bundle_written_after_it(tmp_path: Path) -> None:
     store, signer = FileStore(tmp_path / "a"), Ed25519Signer.generate("test-log")
     _log(store, signer, finish=True)
-    reads = _Reads(store)
+    reads = RecordingStore(store)
     assert verify(load_from_archive(reads, "old"), keys=[signer.verifier]).finished
     entries = [k for k in reads.keys if k.startswith(ENTRIES)]
     assert entries == [], entries
@@ -76,7 +57,7 @@ def test_an_unfinished_run_is_still_scanned_and_a_hidden_tail_named(tmp_path: Pa
     w.flush()
     # a hostile operator deletes the run's finishing index object (out of band)
     store.path_of(run_index_key(run_prefix("victim"), 0, 10)).unlink()
-    reads = _Reads(store)
+    reads = RecordingStore(store)
     with pytest.raises(ChainError, match="A4 index") as caught:
         verify(load_from_archive(reads, "victim"), keys=[signer.verifier])
     assert "seq 6" in str(caught.value)
