@@ -43,6 +43,14 @@ def log_key(log_signer: Ed25519Signer) -> Iterator[str]:
             os.environ[k] = v
 
 
+@pytest.fixture
+def only_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For modules whose tests name their trusted keys themselves, or verify data sealed
+    without the signed log: the session's vkey is not trusted there
+    (``pytestmark = pytest.mark.usefixtures("only_keys_given_here")``)."""
+    monkeypatch.delenv(_VKEYS_ENV, raising=False)
+
+
 @pytest.fixture(scope="session")
 def log_vkey(log_signer: Ed25519Signer) -> str:
     """The verifier key of the session's log key, for archivers and verifiers to trust."""

@@ -37,11 +37,8 @@ from tracevault.log import (
 )
 from tracevault.schemas import EventKind, TraceEvent, canonical_json, decode_event, encode_event
 
-
-@pytest.fixture(autouse=True)
-def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests name their trusted keys themselves (the session's vkey is not one)."""
-    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+# These tests name their trusted keys themselves (the session's vkey is not one).
+pytestmark = pytest.mark.usefixtures("only_keys_given_here")
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,8 @@ def _file(archive: str, key: str) -> Path:
     return FileStore(Path(archive.removeprefix("file://"))).path_of(key)
 
 
-@pytest.fixture(autouse=True)
-def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests name their trusted keys themselves (the session's vkey is not one)."""
-    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+# These tests name their trusted keys themselves (the session's vkey is not one).
+pytestmark = pytest.mark.usefixtures("only_keys_given_here")
 
 
 AGENT = "tests.replayer.agents:research_agent"

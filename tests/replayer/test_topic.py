@@ -15,11 +15,8 @@ from tracevault.errors import ChainError, NotFoundError
 from tracevault.kafka import partition_for
 from tracevault.replayer import load_run, replay, verify
 
-
-@pytest.fixture(autouse=True)
-def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These runs are sealed without the signed log: no session key is trusted here."""
-    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+# These runs are sealed without the signed log: no session key is trusted here.
+pytestmark = pytest.mark.usefixtures("only_keys_given_here")
 
 
 @pytest.fixture(scope="module")

@@ -25,11 +25,8 @@ from tracevault.log import (
 from tracevault.replayer import export_bundle, load_run, verify, verify_bundle
 from tracevault.replayer._log import LogPolicy
 
-
-@pytest.fixture(autouse=True)
-def _only_the_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests name their trusted keys themselves (the session's vkey is not one)."""
-    monkeypatch.delenv("TRACEVAULT_LOG_VKEYS", raising=False)
+# These tests name their trusted keys themselves (the session's vkey is not one).
+pytestmark = pytest.mark.usefixtures("only_keys_given_here")
 
 
 @pytest.fixture(scope="module")
