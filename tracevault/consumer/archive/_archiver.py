@@ -50,6 +50,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -92,6 +93,14 @@ from tracevault.log import (
     log_origin,
 )
 from tracevault.log._merkle import HASH_SIZE
+from tracevault.schemas import EventKind
+from tracevault.schemas.fast import armed_walks
+
+_ctake: ModuleType | None
+try:  # the per-event path in C (built by `pip install`; optional, see pyproject.toml)
+    from tracevault.consumer.archive import _ctake
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _ctake = None
 
 __all__ = ["Archiver", "ArchiverStats", "trusted_log_keys"]
 
@@ -112,6 +121,7 @@ _RUN_IDS = 100_000  # run ids remembered as storable (then each new one is check
 _U64 = struct.Struct(">Q")
 _U64_MAX = (1 << 64) - 1
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (once per event)
+_sha256 = hashlib.sha256
 
 
 class _Restart(Exception):
@@ -212,6 +222,7 @@ class Archiver:
         self._flusher = ThreadPoolExecutor(_FLUSHERS, thread_name_prefix="archive-flush")
         self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
         self._committed: dict[int, int] = {}
+        self._ctx = self._native_context()
         self._assigned_at: float | None = None  # idle time counts from the first assignment
         self._max_events = settings.archive_segment_max_events
         self._max_bytes = settings.archive_segment_max_bytes
@@ -226,6 +237,28 @@ class Archiver:
         self._progress_in_session = False
         self._lost = False
         self._session_started = 0.0
+
+    def _native_context(self) -> tuple[object, ...] | None:
+        """What the C path reads and fills (the same dicts as ``_take_one``), or None when it
+        is not built or the fast walks are off (a newer schema: only Python reads it)."""
+        walks = armed_walks()
+        if _ctake is None or walks is None:
+            log.info("archiver: the per-event path runs in Python (no C path here)")
+            return None
+        sealed, trace, kinds = walks
+        return (
+            self._consumed,
+            self._parts,
+            self._prefixes,
+            _MIN_AT,
+            _MAX_AT,
+            LeafRecord,
+            _Pending,
+            sealed,
+            trace,
+            kinds.index(EventKind.RUN_FINISHED),
+            len(kinds),
+        )
 
     def _metrics(self) -> CollectorRegistry:
         """A private registry read from the counters at scrape time (``--metrics-port``)."""
@@ -558,56 +591,72 @@ class Archiver:
     def _take_all(self, msgs: list[Message]) -> None:
         """Sort one consumed batch into pending events and checkpoint records.
 
-        The per-event path is flat on purpose (it bounds the archiver's throughput): the
-        value is read by the v1 fast path without building a ``Sealed``, and the leaf hash
-        appends ``u64 seq ‖ hash`` to the run's leaf prefix, built once per run."""
-        consumed, prefixes, parts = self._consumed, self._prefixes, self._parts
-        min_at, max_at = _MIN_AT, _MAX_AT
-        sha, pack, new = hashlib.sha256, _U64.pack, _new_tuple
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                self._kafka_error(err)
-                continue
-            partition, offset, value = msg.partition(), msg.offset(), msg.value()
-            if partition is None or offset is None:
-                continue  # only error events lack a position
-            consumed[partition] = offset + 1
-            part = parts.get(partition) or self._part(partition)
-            headers = msg.headers()
-            if headers and is_checkpoint_record(headers):
-                self._checkpoint(part, msg)
-                continue
-            if value is None:
-                self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
-                continue
+        The common case (a v1 sealed event of a run already admitted) goes through the C
+        path (``_ctake.c``) when it is built; it stops at the first message that is not
+        that case, which ``_take_one`` handles, and goes on after it."""
+        ctx = self._ctx
+        if ctx is None:
+            for msg in msgs:
+                self._take_one(msg)
+            return
+        assert _ctake is not None  # a context is made only when it is built
+        i, n, take = 0, len(msgs), _ctake.take
+        while i < n:
+            i = take(msgs, i, ctx)
+            if i < n:
+                self._take_one(msgs[i])
+                i += 1
+
+    def _take_one(self, msg: Message) -> None:
+        """One consumed message, in Python: every case, the reference for the C path.
+
+        The per-event path is flat on purpose (without the C path it bounds the archiver's
+        throughput): the value is read by the v1 fast path without building a ``Sealed``,
+        and the leaf hash appends ``u64 seq ‖ hash`` to the run's leaf prefix, built once
+        per run."""
+        err = msg.error()
+        if err is not None:
+            self._kafka_error(err)
+            return
+        partition, offset, value = msg.partition(), msg.offset(), msg.value()
+        if partition is None or offset is None:
+            return  # only error events lack a position
+        self._consumed[partition] = offset + 1
+        part = self._parts.get(partition) or self._part(partition)
+        headers = msg.headers()
+        if headers and is_checkpoint_record(headers):
+            self._checkpoint(part, msg)
+            return
+        if value is None:
+            self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
+            return
+        try:
+            run_id, seq, h, fin, sealed_at = leaf_fields(value)
+        except Exception as exc:  # SchemaError, or whatever the parser did not foresee
+            why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
+            self._refuse(msg, why, f"{type(exc).__name__}: {exc}")  # names where it was
+            return
+        pfx = self._prefixes.get(run_id)
+        if pfx is None or not _MIN_AT <= sealed_at <= _MAX_AT:
+            got = self._admit(run_id, sealed_at)
+            if isinstance(got, str):
+                self._refuse(msg, Why.INVALID, got, run_id, seq)
+                return
+            pfx = got
+        if len(h) != HASH_SIZE or not 0 <= seq <= _U64_MAX:
             try:
-                run_id, seq, h, fin, sealed_at = leaf_fields(value)
-            except Exception as exc:  # SchemaError, or whatever the parser did not foresee
-                why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
-                self._refuse(msg, why, f"{type(exc).__name__}: {exc}")  # names where it was
-                continue
-            pfx = prefixes.get(run_id)
-            if pfx is None or not min_at <= sealed_at <= max_at:
-                got = self._admit(run_id, sealed_at)
-                if isinstance(got, str):
-                    self._refuse(msg, Why.INVALID, got, run_id, seq)
-                    continue
-                pfx = got
-            if len(h) != HASH_SIZE or not 0 <= seq <= _U64_MAX:
-                try:
-                    leaf_data(run_id, seq, h)  # names what does not fit
-                    problem = f"run {run_id!r} seq {seq} does not fit a leaf"
-                except LogError as exc:
-                    problem = str(exc)
-                self._refuse(msg, Why.INVALID, problem, run_id, seq)
-                continue
-            hashed = pfx + pack(seq) + h  # 0x00 ‖ leaf data: RFC 6962's leaf hash input
-            rec = new(
-                LeafRecord,
-                (run_id, seq, h, fin, sealed_at, hashed[1:], sha(hashed).digest(), value),
-            )
-            part.pending.append(new(_Pending, (offset, msg.key(), rec)))
+                leaf_data(run_id, seq, h)  # names what does not fit
+                problem = f"run {run_id!r} seq {seq} does not fit a leaf"
+            except LogError as exc:
+                problem = str(exc)
+            self._refuse(msg, Why.INVALID, problem, run_id, seq)
+            return
+        hashed = pfx + _U64.pack(seq) + h  # 0x00 ‖ leaf data: RFC 6962's leaf hash input
+        rec = _new_tuple(
+            LeafRecord,
+            (run_id, seq, h, fin, sealed_at, hashed[1:], _sha256(hashed).digest(), value),
+        )
+        part.pending.append(_new_tuple(_Pending, (offset, msg.key(), rec)))
 
     def _admit(self, run_id: str, sealed_at: int) -> bytes | str:
         """The run's leaf prefix (remembered) if the record can be archived, else why not."""

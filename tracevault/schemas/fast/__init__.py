@@ -15,6 +15,9 @@ reader                      used by                                    module
 :func:`segment_rows`        the replayer, per archived segment          ``_sealed.py``
 ==========================  =========================================  =====================
 
+The archiver's C walk (``tracevault/consumer/archive/_ctake.c``) mirrors ``sealed_fields`` and
+``event_kind`` and runs only under the same guard: :func:`armed_walks` gives it the headers.
+
 They share one varint reader (``_varint.py``) and one guard (``_guard.py``): a walk runs only
 on values written with exactly the schema version it mirrors (by fingerprint, and only while
 that version is the newest published one), and it must end exactly at the end of the value.
@@ -25,6 +28,8 @@ the published schema, and ``tests/schemas/test_fast_pins.py`` fails when a new s
 turns a fast path off.
 """
 
+from tracevault.schemas._events import EventKind
+from tracevault.schemas.fast import _event, _sealed
 from tracevault.schemas.fast._columns import SealedColumns, sealed_columns
 from tracevault.schemas.fast._event import (
     Peeked,
@@ -37,7 +42,19 @@ from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V2
 from tracevault.schemas.fast._sealed import sealed_fields, sealed_rows, segment_rows
 from tracevault.schemas.fast._varint import VarintError, read_long
 
+
+def armed_walks() -> tuple[bytes, bytes, tuple[EventKind, ...]] | None:
+    """``(SealedEvent v1 header, TraceEvent v2 header, kinds by index)`` while both walks
+    are armed, else None: what a walk written in another language needs to run under the
+    same guard (and to decline whenever the Python walks would)."""
+    sealed, trace = _sealed._arm(), _event._arm()
+    if sealed is None or trace is None:
+        return None
+    return sealed, trace, _event._kinds
+
+
 __all__ = [
+    "armed_walks",
     # readers
     "Peeked",
     "event_kind",

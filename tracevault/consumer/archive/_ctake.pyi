@@ -1,0 +1,9 @@
+"""Types of the archiver's C path (``_ctake.c``)."""
+
+from confluent_kafka import Message
+
+def take(msgs: list[Message], start: int, ctx: tuple[object, ...], /) -> int: ...
+def leaf_fields(
+    value: bytes, ctx: tuple[object, ...], /
+) -> tuple[str, int, bytes, bool, int] | None: ...
+def sha256(data: bytes, /) -> bytes: ...
