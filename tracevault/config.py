@@ -78,6 +78,12 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     retention_days: int = Field(default=MIN_RETENTION_DAYS)
     lock_mode: Literal["COMPLIANCE", "GOVERNANCE"] = "COMPLIANCE"
+    archive_file_sync: Literal["batch", "object"] = Field(
+        default="batch",
+        description="file:// only: make a flush's objects durable together with syncfs "
+        "(batch), or fsync each object and its name (object: for a file system shared with "
+        "heavy writers, whose dirty data a syncfs would wait for too)",
+    )
     # The archiver: a segment is closed at run end or when any of these bounds is reached.
     archive_segment_max_events: int = Field(default=10_000, ge=1, le=10_000_000)
     archive_segment_max_bytes: int = Field(

@@ -30,7 +30,7 @@ def open_store(url: str, settings: Settings | None = None) -> ObjectStore:
         path = parts.netloc + parts.path
         if not path:
             raise ConfigError(f"archive URL {url!r} has no path; use file:///abs/path")
-        return FileStore(path, lock_mode=settings.lock_mode)
+        return FileStore(path, lock_mode=settings.lock_mode, sync=settings.archive_file_sync)
     if parts.scheme == "s3":
         # boto3 is imported only when an s3:// archive is used: it is slow to import.
         from tracevault.archive._s3store import S3Store  # noqa: PLC0415

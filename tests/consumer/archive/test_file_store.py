@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
+from tests.consumer.archive.sealed_factory import LogWriter, sealed_run
 from tracevault.archive import _filestore, open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.config import Settings
 from tracevault.errors import ArchiveError, ConfigError
+from tracevault.log import Ed25519Signer
 
 FUTURE = datetime.now(UTC) + timedelta(days=183)
 
@@ -137,3 +142,103 @@ def test_a_store_in_the_older_layout_still_reads_and_refuses_overwrites(tmp_path
     assert store.path_of("runs/old/seg-1.avro") == old / "seg-1.avro"
     assert abs(store.head("runs/old/seg-1.avro").retain_until - FUTURE) < timedelta(seconds=1)
     assert [i.key for i in store.list("")] == [i.key for i in store.list("runs/old/")]
+
+
+def _batch(n: int, tag: bytes = b"") -> list[tuple[str, bytes]]:
+    """What a flush writes: run index objects in many shards, and log objects in one dir."""
+    items = [(f"runs/run-{r}/log-0-000000000300.json", b"index %d" % r + tag) for r in range(n)]
+    items += [(f"log/p/0/tile/0/{i:03d}", b"tile %d" % i + tag) for i in range(n // 10)]
+    return items
+
+
+def test_a_flush_of_objects_is_put_together_each_whole_locked_and_read_only(
+    tmp_path: Path,
+) -> None:
+    # more objects than one chunk of open files (128), across many directories
+    store = FileStore(tmp_path)
+    items = _batch(300)
+    store.put_many(items, retain_until=FUTURE)
+    for key, data in items:
+        assert store.get(key) == data
+        obj = store.path_of(key)
+        assert stat.S_IMODE(obj.stat().st_mode) == 0o444
+        assert obj.stat().st_nlink == 1
+        assert store.head(key).retain_until == FUTURE
+    assert len(store.list("runs/")) == 300
+    assert list((tmp_path / "tmp").iterdir()) == []
+    store.put_many(items, retain_until=FUTURE)  # a flush redone after a crash: no-ops
+    changed = [*items[:5], (items[5][0], b"forged"), *items[6:]]
+    with pytest.raises(ArchiveError, match=re.escape(f"{items[5][0]} already exists")):
+        store.put_many(changed, retain_until=FUTURE)
+    assert store.get(items[5][0]) == items[5][1]
+
+
+def test_a_batch_over_an_older_layout_object_keeps_it(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    old = tmp_path / "objects" / "runs" / "old"
+    old.mkdir(parents=True)
+    (old / "log-0-1.json").write_bytes(b"legacy")
+    store.put_many(
+        [("runs/old/log-0-1.json", b"legacy"), ("runs/new/log-0-1.json", b"new")],
+        retain_until=FUTURE,
+    )
+    assert [i.key for i in store.list("runs/")] == [
+        "runs/new/log-0-1.json",
+        "runs/old/log-0-1.json",
+    ]
+    with pytest.raises(ArchiveError, match=r"runs/old/log-0-1\.json already exists"):
+        store.put_many([("runs/old/log-0-1.json", b"forged")], retain_until=FUTURE)
+
+
+def test_without_o_tmpfile_a_batch_goes_through_named_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_filestore, "_O_TMPFILE", os.O_DIRECTORY)  # a flag the kernel refuses
+    store = FileStore(tmp_path)
+    items = _batch(20)
+    store.put_many(items, retain_until=FUTURE)
+    assert not store._anon
+    assert [store.get(k) for k, _ in items] == [d for _, d in items]
+    assert store.head(items[0][0]).retain_until == FUTURE
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+class _Counting(FileStore):
+    """The file store, recording how each object reached it."""
+
+    def __init__(self, root: Path, sync: Literal["batch", "object"] = "batch") -> None:
+        super().__init__(root, sync=sync)
+        self.calls: list[tuple[str, int | str]] = []
+
+    def put_many(self, items: Sequence[tuple[str, bytes]], *, retain_until: datetime) -> None:
+        self.calls.append(("many", len(items)))
+        super().put_many(items, retain_until=retain_until)
+
+    def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
+        self.calls.append(("one", key))
+        super().put(key, data, retain_until=retain_until)
+
+
+def test_a_flush_puts_its_objects_together_then_its_checkpoint_alone(tmp_path: Path) -> None:
+    # the checkpoint object is what makes a flush count (docs/log.md): it is written, on its
+    # own, only once every other object of the flush is durable
+    store, signer = _Counting(tmp_path), Ed25519Signer.generate("test-batch")
+    w = LogWriter(store, signer)
+    for r in range(5):
+        w.add(sealed_run(f"run-{r}", 3))
+    w.flush()
+    assert store.calls[0][0] == "many" and store.calls[0][1] > 5  # bundles, tiles, indexes
+    assert store.calls[1:] == [("one", store.list("log/pfx/0/checkpoint/")[0].key)]
+    assert len(store.calls) == 2
+    again = LogWriter(FileStore(tmp_path), signer)  # resumes from what the flush wrote
+    assert again.plog.size == 15
+
+
+def test_object_sync_fsyncs_each_object_of_a_batch_on_its_own(tmp_path: Path) -> None:
+    # archive_file_sync=object: no syncfs, which would wait for a shared file system's writers
+    assert open_store(f"file://{tmp_path}", Settings(archive_file_sync="object"))._batch is False
+    store = _Counting(tmp_path, sync="object")
+    items = _batch(12)
+    store.put_many(items, retain_until=FUTURE)
+    assert store.calls == [("many", len(items)), *[("one", k) for k, _ in items]]
+    assert [store.get(k) for k, _ in items] == [d for _, d in items]

@@ -1,0 +1,316 @@
+/*
+ * One file-store put (FileStore._put_anonymous) as one call that releases the GIL once.
+ *
+ * Why C: the archiver's flush threads put hundreds of objects a second while its main thread
+ * runs Python. In Python a put is nine os calls, and each one gives the GIL back and must win
+ * it again from the busy main thread, so the writers and the main thread took turns instead
+ * of using both cores (docs/log.md, "Archiver speed"). Here the whole sequence runs without
+ * the GIL: the same system calls, in the same order, with the same durability.
+ *
+ * The O_TMPFILE flag is the caller's (FileStore._O_TMPFILE), so one switch turns the nameless
+ * files off for both paths (tests inject a kernel without it that way).
+ *
+ * put(parent, name, data, mode, ns, tmpflag) -> 1 linked (object and name fsynced), 0 the name exists
+ * (nothing written: the caller compares), -1 no O_TMPFILE here, -2 no /proc/self/fd here
+ * (the caller falls back to a named temp file); OSError for anything else.
+ */
+#define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE
+#include <Python.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+static PyObject *put(PyObject *self, PyObject *args) {
+#ifndef O_TMPFILE
+    return PyLong_FromLong(-1);
+#else
+    PyObject *parent_o, *name_o;
+    Py_buffer data;
+    int mode, tmpflag;
+    long long ns;
+    if (!PyArg_ParseTuple(args, "O&O&y*iLi:put", PyUnicode_FSConverter, &parent_o,
+                          PyUnicode_FSConverter, &name_o, &data, &mode, &ns, &tmpflag))
+        return NULL;
+    const char *parent = PyBytes_AS_STRING(parent_o), *name = PyBytes_AS_STRING(name_o);
+    const char *failed = parent; /* the path an OSError names */
+    int result = 0, err = 0, dfd = -1, fd = -1;
+    char proc[64];
+    Py_BEGIN_ALLOW_THREADS
+    dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        err = errno;
+        goto out;
+    }
+    fd = openat(dfd, ".", tmpflag | O_WRONLY | O_CLOEXEC, (mode_t)mode);
+    if (fd < 0) {
+        err = errno;
+        if (err == EOPNOTSUPP || err == EISDIR || err == EINVAL) {
+            result = -1;
+            err = 0;
+        }
+        goto out;
+    }
+    const char *p = data.buf;
+    Py_ssize_t left = data.len;
+    while (left > 0) {
+        ssize_t n = write(fd, p, (size_t)left);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            err = errno;
+            goto out;
+        }
+        p += n;
+        left -= n;
+    }
+    struct timespec times[2] = {{ns / 1000000000LL, ns % 1000000000LL},
+                                {ns / 1000000000LL, ns % 1000000000LL}};
+    if (fchmod(fd, (mode_t)mode) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0) {
+        err = errno;
+        goto out;
+    }
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW) < 0) {
+        err = errno;
+        if (err == EEXIST) {
+            err = 0;
+            result = 0;
+        } else if (access(proc, F_OK) != 0) {
+            err = 0;
+            result = -2;
+        } else {
+            failed = name;
+        }
+        goto out;
+    }
+    if (fsync(dfd) < 0) { /* the name */
+        err = errno;
+        goto out;
+    }
+    result = 1;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (dfd >= 0)
+        close(dfd);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyObject *ret = NULL;
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, failed);
+    } else {
+        ret = PyLong_FromLong(result);
+    }
+    Py_DECREF(parent_o);
+    Py_DECREF(name_o);
+    return ret;
+#endif
+}
+
+#ifdef O_TMPFILE
+#define CHUNK 128 /* open files at a time: well under the usual 1024 descriptors */
+#define FALLBACK (-1) /* no O_TMPFILE or no /proc/self/fd on this file system */
+
+typedef struct {
+    PyObject *parent, *name; /* bytes (file system encoding) */
+    Py_buffer data;
+    int dfd, fd, result;
+} Item;
+
+static void name_it(char *failed, const char *path) {
+    snprintf(failed, PATH_MAX, "%s", path);
+}
+
+/* Phase 1 of a chunk: each object written as a nameless file, locked, not yet synced.
+ * 0, an errno (``failed`` names the path), or FALLBACK. */
+static int write_chunk(Item *it, Py_ssize_t n, int mode, int tmpflag,
+                       const struct timespec *times, char *failed) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *parent = PyBytes_AS_STRING(it[i].parent);
+        if (i > 0 && strcmp(parent, PyBytes_AS_STRING(it[i - 1].parent)) == 0)
+            it[i].dfd = dup(it[i - 1].dfd);
+        else
+            it[i].dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (it[i].dfd < 0)
+            goto failed;
+        it[i].fd = openat(it[i].dfd, ".", tmpflag | O_WRONLY | O_CLOEXEC, (mode_t)mode);
+        if (it[i].fd < 0) {
+            if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)
+                return FALLBACK;
+            goto failed;
+        }
+        const char *p = it[i].data.buf;
+        Py_ssize_t left = it[i].data.len;
+        while (left > 0) {
+            ssize_t w = write(it[i].fd, p, (size_t)left);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                goto failed;
+            }
+            p += w;
+            left -= w;
+        }
+        if (fchmod(it[i].fd, (mode_t)mode) < 0 || futimens(it[i].fd, times) < 0)
+            goto failed;
+        continue;
+    failed:
+        name_it(failed, parent);
+        return errno;
+    }
+    return 0;
+}
+
+/* Phase 2, once every file of the chunk is durable: each name appears. */
+static int link_chunk(Item *it, Py_ssize_t n, char *failed) {
+    char proc[64];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", it[i].fd);
+        if (linkat(AT_FDCWD, proc, it[i].dfd, PyBytes_AS_STRING(it[i].name),
+                   AT_SYMLINK_FOLLOW) == 0) {
+            it[i].result = 1;
+        } else if (errno == EEXIST) {
+            it[i].result = 0;
+        } else {
+            int e = errno;
+            if (access(proc, F_OK) != 0)
+                return FALLBACK;
+            name_it(failed, PyBytes_AS_STRING(it[i].name));
+            return e;
+        }
+    }
+    return 0;
+}
+
+static void release_chunk(Item *it, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyBuffer_Release(&it[i].data);
+        Py_DECREF(it[i].parent);
+        Py_DECREF(it[i].name);
+    }
+}
+
+static void close_chunk(Item *it, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (it[i].fd >= 0)
+            close(it[i].fd);
+        if (it[i].dfd >= 0)
+            close(it[i].dfd);
+        it[i].fd = it[i].dfd = -1;
+    }
+}
+
+/* The items of one chunk, converted while the GIL is held: how many (< n on an error set). */
+static Py_ssize_t parse_chunk(PyObject *items, Py_ssize_t base, Py_ssize_t n, Item *it) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Item *x = &it[i];
+        PyObject *parent_s, *name_s;
+        x->fd = x->dfd = -1;
+        x->result = 0;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(items, base + i), "UUy*", &parent_s, &name_s,
+                              &x->data))
+            return i;
+        x->parent = x->name = NULL;
+        if (!PyUnicode_FSConverter(parent_s, &x->parent) ||
+            !PyUnicode_FSConverter(name_s, &x->name)) {
+            PyBuffer_Release(&x->data);
+            Py_XDECREF(x->parent);
+            return i;
+        }
+    }
+    return n;
+}
+#endif
+
+/* put_batch([(parent, name, data), ...], mode, ns, tmpflag) -> [1 linked | 0 the name exists, ...],
+ * or None where O_TMPFILE or /proc/self/fd is missing (the caller then puts each object on
+ * its own; any already linked hold the same bytes). Every object and every name is durable
+ * when it returns: up to CHUNK objects are written as nameless files, syncfs() makes them
+ * durable, only then are they linked, and a last syncfs() makes the names durable. So a
+ * crash leaves a name only on a whole object, as ``put`` does, at one sync of the file
+ * system per CHUNK objects instead of two fsyncs per object (on a VM's ext4 each fsync is
+ * about 200 us of kernel CPU). */
+static PyObject *put_batch(PyObject *self, PyObject *args) {
+#ifndef O_TMPFILE
+    Py_RETURN_NONE;
+#else
+    PyObject *items;
+    int mode, tmpflag;
+    long long ns;
+    if (!PyArg_ParseTuple(args, "O!iLi:put_batch", &PyList_Type, &items, &mode, &ns, &tmpflag))
+        return NULL;
+    Py_ssize_t total = PyList_GET_SIZE(items);
+    PyObject *out = PyList_New(total);
+    if (out == NULL)
+        return NULL;
+    struct timespec times[2] = {{ns / 1000000000LL, ns % 1000000000LL},
+                                {ns / 1000000000LL, ns % 1000000000LL}};
+    Item it[CHUNK];
+    char failed[PATH_MAX] = "";
+    int err = 0, last = -1;
+    for (Py_ssize_t base = 0; base < total && !err; base += CHUNK) {
+        Py_ssize_t n = total - base < CHUNK ? total - base : CHUNK;
+        Py_ssize_t got = parse_chunk(items, base, n, it);
+        if (got < n) {
+            release_chunk(it, got);
+            err = -2; /* the exception is set */
+            break;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        err = write_chunk(it, n, mode, tmpflag, times, failed);
+        if (!err && syncfs(it[0].dfd) < 0) {
+            err = errno;
+            name_it(failed, PyBytes_AS_STRING(it[0].parent));
+        }
+        if (!err)
+            err = link_chunk(it, n, failed);
+        if (last < 0 && it[0].dfd >= 0)
+            last = dup(it[0].dfd); /* for the last sync, even after a fallback */
+        close_chunk(it, n);
+        Py_END_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && !err; i++)
+            PyList_SET_ITEM(out, base + i, PyLong_FromLong(it[i].result));
+        release_chunk(it, n);
+    }
+    if (last >= 0) {
+        int r;
+        Py_BEGIN_ALLOW_THREADS
+        r = syncfs(last);
+        close(last);
+        Py_END_ALLOW_THREADS
+        if (r < 0 && (err == 0 || err == FALLBACK)) {
+            err = errno;
+            snprintf(failed, sizeof failed, "(syncfs)");
+        }
+    }
+    if (err == 0)
+        return out;
+    Py_DECREF(out);
+    if (err == -2)
+        return NULL;
+    if (err == FALLBACK)
+        Py_RETURN_NONE;
+    errno = err;
+    return PyErr_SetFromErrnoWithFilename(PyExc_OSError, failed);
+#endif
+}
+
+static PyMethodDef methods[] = {
+    {"put_batch", put_batch, METH_VARARGS,
+     "put_batch([(parent, name, data)], mode, ns, tmpflag) -> [1 linked | 0 exists] or None"},
+    {"put", put, METH_VARARGS,
+     "put(parent, name, data, mode, ns, tmpflag) -> 1 linked, 0 exists, -1/-2 fall back"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cput",
+                                    "One file-store put without the GIL (see _cput.c).", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__cput(void) { return PyModule_Create(&module); }

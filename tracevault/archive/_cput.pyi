@@ -1,0 +1,6 @@
+"""Types of the file store's C put (``_cput.c``)."""
+
+def put(parent: str, name: str, data: bytes, mode: int, ns: int, tmpflag: int, /) -> int: ...
+def put_batch(
+    items: list[tuple[str, str, bytes]], mode: int, ns: int, tmpflag: int, /
+) -> list[int] | None: ...
