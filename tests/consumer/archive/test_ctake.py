@@ -237,9 +237,24 @@ def test_the_c_path_takes_the_common_case_itself(tmp_path: Path) -> None:
     without returning, and stops exactly at a checkpoint record."""
     a = _archiver(tmp_path, native=True)
     msgs = _batch()
-    a._take_all(msgs[:1])  # run-a admitted by the Python path
+    a._take_all(msgs[:1])  # run-a admitted, then its record taken by the C path
     a._take_all(msgs[1:2])  # run-é admitted
     stop = _ctake.take(msgs, 2, a._ctx)
     assert stop == 12  # the checkpoint record after 11 events and the forged one
     assert len(a._parts[0].pending) == 12
     assert a._consumed[0] == 12
+
+
+def test_only_what_is_not_the_common_case_reaches_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a run's first record is admitted and then taken in C, not walked in Python
+    a = _archiver(tmp_path, native=True)
+    seen: list[int] = []
+    take_one = a._take_one
+    monkeypatch.setattr(a, "_take_one", lambda m: (seen.append(m.offset()), take_one(m))[1])
+    msgs = _batch()
+    a._take_all(msgs)
+    odd = [m.offset() for m in msgs if m.headers() or m.error() or m.value() is None]
+    odd += [14, 15]  # the truncated value and the one sealed outside the window
+    assert sorted(seen) == sorted(odd)

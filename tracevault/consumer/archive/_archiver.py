@@ -603,9 +603,28 @@ class Archiver:
         i, n, take = 0, len(msgs), _ctake.take
         while i < n:
             i = take(msgs, i, ctx)
-            if i < n:
+            if i < n and not self._admitted(msgs[i], ctx):
                 self._take_one(msgs[i])
                 i += 1
+
+    def _admitted(self, msg: Message, ctx: tuple[object, ...]) -> bool:
+        """True when ``msg`` is the common case but for its run or partition, now admitted or
+        opened: the C path then takes it (a run's first record is not walked in Python)."""
+        value, partition = msg.value(), msg.partition()
+        if value is None or partition is None or msg.headers() or msg.error() is not None:
+            return False
+        assert _ctake is not None
+        if partition not in self._parts:
+            self._part(partition)  # a partition's first record: its log is opened here
+            return True
+        fields = _ctake.leaf_fields(value, ctx)
+        if fields is None:
+            return False
+        run_id, _seq, _h, _fin, sealed_at = fields
+        if run_id in self._prefixes or not _MIN_AT <= sealed_at <= _MAX_AT:
+            return False  # declined for another reason: the Python path says which
+        # remembered only while the cache has room; otherwise the Python path takes it
+        return isinstance(self._admit(run_id, sealed_at), bytes) and run_id in self._prefixes
 
     def _take_one(self, msg: Message) -> None:
         """One consumed message, in Python: every case, the reference for the C path.
