@@ -183,12 +183,15 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
 def _native() -> Check:
     """The C extension is optional at install time (no compiler: it is skipped), so a slow
     archiver is named here rather than found by its lag (docs/log.md, "Archiver speed")."""
-    if importlib.util.find_spec("tracevault.consumer.archive._ctake") is not None:
-        return Check("archiver C path", "ok", "built: the per-event path runs in C")
+    modules = ("tracevault.consumer.archive._ctake", "tracevault.archive._cput")
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return Check("archiver C path", "ok", "built: the per-event path and puts run in C")
     return Check(
         "archiver C path",
         "warn",
-        "not built: the archiver runs its per-event path in Python, at about half its speed",
+        f"not built ({', '.join(missing)}): the archiver runs those paths in Python, at "
+        "about half its speed",
         "install a C compiler and the Python headers, then reinstall tracevault",
     )
 
