@@ -115,6 +115,8 @@ _COMMIT_EVERY_S = 0.5
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
+_POLL_S = 0.2  # a poll's wait; an empty one means caught up: what is unflushed is flushed
+_POLL_BUSY_S = 0.02  # ... while a flush is written and nothing is unflushed (_poll_s)
 _FLUSHERS = 4
 _BACKLOG = 4  # flushes of a partition taken and not yet written before the archiver waits
 _RUN_IDS = 100_000  # run ids remembered as storable (then each new one is checked again)
@@ -178,10 +180,13 @@ class _Part:
     ready_offset: int | None = None  # after the last verified checkpoint record
     durable_offset: int | None = None  # after the last flushed (or already archived) one
     opened: float = 0.0  # when the first unflushed leaf was verified
-    inflight: Future[int] | None = None  # the newest flush taken and not yet accounted for
+    # the newest flush taken and not yet accounted for: (objects written, when it ended)
+    inflight: Future[tuple[int, float]] | None = None
     # flushes taken and not yet accounted for, oldest first: (future, job, ready_offset when
     # it was taken); each is written only after the one before it (_after)
-    flights: list[tuple[Future[int], FlushJob, int | None]] = field(default_factory=list)
+    flights: list[tuple[Future[tuple[int, float]], FlushJob, int | None]] = field(
+        default_factory=list
+    )
 
 
 class Archiver:
@@ -417,7 +422,12 @@ class Archiver:
         next_lag = 0.0
         while not self._stop.is_set():
             try:
-                msgs = consumer.consume(num_messages=1000, timeout=0.2)
+                # What is queued, at once; only when nothing is, wait (up to _poll_s) for
+                # the first record: a batch short of 1000 does not wait out the timeout,
+                # and a poll is still empty only after that long without any record.
+                msgs = consumer.consume(num_messages=1000, timeout=0)
+                if not msgs:
+                    msgs = consumer.consume(num_messages=1, timeout=self._poll_s())
             except KafkaException as exc:
                 self._kafka_error(exc.args[0])
                 msgs = []
@@ -450,6 +460,21 @@ class Archiver:
         for part in self._parts.values():
             self._wait(part)
         self._commit(consumer, final=True)
+
+    def _poll_s(self) -> float:
+        """How long a poll may wait: briefly while a flush is being written and nothing is
+        unflushed.
+
+        A written flush is accounted for (offsets, counters) after a poll returns, so a long
+        wait then only delays the commit. With leaves unflushed the wait stays: an empty
+        poll is how the archiver knows it caught up and flushes them, and a shorter one
+        would flush smaller pieces of a slow stream (more objects per run)."""
+        busy = False
+        for part in self._parts.values():
+            if part.log.unflushed:
+                return _POLL_S
+            busy = busy or bool(part.flights)
+        return _POLL_BUSY_S if busy else _POLL_S
 
     def _close_consumer(self, consumer: Consumer) -> None:
         close_s = _CLOSE_S if self._stop.is_set() else _REPLACE_CLOSE_S
@@ -805,7 +830,7 @@ class Archiver:
         """Wait for the partition's oldest flush in flight; account for it."""
         fut, job, offset = part.flights[0]
         try:
-            objects = fut.result()
+            objects, written_at = fut.result()
         except BaseException:
             part.flights.clear()  # the later ones failed with it (_after)
             part.inflight = None
@@ -820,7 +845,7 @@ class Archiver:
         st.segments_written += 1
         st.objects_written += objects
         st.runs_finished += job.finished
-        st.last_write_at = time.monotonic()
+        st.last_write_at = written_at
 
     def _refuse(
         self,
@@ -856,12 +881,16 @@ class Archiver:
         st.quarantined[why.value] = st.quarantined.get(why.value, 0) + 1
 
 
-def _after(before: Future[int] | None, job: FlushJob, pool: ThreadPoolExecutor) -> int:
+def _after(
+    before: Future[tuple[int, float]] | None, job: FlushJob, pool: ThreadPoolExecutor
+) -> tuple[int, float]:
     """Write ``job`` once the partition's previous flush is written (its error stops this
-    one too, before any of its objects: the checkpoints never skip one)."""
+    one too, before any of its objects: the checkpoints never skip one); the objects
+    written and when the last one was (``last_write_at``: not when the main thread next
+    looks)."""
     if before is not None:
         before.result()
-    return job.write(pool)
+    return job.write(pool), time.monotonic()
 
 
 def _match(
