@@ -183,7 +183,11 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
 def _native() -> Check:
     """The C extension is optional at install time (no compiler: it is skipped), so a slow
     archiver is named here rather than found by its lag (docs/log.md, "Archiver speed")."""
-    modules = ("tracevault.consumer.archive._ctake", "tracevault.archive._cput")
+    modules = (
+        "tracevault.consumer.archive._ctake",
+        "tracevault.archive._cput",
+        "tracevault.log._cmerkle",
+    )
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if not missing:
         return Check("archiver C path", "ok", "built: the per-event path and puts run in C")

@@ -14,8 +14,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from tracevault.errors import LogError
+
+_cmerkle: ModuleType | None
+try:  # the tree hashing in C (built by `pip install`; optional, see pyproject.toml)
+    from tracevault.log import _cmerkle
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _cmerkle = None
 
 __all__ = [
     "EMPTY_ROOT",
@@ -90,6 +97,12 @@ class CompactTree:
 
     def extend(self, leaf_hashes: Sequence[bytes]) -> None:
         """``append`` of each, inlined: a checkpoint record's hundreds of leaves."""
+        if _cmerkle is not None:
+            try:
+                self.size = _cmerkle.extend(self.hashes, self.size, leaf_hashes)
+                return
+            except ValueError:
+                pass  # a hash that is not 32 bytes: nothing changed; hashed as given below
         hashes, n, sha = self.hashes, self.size, hashlib.sha256
         for h in leaf_hashes:
             hashes.append(h)

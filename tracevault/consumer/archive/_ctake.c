@@ -20,84 +20,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* ---- SHA-256 (FIPS 180-4) ------------------------------------------------------------- */
-
-static const uint32_t K256[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-    0xc67178f2};
-
-#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
-
-static void sha256_blocks(uint32_t st[8], const uint8_t *p, size_t nblocks) {
-    uint32_t w[64];
-    while (nblocks--) {
-        for (int t = 0; t < 16; t++)
-            w[t] = (uint32_t)p[4 * t] << 24 | (uint32_t)p[4 * t + 1] << 16 |
-                   (uint32_t)p[4 * t + 2] << 8 | (uint32_t)p[4 * t + 3];
-        for (int t = 16; t < 64; t++) {
-            uint32_t s0 = ROR(w[t - 15], 7) ^ ROR(w[t - 15], 18) ^ (w[t - 15] >> 3);
-            uint32_t s1 = ROR(w[t - 2], 17) ^ ROR(w[t - 2], 19) ^ (w[t - 2] >> 10);
-            w[t] = w[t - 16] + s0 + w[t - 7] + s1;
-        }
-        uint32_t a = st[0], b = st[1], c = st[2], d = st[3];
-        uint32_t e = st[4], f = st[5], g = st[6], h = st[7];
-        for (int t = 0; t < 64; t++) {
-            uint32_t t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) +
-                          K256[t] + w[t];
-            uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-            h = g;
-            g = f;
-            f = e;
-            e = d + t1;
-            d = c;
-            c = b;
-            b = a;
-            a = t1 + t2;
-        }
-        st[0] += a;
-        st[1] += b;
-        st[2] += c;
-        st[3] += d;
-        st[4] += e;
-        st[5] += f;
-        st[6] += g;
-        st[7] += h;
-        p += 64;
-    }
-}
-
-static void sha256(const uint8_t *data, size_t len, uint8_t out[32]) {
-    uint32_t st[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                      0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    size_t full = len / 64;
-    sha256_blocks(st, data, full);
-    uint8_t tail[128];
-    size_t rest = len - full * 64;
-    memcpy(tail, data + full * 64, rest);
-    tail[rest] = 0x80;
-    size_t tlen = rest + 1 + 8 <= 64 ? 64 : 128;
-    memset(tail + rest + 1, 0, tlen - rest - 1);
-    uint64_t bits = (uint64_t)len * 8;
-    for (int i = 0; i < 8; i++)
-        tail[tlen - 1 - i] = (uint8_t)(bits >> (8 * i));
-    sha256_blocks(st, tail, tlen / 64);
-    for (int i = 0; i < 8; i++) {
-        out[4 * i] = (uint8_t)(st[i] >> 24);
-        out[4 * i + 1] = (uint8_t)(st[i] >> 16);
-        out[4 * i + 2] = (uint8_t)(st[i] >> 8);
-        out[4 * i + 3] = (uint8_t)st[i];
-    }
-}
+#include "_sha256.h"
 
 /* ---- Avro walks (SealedEvent v1, the first fields of TraceEvent v2) ------------------- */
 
@@ -454,5 +380,11 @@ PyMODINIT_FUNC PyInit__ctake(void) {
     INTERN(S_headers, "headers");
     INTERN(S_key, "key");
     INTERN(S_pending, "pending");
-    return PyModule_Create(&module);
+    const char *impl = sha256_init(getenv("TRACEVAULT_PORTABLE_SHA256") != NULL);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "sha256_impl", impl) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -2,6 +2,8 @@
 
 from confluent_kafka import Message
 
+sha256_impl: str
+
 def take(msgs: list[Message], start: int, ctx: tuple[object, ...], /) -> int: ...
 def leaf_fields(
     value: bytes, ctx: tuple[object, ...], /

@@ -1,0 +1,9 @@
+"""Types of the log's C tree hashing (``_cmerkle.c``)."""
+
+from collections.abc import Sequence
+
+sha256_impl: str
+
+def extend(hashes: list[bytes], size: int, leaf_hashes: Sequence[bytes], /) -> int: ...
+def perfect_root(hashes: Sequence[bytes], /) -> bytes: ...
+def hash_children(left: bytes, right: bytes, /) -> bytes: ...
