@@ -114,7 +114,6 @@ out:
 }
 
 #ifdef O_TMPFILE
-#define CHUNK 128 /* open files at a time: well under the usual 1024 descriptors */
 #define FALLBACK (-1) /* no O_TMPFILE or no /proc/self/fd on this file system */
 
 typedef struct {
@@ -228,13 +227,14 @@ static Py_ssize_t parse_chunk(PyObject *items, Py_ssize_t base, Py_ssize_t n, It
 }
 #endif
 
-/* put_batch([(parent, name, data), ...], mode, ns, tmpflag) -> [1 linked | 0 the name exists, ...],
+/* put_batch([(parent, name, data), ...], mode, ns, tmpflag, chunk) -> [1 linked | 0 the name exists, ...],
  * or None where O_TMPFILE or /proc/self/fd is missing (the caller then puts each object on
  * its own; any already linked hold the same bytes). Every object and every name is durable
- * when it returns: up to CHUNK objects are written as nameless files, syncfs() makes them
+ * when it returns: up to ``chunk`` objects are written as nameless files (each an open file
+ * until it is linked: the caller sizes ``chunk`` to its descriptor limit), syncfs() makes them
  * durable, only then are they linked, and a last syncfs() makes the names durable. So a
  * crash leaves a name only on a whole object, as ``put`` does, at one sync of the file
- * system per CHUNK objects instead of two fsyncs per object (on a VM's ext4 each fsync is
+ * system per ``chunk`` objects instead of two fsyncs per object (on a VM's ext4 each fsync is
  * about 200 us of kernel CPU). */
 static PyObject *put_batch(PyObject *self, PyObject *args) {
 #ifndef O_TMPFILE
@@ -243,19 +243,29 @@ static PyObject *put_batch(PyObject *self, PyObject *args) {
     PyObject *items;
     int mode, tmpflag;
     long long ns;
-    if (!PyArg_ParseTuple(args, "O!iLi:put_batch", &PyList_Type, &items, &mode, &ns, &tmpflag))
+    Py_ssize_t chunk;
+    if (!PyArg_ParseTuple(args, "O!iLin:put_batch", &PyList_Type, &items, &mode, &ns, &tmpflag,
+                          &chunk))
         return NULL;
+    if (chunk < 1 || chunk > 65536) {
+        PyErr_SetString(PyExc_ValueError, "put_batch: chunk must be 1..65536 files");
+        return NULL;
+    }
     Py_ssize_t total = PyList_GET_SIZE(items);
+    Item *it = PyMem_Malloc(sizeof(Item) * (size_t)(total < chunk ? (total ? total : 1) : chunk));
+    if (it == NULL)
+        return PyErr_NoMemory();
     PyObject *out = PyList_New(total);
-    if (out == NULL)
+    if (out == NULL) {
+        PyMem_Free(it);
         return NULL;
+    }
     struct timespec times[2] = {{ns / 1000000000LL, ns % 1000000000LL},
                                 {ns / 1000000000LL, ns % 1000000000LL}};
-    Item it[CHUNK];
     char failed[PATH_MAX] = "";
     int err = 0, last = -1;
-    for (Py_ssize_t base = 0; base < total && !err; base += CHUNK) {
-        Py_ssize_t n = total - base < CHUNK ? total - base : CHUNK;
+    for (Py_ssize_t base = 0; base < total && !err; base += chunk) {
+        Py_ssize_t n = total - base < chunk ? total - base : chunk;
         Py_ssize_t got = parse_chunk(items, base, n, it);
         if (got < n) {
             release_chunk(it, got);
@@ -289,6 +299,7 @@ static PyObject *put_batch(PyObject *self, PyObject *args) {
             snprintf(failed, sizeof failed, "(syncfs)");
         }
     }
+    PyMem_Free(it);
     if (err == 0)
         return out;
     Py_DECREF(out);
@@ -303,7 +314,7 @@ static PyObject *put_batch(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"put_batch", put_batch, METH_VARARGS,
-     "put_batch([(parent, name, data)], mode, ns, tmpflag) -> [1 linked | 0 exists] or None"},
+     "put_batch([(parent, name, data)], mode, ns, tmpflag, chunk) -> [1 | 0] or None"},
     {"put", put, METH_VARARGS,
      "put(parent, name, data, mode, ns, tmpflag) -> 1 linked, 0 exists, -1/-2 fall back"},
     {NULL, NULL, 0, NULL},

@@ -2,5 +2,5 @@
 
 def put(parent: str, name: str, data: bytes, mode: int, ns: int, tmpflag: int, /) -> int: ...
 def put_batch(
-    items: list[tuple[str, str, bytes]], mode: int, ns: int, tmpflag: int, /
+    items: list[tuple[str, str, bytes]], mode: int, ns: int, tmpflag: int, chunk: int, /
 ) -> list[int] | None: ...

@@ -54,6 +54,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import time
 import uuid
 import zlib
@@ -83,6 +84,9 @@ try:  # a put without the GIL (built by `pip install`; optional, see pyproject.t
 except ImportError:  # pragma: no cover - a build without a C compiler
     _cput = None
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+# Files a put_many holds open before one syncfs makes them durable: a flush's objects in one
+# go where the descriptor limit allows (two syncfs a flush), a share of it where it is low.
+_BATCH_FILES = max(16, min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 16))
 _RUNS = "runs+"  # where runs/<run>/<name> objects live (not a key segment: "+")
 _SHARDS = 256
 
@@ -284,7 +288,7 @@ class FileStore:
         got = None
         if self._batch and self._anon and _cput is not None and placed:
             batch = [(p.rpartition("/")[0], p.rpartition("/")[2], d) for _, p, d in placed]
-            got = _cput.put_batch(batch, _READ_ONLY, _ns(retain_until), _O_TMPFILE)
+            got = _cput.put_batch(batch, _READ_ONLY, _ns(retain_until), _O_TMPFILE, _BATCH_FILES)
         if got is None:
             for key, _path, data in placed:
                 self.put(key, data, retain_until=retain_until)

@@ -151,10 +151,12 @@ def _batch(n: int, tag: bytes = b"") -> list[tuple[str, bytes]]:
     return items
 
 
+@pytest.mark.parametrize("chunk", [16, _filestore._BATCH_FILES])
 def test_a_flush_of_objects_is_put_together_each_whole_locked_and_read_only(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    # more objects than one chunk of open files (128), across many directories
+    # in chunks of open files (one syncfs each) or all at once, across many directories
+    monkeypatch.setattr(_filestore, "_BATCH_FILES", chunk)
     store = FileStore(tmp_path)
     items = _batch(300)
     store.put_many(items, retain_until=FUTURE)
