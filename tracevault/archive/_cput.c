@@ -137,12 +137,12 @@ static int write_chunk(Item *it, Py_ssize_t n, int mode, int tmpflag,
         else
             it[i].dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (it[i].dfd < 0)
-            goto failed;
+            goto fail;
         it[i].fd = openat(it[i].dfd, ".", tmpflag | O_WRONLY | O_CLOEXEC, (mode_t)mode);
         if (it[i].fd < 0) {
             if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)
                 return FALLBACK;
-            goto failed;
+            goto fail;
         }
         const char *p = it[i].data.buf;
         Py_ssize_t left = it[i].data.len;
@@ -151,17 +151,18 @@ static int write_chunk(Item *it, Py_ssize_t n, int mode, int tmpflag,
             if (w < 0) {
                 if (errno == EINTR)
                     continue;
-                goto failed;
+                goto fail;
             }
             p += w;
             left -= w;
         }
         if (fchmod(it[i].fd, (mode_t)mode) < 0 || futimens(it[i].fd, times) < 0)
-            goto failed;
+            goto fail;
         continue;
-    failed:
+    fail:;
+        int e = errno; /* before snprintf can change it */
         name_it(failed, parent);
-        return errno;
+        return e;
     }
     return 0;
 }
