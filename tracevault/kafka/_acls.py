@@ -10,6 +10,7 @@ re-running grants nothing twice: Kafka treats an existing binding as already cre
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -38,6 +39,7 @@ _PRINCIPAL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*:[^\s]+$")
 _HEADS_READER_GROUPS = "tracevault-heads-"  # tracevault-heads-reader-*, tracevault-heads-probe
 _HISTORY_READER_GROUPS = "tracevault-sealed-history-"
 _REPLAYER_GROUPS = "tracevault-replayer-"
+_IN_EFFECT_S = 15.0  # how long `topics acls` waits for the authorizer to list new bindings
 _CLUSTER = "kafka-cluster"  # the one name Kafka gives the CLUSTER resource
 # librdkafka calls Kafka's CLUSTER resource type (wire code 4) BROKER.
 _RESOURCE_TYPES = {
@@ -241,4 +243,21 @@ def grant_acls(settings: Settings, grants: Sequence[Grant]) -> list[tuple[Grant,
             fut.result(timeout=20)
         except KafkaException as exc:
             raise _refused(settings, exc) from exc
+    _wait_in_effect(admin, settings, grants)
     return [(g, g.binding() not in before) for g in grants]
+
+
+def _wait_in_effect(admin: AdminClient, settings: Settings, grants: Sequence[Grant]) -> None:
+    """Return once the broker's authorizer lists every binding (DescribeAcls reads the
+    same state it authorizes with): under KRaft a created ACL reaches it through the
+    metadata log a moment after CreateAcls answers, and a client that starts right after
+    `topics acls` was seen refused in between."""
+    wanted = {g.binding() for g in grants}
+    deadline = time.monotonic() + _IN_EFFECT_S
+    while not wanted <= _existing(admin, settings, (g.principal for g in grants)):
+        if time.monotonic() > deadline:
+            raise ServiceUnavailableError(
+                f"Kafka at {settings.bootstrap_servers} accepted the ACLs but its authorizer "
+                f"did not list them within {_IN_EFFECT_S:.0f}s; run the command again"
+            )
+        time.sleep(0.1)
