@@ -48,8 +48,10 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 import uuid
+import weakref
 import zlib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,7 +88,15 @@ def _split_run_key(key: str) -> tuple[str, str] | None:
 
 
 _TMP_MAX_AGE_S = 3600
+#: object directories a store keeps open (the 256 run shards, a partition's log directories
+#: and a few more): past this many, a put opens and closes its directory as before
+_DIR_FDS = 512
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _close_dir_fds(fds: dict[str, int]) -> None:
+    while fds:
+        os.close(fds.popitem()[1])
 
 
 def _fsync_dir(path: Path) -> None:
@@ -151,6 +161,18 @@ class FileStore:
         self._holds = self.root / "holds"
         self._tmp = self.root / "tmp"
         self._dirs: set[str] = set()  # object directories known to exist (durably)
+        # Whether the store holds objects in the older layout (objects/runs/<run>/<name>),
+        # decided once, here: only versions from before the shards wrote it, and they do not
+        # run beside this one. A store without it (every store made since) costs a put no
+        # lstat of a legacy path, which on the archiver's writer threads is a GIL round trip.
+        self._legacy_runs = os.path.isdir(self._objects / "runs")
+        # Open object directories, by path: a put links and syncs through its directory's fd
+        # instead of opening and closing the directory each time (two syscalls, each a GIL
+        # round trip on the archiver's writer threads). Closed by close() or when the store
+        # is collected.
+        self._dir_fds: dict[str, int] = {}
+        self._dir_fds_lock = threading.Lock()
+        weakref.finalize(self, _close_dir_fds, self._dir_fds)
         self._anon = bool(_O_TMPFILE)  # O_TMPFILE + linkat; off after the first refusal
         try:
             for d in (self._objects, self._holds, self._tmp):
@@ -240,7 +262,7 @@ class FileStore:
         else:
             run, name = run_key
             legacy = f"{self._objects}/{key}"
-            if os.path.lexists(legacy):  # written before runs had shards
+            if self._legacy_runs and os.path.lexists(legacy):  # written before runs had shards
                 self._same_or_raise(key, Path(legacy), data)
                 return
             path = f"{self._objects}/{_RUNS}/{_run_shard(run)}/{run}+{name}"
@@ -248,7 +270,7 @@ class FileStore:
         if parent not in self._dirs:
             self._make_dirs(parent)
         if self._anon:
-            dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+            dfd, kept = self._dir_fd(parent)
             try:
                 linked = self._put_anonymous(dfd, key, path, data, retain_until)
                 if linked is not None:
@@ -256,7 +278,8 @@ class FileStore:
                         os.fsync(dfd)  # the name
                     return
             finally:
-                os.close(dfd)
+                if not kept:
+                    os.close(dfd)
         tmp = self._write_tmp(data, retain_until)
         try:
             os.link(tmp, path)
@@ -266,6 +289,23 @@ class FileStore:
         finally:
             tmp.unlink()
         _fsync_dir(Path(parent))
+
+    def _dir_fd(self, parent: str) -> tuple[int, bool]:
+        """An fd of the directory ``parent`` and whether the store keeps it open (else the
+        caller closes it)."""
+        fd = self._dir_fds.get(parent)
+        if fd is not None:
+            return fd, True
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        with self._dir_fds_lock:
+            have = self._dir_fds.get(parent)
+            if have is None and len(self._dir_fds) < _DIR_FDS:
+                self._dir_fds[parent] = fd
+                return fd, True
+        if have is None:
+            return fd, False
+        os.close(fd)  # another writer opened it meanwhile
+        return have, True
 
     def _put_anonymous(
         self, dfd: int, key: str, path: str, data: bytes, until: datetime
@@ -415,4 +455,6 @@ class FileStore:
         _fsync_dir(marker.parent)
 
     def close(self) -> None:
-        """Nothing to release: every call opens and closes its own files."""
+        """Close the object directories puts kept open (a later put opens them again)."""
+        with self._dir_fds_lock:
+            _close_dir_fds(self._dir_fds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -117,14 +118,15 @@ def test_runs_share_shard_directories_instead_of_one_each(tmp_path: Path) -> Non
 
 
 def test_a_store_in_the_older_layout_still_reads_and_refuses_overwrites(tmp_path: Path) -> None:
-    # objects/runs/<run>/<name>, as stores made before the shards hold them
-    store = FileStore(tmp_path)
+    # objects/runs/<run>/<name>, as stores made before the shards hold them (the store
+    # notices that layout when it is opened: only versions before the shards wrote it)
     old = tmp_path / "objects" / "runs" / "old"
     old.mkdir(parents=True)
     (old / "seg-1.avro").write_bytes(b"legacy")
     os.chmod(old / "seg-1.avro", 0o444)
     ts = FUTURE.timestamp()
     os.utime(old / "seg-1.avro", (ts, ts))
+    store = FileStore(tmp_path)
     store.put("runs/old/log-0-000000000009.json", b"new", retain_until=FUTURE)
     store.put("runs/old/seg-1.avro", b"legacy", retain_until=FUTURE)  # same bytes: a no-op
     with pytest.raises(ArchiveError, match="already exists"):
@@ -137,3 +139,55 @@ def test_a_store_in_the_older_layout_still_reads_and_refuses_overwrites(tmp_path
     assert store.path_of("runs/old/seg-1.avro") == old / "seg-1.avro"
     assert abs(store.head("runs/old/seg-1.avro").retain_until - FUTURE) < timedelta(seconds=1)
     assert [i.key for i in store.list("")] == [i.key for i in store.list("runs/old/")]
+
+
+def _open_fds() -> set[str]:
+    """What this process's open fds point at (the fd listing the directory drops out)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            out.add(f"{fd} {os.readlink(f'/proc/self/fd/{fd}')}")
+    return out
+
+
+def test_puts_keep_their_directories_open_until_the_store_closes(tmp_path: Path) -> None:
+    # a put through a kept directory fd saves opening and closing the directory (two GIL
+    # round trips on the archiver's writer threads); durability is the same (mode, mtime)
+    before = _open_fds()
+    store = FileStore(tmp_path)
+    for r in range(40):
+        store.put(f"runs/run-{r}/log-0-000000000001.json", b"%d" % r, retain_until=FUTURE)
+        store.put(f"log/p/0/tile/0/{r:03d}", b"t%d" % r, retain_until=FUTURE)
+    shards = {_filestore._run_shard(f"run-{r}") for r in range(40)}
+    kept = _open_fds() - before
+    assert len(kept) == len(shards) + 1  # one per directory written to, not one per put
+    assert {fd.split(" ", 1)[1] for fd in kept} == {
+        *(str(tmp_path / "objects" / "runs+" / s) for s in shards),
+        str(tmp_path / "objects" / "log" / "p" / "0" / "tile" / "0"),
+    }
+    st = os.stat(store.path_of("runs/run-3/log-0-000000000001.json"))
+    assert stat.S_IMODE(st.st_mode) == 0o444
+    assert store.head("runs/run-3/log-0-000000000001.json").retain_until == FUTURE
+    store.close()
+    assert _open_fds() - before == set()
+    store.put("runs/run-1/log-0-000000000002.json", b"after close", retain_until=FUTURE)
+    assert store.get("runs/run-1/log-0-000000000002.json") == b"after close"
+    del store  # collected: its kept directory is closed too
+    assert _open_fds() - before == set()
+
+
+def test_a_store_keeps_a_bounded_number_of_directories_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_filestore, "_DIR_FDS", 3)
+    before = _open_fds()
+    store = FileStore(tmp_path)
+    for i in range(10):
+        store.put(f"log/p/{i}/checkpoint/1", b"%d" % i, retain_until=FUTURE)
+    assert len(_open_fds() - before) == 3
+    assert [store.get(f"log/p/{i}/checkpoint/1") for i in range(10)] == [
+        b"%d" % i for i in range(10)
+    ]
+    with pytest.raises(ArchiveError, match="already exists"):
+        store.put("log/p/9/checkpoint/1", b"other", retain_until=FUTURE)
+    store.close()
