@@ -286,8 +286,20 @@ class FlushJob:
     finished: int
 
     def write(self, pool: ThreadPoolExecutor) -> int:
-        until = self.until
-        for f in [pool.submit(self.store.put, k, v, retain_until=until) for k, v in self.puts]:
+        """Put the objects on the pool's threads, each thread a share of them in turn, then
+        the checkpoint.
+
+        A share per thread, not a task per object: each task costs a queue hand-off, a
+        thread wake-up and a future, every one of them a GIL round trip that the archiver's
+        main thread pays for too, and a flush has hundreds of small objects."""
+        until, put, puts = self.until, self.store.put, self.puts
+
+        def put_share(share: list[tuple[str, bytes]]) -> None:
+            for k, v in share:
+                put(k, v, retain_until=until)
+
+        n = max(1, min(pool._max_workers, len(puts)))
+        for f in [pool.submit(put_share, puts[i::n]) for i in range(n)]:
             f.result()
         key, note = self.checkpoint
         self.store.put(key, note, retain_until=until)  # last: it makes the flush count
