@@ -1,4 +1,4 @@
-"""FlushJob.write: every object, then the checkpoint last, in a task per writer thread.
+"""FlushJob.write: every object, then the checkpoint last, in one task per writer thread.
 
 A task per object cost a queue hand-off, a thread wake-up and a future each (GIL round trips
 the archiver's main thread pays for too); a flush has hundreds of small objects.
@@ -6,6 +6,7 @@ the archiver's main thread pays for too); a flush has hundreds of small objects.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -71,3 +72,28 @@ def test_a_failed_put_fails_the_flush_before_its_checkpoint(tmp_path: Path) -> N
         _job(store, 40).write(pool)
     assert "log/p/0/checkpoint/1" not in store.order
     assert store.list("log/p/0/checkpoint/") == []
+
+
+class _SlowFirst(_Recording):
+    """The first object's put waits until every other object is written: a thread that met
+    a slow fsync."""
+
+    def __init__(self, root: Path, others: int) -> None:
+        super().__init__(root)
+        self.others = others
+        self.rest_done = threading.Event()
+
+    def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
+        if key.endswith("/000"):
+            assert self.rest_done.wait(10), "the other threads did not take the rest"
+        super().put(key, data, retain_until=retain_until)
+        if len(self.order) == self.others:
+            self.rest_done.set()
+
+
+def test_a_slow_put_does_not_hold_up_the_objects_behind_it(tmp_path: Path) -> None:
+    # with a fixed share per thread, the objects after 000 in its share would wait for it
+    store = _SlowFirst(tmp_path, others=39)
+    with _CountingPool(4) as pool:
+        assert _job(store, 40).write(pool) == 41
+    assert store.order[-2:] == ["log/p/0/tile/entries/000", "log/p/0/checkpoint/1"]

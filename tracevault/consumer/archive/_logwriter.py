@@ -286,20 +286,22 @@ class FlushJob:
     finished: int
 
     def write(self, pool: ThreadPoolExecutor) -> int:
-        """Put the objects on the pool's threads, each thread a share of them in turn, then
-        the checkpoint.
+        """Put the objects on the pool's threads, then the checkpoint.
 
-        A share per thread, not a task per object: each task costs a queue hand-off, a
-        thread wake-up and a future, every one of them a GIL round trip that the archiver's
-        main thread pays for too, and a flush has hundreds of small objects."""
-        until, put, puts = self.until, self.store.put, self.puts
+        One task per thread, each taking the next object not yet taken until none is left,
+        not a task per object: each task costs a queue hand-off, a thread wake-up and a
+        future, every one of them a GIL round trip that the archiver's main thread pays for
+        too, and a flush has hundreds of small objects. Taking the next object (rather than
+        a fixed share) keeps a thread that met a slow fsync from holding up the flush."""
+        until, put = self.until, self.store.put
+        left = iter(self.puts)  # shared: a list iterator hands each object out once
 
-        def put_share(share: list[tuple[str, bytes]]) -> None:
-            for k, v in share:
+        def put_left() -> None:
+            for k, v in left:
                 put(k, v, retain_until=until)
 
-        n = max(1, min(pool._max_workers, len(puts)))
-        for f in [pool.submit(put_share, puts[i::n]) for i in range(n)]:
+        n = max(1, min(pool._max_workers, len(self.puts)))
+        for f in [pool.submit(put_left) for _ in range(n)]:
             f.result()
         key, note = self.checkpoint
         self.store.put(key, note, retain_until=until)  # last: it makes the flush count
