@@ -167,6 +167,10 @@ class FileStore:
     ) -> None:
         self.root = Path(root).resolve()
         self._batch = sync == "batch"  # put_many syncs the file system once per batch
+        # Whether this store has the older layout's objects/runs/ (a store made before the
+        # shards): decided once, here, since only versions from before the shards wrote it
+        # and they do not run beside this one; a store without it costs a put no lstat.
+        self._legacy_runs = os.path.isdir(self.root / "objects" / "runs")
         self._objects = self.root / "objects"
         self._holds = self.root / "holds"
         self._tmp = self.root / "tmp"
@@ -262,7 +266,7 @@ class FileStore:
         else:
             run, name = run_key
             legacy = f"{self._objects}/{key}"
-            if os.path.lexists(legacy):  # written before runs had shards
+            if self._legacy_runs and os.path.lexists(legacy):  # written before runs had shards
                 self._same_or_raise(key, Path(legacy), data)
                 return None
             path = f"{self._objects}/{_RUNS}/{_run_shard(run)}/{run}+{name}"

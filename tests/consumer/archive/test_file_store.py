@@ -122,14 +122,15 @@ def test_runs_share_shard_directories_instead_of_one_each(tmp_path: Path) -> Non
 
 
 def test_a_store_in_the_older_layout_still_reads_and_refuses_overwrites(tmp_path: Path) -> None:
-    # objects/runs/<run>/<name>, as stores made before the shards hold them
-    store = FileStore(tmp_path)
+    # objects/runs/<run>/<name>, as stores made before the shards hold them (the store
+    # notices that layout when it is opened: only versions before the shards wrote it)
     old = tmp_path / "objects" / "runs" / "old"
     old.mkdir(parents=True)
     (old / "seg-1.avro").write_bytes(b"legacy")
     os.chmod(old / "seg-1.avro", 0o444)
     ts = FUTURE.timestamp()
     os.utime(old / "seg-1.avro", (ts, ts))
+    store = FileStore(tmp_path)
     store.put("runs/old/log-0-000000000009.json", b"new", retain_until=FUTURE)
     store.put("runs/old/seg-1.avro", b"legacy", retain_until=FUTURE)  # same bytes: a no-op
     with pytest.raises(ArchiveError, match="already exists"):
@@ -176,10 +177,10 @@ def test_a_flush_of_objects_is_put_together_each_whole_locked_and_read_only(
 
 
 def test_a_batch_over_an_older_layout_object_keeps_it(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
     old = tmp_path / "objects" / "runs" / "old"
     old.mkdir(parents=True)
     (old / "log-0-1.json").write_bytes(b"legacy")
+    store = FileStore(tmp_path)
     store.put_many(
         [("runs/old/log-0-1.json", b"legacy"), ("runs/new/log-0-1.json", b"new")],
         retain_until=FUTURE,

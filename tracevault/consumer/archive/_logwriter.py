@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from operator import attrgetter
 from typing import NamedTuple
 
 from tracevault.archive._store import ObjectStore
 from tracevault.archive.layout import day_batch_key, encode_day_batch, run_prefix
 from tracevault.archive.tlog import (
-    RunIndex,
+    RunIndexJson,
     checkpoint_key,
     checkpoint_prefix,
     data_key,
@@ -67,6 +68,9 @@ class LeafRecord(NamedTuple):
     leaf: bytes  # leaf data
     leaf_hash: bytes
     value: bytes
+
+
+_seq = attrgetter("seq")
 
 
 def _day(micros: int) -> date:
@@ -234,19 +238,19 @@ class PartitionLog:
         for level, index, width, data in self.state.take_tiles():
             puts.append((tile_key(self.log, level, index, width), data))
         days: dict[date, set[str]] = {}
+        # each run's RunIndex(run_id, log, origin, partition, size, leaves, fin, head).to_json()
+        index_json = RunIndexJson(self.log, self.origin, self.partition, size)
+        leaf_index = self.leaf_index
         for run_id, recs in self.runs.items():
-            fin = recs[-1].finishes
-            idx = RunIndex(
-                run_id=run_id,
-                log=self.log,
-                origin=self.origin,
-                partition=self.partition,
-                size=size,
-                leaves=tuple(zip(self.leaf_index[run_id], (r.seq for r in recs), strict=True)),
-                finished=fin,
-                head=recs[-1].chain_hash.hex() if fin else "",
+            last = recs[-1]
+            fin = last.finishes
+            data = index_json(
+                run_id,
+                zip(leaf_index[run_id], map(_seq, recs), strict=True),
+                fin,
+                last.chain_hash.hex() if fin else "",
             )
-            puts.append((run_index_key(prefix_of_run(run_id), self.partition, size), idx.to_json()))
+            puts.append((run_index_key(prefix_of_run(run_id), self.partition, size), data))
             for day in {_day(recs[0].sealed_at), _day(recs[-1].sealed_at)}:
                 days.setdefault(day, set()).add(run_id)
         for day, run_ids in sorted(days.items()):  # one object per flush and day, not per run
@@ -282,15 +286,29 @@ class FlushJob:
     finished: int
 
     def write(self, pool: ThreadPoolExecutor) -> int:
-        until = self.until
-        # A store that can make many objects durable together (FileStore: one sync of the
-        # file system, not two fsyncs an object) takes them at once; S3 PUTs go in parallel.
+        """Put the objects, then the checkpoint.
+
+        A store that can make many objects durable together (FileStore: one sync of the file
+        system, not two fsyncs an object) takes them at once. Otherwise (S3) they go on the
+        pool's threads: one task per thread, each taking the next object not yet taken until
+        none is left, not a task per object: each task costs a queue hand-off, a thread
+        wake-up and a future, every one of them a GIL round trip that the archiver's main
+        thread pays for too, and a flush has hundreds of small objects. Taking the next object
+        (rather than a fixed share) keeps a thread that met a slow PUT from holding up the
+        flush."""
+        until, put = self.until, self.store.put
         put_many = getattr(self.store, "put_many", None)
         if put_many is not None:
             put_many(self.puts, retain_until=until)
         else:
-            puts = [pool.submit(self.store.put, k, v, retain_until=until) for k, v in self.puts]
-            for f in puts:
+            left = iter(self.puts)  # shared: a list iterator hands each object out once
+
+            def put_left() -> None:
+                for k, v in left:
+                    put(k, v, retain_until=until)
+
+            n = max(1, min(pool._max_workers, len(self.puts)))
+            for f in [pool.submit(put_left) for _ in range(n)]:
                 f.result()
         key, note = self.checkpoint
         self.store.put(key, note, retain_until=until)  # last: it makes the flush count
