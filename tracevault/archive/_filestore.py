@@ -55,6 +55,7 @@ import json
 import logging
 import os
 import resource
+import threading
 import time
 import uuid
 import zlib
@@ -87,6 +88,12 @@ _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 # Files a put_many holds open before one syncfs makes them durable: a flush's objects in one
 # go where the descriptor limit allows (two syncfs a flush), a share of it where it is low.
 _BATCH_FILES = max(16, min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 16))
+# One batch at a time in the process: the archiver's flush threads (one per partition) made
+# batches in the same shard directories at once, and the kernel's locks (the directories',
+# the journal's, ext4's orphan list of nameless files) spun: measured on this VM's ext4,
+# 500 us of CPU an object with three at once against 100-130 alone, and the bench's window
+# went from 1.7-2.4 s to 0.9-1.1 s with this lock.
+_BATCH_LOCK = threading.Lock()
 _RUNS = "runs+"  # where runs/<run>/<name> objects live (not a key segment: "+")
 _SHARDS = 256
 
@@ -292,7 +299,10 @@ class FileStore:
         got = None
         if self._batch and self._anon and _cput is not None and placed:
             batch = [(p.rpartition("/")[0], p.rpartition("/")[2], d) for _, p, d in placed]
-            got = _cput.put_batch(batch, _READ_ONLY, _ns(retain_until), _O_TMPFILE, _BATCH_FILES)
+            with _BATCH_LOCK:
+                got = _cput.put_batch(
+                    batch, _READ_ONLY, _ns(retain_until), _O_TMPFILE, _BATCH_FILES
+                )
         if got is None:
             for key, _path, data in placed:
                 self.put(key, data, retain_until=retain_until)
