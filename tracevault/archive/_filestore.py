@@ -264,9 +264,12 @@ class FileStore:
             os.fsync(f.fileno())
         return tmp
 
-    def _place(self, key: str, data: bytes) -> str | None:
+    def _place(self, key: str, data: bytes, unsynced: set[str] | None = None) -> str | None:
         """The path ``key`` is written at, its directory made; None if an object of the
-        older layout already holds it (the same bytes; different ones raise)."""
+        older layout already holds it (the same bytes; different ones raise).
+
+        With ``unsynced``, a directory made here is not synced: the directories whose new
+        entries need it are added there (a batch's syncfs makes them durable at once)."""
         run_key = _split_run_key(check_key(key))
         if run_key is None:
             path = f"{self._objects}/{key}"
@@ -279,7 +282,10 @@ class FileStore:
             path = f"{self._objects}/{_RUNS}/{_run_shard(run)}/{run}+{name}"
         parent = path.rpartition("/")[0]
         if parent not in self._dirs:
-            self._make_dirs(parent)
+            if unsynced is None:
+                self._make_dirs(parent)
+            else:
+                unsynced.update(self._make_dirs(parent, sync=False))
         return path
 
     def put_many(self, items: Sequence[tuple[str, bytes]], *, retain_until: datetime) -> None:
@@ -291,22 +297,28 @@ class FileStore:
         durable, then they are linked and a last ``syncfs`` makes the names durable
         (``_cput.c``): a crash still leaves a name only on a whole object. Without it (or
         without O_TMPFILE) each item is a ``put``."""
+        batching = self._batch and self._anon and _cput is not None
         placed: list[tuple[str, str, bytes]] = []
+        unsynced: set[str] = set()  # directories with new entries, synced by the batch
         for key, data in items:
-            path = self._place(key, data)
+            path = self._place(key, data, unsynced if batching else None)
             if path is not None:
                 placed.append((key, path, data))
         got = None
-        if self._batch and self._anon and _cput is not None and placed:
+        if batching and placed and _cput is not None:
             batch = [(p.rpartition("/")[0], p.rpartition("/")[2], d) for _, p, d in placed]
             with _BATCH_LOCK:
                 got = _cput.put_batch(
                     batch, _READ_ONLY, _ns(retain_until), _O_TMPFILE, _BATCH_FILES
                 )
         if got is None:
+            for d in sorted(unsynced):
+                _fsync_dir(Path(d))
+            self._dirs.update(p.rpartition("/")[0] for _, p, _ in placed)
             for key, _path, data in placed:
                 self.put(key, data, retain_until=retain_until)
             return
+        self._dirs.update(p.rpartition("/")[0] for _, p, _ in placed)  # synced with the batch
         for linked, (key, path, data) in zip(got, placed, strict=True):
             if not linked:
                 self._same_or_raise(key, Path(path), data)
@@ -390,9 +402,10 @@ class FileStore:
             os.close(fd)
         return True
 
-    def _make_dirs(self, parent: str) -> None:
+    def _make_dirs(self, parent: str, *, sync: bool = True) -> list[str]:
         """Make ``parent`` (and its missing ancestors) durably: a new directory's name is an
-        entry of its own parent, synced like an object's."""
+        entry of its own parent, synced like an object's. With ``sync=False`` nothing is
+        synced or remembered: the directories to sync are returned (a batch syncs them)."""
         missing: list[str] = []
         d = parent
         while d != str(self._objects) and not os.path.isdir(d):
@@ -401,9 +414,12 @@ class FileStore:
         for m in reversed(missing):
             with contextlib.suppress(FileExistsError):  # another writer made it meanwhile
                 os.mkdir(m)
-        for m in dict.fromkeys(m.rpartition("/")[0] for m in missing):
-            _fsync_dir(Path(m))
-        self._dirs.add(parent)
+        parents = list(dict.fromkeys(m.rpartition("/")[0] for m in missing))
+        if sync:
+            for m in parents:
+                _fsync_dir(Path(m))
+            self._dirs.add(parent)
+        return parents
 
     def _same_or_raise(self, key: str, path: Path, data: bytes) -> None:
         existing = path.read_bytes()

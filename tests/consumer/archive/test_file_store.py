@@ -245,3 +245,25 @@ def test_object_sync_fsyncs_each_object_of_a_batch_on_its_own(tmp_path: Path) ->
     store.put_many(items, retain_until=FUTURE)
     assert store.calls == [("many", len(items)), *[("one", k) for k, _ in items]]
     assert [store.get(k) for k, _ in items] == [d for _, d in items]
+
+
+def test_a_batch_syncs_its_new_directories_with_its_objects_not_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a fresh store's first flush makes its shard and log directories: the batch's syncfs
+    # makes them durable before any name is linked into them, so none is fsynced alone
+    synced: list[Path] = []
+    real = _filestore._fsync_dir
+    monkeypatch.setattr(_filestore, "_fsync_dir", lambda p: (synced.append(p), real(p))[1])
+    store = FileStore(tmp_path)
+    synced.clear()
+    store.put_many(_batch(40), retain_until=FUTURE)
+    assert synced == []
+    assert len(store.list("runs/")) == 40
+    # without the batch (no O_TMPFILE), each new directory's entry is synced before its objects
+    monkeypatch.setattr(_filestore, "_O_TMPFILE", os.O_DIRECTORY)
+    other = FileStore(tmp_path / "other")
+    synced.clear()
+    other.put_many(_batch(40), retain_until=FUTURE)
+    assert Path(tmp_path / "other" / "objects" / "runs+") in synced
+    assert len(other.list("runs/")) == 40
