@@ -33,6 +33,7 @@ from pathlib import Path
 import fastavro
 
 from tracevault.archive import open_store
+from tracevault.archive._filestore import FileStore
 from tracevault.chain import genesis, link
 from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
@@ -93,8 +94,9 @@ def archive(root: Path, sealed: list[SealedEvent], per_segment: int) -> list[Pat
     for i in range(0, len(sealed), per_segment):
         chunk = [parse_sealed(encode_sealed(s)) for s in sealed[i : i + per_segment]]
         keys.append(writer.write_segment(cur, chunk))
+    paths = [FileStore(root).path_of(k) for k in keys]  # where the file store keeps each
     store.close()
-    return [root / "objects" / k for k in keys]
+    return paths
 
 
 def ours(root: Path, *, rebuild: bool) -> tuple[float, int]:
