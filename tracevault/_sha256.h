@@ -7,6 +7,7 @@
 #define TRACEVAULT_SHA256_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -156,6 +157,20 @@ static void sha256(const uint8_t *data, size_t len, uint8_t out[32]) {
     }
 }
 
+
+#ifdef Py_PYTHON_H
+/* The module of ``def``, its SHA-256 compression picked first and named in ``sha256_impl``
+ * (the tests check both compressions through it). */
+static PyObject *sha256_module(PyModuleDef *def) {
+    const char *impl = sha256_init(getenv("TRACEVAULT_PORTABLE_SHA256") != NULL);
+    PyObject *m = PyModule_Create(def);
+    if (m != NULL && PyModule_AddStringConstant(m, "sha256_impl", impl) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
+#endif
 
 /* RFC 6962 interior node: SHA-256(0x01 || left || right), 65 bytes, two blocks. */
 static void hash_children(const uint8_t *left, const uint8_t *right, uint8_t out[32]) {

@@ -25,6 +25,57 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef O_TMPFILE
+#define FALLBACK (-1) /* no O_TMPFILE or no /proc/self/fd on this file system */
+
+/* A nameless file in the directory ``dfd`` holding ``data``, read-only and locked until
+ * ``ns`` (its mtime), not yet synced: its fd, or -1 with ``*err`` an errno or FALLBACK. */
+static int write_nameless(int dfd, const Py_buffer *data, int mode, int tmpflag, long long ns,
+                          int *err) {
+    int fd = openat(dfd, ".", tmpflag | O_WRONLY | O_CLOEXEC, (mode_t)mode);
+    if (fd < 0) {
+        *err = (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) ? FALLBACK : errno;
+        return -1;
+    }
+    const char *p = data->buf;
+    Py_ssize_t left = data->len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, (size_t)left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            goto fail;
+        }
+        p += w;
+        left -= w;
+    }
+    struct timespec times[2] = {{ns / 1000000000LL, ns % 1000000000LL},
+                                {ns / 1000000000LL, ns % 1000000000LL}};
+    /* fchmod: whatever the umask took away; the lock before the object has a name */
+    if (fchmod(fd, (mode_t)mode) < 0 || futimens(fd, times) < 0)
+        goto fail;
+    return fd;
+fail:
+    *err = errno;
+    close(fd);
+    return -1;
+}
+
+/* Give the nameless file ``fd`` the name ``name`` in ``dfd``: 1 linked, 0 the name exists,
+ * or -1 with ``*err`` an errno or FALLBACK (no /proc/self/fd here). */
+static int link_nameless(int fd, int dfd, const char *name, int *err) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW) == 0)
+        return 1;
+    int e = errno;
+    if (e == EEXIST)
+        return 0;
+    *err = access(proc, F_OK) != 0 ? FALLBACK : e;
+    return -1;
+}
+#endif
+
 static PyObject *put(PyObject *self, PyObject *args) {
 #ifndef O_TMPFILE
     return PyLong_FromLong(-1);
@@ -39,60 +90,33 @@ static PyObject *put(PyObject *self, PyObject *args) {
     const char *parent = PyBytes_AS_STRING(parent_o), *name = PyBytes_AS_STRING(name_o);
     const char *failed = parent; /* the path an OSError names */
     int result = 0, err = 0, dfd = -1, fd = -1;
-    char proc[64];
     Py_BEGIN_ALLOW_THREADS
     dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
         err = errno;
         goto out;
     }
-    fd = openat(dfd, ".", tmpflag | O_WRONLY | O_CLOEXEC, (mode_t)mode);
+    fd = write_nameless(dfd, &data, mode, tmpflag, ns, &err);
     if (fd < 0) {
-        err = errno;
-        if (err == EOPNOTSUPP || err == EISDIR || err == EINVAL) {
-            result = -1;
-            err = 0;
-        }
+        if (err == FALLBACK)
+            result = -1, err = 0;
         goto out;
     }
-    const char *p = data.buf;
-    Py_ssize_t left = data.len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, (size_t)left);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            err = errno;
-            goto out;
-        }
-        p += n;
-        left -= n;
-    }
-    struct timespec times[2] = {{ns / 1000000000LL, ns % 1000000000LL},
-                                {ns / 1000000000LL, ns % 1000000000LL}};
-    if (fchmod(fd, (mode_t)mode) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0) {
+    if (fsync(fd) < 0) {
         err = errno;
         goto out;
     }
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    if (linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW) < 0) {
-        err = errno;
-        if (err == EEXIST) {
-            err = 0;
-            result = 0;
-        } else if (access(proc, F_OK) != 0) {
-            err = 0;
-            result = -2;
-        } else {
+    int linked = link_nameless(fd, dfd, name, &err);
+    if (linked < 0) {
+        if (err == FALLBACK)
+            result = -2, err = 0;
+        else
             failed = name;
-        }
         goto out;
     }
-    if (fsync(dfd) < 0) { /* the name */
+    result = linked;
+    if (linked == 1 && fsync(dfd) < 0) /* the name */
         err = errno;
-        goto out;
-    }
-    result = 1;
 out:
     if (fd >= 0)
         close(fd);
@@ -114,8 +138,6 @@ out:
 }
 
 #ifdef O_TMPFILE
-#define FALLBACK (-1) /* no O_TMPFILE or no /proc/self/fd on this file system */
-
 typedef struct {
     PyObject *parent, *name; /* bytes (file system encoding) */
     Py_buffer data;
@@ -128,61 +150,37 @@ static void name_it(char *failed, const char *path) {
 
 /* Phase 1 of a chunk: each object written as a nameless file, locked, not yet synced.
  * 0, an errno (``failed`` names the path), or FALLBACK. */
-static int write_chunk(Item *it, Py_ssize_t n, int mode, int tmpflag,
-                       const struct timespec *times, char *failed) {
+static int write_chunk(Item *it, Py_ssize_t n, int mode, int tmpflag, long long ns,
+                       char *failed) {
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *parent = PyBytes_AS_STRING(it[i].parent);
+        int err = 0;
         if (i > 0 && strcmp(parent, PyBytes_AS_STRING(it[i - 1].parent)) == 0)
             it[i].dfd = dup(it[i - 1].dfd);
         else
             it[i].dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (it[i].dfd < 0)
-            goto fail;
-        it[i].fd = openat(it[i].dfd, ".", tmpflag | O_WRONLY | O_CLOEXEC, (mode_t)mode);
-        if (it[i].fd < 0) {
-            if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)
-                return FALLBACK;
-            goto fail;
+            err = errno;
+        else
+            it[i].fd = write_nameless(it[i].dfd, &it[i].data, mode, tmpflag, ns, &err);
+        if (err) {
+            if (err != FALLBACK)
+                name_it(failed, parent);
+            return err;
         }
-        const char *p = it[i].data.buf;
-        Py_ssize_t left = it[i].data.len;
-        while (left > 0) {
-            ssize_t w = write(it[i].fd, p, (size_t)left);
-            if (w < 0) {
-                if (errno == EINTR)
-                    continue;
-                goto fail;
-            }
-            p += w;
-            left -= w;
-        }
-        if (fchmod(it[i].fd, (mode_t)mode) < 0 || futimens(it[i].fd, times) < 0)
-            goto fail;
-        continue;
-    fail:;
-        int e = errno; /* before snprintf can change it */
-        name_it(failed, parent);
-        return e;
     }
     return 0;
 }
 
 /* Phase 2, once every file of the chunk is durable: each name appears. */
 static int link_chunk(Item *it, Py_ssize_t n, char *failed) {
-    char proc[64];
     for (Py_ssize_t i = 0; i < n; i++) {
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", it[i].fd);
-        if (linkat(AT_FDCWD, proc, it[i].dfd, PyBytes_AS_STRING(it[i].name),
-                   AT_SYMLINK_FOLLOW) == 0) {
-            it[i].result = 1;
-        } else if (errno == EEXIST) {
-            it[i].result = 0;
-        } else {
-            int e = errno;
-            if (access(proc, F_OK) != 0)
-                return FALLBACK;
-            name_it(failed, PyBytes_AS_STRING(it[i].name));
-            return e;
+        int err = 0;
+        it[i].result = link_nameless(it[i].fd, it[i].dfd, PyBytes_AS_STRING(it[i].name), &err);
+        if (it[i].result < 0) {
+            if (err != FALLBACK)
+                name_it(failed, PyBytes_AS_STRING(it[i].name));
+            return err;
         }
     }
     return 0;
@@ -261,8 +259,6 @@ static PyObject *put_batch(PyObject *self, PyObject *args) {
         PyMem_Free(it);
         return NULL;
     }
-    struct timespec times[2] = {{ns / 1000000000LL, ns % 1000000000LL},
-                                {ns / 1000000000LL, ns % 1000000000LL}};
     char failed[PATH_MAX] = "";
     int err = 0, last = -1;
     for (Py_ssize_t base = 0; base < total && !err; base += chunk) {
@@ -274,7 +270,7 @@ static PyObject *put_batch(PyObject *self, PyObject *args) {
             break;
         }
         Py_BEGIN_ALLOW_THREADS
-        err = write_chunk(it, n, mode, tmpflag, times, failed);
+        err = write_chunk(it, n, mode, tmpflag, ns, failed);
         if (!err && syncfs(it[0].dfd) < 0) {
             err = errno;
             name_it(failed, PyBytes_AS_STRING(it[0].parent));

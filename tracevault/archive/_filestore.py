@@ -21,7 +21,8 @@ Why this shape:
   crash leaves nothing behind, and a put costs one inode and one directory entry instead of
   a named temp file, its link and its unlink (on a VM's ext4 each directory operation is tens
   to hundreds of µs of kernel time, and the archiver writes hundreds of objects a second).
-  Elsewhere (or if ``/proc`` is missing) it falls back to a named temp file in ``tmp/``.
+  Elsewhere (without ``/proc``, or without the C path ``_cput.c`` that makes them) it falls
+  back to a named temp file in ``tmp/``.
 - A run's objects share a shard directory (256 of them) instead of a directory of their own:
   a new directory is a new inode, as costly as the object itself on a VM's ext4, and a
   20-event run writes about one object. Listing ``runs/<run>/`` stays one call: it reads
@@ -100,6 +101,11 @@ _SHARDS = 256
 
 def _run_shard(run: str) -> str:
     return f"{zlib.crc32(run.encode()) % _SHARDS:02x}"
+
+
+def _run_file(run: str, name: str) -> str:
+    """Where, under objects/, the file store keeps the object of ``runs/<run>/<name>``."""
+    return f"{_RUNS}/{_run_shard(run)}/{run}+{name}"
 
 
 def _split_run_key(key: str) -> tuple[str, str] | None:
@@ -239,7 +245,7 @@ class FileStore:
         if run_key is None:
             return self._objects / key
         run, name = run_key
-        path = self._objects / _RUNS / _run_shard(run) / f"{run}+{name}"
+        path = self._objects / _run_file(run, name)
         if not path.exists():
             legacy = self._objects / key
             if legacy.exists():
@@ -279,7 +285,7 @@ class FileStore:
             if self._legacy_runs and os.path.lexists(legacy):  # written before runs had shards
                 self._same_or_raise(key, Path(legacy), data)
                 return None
-            path = f"{self._objects}/{_RUNS}/{_run_shard(run)}/{run}+{name}"
+            path = f"{self._objects}/{_run_file(run, name)}"
         parent = path.rpartition("/")[0]
         if parent not in self._dirs:
             if unsynced is None:
@@ -328,7 +334,7 @@ class FileStore:
         if path is None:
             return
         parent = path.rpartition("/")[0]
-        if self._anon and _cput is not None:
+        if self._anon and _cput is not None:  # nameless, linked in place (_cput.c)
             got = _cput.put(
                 parent, path.rpartition("/")[2], data, _READ_ONLY, _ns(retain_until), _O_TMPFILE
             )
@@ -341,16 +347,7 @@ class FileStore:
                 "file store %s: no O_TMPFILE or /proc/self/fd here; using temp files", self.root
             )
             self._anon = False
-        if self._anon:
-            dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                linked = self._put_anonymous(dfd, key, path, data, retain_until)
-                if linked is not None:
-                    if linked:
-                        os.fsync(dfd)  # the name
-                    return
-            finally:
-                os.close(dfd)
+        # a named temp file in tmp/, linked (without the C path, or without O_TMPFILE)
         tmp = self._write_tmp(data, retain_until)
         try:
             os.link(tmp, path)
@@ -360,47 +357,6 @@ class FileStore:
         finally:
             tmp.unlink()
         _fsync_dir(Path(parent))
-
-    def _put_anonymous(
-        self, dfd: int, key: str, path: str, data: bytes, until: datetime
-    ) -> bool | None:
-        """Write ``data`` as a nameless file in the directory ``dfd`` and link it at ``path``:
-        True if linked, False if ``path`` already held the same bytes.
-
-        None (and no file left) where the kernel or filesystem has no ``O_TMPFILE`` or no
-        ``/proc/self/fd``: the caller then writes a named temp file, as it will from now on.
-        """
-        try:
-            fd = os.open(".", _O_TMPFILE | os.O_WRONLY, _READ_ONLY, dir_fd=dfd)
-        except OSError as exc:  # EOPNOTSUPP, EISDIR (kernel < 3.11), EINVAL
-            log.info("file store %s: no O_TMPFILE here (%s); using temp files", self.root, exc)
-            self._anon = False
-            return None
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fchmod(fd, _READ_ONLY)  # whatever the umask took away
-            ns = _ns(until)
-            os.utime(fd, ns=(ns, ns))  # the lock, before the object has a name
-            os.fsync(fd)
-            try:
-                # a dir fd makes os.link call linkat(..., AT_SYMLINK_FOLLOW), and
-                # /proc/self/fd/N then names the open file itself (an absolute path: the
-                # dir fd only selects linkat)
-                os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=dfd)
-            except FileExistsError:
-                self._same_or_raise(key, Path(path), data)
-                return False
-            except OSError as exc:
-                if os.path.exists(f"/proc/self/fd/{fd}"):
-                    raise
-                log.info("file store %s: no /proc/self/fd (%s); using temp files", self.root, exc)
-                self._anon = False
-                return None
-        finally:
-            os.close(fd)
-        return True
 
     def _make_dirs(self, parent: str, *, sync: bool = True) -> list[str]:
         """Make ``parent`` (and its missing ancestors) durably: a new directory's name is an

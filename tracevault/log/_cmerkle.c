@@ -9,7 +9,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdlib.h>
 
 #include "_sha256.h"
 
@@ -121,12 +120,4 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cmerkle",
                                     "RFC 6962 tree hashing in C (see _cmerkle.c).", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit__cmerkle(void) {
-    const char *impl = sha256_init(getenv("TRACEVAULT_PORTABLE_SHA256") != NULL);
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddStringConstant(m, "sha256_impl", impl) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+PyMODINIT_FUNC PyInit__cmerkle(void) { return sha256_module(&module); }

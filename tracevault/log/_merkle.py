@@ -31,6 +31,7 @@ __all__ = [
     "NodeSource",
     "consistency_proof",
     "hash_children",
+    "perfect_root",
     "hash_leaf",
     "inclusion_proof",
     "list_source",
@@ -57,6 +58,20 @@ def hash_leaf(data: bytes) -> bytes:
 def hash_children(left: bytes, right: bytes) -> bytes:
     """RFC 6962 interior node hash."""
     return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def perfect_root(layer: list[bytes]) -> bytes:
+    """The root of the perfect subtree over ``layer`` (a power of two of hashes): a full
+    tile's root, in C where it is built."""
+    if _cmerkle is not None:
+        try:
+            root: bytes = _cmerkle.perfect_root(layer)
+            return root
+        except ValueError:
+            pass  # a hash that is not 32 bytes: hashed as given below
+    while len(layer) > 1:
+        layer = [hash_children(layer[i], layer[i + 1]) for i in range(0, len(layer), 2)]
+    return layer[0]
 
 
 def _split(n: int) -> int:
@@ -96,23 +111,15 @@ class CompactTree:
             n >>= 1
 
     def extend(self, leaf_hashes: Sequence[bytes]) -> None:
-        """``append`` of each, inlined: a checkpoint record's hundreds of leaves."""
+        """``append`` of each (in C where it is built: a checkpoint record's hundreds)."""
         if _cmerkle is not None:
             try:
                 self.size = _cmerkle.extend(self.hashes, self.size, leaf_hashes)
                 return
             except ValueError:
-                pass  # a hash that is not 32 bytes: nothing changed; hashed as given below
-        hashes, n, sha = self.hashes, self.size, hashlib.sha256
+                pass  # a hash that is not 32 bytes: nothing changed; appended as given below
         for h in leaf_hashes:
-            hashes.append(h)
-            n += 1
-            m = n
-            while not m & 1:
-                right = hashes.pop()
-                hashes[-1] = sha(b"\x01" + hashes[-1] + right).digest()
-                m >>= 1
-        self.size = n
+            self.append(h)
 
     def root(self) -> bytes:
         hashes = self.hashes

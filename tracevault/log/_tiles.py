@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 
 from tracevault.errors import LogError
-from tracevault.log._merkle import HASH_SIZE, CompactTree, NodeSource, _cmerkle, hash_children
+from tracevault.log._merkle import HASH_SIZE, CompactTree, NodeSource, hash_children, perfect_root
 
 __all__ = [
     "TILE_HEIGHT",
@@ -163,19 +163,6 @@ def tile_hashes(level: int, index: int, width: int, node: NodeSource) -> bytes:
     return b"".join(node(TILE_HEIGHT * level, first + i) for i in range(width))
 
 
-def _perfect_root(layer: list[bytes]) -> bytes:
-    """The root of the perfect subtree over ``layer`` (a power of two of hashes)."""
-    if _cmerkle is not None:
-        try:
-            root: bytes = _cmerkle.perfect_root(layer)
-            return root
-        except ValueError:
-            pass  # a hash that is not 32 bytes: hashed as given below
-    while len(layer) > 1:
-        layer = [hash_children(layer[i], layer[i + 1]) for i in range(0, len(layer), 2)]
-    return layer[0]
-
-
 class TileState:
     """The right edge of a tiled log: the hashes of the newest (partial) tile of each level.
 
@@ -224,7 +211,7 @@ class TileState:
                 return
             self._done[(level, index - 1)] = b"".join(row)
             self._touched.discard((level, index - 1))
-            h = _perfect_root(row)
+            h = perfect_root(row)
             row.clear()
             level += 1
 
@@ -255,7 +242,7 @@ class TileState:
             pos = 0
             for bit in reversed(range(TILE_HEIGHT)):
                 if len(row) >> bit & 1:
-                    hashes.append(_perfect_root(row[pos : pos + (1 << bit)]))
+                    hashes.append(perfect_root(row[pos : pos + (1 << bit)]))
                     pos += 1 << bit
         return CompactTree(self.size, hashes)
 

@@ -180,10 +180,9 @@ class _Part:
     ready_offset: int | None = None  # after the last verified checkpoint record
     durable_offset: int | None = None  # after the last flushed (or already archived) one
     opened: float = 0.0  # when the first unflushed leaf was verified
-    # the newest flush taken and not yet accounted for: (objects written, when it ended)
-    inflight: Future[tuple[int, float]] | None = None
-    # flushes taken and not yet accounted for, oldest first: (future, job, ready_offset when
-    # it was taken); each is written only after the one before it (_after)
+    # flushes taken and not yet accounted for, oldest first: (future of (objects written,
+    # when the last was), job, ready_offset when it was taken); each is written only after
+    # the one before it (_after)
     flights: list[tuple[Future[tuple[int, float]], FlushJob, int | None]] = field(
         default_factory=list
     )
@@ -520,7 +519,7 @@ class Archiver:
         since = last_msg or self._assigned_at
         if since is None or time.monotonic() - since < until_idle:
             return False
-        if any(p.log.unflushed or p.inflight for p in self._parts.values()):
+        if any(p.log.unflushed or p.flights for p in self._parts.values()):
             return False
         for tp in consumer.assignment():
             _low, high = consumer.get_watermark_offsets(tp, cached=True)
@@ -548,7 +547,7 @@ class Archiver:
         for p, consumed in self._consumed.items():
             part = self._parts.get(p)
             upto: int | None = consumed
-            if part is not None and (part.pending or part.log.unflushed or part.inflight):
+            if part is not None and (part.pending or part.log.unflushed or part.flights):
                 upto = part.durable_offset
             if upto is not None and self._committed.get(p) != upto:
                 offsets.append(TopicPartition(self.topic, p, upto))
@@ -666,7 +665,7 @@ class Archiver:
         if partition is None or offset is None:
             return  # only error events lack a position
         self._consumed[partition] = offset + 1
-        part = self._parts.get(partition) or self._part(partition)
+        part = self._part(partition)
         headers = msg.headers()
         if headers and is_checkpoint_record(headers):
             self._checkpoint(part, msg)
@@ -784,7 +783,7 @@ class Archiver:
             plog.note, plog.note_size = vc.note, vc.checkpoint.size
         if new:
             plog.root = vc.tree.root()
-        if not plog.unflushed and part.inflight is None:
+        if not plog.unflushed and not part.flights:
             part.durable_offset = part.ready_offset
         elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
             self._flush(part)
@@ -812,9 +811,9 @@ class Archiver:
         while len(part.flights) >= _BACKLOG:
             self._wait_oldest(part)
         job = plog.take_flush(self.clock() + self.retention)
-        before = part.inflight
-        part.inflight = self._flusher.submit(_after, before, job, self._pool)
-        part.flights.append((part.inflight, job, part.ready_offset))
+        before = part.flights[-1][0] if part.flights else None
+        fut = self._flusher.submit(_after, before, job, self._pool)
+        part.flights.append((fut, job, part.ready_offset))
 
     def _reap(self) -> None:
         for part in self._parts.values():
@@ -833,11 +832,8 @@ class Archiver:
             objects, written_at = fut.result()
         except BaseException:
             part.flights.clear()  # the later ones failed with it (_after)
-            part.inflight = None
             raise
         part.flights.pop(0)
-        if not part.flights:
-            part.inflight = None
         done = not part.log.unflushed and not part.flights
         part.durable_offset = part.ready_offset if done else offset
         st = self.stats

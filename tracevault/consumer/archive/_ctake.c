@@ -20,7 +20,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "_sha256.h"
@@ -98,6 +97,18 @@ static Py_ssize_t kind_index(const uint8_t *raw, Py_ssize_t len, const Ctx *c) {
     return b >> 1;
 }
 
+/* ``bytes.decode("utf-8")`` of a field: 1 and ``*out`` set, 0 if it is not UTF-8 (the walk
+ * declines, as the Python one does), -1 on another Python error (memory). */
+static int utf8(const uint8_t *p, Py_ssize_t n, PyObject **out) {
+    *out = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+    if (*out != NULL)
+        return 1;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
 /* sealed_fields() + event_kind() of one value: 1 and ``f`` filled, 0 to decline, -1 on a
  * Python error (memory). */
 static int walk(const uint8_t *b, Py_ssize_t end, const Ctx *c, Fields *f) {
@@ -129,24 +140,16 @@ static int walk(const uint8_t *b, Py_ssize_t end, const Ctx *c, Fields *f) {
         return 0;
     if (read_long(b, end, &p, &n) < 0 || n < 0 || n != end - p)
         return 0; /* the sequencer id ends exactly where the value does */
-    PyObject *sid = PyUnicode_DecodeUTF8((const char *)b + p, (Py_ssize_t)n, "strict");
-    if (sid == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-            return -1;
-        PyErr_Clear();
-        return 0;
-    }
+    PyObject *sid, *run_id;
+    int ok = utf8(b + p, (Py_ssize_t)n, &sid);
+    if (ok <= 0)
+        return ok;
     Py_DECREF(sid);
     Py_ssize_t kind = kind_index(raw, raw_len, c);
     if (kind < 0)
         return 0;
-    PyObject *run_id = PyUnicode_DecodeUTF8((const char *)rid, rid_len, "strict");
-    if (run_id == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-            return -1;
-        PyErr_Clear();
-        return 0;
-    }
+    if ((ok = utf8(rid, rid_len, &run_id)) <= 0)
+        return ok;
     f->run_id = run_id;
     f->seq = seq;
     f->hash = hash;
@@ -380,11 +383,5 @@ PyMODINIT_FUNC PyInit__ctake(void) {
     INTERN(S_headers, "headers");
     INTERN(S_key, "key");
     INTERN(S_pending, "pending");
-    const char *impl = sha256_init(getenv("TRACEVAULT_PORTABLE_SHA256") != NULL);
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddStringConstant(m, "sha256_impl", impl) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return sha256_module(&module);
 }

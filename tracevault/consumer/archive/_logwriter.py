@@ -196,16 +196,7 @@ class PartitionLog:
     def append(self, rec: LeafRecord) -> int:
         """Add the next leaf; returns its index."""
         index = self.state.size
-        self.state.append(rec.leaf_hash)
-        self.entries.append(rec.leaf)
-        self.values.append(rec.value)
-        if len(self.entries) == TILE_WIDTH:
-            n = index // TILE_WIDTH
-            self.full_entries[n] = (encode_bundle(self.entries), encode_values(self.values))
-            self.entries, self.values = [], []
-        self.unflushed_bytes += len(rec.value)
-        self.runs.setdefault(rec.run_id, []).append(rec)
-        self.leaf_index.setdefault(rec.run_id, []).append(index)
+        self.extend([rec])
         return index
 
     def flush(
