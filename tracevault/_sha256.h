@@ -158,6 +158,60 @@ static void sha256(const uint8_t *data, size_t len, uint8_t out[32]) {
 }
 
 
+/* Incremental SHA-256, for inputs made of pieces (the chain link: a domain, the previous
+ * hash, then the raw value, which may be large): no copy into one buffer. */
+typedef struct {
+    uint32_t st[8];
+    uint8_t buf[64];
+    size_t fill;
+    uint64_t len;
+} sha256_ctx;
+
+static void sha256_start(sha256_ctx *c) {
+    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(c->st, iv, sizeof iv);
+    c->fill = 0;
+    c->len = 0;
+}
+
+static void sha256_update(sha256_ctx *c, const uint8_t *p, size_t n) {
+    c->len += n;
+    if (c->fill) {
+        size_t take = 64 - c->fill < n ? 64 - c->fill : n;
+        memcpy(c->buf + c->fill, p, take);
+        c->fill += take;
+        p += take;
+        n -= take;
+        if (c->fill < 64)
+            return;
+        sha256_blocks(c->st, c->buf, 1);
+        c->fill = 0;
+    }
+    sha256_blocks(c->st, p, n / 64);
+    memcpy(c->buf, p + n / 64 * 64, n % 64);
+    c->fill = n % 64;
+}
+
+static void sha256_finish(sha256_ctx *c, uint8_t out[32]) {
+    uint8_t tail[128];
+    size_t rest = c->fill;
+    memcpy(tail, c->buf, rest);
+    tail[rest] = 0x80;
+    size_t tlen = rest + 1 + 8 <= 64 ? 64 : 128;
+    memset(tail + rest + 1, 0, tlen - rest - 1);
+    uint64_t bits = c->len * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tlen - 1 - i] = (uint8_t)(bits >> (8 * i));
+    sha256_blocks(c->st, tail, tlen / 64);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(c->st[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(c->st[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(c->st[i] >> 8);
+        out[4 * i + 3] = (uint8_t)c->st[i];
+    }
+}
+
 #ifdef Py_PYTHON_H
 /* The module of ``def``, its SHA-256 compression picked first and named in ``sha256_impl``
  * (the tests check both compressions through it). */

@@ -22,30 +22,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_avro.h"
 #include "_sha256.h"
 
 /* ---- Avro walks (SealedEvent v1, the first fields of TraceEvent v2) ------------------- */
-
-/* Avro's zig-zag varint long, as tracevault/schemas/fast/_varint.py reads it: at most 10
- * bytes, the value within 64 bits. 0 on success; -1 where that reader raises. */
-static int read_long(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, int64_t *out) {
-    Py_ssize_t p = *pos;
-    uint64_t n = 0;
-    int shift = 0;
-    uint8_t x;
-    do {
-        if (p >= end || shift > 63)
-            return -1;
-        x = b[p++];
-        if (shift == 63 && (x & 0x7F) > 1)
-            return -1; /* the value needs more than 64 bits */
-        n |= (uint64_t)(x & 0x7F) << shift;
-        shift += 7;
-    } while (x & 0x80);
-    *pos = p;
-    *out = (int64_t)((n >> 1) ^ (0 - (n & 1)));
-    return 0;
-}
 
 typedef struct {
     PyObject *consumed; /* dict: partition -> next offset */
@@ -95,18 +75,6 @@ static Py_ssize_t kind_index(const uint8_t *raw, Py_ssize_t len, const Ctx *c) {
     if ((b & 0x81) || (Py_ssize_t)(b >> 1) >= c->nkinds)
         return -1;
     return b >> 1;
-}
-
-/* ``bytes.decode("utf-8")`` of a field: 1 and ``*out`` set, 0 if it is not UTF-8 (the walk
- * declines, as the Python one does), -1 on another Python error (memory). */
-static int utf8(const uint8_t *p, Py_ssize_t n, PyObject **out) {
-    *out = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
-    if (*out != NULL)
-        return 1;
-    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-        return -1;
-    PyErr_Clear();
-    return 0;
 }
 
 /* sealed_fields() + event_kind() of one value: 1 and ``f`` filled, 0 to decline, -1 on a
@@ -159,20 +127,6 @@ static int walk(const uint8_t *b, Py_ssize_t end, const Ctx *c, Fields *f) {
 }
 
 static PyObject *S_error, *S_partition, *S_offset, *S_value, *S_headers, *S_key, *S_pending;
-
-/* A tuple subclass without a __dict__ (a NamedTuple), filled with ``n`` stolen references;
- * what ``tuple.__new__(cls, items)`` makes, without the intermediate tuple. */
-static PyObject *new_tuple(PyTypeObject *cls, PyObject **items, Py_ssize_t n) {
-    PyObject *t = cls->tp_alloc(cls, n);
-    if (t == NULL) {
-        for (Py_ssize_t i = 0; i < n; i++)
-            Py_XDECREF(items[i]);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        PyTuple_SET_ITEM(t, i, items[i]);
-    return t;
-}
 
 static int parse_ctx(PyObject *t, Ctx *c) {
     PyObject *sh, *th;

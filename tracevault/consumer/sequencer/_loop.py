@@ -50,6 +50,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from confluent_kafka import (
@@ -84,7 +85,7 @@ from tracevault.consumer.sequencer._records import (
     sealed_v1_header,
     sealed_value,
 )
-from tracevault.consumer.sequencer._rules import BatchOutput, RunBook
+from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, BatchOutput, RunBook, SealOut
 from tracevault.errors import (
     FencedError,
     NotFoundError,
@@ -102,7 +103,14 @@ from tracevault.log import (
     NoteSigner,
     leaf_prefix,
 )
-from tracevault.schemas import avro_long
+from tracevault.schemas import EventKind, avro_long
+from tracevault.schemas.fast import armed_walks
+
+_cseal: ModuleType | None
+try:  # the per-event path in C (built by `pip install`; optional, see pyproject.toml)
+    from tracevault.consumer.sequencer import _cseal
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _cseal = None
 
 __all__ = ["Sequencer", "default_instance_id"]
 
@@ -179,6 +187,24 @@ class Sequencer:
         self._committed_since_start = False
         self._lost = False
         self._session_started = 0.0
+        self._native = self._native_context()
+
+    def _native_context(self) -> tuple[object, ...] | None:
+        """The fixed part of the C path's context (``_cseal.c``), or None when it is not built
+        or the fast walks are off (a newer schema: only the Python rules read it)."""
+        walks = armed_walks()
+        if _cseal is None or walks is None:
+            log.info("sequencer: the per-event path runs in Python (no C path here)")
+            return None
+        _sealed, trace, kinds = walks
+        return (
+            SealOut,
+            trace,
+            len(kinds),
+            kinds.index(EventKind.GAP),
+            kinds.index(EventKind.RUN_FINISHED),
+            MAX_RAW_BYTES,
+        )
 
     @property
     def transactional_id(self) -> str:
@@ -489,20 +515,7 @@ class Sequencer:
                 raise
             now_us = now_micros()
             out = BatchOutput()
-            consumed = 0
-            apply = self._book.apply
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    self._raise_if_fenced(err)
-                    if err.fatal() or err.code() == KafkaError._FATAL:
-                        # exactly-once holds: nothing of this batch is committed
-                        raise _Broken(f"the raw consumer failed fatally ({err.str()})")
-                    log.warning("consumer: %s", err)
-                    continue
-                consumed += 1
-                # a consumed record always has its partition and offset
-                apply(out, msg.key(), msg.value(), msg.partition(), msg.offset(), now_us)  # type: ignore[arg-type]
+            consumed = self._apply_all(msgs, out, now_us)
             mono = time.monotonic()
             if mono >= next_sweep:
                 next_sweep = mono + sweep_every
@@ -527,6 +540,41 @@ class Sequencer:
                     stats,
                     extra={"instance_id": self.instance_id, "stats": stats},
                 )
+
+    def _apply_all(self, msgs: list[Message], out: BatchOutput, now_us: int) -> int:
+        """The rules over a consumed batch; how many records it held. The common case of a
+        raw event goes through the C path (``_cseal.c``) when it is built; it stops at the
+        first message that is not that case, which the Python rules handle, and goes on after
+        it. Both leave the same book and output (tests/consumer/sequencer/test_cseal.py)."""
+        book = self._book
+        assert book is not None
+        native = self._native
+        i, n, consumed = 0, len(msgs), 0
+        if native is not None:
+            assert _cseal is not None  # a context is made only when it is built
+            ctx = (book.runs, out.sealed, out.touched, now_us, *native)
+            take = _cseal.take
+        while i < n:
+            if native is not None:
+                j = take(msgs, i, ctx)
+                consumed += j - i
+                if j == n:
+                    break
+                i = j
+            msg = msgs[i]
+            i += 1
+            err = msg.error()
+            if err is not None:
+                self._raise_if_fenced(err)
+                if err.fatal() or err.code() == KafkaError._FATAL:
+                    # exactly-once holds: nothing of this batch is committed
+                    raise _Broken(f"the raw consumer failed fatally ({err.str()})")
+                log.warning("consumer: %s", err)
+                continue
+            consumed += 1
+            # a consumed record always has its partition and offset
+            book.apply(out, msg.key(), msg.value(), msg.partition(), msg.offset(), now_us)  # type: ignore[arg-type]
+        return consumed
 
     def _transact(self, consumer: Consumer, out: BatchOutput) -> None:
         try:
@@ -580,62 +628,16 @@ class Sequencer:
         offsets: dict[int, int] = {}  # index in out.sealed -> offset, from delivery reports
         produce = producer.produce
         sealed_topic = topics.sealed
-        header = sealed_v1_header()
-        if header is None:  # a newer SealedEvent is current: the codec writes it
-            values = [
-                sealed_value(
-                    run_id=rec.run.run_id,
-                    seq=rec.seq,
-                    prev_hash=rec.prev_hash,
-                    hash_=rec.hash,
-                    raw=rec.raw,
-                    source_partition=rec.source_partition,
-                    source_offset=rec.source_offset,
-                    sequencer_id=sid,
-                    sealed_at=sealed_at,
-                )
-                for rec in out.sealed
-            ]
-        else:
-            at = avro_long(sealed_at)
-            sid_enc = avro_str(sid)
-            values = []
-            for rec in out.sealed:
-                run = rec.run
-                enc = run.enc
-                if enc is None:
-                    enc = run.enc = self._run_enc(run, header)
-                values.append(
-                    sealed_v1(
-                        enc[0],
-                        rec.seq,
-                        rec.prev_hash,
-                        rec.hash,
-                        rec.raw,
-                        at,
-                        rec.source_partition,
-                        rec.source_offset,
-                        sid_enc,
-                    )
-                )
+        values, leaves = self._encode(out, sealed_at)
         # Leaf i of a partition's log is the i-th event record produced to it here (one
         # idempotent producer, explicit partitions: produce order is offset order).
-        leaves: dict[int, list[bytes]] = {}
         for i, rec in enumerate(out.sealed):
             run = rec.run
-            part = run.partition
             if i in tracked:
                 on_delivery = _offset_setter(self, offsets, i)
-                produce(sealed_topic, values[i], run.key, part, on_delivery)
+                produce(sealed_topic, values[i], run.key, run.partition, on_delivery)
             else:
-                produce(sealed_topic, values[i], run.key, part)
-            lp = run.leaf
-            if lp is None:
-                lp = run.leaf = leaf_prefix(run.run_id)
-            hashes = leaves.get(part)
-            if hashes is None:
-                hashes = leaves[part] = []
-            hashes.append(_sha256(lp + _U64(rec.seq) + rec.hash).digest())
+                produce(sealed_topic, values[i], run.key, run.partition)
         # One signature per partition: its checkpoint goes after its records, its compact
         # tree to the same heads partition; both commit or abort with them.
         signed = self.logs.sign(leaves)
@@ -745,6 +747,66 @@ class Sequencer:
             raise _AbortBatch(self._delivery_error)
         self.logs.committed(signed)
 
+    def _encode(
+        self, out: BatchOutput, sealed_at: int
+    ) -> tuple[list[bytes], dict[int, list[bytes]]]:
+        """The batch's sealed values, and its log leaf hashes by partition, in order: in C
+        (``_cseal.values``) when it is built, else here; the same bytes either way."""
+        sid = self.instance_id
+        header = sealed_v1_header()
+        if header is None:  # a newer SealedEvent is current: the codec writes it
+            values = [
+                sealed_value(
+                    run_id=rec.run.run_id,
+                    seq=rec.seq,
+                    prev_hash=rec.prev_hash,
+                    hash_=rec.hash,
+                    raw=rec.raw,
+                    source_partition=rec.source_partition,
+                    source_offset=rec.source_offset,
+                    sequencer_id=sid,
+                    sealed_at=sealed_at,
+                )
+                for rec in out.sealed
+            ]
+            return values, _leaves(out)
+        at = avro_long(sealed_at)
+        sid_enc = avro_str(sid)
+
+        def run_enc(run: Any) -> tuple[bytes, bytes]:
+            enc = self._run_enc(run, header)
+            run.enc = enc
+            return enc
+
+        if _cseal is not None:
+            try:
+                done: tuple[list[bytes], dict[int, list[bytes]]] = _cseal.values(
+                    out.sealed, at, sid_enc, run_enc, _run_leaf
+                )
+                return done
+            except ValueError:  # a record sealed_v1 does not take: Python says which
+                pass
+        values = []
+        for rec in out.sealed:
+            run = rec.run
+            enc = run.enc
+            if enc is None:
+                enc = run_enc(run)
+            values.append(
+                sealed_v1(
+                    enc[0],
+                    rec.seq,
+                    rec.prev_hash,
+                    rec.hash,
+                    rec.raw,
+                    at,
+                    rec.source_partition,
+                    rec.source_offset,
+                    sid_enc,
+                )
+            )
+        return values, _leaves(out)
+
     @staticmethod
     def _run_enc(run: Any, sealed_header: bytes) -> tuple[bytes, bytes]:
         """The run's encoded value prefixes: (SealedEvent v1, HeadState v1); cached on the run."""
@@ -829,6 +891,28 @@ class Sequencer:
             log.info("sequencer %s: history reader close: %s", self.instance_id, exc)
         self._calls.close()
         log.info("sequencer %s stopped", self.instance_id)
+
+
+def _run_leaf(run: Any) -> bytes:
+    """The run's leaf prefix (tracevault.log.leaf_prefix), cached on the run."""
+    lp: bytes = leaf_prefix(run.run_id)
+    run.leaf = lp
+    return lp
+
+
+def _leaves(out: BatchOutput) -> dict[int, list[bytes]]:
+    """The log leaf hashes of the batch's sealed records, by partition, in order."""
+    leaves: dict[int, list[bytes]] = {}
+    for rec in out.sealed:
+        run = rec.run
+        lp = run.leaf
+        if lp is None:
+            lp = _run_leaf(run)
+        hashes = leaves.get(run.partition)
+        if hashes is None:
+            hashes = leaves[run.partition] = []
+        hashes.append(_sha256(lp + _U64(rec.seq) + rec.hash).digest())
+    return leaves
 
 
 def _off(msg: Message) -> int:
