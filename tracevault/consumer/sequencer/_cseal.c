@@ -20,9 +20,12 @@
  * canonical form writes, object keys without escapes or characters past U+FFFF in strictly
  * increasing byte order (the UTF-16 order of such keys). Anything else is left to Python.
  *
+ * ``values`` and ``heads`` write what ``sealed_v1``, the leaf hash and ``plain_head_value``
+ * write, for a whole batch in one call.
+ *
  * tests/consumer/sequencer/test_cseal.py pins the walk to ``peek_event``, the JSON subset to
  * ``check_canonical``, ``take`` to the rules over whole batches of real messages, and
- * ``values`` to ``sealed_v1`` and ``leaf_hash``.
+ * ``values`` and ``heads`` to the Python encoders.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -301,7 +304,8 @@ typedef struct {
 } Ctx;
 
 static PyObject *S_error, *S_value, *S_key, *S_partition, *S_offset, *S_held, *S_finished,
-    *S_next_seq, *S_last_hash, *S_hashes, *S_seen_us, *S_enc, *S_leaf;
+    *S_next_seq, *S_last_hash, *S_hashes, *S_seen_us, *S_enc, *S_leaf, *S_gaps, *S_first_offset,
+    *S_last_offset;
 
 static const uint8_t EVENT_DOMAIN[20] = "tracevault/v1/event";
 
@@ -626,6 +630,94 @@ done:
     return out;
 }
 
+/* ---- heads: HeadState v1 values of the common head ---------------------------------------- */
+
+/* heads(runs, suffix, run_enc) -> [value or None]: ``plain_head_value`` of each run whose head
+ * is the plain shape (not finished, no gaps, nothing held, a 32-byte last hash), None for the
+ * others (the caller writes those with ``encode_head``, or ends a finished run's head). */
+static PyObject *heads(PyObject *self, PyObject *args) {
+    PyObject *runs, *fill_enc;
+    Py_buffer suffix;
+    if (!PyArg_ParseTuple(args, "O!y*O:heads", &PyList_Type, &runs, &suffix, &fill_enc))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(runs);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *run = PyList_GET_ITEM(runs, i);
+        PyObject *f[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+        PyObject *names[6] = {S_finished, S_gaps, S_held, S_last_hash, S_next_seq, S_partition};
+        PyObject *enc = NULL, *val = NULL;
+        int64_t next, part, first, last;
+        int plain = 1;
+        for (int k = 0; k < 6; k++)
+            if ((f[k] = PyObject_GetAttr(run, names[k])) == NULL)
+                goto item_fail;
+        if (f[0] != Py_False || !PyList_CheckExact(f[1]) || PyList_GET_SIZE(f[1]) != 0 ||
+            !PyDict_CheckExact(f[2]) || PyDict_GET_SIZE(f[2]) != 0 || !PyBytes_CheckExact(f[3]) ||
+            PyBytes_GET_SIZE(f[3]) != 32)
+            plain = 0;
+        if (plain) {
+            PyObject *fo = PyObject_GetAttr(run, S_first_offset), *lo;
+            if (fo == NULL)
+                goto item_fail;
+            lo = PyObject_GetAttr(run, S_last_offset);
+            int bad = lo == NULL || as_int64(f[4], &next) < 0 || as_int64(f[5], &part) < 0 ||
+                      as_int64(fo, &first) < 0 || as_int64(lo, &last) < 0;
+            Py_DECREF(fo);
+            Py_XDECREF(lo);
+            if (bad || (enc = cached(run, S_enc, fill_enc)) == NULL)
+                goto item_fail;
+            if (!PyTuple_Check(enc) || PyTuple_GET_SIZE(enc) < 2 ||
+                !PyBytes_Check(PyTuple_GET_ITEM(enc, 1))) {
+                PyErr_SetString(PyExc_ValueError, "heads: a run's cached encodings are not bytes");
+                goto item_fail;
+            }
+            PyObject *prefix = PyTuple_GET_ITEM(enc, 1);
+            Py_ssize_t plen = PyBytes_GET_SIZE(prefix);
+            if ((val = PyBytes_FromStringAndSize(NULL, plen + 4 * 10 + 32 + 3 + suffix.len)) ==
+                NULL)
+                goto item_fail;
+            uint8_t *w = (uint8_t *)PyBytes_AS_STRING(val), *w0 = w;
+            memcpy(w, PyBytes_AS_STRING(prefix), (size_t)plen);
+            w += plen;
+            w += write_long(w, next);
+            memcpy(w, PyBytes_AS_STRING(f[3]), 32);
+            w += 32;
+            *w++ = 0; /* finished: false */
+            w += write_long(w, part);
+            w += write_long(w, first);
+            w += write_long(w, last);
+            *w++ = 0; /* gaps: an empty array */
+            *w++ = 0; /* held: an empty array */
+            memcpy(w, suffix.buf, (size_t)suffix.len);
+            w += suffix.len;
+            if (_PyBytes_Resize(&val, w - w0) < 0)
+                goto item_fail;
+        } else {
+            val = Py_NewRef(Py_None);
+        }
+        PyList_SET_ITEM(out, i, val);
+        for (int k = 0; k < 6; k++)
+            Py_XDECREF(f[k]);
+        Py_XDECREF(enc);
+        continue;
+    item_fail:
+        for (int k = 0; k < 6; k++)
+            Py_XDECREF(f[k]);
+        Py_XDECREF(enc);
+        Py_XDECREF(val);
+        goto fail;
+    }
+    PyBuffer_Release(&suffix);
+    return out;
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&suffix);
+    return NULL;
+}
+
 /* ---- the pieces alone, for the tests that pin them --------------------------------------- */
 
 static PyObject *peek_py(PyObject *self, PyObject *args) {
@@ -681,6 +773,8 @@ static PyMethodDef methods[] = {
     {"values", values, METH_VARARGS,
      "values(sealed, at, sid, run_enc, leaf_prefix) -> (sealed values, leaf hashes by "
      "partition)"},
+    {"heads", heads, METH_VARARGS,
+     "heads(runs, suffix, run_enc) -> [HeadState v1 value of each plain head, else None]"},
     {"peek", peek_py, METH_VARARGS,
      "peek(value, header, nkinds) -> (run_id, seq, kind index, request, response) or None"},
     {"canonical", canonical_py, METH_O,
@@ -710,5 +804,8 @@ PyMODINIT_FUNC PyInit__cseal(void) {
     INTERN(S_seen_us, "seen_us");
     INTERN(S_enc, "enc");
     INTERN(S_leaf, "leaf");
+    INTERN(S_gaps, "gaps");
+    INTERN(S_first_offset, "first_offset");
+    INTERN(S_last_offset, "last_offset");
     return sha256_module(&module);
 }

@@ -16,6 +16,9 @@ def values(
     leaf_prefix: Callable[[Any], bytes],
     /,
 ) -> tuple[list[bytes], dict[int, list[bytes]]]: ...
+def heads(
+    runs: list[Any], suffix: bytes, run_enc: Callable[[Any], tuple[bytes, bytes]], /
+) -> list[bytes | None]: ...
 def peek(
     value: bytes, header: bytes, nkinds: int, /
 ) -> tuple[str, int, int, bytes, bytes] | None: ...

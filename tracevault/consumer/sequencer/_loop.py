@@ -673,10 +673,10 @@ class Sequencer:
                 rec.run.first_offset = offset
             rec.run.last_offset = offset
         now_us = now_micros()
-        head_header = head_v1_header()
         suffix = avro_long(now_us) + avro_str(sid)
         finished: dict[int, list[Head]] = {}
-        for run in out.touched.values():
+        touched = list(out.touched.values())
+        for run, plain in zip(touched, self._head_values(touched, suffix), strict=True):
             if run.finished:
                 # A finished run leaves the heads topic: a tombstone for its key (when a head
                 # of it was ever committed), its head in the partition's chunk
@@ -685,22 +685,8 @@ class Sequencer:
                     produce(heads_topic, None, run.key, run.partition)
                 finished.setdefault(run.partition, []).append(run.to_head(now_us, sid))
                 continue
-            enc = run.enc
-            if head_header is None or run.gaps or run.held or len(run.last_hash) != 32:
-                value = encode_head(run.to_head(now_us, sid))
-            else:
-                if enc is None:
-                    enc = run.enc = self._run_enc(run, sealed_v1_header() or b"")
-                value = plain_head_value(
-                    enc[1],
-                    run.next_seq,
-                    run.last_hash,
-                    run.finished,
-                    run.partition,
-                    run.first_offset,
-                    run.last_offset,
-                    suffix,
-                )
+            # gaps or held events: the codec writes the head
+            value = encode_head(run.to_head(now_us, sid)) if plain is None else plain
             produce(heads_topic, value, run.key, run.partition)
         self._chunks = []
         for partition, heads in finished.items():
@@ -806,6 +792,46 @@ class Sequencer:
                 )
             )
         return values, _leaves(out)
+
+    def _head_values(self, runs: list[Any], suffix: bytes) -> list[bytes | None]:
+        """HeadState v1 of each run whose head is the plain shape (not finished, no gaps,
+        nothing held), None for the others: in C (``_cseal.heads``) when it is built."""
+        if head_v1_header() is None:  # a newer HeadState is current: the codec writes all
+            return [None] * len(runs)
+        sealed_header = sealed_v1_header() or b""
+
+        def run_enc(run: Any) -> tuple[bytes, bytes]:
+            enc = self._run_enc(run, sealed_header)
+            run.enc = enc
+            return enc
+
+        if _cseal is not None:
+            try:
+                done: list[bytes | None] = _cseal.heads(runs, suffix, run_enc)
+                return done
+            except ValueError:  # a run the plain layout does not take: Python says which
+                pass
+        values: list[bytes | None] = []
+        for run in runs:
+            if run.finished or run.gaps or run.held or len(run.last_hash) != 32:
+                values.append(None)
+                continue
+            enc = run.enc
+            if enc is None:
+                enc = run_enc(run)
+            values.append(
+                plain_head_value(
+                    enc[1],
+                    run.next_seq,
+                    run.last_hash,
+                    run.finished,
+                    run.partition,
+                    run.first_offset,
+                    run.last_offset,
+                    suffix,
+                )
+            )
+        return values
 
     @staticmethod
     def _run_enc(run: Any, sealed_header: bytes) -> tuple[bytes, bytes]:
