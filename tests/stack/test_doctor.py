@@ -33,7 +33,7 @@ def test_healthy_local_deployment(demo_run: DemoRun) -> None:
     assert {c["status"] for c in checks.values()} == {"ok"}, checks
     assert set(checks) >= {
         "retention policy", "broker", "topic raw", "topic sealed", "topic heads", "topic dlq",
-        "sequencer lag", "archiver lag", "archive", "archive retention", "archiver C path",
+        "sequencer lag", "archiver lag", "archive", "archive retention", "C paths",
     }  # fmt: skip
 
 

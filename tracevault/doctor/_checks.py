@@ -181,21 +181,25 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
 
 
 def _native() -> Check:
-    """The C extension is optional at install time (no compiler: it is skipped), so a slow
-    archiver is named here rather than found by its lag (docs/log.md, "Archiver speed")."""
+    """The C extensions are optional at install time (no compiler: they are skipped), so a
+    slow sequencer or archiver is named here rather than found by its lag (docs/design.md,
+    "Sequencer speed"; docs/log.md, "Archiver speed")."""
     modules = (
+        "tracevault.consumer.sequencer._cseal",
         "tracevault.consumer.archive._ctake",
         "tracevault.archive._cput",
         "tracevault.log._cmerkle",
     )
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if not missing:
-        return Check("archiver C path", "ok", "built: the per-event path and puts run in C")
+        return Check(
+            "C paths", "ok", "built: the sequencer's and archiver's per-event paths run in C"
+        )
     return Check(
-        "archiver C path",
+        "C paths",
         "warn",
-        f"not built ({', '.join(missing)}): the archiver runs those paths in Python, at "
-        "about half its speed",
+        f"not built ({', '.join(missing)}): the sequencer and archiver run those paths in "
+        "Python, at about half their speed",
         "install a C compiler and the Python headers, then reinstall tracevault",
     )
 
