@@ -10,16 +10,13 @@ a build that lost its C path fails here, loudly.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.sha256_compressions import compressions_here, under_each_compression
 from tracevault.consumer.archive import _ctake
 from tracevault.log import _cmerkle, _merkle
 from tracevault.log._merkle import CompactTree, hash_children, list_source, tree_root
@@ -52,19 +49,9 @@ def test_both_compressions_are_hashlibs_at_every_length() -> None:
         "assert _cmerkle.hash_children(l, r) == hashlib.sha256(b'\\x01' + l + r).digest()\n"
         "print(_ctake.sha256_impl, _cmerkle.sha256_impl)\n"
     )
-    seen = set()
-    for portable in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != "TRACEVAULT_PORTABLE_SHA256"}
-        if portable:
-            env["TRACEVAULT_PORTABLE_SHA256"] = "1"
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-        ).stdout.split()
-        assert out[0] == out[1]
-        seen.add(out[0])
-    assert "portable" in seen
-    cpu_has_it = "sha_ni" in Path("/proc/cpuinfo").read_text()
-    assert seen == ({"portable", "sha-ni"} if cpu_has_it else {"portable"})
+    outs = under_each_compression(code)
+    assert all(out[0] == out[1] for out in outs)
+    assert {out[0] for out in outs} == compressions_here()
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 255, 256, 257, 511, 1000])
