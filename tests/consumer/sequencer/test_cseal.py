@@ -37,7 +37,7 @@ from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.consumer.sequencer._records import avro_str, sealed_v1, sealed_v1_header
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut, _Run
 from tracevault.errors import NonCanonicalJSONError, PayloadError
-from tracevault.heads import Head, HeldEvent
+from tracevault.heads import GapRange, Head, HeldEvent
 from tracevault.kafka import partition_for
 from tracevault.log import Ed25519Signer, leaf_hash
 from tracevault.schemas import (
@@ -821,3 +821,55 @@ def test_a_record_values_does_not_take_falls_back_to_python(
     monkeypatch.setattr(_loop, "_cseal", None)
     assert got == s._encode(out, NOW_US)
     assert got[0][4].count(bad.hash[:31]) == 1  # written as given, as Python writes it
+
+
+# -- heads -----------------------------------------------------------------------------------
+
+
+def test_heads_gives_the_same_bytes_as_python_and_leaves_other_shapes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a whole mixed batch (plain runs, one with an event held, finished runs), the C
+    heads equal Python's ``plain_head_value`` for every plain run and the codec's
+    ``encode_head``, and both sides leave every other shape (None) to the codec."""
+    from tracevault.heads._record import encode_head
+
+    msgs, _ = _batch()
+    native, python = _sequencer(native=True), _sequencer(native=False)
+    outs = []
+    for s in (native, python):
+        out = BatchOutput()
+        s._apply_all(msgs, out, NOW)
+        outs.append(out)
+    c_runs, py_runs = (list(o.touched.values()) for o in outs)
+    # restored runs: plain ones across varint widths, and one whose last hash is not 32
+    # bytes (it takes the codec)
+    for runs in (c_runs, py_runs):
+        for i, seq in enumerate((1, 64, 8192, 2**40)):
+            runs.append(_Run(Head(f"plain-{i}", seq, bytes([i]) * 32, False, i % 2, 0, 1)))
+        runs.append(_Run(Head("odd", 4, b"\x01" * 31, False, 0, 1, 2, updated_at=NOW_US - 3)))
+        gap = GapRange(1, 2)
+        runs.append(_Run(Head("gapped", 5, b"\x02" * 32, False, 1, 1, 9, gaps=(gap,))))
+    for runs in (c_runs, py_runs):
+        for run in runs:
+            run.first_offset, run.last_offset = 7, 2**40 + len(run.run_id)
+    suffix = avro_long(NOW_US) + avro_str("cseal-1")
+    calls = []
+    heads = _cseal.heads
+    monkeypatch.setattr(_cseal, "heads", lambda *a: (calls.append(1), heads(*a))[1])
+    got = native._head_values(c_runs, suffix)
+    assert calls, "the C heads were not used"
+    monkeypatch.setattr(_loop, "_cseal", None)
+    want = python._head_values(py_runs, suffix)
+    assert got == want
+    plain = [r for r, v in zip(c_runs, got, strict=True) if v is not None]
+    other = [r for r, v in zip(c_runs, got, strict=True) if v is None]
+    assert len(plain) >= 6, "too few plain heads: the test does not reach the C writer"
+    assert {r.run_id for r in other} >= {"odd", "gapped"}
+    for r in other:
+        assert r.finished or r.gaps or r.held or len(r.last_hash) != 32
+    for r, v in zip(c_runs, got, strict=True):
+        if v is not None:  # the plain layout is the codec's own for that head
+            assert v == encode_head(r.to_head(NOW_US, "cseal-1"))
+    for c_run, py_run in zip(c_runs, py_runs, strict=True):
+        assert c_run.enc == py_run.enc  # the fill ran and cached as Python caches

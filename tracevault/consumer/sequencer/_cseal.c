@@ -502,8 +502,13 @@ static int as_int64(PyObject *o, int64_t *out) {
         return -1;
     }
     long long x = PyLong_AsLongLong(o);
-    if (x == -1 && PyErr_Occurred())
+    if (x == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* the caller's Python path decides */
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "values: an int field is past 64 bits");
+        }
         return -1;
+    }
     *out = x;
     return 0;
 }
