@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import random
+import uuid
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
 
+from tests.consumer.sequencer.support import (
+    produce_raw,
+    raw_event,
+    running,
+    sealed_by_run,
+    sealed_count,
+    wait_until,
+)
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.errors import SchemaError
@@ -17,6 +27,7 @@ from tracevault.heads import (
     decode_head,
     encode_head,
     locate_run,
+    read_heads,
 )
 from tracevault.kafka import partition_for
 
@@ -115,3 +126,45 @@ def test_direct_head_encoding_matches_the_codec(head: Head) -> None:
 
     assert encode_head(head) == _encode_head_avro(head)
     assert decode_head(encode_head(head)) == head
+
+
+def test_each_head_carries_its_runs_first_and_last_sealed_offsets(
+    seq_settings: Callable[..., Settings],
+) -> None:
+    """Heads name the exact sealed offsets of each run's seq 0 and latest event (the history
+    reader and the replayer read that range): many runs interleaved, several events of a run
+    in one transaction, runs starting in the middle of a batch, and a second wave sealed by
+    later transactions (its heads keep the first offset and move the last)."""
+    settings = seq_settings(sequencer_batch_size=25)
+    runs = [f"offsets-{i:02d}-{uuid.uuid4().hex[:6]}" for i in range(40)]
+    rng = random.Random(11)
+
+    def wave(seqs: range) -> list[tuple[str | bytes | None, bytes | None]]:
+        items: list[tuple[str | bytes | None, bytes | None]] = []
+        pos = {r: seqs.start for r in runs}
+        live = list(runs)
+        while live:
+            r = rng.choice(live)
+            items.append((r, raw_event(r, pos[r])))
+            pos[r] += 1
+            if pos[r] == seqs.stop:
+                live.remove(r)
+        return items
+
+    with running(settings) as (_seq, errors):
+        for n, seqs in enumerate((range(0, 6), range(6, 12)), start=1):
+            produce_raw(settings, wave(seqs))
+            wait_until(
+                lambda n=n: sealed_count(settings) >= n * 6 * len(runs),
+                timeout=60,
+                what=f"wave {n} sealed",
+            )
+        assert not errors, errors
+    heads = read_heads(settings, range(settings.partitions))
+    sealed = sealed_by_run(settings)
+    for r in runs:
+        offsets = {ev.seq: rec.offset for rec, ev in sealed[r]}
+        assert sorted(offsets) == list(range(12)), r
+        head = heads[r]
+        assert head.next_seq == 12
+        assert (head.first_offset, head.last_offset) == (offsets[0], offsets[11]), r

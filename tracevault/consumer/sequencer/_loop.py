@@ -625,7 +625,10 @@ class Sequencer:
         # head's first/last offsets). Other records need no delivery callback: a failed one
         # fails commit_transaction, which aborts the whole batch.
         tracked = _needs_offset(out)
-        offsets: dict[int, int] = {}  # index in out.sealed -> offset, from delivery reports
+        # run key -> offsets of its tracked records, from delivery reports; one shared
+        # callback (a closure per record cost more than its produce, measured)
+        delivered: dict[bytes, list[int]] = {}
+        on_delivery = _delivery_recorder(self, delivered)
         produce = producer.produce
         sealed_topic = topics.sealed
         values, leaves = self._encode(out, sealed_at)
@@ -634,7 +637,6 @@ class Sequencer:
         for i, rec in enumerate(out.sealed):
             run = rec.run
             if i in tracked:
-                on_delivery = _offset_setter(self, offsets, i)
                 produce(sealed_topic, values[i], run.key, run.partition, on_delivery)
             else:
                 produce(sealed_topic, values[i], run.key, run.partition)
@@ -663,15 +665,24 @@ class Sequencer:
             self._check_session()
         if self._delivery_error is not None:
             raise _AbortBatch(self._delivery_error)
+        # A run's tracked records, in produce order, got its delivered offsets in increasing
+        # order (one idempotent producer, one partition per run: produce order is offset
+        # order, as the log's leaves already rely on).
+        used: dict[bytes, int] = {}
         for i in sorted(tracked):
             rec = out.sealed[i]
-            offset = offsets.get(i, -1)
-            if offset < 0:
+            key = rec.run.key
+            offs = delivered.get(key)
+            n = used.get(key, 0)
+            if offs is None or n >= len(offs):
                 self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
                 raise _AbortBatch(self._delivery_error)
+            if n == 0:
+                offs.sort()
+            used[key] = n + 1
             if rec.seq == 0:
-                rec.run.first_offset = offset
-            rec.run.last_offset = offset
+                rec.run.first_offset = offs[n]
+            rec.run.last_offset = offs[n]
         now_us = now_micros()
         suffix = avro_long(now_us) + avro_str(sid)
         finished: dict[int, list[Head]] = {}
@@ -961,12 +972,19 @@ def _needs_offset(out: BatchOutput) -> set[int]:
     return need
 
 
-def _offset_setter(seq: Sequencer, offsets: dict[int, int], i: int) -> Any:
+def _delivery_recorder(seq: Sequencer, delivered: dict[bytes, list[int]]) -> Any:
+    """The delivery callback of a batch's tracked records: each offset under its run key."""
+
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             if seq._delivery_error is None:
                 seq._delivery_error = err
             return
-        offsets[i] = _off(msg)
+        key = msg.key()
+        offs = delivered.get(key)  # type: ignore[arg-type]  # ours: always a run key
+        if offs is None:
+            delivered[key] = [_off(msg)]  # type: ignore[index]
+        else:
+            offs.append(_off(msg))
 
     return on_delivery
