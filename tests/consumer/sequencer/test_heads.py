@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -10,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.consumer.sequencer.support import (
+    assert_chain,
     produce_raw,
     raw_event,
     running,
@@ -19,6 +22,8 @@ from tests.consumer.sequencer.support import (
 )
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
+from tracevault.consumer.sequencer import Sequencer
+from tracevault.consumer.sequencer._log import SignedBatch
 from tracevault.errors import SchemaError
 from tracevault.heads import (
     GapRange,
@@ -30,6 +35,7 @@ from tracevault.heads import (
     read_heads,
 )
 from tracevault.kafka import partition_for
+from tracevault.schemas import SealedEvent, encode_sealed
 
 
 def test_head_round_trips_through_avro() -> None:
@@ -168,3 +174,59 @@ def test_each_head_carries_its_runs_first_and_last_sealed_offsets(
         head = heads[r]
         assert head.next_seq == 12
         assert (head.first_offset, head.last_offset) == (offsets[0], offsets[11]), r
+
+
+def test_a_record_of_another_producer_inside_a_transaction_is_seen_and_the_batch_redone(
+    seq_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Heads' offsets come from two delivery reports per partition, checked by their distance.
+    A plain producer really writes to ``sealed`` between this transaction's events and its
+    checkpoint: the sequencer notices, aborts that batch and redoes it with a report per
+    record, and every head still names its run's exact offsets."""
+    settings = seq_settings(sequencer_batch_size=25)
+    runs = [f"intrude-{i}-{uuid.uuid4().hex[:6]}" for i in range(10)]
+    produce_raw(settings, [(r, raw_event(r, s)) for s in range(6) for r in runs])
+    intruder = Producer(settings.kafka_config(**{"log_level": 0}))
+    raw = raw_event("intruder", 0)
+    g = genesis("intruder")
+    forged = encode_sealed(SealedEvent("intruder", 0, g, link(g, raw), raw, 0, 0, 0, "intruder"))
+    seq = Sequencer(settings, instance_id="t1")
+    injected: list[int] = []
+    sign = seq.logs.sign
+
+    def sign_after_an_intrusion(leaves: dict[int, list[bytes]]) -> SignedBatch:
+        if not injected:  # once: our events of this transaction are placed, then a stranger's
+            assert seq._producer is not None and seq._producer.flush(10) == 0
+            part = next(iter(leaves))
+            intruder.produce(settings.topics.sealed, forged, b"intruder", part)
+            assert intruder.flush(10) == 0
+            injected.append(part)
+        return sign(leaves)
+
+    seq.logs.sign = sign_after_an_intrusion  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _run(seq, errors), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="tracevault.consumer.sequencer._loop"):
+        thread.start()
+        try:
+            wait_until(lambda: sealed_count(settings) >= 61, timeout=60, what="all sealed")
+        finally:
+            seq.stop()
+            thread.join(60)
+    assert not errors, errors
+    assert injected and seq._per_record
+    assert "another producer wrote to it" in caplog.text
+    sealed = sealed_by_run(settings)
+    assert [ev.seq for _rec, ev in sealed["intruder"]] == [0]  # only the stranger's record
+    heads = read_heads(settings, range(settings.partitions))
+    for r in runs:
+        assert_chain(r, [ev for _rec, ev in sealed[r]], [raw_event(r, s) for s in range(6)])
+        offsets = {ev.seq: rec.offset for rec, ev in sealed[r]}
+        assert (heads[r].first_offset, heads[r].last_offset) == (offsets[0], offsets[5]), r
+
+
+def _run(seq: Sequencer, errors: list[BaseException]) -> None:
+    try:
+        seq.run()
+    except BaseException as exc:
+        errors.append(exc)

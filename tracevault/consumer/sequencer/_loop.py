@@ -188,6 +188,9 @@ class Sequencer:
         self._lost = False
         self._session_started = 0.0
         self._native = self._native_context()
+        # every tracked record gets its own delivery report (see _write); set for good once
+        # another producer's record was found inside one of our transactions
+        self._per_record = False
 
     def _native_context(self) -> tuple[object, ...] | None:
         """The fixed part of the C path's context (``_cseal.c``), or None when it is not built
@@ -621,14 +624,23 @@ class Sequencer:
         self._delivery_error = None
         sealed_at = now_micros()  # transport metadata: one sealing time per transaction
         producer.begin_transaction()
-        # Offsets are needed only for seq 0 and each run's last record of this batch (the
-        # head's first/last offsets). Other records need no delivery callback: a failed one
-        # fails commit_transaction, which aborts the whole batch.
-        tracked = _needs_offset(out)
-        # run key -> offsets of its tracked records, from delivery reports; one shared
-        # callback (a closure per record cost more than its produce, measured)
-        delivered: dict[bytes, list[int]] = {}
-        on_delivery = _delivery_recorder(self, delivered)
+        # Heads need the offsets of seq 0 and of each run's last record of this batch. Our
+        # records of a partition (its events, then its checkpoint) are produced in order by
+        # one idempotent producer, so with no other writer they take consecutive offsets:
+        # two delivery reports per partition (its first event, its checkpoint) then give
+        # every offset, checked by their distance. Other records need no delivery callback:
+        # a failed one fails commit_transaction, which aborts the whole batch. After another
+        # producer's record landed inside a transaction, every tracked record gets its own
+        # report instead (``_per_record``).
+        per_record = self._per_record
+        delivered: dict[bytes, list[int]] = {}  # run key -> offsets (per_record)
+        bounds: dict[int, list[int]] = {}  # partition -> [first event, checkpoint] offsets
+        if per_record:
+            tracked = _needs_offset(out)
+            on_delivery = _delivery_recorder(self, delivered)
+        else:
+            tracked = _first_per_partition(out)
+            on_delivery = _bound_recorder(self, bounds, 0)
         produce = producer.produce
         sealed_topic = topics.sealed
         values, leaves = self._encode(out, sealed_at)
@@ -644,8 +656,16 @@ class Sequencer:
         # tree to the same heads partition; both commit or abort with them.
         signed = self.logs.sign(leaves)
         heads_topic = topics.heads
+        on_checkpoint = None if per_record else _bound_recorder(self, bounds, 1)
         for part, value in signed.records.items():
-            produce(sealed_topic, value, CHECKPOINT_KEY, part, headers=_CHECKPOINT_HEADERS)
+            produce(
+                sealed_topic,
+                value,
+                CHECKPOINT_KEY,
+                part,
+                on_checkpoint,
+                headers=_CHECKPOINT_HEADERS,
+            )
             produce(
                 heads_topic, signed.trees[part].to_bytes(), TREE_KEY, part, headers=_TREE_HEADERS
             )
@@ -665,24 +685,10 @@ class Sequencer:
             self._check_session()
         if self._delivery_error is not None:
             raise _AbortBatch(self._delivery_error)
-        # A run's tracked records, in produce order, got its delivered offsets in increasing
-        # order (one idempotent producer, one partition per run: produce order is offset
-        # order, as the log's leaves already rely on).
-        used: dict[bytes, int] = {}
-        for i in sorted(tracked):
-            rec = out.sealed[i]
-            key = rec.run.key
-            offs = delivered.get(key)
-            n = used.get(key, 0)
-            if offs is None or n >= len(offs):
-                self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
-                raise _AbortBatch(self._delivery_error)
-            if n == 0:
-                offs.sort()
-            used[key] = n + 1
-            if rec.seq == 0:
-                rec.run.first_offset = offs[n]
-            rec.run.last_offset = offs[n]
+        if per_record:
+            self._offsets_per_record(out, tracked, delivered)
+        else:
+            self._offsets_from_bounds(out, bounds, {p: len(h) for p, h in leaves.items()})
         now_us = now_micros()
         suffix = avro_long(now_us) + avro_str(sid)
         finished: dict[int, list[Head]] = {}
@@ -743,6 +749,66 @@ class Sequencer:
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
         self.logs.committed(signed)
+
+    def _offsets_per_record(
+        self, out: BatchOutput, tracked: set[int], delivered: dict[bytes, list[int]]
+    ) -> None:
+        """Heads' offsets from a report per tracked record: a run's tracked records, in
+        produce order, take its delivered offsets in increasing order (one idempotent
+        producer, one partition per run: produce order is offset order)."""
+        used: dict[bytes, int] = {}
+        for i in sorted(tracked):
+            rec = out.sealed[i]
+            key = rec.run.key
+            offs = delivered.get(key)
+            n = used.get(key, 0)
+            if offs is None or n >= len(offs):
+                self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
+                raise _AbortBatch(self._delivery_error)
+            if n == 0:
+                offs.sort()
+            used[key] = n + 1
+            if rec.seq == 0:
+                rec.run.first_offset = offs[n]
+            rec.run.last_offset = offs[n]
+
+    def _offsets_from_bounds(
+        self, out: BatchOutput, bounds: dict[int, list[int]], counts: dict[int, int]
+    ) -> None:
+        """Heads' offsets from each partition's first event and checkpoint offsets, when
+        they are exactly its event count apart (nothing else landed between ours)."""
+        for part, n in counts.items():
+            first, checkpoint = bounds.get(part, (-1, -1))
+            if first < 0 or checkpoint < 0:
+                self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
+                raise _AbortBatch(self._delivery_error)
+            if checkpoint - first != n:
+                log.warning(
+                    "sequencer %s: %s[%d] holds %d records between this transaction's first "
+                    "event (offset %d) and its checkpoint (offset %d), not %d: another "
+                    "producer wrote to it (check its ACLs, `tracevault topics acls`); the "
+                    "batch is retried with a delivery report per record",
+                    self.instance_id,
+                    self.settings.topics.sealed,
+                    part,
+                    checkpoint - first - 1,
+                    first,
+                    checkpoint,
+                    n - 1,
+                )
+                self._per_record = True
+                self._delivery_error = KafkaError(
+                    KafkaError._STATE, f"a foreign record in sealed partition {part}"
+                )
+                raise _AbortBatch(self._delivery_error)
+        nxt = {part: bounds[part][0] for part in counts}
+        for rec in out.sealed:
+            run = rec.run
+            offset = nxt[run.partition]
+            nxt[run.partition] = offset + 1
+            if rec.seq == 0:
+                run.first_offset = offset
+            run.last_offset = offset
 
     def _encode(
         self, out: BatchOutput, sealed_at: int
@@ -970,6 +1036,35 @@ def _needs_offset(out: BatchOutput) -> set[int]:
         elif rec.seq == 0:
             need.add(i)
     return need
+
+
+def _first_per_partition(out: BatchOutput) -> set[int]:
+    """Indexes of the first sealed record of each partition in the batch."""
+    seen: set[int] = set()
+    first: set[int] = set()
+    for i, rec in enumerate(out.sealed):
+        part = rec.run.partition
+        if part not in seen:
+            seen.add(part)
+            first.add(i)
+    return first
+
+
+def _bound_recorder(seq: Sequencer, bounds: dict[int, list[int]], slot: int) -> Any:
+    """The delivery callback of each partition's first event (slot 0) or checkpoint (1)."""
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            if seq._delivery_error is None:
+                seq._delivery_error = err
+            return
+        part = msg.partition()
+        pair = bounds.get(part)  # type: ignore[arg-type]  # a delivered record has one
+        if pair is None:
+            pair = bounds[part] = [-1, -1]  # type: ignore[index]
+        pair[slot] = _off(msg)
+
+    return on_delivery
 
 
 def _delivery_recorder(seq: Sequencer, delivered: dict[bytes, list[int]]) -> Any:
