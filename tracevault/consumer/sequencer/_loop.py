@@ -7,8 +7,11 @@ Per batch (docs/kafka-local.md's exactly-once pattern, with its abort path):
 2. ``begin_transaction``; produce the sealed records (key = run_id, partition = the raw
    record's partition index); per sealed partition written, one signed checkpoint record
    after its records and its new compact tree to heads (``_log``, docs/log.md "Sequencer");
-   the DLQ records; ``flush`` so each sealed record's exact offset is known from its
-   delivery report.
+   the DLQ records; ``flush`` so each sealed record's exact offset is known: from the
+   delivery reports of each partition's first event and checkpoint (our records of a
+   partition are consecutive; their distance proves it), or, once another producer's record
+   was seen inside a transaction, from a report per tracked record (docs/design.md,
+   "Sequencer batch protocol").
 3. Produce one heads record per touched run (carrying those offsets) to the same partition
    index; ``send_offsets_to_transaction`` with the consumer's positions and group metadata;
    ``commit_transaction``.
