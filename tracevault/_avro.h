@@ -1,7 +1,8 @@
 /*
- * Avro and UTF-8 primitives for tracevault's C walks (the archiver's take, the sequencer's
- * seal). Each mirrors the Python reader it stands for, so a C walk declines exactly where
- * the Python walk does; the tests of each extension pin them.
+ * What tracevault's C walks share (the archiver's take, the sequencer's seal): Avro and UTF-8
+ * primitives, each mirroring the Python reader it stands for so that a C walk declines
+ * exactly where the Python walk does (the tests of each extension pin them), and the loop
+ * that hands a consumed batch to a walk until it declines.
  */
 #ifndef TRACEVAULT_AVRO_H
 #define TRACEVAULT_AVRO_H
@@ -103,5 +104,27 @@ static PyObject *new_tuple(PyTypeObject *cls, PyObject **items, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++)
         PyTuple_SET_ITEM(t, i, items[i]);
     return t;
+}
+
+/* ``take(msgs, start, ctx)``, the loop of both C takes: ``one`` on each message from
+ * ``start`` on until it declines (0: the Python path handles that message) or fails (-1);
+ * the index of the first message it left. ``parse`` reads the module's context tuple into
+ * ``c``. */
+static PyObject *take_messages(PyObject *args, void *c, int (*parse)(PyObject *, void *),
+                               int (*one)(PyObject *, const void *)) {
+    PyObject *msgs, *ctx;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "O!nO!:take", &PyList_Type, &msgs, &i, &PyTuple_Type, &ctx))
+        return NULL;
+    if (parse(ctx, c) < 0)
+        return NULL;
+    for (; i < PyList_GET_SIZE(msgs); i++) {
+        int r = one(PyList_GET_ITEM(msgs, i), c);
+        if (r < 0)
+            return NULL;
+        if (r == 0)
+            break;
+    }
+    return PyLong_FromSsize_t(i);
 }
 #endif

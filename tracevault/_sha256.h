@@ -134,32 +134,8 @@ static const char *sha256_init(int portable) {
     return "portable";
 }
 
-static void sha256(const uint8_t *data, size_t len, uint8_t out[32]) {
-    uint32_t st[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                      0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    size_t full = len / 64;
-    sha256_blocks(st, data, full);
-    uint8_t tail[128];
-    size_t rest = len - full * 64;
-    memcpy(tail, data + full * 64, rest);
-    tail[rest] = 0x80;
-    size_t tlen = rest + 1 + 8 <= 64 ? 64 : 128;
-    memset(tail + rest + 1, 0, tlen - rest - 1);
-    uint64_t bits = (uint64_t)len * 8;
-    for (int i = 0; i < 8; i++)
-        tail[tlen - 1 - i] = (uint8_t)(bits >> (8 * i));
-    sha256_blocks(st, tail, tlen / 64);
-    for (int i = 0; i < 8; i++) {
-        out[4 * i] = (uint8_t)(st[i] >> 24);
-        out[4 * i + 1] = (uint8_t)(st[i] >> 16);
-        out[4 * i + 2] = (uint8_t)(st[i] >> 8);
-        out[4 * i + 3] = (uint8_t)st[i];
-    }
-}
-
-
-/* Incremental SHA-256, for inputs made of pieces (the chain link: a domain, the previous
- * hash, then the raw value, which may be large): no copy into one buffer. */
+/* SHA-256 in pieces (the chain link: a domain, the previous hash, then the raw value, which
+ * may be large: no copy into one buffer); ``sha256`` below is the one-piece case. */
 typedef struct {
     uint32_t st[8];
     uint8_t buf[64];
@@ -210,6 +186,13 @@ static void sha256_finish(sha256_ctx *c, uint8_t out[32]) {
         out[4 * i + 2] = (uint8_t)(c->st[i] >> 8);
         out[4 * i + 3] = (uint8_t)c->st[i];
     }
+}
+
+static void sha256(const uint8_t *data, size_t len, uint8_t out[32]) {
+    sha256_ctx c;
+    sha256_start(&c);
+    sha256_update(&c, data, len);
+    sha256_finish(&c, out);
 }
 
 #ifdef Py_PYTHON_H

@@ -733,15 +733,18 @@ def _reference(
     return values, leaves
 
 
-def test_encode_gives_the_same_bytes_with_and_without_c(monkeypatch: pytest.MonkeyPatch) -> None:
+def _applied_both() -> tuple[Sequencer, Sequencer, BatchOutput, BatchOutput]:
+    """The mixed batch through the C path and through the Python rules, on like sequencers."""
     msgs, _ = _batch()
     native, python = _sequencer(native=True), _sequencer(native=False)
-    outs = []
-    for s in (native, python):
-        out = BatchOutput()
-        s._apply_all(msgs, out, NOW)
-        outs.append(out)
-    c_out, py_out = outs
+    c_out, py_out = BatchOutput(), BatchOutput()
+    native._apply_all(msgs, c_out, NOW)
+    python._apply_all(msgs, py_out, NOW)
+    return native, python, c_out, py_out
+
+
+def test_encode_gives_the_same_bytes_with_and_without_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    native, python, c_out, py_out = _applied_both()
     assert all(r.run.enc is None and r.run.leaf is None for r in c_out.sealed)
     sealed_at = NOW_US + 77
     calls = []
@@ -834,14 +837,8 @@ def test_heads_gives_the_same_bytes_as_python_and_leaves_other_shapes(
     ``encode_head``, and both sides leave every other shape (None) to the codec."""
     from tracevault.heads._record import encode_head
 
-    msgs, _ = _batch()
-    native, python = _sequencer(native=True), _sequencer(native=False)
-    outs = []
-    for s in (native, python):
-        out = BatchOutput()
-        s._apply_all(msgs, out, NOW)
-        outs.append(out)
-    c_runs, py_runs = (list(o.touched.values()) for o in outs)
+    native, python, c_out, py_out = _applied_both()
+    c_runs, py_runs = list(c_out.touched.values()), list(py_out.touched.values())
     # restored runs: plain ones across varint widths, and one whose last hash is not 32
     # bytes (it takes the codec)
     for runs in (c_runs, py_runs):

@@ -128,7 +128,8 @@ static int walk(const uint8_t *b, Py_ssize_t end, const Ctx *c, Fields *f) {
 
 static PyObject *S_error, *S_partition, *S_offset, *S_value, *S_headers, *S_key, *S_pending;
 
-static int parse_ctx(PyObject *t, Ctx *c) {
+static int parse_ctx(PyObject *t, void *ctx) {
+    Ctx *c = ctx;
     PyObject *sh, *th;
     PyObject *leaf_cls, *pending_cls;
     if (!PyArg_ParseTuple(t, "O!O!O!LLO!O!SSnn", &PyDict_Type, &c->consumed, &PyDict_Type,
@@ -150,7 +151,8 @@ static int parse_ctx(PyObject *t, Ctx *c) {
 }
 
 /* One message, the common case: 1 taken, 0 declined (nothing changed), -1 error. */
-static int take_one(PyObject *msg, const Ctx *c) {
+static int take_one(PyObject *msg, const void *ctx) {
+    const Ctx *c = ctx;
     int ret = -1;
     PyObject *err = NULL, *part_o = NULL, *off_o = NULL, *value = NULL, *headers = NULL;
     PyObject *key = NULL, *next = NULL, *pending = NULL, *rec = NULL, *pend = NULL;
@@ -260,21 +262,8 @@ done:
 }
 
 static PyObject *take(PyObject *self, PyObject *args) {
-    PyObject *msgs, *ctx;
-    Py_ssize_t i;
     Ctx c;
-    if (!PyArg_ParseTuple(args, "O!nO!:take", &PyList_Type, &msgs, &i, &PyTuple_Type, &ctx))
-        return NULL;
-    if (parse_ctx(ctx, &c) < 0)
-        return NULL;
-    for (; i < PyList_GET_SIZE(msgs); i++) {
-        int r = take_one(PyList_GET_ITEM(msgs, i), &c);
-        if (r < 0)
-            return NULL;
-        if (r == 0)
-            break;
-    }
-    return PyLong_FromSsize_t(i);
+    return take_messages(args, &c, parse_ctx, take_one);
 }
 
 /* The walk alone, for the tests that pin it to the Python walks: (run_id, seq, hash,

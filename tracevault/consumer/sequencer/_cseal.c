@@ -321,7 +321,8 @@ static void link_hash(const uint8_t *prev, const uint8_t *raw, Py_ssize_t n, uin
     sha256_finish(&c, out);
 }
 
-static int parse_ctx(PyObject *t, Ctx *c) {
+static int parse_ctx(PyObject *t, void *ctx) {
+    Ctx *c = ctx;
     PyObject *header, *cls;
     if (!PyArg_ParseTuple(t, "O!O!O!O!O!Snnnn", &PyDict_Type, &c->runs, &PyList_Type,
                           &c->sealed, &PyDict_Type, &c->touched, &PyLong_Type, &c->now_us,
@@ -348,10 +349,11 @@ static int attr_is_false(PyObject *run, PyObject *name) {
 }
 
 /* One message, the common case: 1 sealed, 0 declined (nothing changed), -1 error. */
-static int take_one(PyObject *msg, const Ctx *c) {
+static int take_one(PyObject *msg, const void *ctx) {
+    const Ctx *c = ctx;
     int ret = -1;
     PyObject *err = NULL, *value = NULL, *key = NULL, *part_o = NULL, *off_o = NULL;
-    PyObject *run_id = NULL, *run_key = NULL, *next = NULL, *prev = NULL, *hashes = NULL;
+    PyObject *run_id = NULL, *next = NULL, *prev = NULL, *hashes = NULL;
     PyObject *seq_o = NULL, *h = NULL, *rec = NULL, *next_o = NULL;
     Peek f;
 
@@ -390,9 +392,8 @@ static int take_one(PyObject *msg, const Ctx *c) {
     }
     Py_INCREF(run);
     int r;
-    /* the run's own key and partition, as the rules check them */
-    if ((run_key = PyObject_GetAttr(run, S_key)) == NULL)
-        goto done_run;
+    /* the run's partition, as the rules check it (its key is its run id's bytes, which the
+     * message key was compared with above) */
     PyObject *run_part = PyObject_GetAttr(run, S_partition);
     if (run_part == NULL)
         goto done_run;
@@ -400,8 +401,7 @@ static int take_one(PyObject *msg, const Ctx *c) {
     Py_DECREF(run_part);
     if (r < 0)
         goto done_run;
-    if (!r || !PyBytes_CheckExact(run_key) || PyBytes_GET_SIZE(run_key) != f.run_id_len ||
-        memcmp(PyBytes_AS_STRING(run_key), f.run_id, (size_t)f.run_id_len) != 0) {
+    if (!r) {
         ret = 0;
         goto done_run;
     }
@@ -456,7 +456,6 @@ done:
     Py_XDECREF(part_o);
     Py_XDECREF(off_o);
     Py_XDECREF(run_id);
-    Py_XDECREF(run_key);
     Py_XDECREF(next);
     Py_XDECREF(prev);
     Py_XDECREF(hashes);
@@ -468,21 +467,8 @@ done:
 }
 
 static PyObject *take(PyObject *self, PyObject *args) {
-    PyObject *msgs, *ctx;
-    Py_ssize_t i;
     Ctx c;
-    if (!PyArg_ParseTuple(args, "O!nO!:take", &PyList_Type, &msgs, &i, &PyTuple_Type, &ctx))
-        return NULL;
-    if (parse_ctx(ctx, &c) < 0)
-        return NULL;
-    for (; i < PyList_GET_SIZE(msgs); i++) {
-        int r = take_one(PyList_GET_ITEM(msgs, i), &c);
-        if (r < 0)
-            return NULL;
-        if (r == 0)
-            break;
-    }
-    return PyLong_FromSsize_t(i);
+    return take_messages(args, &c, parse_ctx, take_one);
 }
 
 /* ---- values: SealedEvent v1 values and log leaf hashes of a batch ------------------------ */

@@ -819,8 +819,7 @@ class Sequencer:
         """The batch's sealed values, and its log leaf hashes by partition, in order: in C
         (``_cseal.values``) when it is built, else here; the same bytes either way."""
         sid = self.instance_id
-        header = sealed_v1_header()
-        if header is None:  # a newer SealedEvent is current: the codec writes it
+        if sealed_v1_header() is None:  # a newer SealedEvent is current: the codec writes it
             values = [
                 sealed_value(
                     run_id=rec.run.run_id,
@@ -838,16 +837,10 @@ class Sequencer:
             return values, _leaves(out)
         at = avro_long(sealed_at)
         sid_enc = avro_str(sid)
-
-        def run_enc(run: Any) -> tuple[bytes, bytes]:
-            enc = self._run_enc(run, header)
-            run.enc = enc
-            return enc
-
         if _cseal is not None:
             try:
                 done: tuple[list[bytes], dict[int, list[bytes]]] = _cseal.values(
-                    out.sealed, at, sid_enc, run_enc, _run_leaf
+                    out.sealed, at, sid_enc, _run_enc, _run_leaf
                 )
                 return done
             except ValueError:  # a record sealed_v1 does not take: Python says which
@@ -857,7 +850,7 @@ class Sequencer:
             run = rec.run
             enc = run.enc
             if enc is None:
-                enc = run_enc(run)
+                enc = _run_enc(run)
             values.append(
                 sealed_v1(
                     enc[0],
@@ -878,16 +871,9 @@ class Sequencer:
         nothing held), None for the others: in C (``_cseal.heads``) when it is built."""
         if head_v1_header() is None:  # a newer HeadState is current: the codec writes all
             return [None] * len(runs)
-        sealed_header = sealed_v1_header() or b""
-
-        def run_enc(run: Any) -> tuple[bytes, bytes]:
-            enc = self._run_enc(run, sealed_header)
-            run.enc = enc
-            return enc
-
         if _cseal is not None:
             try:
-                done: list[bytes | None] = _cseal.heads(runs, suffix, run_enc)
+                done: list[bytes | None] = _cseal.heads(runs, suffix, _run_enc)
                 return done
             except ValueError:  # a run the plain layout does not take: Python says which
                 pass
@@ -898,7 +884,7 @@ class Sequencer:
                 continue
             enc = run.enc
             if enc is None:
-                enc = run_enc(run)
+                enc = _run_enc(run)
             values.append(
                 plain_head_value(
                     enc[1],
@@ -912,13 +898,6 @@ class Sequencer:
                 )
             )
         return values
-
-    @staticmethod
-    def _run_enc(run: Any, sealed_header: bytes) -> tuple[bytes, bytes]:
-        """The run's encoded value prefixes: (SealedEvent v1, HeadState v1); cached on the run."""
-        head_header = head_v1_header() or b""
-        rid = avro_str(run.run_id)
-        return sealed_header + rid, head_header + rid
 
     def _recover(self, consumer: Consumer, err: KafkaError | None) -> None:
         """Abort (or recreate the producer), rewind to committed offsets, restore heads."""
@@ -997,6 +976,15 @@ class Sequencer:
             log.info("sequencer %s: history reader close: %s", self.instance_id, exc)
         self._calls.close()
         log.info("sequencer %s stopped", self.instance_id)
+
+
+def _run_enc(run: Any) -> tuple[bytes, bytes]:
+    """The run's encoded value prefixes, (SealedEvent v1, HeadState v1), cached on the run.
+    Each is used only while its layout is the current one (``_encode``, ``_head_values``)."""
+    rid = avro_str(run.run_id)
+    enc = ((sealed_v1_header() or b"") + rid, (head_v1_header() or b"") + rid)
+    run.enc = enc
+    return enc
 
 
 def _run_leaf(run: Any) -> bytes:
