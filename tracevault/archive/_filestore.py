@@ -51,6 +51,7 @@ Why this shape:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -73,7 +74,7 @@ from tracevault.archive._store import (
     check_deletable,
     check_key,
 )
-from tracevault.errors import ArchiveError, NotFoundError, ServiceUnavailableError
+from tracevault.errors import ArchiveError, ConfigError, NotFoundError, ServiceUnavailableError
 
 __all__ = ["FileStore"]
 
@@ -294,7 +295,43 @@ class FileStore:
                 unsynced.update(self._make_dirs(parent, sync=False))
         return path
 
+    def _unwritable(self, key: str, exc: OSError) -> ArchiveError:
+        """An OS error writing ``key`` as the documented archive error (exit 4), naming the
+        object: a full disk, a read-only mount or a name the file system refuses must not
+        end a service with a traceback. Nothing is lost: a put is whole or absent, and the
+        archiver redoes an unfinished flush from its last checkpoint object."""
+        hint = {
+            errno.ENOSPC: "the file system is full: free or add space, then restart",
+            errno.EDQUOT: "the disk quota is used up: raise it, then restart",
+            errno.EROFS: "the file system is read-only: remount it read-write, then restart",
+            errno.EACCES: "permission denied: check the owner and mode of the archive directory",
+            errno.ENAMETOOLONG: "a name is too long for this file system (a bug of the layout)",
+        }.get(exc.errno or 0, "check the archive directory and its file system")
+        where = f" ({exc.filename})" if exc.filename else ""
+        return ArchiveError(
+            f"object {key} could not be written to {self.url}{where}: {exc.strerror or exc}; {hint}"
+        )
+
     def put_many(self, items: Sequence[tuple[str, bytes]], *, retain_until: datetime) -> None:
+        """``put`` of each item, every one durable on return, synced together. An OS error
+        is an ``ArchiveError`` naming the object (``_unwritable``)."""
+        key = items[0][0] if items else ""
+        try:
+            self._put_many(items, retain_until)
+        except OSError as exc:
+            if exc.filename:  # the C path names the file it failed on: give its key
+                key = self._key_of(str(exc.filename), items) or key
+            raise self._unwritable(key, exc) from exc
+
+    def _key_of(self, path: str, items: Sequence[tuple[str, bytes]]) -> str | None:
+        for key, _ in items:
+            with contextlib.suppress(OSError, ArchiveError, ConfigError):
+                where = str(self._obj(key))
+                if path in (where, where.rpartition("/")[0]):
+                    return key
+        return None
+
+    def _put_many(self, items: Sequence[tuple[str, bytes]], retain_until: datetime) -> None:
         """``put`` of each item, every one durable on return, synced together.
 
         A flush of the archiver writes hundreds of objects that only count once its
@@ -330,6 +367,12 @@ class FileStore:
                 self._same_or_raise(key, Path(path), data)
 
     def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
+        try:
+            self._put(key, data, retain_until)
+        except OSError as exc:
+            raise self._unwritable(key, exc) from exc
+
+    def _put(self, key: str, data: bytes, retain_until: datetime) -> None:
         path = self._place(key, data)
         if path is None:
             return

@@ -23,19 +23,15 @@ import logging
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from urllib.parse import quote
 
 from tracevault.archive._store import ObjectStore, check_key
-from tracevault.archive.layout import quarantine_key, run_prefix
+from tracevault.archive.layout import MAX_RUN_SEGMENT, quarantine_key, run_prefix
 from tracevault.errors import ConfigError, NotFoundError
 
 __all__ = ["Quarantined", "QuarantineReason", "quarantine", "unarchivable"]
 
 log = logging.getLogger(__name__)
 
-#: The longest run directory name (the percent-encoded run id) every store can hold: 255 is
-#: the file-name limit of common file systems, and S3's 1024-byte keys hold it with room.
-MAX_RUN_SEGMENT = 255
 #: ``sealed_at`` (micros) must be a date (years 1..9999): the day index is derived from it.
 MIN_SEALED_AT = int(datetime(1, 1, 2, tzinfo=UTC).timestamp()) * 1_000_000
 MAX_SEALED_AT = int(datetime(9999, 12, 30, tzinfo=UTC).timestamp()) * 1_000_000
@@ -97,15 +93,18 @@ def unarchivable(run_id: str, sealed_at: int) -> str | None:
     """Why a parsed record cannot go into the archive (None: it can)."""
     if not MIN_SEALED_AT <= sealed_at <= MAX_SEALED_AT:
         return f"sealed_at {sealed_at} is not a time between the years 1 and 9999"
-    if len(quote(run_id, safe="-_.")) > MAX_RUN_SEGMENT:
-        return (
-            f"run id of {len(run_id)} characters is over {MAX_RUN_SEGMENT} characters once "
-            "percent-encoded, more than an archive path segment holds"
-        )
+    # The layout names every string (a run id too long or odd to be readable gets a mapped
+    # segment, docs/design.md "Run ids"); this stays as the net for a layout bug.
+    seg = run_prefix(run_id)
     try:
-        check_key(run_prefix(run_id) + "final.receipt.json")
+        check_key(seg + "final.receipt.json")
     except ConfigError:
-        return f"run id {run_id!r} gives no valid archive path"
+        return f"run id {run_id[:40]!r} gives no valid archive path ({seg[:60]!r})"
+    if len(seg) > len("runs//") + MAX_RUN_SEGMENT:
+        return (
+            f"run id {run_id[:40]!r} gives an archive path segment of {len(seg) - 6} bytes, over "
+            f"the {MAX_RUN_SEGMENT} that every store can name with the suffixes of a run's objects"
+        )
     return None
 
 
