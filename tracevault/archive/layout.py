@@ -6,7 +6,8 @@ verifies). Every key is derived here, nowhere else::
     runs/<run>/seg-<first:012d>-<last:012d>.avro            Avro OCF of SealedEvent records
     runs/<run>/seg-<first:012d>-<last:012d>.receipt.json    SegmentReceipt (canonical JSON)
     runs/<run>/final.receipt.json                           FinalReceipt, once the run ended
-    index/days/<YYYY-MM-DD>/<run>                           empty marker: run seen that day (UTC)
+    index/days/<YYYY-MM-DD>/<run>                           marker: run seen that day (UTC); empty,
+                                                            or the run id if <run> is mapped
     index/day-runs/<YYYY-MM-DD>/<prefix>-<p>-<size>         the static log's runs seen that day,
                                                             one object per flush (tlog.py)
     purges/<YYYYMMDDTHHMMSSZ>-<id>.json                     what one purge deleted (immutable)

@@ -44,6 +44,7 @@ def test_unarchivable_names_what_no_store_can_hold() -> None:
     assert unarchivable("ü" * 40, ok_at) is None
     assert "sealed_at" in (unarchivable("r", 2**62) or "")
     assert "sealed_at" in (unarchivable("r", -(2**62)) or "")
-    assert "percent-encoded" in (unarchivable("ü" * 50, ok_at) or "")
-    assert "no valid archive path" in (unarchivable("", ok_at) or "")
-    assert "no valid archive path" in (unarchivable(".", ok_at) or "")
+    # a run id sealed before the run-id grammar has an archive name too (a mapped one): its
+    # records are archived as the run's history, not quarantined (docs/design.md, "Run ids")
+    for odd in ["ü" * 50, "", ".", "..", "中" * 85, "x" * 255]:
+        assert unarchivable(odd, ok_at) is None, odd

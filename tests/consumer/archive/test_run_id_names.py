@@ -84,9 +84,7 @@ def _write_and_find(store: ObjectStore, run_id: str) -> None:
 
 @EXAMPLES
 @given(run_id=GRAMMAR)
-def test_every_id_of_the_grammar_is_written_and_found_back(
-    store: ObjectStore, run_id: str
-) -> None:
+def test_every_id_of_the_grammar_is_written_and_found_back(store: ObjectStore, run_id: str) -> None:
     assert run_id_problem(run_id) is None
     _write_and_find(store, run_id)
     encoded = quote(run_id, safe="-_.")

@@ -1,6 +1,6 @@
 """Where the archiver puts a ``sealed`` record it must not archive, so that it can go on.
 
-A record that does not parse, names a run the archive cannot store, does not continue its
+A record that does not parse, has a sealing time that is no date, does not continue its
 run's hash chain, or comes after such a record (a hole) is never archived: the archive never
 skips a seq. It used to stop the archiver, and every restart stopped on the same record. Now
 it is quarantined and the archiver keeps archiving every other run.
@@ -43,8 +43,8 @@ class QuarantineReason(StrEnum):
     UNDECODABLE = "undecodable"
     """Not a SealedEvent the archiver can read (no value, bad marker, truncated, malformed)."""
     INVALID = "invalid"
-    """Reads, but cannot be archived: a run id no store can hold, a sealing time that is no
-    date."""
+    """Reads, but cannot be archived: a sealing time that is no date (every run id has an
+    archive name, ``layout.run_segment``; a layout that gave none would land here too)."""
     CHAIN = "chain"
     """The next seq of its run, but ``prev_hash``/``hash`` do not continue the run's chain."""
     HOLE = "hole"
