@@ -7,7 +7,8 @@ On disk::
     PATH/objects/runs+/<xx>/<run>+<name>
                               the object of key runs/<run>/<name> (<xx>: a shard of the
                               run); older stores hold it at objects/runs/<run>/<name>,
-                              which is still read
+                              which is still read. <run> is at most 200 bytes
+                              (layout.MAX_RUN_SEGMENT), so the name fits 255 bytes
     PATH/holds/<key>          empty marker while the object is under legal hold
     PATH/tmp/                 objects being written where O_TMPFILE is missing (never
                               visible under objects/)
@@ -43,6 +44,9 @@ Why this shape:
 - The mtime is metadata: ``touch -d`` moves it. Purge and the retention report therefore
   take retention from the receipts, which state it, and treat an mtime (or a receipt's
   ctime) that disagrees with them as tampering (docs/design.md, "Archive").
+- An OS error of a put (a full disk, a quota, a read-only mount) is an ``ArchiveError``
+  naming the object (exit 4, docs/design.md "Service boundaries and errors"), never a
+  traceback: the object is whole or absent, and a restart once there is room redoes it.
 - Permissions do not stop root or the owner: the enforcement is that every tracevault path
   goes through this class. For tamper-proof retention use ``s3://`` with Object Lock in
   COMPLIANCE mode.
