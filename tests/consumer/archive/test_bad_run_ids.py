@@ -22,6 +22,7 @@ from tests.consumer.archive.helpers import SealedLog, finished_runs, running, wa
 from tests.consumer.archive.sealed_factory import sealed_values
 from tests.consumer.sequencer import support
 from tracevault.archive import ObjectStore, list_runs, open_store
+from tracevault.archive._retention import retention_report
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver, ArchiverStats
 from tracevault.consumer.sequencer import _loop
@@ -120,3 +121,4 @@ def test_bad_ids_sealed_before_the_grammar_archive_under_mapped_names(
     for run_id in runs:
         _verified(store, run_id, sl.signer.verifier, 3)
     assert {s.run_id for s in list_runs(store)} == set(runs), "archive ls names each by its id"
+    assert {r.run_id for r in retention_report(store)} == set(runs), "so does the report"
