@@ -18,14 +18,15 @@ verifies). Every key is derived here, nowhere else::
 ``<run>`` (``run_segment``) is the run id percent-encoded (``quote(run_id, safe="-_.")``),
 so a run is found by id with one listing of ``runs/<run>/``. Every id the run-id grammar
 allows (``tracevault.runid``) that encodes to at most ``MAX_RUN_SEGMENT`` (200) bytes is
-named that way, readable. Any other string (one of the grammar's ids with many ``:``, or a run
-recorded before the grammar: ``.``, ``..``, an empty id, 85 CJK characters, 255 ASCII bytes)
-is named ``<first bytes of the encoding>%~<32 hex>``: the hex is the first 128 bits of
-SHA-256(``tracevault/v1/run-name\\0`` || the id's UTF-8). That is deterministic (a reader
-derives it from the id, as a writer does), cannot collide with a readable name (percent-
-encoding puts ``%`` only before two hex digits) nor, short of a SHA-256 collision, with
-another mapped one. 200 bytes leave a file store room for the longest name a run's object
-gets beside it (``<run>+seg-<12>-<12>.receipt.json`` is 243 bytes) within a file system's
+named that way, readable. Any other string (one of the grammar's ids with many ``:``; or
+``.``, ``..``, an empty id, 85 CJK characters, 255 ASCII bytes, sealed before the grammar,
+which the archiver quarantines instead: ``consumer/archive/_quarantine.py``) is named
+``<first bytes of the encoding>%~<32 hex>``, the hex being the first 128 bits of SHA-256
+(``tracevault/v1/run-name\\0`` || the id's UTF-8). That is deterministic (a reader derives
+it from the id, as a writer does), cannot collide with a readable name (percent-encoding
+puts ``%`` only before two hex digits) nor, short of a SHA-256 collision, with another
+mapped one. 200 bytes leave a file store room for the longest name a run's object gets
+beside it (``<run>+seg-<12>-<12>.receipt.json`` is 243 bytes) within a file system's
 255-byte names; S3's 1,024-byte keys hold it with room (docs/design.md, "Run ids").
 Zero-padded seq ranges make a plain lexicographic listing come back in seq order.
 

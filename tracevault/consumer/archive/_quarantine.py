@@ -1,9 +1,11 @@
 """Where the archiver puts a ``sealed`` record it must not archive, so that it can go on.
 
-A record that does not parse, has a sealing time that is no date, does not continue its
-run's hash chain, or comes after such a record (a hole) is never archived: the archive never
-skips a seq. It used to stop the archiver, and every restart stopped on the same record. Now
-it is quarantined and the archiver keeps archiving every other run.
+A record that does not parse, names a run the archive cannot hold as run history (an id
+outside the run-id grammar, sealed before it, that has no readable name), has a sealing time
+that is no date, does not continue its run's hash chain, or comes after such a record (a
+hole) is never archived: the archive never skips a seq. It used to stop the archiver, and
+every restart stopped on the same record. Now it is quarantined and the archiver keeps
+archiving every other run.
 
 The quarantine lives in the archive store itself, as one immutable, retention-locked object
 per refused record under ``quarantine/`` (``tracevault.archive.layout.quarantine_key``), not
@@ -25,8 +27,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from tracevault.archive._store import ObjectStore, check_key
-from tracevault.archive.layout import MAX_RUN_SEGMENT, quarantine_key, run_prefix
+from tracevault.archive.layout import (
+    MAX_RUN_SEGMENT,
+    quarantine_key,
+    run_id_of_segment,
+    run_prefix,
+    run_segment,
+)
 from tracevault.errors import ConfigError, NotFoundError
+from tracevault.runid import run_id_problem
 
 __all__ = ["Quarantined", "QuarantineReason", "quarantine", "unarchivable"]
 
@@ -43,8 +52,8 @@ class QuarantineReason(StrEnum):
     UNDECODABLE = "undecodable"
     """Not a SealedEvent the archiver can read (no value, bad marker, truncated, malformed)."""
     INVALID = "invalid"
-    """Reads, but cannot be archived: a sealing time that is no date (every run id has an
-    archive name, ``layout.run_segment``; a layout that gave none would land here too)."""
+    """Reads, but cannot be archived: a sealing time that is no date, or a run id outside
+    the run-id grammar with no readable archive name (sealed before ids were checked)."""
     CHAIN = "chain"
     """The next seq of its run, but ``prev_hash``/``hash`` do not continue the run's chain."""
     HOLE = "hole"
@@ -93,8 +102,15 @@ def unarchivable(run_id: str, sealed_at: int) -> str | None:
     """Why a parsed record cannot go into the archive (None: it can)."""
     if not MIN_SEALED_AT <= sealed_at <= MAX_SEALED_AT:
         return f"sealed_at {sealed_at} is not a time between the years 1 and 9999"
-    # The layout names every string (a run id too long or odd to be readable gets a mapped
-    # segment, docs/design.md "Run ids"); this stays as the net for a layout bug.
+    # A run sealed before the run-id grammar whose id fits neither the grammar nor a readable
+    # name ("." , "..", 85 CJK characters, 255 ASCII bytes): its records are quarantined, so
+    # its bytes are kept, named by the rule (docs/design.md, "Run ids"). An id of the grammar
+    # always archives, under a mapped name if it needs one; so does an old id that has a
+    # readable name (as it did before the grammar).
+    problem = run_id_problem(run_id)
+    if problem is not None and run_id_of_segment(run_segment(run_id)) != run_id:
+        return f"{problem}; it was sealed before run ids were checked and has no readable name"
+    # The layout names every string; this stays as the net for a layout bug.
     seg = run_prefix(run_id)
     try:
         check_key(seg + "final.receipt.json")
