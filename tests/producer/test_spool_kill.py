@@ -1,0 +1,117 @@
+"""An agent SIGKILLed while it spools with the broker down loses nothing older than the bound.
+
+docs/design.md, "The spool": an event the Recorder accepted is on disk within
+``SPOOL_DURABLE_MS`` once the Publisher spools, and spooling starts as soon as librdkafka
+reports every broker down. The agent (tests/producer/spool_victim.py) is a real process
+that logs each accepted event with its time; it is SIGKILLed at three points, the broker
+comes back, ``tracevault spool drain`` sends what the dead process left, and every event
+accepted more than the bound before the kill must be in ``raw`` exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.kafka_harness import LocalBroker
+from tests.producer.conftest import read_partition, spawn_agent
+from tracevault.cli import tracevault
+from tracevault.config import Settings
+from tracevault.kafka import ensure_topics, partition_for
+from tracevault.producer._publisher import SPOOL_DURABLE_MS
+
+VICTIM = Path(__file__).with_name("spool_victim.py")
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    pause = threading.Event()
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        pause.wait(0.01)
+
+
+def _accepted(side: Path) -> list[tuple[str, int, int]]:
+    out = []
+    for line in side.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3:  # a line cut by the kill is not a whole record of acceptance
+            out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
+@pytest.mark.parametrize("kill_point", ["burst", "flood", "steady"])
+def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
+    kill_point: str, local_broker_factory: Callable[[], LocalBroker], tmp_path: Path
+) -> None:
+    broker = local_broker_factory()
+    settings = Settings(
+        bootstrap_servers=broker.bootstrap,
+        topic_prefix=f"kill-{uuid.uuid4().hex[:8]}",
+        partitions=3,
+        spool_dir=str(tmp_path / "spool"),
+    )
+    ensure_topics(settings)
+    side = tmp_path / "accepted.txt"
+    args = (str(VICTIM), broker.bootstrap, settings.topic_prefix, settings.spool_dir)
+    with spawn_agent(*args, str(side), kill_point, stdin=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            assert proc.stdout.readline().strip() == "ready"
+            broker.stop()  # returns once the broker process is gone
+            if kill_point != "steady":  # "steady": killed right after the broker went down
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            if kill_point == "burst":  # killed just after a burst
+                assert proc.stdout.readline().strip() == "done"
+            elif kill_point == "flood":  # killed mid-burst, with a long in-memory queue
+                start = side.stat().st_size
+                _wait(lambda: side.stat().st_size > start + 1_500_000, 120, "a long burst")
+            kill_ns = time.monotonic_ns()
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    accepted = _accepted(side)
+    (run_id,) = {run for run, _, _ in accepted}
+    must = {0} | {seq for _, seq, at in accepted if at < kill_ns - SPOOL_DURABLE_MS * 1_000_000}
+
+    broker.start(keep_data=True)
+    base = ["--bootstrap-servers", broker.bootstrap, "--prefix", settings.topic_prefix]
+    drained = CliRunner().invoke(
+        tracevault, [*base, "spool", "drain", "--spool-dir", settings.spool_dir, "--json"]
+    )
+    assert drained.exit_code == 0, drained.output
+    assert not list(Path(settings.spool_dir).glob("*.tvspool"))
+
+    part = partition_for(run_id, settings.partitions)
+    got = read_partition(settings, part, len(must), key=run_id.encode(), timeout=120)
+    seqs = [ev.seq for _, ev in got]
+    counts = Counter(seqs)
+    dups = sorted(s for s, n in counts.items() if n > 1)
+    missing = sorted(must - set(counts))
+    lost = [(seq, at) for _, seq, at in accepted if seq not in counts]
+    measured = {
+        "kill_point": kill_point,
+        "accepted": len(accepted),
+        "lost_within_bound": len(lost),
+        "oldest_lost_ms": round((kill_ns - min(at for _, at in lost)) / 1e6, 1) if lost else 0,
+        "newest_accepted_ms": round((kill_ns - max(at for _, _, at in accepted)) / 1e6, 1),
+        "spool_drained": json.loads(drained.output)["delivered"],
+    }
+    print(json.dumps(measured))
+    assert not missing, f"{len(missing)} accepted events lost, e.g. seqs {missing[:5]}: {measured}"
+    assert not dups, f"{len(dups)} events twice in raw, e.g. seqs {dups[:5]}"
+    assert seqs == sorted(seqs), "the run's events reach raw in seq order"
