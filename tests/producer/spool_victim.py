@@ -9,11 +9,13 @@ cache at once, so a SIGKILL cannot lose it; the test compares it with what reach
 Modes, after 100 events delivered with the broker up and ``ready`` printed:
 ``burst``  wait for a line on stdin, record 3000 events over about a second, print ``done``;
 ``flood``  wait for a line on stdin, then record as fast as possible (a long queue);
-``steady`` record one event about every millisecond (the test stops the broker meanwhile).
+``steady`` record one event about every millisecond (the test stops the broker meanwhile);
+``hang``   the same (the test SIGSTOPs the broker meanwhile).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -25,6 +27,8 @@ from tracevault.producer import Publisher, Recorder
 
 def main() -> None:
     bootstrap, prefix, spool, side_path, mode = sys.argv[1:6]
+    # librdkafka's "connection refused" every few ms while the broker is away: not news here
+    logging.getLogger("tracevault.producer.librdkafka").setLevel(logging.CRITICAL)
     settings = Settings(
         bootstrap_servers=bootstrap, topic_prefix=prefix, spool_dir=spool, partitions=3
     )
@@ -45,7 +49,7 @@ def main() -> None:
         raise SystemExit("the first events were not delivered")
     print("ready", flush=True)
     i = 100
-    if mode == "steady":
+    if mode in ("steady", "hang"):
         while True:
             step(i)
             i += 1

@@ -1,18 +1,28 @@
-"""An agent SIGKILLed while it spools with the broker down loses nothing older than the bound.
+"""An agent SIGKILLed while Kafka is away loses nothing older than the durability bound.
 
-docs/design.md, "The spool": an event the Recorder accepted is on disk within
-``SPOOL_DURABLE_MS`` once the Publisher spools, and spooling starts as soon as librdkafka
-reports every broker down. The agent (tests/producer/spool_victim.py) is a real process
-that logs each accepted event with its time; it is SIGKILLed at three points, the broker
-comes back, ``tracevault spool drain`` sends what the dead process left, and every event
-accepted more than the bound before the kill must be in ``raw`` exactly once, in order.
+docs/design.md, "The spool": an event the Recorder accepted and Kafka has not acknowledged
+is on disk within ``SPOOL_DURABLE_MS``. The agent (tests/producer/spool_victim.py) is a real
+process that logs each accepted event with its time; it is SIGKILLed at four points, the
+broker comes back, ``tracevault spool drain`` sends what the dead process left, and every
+event accepted more than the bound before the kill must be in ``raw``, in seq order.
+
+- ``burst``: the broker stopped, killed just after a burst of 3,000 events;
+- ``flood``: the broker stopped, killed mid-burst while the in-memory queue is long;
+- ``steady``: killed right after the broker went down (``dev/kafka stop`` returned);
+- ``hang``: the broker SIGSTOPped (connections stay open, nothing is acknowledged),
+  killed a second later, long before ``spool_after_ms``.
+
+Exactly once in ``raw`` for the first three. For ``hang`` the shadow copies on disk
+(tracevault/producer/_shadow.py) may hold events the broker wrote when it resumed: such
+duplicates are the same event twice (the sequencer drops the same bytes arriving twice, so
+each is sealed once); the test asserts that and prints how many.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
-import threading
 import time
 import uuid
 from collections import Counter
@@ -22,6 +32,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.consumer.sequencer.support import assert_chain, running, sealed_by_run, wait_until
 from tests.kafka_harness import LocalBroker
 from tests.producer.conftest import read_partition, spawn_agent
 from tracevault.cli import tracevault
@@ -30,15 +41,6 @@ from tracevault.kafka import ensure_topics, partition_for
 from tracevault.producer._publisher import SPOOL_DURABLE_MS
 
 VICTIM = Path(__file__).with_name("spool_victim.py")
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    pause = threading.Event()
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        pause.wait(0.01)
 
 
 def _accepted(side: Path) -> list[tuple[str, int, int]]:
@@ -50,9 +52,12 @@ def _accepted(side: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-@pytest.mark.parametrize("kill_point", ["burst", "flood", "steady"])
+@pytest.mark.parametrize("kill_point", ["burst", "flood", "steady", "hang"])
 def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
-    kill_point: str, local_broker_factory: Callable[[], LocalBroker], tmp_path: Path
+    kill_point: str,
+    local_broker_factory: Callable[[], LocalBroker],
+    tmp_path: Path,
+    log_key: str,
 ) -> None:
     broker = local_broker_factory()
     settings = Settings(
@@ -60,6 +65,7 @@ def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
         topic_prefix=f"kill-{uuid.uuid4().hex[:8]}",
         partitions=3,
         spool_dir=str(tmp_path / "spool"),
+        log_key=log_key,
     )
     ensure_topics(settings)
     side = tmp_path / "accepted.txt"
@@ -68,27 +74,46 @@ def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
         try:
             assert proc.stdout is not None and proc.stdin is not None
             assert proc.stdout.readline().strip() == "ready"
-            broker.stop()  # returns once the broker process is gone
-            if kill_point != "steady":  # "steady": killed right after the broker went down
+            if kill_point == "hang":
+                os.kill(broker.pid(), signal.SIGSTOP)
+            else:
+                broker.stop()  # returns once the broker process is gone
+            if kill_point in ("burst", "flood"):
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
             if kill_point == "burst":  # killed just after a burst
                 assert proc.stdout.readline().strip() == "done"
             elif kill_point == "flood":  # killed mid-burst, with a long in-memory queue
                 start = side.stat().st_size
-                _wait(lambda: side.stat().st_size > start + 1_500_000, 120, "a long burst")
+                wait_until(
+                    lambda: side.stat().st_size > start + 1_500_000,
+                    timeout=120,
+                    what="a long burst",
+                    every=0.01,
+                )
+            elif kill_point == "hang":  # a second into the hang: acknowledgements stopped
+                start = side.stat().st_size
+                wait_until(
+                    lambda: side.stat().st_size > start + 40_000,
+                    timeout=60,
+                    what="events in the hang",
+                    every=0.01,
+                )
             kill_ns = time.monotonic_ns()
             proc.send_signal(signal.SIGKILL)
         finally:
             proc.kill()
             proc.wait(timeout=30)
+            if kill_point == "hang":
+                os.kill(broker.pid(), signal.SIGCONT)
     assert proc.returncode == -signal.SIGKILL
 
     accepted = _accepted(side)
     (run_id,) = {run for run, _, _ in accepted}
     must = {0} | {seq for _, seq, at in accepted if at < kill_ns - SPOOL_DURABLE_MS * 1_000_000}
 
-    broker.start(keep_data=True)
+    if kill_point != "hang":
+        broker.start(keep_data=True)
     base = ["--bootstrap-servers", broker.bootstrap, "--prefix", settings.topic_prefix]
     drained = CliRunner().invoke(
         tracevault, [*base, "spool", "drain", "--spool-dir", settings.spool_dir, "--json"]
@@ -101,6 +126,9 @@ def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
     seqs = [ev.seq for _, ev in got]
     counts = Counter(seqs)
     dups = sorted(s for s, n in counts.items() if n > 1)
+    first = {}
+    for _, ev in got:
+        assert first.setdefault(ev.seq, ev) == ev, f"seq {ev.seq} twice with different bytes"
     missing = sorted(must - set(counts))
     lost = [(seq, at) for _, seq, at in accepted if seq not in counts]
     measured = {
@@ -110,8 +138,25 @@ def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
         "oldest_lost_ms": round((kill_ns - min(at for _, at in lost)) / 1e6, 1) if lost else 0,
         "newest_accepted_ms": round((kill_ns - max(at for _, _, at in accepted)) / 1e6, 1),
         "spool_drained": json.loads(drained.output)["delivered"],
+        "raw_duplicates": len(dups),
     }
     print(json.dumps(measured))
     assert not missing, f"{len(missing)} accepted events lost, e.g. seqs {missing[:5]}: {measured}"
-    assert not dups, f"{len(dups)} events twice in raw, e.g. seqs {dups[:5]}"
-    assert seqs == sorted(seqs), "the run's events reach raw in seq order"
+    if kill_point in ("burst", "flood"):  # nothing was in flight when the broker left
+        assert not dups, f"{len(dups)} events twice in raw, e.g. seqs {dups[:5]}"
+    once = list(dict.fromkeys(seqs))
+    assert once == sorted(once), "the run's events reach raw in seq order"
+
+    # Sealed exactly once: the sequencer drops each duplicate and chains every seq once.
+    with running(settings) as (seq, errors):
+
+        def sealed() -> bool:
+            done = len(sealed_by_run(settings).get(run_id, [])) >= len(once)
+            dropped = seq.metrics.snapshot().get("tracevault_sequencer_duplicates_total", 0)
+            return done and dropped >= len(dups)
+
+        wait_until(sealed, timeout=240, what="the run sealed", every=2.0)
+        assert not errors, errors
+    chain = [ev for _, ev in sealed_by_run(settings)[run_id]]
+    assert_chain(run_id, chain, None)
+    assert [ev.seq for ev in chain] == once

@@ -23,14 +23,15 @@ drains the spool. States:
     events are sent again (``_drain_once``), and when the spool and the queue are empty the
     state is ``direct`` again.
 
-Durability bound: while spooling, an event the agent handed over is fsync'd to the spool
-within ``SPOOL_DURABLE_MS`` (50 ms), however long the queue: the background thread never
-waits longer than 10 ms on anything but a spool write (the broker probe runs on its own
-thread; a drain serves the queue every 10 ms while it waits for acknowledgements), and it
-writes the queue oldest first in chunks. Before spooling starts an event lives only in
-librdkafka's memory, so for a broker that hangs the bound is ``spool_after_ms`` plus
-``SPOOL_DURABLE_MS``. Measured under SIGKILL in tests/producer/test_spool_kill.py; the
-figures are in docs/design.md, "The spool".
+Durability bound: an event the agent handed over that Kafka has not acknowledged is
+fsync'd to the spool within ``SPOOL_DURABLE_MS`` (100 ms; typically under 30 ms), however
+long the queue. While spooling, the background thread never waits longer than 10 ms on
+anything but a spool write (the broker probe runs on its own thread; a drain serves the
+queue every 10 ms while it waits for acknowledgements), and it writes the queue oldest first
+in chunks. Before spooling starts (a broker that hangs or is shutting down), events that
+stay unacknowledged for 20 ms are copied to a shadow segment (``_shadow.py``) and deleted
+again once Kafka acknowledges them. Measured under SIGKILL in
+tests/producer/test_spool_kill.py; the figures are in docs/design.md, "The spool".
 
 Segments left by a process that died are adopted at start and drained the same way (their
 runs are unrelated to this process's, so order is unaffected). ``close(timeout)`` delivers
@@ -56,6 +57,7 @@ from tracevault.config import Settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
 from tracevault.producer._drain import drain_batch, rejected_sink
+from tracevault.producer._shadow import Shadow
 from tracevault.producer._spool import SpoolSegment, SpoolWriter, list_segments
 from tracevault.producer._wire import read_run_seq
 
@@ -67,8 +69,8 @@ _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 _RETRY_S = 1.0
 _DRAIN_BATCH = 5000
 _POLL_EVERY = 500
-#: While spooling, an accepted event is on disk (fsync'd) within this many milliseconds.
-SPOOL_DURABLE_MS = 50
+#: An accepted event Kafka has not acknowledged is on disk (fsync'd) within this many ms.
+SPOOL_DURABLE_MS = 100
 #: Events encoded and fsync'd per spool write, so the oldest are durable first.
 _SPOOL_CHUNK = 1000
 _SPOOL_NAP_S = 0.01
@@ -144,6 +146,7 @@ class Publisher:
         self._purged: list[tuple[bytes, bytes]] = []
         self._carry: list[tuple[bytes, bytes]] = []
         self._writer = SpoolWriter(self._spool_dir, self.topic)
+        self._shadow = Shadow(self._spool_dir, self.topic)
         self._backlog: deque[SpoolSegment] = deque()
         self._offsets: dict[Path, int] = {}
         self._own_paths: set[Path] = set()
@@ -230,6 +233,7 @@ class Publisher:
                     self._enter_spool()
                 if self._direct:
                     self._pump_direct()
+                    self._shadow_tick()
                 else:
                     self._spool_tick()
                 if stopping and not self._queue:
@@ -265,6 +269,7 @@ class Publisher:
         producer = self._producer
         assert producer is not None
         queue, produce, topic = self._queue, producer.produce, self.topic
+        remember = self._shadow.recent.append
         n = 0
         while queue and self._direct and not self._spool_requested:
             item = queue.popleft()
@@ -281,6 +286,7 @@ class Publisher:
                 self._spool_requested = True
                 return
             self._produced += 1
+            remember((item[0], value))
             n += 1
             if n % _POLL_EVERY == 0:
                 producer.poll(0)
@@ -317,6 +323,14 @@ class Publisher:
             self._last_progress = now
         return now - max(self._busy_since, self._last_progress) > self._spool_after
 
+    def _shadow_tick(self) -> None:
+        """Copy unacknowledged events to disk once Kafka is quiet (``_shadow.py``)."""
+        producer = self._producer
+        assert producer is not None
+        busy = self._busy_since
+        idle = 0.0 if busy is None else time.monotonic() - max(busy, self._last_progress)
+        self._shadow.tick(self._produced, len(producer), idle)
+
     def _delivered(self) -> int:
         """Direct events Kafka acknowledged (inexact only while entering the spool)."""
         producer = self._producer
@@ -345,9 +359,13 @@ class Publisher:
                 "reported later they are spooled after newer ones (the sequencer reorders)",
                 len(producer),
             )
+        lost = self._lost
         self._spool_purged()
         carry, self._carry = self._carry, []
         self._append(carry)
+        self._shadow.recent.clear()
+        if self._lost == lost:
+            self._shadow.drop()  # what it copied is in the spool now, durably
         self._busy_since = None
         self._next_drain = time.monotonic() + _RETRY_S
 
@@ -506,7 +524,9 @@ class Publisher:
         if self._direct and not self._spool_requested:
             self._pump_direct()
             while len(producer) > 0 and time.monotonic() < deadline and not self._stalled():
-                producer.poll(0.05)
+                producer.poll(0.01)
+                self._shadow_tick()
+            self._shadow_tick()
         if not self._direct or self._spool_requested or len(producer) > 0 or self._queue:
             self._enter_spool()
             self._pump_to_spool()
@@ -521,6 +541,7 @@ class Publisher:
         self._spool_purged()
         files = tuple(str(s.path) for s in self._backlog)
         self._writer.close()
+        self._shadow.close()
         self._too_old.writer.close()
         for seg in self._backlog:
             seg.unlock()

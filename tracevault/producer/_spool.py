@@ -98,9 +98,10 @@ def _ensure_dir(spool_dir: Path) -> None:
 class SpoolWriter:
     """Appends to one segment of ``spool_dir`` for one topic; not thread-safe (one owner)."""
 
-    def __init__(self, spool_dir: Path, topic: str) -> None:
+    def __init__(self, spool_dir: Path, topic: str, *, announce: bool = True) -> None:
         self.spool_dir = spool_dir
         self.topic = topic
+        self._announce = announce
         self._fd: int | None = None
         self.path: Path | None = None
         self.size = 0
@@ -117,7 +118,8 @@ class SpoolWriter:
         os.fsync(fd)
         _fsync_dir(self.spool_dir)
         self._fd, self.path, self.size = fd, path, len(header)
-        logger.warning("Kafka is not taking events: spooling to %s", path)
+        if self._announce:
+            logger.warning("Kafka is not taking events: spooling to %s", path)
         return fd
 
     def append(self, records: list[tuple[bytes, bytes]]) -> None:
