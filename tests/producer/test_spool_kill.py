@@ -43,6 +43,17 @@ from tracevault.producer._publisher import SPOOL_DURABLE_MS
 VICTIM = Path(__file__).with_name("spool_victim.py")
 
 
+#: side-file bytes to wait for before the kill: ~30k events (flood), ~1 s of events (hang)
+_GROWTH = {"flood": 1_500_000, "hang": 40_000}
+
+
+def _await_growth(side: Path, by: int) -> None:
+    start = side.stat().st_size
+    wait_until(
+        lambda: side.stat().st_size > start + by, timeout=120, what="more events", every=0.01
+    )
+
+
 def _accepted(side: Path) -> list[tuple[str, int, int]]:
     out = []
     for line in side.read_text().splitlines():
@@ -83,22 +94,8 @@ def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
                 proc.stdin.flush()
             if kill_point == "burst":  # killed just after a burst
                 assert proc.stdout.readline().strip() == "done"
-            elif kill_point == "flood":  # killed mid-burst, with a long in-memory queue
-                start = side.stat().st_size
-                wait_until(
-                    lambda: side.stat().st_size > start + 1_500_000,
-                    timeout=120,
-                    what="a long burst",
-                    every=0.01,
-                )
-            elif kill_point == "hang":  # a second into the hang: acknowledgements stopped
-                start = side.stat().st_size
-                wait_until(
-                    lambda: side.stat().st_size > start + 40_000,
-                    timeout=60,
-                    what="events in the hang",
-                    every=0.01,
-                )
+            elif kill_point in _GROWTH:  # flood: mid-burst, long queue; hang: 1 s into it
+                _await_growth(side, _GROWTH[kill_point])
             kill_ns = time.monotonic_ns()
             proc.send_signal(signal.SIGKILL)
         finally:

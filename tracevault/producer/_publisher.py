@@ -24,7 +24,7 @@ drains the spool. States:
     state is ``direct`` again.
 
 Durability bound: an event the agent handed over that Kafka has not acknowledged is
-fsync'd to the spool within ``SPOOL_DURABLE_MS`` (100 ms; typically under 30 ms), however
+fsync'd to the spool within ``SPOOL_DURABLE_MS`` (100 ms; measured 0-62 ms), however
 long the queue. While spooling, the background thread never waits longer than 10 ms on
 anything but a spool write (the broker probe runs on its own thread; a drain serves the
 queue every 10 ms while it waits for acknowledgements), and it writes the queue oldest first
