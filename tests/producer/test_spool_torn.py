@@ -111,3 +111,26 @@ def test_zero_bytes_at_the_end_are_a_torn_tail_but_a_changed_record_is_not(
     assert seg.path.read_bytes() == bytes(changed)
     assert len(list(bad.records(bad.header_end))) == 4
     assert bad.corruption is not None and not bad.corruption.tail
+
+
+def test_a_changed_length_field_is_corruption_not_a_torn_tail(tmp_path: Path) -> None:
+    """A flipped high bit in a record's length makes it run past the end of the file, as a
+    torn record would; cutting there would drop the intact records after it."""
+    writer = SpoolWriter(tmp_path, "p.raw")
+    writer.append([(b"k", bytes([i]) * 50) for i in range(6)])
+    writer.close()
+    (seg,) = list_segments(tmp_path)
+    seg.read_header()
+    ends = [r.end for r in seg.records(seg.header_end)]
+    data = bytearray(seg.path.read_bytes())
+    data[ends[2]] ^= 0x80  # the top byte of record 3's big-endian length
+    seg.path.write_bytes(bytes(data))
+    bad = SpoolSegment(seg.path)
+    bad.read_header()
+    assert bad.try_lock()
+    assert bad.repair_tail() == 0
+    bad.unlock()
+    assert seg.path.read_bytes() == bytes(data)
+    assert len(list(bad.records(bad.header_end))) == 3
+    assert bad.corruption is not None and not bad.corruption.tail
+    assert "impossible" in bad.corruption.reason

@@ -55,6 +55,8 @@ _KEYLEN = struct.Struct(">H")
 #: A new segment is started past this size, so drained segments can be deleted early.
 SEGMENT_BYTES = 64 * 1024 * 1024
 _CHUNK = 1 << 20
+#: Longer than any record an append writes (an event is far below Kafka's 1 MB default).
+_MAX_RECORD = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +249,11 @@ class SpoolSegment:
                 if pos + need > len(data) and base + len(data) < stop:
                     data, base, pos = self._more(f, data, base, pos, need=need, stop=stop)
                 body = data[pos + _REC.size : pos + need]
+                if len(body) < length and length > _MAX_RECORD:
+                    # No append writes a record this long: a changed length field, not a
+                    # crash (cutting here would drop the intact records after it).
+                    self._corrupt(base + pos, f"record length {length} is impossible", tail=False)
+                    return
                 if len(body) < length:
                     if not any(data[pos:]):
                         self._corrupt(base + pos, "zero bytes at the end (a crash mid-write)")
@@ -289,7 +296,7 @@ class SpoolSegment:
 
     def _corrupt(self, offset: int, reason: str, *, tail: bool | None = None) -> None:
         torn = "crash mid-write" in reason if tail is None else tail
-        if tail:
+        if tail and "crc32" in reason:
             reason = "zero bytes at the end (a crash mid-write)"
         self.corruption = SpoolCorruption(str(self.path), offset, reason, torn)
         logger.log(
