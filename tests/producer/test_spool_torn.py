@@ -80,6 +80,18 @@ def test_a_later_publisher_cuts_a_dead_process_torn_tail_and_delivers_the_rest(
     _check_run(settings, rec.run_id, 2)
 
 
+def _repaired(path: Path, data: bytes) -> tuple[SpoolSegment, int]:
+    """Write ``data`` as the segment at ``path``, then repair it as a drainer would."""
+    path.write_bytes(data)
+    seg = SpoolSegment(path)
+    seg.read_header()
+    assert seg.try_lock()
+    try:
+        return seg, seg.repair_tail()
+    finally:
+        seg.unlock()
+
+
 def test_zero_bytes_at_the_end_are_a_torn_tail_but_a_changed_record_is_not(
     tmp_path: Path,
 ) -> None:
@@ -91,24 +103,14 @@ def test_zero_bytes_at_the_end_are_a_torn_tail_but_a_changed_record_is_not(
     good = seg.path.read_bytes()
 
     # A power loss can leave the file longer than what was written, filled with zeros.
-    seg.path.write_bytes(good + bytes(37))
-    zeros = SpoolSegment(seg.path)
-    zeros.read_header()
-    assert zeros.try_lock()
-    assert zeros.repair_tail() == 37
-    zeros.unlock()
+    assert _repaired(seg.path, good + bytes(37))[1] == 37
     assert seg.path.read_bytes() == good
 
     # A whole last record with a changed byte is not what a crash leaves: kept, reported.
     changed = bytearray(good)
     changed[-3] ^= 0x01
-    seg.path.write_bytes(bytes(changed))
-    bad = SpoolSegment(seg.path)
-    bad.read_header()
-    assert bad.try_lock()
-    assert bad.repair_tail() == 0
-    bad.unlock()
-    assert seg.path.read_bytes() == bytes(changed)
+    bad, cut = _repaired(seg.path, bytes(changed))
+    assert cut == 0 and seg.path.read_bytes() == bytes(changed)
     assert len(list(bad.records(bad.header_end))) == 4
     assert bad.corruption is not None and not bad.corruption.tail
 
@@ -124,13 +126,8 @@ def test_a_changed_length_field_is_corruption_not_a_torn_tail(tmp_path: Path) ->
     ends = [r.end for r in seg.records(seg.header_end)]
     data = bytearray(seg.path.read_bytes())
     data[ends[2]] ^= 0x80  # the top byte of record 3's big-endian length
-    seg.path.write_bytes(bytes(data))
-    bad = SpoolSegment(seg.path)
-    bad.read_header()
-    assert bad.try_lock()
-    assert bad.repair_tail() == 0
-    bad.unlock()
-    assert seg.path.read_bytes() == bytes(data)
+    bad, cut = _repaired(seg.path, bytes(data))
+    assert cut == 0 and seg.path.read_bytes() == bytes(data)
     assert len(list(bad.records(bad.header_end))) == 3
     assert bad.corruption is not None and not bad.corruption.tail
     assert "impossible" in bad.corruption.reason
