@@ -42,7 +42,18 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from tracevault.config import Settings
-from tracevault.consumer._liveness import (
+from tracevault.errors import LogError, TraceVaultError
+from tracevault.log import (
+    CheckpointRecord,
+    CompactTree,
+    NodeSource,
+    compact_range_source,
+    consistency_proof,
+    is_checkpoint_record,
+    log_origin,
+    verify_consistency,
+)
+from tracevault.runtime.liveness import (
     BlockingCalls,
     CallDeadline,
     Health,
@@ -54,17 +65,6 @@ from tracevault.consumer._liveness import (
     close_quietly,
     consumer_lag,
     raise_for,
-)
-from tracevault.errors import LogError, TraceVaultError
-from tracevault.log import (
-    CheckpointRecord,
-    CompactTree,
-    NodeSource,
-    compact_range_source,
-    consistency_proof,
-    is_checkpoint_record,
-    log_origin,
-    verify_consistency,
 )
 from tracevault.witness._archive import ArchiveTiles
 from tracevault.witness._core import Cosigned, Refused, Witness

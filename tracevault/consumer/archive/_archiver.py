@@ -59,17 +59,6 @@ from prometheus_client import CollectorRegistry, Gauge
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
-from tracevault.consumer._liveness import (
-    BlockingCalls,
-    Health,
-    KafkaWatch,
-    OffsetCommits,
-    Restart,
-    Sessions,
-    close_quietly,
-    consumer_lag,
-    raise_for,
-)
 from tracevault.consumer.archive._logwriter import FlushJob, LeafRecord, PartitionLog
 from tracevault.consumer.archive._quarantine import MAX_SEALED_AT as _MAX_AT
 from tracevault.consumer.archive._quarantine import MIN_SEALED_AT as _MIN_AT
@@ -93,6 +82,17 @@ from tracevault.log import (
     log_origin,
 )
 from tracevault.log._merkle import HASH_SIZE
+from tracevault.runtime.liveness import (
+    BlockingCalls,
+    Health,
+    KafkaWatch,
+    OffsetCommits,
+    Restart,
+    Sessions,
+    close_quietly,
+    consumer_lag,
+    raise_for,
+)
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
 

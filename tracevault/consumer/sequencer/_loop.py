@@ -67,20 +67,6 @@ from confluent_kafka import (
 )
 
 from tracevault.config import Settings
-from tracevault.consumer._liveness import (
-    BlockingCalls,
-    Broken,
-    CallDeadline,
-    Health,
-    KafkaWatch,
-    Restart,
-    Sessions,
-    Stopping,
-    backoff,
-    close_quietly,
-    is_fenced,
-    is_outage,
-)
 from tracevault.consumer._memory import trim_heap
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._log import PartitionLogs, signer_from_settings
@@ -109,6 +95,20 @@ from tracevault.log import (
     TREE_KEY,
     NoteSigner,
     leaf_prefix,
+)
+from tracevault.runtime.liveness import (
+    BlockingCalls,
+    Broken,
+    CallDeadline,
+    Health,
+    KafkaWatch,
+    Restart,
+    Sessions,
+    Stopping,
+    backoff,
+    close_quietly,
+    is_fenced,
+    is_outage,
 )
 from tracevault.schemas import EventKind, avro_long
 from tracevault.schemas.fast import armed_walks

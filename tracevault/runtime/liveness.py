@@ -1,6 +1,7 @@
-"""What keeps the sequencer and the archiver alive across broker outages (docs/liveness.md).
+"""What keeps the sequencer, the archiver and the witness alive across broker outages
+(docs/liveness.md).
 
-Three parts, shared by both services:
+Shared by all three services:
 
 - :class:`BlockingCalls` runs librdkafka's blocking calls in a daemon worker thread and waits
   at most a deadline. librdkafka does not always honour its own timeout (after a broker outage

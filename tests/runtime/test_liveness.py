@@ -1,7 +1,8 @@
-"""The liveness parts on their own: call deadlines, stop during a call, /healthz, signals.
+"""The liveness parts on their own: call deadlines, stop during a call, /healthz, signals,
+the session supervisor.
 
-The broker-outage behaviour of the real services is in ``test_outage.py``; these pin the
-pieces it relies on, quickly and without a broker.
+The broker-outage behaviour of the real services is in ``tests/consumer/test_outage.py`` and
+``test_outage_all.py``; these pin the pieces they rely on, quickly and without a broker.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
 from tests.kafka_harness import free_port
-from tracevault.consumer._liveness import (
+from tracevault.errors import FencedError, ServiceUnavailableError
+from tracevault.runtime.liveness import (
     BlockingCalls,
     Broken,
     CallDeadline,
@@ -32,7 +34,6 @@ from tracevault.consumer._liveness import (
     raise_for,
     serve,
 )
-from tracevault.errors import FencedError, ServiceUnavailableError
 
 
 def test_a_call_past_its_deadline_is_abandoned_and_the_next_call_runs() -> None:
@@ -110,7 +111,7 @@ def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> No
         f"""
         import logging, sys, threading
         from confluent_kafka import Producer
-        from tracevault.consumer._liveness import stop_on_signals
+        from tracevault.runtime.liveness import stop_on_signals
         logging.basicConfig(level=logging.INFO)
         stop_on_signals(lambda: None, "blocked", hard_limit_s=2.0)
         p = Producer({{"bootstrap.servers": "127.0.0.1:{free_port()}",
