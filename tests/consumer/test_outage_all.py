@@ -10,6 +10,8 @@ Every event is sealed exactly once in continuous chains.
 
 A second test restarts the witness alone (SIGTERM, then SIGKILL): the new process cosigns
 within seconds instead of waiting for its dead predecessor's group session (docs/liveness.md).
+Last, a witness under another key joins after a crash: its ``/healthz`` says 503 while the dead
+member still holds the partitions, and it cosigns once that member's 10 s session ends.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ STALL_S = 4  # TRACEVAULT_HEALTH_STALL_S: 503 after this long cut off or without
 RESUME_S = 30.0  # "within seconds" of the broker answering again (main: 110 s and more)
 STEADY_S = 10.0  # then new work at least this often (a history read blocked main 30 s)
 WITNESS_RESTART_S = 20.0  # a restarted witness cosigns within this (main: 45 s to 5 min)
+GROUP_TAKEOVER_S = 40.0  # another member gets a dead one's partitions (10 s session + join)
 EVENTS_PER_RUN = 10
 
 
@@ -130,11 +133,17 @@ def stack(
             *("--segment-max-age", "1", "--segment-max-events", "500"),
         ],
         "witness": ["witness", "run", "--store", f"file://{tmp / 'witness'}"],
+        # another witness key (another group member), its own store, in the same group
+        "witness-2": ["witness", "run", "--store", f"file://{tmp / 'witness-2'}"],
     }
     started: list[Service] = []
 
     def start(name: str) -> Service:
-        svc = Service(name, [*common, *argv[name]], env, tmp / f"{name}-{len(started)}.log")
+        own = dict(env)
+        if name == "witness-2":
+            own["TRACEVAULT_WITNESS_KEY"] = CosignatureSigner.generate("w2.test").skey
+            own["TRACEVAULT_HEALTH_STALL_S"] = "2"
+        svc = Service(name, [*common, *argv[name]], own, tmp / f"{name}-{len(started)}.log")
         started.append(svc)
         return svc
 
@@ -254,4 +263,23 @@ def test_a_restarted_witness_cosigns_within_seconds(
             took[sig.name] = time.monotonic() - t0
             code, doc = wit.health()
             assert code == 200, doc
+
+        # A crash, then another member joins the group: the dead one holds the partitions
+        # until its session times out (10 s). Meanwhile the newcomer's /healthz says so (it
+        # said 200 "following" for a poll that merely returned), and then it cosigns.
+        wit.proc.kill()
+        wit.proc.wait(15)
+        t0 = time.monotonic()
+        wit = start("witness-2")
+        wait_for(lambda: wit.health()[0] == 503, 15, "503 while it waits for its partitions", diag)
+        doc = wit.health()[1]
+        assert "no progress" in doc.get("reason", ""), doc
+        wait_for(
+            grew(functools.partial(cosigned, wit), 0.0),
+            GROUP_TAKEOVER_S,
+            "a witness under another key to take over the dead member's partitions",
+            diag,
+        )
+        took["another member"] = time.monotonic() - t0
+        wait_for(lambda: wit.health()[0] == 200, 15, "200 once it cosigns", diag)
     print(f"a restarted witness cosigned after {took}")
