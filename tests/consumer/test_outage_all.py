@@ -16,7 +16,6 @@ member still holds the partitions, and it cosigns once that member's 10 s sessio
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import threading
@@ -87,6 +86,19 @@ class Stream:
         return sum(len(v) for v in self.expected.values())
 
 
+def signed(w: Service) -> float:
+    """Cosignatures, from a witness that must answer (it serves /metrics itself, also while
+    the broker is away): a failed scrape is a failure, never a number to compare."""
+    value = cosigned(w)
+    assert value is not None, f"{w.name}: /metrics did not answer\n{w.tail()}"
+    return value
+
+
+def has_cosigned(w: Service) -> Callable[[], bool]:
+    """A condition: the witness answers and cosigned something (once it has come up)."""
+    return lambda: (cosigned(w) or 0.0) > 0
+
+
 def grew(now: Callable[[], Any], before: Any) -> Callable[[], bool]:
     """A condition: ``now()`` is above ``before`` (a number, or each of a tuple's)."""
     if isinstance(before, tuple):
@@ -94,11 +106,11 @@ def grew(now: Callable[[], Any], before: Any) -> Callable[[], bool]:
     return lambda: bool(now() > before)
 
 
-def cosigned(w: Service) -> float:
-    """The witness's cosignatures over every origin (-1 while it does not answer)."""
+def cosigned(w: Service) -> float | None:
+    """The witness's cosignatures over every origin (None while /metrics does not answer)."""
     code, body = w._get("/metrics")
     if code != 200:
-        return -1.0
+        return None
     return sum(
         float(line.split()[-1])
         for line in body.splitlines()
@@ -167,24 +179,24 @@ def test_three_services_ride_out_a_broker_stop_and_a_sigkill(
         pids = [s.proc.pid for s in svcs]
 
         def sealed() -> float:
-            return seq.metric("tracevault_sequencer_sealed_total")
+            return seq.scraped("tracevault_sequencer_sealed_total")
 
         def archived() -> float:
-            return arc.metric("tracevault_archiver_events_archived")
+            return arc.scraped("tracevault_archiver_events_archived")
 
         def counts() -> tuple[float, ...]:
-            return sealed(), archived(), cosigned(wit)
+            return sealed(), archived(), signed(wit)
+
+        def started() -> bool:  # /metrics answers only once each process has come up
+            s = seq.metric("tracevault_sequencer_sealed_total")
+            a = arc.metric("tracevault_archiver_events_archived")
+            return s is not None and a is not None and s > 0 and a > 0 and has_cosigned(wit)()
 
         def diag() -> str:
             return "".join(f"\n--- {s.name} (exit {s.proc.poll()})\n{s.tail()}" for s in svcs)
 
         feed.thread.start()
-        wait_for(
-            lambda: sealed() > 0 and archived() > 0 and cosigned(wit) > 0,
-            90,
-            "the first sealed, archived and cosigned",
-            diag,
-        )
+        wait_for(started, 90, "the first sealed, archived and cosigned", diag)
         wait_for(lambda: all(s.health()[0] == 200 for s in svcs), 30, "/healthz 200", diag)
 
         resumed: dict[str, float] = {}
@@ -203,11 +215,11 @@ def test_three_services_ride_out_a_broker_stop_and_a_sigkill(
             outage(max(0.0, 20 - (time.monotonic() - down)))
             broker.start(keep_data=True)
             back = time.monotonic()
-            s0, a0, c0 = sealed(), archived(), cosigned(wit)
+            s0, a0, c0 = counts()
             wait_for(grew(sealed, s0), RESUME_S, f"sealing after the {how}", diag)
             resumed[how] = time.monotonic() - back
             wait_for(grew(archived, a0), RESUME_S, f"archiving after the {how}", diag)
-            wait_for(grew(lambda: cosigned(wit), c0), RESUME_S, f"cosigning after the {how}", diag)
+            wait_for(grew(lambda: signed(wit), c0), RESUME_S, f"cosigning after the {how}", diag)
             # and it keeps going: new work in each of three windows, not one batch and a stall
             for window in range(3):
                 before = counts()
@@ -247,7 +259,7 @@ def test_a_restarted_witness_cosigns_within_seconds(
         def diag() -> str:
             return "".join(f"\n--- {s.name} (exit {s.proc.poll()})\n{s.tail()}" for s in (seq, wit))
 
-        wait_for(lambda: cosigned(wit) > 0, 90, "the first cosignature", diag)
+        wait_for(has_cosigned(wit), 90, "the first cosignature", diag)
         took: dict[str, float] = {}
         for sig in (signal.SIGTERM, signal.SIGKILL):
             wit.proc.send_signal(sig)
@@ -255,7 +267,7 @@ def test_a_restarted_witness_cosigns_within_seconds(
             t0 = time.monotonic()
             wit = start("witness")
             wait_for(
-                grew(functools.partial(cosigned, wit), 0.0),
+                has_cosigned(wit),
                 WITNESS_RESTART_S,
                 f"a witness restarted after {sig.name} to cosign",
                 diag,
@@ -275,7 +287,7 @@ def test_a_restarted_witness_cosigns_within_seconds(
         doc = wit.health()[1]
         assert "no progress" in doc.get("reason", ""), doc
         wait_for(
-            grew(functools.partial(cosigned, wit), 0.0),
+            has_cosigned(wit),
             GROUP_TAKEOVER_S,
             "a witness under another key to take over the dead member's partitions",
             diag,

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError
@@ -104,6 +105,20 @@ def test_healthz_reports_progress_not_just_liveness() -> None:
     assert code == 503 and "no Kafka broker reachable" in json.loads(body)["reason"]
 
 
+def _wait_until_blocked_in_the_kernel(pid: int, timeout: float = 30.0) -> None:
+    """Until the process's main thread sleeps on a futex: after it printed "blocking" that is
+    init_transactions waiting for librdkafka's threads (Linux /proc; a condition, not a nap)."""
+    task = Path(f"/proc/{pid}/task/{pid}")
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "S" and "futex" in (task / "wchan").read_text():
+            return
+        assert time.monotonic() < deadline, f"main thread never blocked (state {state})"
+        pause.wait(0.01)  # a deadline-bounded poll
+
+
 def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> None:
     # The main thread waits inside librdkafka (init_transactions against a port where no broker
     # listens), so Python's own handler may never run; the wakeup fd and the timer still do.
@@ -128,7 +143,7 @@ def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> No
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "blocking"
-    threading.Event().wait(0.5)  # let the main thread get into librdkafka
+    _wait_until_blocked_in_the_kernel(proc.pid)  # inside init_transactions, waiting on librdkafka
     t0 = time.monotonic()
     proc.terminate()
     _, err = proc.communicate(timeout=15)
