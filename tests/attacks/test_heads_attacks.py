@@ -5,7 +5,7 @@ did not apply `tracevault topics acls`); it does not hold the log key. It writes
 record while the sequencer is down, then the sequencer is restarted normally and the genuine
 agents go on. Whatever was forged, no genuine event may be lost, sent to the DLQ or chained
 onto a forged state; the forgery is an ALERT and a count; every run verifies with the trusted
-key from the topic and from the archive (docs/design.md, "Sequencer state is evidence").
+key from the topic and from the archive (docs/design.md, "Sequencer rules").
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import dataclasses
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -36,47 +38,59 @@ from tests.consumer.sequencer.support import (
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
-from tracevault.heads import FINISHED_KEY_PREFIX, encode_head, find_head
+from tracevault.heads import FINISHED_KEY_PREFIX, Head, HeldEvent, encode_head, find_head
 from tracevault.kafka import partition_for
 from tracevault.log import RECORD_HEADER, TREE_KEY, Ed25519Signer
 
-#: what each attack writes to heads: (key, value, headers) from the runs' ids
-Forgery = Callable[[Settings, dict[str, str]], tuple[bytes, bytes, list[tuple[str, bytes]]]]
+#: what an attack writes to heads: key, value, headers
+Headers = list[tuple[str, str | bytes | None]]
+Forged = tuple[bytes, bytes, Headers]
+Forgery = Callable[[Settings, dict[str, str]], Forged]
 
 
-def _head_of(settings: Settings, run_id: str) -> object:
+def _head_of(settings: Settings, run_id: str) -> Head:
     head = find_head(settings, run_id)
     assert head is not None and head.next_seq > 0, run_id
     return head
 
 
-def finished_for_an_open_run(s: Settings, r: dict[str, str]) -> tuple[bytes, bytes, list]:
+def finished_for_an_open_run(s: Settings, r: dict[str, str]) -> Forged:
     head = _head_of(s, r["victim"])
-    return r["victim"].encode(), encode_head(dataclasses.replace(head, finished=True)), []  # type: ignore[type-var]
+    return r["victim"].encode(), encode_head(dataclasses.replace(head, finished=True)), []
 
 
-def random_last_hash(s: Settings, r: dict[str, str]) -> tuple[bytes, bytes, list]:
+def random_last_hash(s: Settings, r: dict[str, str]) -> Forged:
     head = _head_of(s, r["victim"])
-    forged = dataclasses.replace(head, last_hash=os.urandom(32))  # type: ignore[type-var]
+    forged = dataclasses.replace(head, last_hash=os.urandom(32))
     return r["victim"].encode(), encode_head(forged), []
 
 
-def garbage_under_a_run_key(s: Settings, r: dict[str, str]) -> tuple[bytes, bytes, list]:
+def garbage_under_a_run_key(s: Settings, r: dict[str, str]) -> Forged:
     return r["victim"].encode(), b"\xc3\x01" + os.urandom(60), []
 
 
-def garbage_under_the_tree_key(s: Settings, r: dict[str, str]) -> tuple[bytes, bytes, list]:
+def garbage_under_the_tree_key(s: Settings, r: dict[str, str]) -> Forged:
     value = (5023596536637309959).to_bytes(8, "big") + os.urandom(56)
     return TREE_KEY, value, [(RECORD_HEADER, b"tree")]
 
 
-def garbage_under_a_chunk_key(s: Settings, r: dict[str, str]) -> tuple[bytes, bytes, list]:
+def garbage_under_a_chunk_key(s: Settings, r: dict[str, str]) -> Forged:
     return FINISHED_KEY_PREFIX + b"1/attacker/0/0", os.urandom(80), []
 
 
-def another_runs_head_under_the_key(s: Settings, r: dict[str, str]) -> tuple[bytes, bytes, list]:
+def another_runs_head_under_the_key(s: Settings, r: dict[str, str]) -> Forged:
     head = _head_of(s, r["other"])
-    return r["victim"].encode(), encode_head(head), []  # type: ignore[arg-type]
+    return r["victim"].encode(), encode_head(head), []
+
+
+def a_forged_event_held_behind_a_gap(s: Settings, r: dict[str, str]) -> Forged:
+    """An event of the attacker's, as if it had arrived past a gap: it would be sealed as the
+    agent's own seq 4 when seq 3 arrives."""
+    head = _head_of(s, r["victim"])
+    forged = raw_event(r["victim"], 4, note="-forged")
+    p = partition_for(r["victim"], s.partitions)
+    held = HeldEvent(4, forged, p, 1, time.time_ns() // 1000)
+    return r["victim"].encode(), encode_head(dataclasses.replace(head, held=(held,))), []
 
 
 ATTACKS = [
@@ -86,6 +100,7 @@ ATTACKS = [
     garbage_under_the_tree_key,
     garbage_under_a_chunk_key,
     another_runs_head_under_the_key,
+    a_forged_event_held_behind_a_gap,
 ]
 
 
@@ -101,13 +116,20 @@ def _runs(partitions: int) -> dict[str, str]:
     return {"victim": victim, "other": other, "done": done}
 
 
-def _forge(settings: Settings, key: bytes, value: bytes, headers: list, partition: int) -> None:
+def _forge(settings: Settings, key: bytes, value: bytes, headers: Headers, partition: int) -> None:
     p = Producer(settings.kafka_config(**{"log_level": 0}))
     p.produce(settings.topics.heads, value, key, partition, headers=headers)
     assert p.flush(30) == 0
 
 
-def _verify(settings: Settings, vkey: str, run_id: str, source: str) -> dict:
+def _wave(
+    *parts: tuple[str, int, int], raws: dict[str, list[bytes]]
+) -> list[tuple[str | bytes | None, bytes | None]]:
+    """(key, value) of seqs ``a..b-1`` of each run, run after run."""
+    return [(run, v) for run, a, b in parts for v in raws[run][a:b]]
+
+
+def _verify(settings: Settings, vkey: str, run_id: str, source: str) -> dict[str, Any]:
     env = {
         "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
@@ -117,7 +139,7 @@ def _verify(settings: Settings, vkey: str, run_id: str, source: str) -> dict:
     args = ["replay", "verify", run_id, "--from", source, "--trusted-key", vkey, "--json"]
     res = CliRunner().invoke(tracevault, args, env=env)
     assert res.exit_code == 0, (run_id, source, res.output)
-    out: dict = json.loads(res.output)
+    out: dict[str, Any] = json.loads(res.output)
     assert out["log_checked"] is True, out
     return out
 
@@ -138,10 +160,9 @@ def test_a_forged_heads_record_is_an_alert_and_the_genuine_runs_go_on(
         other: [raw_event(other, s, last=6) for s in range(7)],
         done: [raw_event(done, s, last=2) for s in range(3)],
     }
-    first = [(victim, v) for v in raws[victim][:3]] + [(other, v) for v in raws[other][:5]]
-    first += [(done, v) for v in raws[done]]
+    first = _wave((victim, 0, 3), (other, 0, 5), (done, 0, 3), raws=raws)
     with running(settings) as (_seq, errors):
-        produce_raw(settings, first)  # type: ignore[arg-type]
+        produce_raw(settings, first)
         wait_until(
             lambda: sum(len(v) for v in sealed_by_run(settings).values()) == 11,
             timeout=90,
@@ -154,9 +175,9 @@ def test_a_forged_heads_record_is_an_alert_and_the_genuine_runs_go_on(
 
     caplog.set_level(logging.ERROR, logger="tracevault.consumer.sequencer._loop")
     with running(settings) as (seq, errors):
-        rest = [(victim, v) for v in raws[victim][3:]] + [(other, v) for v in raws[other][5:]]
-        rest += [(done, v) for v in raws[done]]  # a resend of a finished run: duplicates
-        produce_raw(settings, rest)  # type: ignore[arg-type]
+        # the genuine tails, and a resend of the finished run (duplicates)
+        rest = _wave((victim, 3, 6), (other, 5, 7), (done, 0, 3), raws=raws)
+        produce_raw(settings, rest)
 
         def caught_up() -> bool:
             assert not errors, errors

@@ -2,7 +2,7 @@
 
 Anyone who can write to ``<prefix>.heads`` (a deployment without `tracevault topics acls`)
 can append a record under any key, and compaction keeps the latest. So a restored head is
-evidence to check, not a fact (docs/design.md, "Sequencer state is evidence"):
+evidence to check, not a fact (docs/design.md, "Sequencer rules"):
 
 * a **run's head** must match the sealed records it names. The record at ``last_offset`` of
   its sealed partition is that run's (key and decoded run id), at seq ``next_seq - 1``, with
@@ -103,7 +103,7 @@ class _Reader:
     """Records of one topic partition at chosen offsets, or from an offset to the end."""
 
     def __init__(self, settings: Settings, deadline: float) -> None:
-        self._deadline = deadline
+        self.deadline = deadline
         self._servers = settings.bootstrap_servers
         self._c = Consumer(
             settings.kafka_config(
@@ -124,7 +124,7 @@ class _Reader:
 
     def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         lo, hi = self._c.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=max(0.5, self._deadline - time.monotonic())
+            TopicPartition(topic, partition), timeout=max(0.5, self.deadline - time.monotonic())
         )
         return int(lo), int(hi)
 
@@ -133,7 +133,7 @@ class _Reader:
         self._c.assign([TopicPartition(topic, partition, start)])
         try:
             while True:
-                if time.monotonic() > self._deadline:
+                if time.monotonic() > self.deadline:
                     raise ServiceUnavailableError(
                         f"checking the sequencer's state against {topic}[{partition}] did not "
                         "finish in time; check the broker"
@@ -196,10 +196,19 @@ def prove_state(
     what fails is rebuilt from ``sealed`` (see the module's docstring)."""
     out = ProvenState()
     reader = _Reader(settings, time.monotonic() + timeout)
+    by_part: dict[int, list[tuple[str, Head]]] = {p: [] for p in partitions}
+    for rid, head in state.heads.items():
+        by_part.setdefault(state.where[rid][0], []).append((rid, head))
     try:
         for p in partitions:
             _prove_partition(
-                reader, settings, state, p, partition_count, verifiers, horizon_us, now_us, out
+                reader,
+                settings,
+                state,
+                (p, by_part[p], partition_count),
+                verifiers,
+                (horizon_us, now_us, timeout),
+                out,
             )
     finally:
         reader.close()
@@ -210,15 +219,15 @@ def _prove_partition(  # noqa: PLR0917 - private, one call site
     reader: _Reader,
     settings: Settings,
     state: HeadsState,
-    p: int,
-    n: int,
+    where: tuple[int, list[tuple[str, Head]], int],
     verifiers: Sequence[NoteVerifier],
-    horizon_us: int,
-    now_us: int,
+    times: tuple[int, int, float],
     out: ProvenState,
 ) -> None:
+    """One heads partition ``p``: its heads (under their keys), of ``n`` partitions."""
     sealed, raw = settings.topics.sealed, settings.topics.raw
-    heads = [(rid, h) for rid, h in state.heads.items() if state.where[rid][0] == p]
+    p, heads, n = where
+    horizon_us, now_us, timeout = times
     rebuild: set[bytes] = set()
     all_runs = False
     for (part, key), why in state.bad.items():
@@ -247,6 +256,8 @@ def _prove_partition(  # noqa: PLR0917 - private, one call site
         rebuild.add(rid.encode())
     if not rebuild and not all_runs:
         return
+    # the rare path reads a whole partition: it may take longer than the proof
+    reader.deadline = max(reader.deadline, time.monotonic() + 10 * timeout)
     found = scan(reader, sealed, p, None if all_runs else rebuild)
     have = {h.run_id for h in out.heads}
     for key in sorted(rebuild):

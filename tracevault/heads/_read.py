@@ -104,7 +104,7 @@ class HeadsState:
     why, for as long as no later valid record or tombstone of that key replaced them. They
     are left out of the state instead of failing the read: a reader must not be stopped by a
     record anyone with write access can append; the sequencer rebuilds what they stood for
-    from ``sealed`` (heads/_proof.py, docs/design.md "Sequencer state is evidence").
+    from ``sealed`` (heads/_proof.py, docs/design.md "Sequencer rules").
     """
 
     heads: dict[str, Head] = field(default_factory=dict)

@@ -358,7 +358,7 @@ class Sequencer:
     def _restore(self, partitions: list[int]) -> None:
         """The book and trees of ``partitions`` from the heads topic, each piece proven
         against ``sealed`` first (heads/_proof.py); what fails is an ALERT, counted, and
-        rebuilt from ``sealed`` (docs/design.md, "Sequencer state is evidence")."""
+        rebuilt from ``sealed`` (docs/design.md, "Sequencer rules")."""
         assert self._book is not None
         s = self.settings
         state = read_state(
