@@ -57,6 +57,7 @@ from tracevault.log import (
     split_note,
 )
 from tracevault.schemas import EventKind, SealedEvent, decode_event, decode_sealed
+from tracevault.schemas.fast import event_kind, sealed_fields
 
 __all__ = ["ProvenState", "Rejection", "prove_state"]
 
@@ -341,19 +342,26 @@ def _check(  # noqa: PLR0917 - one check per line, in order
 
 
 def _sealed_event(rec: _Rec | None, rid: str) -> tuple[int, bytes, EventKind] | str:
-    """(seq, hash, kind) of ``rid``'s sealed event in ``rec``, or what is wrong with it."""
+    """(seq, hash, kind) of ``rid``'s sealed event in ``rec``, or what is wrong with it.
+    The v1 fast readers first (one per open run at restore), the codec for anything else."""
     if rec is None:
         return "is not a committed record"
-    if rec.checkpoint or rec.key != rid.encode() or rec.value is None:
+    value = rec.value
+    if rec.checkpoint or rec.key != rid.encode() or value is None:
         return f"is not a record of run {rid!r}"
     try:
-        ev = decode_sealed(rec.value)
-        kind = decode_event(ev.raw, check_json=False).kind
+        fields = sealed_fields(value)
+        if fields is None:
+            ev = decode_sealed(value)
+            run_id, seq, hash_, raw = ev.run_id, ev.seq, ev.hash, ev.raw
+        else:
+            run_id, seq, _prev, hash_, raw, _at = fields
+        kind = event_kind(raw) or decode_event(raw, check_json=False).kind
     except SchemaError as exc:
         return f"does not decode ({exc})"
-    if ev.run_id != rid:
-        return f"is run {ev.run_id!r}'s"
-    return ev.seq, ev.hash, kind
+    if run_id != rid:
+        return f"is run {run_id!r}'s"
+    return seq, hash_, kind
 
 
 def _tree(  # noqa: PLR0917 - private, one call site
