@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 
 _NEAR = 2000  # wanted offsets this close are read through rather than sought
 _TAIL = 64  # records read back from a sealed partition's end to find its last checkpoint
+_TAIL_MAX = 64 * 8**4  # and at most this many (a partition sealed before the log existed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +375,8 @@ def _tree(  # noqa: PLR0917 - private, one call site
 ) -> CompactTree:
     """The partition log's tree after its newest checkpoint record in ``sealed``; the heads
     topic's tree must be the same (else an ALERT). With no checkpoint in ``sealed`` (a new
-    log, or one whose records all expired) the heads topic's tree is all there is."""
+    log, one whose records all expired, or none in its last ``_TAIL_MAX`` records) the heads
+    topic's tree is all there is."""
     sealed = settings.topics.sealed
     origin = log_origin(settings.log_origin, settings.topic_prefix, p)
     lo, hi = reader.bounds(sealed, p)
@@ -393,7 +395,7 @@ def _tree(  # noqa: PLR0917 - private, one call site
                 continue
             if best is None or tree.size >= best.size:
                 best = tree
-        if start == lo:
+        if start == lo or window >= _TAIL_MAX:
             break
         window *= 8
     have = state.trees.get(p)
