@@ -144,11 +144,18 @@ class _Reader:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
+                            if msg.partition() != partition or msg.topic() != topic:
+                                continue
                             yield None
                             return
                         raise ServiceUnavailableError(f"reading {topic}[{partition}]: {err}")
                     off = msg.offset()
-                    if off is None or off < start:
+                    if (
+                        off is None
+                        or off < start
+                        or msg.partition() != partition
+                        or msg.topic() != topic
+                    ):
                         continue  # a fetch of the previous assignment
                     yield _Rec(off, msg.key(), msg.value(), is_checkpoint_record(msg.headers()))
         except KafkaException as exc:
