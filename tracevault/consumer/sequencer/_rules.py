@@ -273,6 +273,7 @@ class RunBook:
             del self.runs[run_id]
             self._waiting.discard(run_id)
         self.finished.drop_partitions(gone)
+        self._forget = [(k, p) for k, p in self._forget if p not in gone]
 
     def clear(self) -> None:
         self.runs.clear()
