@@ -85,7 +85,7 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
-from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, read_state
+from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, prove_state, read_state
 from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
 from tracevault.log import (
     CHECKPOINT_KEY,
@@ -369,19 +369,47 @@ class Sequencer:
     # -- rebalance ---------------------------------------------------------------------------
 
     def _restore(self, partitions: list[int]) -> None:
+        """The book and trees of ``partitions`` from the heads topic, each piece proven
+        against ``sealed`` first (heads/_proof.py); what fails is an ALERT, counted, and
+        rebuilt from ``sealed`` (docs/design.md, "Sequencer rules")."""
         assert self._book is not None
+        s = self.settings
         state = read_state(
-            self.settings,
+            s,
             partitions,
             timeout=self._txn_timeout_s + 30,
             stable=True,
             keep_heads=False,  # the columns are all a restore needs (docs/fleet.md)
         )
-        self._book.restore(state.heads.values())
+        verifier = getattr(self.logs.signer, "verifier", None)
+        proven = prove_state(
+            s,
+            state,
+            partitions,
+            partition_count=self.partitions,
+            verifiers=[verifier] if verifier is not None else [],
+            horizon_us=int((s.sequencer_finished_horizon_s + s.sequencer_clock_skew_s) * 1e6),
+            now_us=now_micros(),
+            timeout=self._txn_timeout_s + 30,
+        )
+        for bad in proven.rejected:
+            self.metrics.rejected(bad.what)
+            log.error(
+                "ALERT sequencer %s: restored %s state of partition %d did not prove itself "
+                "(%s); rebuilt from %s. Only the sequencer may write %s: apply `tracevault "
+                "topics acls`",
+                self.instance_id,
+                bad.what,
+                bad.partition,
+                bad.why,
+                s.topics.sealed,
+                s.topics.heads,
+            )
         self._book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
-        self.logs.restore(partitions, state.trees)
-        n_open = len(state.heads)
-        del state
+        self._book.restore(proven.heads, rewrite=proven.rebuilt, forget=proven.forget)
+        self.logs.restore(partitions, proven.trees)
+        n_open = len(proven.heads)
+        del state, proven
         trim_heap()
         log.info(
             "sequencer %s restored %d open run heads and %d finished runs for partitions %s "

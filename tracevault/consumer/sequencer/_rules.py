@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -227,18 +227,29 @@ class RunBook:
         self.runs: dict[str, _Run] = {}
         self.finished = FinishedRuns()
         self._waiting: set[str] = set()  # runs with held events
-        self._migrate: list[_Run] = []  # finished heads restored: to tombstone and retire
+        self._migrate: list[_Run] = []  # restored heads to write again (finished: to retire)
+        self._forget: list[tuple[bytes, int]] = []  # heads keys to tombstone (docs/design.md)
 
     # -- ownership ---------------------------------------------------------------------------
 
-    def restore(self, heads: Iterable[Head]) -> None:
+    def restore(
+        self,
+        heads: Iterable[Head],
+        rewrite: Collection[str] = (),
+        forget: Iterable[tuple[bytes, int]] = (),
+    ) -> None:
+        """Restored heads; those in ``rewrite`` (rebuilt from sealed) are written again by
+        the next transaction, and the (key, partition) in ``forget`` tombstoned there."""
         for head in heads:
             run = _Run(head)
             self.runs[head.run_id] = run
             if run.held:
                 self._waiting.add(run.run_id)
-            if run.finished:  # a head written before finished runs left the heads topic
+            if run.finished or run.run_id in rewrite:
+                # finished: a head written before finished runs left the heads topic
+                run.persisted = True  # a record under its key is there: it is tombstoned
                 self._migrate.append(run)
+        self._forget.extend(forget)
 
     def restore_finished(self, chunks: Iterable[tuple[bytes, int, FinishedChunk]]) -> None:
         """Chunks of runs finished within the horizon, read back from the heads topic."""
@@ -264,12 +275,14 @@ class RunBook:
             del self.runs[run_id]
             self._waiting.discard(run_id)
         self.finished.drop_partitions(gone)
+        self._forget = [(k, p) for k, p in self._forget if p not in gone]
 
     def clear(self) -> None:
         self.runs.clear()
         self._waiting.clear()
         self.finished.clear()
         self._migrate.clear()
+        self._forget.clear()
 
     @property
     def held_count(self) -> int:
@@ -768,9 +781,12 @@ class RunBook:
         out.expired.extend(self.finished.expire(now_us - self.horizon_us - self.skew_us))
         for old in self._migrate:
             if self.runs.get(old.run_id) is old:
-                out.finished[old.run_id] = old
+                if old.finished:
+                    out.finished[old.run_id] = old
                 out.touched[old.run_id] = old
         self._migrate.clear()
+        out.expired.extend(self._forget)
+        self._forget.clear()
         for run_id in list(self._waiting):
             run = self.runs.get(run_id)
             if run is None:
