@@ -29,12 +29,15 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ReplayDivergence
+from tracevault.links import subagent_crossing
+from tracevault.replayer import _interleave
+from tracevault.replayer._cancel import abandoned, cancelled, raise_cancelled, until_cancelled
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._interleave import Interleaver, interleaved
 from tracevault.replayer._mismatch import StopReplay, gap_reason, loads, mismatch
 from tracevault.replayer._recorded_error import raise_recorded
 from tracevault.replayer._results import DivergenceReport, StepSummary
-from tracevault.replayer._subagents import serve_subagent
+from tracevault.replayer._subagents import note_child, serve_subagent
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay", "gap_reason", "mismatch"]
@@ -161,8 +164,32 @@ class ReplayCursor:
 
 def _response(ev: TraceEvent) -> JSON:
     if ev.error is not None:
+        if cancelled(ev):
+            raise_cancelled(ev)  # the real one: ``except Exception`` must not catch it
         raise_recorded(ev.error)
     return _loads(ev.response)
+
+
+async def _aresponse(
+    cursor: ReplayCursor, crossing: Crossing, child: Callable[..., Any] | None = None
+) -> JSON:
+    """An async edge's answer; an abandoned crossing waits for the agent to cancel it.
+
+    Only a record served in seq order returns one here: the Interleaver waits for the
+    cancellation itself, in the crossing's recorded turn (``_cancel``). ``child`` is a
+    sub-agent crossing's agent callable, noted for ``--recurse``.
+    """
+    ev = await cursor.aexpect(crossing)
+    if child is not None:
+        note_child(ev, child)
+    if abandoned(ev):
+        at = ev.seq
+        await until_cancelled(
+            ev,
+            _interleave.STALL_TIMEOUT_S,
+            lambda reason: cursor.diverge(reason, actual_kind=None, at=at),
+        )
+    return _response(ev)
 
 
 def _constant(value: JSON) -> Callable[..., JSON]:
@@ -257,7 +284,7 @@ class ReplayEdges:
         live = self._live
         if live is None:
             crossing = self._model_crossing(request, model, seed, call)
-            return _response(await self._cursor.aexpect(crossing))
+            return await _aresponse(self._cursor, crossing)
         callee = self._callee(request, model, seed, call)
         return await live.amodel(request, model=model, seed=seed, call=callee)
 
@@ -268,7 +295,7 @@ class ReplayEdges:
     async def atool(self, name: str, args: JSON) -> JSON:
         live = self._live
         if live is None:
-            return _response(await self._cursor.aexpect(tool_crossing(name, args)))
+            return await _aresponse(self._cursor, tool_crossing(name, args))
         return await live.atool(name, args)
 
     def clock(self, name: str = "now") -> float:
@@ -299,7 +326,7 @@ class ReplayEdges:
     async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
         live = self._live
         if live is None:
-            return _response(await self._cursor.aexpect(state_crossing(name)))
+            return await _aresponse(self._cursor, state_crossing(name))
         if self._serving():
             return live.state(name, read=self._served(state_crossing(name)))
         return await live.astate(name, read=read)
@@ -324,6 +351,8 @@ class ReplayEdges:
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
     ) -> JSON:
         live = self._live
-        if live is None or self._serving():
+        if live is None:
+            return await _aresponse(self._cursor, subagent_crossing(name, input), agent)
+        if self._serving():
             return self.subagent(name, agent, input, agent_version=agent_version)
         return await live.asubagent(name, agent, input, agent_version=agent_version)
