@@ -541,6 +541,16 @@ class Recorder:
             _CURRENT.reset(token)
         return self._respond(op, result)
 
+    def note_current(self, key: str, value: str) -> None:
+        """Add an attribute to the crossing whose callee is running (on its task or thread).
+
+        For a callee that knows more than the Recorder, e.g. a fork's tool answered from the
+        record names the recorded call (``tracevault.replayer.fork``).
+        """
+        cur = _CURRENT.get()
+        if cur is not None and cur[0] == self._ident:
+            self._attrs.setdefault(cur[1], {})[key] = value
+
     def _abandoned(self, op: _Open, exc: BaseException) -> ErrorInfo:
         """The error an async crossing ended with; a cancellation says who cancelled it.
 
