@@ -91,6 +91,47 @@ async def sequential_timeout_agent(task: Any, edges: Any) -> Any:
     return {"order": order, "found": found}
 
 
+async def _slow_step(args: Any) -> Any:
+    await asyncio.sleep(0.1)
+    return {"n": args["n"]}
+
+
+async def _quick(args: Any) -> Any:
+    await asyncio.sleep(0.03)
+    return {"quick": True}
+
+
+TOOLS.update({"slow_step": _slow_step, "quick": _quick})
+
+
+async def early_timer_agent(task: Any, edges: Any) -> Any:
+    """A timer that did not fire live but runs ahead under replay.
+
+    Live: A's lookup times out at 0.1 s; B's quick call starts after a 0.1 s step and ends
+    at 0.13 s, after A's timeout and well inside its own 0.06 s bound. Under replay the step
+    takes no time, so B's timer (0.06 s) fires before A's (0.1 s), while B's answer still
+    waits for its recorded turn after A's cancel. B must get its answer, as live.
+    """
+    order: list[str] = []
+
+    async def a() -> None:
+        try:
+            await asyncio.wait_for(edges.atool("lookup", {"branch": 1}), 0.1)
+        except TimeoutError:
+            order.append("a-timeout")
+
+    async def b() -> None:
+        await edges.atool("slow_step", {"n": 1})
+        try:
+            await asyncio.wait_for(edges.atool("quick", {}), 0.06)
+            order.append("b-ok")
+        except TimeoutError:
+            order.append("b-timeout")
+
+    await asyncio.gather(a(), b())
+    return {"order": order}
+
+
 # -- a task cancelled in the middle of a call ----------------------------------------------
 async def _worker(edges: Any, log: list[str]) -> None:
     await edges.atool("step", {"n": 1})

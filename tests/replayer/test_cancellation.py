@@ -20,11 +20,13 @@ import pytest
 
 from tests.replayer import cancel_agents as ca
 from tests.replayer.pipeline import fresh_settings, sequencer_running, wait_sealed
+from tracevault.config import Settings
 from tracevault.edges import CANCELLED_ATTRIBUTE
 from tracevault.errors import ReplayDivergence
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import _interleave, areplay, load_run, verify
 from tracevault.replayer._interleave import interleaved
+from tracevault.replayer.fork import fork_run
 from tracevault.schemas import EventKind, TraceEvent
 
 RECORDINGS = 10
@@ -37,15 +39,19 @@ AGENTS: dict[str, Callable[..., Any]] = {
     "sequential": ca.sequential_timeout_agent,
     "cancel": ca.cancel_agent,
     "race": ca.race_agent,
+    "early": ca.early_timer_agent,
 }
 
 Runs = dict[str, list[tuple[list[TraceEvent], Any]]]
 
 
 @pytest.fixture(scope="module")
-def runs(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
-    base = tmp_path_factory.mktemp("cancel")
-    settings = fresh_settings(kafka_bootstrap, base, "tv", partitions=2)
+def settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return fresh_settings(kafka_bootstrap, tmp_path_factory.mktemp("cancel"), "tv", partitions=2)
+
+
+@pytest.fixture(scope="module")
+def runs(settings: Settings) -> Iterator[Runs]:
     outputs: dict[str, tuple[str, Any]] = {}
     with sequencer_running(settings):
         publisher = Publisher(settings)
@@ -137,6 +143,16 @@ def test_a_race_replays_with_the_same_loser_cancelled(runs: Runs) -> None:
     _replay_all("race", runs["race"])
 
 
+def test_a_timer_that_runs_ahead_under_replay_does_not_cut_a_recorded_answer(
+    runs: Runs,
+) -> None:
+    """The served calls take no time, so B's bound fires before A's cancel came back; the
+    record says B's call completed, so its answer is served in its turn, as live."""
+    for _, output in runs["early"]:
+        assert output["order"] == ["a-timeout", "b-ok"]
+    _replay_all("early", runs["early"])
+
+
 async def _never_cancels(task: Any, edges: Any) -> Any:
     """The timeout agent after a change: the bound is gone, so nothing cancels the lookup."""
     found = await asyncio.gather(*(edges.atool("lookup", {"branch": b}) for b in range(3)))
@@ -170,3 +186,22 @@ def test_a_recorded_cancellation_nobody_makes_again_diverges_at_its_seq(
 def _done_order(ev: TraceEvent) -> int:
     assert ev.interleave is not None
     return ev.interleave.done_order
+
+
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_a_fork_serves_the_cancellations_before_its_seq(
+    runs: Runs, settings: Settings, name: str
+) -> None:
+    """Forked after the last crossing: every timeout and cancel came back as it did live,
+    and the new run records them again (as the callee's caller cancelled them)."""
+    publisher = Publisher(settings)
+    try:
+        for events, output in runs[name][:3]:
+            last = events[-1].seq - 1  # the RUN_FINISHED's: every crossing is served
+            result = fork_run(events, AGENTS[name], until=last, publisher=publisher,
+                              model=ca.model_fn, tools=ca.TOOLS)  # fmt: skip
+            assert result.divergence is None and result.error is None, result
+            assert result.output == output and result.refused == ()
+    finally:
+        assert publisher.flush(30)
+        publisher.close()

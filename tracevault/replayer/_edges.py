@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from tracevault.edges import (
@@ -43,6 +44,8 @@ from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 __all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay", "gap_reason", "mismatch"]
 
 NEXT_SHOWN = 3
+# Set while a fork's async tool edge runs: its served answer may be awaited (``_served_tool``).
+_AWAITED: ContextVar[bool] = ContextVar("tracevault_fork_awaited", default=False)
 
 
 _loads = loads
@@ -225,19 +228,34 @@ class ReplayEdges:
         return self._cursor.run_id
 
     # -- served from the record -------------------------------------------------------------
-    def _served(self, crossing: Crossing) -> Callable[..., JSON]:
-        """The record's answer to ``crossing`` as a callee (a recorded error raised now)."""
+    def _served(self, crossing: Crossing, awaited: bool = False) -> Callable[..., Any]:
+        """The record's answer to ``crossing`` as a callee (a recorded error raised now).
+
+        ``awaited``: an async edge's callee, a coroutine that awaits the crossing's turn in
+        a concurrent record, and for an abandoned crossing the agent's cancel (so the fork's
+        Recorder records that cancel again), as replay does.
+        """
+        if awaited:
+            return lambda *_, **__: _aresponse(self._cursor, crossing)
         return _constant(_response(self._cursor.expect(crossing)))
 
     def _callee(
-        self, request: JSON, model: str | None, seed: int | None, call: Callable[..., Any] | None
+        self,
+        request: JSON,
+        model: str | None,
+        seed: int | None,
+        call: Callable[..., Any] | None,
+        awaited: bool = False,
     ) -> Callable[..., Any] | None:
         """The model call's callee for a fork's Recorder: the record's answer while serving."""
         if not self._serving():
             return call
-        return self._served(self._model_crossing(request, model, seed, call))
+        return self._served(self._model_crossing(request, model, seed, call), awaited)
 
-    def _served_tool(self, name: str, args: JSON) -> JSON:
+    def _served_tool(self, name: str, args: JSON) -> Any:
+        """A tool's recorded answer; in a fork's async edge, awaited (see :meth:`_served`)."""
+        if _AWAITED.get():
+            return _aresponse(self._cursor, tool_crossing(name, args))
         return _response(self._cursor.expect(tool_crossing(name, args)))
 
     def _served_clock(self, name: str) -> float:
@@ -285,7 +303,7 @@ class ReplayEdges:
         if live is None:
             crossing = self._model_crossing(request, model, seed, call)
             return await _aresponse(self._cursor, crossing)
-        callee = self._callee(request, model, seed, call)
+        callee = self._callee(request, model, seed, call, awaited=True)
         return await live.amodel(request, model=model, seed=seed, call=callee)
 
     def tool(self, name: str, args: JSON) -> JSON:
@@ -296,7 +314,11 @@ class ReplayEdges:
         live = self._live
         if live is None:
             return await _aresponse(self._cursor, tool_crossing(name, args))
-        return await live.atool(name, args)
+        token = _AWAITED.set(True)  # the Recorder's tool table serves it: say it is awaited
+        try:
+            return await live.atool(name, args)
+        finally:
+            _AWAITED.reset(token)
 
     def clock(self, name: str = "now") -> float:
         live = self._live
@@ -328,7 +350,7 @@ class ReplayEdges:
         if live is None:
             return await _aresponse(self._cursor, state_crossing(name))
         if self._serving():
-            return live.state(name, read=self._served(state_crossing(name)))
+            read = self._served(state_crossing(name), awaited=True)
         return await live.astate(name, read=read)
 
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
