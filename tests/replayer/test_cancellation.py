@@ -153,6 +153,18 @@ def test_a_timer_that_runs_ahead_under_replay_does_not_cut_a_recorded_answer(
     _replay_all("early", runs["early"])
 
 
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_keep_going_replays_the_cancellations_too(runs: Runs, name: str) -> None:
+    async def replays() -> list[Any]:
+        return [
+            (await areplay(events, AGENTS[name], keep_going=True), output)
+            for events, output in runs[name][:3]
+        ]
+
+    for result, output in asyncio.run(replays()):
+        assert result.divergences == () and result.matched and result.output == output
+
+
 async def _never_cancels(task: Any, edges: Any) -> Any:
     """The timeout agent after a change: the bound is gone, so nothing cancels the lookup."""
     found = await asyncio.gather(*(edges.atool("lookup", {"branch": b}) for b in range(3)))
