@@ -15,6 +15,11 @@ served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
   ``started_at_done`` crossings have started (been matched) under replay. An async edge
   awaits a future, a sync edge in a thread waits on an event; a sync edge on an event loop's
   thread cannot wait without blocking the loop, so it is answered at once.
+* **An abandoned crossing is not answered** (a timeout that fired, ``task.cancel()``, a
+  race's loser: ``_cancel``). It waits for the agent's own cancel and for its recorded turn,
+  then lets the cancel through and is marked done; the crossings recorded after it wait on
+  it as they did live. Nothing cancelling it is a divergence at its seq after its recorded
+  duration plus ``stall_timeout_s``.
 * **A changed agent still diverges at its seq.** A call that matches nothing is a
   ``ReplayDivergence`` at its branch's next recorded crossing; a call that never comes
   (a branch that stopped early) leaves the others waiting, and after ``stall_timeout_s``
@@ -185,7 +190,8 @@ class Interleaver:
             try:
                 if waiter.abandoned:
                     await self._until_cancelled(ev, waiter)  # raises the agent's cancel
-                await self._turn(waiter)
+                else:
+                    await self._turn(waiter)
             finally:
                 watch.cancel()
             self._resume(ev.seq)
