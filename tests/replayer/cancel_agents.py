@@ -1,7 +1,8 @@
 """Async agents that bound latency the way production agents do: timeouts, cancel, races.
 
 Each is recorded live against tools that really sleep (the latencies vary from run to run)
-and replayed with no tool run at all. Module-level callables, so the CLI can load them as
+and replayed with no tool run at all. Also a mail agent whose ``send_email`` has side effects
+and counts its real calls, for forks. Module-level callables, so the CLI can load them as
 ``tests.replayer.cancel_agents:NAME``.
 """
 
