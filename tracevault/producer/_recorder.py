@@ -21,6 +21,7 @@ the agent and nothing on the path waits on the network:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import inspect
@@ -38,6 +39,7 @@ from typing import Any
 from tracevault import __version__
 from tracevault.callsite import SITE_ATTRIBUTE, call_site
 from tracevault.edges import (
+    CANCELLED_ATTRIBUTE,
     JSON,
     Crossing,
     clock_crossing,
@@ -538,11 +540,34 @@ class Recorder:
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
-            self._record(op, _NULL, _error_info(exc))
+            self._record(op, _NULL, self._abandoned(op, exc))
             raise
         finally:
             _CURRENT.reset(token)
         return self._respond(op, result)
+
+    def note_current(self, key: str, value: str) -> None:
+        """Add an attribute to the crossing whose callee is running (on its task or thread).
+
+        For a callee that knows more than the Recorder, e.g. a fork's tool answered from the
+        record names the recorded call (``tracevault.replayer.fork``).
+        """
+        cur = _CURRENT.get()
+        if cur is not None and cur[0] == self._ident:
+            self._attrs.setdefault(cur[1], {})[key] = value
+
+    def _abandoned(self, op: _Open, exc: BaseException) -> ErrorInfo:
+        """The error an async crossing ended with; a cancellation says who cancelled it.
+
+        ``"caller"``: the task had a cancel request pending (a ``wait_for`` timeout,
+        ``task.cancel()``, a race's loser, a TaskGroup stopping), so under replay the crossing
+        waits for the agent to cancel it again; ``"callee"``: the callee raised it alone.
+        """
+        if isinstance(exc, asyncio.CancelledError):
+            task = asyncio.current_task()
+            by = "caller" if task is not None and task.cancelling() else "callee"
+            self._attrs.setdefault(op.seq, {})[CANCELLED_ATTRIBUTE] = by
+        return _error_info(exc)
 
     def _instant(self, crossing: Crossing, response: bytes, at: int, seed: int | None) -> None:
         request = self._payload(crossing.request, "request")
@@ -724,7 +749,7 @@ class Recorder:
         try:
             output = await child.arun(agent, input)
         except BaseException as exc:
-            self._record(op, _NULL, _error_info(exc))
+            self._record(op, _NULL, self._abandoned(op, exc))
             raise
         return self._respond(op, output)
 
