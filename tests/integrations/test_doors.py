@@ -99,6 +99,13 @@ def test_every_openai_door_is_recorded_and_replayed_without_a_connection(
             ("model", "chat.completions"),
             ("model", "chat.completions"),
         ]
+        # Each crossing's call site is the agent's own line, not the SDK's.
+        sites = {
+            e.attributes.get("tracevault.site", "").rsplit(":", 1)[0]
+            for e in run.events
+            if e.kind in (EventKind.MODEL_CALL, EventKind.EXTERNAL_STATE)
+        }
+        assert sites == {"tests.integrations.test_doors:openai_agent"}
         embed = [e for e in run.events if e.kind is EventKind.MODEL_CALL][1]
         assert embed.model == EMBEDDING_MODEL
         parse = json.loads([e for e in run.events if e.kind is EventKind.MODEL_CALL][2].request)
@@ -119,6 +126,7 @@ def refused_agent(task: dict[str, Any], edges: Edges) -> list[str]:
         calls: list[Callable[[], object]] = [
             lambda: client.files.create(file=("a.txt", b"hello"), purpose="assistants"),
             lambda: client.files.delete("file-1"),
+            lambda: client.files.content("file-1"),
             lambda: client.with_options(timeout=3).batches.create(
                 completion_window="24h", endpoint="/v1/chat/completions", input_file_id="file-1"
             ),
@@ -139,6 +147,7 @@ def test_what_cannot_be_recorded_is_refused_by_name_before_a_connection(
         assert run.output == [
             "openai POST /files sends a multipart/form-data body",
             "openai DELETE /files/file-1",
+            "openai GET /files/file-1/content answers with file bytes, not JSON",
             "openai POST /batches",
         ]
         assert (len(server.requests), server.connections) == (0, 0)
@@ -223,3 +232,28 @@ def test_a_wrapped_client_refuses_websockets_and_a_second_wrap() -> None:
         client._websocket_query_params(httpx2.URL("http://127.0.0.1:9/v1/realtime"), {})
     with pytest.raises(ConfigError, match="already wrapped"):
         tv_openai.wrap(client, object())  # type: ignore[arg-type]
+
+
+def unreachable_agent(task: dict[str, Any], edges: Edges) -> list[str]:
+    """The SDK's own retries of a connection error: each attempt is a recorded crossing."""
+    sdk = openai.OpenAI(base_url=task["url"], api_key="t", max_retries=1)
+    with tv_openai.wrap(sdk, edges) as client:
+        try:
+            client.models.list()
+        except openai.APIConnectionError as exc:
+            return [type(exc).__name__, type(exc.__cause__).__name__]
+    return []
+
+
+def test_connection_errors_are_retried_by_the_sdk_and_replayed_attempt_by_attempt(
+    pipeline: Pipeline,
+) -> None:
+    with provider_server() as server:
+        dead = server.url + "/v1"
+    run = pipeline.record(unreachable_agent, {"url": dead})
+    assert run.output == ["APIConnectionError", "ConnectError"]
+    attempts = [e for e in run.events if e.kind is EventKind.EXTERNAL_STATE]
+    assert len(attempts) == 2
+    assert all(a.error is not None and "ConnectError" in a.error.type for a in attempts)
+    result = replay(run.events, unreachable_agent)
+    assert result.matched and result.output == run.output

@@ -89,6 +89,8 @@ class Sdk:
         if method == "POST" and name in self.apis and isinstance(body, dict):
             req = {"provider": self.provider, "api": name, "params": body}
             return Plan(path, method, api=name, request=req, seed=_seed(body))
+        if method == "GET" and path.endswith("/content"):
+            return Plan(path, method, refusal=f"{what} answers with file bytes, not JSON")
         if method == "GET" or (method == "POST" and name in self.reads):
             query = "&".join(sorted(str(request.url.query.decode()).split("&")))
             state = f"{what}" + (f"?{query}" if query else "")
@@ -174,11 +176,17 @@ class _Base:
     def _recorded(self, plan: Plan, response: httpx2.Response, content: bytes) -> JSON:
         if response.status_code >= 400:
             raise self.status_error(response)
+        ctype = response.headers.get("content-type", "")
         if plan.state is not None:
+            if content and not ctype.startswith(_JSON_TYPES):
+                raise ConfigError(
+                    f"{self.sdk.provider} {plan.method} /{plan.path} answered with {ctype!r}, "
+                    "which tracevault cannot record as a read: make this call outside the "
+                    "recorded agent"
+                )
             return json.loads(content) if content else None
         assert plan.api is not None
         api = self.sdk.apis[plan.api]
-        ctype = response.headers.get("content-type", "")
         if ctype.startswith("text/event-stream"):
             return api.record_stream(sse_events(content.decode().splitlines()))
         return api.record(json.loads(content))
