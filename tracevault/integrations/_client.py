@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
+
 from tracevault.edges import Edges
 from tracevault.errors import ConfigError
 from tracevault.integrations._door import AsyncDoor, Door, Sdk, carried
@@ -87,7 +89,14 @@ def wrap_client(client: Any, edges: Edges, sdk: Sdk, mixin: type, is_async: bool
     """``client`` copied with a door as its HTTP client, as the recorded subclass of its class."""
     if isinstance(client._client, Door | AsyncDoor):
         raise ConfigError(f"{client!r} is already wrapped: wrap the SDK's own client once")
-    door_cls = AsyncDoor if is_async else Door
+    door_cls: Any = AsyncDoor if is_async else Door
+    expected = httpx2.AsyncClient if is_async else httpx2.Client
+    if not isinstance(client._client, expected):
+        raise ConfigError(
+            f"wrap(client, edges) holds the SDK's HTTP client, which must be an "
+            f"{expected.__module__}.{expected.__name__}; this client has a "
+            f"{type(client._client).__module__}.{type(client._client).__name__}"
+        )
     door = door_cls(sdk, edges, client._client, client._make_status_error_from_response)
     # The SDK's ``copy`` builds ``self.__class__(...)`` from the options it holds: a bare
     # instance of the recorded class holding the same options makes the copy recorded.
