@@ -172,7 +172,13 @@ def anthropic_agent(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
             model="claude-haiku-4-5", messages=[{"role": "user", "content": "count me"}]
         )
         models = [m.id for m in client.models.list()]
+        try:
+            client.messages.batches.create(requests=[])
+            refused = ""
+        except ConfigError as exc:
+            refused = str(exc).split(" is not recorded")[0]
         return {
+            "refused": refused,
             "reply": reply.content[0].text,
             "stream": text,
             "tokens": tokens.input_tokens,
@@ -186,6 +192,7 @@ def test_every_anthropic_door_is_recorded_and_replayed_without_a_connection(
     with provider_server() as server:
         run = pipeline.record(anthropic_agent, {"url": server.url})
         assert run.output == {
+            "refused": "anthropic POST /messages/batches",
             "reply": "echo: hi",
             "stream": "echo: streamed ",
             "tokens": 7,
