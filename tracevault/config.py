@@ -227,6 +227,12 @@ class Settings(BaseSettings):
         description="tolerance for producers' clocks: an event stamped further in the future "
         "is refused, and the horizon check allows this much",
     )
+    # The C extensions (tracevault/native.py): read from the variable when the modules that
+    # use them are imported; a field so that the variable is known and validated.
+    no_c: bool = Field(
+        default=False,
+        description="run the Python paths even where the C extensions are built",
+    )
 
     @model_validator(mode="after")
     def _horizon_covers_spool(self) -> Settings:
