@@ -58,8 +58,8 @@ class Field:
 TRACE_VERSION = 2  # what producers write
 
 
-def trace_header() -> bytes:
-    return MAGIC + default_schemas().get("TraceEvent", TRACE_VERSION).fingerprint
+def trace_header(version: int = TRACE_VERSION) -> bytes:
+    return MAGIC + default_schemas().get("TraceEvent", version).fingerprint
 
 
 def sealed_header() -> bytes:
@@ -123,8 +123,13 @@ def with_field(fields: list[Field], name: str, data: bytes) -> list[Field]:
     return [replace(f, data=data) if f.name == name else f for f in fields]
 
 
-def event_value(run_id: str, seq: int, **kw: object) -> bytes:
-    return join(trace_header(), event_fields(run_id, seq, **kw))  # type: ignore[arg-type]
+def event_value(run_id: str, seq: int, *, version: int = TRACE_VERSION, **kw: object) -> bytes:
+    """A TraceEvent value; ``version=1`` writes the older schema (no ``interleave``), which
+    the fast paths leave to fastavro."""
+    fields = event_fields(run_id, seq, **kw)  # type: ignore[arg-type]
+    if version == 1:
+        fields = [f for f in fields if f.name != "interleave"]
+    return join(trace_header(version), fields)
 
 
 def the_item1_record(run_id: str, seq: int = 0) -> bytes:

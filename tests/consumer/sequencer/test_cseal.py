@@ -217,7 +217,7 @@ def test_peek_declines_other_headers_and_kinds_past_nkinds() -> None:
     want = _python_peek(value)
     assert want is not None and _c_peek(value) == want
     assert _cseal.peek(value, TRACE, KINDS.index(EventKind.GAP)) is None
-    v1 = event_value("r", 0)  # TraceEvent v1: another header
+    v1 = event_value("r", 0, version=1)  # TraceEvent v1: another header
     assert _c_peek(v1) is None and _python_peek(v1) is None
     assert _c_peek(TRACE) is None and _c_peek(b"") is None
     with pytest.raises(ValueError, match="10 bytes"):
@@ -592,7 +592,7 @@ def _batch() -> tuple[list[Message], set[int]]:
     msg("run-a", big)  # too large to seal
     msg("run-a", _ev("run-a", 5, request=b'{"x":1.5}'))  # canonical, outside the C subset
     msg("run-a", _ev("run-a", 6, request=b"1234567890123456"))  # 16 digits: the rules too
-    msg("run-a", event_value("run-a", 7))  # TraceEvent v1: the rules read older schemas
+    msg("run-a", event_value("run-a", 7, version=1))  # TraceEvent v1: the rules read older schemas
     msg("run-a", _ev("run-a", 8), ok=True)  # and C takes the run back
     msg("run-a", _ev("run-a", 10))  # held
     msg("run-a", _ev("run-a", 9))  # fills it
