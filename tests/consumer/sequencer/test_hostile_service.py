@@ -156,8 +156,9 @@ def test_a_raw_record_too_large_to_seal_does_not_stall_the_sequencer(
     seq_settings: Callable[..., Settings],
 ) -> None:
     # 999,908 bytes (TraceEvent v2): Kafka takes it on raw, but its sealed record (about 150
-    # bytes more) is over the producer's 1,000,000-byte limit. It used to fail the transaction, which was
-    # aborted and retried with the same record forever: nothing behind it was sealed.
+    # bytes more) is over the producer's 1,000,000-byte limit. It used to fail the
+    # transaction, which was aborted and retried with the same record forever: nothing
+    # behind it was sealed.
     settings = seq_settings(partitions=1)
     big = event_value("big", 0, kind="RUN_STARTED", request=b'"' + b"x" * 999_850 + b'"')
     with sequencer_running(settings) as (seq, errors):
