@@ -29,6 +29,8 @@ class _Missing:
         self._name, self._why = name, why
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith(("_", "pytest")):  # what collection asks of every module global
+            raise AttributeError(attr)
         pytest.fail(f"{self._name} is not built ({self._why}): reinstall with a C compiler, "
                     "the Python headers and libssl-dev", pytrace=False)  # fmt: skip
 
