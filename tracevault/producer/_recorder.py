@@ -54,6 +54,7 @@ from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
+from tracevault.runid import check_run_id
 from tracevault.schemas import AgentInfo, ErrorInfo, EventKind, canonical_json
 
 __all__ = ["Recorder"]
@@ -166,6 +167,11 @@ class Recorder:
     the time source ``edges.clock`` records (seconds since the epoch; default: the wall clock).
     ``edges.subagent(name, agent, input)`` records another agent's run as a child of this one
     (``tracevault.links``).
+
+    ``run_id`` (default: a new UUID, as for each sub-agent and fork) must fit the run-id
+    grammar: 1 to 128 characters of ``A-Z a-z 0-9 . _ : -``, not ``.`` or ``..``
+    (``tracevault.runid``, docs/design.md "Run ids"); any other id raises ``ConfigError``
+    here, in the agent, before anything is published.
     """
 
     def __init__(
@@ -190,10 +196,9 @@ class Recorder:
         for field, value in named:
             if not _is_text(value) or not value.strip():
                 raise ConfigError(f"Recorder({field}=...) must be a non-empty UTF-8 string")
-        if run_id is None:
-            run_id = str(uuid.uuid4())
-        elif not _is_text(run_id) or not run_id or len(run_id.encode()) > 255:
-            raise ConfigError(f"Recorder(run_id=...) must be 1-255 bytes of text, got {run_id!r}")
+        run_id = check_run_id(
+            str(uuid.uuid4()) if run_id is None else run_id, what="Recorder(run_id=...)"
+        )
         self._tools: dict[str, Tool] = {}
         for name, fn in (tools or {}).items():
             if not _is_text(name) or not name:

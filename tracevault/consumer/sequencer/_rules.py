@@ -50,6 +50,7 @@ from tracevault.consumer.sequencer._records import (
 from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
 from tracevault.heads import FinishedChunk, GapRange, Head, HeldEvent, fingerprint
 from tracevault.kafka import partition_for
+from tracevault.runid import run_id_problem
 from tracevault.schemas import EventKind, check_canonical, decode_event
 from tracevault.schemas.fast import event_time, peek_event
 
@@ -72,12 +73,13 @@ MAX_RAW_BYTES = 990_000
 #: transaction of that partition failed). Sweeps of events already held may add up to
 #: ``sequencer_max_gap`` more: still far under the limit.
 MAX_GAP_RANGES = 5_000
-#: The Recorder's bound on a run id (UTF-8 bytes); it is the Kafka key and names archive paths.
-MAX_RUN_ID_BYTES = 255
+#: The longest run id a run in the book can have: a new run's id fits the grammar
+#: (``tracevault.runid``, at most 128 bytes), a run opened before it was at most 255 bytes.
+_MAX_KEY_BYTES = 255
 #: Key plus value of a refused record copied into its DLQ record; beyond this only their
 #: sizes and SHA-256 go in (the DLQ record with its headers, at most about 5.5 KB, must fit
 #: the same limit). Every event the rules accept (then hold) fits, with its key.
-MAX_DLQ_COPY_BYTES = MAX_RAW_BYTES + MAX_RUN_ID_BYTES
+MAX_DLQ_COPY_BYTES = MAX_RAW_BYTES + _MAX_KEY_BYTES
 
 _GAP = EventKind.GAP
 _FINISHED = EventKind.RUN_FINISHED
@@ -420,16 +422,11 @@ class RunBook:
             )
             return
         run = self.runs.get(run_id)
-        if run is None and not 0 < len(run_id.encode("utf-8")) <= MAX_RUN_ID_BYTES:
-            refuse(
-                out,
-                src,
-                DlqReason.INVALID,
-                f"run_id is {len(run_id.encode('utf-8'))} bytes; a run id is 1 to "
-                f"{MAX_RUN_ID_BYTES} bytes of text (as the Recorder enforces)",
-                run_id=run_id,
-                seq=seq,
-            )
+        # The grammar at the run's first record: a run already in the book (restored, or
+        # opened before the grammar) goes on, and only such runs take the C path (_cseal.c).
+        if run is None and (problem := run_id_problem(run_id)) is not None:
+            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
+            refuse(out, src, DlqReason.INVALID, f"{where}: {problem}", run_id=run_id, seq=seq)
             return
         if key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
             refuse(
