@@ -1,6 +1,6 @@
 """Record and replay a LangGraph / LangChain agent: ``model = chat_model(ChatOpenAI(...), edges)``.
 
-Three seams of the framework, each one line (docs/integrations.md, "LangGraph and LangChain"):
+Three seams of the framework, each one line (docs/langgraph.md):
 
 - :func:`chat_model` wraps any LangChain ``BaseChatModel`` (``ChatOpenAI``, ``ChatAnthropic``,
   …) in a ``BaseChatModel`` of its own. Each ``invoke``/``ainvoke`` (and ``batch``, and
