@@ -19,7 +19,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from tests.integrations.pipeline import Pipeline
 from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
-from tracevault.errors import PayloadError, ReplayDivergence
+from tracevault.errors import ConfigError, PayloadError, ReplayDivergence
 from tracevault.integrations.langgraph import (
     chat_model,
     checkpointer,
@@ -245,3 +245,28 @@ def test_the_checkpoint_a_graph_resumes_from_is_recorded_state(pipeline: Pipelin
     result = replay(second.events, conversation)
     assert result.matched and result.output == second.output
     assert fresh.get_tuple({"configurable": {"thread_id": "t-1"}}) is None
+
+
+@lc_tool
+def opaque(city: str) -> Any:
+    """Answers with something that is not JSON."""
+    return object()
+
+
+def test_bad_wiring_and_a_result_that_is_not_json_are_refused_by_name(pipeline: Pipeline) -> None:
+    with pytest.raises(ConfigError, match="BaseChatModel"):
+        chat_model(get_weather, None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="BaseTool"):
+        tools([len], None)  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="'nope'"):
+        tools([get_weather], None, side_effects={"nope"})  # type: ignore[arg-type]
+
+    def with_opaque(task: dict[str, Any], edges: Edges) -> str:
+        return agent({**task, "tools_first": [opaque]}, edges)
+
+    with provider_server() as server:
+        run = pipeline.record(with_opaque, {"url": server.url + "/v1", "question": "?"})
+    assert isinstance(run.output, PayloadError), run.output
+    assert "$.response" in str(run.output)
+    call = next(e for e in run.events if e.kind is EventKind.TOOL_CALL)
+    assert call.error is not None and "PayloadError" in str(call.error)  # recorded, seq kept

@@ -7,8 +7,9 @@ Three seams of the framework, each one line (docs/langgraph.md):
   ``stream``, which a wrapped model answers in one chunk) is one MODEL_CALL crossing: live the
   wrapped model's own ``_generate``/``_agenerate`` runs; under replay the recorded answer is
   rebuilt as the same ``AIMessage`` and the wrapped model is never called, so no socket opens.
-  ``bind_tools`` and ``with_structured_output`` are the wrapped model's (its own tool format),
-  bound to the wrapper, so the tools the model is offered are part of what is recorded.
+  ``bind_tools`` is the wrapped model's (its own tool format), bound to the wrapper, so the
+  tools the model is offered are part of what is recorded; ``with_structured_output`` is
+  LangChain's default (a tool call, through that ``bind_tools``).
 - :func:`tool` / :func:`tools` wrap LangChain tools (``@tool``, ``BaseTool``) for a
   ``ToolNode``: each call is a TOOL_CALL crossing (``{"tool": name, "args": args}``), the
   tool run live and its result served under replay. A tool named in ``side_effects`` is
@@ -360,7 +361,7 @@ def tools(
 ) -> list[RecordedTool]:
     """Each of ``ts`` recorded (:func:`tool`), those named in ``side_effects`` as side effects."""
     effects = set(side_effects)
-    out = [tool(t, edges, side_effect=t.name in effects) for t in ts]
+    out = [tool(t, edges, side_effect=getattr(t, "name", None) in effects) for t in ts]
     unknown = effects - {t.name for t in out}
     if unknown:
         raise ConfigError(f"side_effects names {sorted(unknown)}, not among the tools given")
