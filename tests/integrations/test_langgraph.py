@@ -270,3 +270,35 @@ def test_bad_wiring_and_a_result_that_is_not_json_are_refused_by_name(pipeline: 
     assert "$.response" in str(run.output)
     call = next(e for e in run.events if e.kind is EventKind.TOOL_CALL)
     assert call.error is not None and "PayloadError" in str(call.error)  # recorded, seq kept
+
+
+async def aconversation(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
+    """``conversation`` awaited: the checkpoint is read with ``aget_tuple``, history with
+    ``aget_state_history`` (the saver's ``alist``)."""
+    saver = checkpointer(SAVERS[task["saver"]], edges)
+    app = graph_builder({**task, "async": True}, edges).compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": task["thread"]}}
+    out = await app.ainvoke({"messages": [("user", task["question"])]}, config)
+    steps = [s.metadata["step"] async for s in app.aget_state_history(config, limit=3)]
+    return {"answer": str(out["messages"][-1].content), "steps": steps}
+
+
+def test_ainvoke_with_a_checkpointer_records_the_async_reads(pipeline: Pipeline) -> None:
+    SAVERS["alive"] = InMemorySaver()
+    with provider_server() as server:
+        base = {"url": server.url + "/v1", "saver": "alive", "thread": "t-2"}
+        # The first turn sync: langchain-openai caches its async HTTP client across event
+        # loops, so a second asyncio.run in one process would find it bound to a closed one.
+        pipeline.record(conversation, {**base, "question": "weather in Paris?"})
+        second = pipeline.record(aconversation, {**base, "question": "and in Lyon?"})
+    assert not isinstance(second.output, Exception), second.output
+    reads = [
+        json.loads(e.request)["name"] for e in second.events if e.kind is EventKind.EXTERNAL_STATE
+    ]
+    assert reads[0] == "langgraph checkpoint t-2"
+    assert reads[-1].startswith("langgraph checkpoint t-2 list ")
+    assert len(second.output["steps"]) == 3
+
+    SAVERS["alive"] = InMemorySaver()
+    result = asyncio.run(areplay(second.events, aconversation))
+    assert result.matched and result.output == second.output

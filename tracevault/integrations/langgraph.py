@@ -379,6 +379,19 @@ def _thread(config: RunnableConfig) -> str:
     return name
 
 
+def _listing(
+    config: RunnableConfig | None,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> str:
+    """The name of a ``list`` read: the thread and the query, as canonical JSON."""
+    query = {"filter": _jsonable(filter, "$.filter"), "before": _config(before), "limit": limit}
+    return f"{_thread(config or {})} list " + json.dumps(
+        query, sort_keys=True, separators=(",", ":")
+    )
+
+
 def _config(config: RunnableConfig | None) -> JSON:
     """The part of a checkpoint's config that names it (strings only: thread, ns, id)."""
     if config is None:
@@ -453,18 +466,12 @@ class RecordedCheckpointer(BaseCheckpointSaver[Any]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        name = f"{_thread(config or {})} list " + json.dumps(
-            {"filter": filter, "before": _config(before), "limit": limit}, sort_keys=True
-        )
-
         def read() -> JSON:
             found = self.inner.list(config, filter=filter, before=before, limit=limit)
             return [self._dump(t) for t in found]
 
-        for recorded in self.edges.state(name, read):
-            loaded = self._load(recorded)
-            if loaded is not None:
-                yield loaded
+        recorded = self.edges.state(_listing(config, filter, before, limit), read)
+        yield from self._loaded(recorded)
 
     async def alist(
         self,
@@ -474,8 +481,19 @@ class RecordedCheckpointer(BaseCheckpointSaver[Any]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        for loaded in self.list(config, filter=filter, before=before, limit=limit):
+        async def read() -> JSON:
+            found = self.inner.alist(config, filter=filter, before=before, limit=limit)
+            return [self._dump(t) async for t in found]
+
+        recorded = await self.edges.astate(_listing(config, filter, before, limit), read)
+        for loaded in self._loaded(recorded):
             yield loaded
+
+    def _loaded(self, recorded: JSON) -> Iterator[CheckpointTuple]:
+        for one in recorded:
+            loaded = self._load(one)
+            if loaded is not None:
+                yield loaded
 
     def put(
         self,
