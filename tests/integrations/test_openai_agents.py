@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import openai
@@ -24,6 +25,18 @@ from tracevault.replayer import areplay, load_run, verify
 from tracevault.schemas import EventKind
 
 looked_up: list[str] = []
+connects: list[Any] = []
+watching: list[bool] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # Every socket connect of this process while a replay runs (the SDK's trace export
+    # included, which would go to OpenAI, not to the local provider).
+    if watching and event == "socket.connect":
+        connects.append(args[1])
+
+
+sys.addaudithook(_audit)
 
 
 @function_tool
@@ -98,20 +111,21 @@ def test_a_handoff_and_a_function_tool_record_and_replay_without_the_provider(
     assert json.loads(child[2].response) == "clear over Paris, 21C"
     assert child[1].model == "gpt-4o-mini-2024-07-18"
 
+    async def weather_child(history: Any, edges: Edges) -> Any:
+        async with openai.AsyncOpenAI(base_url=task["url"], api_key="t", max_retries=0) as client:
+            return (await run(weather_agent, history, edges, client=client)).final_output
+
     # Provider stopped: the parent and the child replay from the topic, no socket opened.
     looked_up.clear()
-    result = asyncio.run(areplay(parent, agent))
+    watching.append(True)
+    try:
+        result = asyncio.run(areplay(parent, agent))
+        again = asyncio.run(areplay(child, weather_child))
+    finally:
+        watching.clear()
     assert result.matched and result.output == run_.output
-
-    async def weather_child(history: Any, edges: Edges) -> Any:
-        from tracevault.integrations.openai_agents import _jsonable
-
-        async with openai.AsyncOpenAI(base_url=task["url"], api_key="t", max_retries=0) as client:
-            got = await run(weather_agent, history, edges, client=client)
-        return _jsonable(got.final_output)
-
-    again = asyncio.run(areplay(child, weather_child))
     assert again.matched and again.output == json.loads(sub.response)
+    assert connects == []  # no socket at all: not the provider, not a trace exporter
     assert looked_up == []  # the tool was served from the record
     assert (len(server.requests), server.connections) == (live_requests, live_connections)
 

@@ -4,6 +4,10 @@
   provider call is recorded, or refused by name (extra ``tracevault[openai]``);
 - ``tracevault.integrations.anthropic.wrap(client, edges)``: the same for the Anthropic SDK
   (extra ``tracevault[anthropic]``); both hold the SDK's HTTP client (``_door``);
+- ``tracevault.integrations.openai_agents.run(agent, input, edges, client=)``: an OpenAI Agents
+  SDK ``Runner.run`` recorded, handoffs as sub-agents (extra ``tracevault[agents]``);
+- ``tracevault.integrations.mcp_client.RecordedSession``: an MCP client session whose calls are
+  recorded, replayed with no server (extra ``tracevault[mcp]``);
 - ``tracevault.integrations.otel``: a verified run as OpenTelemetry GenAI spans (extra
   ``tracevault[otel]``).
 

@@ -20,7 +20,7 @@ record (under replay), through the SDK's own runner:
   output is recorded as JSON and parsed again by the SDK into the agent's ``output_type``;
 - **tracing**: the run's SDK tracing is disabled (``RunConfig.tracing_disabled``). The SDK
   exports traces to OpenAI by default, which a replay must not do; the recorded run is the
-  trace, exported with ``tracevault replay export --otel`` (docs/integrations.md).
+  trace, exported with ``tracevault replay export --otel`` (docs/design.md, "Agent frameworks").
 
 Not recorded, so refused or left out: an agent's ``mcp_servers`` (wrap the MCP session with
 ``tracevault.integrations.mcp_client`` and give the agent function tools), hosted tools
