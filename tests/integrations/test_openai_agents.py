@@ -160,3 +160,20 @@ def test_an_agent_with_its_own_model_object_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="'own' holds a Model object"):
         asyncio.run(go(object()))
+
+
+def test_a_tool_name_the_recorder_already_has_for_another_function_is_refused(
+    pipeline: Pipeline,
+) -> None:
+    with provider_server() as server:
+        task = {"url": server.url + "/v1", "question": "weather in Paris?"}
+        solo = Agent(name="solo", model="gpt-4o-mini", tools=[get_weather])
+
+        async def agent_(task: dict[str, Any], edges: Edges) -> str:
+            async with openai.AsyncOpenAI(base_url=task["url"], api_key="t", max_retries=0) as c:
+                return str((await run(solo, task["question"], edges, client=c)).final_output)
+
+        recorded = pipeline.record(agent_, task, tools={"get_weather": lambda args: "other"})
+    assert isinstance(recorded.output, ConfigError), recorded.output
+    assert "'get_weather' is already registered" in str(recorded.output)
+    assert recorded.events[-2].kind is EventKind.ERROR  # recorded as the agent's error

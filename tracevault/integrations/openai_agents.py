@@ -35,7 +35,7 @@ import json
 from typing import Any
 
 import openai
-from agents import Agent, Handoff, RunConfig, Runner, RunResult, handoff
+from agents import Agent, AgentsException, Handoff, RunConfig, Runner, RunResult, handoff
 from agents.items import ModelResponse
 from agents.models.interface import Model, ModelProvider
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
@@ -47,7 +47,7 @@ from pydantic import BaseModel
 
 from tracevault.callsite import add_harness_module
 from tracevault.edges import JSON, Edges
-from tracevault.errors import ConfigError
+from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.integrations import openai as openai_adapter
 from tracevault.integrations._tools import atool
 
@@ -215,10 +215,18 @@ async def run(
     if not isinstance(client, openai.AsyncOpenAI):
         raise ConfigError(f"run(..., client=) needs an openai.AsyncOpenAI, got {client!r}")
     recorded = _Run(edges, client, use_responses, run_config or RunConfig(), max_turns)
-    return await Runner.run(
-        recorded.agent(agent),
-        input,
-        context=context,
-        max_turns=max_turns,
-        run_config=recorded.config(),
-    )
+    try:
+        return await Runner.run(
+            recorded.agent(agent),
+            input,
+            context=context,
+            max_turns=max_turns,
+            run_config=recorded.config(),
+        )
+    except AgentsException as exc:
+        # The runner wraps what a tool raised ("Error running tool ..."): a divergence or a
+        # refusal of tracevault reaches the agent, and the replay, as itself.
+        cause = exc.__cause__
+        if isinstance(cause, TraceVaultError):
+            raise cause from None
+        raise
