@@ -63,7 +63,9 @@ triage = Agent(
 
 async def agent(task: dict[str, Any], edges: Edges) -> str:
     async with openai.AsyncOpenAI(base_url=task["url"], api_key="test", max_retries=0) as client:
-        result = await run(triage, task["question"], edges, client=client)
+        result = await run(
+            triage, task["question"], edges, client=client, use_responses=task["responses"]
+        )
     return str(result.final_output)
 
 
@@ -71,12 +73,13 @@ def kinds(events: list[Any]) -> list[str]:
     return [e.kind.value for e in events]
 
 
+@pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses"])
 def test_a_handoff_and_a_function_tool_record_and_replay_without_the_provider(
-    pipeline: Pipeline,
+    pipeline: Pipeline, responses: bool
 ) -> None:
     looked_up.clear()
     with provider_server() as server:
-        task = {"url": server.url + "/v1", "question": "weather in Paris?"}
+        task = {"url": server.url + "/v1", "question": "weather in Paris?", "responses": responses}
         run_ = pipeline.record(agent, task)
         live_requests, live_connections = len(server.requests), server.connections
     assert run_.output == "echo: clear over Paris, 21C", run_.output
@@ -113,7 +116,8 @@ def test_a_handoff_and_a_function_tool_record_and_replay_without_the_provider(
 
     async def weather_child(history: Any, edges: Edges) -> Any:
         async with openai.AsyncOpenAI(base_url=task["url"], api_key="t", max_retries=0) as client:
-            return (await run(weather_agent, history, edges, client=client)).final_output
+            got = await run(weather_agent, history, edges, client=client, use_responses=responses)
+        return got.final_output
 
     # Provider stopped: the parent and the child replay from the topic, no socket opened.
     looked_up.clear()
@@ -132,7 +136,7 @@ def test_a_handoff_and_a_function_tool_record_and_replay_without_the_provider(
 
 def test_changed_instructions_diverge_at_the_agents_model_call(pipeline: Pipeline) -> None:
     with provider_server() as server:
-        task = {"url": server.url + "/v1", "question": "weather in Paris?"}
+        task = {"url": server.url + "/v1", "question": "weather in Paris?", "responses": False}
         run_ = pipeline.record(agent, task)
         first = next(e.seq for e in run_.events if e.kind is EventKind.MODEL_CALL)
         connections = server.connections
