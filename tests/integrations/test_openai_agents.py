@@ -79,7 +79,8 @@ def test_a_handoff_and_a_function_tool_record_and_replay_without_the_provider(
 ) -> None:
     looked_up.clear()
     with provider_server() as server:
-        task = {"url": server.url + "/v1", "question": "weather in Paris?", "responses": responses}
+        task: dict[str, Any] = {"url": server.url + "/v1", "question": "weather in Paris?"}
+        task["responses"] = responses
         run_ = pipeline.record(agent, task)
         live_requests, live_connections = len(server.requests), server.connections
     assert run_.output == "echo: clear over Paris, 21C", run_.output
