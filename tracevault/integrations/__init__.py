@@ -7,6 +7,10 @@
 - ``tracevault.integrations.langgraph``: ``chat_model(model, edges)``, ``tools([...], edges)``
   and ``checkpointer(saver, edges)`` record a LangGraph / LangChain agent at the framework's
   seams (extra ``tracevault[langgraph]``, docs/langgraph.md);
+- ``tracevault.integrations.openai_agents.run(agent, input, edges, client=)``: an OpenAI Agents
+  SDK ``Runner.run`` recorded, handoffs as sub-agents (extra ``tracevault[agents]``);
+- ``tracevault.integrations.mcp_client.RecordedSession``: an MCP client session whose calls are
+  recorded, replayed with no server (extra ``tracevault[mcp]``);
 - ``tracevault.integrations.otel``: a verified run as OpenTelemetry GenAI spans (extra
   ``tracevault[otel]``).
 

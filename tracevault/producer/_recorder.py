@@ -635,6 +635,24 @@ class Recorder:
         fn = self._model_target(model, seed, call)
         return await self._acall(crossing, lambda _k: fn(request, model=model, seed=seed), False)
 
+    def add_tool(self, name: str, fn: Callable[..., Any] | Tool) -> None:
+        """Register tool ``name`` after construction, once: for framework adapters
+        (``tracevault.integrations``) that find an agent's tools only when it runs.
+
+        A name already registered with another function is refused: the crossing must call
+        one callee, whichever registered it first.
+        """
+        tool = fn if isinstance(fn, Tool) else Tool(fn)
+        had = self._tools.get(name)
+        if had is None:
+            if not _is_text(name) or not name:
+                raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
+            self._tools[name] = tool
+        elif had.fn is not tool.fn:
+            raise ConfigError(
+                f"tool {name!r} is already registered in this Recorder with another function"
+            )
+
     def _tool(self, name: str) -> Tool:
         tool = self._tools.get(name)
         if tool is None:
