@@ -61,6 +61,7 @@ class LocalBroker:
 
     port: int
     log: list[str] = field(default_factory=list)
+    extra: dict[str, str] = field(default_factory=dict)  # broker settings beyond dev/kafka's
 
     @property
     def bootstrap(self) -> str:
@@ -71,6 +72,8 @@ class LocalBroker:
         env["KAFKA_PORT"] = str(self.port)
         env["KAFKA_CONTROLLER_PORT"] = str(free_port())
         env["PYTHON"] = sys.executable
+        if self.extra:
+            env["KAFKA_EXTRA_PROPERTIES"] = "\n".join(f"{k}={v}" for k, v in self.extra.items())
         return env
 
     def _run(self, *args: str, timeout: float = 300) -> str:

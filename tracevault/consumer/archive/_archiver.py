@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
+from tracevault.archive._holes import Hole, hole_key
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
@@ -78,6 +79,7 @@ from tracevault.errors import (
     ConfigError,
     FencedError,
     LogError,
+    NotFoundError,
     RetentionError,
     SchemaError,
     ServiceUnavailableError,
@@ -86,6 +88,7 @@ from tracevault.log import (
     CheckpointRecord,
     CompactTree,
     NoteVerifier,
+    VerifiedCheckpoint,
     is_checkpoint_record,
     leaf_data,
     leaf_prefix,
@@ -158,6 +161,9 @@ class ArchiverStats:
     runs_finished: int = 0
     checkpoints_verified: int = 0
     events_quarantined: int = 0
+    holes: int = 0  # ranges of leaves whose records were gone before they were read
+    leaves_lost: int = 0  # ... and their leaves
+    leaves_quarantined: int = 0  # leaves in the tree whose records are no run's history
     quarantined: dict[str, int] = field(default_factory=dict)  # by reason
     first_message_at: float | None = None  # time.monotonic() of the first message consumed
     last_write_at: float | None = None  # time.monotonic() after the last flush
@@ -179,6 +185,11 @@ class _Part:
     pending: list[_Pending] = field(default_factory=list)
     ready_offset: int | None = None  # after the last verified checkpoint record
     durable_offset: int | None = None  # after the last flushed (or already archived) one
+    # records read since the last checkpoint that were quarantined (docs/log.md, "Holes"):
+    # offset -> (reason, quarantine key) of those in ``pending`` (a leaf hash is known) and
+    # (offset, reason, quarantine key) of those without one (undecodable)
+    marked: dict[int, tuple[str, str]] = field(default_factory=dict)
+    opaque: list[tuple[int, str, str]] = field(default_factory=list)
     opened: float = 0.0  # when the first unflushed leaf was verified
     # flushes taken and not yet accounted for, oldest first: (future of (objects written,
     # when the last was), job, ready_offset when it was taken); each is written only after
@@ -292,6 +303,17 @@ class Archiver:
                 "checkpoints_refused",
                 "checkpoint records that failed verification",
                 lambda: st.quarantined.get(Why.BAD_CHECKPOINT.value, 0),
+            ),
+            (
+                "holes",
+                "holes recorded: sealed records gone before the archiver read them",
+                lambda: st.holes,
+            ),
+            ("leaves_lost", "leaves of the log in holes", lambda: st.leaves_lost),
+            (
+                "leaves_quarantined",
+                "leaves of the log whose records are quarantined, not run history",
+                lambda: st.leaves_quarantined,
             ),
             ("session_restarts", "Kafka sessions replaced", lambda: self.health.restarts),
             ("consumer_lag", "sealed records not yet consumed", lambda: self.health.lag or 0),
@@ -671,19 +693,21 @@ class Archiver:
             self._checkpoint(part, msg)
             return
         if value is None:
-            self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
+            qkey = self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
+            part.opaque.append((offset, Why.UNDECODABLE.value, qkey))
             return
         try:
             run_id, seq, h, fin, sealed_at = leaf_fields(value)
         except Exception as exc:  # SchemaError, or whatever the parser did not foresee
             why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
-            self._refuse(msg, why, f"{type(exc).__name__}: {exc}")  # names where it was
+            qkey = self._refuse(msg, why, f"{type(exc).__name__}: {exc}")  # names where it was
+            part.opaque.append((offset, why.value, qkey))
             return
         pfx = self._prefixes.get(run_id)
         if pfx is None or not _MIN_AT <= sealed_at <= _MAX_AT:
             got = self._admit(run_id, sealed_at)
             if isinstance(got, str):
-                self._refuse(msg, Why.INVALID, got, run_id, seq)
+                self._unarchivable(part, msg, got, run_id, seq, h, fin, sealed_at)
                 return
             pfx = got
         if len(h) != HASH_SIZE or not 0 <= seq <= _U64_MAX:
@@ -692,7 +716,8 @@ class Archiver:
                 problem = f"run {run_id!r} seq {seq} does not fit a leaf"
             except LogError as exc:
                 problem = str(exc)
-            self._refuse(msg, Why.INVALID, problem, run_id, seq)
+            qkey = self._refuse(msg, Why.INVALID, problem, run_id, seq)
+            part.opaque.append((offset, Why.INVALID.value, qkey))
             return
         hashed = pfx + _U64.pack(seq) + h  # 0x00 ‖ leaf data: RFC 6962's leaf hash input
         rec = _new_tuple(
@@ -700,6 +725,34 @@ class Archiver:
             (run_id, seq, h, fin, sealed_at, hashed[1:], _sha256(hashed).digest(), value),
         )
         part.pending.append(_new_tuple(_Pending, (offset, msg.key(), rec)))
+
+    def _unarchivable(  # noqa: PLR0917 - the fields leaf_fields read, as read
+        self,
+        part: _Part,
+        msg: Message,
+        problem: str,
+        run_id: str,
+        seq: int,
+        h: bytes,
+        fin: bool,
+        sealed_at: int,
+    ) -> None:
+        """Quarantine a record that reads but is no run history the archive can hold, and
+        keep it pending: when a checkpoint lists its leaf, the leaf still enters the
+        archived tree (the signed root includes it) as a ``quarantined`` hole."""
+        qkey = self._refuse(msg, Why.INVALID, problem, run_id, seq)
+        offset = msg.offset()
+        assert offset is not None  # a consumed record has one
+        try:
+            leaf = leaf_data(run_id, seq, h)
+        except LogError:
+            part.opaque.append((offset, Why.INVALID.value, qkey))
+            return
+        rec = LeafRecord(
+            run_id, seq, h, fin, sealed_at, leaf, _sha256(b"\x00" + leaf).digest(), b""
+        )
+        part.pending.append(_Pending(offset, msg.key(), rec))
+        part.marked[offset] = (Why.INVALID.value, qkey)
 
     def _admit(self, run_id: str, sealed_at: int) -> bytes | str:
         """The run's leaf prefix (remembered) if the record can be archived, else why not."""
@@ -715,25 +768,25 @@ class Archiver:
         return pfx
 
     def _checkpoint(self, part: _Part, msg: Message) -> None:
-        """Verify one checkpoint record and resolve the pending records against it."""
+        """Verify one checkpoint record and resolve the pending records against it.
+
+        Nothing it lists stops the log (docs/log.md, "Holes"): leaves before its start that
+        were never read (records gone from the topic) become a ``gone`` hole and the log
+        goes on from the compact tree it carries; listed leaves no record read has become
+        an ``unread`` hole, or the leaves of quarantined records."""
         plog = part.log
         where = f"{self.topic}[{plog.partition}]@{msg.offset()}"
         try:
             cpr = CheckpointRecord.decode(msg.value() or b"")
             vc = cpr.verify(self.verifiers, plog.origin)
             size = plog.size
-            if vc.start > size:
-                raise LogError(
-                    f"it adds leaves {vc.start}..{vc.checkpoint.size - 1} but the log read so "
-                    f"far has {size}: leaves {size}..{vc.start - 1} were never seen here"
-                )
             if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
                 raise LogError(
                     f"its tree at {vc.start} leaves is not the one this partition's log has "
                     "(the log forked)"
                 )
             if vc.start < size <= vc.checkpoint.size:  # re-read after a restart: must match
-                tree = plog.state.compact()
+                tree = plog.tree.copy()
                 tree.extend(vc.leaves[size - vc.start :])
                 if tree.root() != vc.checkpoint.root:
                     raise LogError(
@@ -741,25 +794,22 @@ class Archiver:
                         "forked, or the archive was changed)"
                     )
             matched, unmatched = _match(part.pending, vc.leaves, vc.start)
-            new = [(i, p) for i, p in matched if i >= size]
-            if [i for i, _ in new] != list(range(size, vc.checkpoint.size)):
-                got = {i for i, _ in new}
-                lost = next(i for i in range(size, vc.checkpoint.size) if i not in got)
-                raise LogError(
-                    f"it lists leaf {lost} but no sealed record read since the last "
-                    "checkpoint has that leaf hash (the record is missing from the topic)"
-                )
         except LogError as exc:
             detail = (
                 f"checkpoint record {where} failed verification: {exc}; the "
                 f"{len(part.pending)} record(s) read since the last verified checkpoint stay "
                 "pending (never archived unless a verified checkpoint lists them)"
             )
+            if "forked" in str(exc):
+                log.error("ALERT archiver: %s", detail)
             self._refuse(msg, Why.BAD_CHECKPOINT, detail)
             return
         self.stats.checkpoints_verified += 1
+        marked = part.marked
         for p in unmatched:
             r = p.rec
+            if p.offset in marked:
+                continue  # quarantined when read, with its own reason
             self._refuse(
                 msg,
                 Why.NOT_IN_LOG,
@@ -773,20 +823,206 @@ class Archiver:
                 key=p.key,
                 value=r.value,
             )
+        new = [(i, p) for i, p in matched if i >= size]
         self.stats.events_skipped += len(matched) - len(new)
-        if new and not plog.unflushed:
+        end = vc.checkpoint.size
+        if end > size and not plog.unflushed:
             part.opened = time.monotonic()
-        plog.extend([p.rec for _, p in new])
+        if not marked and vc.start <= size and [i for i, _ in new] == list(range(size, end)):
+            plog.extend([p.rec for _, p in new])  # the common case: every listed leaf read
+        elif end > size:
+            self._holes(part, vc, CompactTree(vc.start, list(cpr.prefix)), new, where)
         part.pending = []
+        part.marked = {}
+        part.opaque = []
         part.ready_offset = (msg.offset() or 0) + 1
-        if vc.checkpoint.size > plog.archived or plog.note is None:
-            plog.note, plog.note_size = vc.note, vc.checkpoint.size
-        if new:
-            plog.root = vc.tree.root()
+        if end > plog.archived or plog.note is None:
+            plog.note, plog.note_size = vc.note, end
+        if end > size:
+            plog.root = vc.checkpoint.root
+            plog.tree = vc.tree
         if not plog.unflushed and not part.flights:
             part.durable_offset = part.ready_offset
         elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
             self._flush(part)
+
+    def _holes(
+        self,
+        part: _Part,
+        vc: VerifiedCheckpoint,
+        prefix: CompactTree,
+        new: list[tuple[int, _Pending]],
+        where: str,
+    ) -> None:
+        """Extend the log to ``vc``'s size when not every listed leaf is a record read here.
+
+        Leaves before ``vc.start`` were never seen: a ``gone`` hole (the log read so far is
+        flushed first, so the checkpoint where it ends is archived, and the tree goes on from
+        the compact tree ``vc`` carries). A listed leaf with no record read is the leaf of a
+        quarantined record read in its place (between the records of the leaves either side),
+        else an ``unread`` hole. Each is recorded and alerted (``_hole``)."""
+        plog = part.log
+        now = self.clock().isoformat()
+        runs: dict[str, int] = {}
+        for _, q in new:
+            if q.offset not in part.marked and q.rec.seq > 0:
+                runs.setdefault(q.rec.run_id, q.rec.seq)
+        if vc.start > plog.size:
+            if plog.unflushed:
+                self._flush(part)
+            first = plog.size
+            self._hole(
+                plog,
+                Hole(
+                    "gone",
+                    plog.origin,
+                    plog.partition,
+                    first,
+                    vc.start,
+                    now,
+                    f"the signed checkpoint record {where} starts at leaf {vc.start} but the "
+                    f"log read so far ends at {first}: the sealed records of leaves "
+                    f"{first}..{vc.start - 1} were gone from the topic before the archiver "
+                    "read them (retention, DeleteRecords, a lost broker); the log goes on "
+                    "from the compact tree that record carries",
+                    runs,
+                    [h.hex() for h in prefix.hashes],
+                ),
+            )
+            plog.skip_to(vc.start, prefix)
+        lo, end = plog.size, vc.checkpoint.size
+        at = {i: p for i, p in new}
+        after = sorted(at)  # leaf -> the offset of its record, to place quarantined ones
+        opaque = sorted(part.opaque)
+        j = k = 0
+        prev_off = -1
+        recs: list[LeafRecord] = []
+        unread_from: int | None = None
+        for i in range(lo, end):
+            p = at.get(i)
+            if p is not None and p.offset not in part.marked:
+                if unread_from is not None:
+                    self._unread(plog, unread_from, i, vc, runs, now, where)
+                    unread_from = None
+                recs.append(p.rec)
+                prev_off = p.offset
+                continue
+            if recs:
+                plog.extend(recs)
+                recs = []
+            h = vc.leaves[i - vc.start]
+            if p is not None:  # a record read, but no run history: quarantined
+                reason, qkey = part.marked[p.offset]
+                prev_off = p.offset
+                self._quarantined(plog, i, p.rec.leaf, h, reason, qkey, p, now)
+                continue
+            while k < len(after) and after[k] < i:
+                k += 1
+            next_off = at[after[k]].offset if k < len(after) else 1 << 63
+            while j < len(opaque) and opaque[j][0] < prev_off:
+                j += 1
+            if j < len(opaque) and opaque[j][0] < next_off:
+                off, reason, qkey = opaque[j]
+                j += 1
+                prev_off = off
+                if unread_from is not None:
+                    self._unread(plog, unread_from, i, vc, runs, now, where)
+                    unread_from = None
+                self._quarantined(plog, i, b"", h, reason, qkey, None, now, off)
+                continue
+            if unread_from is None:
+                unread_from = i
+        if recs:
+            plog.extend(recs)
+        if unread_from is not None:
+            self._unread(plog, unread_from, end, vc, runs, now, where)
+
+    def _unread(  # noqa: PLR0917 - one hole, every field named by the caller
+        self,
+        plog: PartitionLog,
+        first: int,
+        end: int,
+        vc: VerifiedCheckpoint,
+        runs: dict[str, int],
+        now: str,
+        where: str,
+    ) -> None:
+        """Leaves ``first .. end-1`` that ``vc`` lists and no record read here has."""
+        self._hole(
+            plog,
+            Hole(
+                "unread",
+                plog.origin,
+                plog.partition,
+                first,
+                end,
+                now,
+                f"the signed checkpoint record {where} lists leaves {first}..{end - 1} but no "
+                "sealed record read since the last checkpoint has their leaf hashes: the "
+                "records were gone from the topic before the archiver read them",
+                runs,
+            ),
+        )
+        plog.extend_blank(vc.leaves[first - vc.start : end - vc.start], [b""] * (end - first))
+
+    def _quarantined(  # noqa: PLR0917 - one leaf, every field named by the caller
+        self,
+        plog: PartitionLog,
+        index: int,
+        leaf: bytes,
+        leaf_hash: bytes,
+        reason: str,
+        qkey: str,
+        p: _Pending | None,
+        now: str,
+        offset: int | None = None,
+    ) -> None:
+        runs = {} if p is None else {p.rec.run_id: p.rec.seq}
+        self._hole(
+            plog,
+            Hole(
+                "quarantined",
+                plog.origin,
+                plog.partition,
+                index,
+                index + 1,
+                now,
+                f"leaf {index} is the sealed record at offset "
+                f"{p.offset if p is not None else offset}, which cannot be archived as run "
+                f"history ({reason}); its bytes are in {qkey}",
+                runs,
+                reason=reason,
+                quarantine_key=qkey,
+                topic_offset=p.offset if p is not None else offset,
+            ),
+        )
+        plog.extend_blank([leaf_hash], [leaf])
+
+    def _hole(self, plog: PartitionLog, hole: Hole) -> None:
+        """Record ``hole`` with the partition's next flush (once: a flush redone after a
+        crash keeps the first object), count it, and alert when records were lost."""
+        key = hole_key(plog.log, hole.first, hole.end, hole.kind)
+        try:
+            self.store.head(key)
+        except NotFoundError:
+            plog.add_hole(key, hole)
+        st = self.stats
+        n = hole.end - hole.first
+        if hole.kind == "quarantined":
+            st.leaves_quarantined += n
+            log.warning("archiver: %s (recorded as %s)", hole.describe(), key)
+            return
+        st.holes += 1
+        st.leaves_lost += n
+        log.error(
+            "ALERT archiver: hole in the log of partition %d: %s; runs seen right after it: "
+            "%s; recorded as %s in %s; archiving goes on",
+            plog.partition,
+            hole.describe(),
+            ", ".join(f"{r} (from seq {q})" for r, q in sorted(hole.runs.items())[:20]) or "none",
+            key,
+            self.store.url,
+        )
 
     def _flush_due(self, *, caught_up: bool = False) -> None:
         """Flush what is old enough, or everything once a poll came back empty: the
@@ -854,12 +1090,13 @@ class Archiver:
         offset: int | None = None,
         key: bytes | None = None,
         value: bytes | None = None,
-    ) -> None:
-        """Quarantine one record (durably, before its offset can be committed) and go on."""
+    ) -> str:
+        """Quarantine one record (durably, before its offset can be committed) and go on;
+        the quarantine object's key."""
         partition = msg.partition()
         at = msg.offset() if offset is None else offset
         assert partition is not None and at is not None  # a consumed record has both
-        quarantine(
+        qkey = quarantine(
             self.store,
             self.clock() + self.retention,
             why,
@@ -875,6 +1112,7 @@ class Archiver:
         st = self.stats
         st.events_quarantined += 1
         st.quarantined[why.value] = st.quarantined.get(why.value, 0) + 1
+        return qkey
 
 
 def _after(
