@@ -8,18 +8,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from click.testing import CliRunner
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import unique_name
 from tests.consumer.archive.sealed_factory import sealed_run
 from tests.consumer.sequencer.support import wait_until
+from tests.kafka_harness import set_topic_config
 from tests.log.signed_sealed import SignedSealedWriter
 from tests.log.signed_sealed import fresh_settings as signed_settings
 from tests.stack.conftest import DemoRun
@@ -113,16 +107,7 @@ def test_a_sealed_retention_under_the_archivers_lag_is_named(
         bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("doc"), partitions=1
     )
     ensure_topics(settings)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    res = ConfigResource(
-        ResourceType.TOPIC,
-        settings.topics.sealed,
-        incremental_configs=[
-            ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    for f in admin.incremental_alter_configs([res]).values():
-        f.result(30)
+    set_topic_config(kafka_bootstrap, settings.topics.sealed, retention_ms="1000")
     code, checks = _doctor(
         "--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
         env={"TRACEVAULT_ARCHIVE_URL": f"file://{tmp_path / 'a'}"},

@@ -16,7 +16,11 @@ could not archive as one immutable JSON object per hole, beside the log, and goe
   the tree and its tiles are whole; only the leaf data and values are missing;
 - ``quarantined``: the record was read but cannot be archived as run history (a run id no
   store can hold, an undecodable value): its leaf is in the tree, its bytes in
-  ``quarantine/``.
+  ``quarantine/``;
+- ``continued``: leaves ``0 .. end-1`` are archived in another log of the partition, whose
+  tree this one goes on with (a log begun before generations, whose sequencer now signs
+  under a generation origin): nothing is lost, and nodes before ``end`` come from the
+  compact tree as for ``gone``.
 
 The names alone say where each hole is, so a reader needs one listing of the partition's
 prefix and reads an object only when a run touches its range. Nothing here is trusted: a
@@ -39,6 +43,7 @@ from tracevault.log._merkle import NodeSource
 
 __all__ = [
     "HOLE_KINDS",
+    "LOST",
     "Hole",
     "HoleKey",
     "compact_at",
@@ -48,9 +53,12 @@ __all__ = [
     "parse_hole_key",
 ]
 
-#: ``gone`` (records and hashes), ``unread`` (records only), ``quarantined`` (archivable no)
-HOLE_KINDS = ("gone", "unread", "quarantined")
-_NAME = re.compile(r"^(\d{20})-(\d{20})\.(gone|unread|quarantined)\.json$")
+#: ``gone`` (records and hashes), ``unread`` (records only), ``quarantined`` (archivable no),
+#: ``continued`` (archived in the log this one continues: nothing lost)
+HOLE_KINDS = ("gone", "unread", "quarantined", "continued")
+#: the kinds where sealed records were lost
+LOST = ("gone", "unread")
+_NAME = re.compile(r"^(\d{20})-(\d{20})\.(gone|unread|quarantined|continued)\.json$")
 
 
 def holes_prefix(log_key: str) -> str:
@@ -132,6 +140,7 @@ class Hole:
             "gone": "sealed records gone before the archiver read them",
             "unread": "sealed records gone before the archiver read them (hashes signed)",
             "quarantined": f"quarantined ({self.reason}) as {self.quarantine_key}",
+            "continued": "archived in the log this one continues",
         }[self.kind]
         return (
             f"leaves {self.first}..{self.end - 1} of {self.origin}: {what}, detected "
@@ -188,7 +197,7 @@ def gone_trees(holes: Iterable[tuple[HoleKey, Hole]]) -> tuple[list[CompactTree]
     trees: list[CompactTree] = []
     starts: list[int] = []
     for hk, hole in holes:
-        if hk.kind == "gone":
+        if hk.kind in {"gone", "continued"}:
             trees.append(hole.compact())
             starts.append(hk.first)
     return trees, starts

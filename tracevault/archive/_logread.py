@@ -227,7 +227,9 @@ def read_log_run(
     if holes:
         _lost_seqs(r, run_id, by_seq, holes)
     cp_key = cps[-1]
-    gone = [(h, Hole.from_json(r.get(h.key), h.key)) for h in holes if h.kind == "gone"]
+    gone = [
+        (h, Hole.from_json(r.get(h.key), h.key)) for h in holes if h.kind in {"gone", "continued"}
+    ]
     last_leaf = max(leaf for leaf, _ in by_seq.values())
     after = [h.first for h, _ in gone if h.first > last_leaf]
     if after and anchor is None:
@@ -379,7 +381,7 @@ def _lost_seqs(
             gaps.append((a + 1, b - 1, by_seq[a][0], by_seq[b][0]))
     for lo_seq, hi_seq, lo, hi in gaps:
         for h in holes:
-            if not h.overlaps(lo + 1, hi):
+            if h.kind == "continued" or not h.overlaps(lo + 1, hi):
                 continue
             hole = Hole.from_json(r.get(h.key), h.key)
             if hole.kind == "quarantined":

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tracevault.archive import ObjectStore, open_store, retention_report
-from tracevault.archive._holes import parse_hole_key
+from tracevault.archive._holes import LOST, parse_hole_key
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.kafka import TopicReport, describe_topics
@@ -135,9 +135,7 @@ def _archive(settings: Settings) -> Iterator[Check]:
 
 def _holes(store: ObjectStore) -> Check:
     """Holes where records were lost before archiving (docs/log.md, "Holes")."""
-    lost = [
-        h for i in store.list("holes/") if (h := parse_hole_key(i.key)) and h.kind != "quarantined"
-    ]
+    lost = [h for i in store.list("holes/") if (h := parse_hole_key(i.key)) and h.kind in LOST]
     if not lost:
         return Check("archive holes", "ok", "no sealed records were lost before archiving")
     leaves = sum(h.end - h.first for h in lost)

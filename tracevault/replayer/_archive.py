@@ -26,7 +26,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 from fastavro import reader as ocf_reader
 
 from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys
-from tracevault.archive._holes import Hole, parse_hole_key
+from tracevault.archive._holes import LOST, Hole, parse_hole_key
 from tracevault.archive._logread import HoleError, run_log_keys
 from tracevault.archive.layout import (
     FinalReceipt,
@@ -381,7 +381,7 @@ def _not_found(store: ReadableStore, run_id: str) -> NoReturn:
     lost = [
         h
         for i in store.list("holes/")
-        if (h := parse_hole_key(i.key)) is not None and h.kind != "quarantined"
+        if (h := parse_hole_key(i.key)) is not None and h.kind in LOST
     ]
     if not lost:
         raise NotFoundError(

@@ -19,16 +19,9 @@ from typing import Any
 
 from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
 from tests.consumer.sequencer.support import produce_raw, raw_event, running, wait_until
-from tests.kafka_harness import LocalBroker
+from tests.kafka_harness import LocalBroker, set_topic_config
 from tests.log.signed_sealed import cli_env
 from tests.replayer.pipeline import fresh_settings
 from tracevault.archive import open_store
@@ -61,17 +54,7 @@ def _watermarks(settings: Settings) -> tuple[int, int]:
 
 
 def _retention(settings: Settings, **conf: str) -> None:
-    admin = AdminClient(settings.kafka_config())
-    res = ConfigResource(
-        ResourceType.TOPIC,
-        settings.topics.sealed,
-        incremental_configs=[
-            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in conf.items()
-        ],
-    )
-    for f in admin.incremental_alter_configs([res]).values():
-        f.result(30)
+    set_topic_config(settings.bootstrap_servers, settings.topics.sealed, **conf)
 
 
 def _archive(settings: Settings) -> Archiver:

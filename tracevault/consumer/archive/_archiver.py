@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
-from tracevault.archive._holes import Hole, hole_key
+from tracevault.archive._holes import LOST, Hole, hole_key
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
@@ -84,12 +84,14 @@ from tracevault.errors import (
     SchemaError,
     ServiceUnavailableError,
 )
+from tracevault.kafka import sealed_generation
 from tracevault.log import (
     CheckpointRecord,
     CompactTree,
     NoteVerifier,
     VerifiedCheckpoint,
     is_checkpoint_record,
+    is_partition_origin,
     leaf_data,
     leaf_prefix,
     load_verifiers,
@@ -189,6 +191,7 @@ class _Part:
     # offset -> (reason, quarantine key) of those in ``pending`` (a leaf hash is known) and
     # (offset, reason, quarantine key) of those without one (undecodable)
     marked: dict[int, tuple[str, str]] = field(default_factory=dict)
+    prev: PartitionLog | None = None  # the log of the partition before the last switch
     opaque: list[tuple[int, str, str]] = field(default_factory=list)
     opened: float = 0.0  # when the first unflushed leaf was verified
     # flushes taken and not yet accounted for, oldest first: (future of (objects written,
@@ -252,6 +255,7 @@ class Archiver:
         self._progress_in_session = False
         self._lost = False
         self._session_started = 0.0
+        self._generation = ""  # of the sealed topic (the log origins'), learnt per session
 
     def _native_context(self) -> tuple[object, ...] | None:
         """What the C path reads and fills (the same dicts as ``_take_one``), or None when it
@@ -437,6 +441,10 @@ class Archiver:
         return self.stats
 
     def _session(self, consumer: Consumer, until_idle: float | None) -> None:
+        try:
+            self._generation = sealed_generation(self.settings)
+        except ServiceUnavailableError as exc:
+            raise _Restart(str(exc)) from exc
         self.health.state = "running"
         last_msg: float | None = None
         next_report = time.monotonic() + _REPORT_EVERY_S
@@ -626,7 +634,7 @@ class Archiver:
                 PartitionLog.open(
                     self.store,
                     prefix,
-                    log_origin(self.settings.log_origin, prefix, partition),
+                    log_origin(self.settings.log_origin, prefix, partition, self._generation),
                     partition,
                     self.verifiers,
                 )
@@ -778,7 +786,9 @@ class Archiver:
         where = f"{self.topic}[{plog.partition}]@{msg.offset()}"
         try:
             cpr = CheckpointRecord.decode(msg.value() or b"")
-            vc = cpr.verify(self.verifiers, plog.origin)
+            vc = cpr.verify(self.verifiers)
+            if vc.checkpoint.origin != plog.origin:
+                plog = self._switch(part, vc.checkpoint.origin)
             size = plog.size
             if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
                 raise LogError(
@@ -846,6 +856,31 @@ class Archiver:
         elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
             self._flush(part)
 
+    def _switch(self, part: _Part, origin: str) -> PartitionLog:
+        """Go on with the partition's log of ``origin``, another generation of it.
+
+        A sealed topic holds one log per incarnation; the one before generations can be
+        followed, in the same partition, by checkpoints of the same tree under a generation
+        origin (docs/log.md, "A new cluster is a new log"). The log so far is flushed and
+        written first, so the one opened is as archived."""
+        plog = part.log
+        if not is_partition_origin(
+            origin, self.settings.log_origin, self.settings.topic_prefix, plog.partition
+        ):
+            raise LogError(
+                f"checkpoint is for log {origin!r}, expected {plog.origin!r} (or another "
+                "generation of it)"
+            )
+        if plog.unflushed:
+            self._flush(part)
+        self._wait(part)
+        part.prev = plog
+        part.log = PartitionLog.open(
+            self.store, plog.prefix, origin, plog.partition, self.verifiers
+        )
+        log.info("partition %d: checkpoints of log %s follow", plog.partition, origin)
+        return part.log
+
     def _holes(
         self,
         part: _Part,
@@ -867,7 +902,29 @@ class Archiver:
         for _, q in new:
             if q.offset not in part.marked and q.rec.seq > 0:
                 runs.setdefault(q.rec.run_id, q.rec.seq)
-        if vc.start > plog.size:
+        prev = part.prev
+        if (
+            vc.start > plog.size == 0
+            and prev is not None
+            and prev.size == vc.start
+            and prev.tree.root() == prefix.root()
+        ):
+            self._hole(
+                plog,
+                Hole(
+                    "continued",
+                    plog.origin,
+                    plog.partition,
+                    0,
+                    vc.start,
+                    now,
+                    f"leaves 0..{vc.start - 1} are archived as log {prev.origin} ({prev.log}), "
+                    f"whose tree this one goes on with from the signed checkpoint record {where}",
+                    tree=[h.hex() for h in prefix.hashes],
+                ),
+            )
+            plog.skip_to(vc.start, prefix)
+        elif vc.start > plog.size:
             if plog.unflushed:
                 self._flush(part)
             first = plog.size
@@ -1008,8 +1065,9 @@ class Archiver:
             plog.add_hole(key, hole)
         st = self.stats
         n = hole.end - hole.first
-        if hole.kind == "quarantined":
-            st.leaves_quarantined += n
+        if hole.kind not in LOST:
+            if hole.kind == "quarantined":
+                st.leaves_quarantined += n
             log.warning("archiver: %s (recorded as %s)", hole.describe(), key)
             return
         st.holes += 1

@@ -55,6 +55,7 @@ from tracevault.log import (
     decode_bundle,
     encode_bundle,
     open_note,
+    origin_generation,
     tile_node_source,
     tree_root,
 )
@@ -131,7 +132,7 @@ class PartitionLog:
         verifiers: Sequence[NoteVerifier],
     ) -> PartitionLog:
         """The partition's log as archived: its newest checkpoint, checked, and partial tiles."""
-        log_key = log_prefix(prefix, partition)
+        log_key = log_prefix(prefix, partition, origin_generation(origin))
         cps = store.list(checkpoint_prefix(log_key))
         if not cps:
             return cls(store, log_key, prefix, origin, partition, TileState(), tree_root(0, _none))
@@ -151,7 +152,7 @@ class PartitionLog:
             gone = [
                 (h, Hole.from_json(store.get(h.key), h.key))
                 for h in hole_keys
-                if h.kind == "gone" and h.end <= cp.size
+                if h.kind in {"gone", "continued"} and h.end <= cp.size
             ]
             node = hole_node_source(tile_node_source(cp.size, read), *gone_trees(gone))
             tree = compact_at(cp.size, node)
