@@ -100,11 +100,14 @@ def test_records_expired_before_archiving_are_a_hole_and_later_runs_archive(
 
     archiver = _archive(settings)
     assert archiver.stats.holes == 1, archiver.stats
+    assert archiver.registry.get_sample_value("tracevault_archiver_holes") == 1
     store = open_store(settings.archive_url, settings)
     (info,) = store.list("holes/")
     hole = Hole.from_json(store.get(info.key), info.key)
     assert hole.kind in {"gone", "unread"} and hole.first == 3, hole
     assert "h-cut" in hole.runs, hole
+    lost = archiver.registry.get_sample_value("tracevault_archiver_leaves_lost")
+    assert lost == hole.end - hole.first >= 3 + 4, (lost, hole)  # h-lost and h-cut's 0..3
 
     for run_id in ("h-before", "h-after"):
         res = _verify(settings, run_id, log_vkey)
@@ -114,6 +117,6 @@ def test_records_expired_before_archiving_are_a_hole_and_later_runs_archive(
     assert cut.exit_code == 1, cut.output
     # seqs 0..3 expired; seq 4 too when Kafka applied the restored retention after rolling
     assert re.search(r"lost seqs 0\.\.[34] ", cut.output) and info.key in cut.output, cut.output
-    lost = _verify(settings, "h-lost", log_vkey)
-    assert lost.exit_code == 3, lost.output
-    assert "check the run id" not in lost.output and info.key in lost.output, lost.output
+    gone = _verify(settings, "h-lost", log_vkey)
+    assert gone.exit_code == 3, gone.output
+    assert "check the run id" not in gone.output and info.key in gone.output, gone.output

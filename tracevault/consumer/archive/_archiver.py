@@ -10,6 +10,11 @@ Per partition, in offset order (docs/log.md, "Archive"):
    a chain-valid one) is quarantined ``not-in-log`` and never archived;
 3. a checkpoint that fails verification is quarantined ``bad-checkpoint`` and the pending
    records stay pending (never archived unless a later verified checkpoint lists them);
+   a verified one whose leaves were not all read here (records gone from the topic, or
+   quarantined when read) still extends the tree: the leaves are recorded as holes
+   (``tracevault.archive._holes``; docs/log.md, "Holes"), so no record stops the log;
+   a checkpoint of another generation of the partition's log (a new cluster is a new log)
+   switches to that log;
 4. when enough leaves are verified (``archive_segment_max_events`` or ``_max_bytes`` of
    sealed values), they are old enough (``archive_segment_max_age_s``) or a poll comes back
    empty (caught up), the partition's log is flushed (``_logwriter``): bundles, tiles,
