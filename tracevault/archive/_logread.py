@@ -51,16 +51,7 @@ from tracevault.log import (
     tile_width,
 )
 
-__all__ = ["HoleError", "LogRun", "read_log_run", "run_index_keys", "run_log_keys"]
-
-
-class HoleError(ArchiveError):
-    """The run lost seqs to a hole in its partition's log (docs/log.md, "Holes")."""
-
-    def __init__(self, message: str, seq: int, obj: str) -> None:
-        super().__init__(message)
-        self.seq = seq
-        self.obj = obj
+__all__ = ["LogRun", "read_log_run", "run_index_keys", "run_log_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +69,9 @@ class LogRun:
     unindexed: tuple[tuple[int, int, str], ...] = ()
     """(leaf, seq, entry bundle) of the run's leaves past its last indexed one that no index
     object lists: the tail of the run's index was deleted."""
+    lost: tuple[int, str, str] | None = None
+    """(first seq, hole object, what happened) when seqs the run lacks lie in a hole of its
+    log (docs/log.md, "Holes")."""
 
 
 def run_index_keys(keys: Sequence[str]) -> list[str]:
@@ -224,8 +218,7 @@ def read_log_run(
         and (newest_key := parse_checkpoint_key(cps[-1])) is not None
         and h.end <= newest_key
     ]
-    if holes:
-        _lost_seqs(r, run_id, by_seq, holes)
+    lost = _lost_seqs(r, run_id, by_seq, holes) if holes else None
     cp_key = cps[-1]
     gone = [
         (h, Hole.from_json(r.get(h.key), h.key)) for h in holes if h.kind in {"gone", "continued"}
@@ -361,13 +354,15 @@ def read_log_run(
             cp_key if anchor is None else None,  # the caller names where the anchor came from
         ),
         tuple(unindexed),
+        lost,
     )
 
 
 def _lost_seqs(
     r: _Reader, run_id: str, by_seq: dict[int, tuple[int, str]], holes: Sequence[HoleKey]
-) -> None:
-    """Raise :class:`HoleError` when seqs the run lacks lie in a hole of its log.
+) -> tuple[int, str, str] | None:
+    """``LogRun.lost`` of the run: when seqs it lacks lie in a hole of its log, the first,
+    the hole object and what happened.
 
     The missing seqs (before its first archived one, or between two) are placed between the
     leaves of the seqs either side; a hole there took them. A quarantined leaf is named only
@@ -388,18 +383,19 @@ def _lost_seqs(
                 seq = hole.runs.get(run_id)
                 if seq is None or not lo_seq <= seq <= hi_seq:
                     continue
-                raise HoleError(
+                return (
+                    seq,
+                    h.key,
                     f"run {run_id!r} seq {seq} is leaf {hole.first} of its log, quarantined "
                     f"({hole.reason}, kept as {hole.quarantine_key}) and so not archived as "
                     f"run history: {hole.why}",
-                    seq,
-                    h.key,
                 )
             lost = f"seq {lo_seq}" if lo_seq == hi_seq else f"seqs {lo_seq}..{hi_seq}"
-            raise HoleError(
+            return (
+                lo_seq,
+                h.key,
                 f"run {run_id!r} lost {lost} to a hole in its partition's log: "
                 f"{hole.describe()}. The events were sealed and signed, then gone from "
                 "Kafka before the archiver read them; the archive cannot prove or replay them",
-                lo_seq,
-                h.key,
             )
+    return None

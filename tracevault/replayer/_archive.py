@@ -27,7 +27,7 @@ from fastavro import reader as ocf_reader
 
 from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys
 from tracevault.archive._holes import LOST, Hole, parse_hole_key
-from tracevault.archive._logread import HoleError, run_log_keys
+from tracevault.archive._logread import run_log_keys
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
@@ -225,10 +225,10 @@ def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> Loade
             run_id,
             index_keys,
         )
-    except HoleError as exc:
-        raise fail("A5 hole", exc.seq, exc.obj, str(exc)) from exc
     except ArchiveError as exc:
         raise fail("A1 log", None, getattr(exc, "obj", None) or index_keys[-1], str(exc)) from exc
+    if lr.lost is not None:
+        raise fail("A5 hole", *lr.lost)
     if lr.unindexed:
         leaf, seq, ekey = lr.unindexed[0]
         raise fail(

@@ -272,7 +272,8 @@ def assert_signed_log(
                 continue
             assert rec.key == CHECKPOINT_KEY, (part, rec.offset)
             assert rec.value is not None
-            # the real sequencer names the topic's incarnation (docs/log.md, "A new cluster")
+            # the real sequencer names the topic's incarnation
+            # (docs/log.md, "A new cluster is a new log")
             origin = log_origin(
                 settings.log_origin, settings.topic_prefix, part, sealed_generation(settings)
             )
