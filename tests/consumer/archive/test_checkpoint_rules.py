@@ -167,3 +167,37 @@ def test_after_a_restart_a_checkpoint_overlapping_the_archive_must_extend_it(
     assert "not a prefix" in q.detail
     g.feed([g.msg(CHECKPOINT_KEY, genuine, True)])
     assert (g.archiver.stats.events_archived, g.archiver.stats.events_skipped) == (2, 1)
+
+
+def test_a_generation_origin_going_on_with_the_same_tree_continues_the_log(
+    tmp_path: Path,
+) -> None:
+    """After an upgrade the sequencer signs the same tree under a generation origin: a new
+    log, archived beside the old, that continues it (no loss), and another root is refused."""
+    f = _Feed(tmp_path)
+    f.feed(
+        [
+            *f.events("a", range(3)),
+            f.msg(CHECKPOINT_KEY, f.checkpoint(CompactTree(), "a", range(3)), True),
+        ]
+    )
+    gen = log_origin(f.settings.log_origin, f.settings.topic_prefix, 0, "g" + "0" * 16)
+    f.feed([
+        *f.events("a", range(3, 5)),
+        f.msg(CHECKPOINT_KEY, f.checkpoint(_tree("a", range(3)), "a", range(3, 5), gen), True),
+    ])  # fmt: skip
+    (hole,) = _holes(f)
+    assert (hole.kind, hole.first, hole.end, hole.origin) == ("continued", 0, 3, gen)
+    assert f.archiver.stats.holes == 0 and f.archiver.stats.events_archived == 5
+    prefix = f.settings.topic_prefix
+    assert f.store.list(f"log/{prefix}/{'g' + '0' * 16}/0/checkpoint/")[-1].key.endswith(
+        f"{5:020d}"
+    )
+    assert f.store.list(f"log/{prefix}/0/checkpoint/")[-1].key.endswith(f"{3:020d}")
+    # another partition's origin, of any generation, is still refused
+    other = log_origin(f.settings.log_origin, prefix, 1, "g" + "1" * 16)
+    f.feed(
+        [f.msg(CHECKPOINT_KEY, f.checkpoint(_tree("a", range(5)), "a", range(5, 6), other), True)]
+    )
+    (q,) = [q for q in f.quarantined() if q.reason == "bad-checkpoint"]
+    assert "expected" in q.detail
