@@ -24,7 +24,7 @@ from tests.consumer.sequencer.support import produce_raw, raw_event, running, wa
 from tests.kafka_harness import LocalBroker, set_topic_config
 from tests.log.signed_sealed import cli_env
 from tests.replayer.pipeline import fresh_settings
-from tracevault.archive import open_store
+from tracevault.archive import hold_run, open_store
 from tracevault.archive._holes import Hole
 from tracevault.cli import tracevault as main
 from tracevault.config import Settings
@@ -113,6 +113,9 @@ def test_records_expired_before_archiving_are_a_hole_and_later_runs_archive(
         res = _verify(settings, run_id, log_vkey)
         assert res.exit_code == 0, res.output
         assert json.loads(res.output)["log_checked"] is True
+    # h-before is proven against the checkpoint where the hole began: a hold keeps it
+    held = hold_run(store, "h-before", True).objects
+    assert info.key in held and any(k.endswith(f"checkpoint/{3:020d}") for k in held), held
     cut = _verify(settings, "h-cut", log_vkey)
     assert cut.exit_code == 1, cut.output
     # seqs 0..3 expired; seq 4 too when Kafka applied the restored retention after rolling
