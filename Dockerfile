@@ -1,4 +1,4 @@
-# tracevault services (sequencer, archiver) and CLI in one image.
+# tracevault services (sequencer, archiver, witness) and CLI in one image.
 FROM python:3.11-slim
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 WORKDIR /app
@@ -8,7 +8,12 @@ COPY tracevault ./tracevault
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --no-cache-dir . \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 tracevault
+    && useradd --system --uid 10001 tracevault \
+    && mkdir -p /log-key /witness-key /vkeys /witness-store \
+    && chown tracevault: /log-key /witness-key /vkeys /witness-store \
+    && chmod 0700 /log-key /witness-key
+# docker-compose.yml mounts named volumes on these folders; Docker creates each from the folder
+# here, so the volumes belong to the image's user and the key folders stay private to it.
 USER tracevault
 ENTRYPOINT ["tracevault"]
 CMD ["--help"]

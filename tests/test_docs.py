@@ -110,3 +110,32 @@ def test_receipt_fields_are_all_described() -> None:
     for cls in (SegmentReceipt, FinalReceipt):
         for name in cls.__dataclass_fields__:
             assert f"`{name}`" in section, f"{cls.__name__}.{name} is not in docs/design.md"
+
+
+def _folder_cells(doc: Path) -> str:
+    """The first cells of the ``| folder | what lives there |`` table in ``doc``."""
+    text = doc.read_text()
+    table = text.split("| folder | what lives there |", 1)[1].split("\n\n", 1)[0]
+    return " ".join(row.split("|")[1] for row in table.splitlines() if row.startswith("|"))
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/design.md"])
+def test_folder_tables_list_every_package(doc: str) -> None:
+    packages = sorted(p.parent.name for p in (ROOT / "tracevault").glob("*/__init__.py"))
+    cells = _folder_cells(ROOT / doc)
+    missing = [p for p in packages if not re.search(rf"(^|[`/ ]){p}/[^` ]*`", cells)]
+    assert not missing, f"{doc}'s folder table leaves out {missing}"
+
+
+def test_readme_benchmarks_are_one_table_and_their_history_lives_in_bench() -> None:
+    """The README shows current figures; each bench's conditions and history are in
+    bench/README.md, which the README links (the section was a lab notebook before)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0].strip()
+    intro, table = section.split("\n\n| ", 1)
+    rows = ("| " + table).splitlines()
+    assert all(row.startswith("|") for row in rows), "only the table follows the intro"
+    assert "(bench/README.md)" in intro
+    bench = (ROOT / "bench" / "README.md").read_text()
+    for script in re.findall(r"bench/(\w+)\.py", table):
+        assert script + ".py" in bench, f"bench/README.md says nothing of {script}.py"

@@ -99,8 +99,11 @@ def tracevault(
     Typical session:
       dev/kafka start                      # a local broker, if you have none
       tracevault topics create             # the four topics
-      tracevault sequencer &               # chain every run (exactly-once)
-      tracevault archiver &                # write immutable segments
+      tracevault keys generate --name log.example --out log.key
+      export TRACEVAULT_LOG_KEY_FILE=$PWD/log.key      # the sequencer signs
+      export TRACEVAULT_LOG_VKEYS=$(tracevault keys show log.key)  # others check
+      tracevault sequencer &               # chain and sign runs, exactly once
+      tracevault archiver &                # the signed log as tiles, locked
       tracevault replay verify RUN_ID --from archive
 
     Settings can also come from TRACEVAULT_<SETTING> variables (--prefix is

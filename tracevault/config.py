@@ -1,13 +1,18 @@
 """One settings model for every component, read from flags and ``TRACEVAULT_*`` variables.
 
 Frozen and validated at the boundary; unknown keys are refused so a typo in a setting fails
-loudly instead of silently running with a default. ``kafka_config`` is the single explicit
-translation to librdkafka's dotted keys. Every field is listed in docs/design.md
-("Configuration"); tests/test_docs.py fails when a field is missing there.
+loudly instead of silently running with a default: a ``TRACEVAULT_*`` variable that is neither
+a field nor one of :data:`OTHER_VARIABLES` stops :func:`load_settings` with the nearest valid
+name (pydantic-settings itself ignores unknown variables under its prefix). ``kafka_config``
+is the single explicit translation to librdkafka's dotted keys. Every field is listed in
+docs/design.md ("Configuration"); tests/test_docs.py fails when a field is missing there.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,7 +21,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tracevault.errors import ConfigError
 
-__all__ = ["MIN_RETENTION_DAYS", "Settings", "TopicNames", "load_settings"]
+__all__ = [
+    "MIN_RETENTION_DAYS",
+    "OTHER_VARIABLES",
+    "Settings",
+    "TopicNames",
+    "check_environment",
+    "load_settings",
+]
 
 #: EU AI Act Art. 19(1): logs kept "for a period ... of at least six months".
 MIN_RETENTION_DAYS = 183
@@ -293,11 +305,52 @@ class Settings(BaseSettings):
         return conf
 
 
+ENV_PREFIX = "TRACEVAULT_"
+
+#: ``TRACEVAULT_*`` variables that are read, but not as Settings fields. The one list of them:
+#: tests/test_settings_env.py fails when the code, dev/, .ci/, bench/ or tests/ read another.
+OTHER_VARIABLES = frozenset(
+    {
+        "TRACEVAULT_KAFKA_HOME",  # dev/kafka: where the broker's jars and run dirs live
+        "TRACEVAULT_PORTABLE_SHA256",  # the C extensions: force the portable SHA-256 path
+    }
+)
+
+
+def _known_variables() -> frozenset[str]:
+    return frozenset(ENV_PREFIX + name.upper() for name in Settings.model_fields) | OTHER_VARIABLES
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``TRACEVAULT_*`` variable no one reads, naming the nearest valid one.
+
+    A typo (``RETENTON_DAYS`` for ``RETENTION_DAYS``) would otherwise leave retention at its
+    default without a word.
+    """
+    env = os.environ if environ is None else environ
+    known = _known_variables()
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        # Compared without the prefix they all share, which would make anything look near.
+        tails = sorted(k.removeprefix(ENV_PREFIX) for k in known)
+        near = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), tails, n=1, cutoff=0.6)
+        hint = (
+            f"; did you mean {ENV_PREFIX}{near[0]}?"
+            if near
+            else " (every setting is listed in docs/design.md, 'Configuration')"
+        )
+        raise ConfigError(f"unknown setting {name}{hint}")
+
+
 def load_settings(**values: Any) -> Settings:
     """Settings from the environment, overridden by ``values`` that are not None.
 
-    Turns pydantic's ValidationError into a :class:`ConfigError` naming each bad setting.
+    Refuses unknown ``TRACEVAULT_*`` variables (:func:`check_environment`) and turns
+    pydantic's ValidationError into a :class:`ConfigError` naming each bad setting.
     """
+    check_environment()
     given = {k: v for k, v in values.items() if v is not None}
     try:
         return Settings(**given)

@@ -31,6 +31,15 @@ Every run starts with RUN_STARTED (seq 0) and ends with exactly one RUN_FINISHED
 agent raises, the Recorder writes ERROR (the exception's type and message in ``error``) and
 then RUN_FINISHED with the same ``error`` and ``{"output": null}``, and re-raises; a crossing
 that raised (a tool, the model) is recorded in its own event's ``error`` field instead.
+
+A crossing the agent abandoned while its callee ran (``asyncio.wait_for`` timed out,
+``task.cancel()``, the loser of a race cancelled) is recorded like one that raised: ``error``
+``asyncio.exceptions.CancelledError`` (what the edge's ``await`` saw), response ``null``, its
+``interleave`` the point among the run's completions where the cancellation arrived, and
+``attributes["tracevault.cancelled"]`` ``"caller"`` (the agent cancelled it) or ``"callee"``
+(the callee raised ``CancelledError`` itself). Under replay a ``"caller"`` crossing is not
+answered: it waits, as the callee did live, for the agent's own cancellation to arrive
+(docs/design.md, "Cancellation").
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from tracevault.errors import PayloadError
 from tracevault.schemas import EventKind
 
 __all__ = [
+    "CANCELLED_ATTRIBUTE",
     "JSON",
     "Crossing",
     "Edges",
@@ -60,6 +70,9 @@ __all__ = [
 
 JSON = Any
 """A JSON value: dict with str keys, list, str, int, float, bool or None."""
+
+CANCELLED_ATTRIBUTE = "tracevault.cancelled"
+"""Attribute of a crossing recorded with ``CancelledError``: ``"caller"`` or ``"callee"``."""
 
 
 def validate_model_id(model: object, *, path: str = "$.model") -> str:

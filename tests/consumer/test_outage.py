@@ -94,12 +94,23 @@ class Service:
         code, body = self._get("/healthz")
         return code, (json.loads(body) if body else {})
 
-    def metric(self, name: str) -> float:
-        _, body = self._get("/metrics")
+    def metric(self, name: str) -> float | None:
+        """The sample named exactly ``name``, or None when /metrics did not answer with it."""
+        code, body = self._get("/metrics")
+        if code != 200:
+            return None
         for line in body.splitlines():
-            if line.startswith(name) and not line.startswith("#"):
-                return float(line.split()[-1])
-        return -1.0
+            sample, _, value = line.rpartition(" ")
+            if sample.split("{", 1)[0] == name:  # the name exactly, whatever its labels
+                return float(value)
+        return None
+
+    def scraped(self, name: str) -> float:
+        """A sample that must be there: /metrics is served by the process itself, so it answers
+        while the broker is away. A failed scrape is a failure, never a number to compare."""
+        value = self.metric(name)
+        assert value is not None, f"{self.name}: /metrics has no {name}\n{self.tail()}"
+        return value
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -179,10 +190,15 @@ def test_services_ride_out_short_and_long_broker_outages(
         pids = (seq.proc.pid, arc.proc.pid)
 
         def sealed() -> float:
-            return seq.metric("tracevault_sequencer_sealed_total")
+            return seq.scraped("tracevault_sequencer_sealed_total")
 
         def archived() -> float:
-            return arc.metric("tracevault_archiver_events_archived")
+            return arc.scraped("tracevault_archiver_events_archived")
+
+        def started() -> bool:  # /metrics answers only once the process has come up
+            s = seq.metric("tracevault_sequencer_sealed_total")
+            a = arc.metric("tracevault_archiver_events_archived")
+            return s is not None and a is not None and s > 0 and a > 0
 
         def diag() -> str:
             return (
@@ -191,7 +207,7 @@ def test_services_ride_out_short_and_long_broker_outages(
             )
 
         producer.start()
-        wait_for(lambda: sealed() > 0 and archived() > 0, 60, "the first sealed and archived", diag)
+        wait_for(started, 60, "the first sealed and archived", diag)
 
         # ~5 s hung: shorter than the session timeout.
         pid = broker.pid()

@@ -34,6 +34,7 @@ class Pipeline:
         *,
         tools: dict[str, Callable[..., Any]] | None = None,
         run_id: str | None = None,
+        model_allow: list[str] | None = None,
     ) -> Recorded:
         run_id = run_id or f"sdk-{uuid.uuid4().hex[:12]}"
         publisher = Publisher(self.settings)
@@ -44,6 +45,7 @@ class Pipeline:
                 agent_version="1.0.0",
                 tools=tools,
                 run_id=run_id,
+                model_allow=model_allow,
             )
             output: Any
             try:

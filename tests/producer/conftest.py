@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.kafka_harness import ROOT
 from tracevault.config import Settings
 from tracevault.schemas import TraceEvent, decode_event
 
@@ -63,3 +67,15 @@ def read_all(settings: Settings, count: int, *, timeout: float = 30.0) -> list[T
         ]
         if len(events) >= count or time.monotonic() >= deadline:
             return events
+
+
+def spawn_agent(*args: str, stdin: bool = False) -> subprocess.Popen[str]:
+    """A real agent process: ``python *args`` from the repository root, stdout piped."""
+    return subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE if stdin else None,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from click.testing import CliRunner
 
-from tests.kafka_harness import ROOT, free_port
-from tests.producer.conftest import read_partition
+from tests.kafka_harness import free_port
+from tests.producer.conftest import read_partition, spawn_agent
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.kafka import partition_for
@@ -46,12 +43,8 @@ def test_sigkilled_agent_process_loses_nothing_it_spooled(
     settings = settings_factory(partitions=3)
     steps = 50
     dead = f"127.0.0.1:{free_port()}"
-    with subprocess.Popen(
-        [sys.executable, "-c", VICTIM, dead, settings.topic_prefix, settings.spool_dir, str(steps)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    with spawn_agent(
+        "-c", VICTIM, dead, settings.topic_prefix, settings.spool_dir, str(steps)
     ) as proc:
         try:
             assert proc.stdout is not None

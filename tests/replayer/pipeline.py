@@ -15,8 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
 from tests.conftest import unique_name
 from tests.replayer import agents
+from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.heads import locate_run
@@ -98,3 +101,14 @@ def wait_sealed(settings: Settings, run_id: str, *, timeout: float = 60.0) -> No
             return
         assert time.monotonic() < deadline, f"run {run_id} was not sealed within {timeout}s"
         tick.wait(0.2)
+
+
+def replay_cli(settings: Settings, *args: str, width: int = 80) -> Any:
+    """``tracevault replay ARGS`` in-process, pointed at ``settings``'s pipeline."""
+    env = {
+        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
+        "TRACEVAULT_ARCHIVE_URL": settings.archive_url,
+        "TRACEVAULT_SPOOL_DIR": settings.spool_dir,
+    }
+    return CliRunner().invoke(tracevault, ["replay", *args], env=env, terminal_width=width)

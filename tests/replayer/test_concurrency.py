@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable, Iterator
 from io import BytesIO
 from pathlib import Path
@@ -36,6 +35,10 @@ from tracevault.schemas import EventKind, TraceEvent, default_schemas
 
 RECORDINGS = 20
 REPLAYS = 100
+# A branch that stops early is let go after this long without its next crossing. Far above
+# what a live branch takes between crossings (milliseconds) even on a loaded machine, so a
+# slow live branch is never taken for a stopped one.
+_STALL_S = 3.0
 GOLDEN = Path(__file__).with_name("golden")
 
 Runs = dict[str, list[tuple[list[TraceEvent], Any]]]
@@ -103,8 +106,9 @@ def _check_recorded(recorded: list[tuple[list[TraceEvent], Any]]) -> None:
 def test_async_branches_replay_in_the_recorded_interleaving_every_time(runs: Runs) -> None:
     recorded = runs["async"]
     _check_recorded(recorded)
-    orders = {json.dumps(out["order"]) for _, out in recorded}
-    assert len(orders) > 1, "the live interleaving should vary from run to run"
+    # Each replay must hand the branches their results in that recording's own order (the
+    # shared list in `output` is it); whether live runs happened to differ is chance, not a
+    # property of the replayer, so it is not asserted.
 
     async def all_replays() -> int:
         matched = 0
@@ -161,7 +165,7 @@ def test_a_branch_that_stops_early_diverges_at_the_first_call_never_made(
     runs: Runs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No hang: after the stall timeout the waiting branches raise the same divergence."""
-    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", _STALL_S)
     events, _ = runs["async"][0]
     (first_missing,) = [
         ev.seq
@@ -174,18 +178,20 @@ def test_a_branch_that_stops_early_diverges_at_the_first_call_never_made(
     assert "never made the TOOL_CALL call" in result.divergence.reason
 
 
-def test_until_stops_a_concurrent_replay_without_waiting_branches(runs: Runs) -> None:
+def test_until_stops_a_concurrent_replay_without_waiting_branches(
+    runs: Runs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Branches still waiting for their turn past ``until`` are not waited for: with a stall
+    timeout of an hour, a replay that waited on them would outlast the deadline."""
+    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", 3600.0)
     events, _ = runs["async"][0]
-    done = threading.Event()
 
     async def stopped() -> Any:
-        result = await areplay(events, ca.async_agent, until=4)
-        done.set()
-        return result
+        return await asyncio.wait_for(areplay(events, ca.async_agent, until=4), timeout=60)
 
     result = asyncio.run(stopped())
-    assert done.is_set() and result.matched and result.stopped
-    assert all(ev.seq <= 4 for ev in result.served)
+    assert result.matched and result.stopped
+    assert sorted(ev.seq for ev in result.served) == [ev.seq for ev in events if ev.seq <= 4]
 
 
 @pytest.mark.parametrize("name", ["async_research", "research"])
@@ -320,7 +326,7 @@ def test_keep_going_lets_a_branch_that_stops_early_go_as_missing(
     runs: Runs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The others do not wait on it for ever: after the stall timeout its calls are missing."""
-    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", _STALL_S)
     events, _ = runs["async"][0]
     search = _seq_of_search(events, 0)
     never = [search, *_branch_after(events, search)]

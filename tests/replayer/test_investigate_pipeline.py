@@ -10,12 +10,9 @@ import asyncio
 import json
 from typing import Any
 
-from click.testing import CliRunner
-
 from tests.replayer import agents, lead_agents
-from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tests.replayer.pipeline import replay_cli, sequencer_running, wait_sealed
 from tracevault.callsite import SITE_ATTRIBUTE
-from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.links import (
@@ -47,13 +44,7 @@ def _events(settings: Settings, run_id: str) -> Any:
 
 
 def _cli(settings: Settings, *args: str) -> Any:
-    env = {
-        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
-        "TRACEVAULT_ARCHIVE_URL": settings.archive_url,
-        "TRACEVAULT_SPOOL_DIR": settings.spool_dir,
-    }
-    return CliRunner().invoke(tracevault, ["replay", *args], env=env, terminal_width=80)
+    return replay_cli(settings, *args)
 
 
 def _content(ev: Any) -> tuple[Any, ...]:

@@ -7,7 +7,8 @@ On disk::
     PATH/objects/runs+/<xx>/<run>+<name>
                               the object of key runs/<run>/<name> (<xx>: a shard of the
                               run); older stores hold it at objects/runs/<run>/<name>,
-                              which is still read
+                              which is still read. <run> is at most 200 bytes
+                              (layout.MAX_RUN_SEGMENT), so the name fits 255 bytes
     PATH/holds/<key>          empty marker while the object is under legal hold
     PATH/tmp/                 objects being written where O_TMPFILE is missing (never
                               visible under objects/)
@@ -43,6 +44,9 @@ Why this shape:
 - The mtime is metadata: ``touch -d`` moves it. Purge and the retention report therefore
   take retention from the receipts, which state it, and treat an mtime (or a receipt's
   ctime) that disagrees with them as tampering (docs/design.md, "Archive").
+- An OS error of a put (a full disk, a quota, a read-only mount) is an ``ArchiveError``
+  naming the object (exit 4, docs/design.md "Service boundaries and errors"), never a
+  traceback: the object is whole or absent, and a restart once there is room redoes it.
 - Permissions do not stop root or the owner: the enforcement is that every tracevault path
   goes through this class. For tamper-proof retention use ``s3://`` with Object Lock in
   COMPLIANCE mode.
@@ -51,6 +55,7 @@ Why this shape:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -73,7 +78,7 @@ from tracevault.archive._store import (
     check_deletable,
     check_key,
 )
-from tracevault.errors import ArchiveError, NotFoundError, ServiceUnavailableError
+from tracevault.errors import ArchiveError, ConfigError, NotFoundError, ServiceUnavailableError
 
 __all__ = ["FileStore"]
 
@@ -294,7 +299,43 @@ class FileStore:
                 unsynced.update(self._make_dirs(parent, sync=False))
         return path
 
+    def _unwritable(self, key: str, exc: OSError) -> ArchiveError:
+        """An OS error writing ``key`` as the documented archive error (exit 4), naming the
+        object: a full disk, a read-only mount or a name the file system refuses must not
+        end a service with a traceback. Nothing is lost: a put is whole or absent, and the
+        archiver redoes an unfinished flush from its last checkpoint object."""
+        hint = {
+            errno.ENOSPC: "the file system is full: free or add space, then restart",
+            errno.EDQUOT: "the disk quota is used up: raise it, then restart",
+            errno.EROFS: "the file system is read-only: remount it read-write, then restart",
+            errno.EACCES: "permission denied: check the owner and mode of the archive directory",
+            errno.ENAMETOOLONG: "a name is too long for this file system (a bug of the layout)",
+        }.get(exc.errno or 0, "check the archive directory and its file system")
+        where = f" ({exc.filename})" if exc.filename else ""
+        return ArchiveError(
+            f"object {key} could not be written to {self.url}{where}: {exc.strerror or exc}; {hint}"
+        )
+
     def put_many(self, items: Sequence[tuple[str, bytes]], *, retain_until: datetime) -> None:
+        """``put`` of each item, every one durable on return, synced together. An OS error
+        is an ``ArchiveError`` naming the object (``_unwritable``)."""
+        key = items[0][0] if items else ""
+        try:
+            self._put_many(items, retain_until)
+        except OSError as exc:
+            if exc.filename:  # the C path names the file it failed on: give its key
+                key = self._key_of(str(exc.filename), items) or key
+            raise self._unwritable(key, exc) from exc
+
+    def _key_of(self, path: str, items: Sequence[tuple[str, bytes]]) -> str | None:
+        for key, _ in items:
+            with contextlib.suppress(OSError, ArchiveError, ConfigError):
+                where = str(self._obj(key))
+                if path in (where, where.rpartition("/")[0]):
+                    return key
+        return None
+
+    def _put_many(self, items: Sequence[tuple[str, bytes]], retain_until: datetime) -> None:
         """``put`` of each item, every one durable on return, synced together.
 
         A flush of the archiver writes hundreds of objects that only count once its
@@ -330,6 +371,12 @@ class FileStore:
                 self._same_or_raise(key, Path(path), data)
 
     def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
+        try:
+            self._put(key, data, retain_until)
+        except OSError as exc:
+            raise self._unwritable(key, exc) from exc
+
+    def _put(self, key: str, data: bytes, retain_until: datetime) -> None:
         path = self._place(key, data)
         if path is None:
             return

@@ -68,10 +68,52 @@ class RunSummary:
     complete: bool
 
 
+class _RunIds:
+    """The run id of each ``runs/`` or ``index/days/`` key. A mapped ``<run>`` segment
+    (``layout.run_segment``: a run id too long or odd to be named readably) does not give it
+    back: it is read once from the run's own content (a run index, a receipt, the marker)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self._mapped: dict[str, str] = {}
+
+    def __call__(self, key: str) -> str:
+        rid = run_id_from_key(key)
+        if rid is not None:
+            return rid
+        parts = key.split("/")
+        seg = parts[1] if parts[0] == "runs" else parts[3]
+        got = self._mapped.get(seg)
+        if got is None:
+            got = self._mapped[seg] = self._read(seg, key)
+        return got
+
+    def _read(self, seg: str, key: str) -> str:
+        store = self._store
+        keys = [key] if key.startswith("index/days/") else []
+        keys += [i.key for i in store.list(f"runs/{seg}/")]
+        for k in keys:
+            try:
+                data = store.get(k)
+                if k.startswith("index/days/"):
+                    if data:
+                        return data.decode("utf-8")
+                elif parse_run_index_key(k) is not None:
+                    return RunIndex.from_json(data, k).run_id
+                elif k.endswith(".receipt.json"):
+                    rid = json.loads(data)["run_id"]
+                    if isinstance(rid, str):
+                        return rid
+            except (TraceVaultError, ValueError, KeyError, TypeError):
+                continue
+        return f"runs/{seg}/"  # nothing names it: the report names the prefix instead
+
+
 def _summaries(store: ObjectStore, keys: Iterable[str]) -> list[RunSummary]:
     runs: dict[str, list[str]] = {}
+    run_of = _RunIds(store)
     for key in keys:
-        runs.setdefault(run_id_from_key(key), []).append(key)
+        runs.setdefault(run_of(key), []).append(key)
     out = []
     for run_id, ks in sorted(runs.items()):
         idx = [k for k in ks if parse_run_index_key(k) is not None]
@@ -99,8 +141,9 @@ def runs_on_day(store: ObjectStore, day: date) -> list[str]:
     """The run ids the day index lists for ``day`` (UTC): the segment layout's markers, then
     the static log's per-flush batches, each run once, in that order."""
     seen: dict[str, None] = {}
+    run_of = _RunIds(store)
     for m in store.list(day_prefix(day)):
-        seen.setdefault(run_id_from_key(m.key), None)
+        seen.setdefault(run_of(m.key), None)
     for rid in _day_batch_runs(store, day_batch_prefix(day)):
         seen.setdefault(rid, None)
     return list(seen)
@@ -419,13 +462,15 @@ def _versions(history: list[ObjectVersion]) -> tuple[list[str], list[str]]:
 
 
 def _run_ids(store: ObjectStore) -> list[str]:
-    return sorted({run_id_from_key(i.key) for i in store.list("runs/")})
+    run_of = _RunIds(store)
+    return sorted({run_of(i.key) for i in store.list("runs/")})
 
 
 def _day_index_runs(store: ObjectStore) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
+    run_of = _RunIds(store)
     for m in store.list("index/days/"):
-        out.setdefault(run_id_from_key(m.key), []).append(m.key)
+        out.setdefault(run_of(m.key), []).append(m.key)
     return out
 
 
@@ -477,11 +522,12 @@ def retention_report(
     version-1 receipt (no retain-until) is taken to promise from its written-at.
     """
     present: dict[str, list[str]] = {}
+    run_of = _RunIds(store)
     for i in store.list("runs/"):
-        present.setdefault(run_id_from_key(i.key), []).append(i.key)
+        present.setdefault(run_of(i.key), []).append(i.key)
     history: dict[str, list[ObjectVersion]] = {}
     for v in store.history("runs/"):
-        history.setdefault(run_id_from_key(v.key), []).append(v)
+        history.setdefault(run_of(v.key), []).append(v)
     indexed = _day_index_runs(store)
     for rid, keys in _day_batch_runs(store, DAY_BATCH_ROOT).items():
         indexed.setdefault(rid, []).extend(keys)

@@ -6,7 +6,8 @@ verifies). Every key is derived here, nowhere else::
     runs/<run>/seg-<first:012d>-<last:012d>.avro            Avro OCF of SealedEvent records
     runs/<run>/seg-<first:012d>-<last:012d>.receipt.json    SegmentReceipt (canonical JSON)
     runs/<run>/final.receipt.json                           FinalReceipt, once the run ended
-    index/days/<YYYY-MM-DD>/<run>                           empty marker: run seen that day (UTC)
+    index/days/<YYYY-MM-DD>/<run>                           marker: run seen that day (UTC); empty,
+                                                            or the run id if <run> is mapped
     index/day-runs/<YYYY-MM-DD>/<prefix>-<p>-<size>         the static log's runs seen that day,
                                                             one object per flush (tlog.py)
     purges/<YYYYMMDDTHHMMSSZ>-<id>.json                     what one purge deleted (immutable)
@@ -14,8 +15,19 @@ verifies). Every key is derived here, nowhere else::
                                                             the objects it covered (immutable)
     quarantine/<topic>/<partition>/<offset:020d>.json        a sealed record the archiver refused
 
-``<run>`` is the run id percent-encoded (``quote(run_id, safe="-_.")``), so any run id is a
-safe single path segment and a run is found by id with one listing of ``runs/<run>/``.
+``<run>`` (``run_segment``) is the run id percent-encoded (``quote(run_id, safe="-_.")``),
+so a run is found by id with one listing of ``runs/<run>/``. Every id the run-id grammar
+allows (``tracevault.runid``) that encodes to at most ``MAX_RUN_SEGMENT`` (200) bytes is
+named that way, readable. Any other string (one of the grammar's ids with many ``:``; or
+``.``, ``..``, an empty id, 85 CJK characters, 255 ASCII bytes, sealed before the grammar,
+which the archiver quarantines instead: ``consumer/archive/_quarantine.py``) is named
+``<first bytes of the encoding>%~<32 hex>``, the hex being the first 128 bits of SHA-256
+(``tracevault/v1/run-name\\0`` || the id's UTF-8). That is deterministic (a reader derives
+it from the id, as a writer does), cannot collide with a readable name (percent-encoding
+puts ``%`` only before two hex digits) nor, short of a SHA-256 collision, with another
+mapped one. 200 bytes leave a file store room for the longest name a run's object gets
+beside it (``<run>+seg-<12>-<12>.receipt.json`` is 243 bytes) within a file system's
+255-byte names; S3's 1,024-byte keys hold it with room (docs/design.md, "Run ids").
 Zero-padded seq ranges make a plain lexicographic listing come back in seq order.
 
 Receipts carry the retention facts (docs/design.md, "Archive"): ``created_at`` is when the
@@ -28,6 +40,7 @@ Version-1 receipts (before ``retain_until``) still read; ``retain_until`` is the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -40,6 +53,7 @@ from tracevault.errors import ArchiveError
 __all__ = [
     "RECEIPT_VERSION",
     "FinalReceipt",
+    "MAX_RUN_SEGMENT",
     "SegmentReceipt",
     "DAY_BATCH_ROOT",
     "HOLDS_ROOT",
@@ -47,6 +61,7 @@ __all__ = [
     "day_batch_prefix",
     "day_batch_runs",
     "day_index_key",
+    "day_index_marker",
     "day_prefix",
     "encode_day_batch",
     "final_key",
@@ -56,19 +71,54 @@ __all__ = [
     "quarantine_key",
     "receipt_key",
     "run_id_from_key",
+    "run_id_of_segment",
     "run_prefix",
+    "run_segment",
     "segment_key",
 ]
 
 _SEQ_WIDTH = 12
 
 
-def _run(run_id: str) -> str:
+#: The longest ``<run>`` segment: 255 (a file system's names) less room for the longest
+#: name a file store puts after it (``+seg-<12>-<12>.receipt.json``, 43 bytes), rounded down.
+MAX_RUN_SEGMENT = 200
+_MAPPED = "%~"  # never in a percent-encoding: % is followed by two hex digits there
+_MAP_DOMAIN = b"tracevault/v1/run-name\0"
+_MAP_HEX = 32  # 128 bits of SHA-256
+
+
+def _quote(run_id: str) -> str:
+    """The run id percent-encoded (reversible: the day batches carry it in their content)."""
     return quote(run_id, safe="-_.")
 
 
+def run_segment(run_id: str) -> str:
+    """The run's path segment in the archive (``<run>``): readable where that fits every
+    store, else mapped (see above). Total: any string gets a valid segment."""
+    try:
+        readable = _quote(run_id)
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 to encode (never from Avro)
+        readable = ""
+    if readable and readable not in (".", "..") and len(readable) <= MAX_RUN_SEGMENT:
+        return readable
+    raw = run_id.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(_MAP_DOMAIN + raw).hexdigest()[:_MAP_HEX]
+    cut = MAX_RUN_SEGMENT - len(_MAPPED) - _MAP_HEX
+    head = readable[:cut]
+    if "%" in head[-2:]:  # do not split a %XX
+        head = head[: head.rindex("%")]
+    return f"{head}{_MAPPED}{digest}"
+
+
+def run_id_of_segment(segment: str) -> str | None:
+    """The run id a readable ``<run>`` segment names; None for a mapped one (its run id is
+    in the objects' content: a run index, a receipt, a day-index marker)."""
+    return None if _MAPPED in segment else unquote(segment)
+
+
 def run_prefix(run_id: str) -> str:
-    return f"runs/{_run(run_id)}/"
+    return f"runs/{run_segment(run_id)}/"
 
 
 def segment_key(run_id: str, first_seq: int, last_seq: int) -> str:
@@ -88,7 +138,14 @@ def day_prefix(day: date) -> str:
 
 
 def day_index_key(day: date, run_id: str) -> str:
-    return f"{day_prefix(day)}{_run(run_id)}"
+    return f"{day_prefix(day)}{run_segment(run_id)}"
+
+
+def day_index_marker(run_id: str) -> bytes:
+    """The content of a run's day-index marker: empty when its key names the run, else (a
+    mapped segment) the run id, so that a listing of the day still gives every run id."""
+    seg = run_segment(run_id)
+    return b"" if run_id_of_segment(seg) == run_id else run_id.encode("utf-8", "surrogatepass")
 
 
 DAY_BATCH_ROOT = "index/day-runs/"
@@ -109,7 +166,7 @@ def day_batch_runs(data: bytes) -> list[str]:
 
 
 def encode_day_batch(run_ids: Iterable[str]) -> bytes:
-    return "".join(f"{_run(r)}\n" for r in sorted(run_ids)).encode("ascii")
+    return "".join(f"{_quote(r)}\n" for r in sorted(run_ids)).encode("ascii")
 
 
 def purge_record_key(at: datetime, purge_id: str) -> str:
@@ -123,7 +180,7 @@ HOLDS_ROOT = "legal-holds/"
 def hold_record_key(run_id: str, at: datetime, hold_id: str) -> str:
     """Where ``archive hold``/``release`` records what it held or released, in time order."""
     stamp = at.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    return f"{HOLDS_ROOT}{_run(run_id)}/{stamp}-{hold_id}.json"
+    return f"{HOLDS_ROOT}{run_segment(run_id)}/{stamp}-{hold_id}.json"
 
 
 def quarantine_key(topic: str, partition: int, offset: int) -> str:
@@ -131,13 +188,14 @@ def quarantine_key(topic: str, partition: int, offset: int) -> str:
     return f"quarantine/{quote(topic, safe='-_.')}/{partition}/{offset:020d}.json"
 
 
-def run_id_from_key(key: str) -> str:
-    """The run id in a ``runs/<run>/...`` or ``index/days/<day>/<run>`` key."""
+def run_id_from_key(key: str) -> str | None:
+    """The run id in a ``runs/<run>/...`` or ``index/days/<day>/<run>`` key; None when the
+    segment is mapped (``run_id_of_segment``: the id is in the object's content)."""
     parts = key.split("/")
     if len(parts) >= 3 and parts[0] == "runs":
-        return unquote(parts[1])
+        return run_id_of_segment(parts[1])
     if len(parts) == 4 and parts[:2] == ["index", "days"]:
-        return unquote(parts[3])
+        return run_id_of_segment(parts[3])
     raise ArchiveError(f"object {key!r} is not a run or day-index key of this archive")
 
 

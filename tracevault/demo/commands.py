@@ -125,3 +125,10 @@ def demo(
     stdout.print("\n[bold]Inspect one run:[/]")
     for cmd in summary.commands:
         stdout.print(f"  {cmd}", soft_wrap=True, highlight=False)
+    if summary.commands and not summary.commands[0].startswith("tracevault "):
+        stdout.print(
+            "\n[bold]tracevault is not on PATH:[/] `. .venv/bin/activate` puts it there "
+            "(dev/demo installed it into .venv).",
+            soft_wrap=True,
+            highlight=False,
+        )

@@ -7,12 +7,17 @@ first tool with ``{"city": "Paris"}``; otherwise it answers ``"echo: <last text>
 request whose messages contain ``429`` is refused with HTTP 429 (rate limited). A requested
 model in ``BUILDS`` is answered with its dated build; any other is echoed (so a request for
 ``"x-latest"`` comes back naming the alias). Every request is kept in
-``server.requests`` so a test can assert that replay sent none.
+``server.requests`` and every accepted connection counted in ``server.connections``, so a test
+can assert that replay sent none and opened none. Besides the model APIs it answers
+embeddings, ``GET /v1/models``, ``GET /v1/files`` and Anthropic token counting; a
+``response_format`` JSON schema (``.parse()``) is answered with ``{"answer": <text>}``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +45,7 @@ class Seen:
 class ProviderServer:
     url: str
     requests: list[Seen] = field(default_factory=list)
+    connections: int = 0
 
 
 def _text(content: Any) -> str:
@@ -65,6 +71,8 @@ def _chat_answer(body: dict[str, Any]) -> tuple[str | None, str]:
 
 def chat(body: dict[str, Any]) -> dict[str, Any]:
     tool, text = _chat_answer(body)
+    if (body.get("response_format") or {}).get("type") == "json_schema" and not tool:
+        text = json.dumps({"answer": text})
     message: dict[str, Any] = {"role": "assistant", "content": None if tool else text}
     if tool:
         message["tool_calls"] = [
@@ -286,10 +294,67 @@ def messages_stream(body: dict[str, Any]) -> Iterator[tuple[str | None, str]]:
     yield ev("message_stop")
 
 
+# -- embeddings, listings, token counting ---------------------------------------------------------
+def embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    inputs = body.get("input")
+    texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+    data = []
+    for i, text in enumerate(texts):
+        vector = [round(len(str(text)) / 10.0, 3), float(i), 0.5]
+        value: Any = vector
+        if body.get("encoding_format") == "base64":
+            value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    n = sum(_usage_words(str(t)) for t in texts)
+    usage = {"prompt_tokens": n, "total_tokens": n}
+    return {"object": "list", "data": data, "model": body["model"], "usage": usage}
+
+
+def count_tokens(body: dict[str, Any]) -> dict[str, Any]:
+    return {"input_tokens": 7}
+
+
+def _models(anthropic: bool) -> dict[str, Any]:
+    if anthropic:
+        model: dict[str, Any] = {
+            "id": BUILDS["claude-haiku-4-5"],
+            "type": "model",
+            "display_name": "Claude Haiku 4.5",
+            "created_at": "2025-10-01T00:00:00Z",
+        }
+        return {"data": [model], "has_more": False, "first_id": model["id"], "last_id": model["id"]}
+    model = {
+        "id": BUILDS["gpt-4o-mini"],
+        "object": "model",
+        "created": CREATED,
+        "owned_by": "system",
+    }
+    return {"object": "list", "data": [model]}
+
+
+FILES = {
+    "object": "list",
+    "data": [
+        {
+            "id": "file-1",
+            "object": "file",
+            "bytes": 12,
+            "created_at": CREATED,
+            "filename": "notes.txt",
+            "purpose": "assistants",
+            "status": "processed",
+        }
+    ],
+    "has_more": False,
+}
+
+
 ROUTES = {
     "/v1/chat/completions": (chat, chat_stream),
     "/v1/responses": (responses, responses_stream),
     "/v1/messages": (messages, messages_stream),
+    "/v1/messages/count_tokens": (count_tokens, None),
+    "/v1/embeddings": (embeddings, None),
 }
 
 
@@ -302,6 +367,20 @@ def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        def setup(self) -> None:
+            server.connections += 1  # one handler per accepted connection
+            super().setup()
+
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            server.requests.append(Seen(path, {}))
+            if path == "/v1/models":
+                self._send(200, _models("anthropic-version" in self.headers))
+            elif path == "/v1/files":
+                self._send(200, FILES)
+            else:
+                self._send(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -317,7 +396,7 @@ def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
                 err = {"message": "rate limited: slow down", "type": "rate_limit_error"}
                 self._send(429, {"type": "error", "error": err})
                 return
-            if not body.get("stream"):
+            if not body.get("stream") or stream is None:
                 self._send(200, answer(body))
                 return
             self.send_response(200)

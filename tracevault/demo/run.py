@@ -133,8 +133,13 @@ def _broker(settings: Settings, opts: DemoOptions, console: Console) -> Iterator
     try:
         yield
     finally:
-        if not opts.keep_broker:
+        if opts.keep_broker:
+            console.print(
+                f"[dim]left the broker running (KAFKA_PORT={broker.port} dev/kafka stop)[/]"
+            )
+        else:
             broker.stop()
+            console.print("[dim]stopped the broker it started; --keep-broker leaves it running[/]")
 
 
 def _record_fleet(

@@ -19,6 +19,7 @@ from tracevault.heads._finished import (
     fingerprint,
     is_finished_key,
 )
+from tracevault.heads._proof import ProvenState, Rejection, prove_state
 from tracevault.heads._read import (
     HeadsState,
     RunLocation,
@@ -52,4 +53,8 @@ __all__ = [
     "locate_run",
     "read_heads",
     "read_heads_and_trees",
+    # proving restored state against sealed (the sequencer's restore)
+    "ProvenState",
+    "Rejection",
+    "prove_state",
 ]

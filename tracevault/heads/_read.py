@@ -98,12 +98,20 @@ class HeadsState:
     """What a heads partition holds: open runs' heads, and chunks of finished runs.
 
     ``finished`` maps each chunk's key to (partition, chunk); a later tombstone of the key
-    (the horizon passed) removes it (heads/_finished.py).
+    (the horizon passed) removes it (heads/_finished.py). ``where`` is the (partition, offset)
+    of each head's record. ``bad`` holds the records that are not what their key says
+    (garbage under a run key, the tree key or a finished-chunk key): (partition, key) ->
+    why, for as long as no later valid record or tombstone of that key replaced them. They
+    are left out of the state instead of failing the read: a reader must not be stopped by a
+    record anyone with write access can append; the sequencer rebuilds what they stood for
+    from ``sealed`` (heads/_proof.py, docs/design.md "Sequencer rules").
     """
 
     heads: dict[str, Head] = field(default_factory=dict)
     finished: dict[bytes, tuple[int, FinishedChunk]] = field(default_factory=dict)
     trees: dict[int, CompactTree] = field(default_factory=dict)
+    where: dict[str, tuple[int, int]] = field(default_factory=dict)
+    bad: dict[tuple[int, bytes], str] = field(default_factory=dict)
 
 
 def read_heads(
@@ -206,37 +214,52 @@ def _take(state: HeadsState, topic: str, msg: Any, keep_heads: bool) -> None:
     value = msg.value()
     if key is None:
         return
+    part = msg.partition()
+    what = f"{topic}[{part}]@{msg.offset()}"
     if key == TREE_KEY and is_tree_record(msg.headers()):
         try:
-            state.trees[msg.partition()] = CompactTree.from_bytes(value or b"")
+            state.trees[part] = CompactTree.from_bytes(value or b"")
         except LogError as exc:
-            raise SchemaError(
-                f"{topic}[{msg.partition()}]@{msg.offset()} is not the log's compact tree: "
-                f"{exc}; the heads topic must be written by the sequencer only"
-            ) from exc
+            _bad(state, part, key, f"{what} is not the log's compact tree: {exc}")
+            state.trees.pop(part, None)
+            return
+        state.bad.pop((part, key), None)
         return
     if is_finished_key(key):
+        state.bad.pop((part, key), None)
         if value is None:
             state.finished.pop(key, None)
             return
-        what = f"{topic}[{msg.partition()}]@{msg.offset()}"
-        chunk = FinishedChunk.decode(value, what, keep_heads=keep_heads)
-        state.finished[key] = (msg.partition(), chunk)
+        try:
+            chunk = FinishedChunk.decode(value, what, keep_heads=keep_heads)
+        except SchemaError as exc:
+            _bad(state, part, key, str(exc))
+            state.finished.pop(key, None)
+            return
+        state.finished[key] = (part, chunk)
         return
     if key.startswith(b"\x00"):  # another record of the sequencer's own (not a run's head)
         return
     heads = state.heads
     run_id = key.decode("utf-8", "replace")
+    state.bad.pop((part, key), None)
     if value is None:  # tombstone: the run's head was deleted
         heads.pop(run_id, None)
+        state.where.pop(run_id, None)
         return
     try:
         heads[run_id] = decode_head(value)
     except SchemaError as exc:
-        raise SchemaError(
-            f"{topic}[{msg.partition()}]@{msg.offset()} (run {run_id}) is not a HeadState: "
-            f"{exc}; the heads topic must be written by the sequencer only"
-        ) from exc
+        _bad(state, part, key, f"{what} (run {run_id}) is not a HeadState: {exc}")
+        heads.pop(run_id, None)
+        state.where.pop(run_id, None)
+        return
+    state.where[run_id] = (part, msg.offset())
+
+
+def _bad(state: HeadsState, part: int, key: bytes, why: str) -> None:
+    state.bad[(part, key)] = why
+    log.warning("%s; the heads topic must be written by the sequencer only", why)
 
 
 def find_head(settings: Settings, run_id: str, *, timeout: float = 10.0) -> Head | None:

@@ -1,9 +1,9 @@
 """Provider adapters and exporters for the tools teams already run.
 
-- ``tracevault.integrations.openai.wrap(client, edges)``: an OpenAI SDK client whose Chat
-  Completions and Responses calls are recorded (extra ``tracevault[openai]``);
-- ``tracevault.integrations.anthropic.wrap(client, edges)``: the same for Anthropic Messages
-  (extra ``tracevault[anthropic]``);
+- ``tracevault.integrations.openai.wrap(client, edges)``: an OpenAI SDK client whose every
+  provider call is recorded, or refused by name (extra ``tracevault[openai]``);
+- ``tracevault.integrations.anthropic.wrap(client, edges)``: the same for the Anthropic SDK
+  (extra ``tracevault[anthropic]``); both hold the SDK's HTTP client (``_door``);
 - ``tracevault.integrations.otel``: a verified run as OpenTelemetry GenAI spans (extra
   ``tracevault[otel]``).
 

@@ -1,46 +1,40 @@
 """Record and replay an agent written against the Anthropic SDK: ``wrap(Anthropic(), edges)``.
 
-``client.messages.create(...)`` (sync, async, ``stream=True``) becomes a MODEL_CALL crossing
-(see ``tracevault.integrations._core``); under replay it returns a ``Message``, or a stream of
-``RawMessageStreamEvent`` objects, rebuilt from the record, and no request leaves the process.
-Other methods of ``client.messages`` (the ``stream()`` helper, ``count_tokens``, batches) raise
-rather than reach the provider unrecorded; the rest of the client is the SDK's own.
+The wrapped client is the SDK's own (a copy of ``client``), with one recorded door: its HTTP
+client (``tracevault.integrations._door``). ``messages.create`` (sync, async,
+``stream=True``), the ``messages.stream()`` helper, ``beta.messages``, ``with_options(...)``
+and raw responses are MODEL_CALL crossings; ``messages.count_tokens`` and ``GET`` calls
+(``models.list``) are recorded reads; anything else (batches, files) raises a ``ConfigError``
+naming the method before any socket opens. Under replay the SDK parses the recorded answer as
+it parsed it live, and no request leaves the process.
 
-Recorded per call: the request as sent, the full response (a stream as its events), the exact
-build in the event's ``model`` (``message.model``; an alias is refused), the token usage, and
-the ``tool_use`` blocks the model asked for (in the response, and summed up as ``tool_calls``
-for a stream). The Messages API has no sampling seed, so the event's ``seed`` stays empty.
+Recorded per call: the request as sent (the JSON body), the full response (a stream as its
+events), the exact build in the event's ``model`` (``message.model``; an alias is refused),
+the token usage, and the ``tool_use`` blocks the model asked for (summed up as
+``tool_calls`` for a stream). The Messages API has no sampling seed, so ``seed`` stays empty.
 
 Needs the ``anthropic`` extra: ``pip install 'tracevault[anthropic]'``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
 import anthropic
-from anthropic.types import Message, RawMessageStreamEvent
 
+from tracevault.callsite import add_harness_module
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
-from tracevault.integrations._core import (
-    Api,
-    AsyncResource,
-    ClientProxy,
-    Resource,
-    StreamEvents,
-    build,
-)
+from tracevault.integrations._client import AsyncRecorded, Recorded, wrap_client
+from tracevault.integrations._core import Api
+from tracevault.integrations._door import Sdk
 
 __all__ = ["WrappedAnthropic", "WrappedAsyncAnthropic", "wrap"]
 
-_OMITTED: tuple[type, ...] = (anthropic.Omit, anthropic.NotGiven)
-_MESSAGES = "messages"
-
-
-_event = StreamEvents(RawMessageStreamEvent, "Messages", "anthropic", anthropic.__version__)
+# The crossing's call site is the agent's line, not the SDK's.
+for _module in ("anthropic", "httpx2"):
+    add_harness_module(_module)
 
 
 def _stream(events: list[JSON]) -> JSON:
@@ -88,44 +82,37 @@ def _tool_calls(response: JSON) -> list[JSON]:
     ]
 
 
-_API = Api(
+_API = Api(_stream, _tool_calls, anthropic.APIStatusError, anthropic.APIConnectionError)
+SDK = Sdk(
     "anthropic",
-    _MESSAGES,
-    _OMITTED,
-    functools.partial(build, Message),
-    _event,
-    _stream,
-    _tool_calls,
-    anthropic.APIStatusError,
-    anthropic.APIConnectionError,
+    {"messages": _API},
+    anthropic.AnthropicError,
+    _API,
+    frozenset({"messages.count_tokens"}),
 )
 
 
-class WrappedAnthropic(ClientProxy):
-    """An ``anthropic.Anthropic`` whose Messages calls cross ``edges``."""
+class WrappedAnthropic(Recorded):
+    """Mixed in before the class of a wrapped ``anthropic.Anthropic``."""
 
-    _resource: type[Resource] = Resource
-
-    def __init__(self, client: Any, edges: Edges) -> None:
-        super().__init__(client, edges)
-        self.messages = self._resource(_API, client.messages, edges, client.base_url)
+    __slots__ = ()
 
 
-class WrappedAsyncAnthropic(WrappedAnthropic):
-    """An ``anthropic.AsyncAnthropic`` whose Messages calls cross ``edges``."""
+class WrappedAsyncAnthropic(AsyncRecorded):
+    """:class:`WrappedAnthropic` for ``anthropic.AsyncAnthropic``."""
 
-    _resource = AsyncResource
+    __slots__ = ()
 
 
 def wrap(client: anthropic.Anthropic | anthropic.AsyncAnthropic, edges: Edges) -> Any:
-    """``client`` with its Messages calls recorded live and served from the record under replay.
+    """``client`` with its provider calls recorded live and served from the record under replay.
 
     Typed ``Any`` so the agent keeps the SDK's own method signatures in its editor.
     """
     if isinstance(client, anthropic.AsyncAnthropic):
-        return WrappedAsyncAnthropic(client, edges)
+        return wrap_client(client, edges, SDK, WrappedAsyncAnthropic, True)
     if isinstance(client, anthropic.Anthropic):
-        return WrappedAnthropic(client, edges)
+        return wrap_client(client, edges, SDK, WrappedAnthropic, False)
     raise ConfigError(
         f"wrap(client, edges) needs an anthropic.Anthropic or AsyncAnthropic, got {client!r}"
     )

@@ -1,47 +1,43 @@
 """Record and replay an agent written against the OpenAI SDK: ``client = wrap(OpenAI(), edges)``.
 
-``client.chat.completions.create(...)`` and ``client.responses.create(...)`` (sync, async,
-``stream=True``) become MODEL_CALL crossings (see ``tracevault.integrations._core``); every
-other attribute is the SDK client's own and is not recorded. Under replay the same calls return
-``ChatCompletion`` / ``Response`` objects, or streams of ``ChatCompletionChunk`` /
-response-event objects, rebuilt from the record, and no request leaves the process.
+The wrapped client is the SDK's own (a copy of ``client``), with one recorded door: its HTTP
+client (``tracevault.integrations._door``). Every call it makes, whatever made it
+(``chat.completions.create``/``parse``/``stream``, ``beta.chat.completions.parse``,
+``responses.*``, ``embeddings.create``, ``with_options(...)``, ``with_raw_response``), is a
+MODEL_CALL crossing (``chat/completions``, ``completions``, ``responses``, ``embeddings``,
+``moderations``) or a recorded read (``GET``: ``models.list``, ``files.list``, retrievals);
+anything else (uploads, deletes, batches, audio, binary answers) and the WebSocket APIs
+(``realtime``, ``responses.connect``) raise a ``ConfigError`` naming the method before any
+socket opens. Under replay the SDK parses the recorded answer as it parsed it live, and no
+request leaves the process.
 
-Recorded per call: the request as sent, the full response (``model_dump`` JSON, a stream as
+Recorded per model call: the request as sent (the JSON body), the full response (a stream as
 its chunks), the exact build in the event's ``model`` (``response.model``; an alias there is
-refused), the ``seed``, the token usage (``usage`` in the response), and the tool calls the
-model asked for (in the response, and summed up as ``tool_calls`` for a stream).
+refused: embedding models have no dated builds, allow their exact id with
+``TRACEVAULT_MODEL_ALLOW``), the ``seed``, the token usage, and the tool calls the model asked
+for (summed up as ``tool_calls`` for a stream).
 
 Needs the ``openai`` extra: ``pip install 'tracevault[openai]'``.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from openai.types.responses import Response, ResponseStreamEvent
 
+from tracevault.callsite import add_harness_module
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
-from tracevault.integrations._core import (
-    Api,
-    AsyncResource,
-    ClientProxy,
-    Resource,
-    StreamEvents,
-    build,
-)
+from tracevault.integrations._client import AsyncRecorded, Recorded, wrap_client
+from tracevault.integrations._core import Api, no_tool_calls, plain_stream
+from tracevault.integrations._door import Sdk
 
 __all__ = ["WrappedAsyncOpenAI", "WrappedOpenAI", "wrap"]
 
-_OMITTED: tuple[type, ...] = (openai.Omit, openai.NotGiven)
-_CHAT = "chat.completions"
-_RESPONSES = "responses"
-
-
-_event = StreamEvents(ResponseStreamEvent, "Responses", "openai", openai.__version__)
+# The crossing's call site is the agent's line, not the SDK's.
+for _module in ("openai", "httpx2"):
+    add_harness_module(_module)
 
 
 # -- what a stream records ---------------------------------------------------------------------
@@ -111,67 +107,59 @@ def _responses_tool_calls(response: JSON) -> list[JSON]:
     ]
 
 
+def _api(summarize: Any = plain_stream, tool_calls: Any = no_tool_calls) -> Api:
+    return Api(summarize, tool_calls, openai.APIStatusError, openai.APIConnectionError)
+
+
 _APIS = {
-    _CHAT: Api(
-        "openai",
-        _CHAT,
-        _OMITTED,
-        functools.partial(build, ChatCompletion),
-        functools.partial(build, ChatCompletionChunk),
-        _chat_stream,
-        _chat_tool_calls,
-        openai.APIStatusError,
-        openai.APIConnectionError,
-    ),
-    _RESPONSES: Api(
-        "openai",
-        _RESPONSES,
-        _OMITTED,
-        functools.partial(build, Response),
-        _event,
-        _responses_stream,
-        _responses_tool_calls,
-        openai.APIStatusError,
-        openai.APIConnectionError,
-    ),
+    "chat.completions": _api(_chat_stream, _chat_tool_calls),
+    "responses": _api(_responses_stream, _responses_tool_calls),
+    "completions": _api(),
+    "embeddings": _api(),
+    "moderations": _api(),
 }
+SDK = Sdk(
+    "openai",
+    _APIS,
+    openai.OpenAIError,
+    _APIS["chat.completions"],
+    frozenset({"responses.input_tokens"}),
+)
 
 
-class _Chat:
-    def __init__(self, chat: Any, completions: Resource) -> None:
-        self._chat = chat
-        self.completions = completions
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._chat, name)
-
-
-class WrappedOpenAI(ClientProxy):
-    """An ``openai.OpenAI`` whose Chat Completions and Responses calls cross ``edges``."""
-
-    _resource: type[Resource] = Resource
-
-    def __init__(self, client: Any, edges: Edges) -> None:
-        super().__init__(client, edges)
-        wrapped = self._resource
-        url = client.base_url
-        self.chat = _Chat(client.chat, wrapped(_APIS[_CHAT], client.chat.completions, edges, url))
-        self.responses = wrapped(_APIS[_RESPONSES], client.responses, edges, url)
+def _no_websocket(self: Any, *_args: Any, **_kwargs: Any) -> Any:
+    raise ConfigError(
+        "openai WebSocket APIs (realtime, responses.connect) are not recorded by tracevault: "
+        "they do not pass the wrapped client's HTTP door, so a replay could not serve them. "
+        "Use the HTTP APIs (chat.completions, responses) in a recorded agent"
+    )
 
 
-class WrappedAsyncOpenAI(WrappedOpenAI):
-    """An ``openai.AsyncOpenAI`` whose Chat Completions and Responses calls cross ``edges``."""
+class WrappedOpenAI(Recorded):
+    """Mixed in before the class of a wrapped ``openai.OpenAI``: no unrecorded WebSocket."""
 
-    _resource = AsyncResource
+    __slots__ = ()
+
+    _websocket_query_params = _no_websocket
+    _websocket_query_params_fallback = _no_websocket
+
+
+class WrappedAsyncOpenAI(AsyncRecorded):
+    """:class:`WrappedOpenAI` for ``openai.AsyncOpenAI``."""
+
+    __slots__ = ()
+
+    _websocket_query_params = _no_websocket
+    _websocket_query_params_fallback = _no_websocket
 
 
 def wrap(client: openai.OpenAI | openai.AsyncOpenAI, edges: Edges) -> Any:
-    """``client`` with its model calls recorded live and served from the record under replay.
+    """``client`` with its provider calls recorded live and served from the record under replay.
 
     Typed ``Any`` so the agent keeps the SDK's own method signatures in its editor.
     """
     if isinstance(client, openai.AsyncOpenAI):
-        return WrappedAsyncOpenAI(client, edges)
+        return wrap_client(client, edges, SDK, WrappedAsyncOpenAI, True)
     if isinstance(client, openai.OpenAI):
-        return WrappedOpenAI(client, edges)
+        return wrap_client(client, edges, SDK, WrappedOpenAI, False)
     raise ConfigError(f"wrap(client, edges) needs an openai.OpenAI or AsyncOpenAI, got {client!r}")

@@ -154,7 +154,7 @@ def drain_batch(
     deadline = time.monotonic() + timeout
     left = len(producer)
     while left > 0 and time.monotonic() < deadline:
-        producer.poll(0.05)
+        producer.poll(0.01)  # and serve ``between`` (the Publisher's spool) every 10 ms
         between()
         now_left = len(producer)
         if now_left < left:
@@ -165,6 +165,7 @@ def drain_batch(
         purge_deadline = time.monotonic() + 5.0
         while len(producer) > 0 and time.monotonic() < purge_deadline:
             producer.poll(0.01)
+            between()
     producer.poll(0)
     settled = len(producer) == 0
     prefix = 0

@@ -12,13 +12,26 @@ drains the spool. States:
     id). librdkafka retries without a deadline (``message.timeout.ms=0``) so its order is
     never broken by an expiry.
 ``spooling``
-    entered when nothing was acknowledged for ``spool_after_ms`` while events were
-    outstanding, or librdkafka's queue is full. In this order, so a run's events stay in seq
-    order: (1) stop producing; (2) purge everything inside librdkafka and write it to the
-    spool sorted by (run, seq); (3) every later event is appended behind it (fsync'd per
-    batch, at least every ~20 ms). About every second the oldest spooled events are sent
-    again (``_drain_once``); when the spool and the queue are empty the state is ``direct``
-    again.
+    entered as soon as librdkafka reports every broker down (a stopped or killed broker
+    refuses connections at once), when nothing was acknowledged for ``spool_after_ms``
+    while events were outstanding (a broker that hangs without closing its connections),
+    or when librdkafka's queue is full. In this order, so a run's events stay in seq order:
+    (1) stop producing; (2) purge everything inside librdkafka and write it to the spool
+    sorted by (run, seq); (3) every later event goes straight to the spool, fsync'd in
+    batches of at most ``_SPOOL_CHUNK``. About every second a metadata request on a
+    short-lived thread asks whether the broker answers; once it does, the oldest spooled
+    events are sent again (``_drain_once``), and when the spool and the queue are empty the
+    state is ``direct`` again.
+
+Durability bound: an event the agent handed over that Kafka has not acknowledged is
+fsync'd to the spool within ``SPOOL_DURABLE_MS`` (100 ms; measured 0-62 ms), however
+long the queue. While spooling, the background thread never waits longer than 10 ms on
+anything but a spool write (the broker probe runs on its own thread; a drain serves the
+queue every 10 ms while it waits for acknowledgements), and it writes the queue oldest first
+in chunks. Before spooling starts (a broker that hangs or is shutting down), events that
+stay unacknowledged for 20 ms are copied to a shadow segment (``_shadow.py``) and deleted
+again once Kafka acknowledges them. Measured under SIGKILL in
+tests/producer/test_spool_kill.py; the figures are in docs/design.md, "The spool".
 
 Segments left by a process that died are adopted at start and drained the same way (their
 runs are unrelated to this process's, so order is unaffected). ``close(timeout)`` delivers
@@ -44,10 +57,11 @@ from tracevault.config import Settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
 from tracevault.producer._drain import drain_batch, rejected_sink
+from tracevault.producer._shadow import Shadow
 from tracevault.producer._spool import SpoolSegment, SpoolWriter, list_segments
 from tracevault.producer._wire import read_run_seq
 
-__all__ = ["Publisher"]
+__all__ = ["SPOOL_DURABLE_MS", "Publisher"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +69,12 @@ _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 _RETRY_S = 1.0
 _DRAIN_BATCH = 5000
 _POLL_EVERY = 500
+#: An accepted event Kafka has not acknowledged is on disk (fsync'd) within this many ms.
+SPOOL_DURABLE_MS = 100
+#: Events encoded and fsync'd per spool write, so the oldest are durable first.
+_SPOOL_CHUNK = 1000
+_SPOOL_NAP_S = 0.01
+_PROBE_S = 2.0
 
 Item = tuple[bytes, Callable[..., bytes], tuple[Any, ...]]
 
@@ -71,6 +91,30 @@ def _close_live_publishers() -> None:  # pragma: no cover - runs at interpreter 
     for pub in list(_LIVE):
         with contextlib.suppress(Exception):
             pub.close(timeout=5.0)
+
+
+class _Probe:
+    """One metadata request on its own thread: does the broker answer?
+
+    ``list_topics`` waits up to its timeout while the broker is away; on the background
+    thread that wait would leave the agent's events in memory, unspooled, for seconds.
+    """
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.done = threading.Event()
+        self.ok = False
+        threading.Thread(
+            target=self._run, args=(producer, topic), name="tracevault-probe", daemon=True
+        ).start()
+
+    def _run(self, producer: Producer, topic: str) -> None:
+        try:
+            producer.list_topics(topic, timeout=_PROBE_S)
+            self.ok = True
+        except KafkaException:
+            self.ok = False
+        finally:
+            self.done.set()
 
 
 class Publisher:
@@ -102,6 +146,7 @@ class Publisher:
         self._purged: list[tuple[bytes, bytes]] = []
         self._carry: list[tuple[bytes, bytes]] = []
         self._writer = SpoolWriter(self._spool_dir, self.topic)
+        self._shadow = Shadow(self._spool_dir, self.topic)
         self._backlog: deque[SpoolSegment] = deque()
         self._offsets: dict[Path, int] = {}
         self._own_paths: set[Path] = set()
@@ -109,6 +154,8 @@ class Publisher:
         self._last_progress = 0.0
         self._seen_delivered = 0
         self._next_drain = 0.0
+        self._probe: _Probe | None = None
+        self._answered = False
         self._published = 0
         self._handled = 0
         self._produced = 0
@@ -170,6 +217,11 @@ class Publisher:
             logger.warning("Kafka client error: %s", err.str())
         if err.fatal():
             self._spool_requested = True
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN and self._direct:
+            # Nothing can be acknowledged now: spool at once rather than after
+            # spool_after_ms, so what the agent records is on disk within the bound.
+            self._spool_requested = True
+            self._answered = False
 
     # -- background thread ------------------------------------------------------------------
     def _run(self) -> None:
@@ -181,12 +233,13 @@ class Publisher:
                     self._enter_spool()
                 if self._direct:
                     self._pump_direct()
+                    self._shadow_tick()
                 else:
                     self._spool_tick()
                 if stopping and not self._queue:
                     break
                 if not self._queue:
-                    self._nap(0.005 if self._direct else 0.02)
+                    self._nap(0.005 if self._direct else _SPOOL_NAP_S)
         except Exception:  # pragma: no cover - a bug here must not vanish silently
             logger.exception("tracevault publisher thread failed; undelivered events are spooled")
         finally:
@@ -216,8 +269,9 @@ class Publisher:
         producer = self._producer
         assert producer is not None
         queue, produce, topic = self._queue, producer.produce, self.topic
+        remember = self._shadow.recent.append
         n = 0
-        while queue and self._direct:
+        while queue and self._direct and not self._spool_requested:
             item = queue.popleft()
             value = self._encode(item)
             self._handled += 1
@@ -232,6 +286,7 @@ class Publisher:
                 self._spool_requested = True
                 return
             self._produced += 1
+            remember((item[0], value))
             n += 1
             if n % _POLL_EVERY == 0:
                 producer.poll(0)
@@ -239,15 +294,17 @@ class Publisher:
                     return
 
     def _pump_to_spool(self) -> None:
+        """Write the queue to the spool, oldest first, one fsync per ``_SPOOL_CHUNK``."""
         queue = self._queue
-        records: list[tuple[bytes, bytes]] = []
         while queue:
-            item = queue.popleft()
-            value = self._encode(item)
-            self._handled += 1
-            if value is not None:
-                records.append((item[0], value))
-        self._append(records)
+            records: list[tuple[bytes, bytes]] = []
+            while queue and len(records) < _SPOOL_CHUNK:
+                item = queue.popleft()
+                value = self._encode(item)
+                self._handled += 1
+                if value is not None:
+                    records.append((item[0], value))
+            self._append(records)
 
     def _stalled(self) -> bool:
         producer = self._producer
@@ -266,6 +323,14 @@ class Publisher:
             self._last_progress = now
         return now - max(self._busy_since, self._last_progress) > self._spool_after
 
+    def _shadow_tick(self) -> None:
+        """Copy unacknowledged events to disk once Kafka is quiet (``_shadow.py``)."""
+        producer = self._producer
+        assert producer is not None
+        busy = self._busy_since
+        idle = 0.0 if busy is None else time.monotonic() - max(busy, self._last_progress)
+        self._shadow.tick(self._produced, len(producer), idle)
+
     def _delivered(self) -> int:
         """Direct events Kafka acknowledged (inexact only while entering the spool)."""
         producer = self._producer
@@ -278,7 +343,8 @@ class Publisher:
         self._spool_requested = False
         if self._direct:
             logger.warning(
-                "Kafka has not acknowledged events for %.1fs; spooling to %s",
+                "Kafka is away (every broker down, or no acknowledgement for %.1fs); "
+                "spooling to %s",
                 self._spool_after,
                 self._spool_dir,
             )
@@ -293,9 +359,13 @@ class Publisher:
                 "reported later they are spooled after newer ones (the sequencer reorders)",
                 len(producer),
             )
+        lost = self._lost
         self._spool_purged()
         carry, self._carry = self._carry, []
         self._append(carry)
+        self._shadow.recent.clear()
+        if self._lost == lost:
+            self._shadow.drop()  # what it copied is in the spool now, durably
         self._busy_since = None
         self._next_drain = time.monotonic() + _RETRY_S
 
@@ -347,6 +417,10 @@ class Publisher:
             if seg.topic != self.topic:
                 seg.unlock()  # another deployment's spool in the same directory
                 continue
+            try:
+                seg.repair_tail()  # a writer killed mid-append; logged as a warning
+            except OSError as exc:
+                logger.error("cannot cut the torn tail of spool segment %s: %s", seg.path, exc)
             self._backlog.append(seg)
             self._direct = False
         if self._backlog:
@@ -361,12 +435,41 @@ class Publisher:
         now = time.monotonic()
         if now < self._next_drain:
             return
+        answered = self._broker_answers(wait=False)
+        if answered is None:
+            return  # the probe is still out: spool on, look again next tick
+        if not answered:
+            self._next_drain = time.monotonic() + _RETRY_S
+            return
         progressed = self._drain_once(timeout=max(self._spool_after, 5.0))
+        # Trust the broker for the next batch only while batches are acknowledged.
+        self._answered = progressed
         if not self._backlog and not self._queue and not self._spool_requested:
             self._direct = True
+            self._answered = False
             logger.warning("Kafka is back: spool delivered, publishing directly again")
             return
         self._next_drain = now if progressed else time.monotonic() + _RETRY_S
+
+    def _broker_answers(self, *, wait: bool) -> bool | None:
+        """Whether the broker answered a metadata request; None while one is out.
+
+        Asked before sending from the spool: while the broker is away nothing is produced,
+        so nothing has to be purged later (a purged record that Kafka did write becomes a
+        duplicate when it is sent again). The request runs on a :class:`_Probe` thread.
+        """
+        if self._answered:
+            return True
+        producer = self._producer
+        assert producer is not None
+        if self._probe is None:
+            self._probe = _Probe(producer, self.topic)
+        if wait:
+            self._probe.done.wait(_PROBE_S + 1.0)
+        if not self._probe.done.is_set():
+            return None
+        ok, self._probe = self._probe.ok, None
+        return ok
 
     def _drain_once(self, timeout: float) -> bool:
         """Send one batch of the oldest spooled events; True if any were delivered."""
@@ -375,13 +478,6 @@ class Publisher:
         if not self._backlog:
             return False
         seg = self._backlog[0]
-        try:
-            # Ask the broker before sending: while it is away nothing is produced, so nothing
-            # has to be purged later (a purged record that Kafka did write becomes a
-            # duplicate when it is sent again).
-            producer.list_topics(self.topic, timeout=min(timeout, 2.0))
-        except KafkaException:
-            return False
         own = seg.path == self._writer.path
         start = self._offsets.get(seg.path)
         if start is None:
@@ -428,18 +524,24 @@ class Publisher:
         if self._direct and not self._spool_requested:
             self._pump_direct()
             while len(producer) > 0 and time.monotonic() < deadline and not self._stalled():
-                producer.poll(0.05)
+                producer.poll(0.01)
+                self._shadow_tick()
+            self._shadow_tick()
         if not self._direct or self._spool_requested or len(producer) > 0 or self._queue:
             self._enter_spool()
             self._pump_to_spool()
         while self._backlog and time.monotonic() < deadline:
             remaining = deadline - time.monotonic()
+            if not self._broker_answers(wait=True):
+                break
             if not self._drain_once(timeout=max(0.1, min(remaining, self._spool_after))):
                 break
+            self._answered = True
         self._pump_to_spool()
         self._spool_purged()
         files = tuple(str(s.path) for s in self._backlog)
         self._writer.close()
+        self._shadow.close()
         self._too_old.writer.close()
         for seg in self._backlog:
             seg.unlock()

@@ -21,6 +21,7 @@ the agent and nothing on the path waits on the network:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import inspect
@@ -38,6 +39,7 @@ from typing import Any
 from tracevault import __version__
 from tracevault.callsite import SITE_ATTRIBUTE, call_site
 from tracevault.edges import (
+    CANCELLED_ATTRIBUTE,
     JSON,
     Crossing,
     clock_crossing,
@@ -54,6 +56,7 @@ from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
+from tracevault.runid import check_run_id
 from tracevault.schemas import AgentInfo, ErrorInfo, EventKind, canonical_json
 
 __all__ = ["Recorder"]
@@ -166,6 +169,11 @@ class Recorder:
     the time source ``edges.clock`` records (seconds since the epoch; default: the wall clock).
     ``edges.subagent(name, agent, input)`` records another agent's run as a child of this one
     (``tracevault.links``).
+
+    ``run_id`` (default: a new UUID, as for each sub-agent and fork) must fit the run-id
+    grammar: 1 to 128 characters of ``A-Z a-z 0-9 . _ : -``, not ``.`` or ``..``
+    (``tracevault.runid``, docs/design.md "Run ids"); any other id raises ``ConfigError``
+    here, in the agent, before anything is published.
     """
 
     def __init__(
@@ -190,10 +198,9 @@ class Recorder:
         for field, value in named:
             if not _is_text(value) or not value.strip():
                 raise ConfigError(f"Recorder({field}=...) must be a non-empty UTF-8 string")
-        if run_id is None:
-            run_id = str(uuid.uuid4())
-        elif not _is_text(run_id) or not run_id or len(run_id.encode()) > 255:
-            raise ConfigError(f"Recorder(run_id=...) must be 1-255 bytes of text, got {run_id!r}")
+        run_id = check_run_id(
+            str(uuid.uuid4()) if run_id is None else run_id, what="Recorder(run_id=...)"
+        )
         self._tools: dict[str, Tool] = {}
         for name, fn in (tools or {}).items():
             if not _is_text(name) or not name:
@@ -533,11 +540,34 @@ class Recorder:
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
-            self._record(op, _NULL, _error_info(exc))
+            self._record(op, _NULL, self._abandoned(op, exc))
             raise
         finally:
             _CURRENT.reset(token)
         return self._respond(op, result)
+
+    def note_current(self, key: str, value: str) -> None:
+        """Add an attribute to the crossing whose callee is running (on its task or thread).
+
+        For a callee that knows more than the Recorder, e.g. a fork's tool answered from the
+        record names the recorded call (``tracevault.replayer.fork``).
+        """
+        cur = _CURRENT.get()
+        if cur is not None and cur[0] == self._ident:
+            self._attrs.setdefault(cur[1], {})[key] = value
+
+    def _abandoned(self, op: _Open, exc: BaseException) -> ErrorInfo:
+        """The error an async crossing ended with; a cancellation says who cancelled it.
+
+        ``"caller"``: the task had a cancel request pending (a ``wait_for`` timeout,
+        ``task.cancel()``, a race's loser, a TaskGroup stopping), so under replay the crossing
+        waits for the agent to cancel it again; ``"callee"``: the callee raised it alone.
+        """
+        if isinstance(exc, asyncio.CancelledError):
+            task = asyncio.current_task()
+            by = "caller" if task is not None and task.cancelling() else "callee"
+            self._attrs.setdefault(op.seq, {})[CANCELLED_ATTRIBUTE] = by
+        return _error_info(exc)
 
     def _instant(self, crossing: Crossing, response: bytes, at: int, seed: int | None) -> None:
         request = self._payload(crossing.request, "request")
@@ -719,7 +749,7 @@ class Recorder:
         try:
             output = await child.arun(agent, input)
         except BaseException as exc:
-            self._record(op, _NULL, _error_info(exc))
+            self._record(op, _NULL, self._abandoned(op, exc))
             raise
         return self._respond(op, output)
 

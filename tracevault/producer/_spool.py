@@ -12,12 +12,17 @@ seq order, and each write is ``fsync``-ed before the events count as spooled.
 
 Ownership: a writer holds ``flock(LOCK_EX)`` on its segment for as long as it lives, so a
 drainer (a later Publisher, or ``tracevault spool drain``) only touches segments whose
-writer is gone. A crash mid-append leaves a torn last record: readers stop there (its crc
-or length does not check out), and it was never reported as spooled.
+writer is gone. A crash mid-append leaves a torn tail: a last record cut short, or zero
+bytes a file system left after a power loss. It was never reported as spooled, so the
+drainer that takes the segment over truncates it (:meth:`SpoolSegment.repair_tail`), logs a
+warning and reports the bytes cut; ``spool status`` shows it without changing the file.
+Damage anywhere else (a crc mismatch with intact records after it, or a whole last record
+whose bytes changed) is corruption: readers stop there and leave the file for a person.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -28,6 +33,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from tracevault.errors import ConfigError
 
@@ -48,6 +54,9 @@ _REC = struct.Struct(">II")
 _KEYLEN = struct.Struct(">H")
 #: A new segment is started past this size, so drained segments can be deleted early.
 SEGMENT_BYTES = 64 * 1024 * 1024
+_CHUNK = 1 << 20
+#: Longer than any record an append writes (an event is far below Kafka's 1 MB default).
+_MAX_RECORD = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,8 @@ class SpoolCorruption:
     path: str
     offset: int
     reason: str
+    #: the damage runs to the end of the file and is what a crash mid-append leaves
+    tail: bool = False
 
 
 def _fsync_dir(path: Path) -> None:
@@ -89,9 +100,10 @@ def _ensure_dir(spool_dir: Path) -> None:
 class SpoolWriter:
     """Appends to one segment of ``spool_dir`` for one topic; not thread-safe (one owner)."""
 
-    def __init__(self, spool_dir: Path, topic: str) -> None:
+    def __init__(self, spool_dir: Path, topic: str, *, announce: bool = True) -> None:
         self.spool_dir = spool_dir
         self.topic = topic
+        self._announce = announce
         self._fd: int | None = None
         self.path: Path | None = None
         self.size = 0
@@ -108,7 +120,8 @@ class SpoolWriter:
         os.fsync(fd)
         _fsync_dir(self.spool_dir)
         self._fd, self.path, self.size = fd, path, len(header)
-        logger.warning("Kafka is not taking events: spooling to %s", path)
+        if self._announce:
+            logger.warning("Kafka is not taking events: spooling to %s", path)
         return fd
 
     def append(self, records: list[tuple[bytes, bytes]]) -> None:
@@ -123,10 +136,17 @@ class SpoolWriter:
             chunks.append(body)
         data = b"".join(chunks)
         view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
+        try:
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except OSError:
+            # A full disk mid-write: cut the partial record, so a later append does not
+            # land behind damage (that would be corruption, not a torn tail).
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self.size)
+            raise
         self.size += len(data)
 
     @property
@@ -207,37 +227,124 @@ class SpoolSegment:
     ) -> Iterator[SpoolRecord]:
         """Intact records from byte ``start`` up to ``end`` (default: end of file).
 
-        Stops at the first torn or corrupt record and remembers it in ``corruption``.
+        Reads in chunks, so a batch near the start of a large segment costs only its own
+        bytes. Stops at the first torn or corrupt record and remembers it in ``corruption``.
         """
         with self.path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            stop = size if end is None else min(end, size)
             f.seek(start)
-            data = f.read() if end is None else f.read(max(0, end - start))
-        pos = 0
-        n = 0
-        while pos < len(data) and n < limit:
-            if pos + _REC.size > len(data):
-                self._corrupt(start + pos, "torn record header at the end (a crash mid-write)")
-                return
-            length, crc = _REC.unpack_from(data, pos)
-            body = data[pos + _REC.size : pos + _REC.size + length]
-            if len(body) < length:
-                self._corrupt(start + pos, "torn record at the end (a crash mid-write)")
-                return
-            if zlib.crc32(body) != crc or length < _KEYLEN.size:
-                self._corrupt(start + pos, "crc32 mismatch: the bytes were changed on disk")
-                return
-            (klen,) = _KEYLEN.unpack_from(body)
-            pos += _REC.size + length
-            n += 1
-            yield SpoolRecord(
-                bytes(body[_KEYLEN.size : _KEYLEN.size + klen]),
-                bytes(body[_KEYLEN.size + klen :]),
-                start + pos,
-            )
+            data = b""
+            base = start  # file offset of data[0]
+            pos = 0
+            n = 0
+            while n < limit and base + pos < stop:
+                if pos + _REC.size > len(data) and base + len(data) < stop:
+                    data, base, pos = self._more(f, data, base, pos, need=_REC.size, stop=stop)
+                if pos + _REC.size > len(data):
+                    self._corrupt(base + pos, "torn record header at the end (a crash mid-write)")
+                    return
+                length, crc = _REC.unpack_from(data, pos)
+                need = _REC.size + length
+                if pos + need > len(data) and base + len(data) < stop:
+                    data, base, pos = self._more(f, data, base, pos, need=need, stop=stop)
+                body = data[pos + _REC.size : pos + need]
+                if len(body) < length and length > _MAX_RECORD:
+                    # No append writes a record this long: a changed length field, not a
+                    # crash (cutting here would drop the intact records after it).
+                    self._corrupt(base + pos, f"record length {length} is impossible", tail=False)
+                    return
+                if len(body) < length:
+                    if not any(data[pos:]):
+                        self._corrupt(base + pos, "zero bytes at the end (a crash mid-write)")
+                    else:
+                        self._corrupt(base + pos, "torn record at the end (a crash mid-write)")
+                    return
+                if zlib.crc32(body) != crc or length < _KEYLEN.size:
+                    self._corrupt(
+                        base + pos,
+                        "crc32 mismatch: the bytes were changed on disk",
+                        tail=self._zero_tail(f, base + pos, size),
+                    )
+                    return
+                (klen,) = _KEYLEN.unpack_from(body)
+                pos += need
+                n += 1
+                yield SpoolRecord(
+                    bytes(body[_KEYLEN.size : _KEYLEN.size + klen]),
+                    bytes(body[_KEYLEN.size + klen :]),
+                    base + pos,
+                )
 
-    def _corrupt(self, offset: int, reason: str) -> None:
-        self.corruption = SpoolCorruption(str(self.path), offset, reason)
-        logger.error("spool segment %s: %s at byte %s", self.path, reason, offset)
+    @staticmethod
+    def _more(
+        f: BinaryIO, data: bytes, base: int, pos: int, *, need: int, stop: int
+    ) -> tuple[bytes, int, int]:
+        """Keep ``data[pos:]`` and read on, so at least ``need`` bytes follow ``pos``."""
+        rest = data[pos:]
+        want = max(need - len(rest), _CHUNK)
+        more = f.read(min(want, stop - (base + len(data))))
+        return rest + more, base + pos, 0
+
+    @staticmethod
+    def _zero_tail(f: BinaryIO, offset: int, size: int) -> bool:
+        """Whether everything from ``offset`` to the end of the file is zero bytes."""
+        if size - offset > _CHUNK:
+            return False
+        f.seek(offset)
+        return not any(f.read())
+
+    def _corrupt(self, offset: int, reason: str, *, tail: bool | None = None) -> None:
+        torn = "crash mid-write" in reason if tail is None else tail
+        if tail and "crc32" in reason:
+            reason = "zero bytes at the end (a crash mid-write)"
+        self.corruption = SpoolCorruption(str(self.path), offset, reason, torn)
+        logger.log(
+            logging.WARNING if torn else logging.ERROR,
+            "spool segment %s: %s at byte %s",
+            self.path,
+            reason,
+            offset,
+        )
+
+    def torn_tail(self) -> SpoolCorruption | None:
+        """The torn tail after the cursor, if any (reads the segment; changes nothing)."""
+        self.corruption = None
+        for _ in self.records(self.cursor()):
+            pass
+        return self._tail()
+
+    def _tail(self) -> SpoolCorruption | None:
+        found = self.corruption
+        return found if found is not None and found.tail else None
+
+    def repair_tail(self) -> int:
+        """Truncate a torn tail left by a writer that died mid-append; the bytes cut.
+
+        Call only while holding the segment's lock (its writer is gone). The cut bytes were
+        never reported as spooled; anything else wrong with the segment is left as it is.
+        """
+        torn = self.torn_tail()
+        if torn is None:
+            return 0
+        size = self.path.stat().st_size
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, torn.offset)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.corruption = None
+        cut = size - torn.offset
+        logger.warning(
+            "spool segment %s: cut a torn tail of %s bytes at byte %s (%s); the records "
+            "before it are delivered",
+            self.path,
+            cut,
+            torn.offset,
+            torn.reason,
+        )
+        return cut
 
 
 def list_segments(spool_dir: Path) -> list[SpoolSegment]:

@@ -4,10 +4,15 @@ Segments still held by a live Publisher (its ``flock``) are reported as ``in use
 alone: that process drains them itself. Everything else is sent oldest first, each segment
 in file order, with the cursor committed after every acknowledged batch, so an interrupted
 drain resumes where it stopped and never reorders a run.
+
+A torn tail (a writer killed mid-append) is not a problem: ``status`` reports its bytes in
+``torn_bytes`` and says it is cut when drained; ``drain`` cuts it, logs a warning, reports the
+bytes cut and sends the records before it (docs/design.md, "The spool").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +44,8 @@ class SegmentReport:
     remaining: int = 0
     detail: str = ""
     rejected: int = 0
+    #: bytes of a torn tail: found (``status``) or cut (``drain``)
+    torn_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +69,10 @@ class DrainReport:
         return sum(s.rejected for s in self.segments)
 
     @property
+    def torn_bytes(self) -> int:
+        return sum(s.torn_bytes for s in self.segments)
+
+    @property
     def problems(self) -> tuple[SegmentReport, ...]:
         return tuple(s for s in self.segments if s.status in ("corrupt", "unreadable", "failed"))
 
@@ -82,6 +93,25 @@ def _open(seg: SpoolSegment) -> SegmentReport | None:
     return None
 
 
+def _pending(seg: SpoolSegment, remaining: int) -> SegmentReport:
+    """What ``status`` says of a segment it just counted."""
+    bad = seg.corruption
+    if bad is None:
+        return SegmentReport(str(seg.path), seg.topic, "pending", remaining=remaining)
+    where = f"{bad.reason} at byte {bad.offset}"
+    if not bad.tail:
+        return SegmentReport(str(seg.path), seg.topic, "corrupt", remaining=remaining, detail=where)
+    torn = seg.path.stat().st_size - bad.offset
+    return SegmentReport(
+        str(seg.path),
+        seg.topic,
+        "pending",
+        remaining=remaining,
+        detail=f"torn tail of {torn} bytes ({where}): cut when drained",
+        torn_bytes=torn,
+    )
+
+
 def spool_status(settings: Settings) -> DrainReport:
     """What waits in ``settings.spool_dir``, without sending anything."""
     reports = []
@@ -92,16 +122,7 @@ def spool_status(settings: Settings) -> DrainReport:
             continue
         try:
             remaining = _count(seg, seg.cursor())
-            corrupt = seg.corruption
-            reports.append(
-                SegmentReport(
-                    str(seg.path),
-                    seg.topic,
-                    "corrupt" if corrupt else "pending",
-                    remaining=remaining,
-                    detail=f"{corrupt.reason} at byte {corrupt.offset}" if corrupt else "",
-                )
-            )
+            reports.append(_pending(seg, remaining))
         finally:
             seg.unlock()
     return DrainReport(str(settings.spool_dir), tuple(reports))
@@ -122,36 +143,45 @@ def drain_spool(
     ``on_total`` receives the number of events to send, ``on_progress`` each delivered count.
     """
     segments = list_segments(Path(settings.spool_dir))
-    opened: list[tuple[SpoolSegment, int]] = []
+    opened: list[tuple[SpoolSegment, int, int]] = []
     reports: list[SegmentReport] = []
     for seg in segments:
         blocked = _open(seg)
         if blocked is not None:
             reports.append(blocked)
             continue
-        opened.append((seg, _count(seg, seg.cursor())))
+        try:
+            cut = seg.repair_tail()
+        except OSError as exc:
+            seg.unlock()
+            reports.append(SegmentReport(str(seg.path), seg.topic, "unreadable", detail=str(exc)))
+            continue
+        opened.append((seg, _count(seg, seg.cursor()), cut))
     if on_total is not None:
-        on_total(sum(n for _, n in opened))
+        on_total(sum(n for _, n, _ in opened))
     if not opened:
         return DrainReport(str(settings.spool_dir), tuple(reports))
     producer = Producer(producer_config(settings))
     try:
-        for seg, total in opened:
+        for seg, total, cut in opened:
             too_old = rejected_sink(settings, seg.topic)
-            reports.append(
-                _drain_segment(
-                    producer,
-                    seg,
-                    total,
-                    timeout=timeout,
-                    batch=batch,
-                    on_progress=on_progress,
-                    too_old=too_old,
-                )
+            report = _drain_segment(
+                producer,
+                seg,
+                total,
+                timeout=timeout,
+                batch=batch,
+                on_progress=on_progress,
+                too_old=too_old,
             )
+            if cut:
+                torn = f"cut a torn tail of {cut} bytes (a crash mid-write)"
+                detail = f"{torn}; {report.detail}" if report.detail else torn
+                report = dataclasses.replace(report, torn_bytes=cut, detail=detail)
+            reports.append(report)
             too_old.writer.close()
     finally:
-        for seg, _ in opened:
+        for seg, _, _ in opened:
             seg.unlock()
     return DrainReport(str(settings.spool_dir), tuple(reports))
 

@@ -47,6 +47,7 @@ def _as_json(report: DrainReport) -> dict[str, object]:
         "delivered": report.delivered,
         "remaining": report.remaining,
         "rejected": report.rejected,
+        "torn_bytes": report.torn_bytes,
         "segments": [
             {
                 "path": s.path,
@@ -55,6 +56,7 @@ def _as_json(report: DrainReport) -> dict[str, object]:
                 "delivered": s.delivered,
                 "remaining": s.remaining,
                 "rejected": s.rejected,
+                "torn_bytes": s.torn_bytes,
                 "detail": s.detail,
             }
             for s in report.segments
@@ -95,6 +97,8 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON 
 def status(ctx: click.Context, spool_dir: str | None, as_json: bool) -> None:
     """List spool segments and how many events each still holds (sends nothing).
 
+    A torn tail (an agent killed mid-write) is reported in its segment's detail and in
+    torn_bytes; it is not a problem: `spool drain` cuts it and sends the records before it.
     Exits 1 when a segment is corrupt or unreadable.
     """
     settings = settings_from(ctx, spool_dir=spool_dir)
@@ -125,7 +129,9 @@ def drain(ctx: click.Context, spool_dir: str | None, timeout: float, as_json: bo
 
     Each segment goes in file order, so every run keeps its seq order; the delivered
     position is committed after each acknowledged batch, so an interrupted drain resumes
-    where it stopped. Segments a live agent process still writes are left to it.
+    where it stopped. Segments a live agent process still writes are left to it. A torn
+    tail (an agent killed mid-write; never reported as spooled) is cut, logged and reported
+    in torn_bytes, and the records before it are sent.
 
     \b
     Exit codes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from tracevault.edges import (
@@ -29,17 +30,22 @@ from tracevault.edges import (
     tool_crossing,
 )
 from tracevault.errors import ReplayDivergence
+from tracevault.links import subagent_crossing
+from tracevault.replayer import _interleave
+from tracevault.replayer._cancel import abandoned, cancelled, raise_cancelled, until_cancelled
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._interleave import Interleaver, interleaved
 from tracevault.replayer._mismatch import StopReplay, gap_reason, loads, mismatch
 from tracevault.replayer._recorded_error import raise_recorded
 from tracevault.replayer._results import DivergenceReport, StepSummary
-from tracevault.replayer._subagents import serve_subagent
+from tracevault.replayer._subagents import note_child, serve_subagent
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay", "gap_reason", "mismatch"]
 
 NEXT_SHOWN = 3
+# Set while a fork's async tool edge runs: its served answer may be awaited (``_served_tool``).
+_AWAITED: ContextVar[bool] = ContextVar("tracevault_fork_awaited", default=False)
 
 
 _loads = loads
@@ -161,8 +167,32 @@ class ReplayCursor:
 
 def _response(ev: TraceEvent) -> JSON:
     if ev.error is not None:
+        if cancelled(ev):
+            raise_cancelled(ev)  # the real one: ``except Exception`` must not catch it
         raise_recorded(ev.error)
     return _loads(ev.response)
+
+
+async def _aresponse(
+    cursor: ReplayCursor, crossing: Crossing, child: Callable[..., Any] | None = None
+) -> JSON:
+    """An async edge's answer; an abandoned crossing waits for the agent to cancel it.
+
+    Only a record served in seq order returns one here: the Interleaver waits for the
+    cancellation itself, in the crossing's recorded turn (``_cancel``). ``child`` is a
+    sub-agent crossing's agent callable, noted for ``--recurse``.
+    """
+    ev = await cursor.aexpect(crossing)
+    if child is not None:
+        note_child(ev, child)
+    if abandoned(ev):
+        at = ev.seq
+        await until_cancelled(
+            ev,
+            _interleave.STALL_TIMEOUT_S,
+            lambda reason: cursor.diverge(reason, actual_kind=None, at=at),
+        )
+    return _response(ev)
 
 
 def _constant(value: JSON) -> Callable[..., JSON]:
@@ -198,19 +228,34 @@ class ReplayEdges:
         return self._cursor.run_id
 
     # -- served from the record -------------------------------------------------------------
-    def _served(self, crossing: Crossing) -> Callable[..., JSON]:
-        """The record's answer to ``crossing`` as a callee (a recorded error raised now)."""
+    def _served(self, crossing: Crossing, awaited: bool = False) -> Callable[..., Any]:
+        """The record's answer to ``crossing`` as a callee (a recorded error raised now).
+
+        ``awaited``: an async edge's callee, a coroutine that awaits the crossing's turn in
+        a concurrent record, and for an abandoned crossing the agent's cancel (so the fork's
+        Recorder records that cancel again), as replay does.
+        """
+        if awaited:
+            return lambda *_, **__: _aresponse(self._cursor, crossing)
         return _constant(_response(self._cursor.expect(crossing)))
 
     def _callee(
-        self, request: JSON, model: str | None, seed: int | None, call: Callable[..., Any] | None
+        self,
+        request: JSON,
+        model: str | None,
+        seed: int | None,
+        call: Callable[..., Any] | None,
+        awaited: bool = False,
     ) -> Callable[..., Any] | None:
         """The model call's callee for a fork's Recorder: the record's answer while serving."""
         if not self._serving():
             return call
-        return self._served(self._model_crossing(request, model, seed, call))
+        return self._served(self._model_crossing(request, model, seed, call), awaited)
 
-    def _served_tool(self, name: str, args: JSON) -> JSON:
+    def _served_tool(self, name: str, args: JSON) -> Any:
+        """A tool's recorded answer; in a fork's async edge, awaited (see :meth:`_served`)."""
+        if _AWAITED.get():
+            return _aresponse(self._cursor, tool_crossing(name, args))
         return _response(self._cursor.expect(tool_crossing(name, args)))
 
     def _served_clock(self, name: str) -> float:
@@ -257,8 +302,8 @@ class ReplayEdges:
         live = self._live
         if live is None:
             crossing = self._model_crossing(request, model, seed, call)
-            return _response(await self._cursor.aexpect(crossing))
-        callee = self._callee(request, model, seed, call)
+            return await _aresponse(self._cursor, crossing)
+        callee = self._callee(request, model, seed, call, awaited=True)
         return await live.amodel(request, model=model, seed=seed, call=callee)
 
     def tool(self, name: str, args: JSON) -> JSON:
@@ -268,8 +313,12 @@ class ReplayEdges:
     async def atool(self, name: str, args: JSON) -> JSON:
         live = self._live
         if live is None:
-            return _response(await self._cursor.aexpect(tool_crossing(name, args)))
-        return await live.atool(name, args)
+            return await _aresponse(self._cursor, tool_crossing(name, args))
+        token = _AWAITED.set(True)  # the Recorder's tool table serves it: say it is awaited
+        try:
+            return await live.atool(name, args)
+        finally:
+            _AWAITED.reset(token)
 
     def clock(self, name: str = "now") -> float:
         live = self._live
@@ -299,9 +348,9 @@ class ReplayEdges:
     async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
         live = self._live
         if live is None:
-            return _response(await self._cursor.aexpect(state_crossing(name)))
+            return await _aresponse(self._cursor, state_crossing(name))
         if self._serving():
-            return live.state(name, read=self._served(state_crossing(name)))
+            read = self._served(state_crossing(name), awaited=True)
         return await live.astate(name, read=read)
 
     def decision(self, name: str, choice: JSON, *, options: list[JSON] | None = None) -> JSON:
@@ -324,6 +373,8 @@ class ReplayEdges:
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
     ) -> JSON:
         live = self._live
-        if live is None or self._serving():
+        if live is None:
+            return await _aresponse(self._cursor, subagent_crossing(name, input), agent)
+        if self._serving():
             return self.subagent(name, agent, input, agent_version=agent_version)
         return await live.asubagent(name, agent, input, agent_version=agent_version)

@@ -15,6 +15,11 @@ served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
   ``started_at_done`` crossings have started (been matched) under replay. An async edge
   awaits a future, a sync edge in a thread waits on an event; a sync edge on an event loop's
   thread cannot wait without blocking the loop, so it is answered at once.
+* **An abandoned crossing is not answered** (a timeout that fired, ``task.cancel()``, a
+  race's loser: ``_cancel``). It waits for the agent's own cancel and for its recorded turn,
+  then lets the cancel through and is marked done; the crossings recorded after it wait on
+  it as they did live. Nothing cancelling it is a divergence at its seq after its recorded
+  duration plus ``stall_timeout_s``.
 * **A changed agent still diverges at its seq.** A call that matches nothing is a
   ``ReplayDivergence`` at its branch's next recorded crossing; a call that never comes
   (a branch that stopped early) leaves the others waiting, and after ``stall_timeout_s``
@@ -33,10 +38,11 @@ import threading
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
+from tracevault.replayer._cancel import abandoned, never_cancelled, ran_for_s
 from tracevault.replayer._mismatch import StopReplay, gap_reason, mismatch
 from tracevault.schemas import EventKind, TraceEvent, canonical_json
 
@@ -75,31 +81,44 @@ def interleaved(events: Sequence[TraceEvent]) -> bool:
 
 
 class _Waiter:
-    """A matched call waiting for its turn to complete."""
+    """A matched call waiting for its turn to complete (``abandoned``: and for its cancel).
 
-    __slots__ = ("event", "fut", "loop", "woken")
+    ``wake()`` means "look again": its turn came, or the run failed. An async waiter's
+    future may be cancelled under it (a cancel of its task cancels what the task awaits), so
+    :meth:`wait` awaits a fresh one then, and ``wake`` resolves whichever is current.
+    """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
+    __slots__ = ("abandoned", "event", "fut", "loop", "woken")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, abandoned: bool = False) -> None:
         self.loop = loop
         self.fut: asyncio.Future[None] | None = None if loop is None else loop.create_future()
         self.event: threading.Event | None = threading.Event() if loop is None else None
         self.woken = False
+        self.abandoned = abandoned
 
     def wake(self) -> None:
         self.woken = True
         if self.event is not None:
             self.event.set()
             return
-        assert self.fut is not None and self.loop is not None
+        assert self.loop is not None
         if asyncio.events._get_running_loop() is self.loop:
-            if not self.fut.done():
-                self.fut.set_result(None)
+            _resolve(self)
         else:
-            self.loop.call_soon_threadsafe(_resolve, self.fut)
+            self.loop.call_soon_threadsafe(_resolve, self)
+
+    async def wait(self) -> None:
+        """Await the next ``wake`` (the caller looks at ``woken`` and the run first)."""
+        assert self.loop is not None and self.fut is not None
+        if self.fut.done():
+            self.fut = self.loop.create_future()
+        await self.fut
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
+def _resolve(waiter: _Waiter) -> None:
+    fut = waiter.fut
+    if fut is not None and not fut.done():
         fut.set_result(None)
 
 
@@ -167,14 +186,55 @@ class Interleaver:
         loop = asyncio.get_running_loop()
         ev, waiter = self._arrive(crossing, loop, wait=True)
         if waiter is not None:
-            assert waiter.fut is not None
             watch = loop.call_later(self._stall, self._watch, loop)
             try:
-                await waiter.fut
+                if waiter.abandoned:
+                    await self._until_cancelled(ev, waiter)  # raises the agent's cancel
+                else:
+                    await self._turn(waiter)
             finally:
                 watch.cancel()
             self._resume(ev.seq)
         return ev
+
+    async def _turn(self, waiter: _Waiter) -> None:
+        """Await the crossing's turn; a cancel that comes first waits for it (see below).
+
+        The record says this crossing completed, so live no cancellation reached it: one
+        arriving now comes from the agent's own timer running ahead of a replay whose served
+        calls take no time (a ``wait_for`` that did not fire live). The recorded answer is
+        served in its turn, as live, and the cancel is let go: ``wait_for`` then returns it.
+        """
+        while not waiter.woken:
+            try:
+                await waiter.wait()
+            except asyncio.CancelledError:
+                continue
+
+    async def _until_cancelled(self, ev: TraceEvent, waiter: _Waiter) -> NoReturn:
+        """An abandoned crossing: wait for the agent's cancel *and* its turn, then let it go.
+
+        The cancel may come before the turn (held until then: the crossings recorded as
+        completing before it still come back first) or after (the later crossings wait on
+        it, as they did live). Nothing here raises ``CancelledError`` on its own.
+        """
+        cancel: asyncio.CancelledError | None = None
+        while True:
+            if self._failed is not None:
+                self._drop(ev.seq)
+                raise self._failed
+            if cancel is not None and waiter.woken:
+                break
+            try:
+                await waiter.wait()  # after its turn, only a cancel or a failure ends it
+            except asyncio.CancelledError as exc:
+                cancel = exc
+        self._resume(ev.seq)
+        raise cancel
+
+    def _drop(self, seq: int) -> None:
+        with self._lock:
+            self._waiters.pop(seq, None)
 
     # -- matching ---------------------------------------------------------------------------
     def _arrive(
@@ -208,11 +268,14 @@ class Interleaver:
             self._take(seq, prev)
             self._progress = time.monotonic()
             slot = self._slot[seq]
-            if not wait or (self._done == slot and self._cursor.pos >= self._started(seq)):
+            # an abandoned async crossing always waits: for its turn and the agent's cancel
+            hold = loop is not None and wait and abandoned(self._events[seq])
+            turn = self._done == slot and self._cursor.pos >= self._started(seq)
+            if not hold and (not wait or turn):
                 self._complete(slot)
                 waiter = None
             else:
-                waiter = _Waiter(loop)
+                waiter = _Waiter(loop, abandoned=hold)
                 self._waiters[seq] = waiter
                 self._advance()
         _BRANCH.set((self._token, seq))
@@ -348,9 +411,33 @@ class Interleaver:
         if self._failed is not None:
             return True
         idle = time.monotonic() - self._progress
-        if idle < self._stall:
+        if idle < self._stall + self._patience():
             return False
+        head = self._abandoned_head()
+        if head is not None:  # the agent no longer cancels what it cancelled live
+            reason = never_cancelled(head, idle)
+            self._fail(self._cursor.diverge(reason, actual_kind=None, at=head.seq))
+            return True
         return self._on_stall(idle)
+
+    def _abandoned_head(self) -> TraceEvent | None:
+        """The next crossing to complete, when it is abandoned and waits for its cancel."""
+        if self._done >= len(self._order):
+            return None
+        seq = self._order[self._done]
+        waiter = self._waiters.get(seq)
+        if waiter is None or not waiter.abandoned or not waiter.woken:
+            return None
+        return self._events[seq]
+
+    def _patience(self) -> float:
+        """Extra time to wait when the run waits on the agent's own cancel of a crossing.
+
+        Live that cancel arrived the crossing's recorded duration after it started (a
+        ``wait_for`` of 30 s that fired took 30 s); the agent's timer takes as long again.
+        """
+        head = self._abandoned_head()
+        return 0.0 if head is None else ran_for_s(head)
 
     def _on_stall(self, idle: float) -> bool:
         """Nothing moved for ``idle`` seconds: diverge at the first crossing never started."""

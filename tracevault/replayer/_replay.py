@@ -20,6 +20,7 @@ The first difference is a :class:`ReplayDivergence` (raised by default; returned
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -274,6 +275,12 @@ async def areplay(
             raise
         failure = run.cursor.divergence
     except Exception as exc:
+        failure = exc
+    except asyncio.CancelledError as exc:
+        # the agent let a cancellation out (live: ERROR CancelledError), unless it is ours
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
         failure = exc
 
     def outcome() -> ReplayResult:

@@ -422,6 +422,7 @@ def _fork(
     until: int,
     live_spec: str | None,
     as_json: bool,
+    live_tools: tuple[str, ...] = (),
 ) -> None:
     """``--until N --then live``: the record up to N, then the live edges, as a new run."""
     # the fork records through the producer (the Kafka client): imported only when asked for
@@ -441,7 +442,7 @@ def _fork(
     try:
         with stderr.status(f"serving seq 0..{until}, then live…"):
             result = fork_run(events, agent, until=until, publisher=publisher, model=model,
-                              tools=tools)  # fmt: skip
+                              tools=tools, live_tools=live_tools)  # fmt: skip
         delivered = publisher.flush(30)
     finally:
         publisher.close()
@@ -458,8 +459,13 @@ def _fork(
             stdout.print(f"the agent raised {result.error} (recorded in the new run)")
         if not delivered:
             stdout.print("[yellow]not every event reached Kafka yet: the rest is spooled[/]")
+    for refusal in () if as_json else result.refused:
+        if refusal not in (result.error or ""):  # else just said, as what the agent raised
+            stderr.print(Text(refusal, style="red"))
     if result.divergence is not None:
         raise click.exceptions.Exit(ReplayDivergence.exit_code)
+    if result.refused:  # the new run is recorded; what it would have sent was not sent
+        raise click.exceptions.Exit(ConfigError.exit_code)
 
 
 def _recurse(
@@ -534,6 +540,14 @@ def _replay_tree(run_id: str, tree: TreeReplay) -> Tree:
     metavar="MODULE:FACTORY",
     help="With --then live: returns {'model': ..., 'tools': {...}} [AGENT_MODULE:live_edges].",
 )
+@click.option(
+    "--live-tools",
+    "live_tools",
+    multiple=True,
+    metavar="TOOL[,TOOL]",
+    help="With --then live: side-effecting tools to run for real after N. Others are "
+    "served their recorded result, or refused (exit 2) when the request differs.",
+)
 @click.option("--recurse", is_flag=True, help="Replay the sub-agent runs it served too.")
 @click.option("--no-verify", is_flag=True, help="Re-run even if the run does not verify.")
 @_FROM
@@ -548,6 +562,7 @@ def run_cmd(
     keep_going: bool,
     then: str | None,
     live_spec: str | None,
+    live_tools: tuple[str, ...],
     recurse: bool,
     no_verify: bool,
     source: str,
@@ -561,8 +576,10 @@ def run_cmd(
 
     --keep-going reports every divergence. --until N shows the events served up to N and
     the call the agent asked for next. --until N --then live forks: the record up to N,
-    then the live model and tools, recorded as a new run (needs Kafka). --recurse also
-    replays the sub-agent runs the run started.
+    then the live model and tools, recorded as a new run (needs Kafka). A fork is safe by
+    default: a side-effecting tool (Tool(fn, side_effect=True)) is not run after N unless
+    named in --live-tools; it gets the recorded result of the same request, or is refused
+    (exit 2) naming the tool. --recurse also replays the sub-agent runs the run started.
 
     \b
     Examples:
@@ -570,9 +587,13 @@ def run_cmd(
       tracevault replay run run-42 --agent myagents.support:run --keep-going
       tracevault replay run run-42 --agent myagents.support:run --until 12 \\
           --then live --live-edges myagents.support:live_edges
+      tracevault replay run run-42 --agent myagents.support:run --until 12 \\
+          --then live --live-tools send_email
     """
-    if (then is not None or live_spec is not None) and (then is None or until is None):
+    forking = then is not None or live_spec is not None or live_tools
+    if forking and (then is None or until is None):
         raise click.UsageError("a fork needs both --until N and --then live")
+    tools_live = tuple(t.strip() for spec in live_tools for t in spec.split(",") if t.strip())
     if keep_going and until is not None and then is None:
         raise click.UsageError("--keep-going replays the whole run: drop --until")
     if recurse and (until is not None or keep_going):
@@ -584,7 +605,7 @@ def run_cmd(
     else:
         events = verify(run).events
     if then is not None and until is not None:
-        _fork(ctx, events, agent, agent_spec, until, live_spec, as_json)
+        _fork(ctx, events, agent, agent_spec, until, live_spec, as_json, tools_live)
         return
     if recurse:
         _recurse(ctx, run_id, events, agent, source, no_verify, as_json)

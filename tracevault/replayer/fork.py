@@ -14,6 +14,15 @@ or ``--live-edges MOD:FACTORY``), called with no arguments, returning what a Rec
 built with: ``{"model": call_model, "tools": {"search": search, ...}}`` (either may be left
 out). It is the agent's own model and tools, or changed ones: that is the what-if.
 
+A fork is safe by default: an investigator asking "what if" does not expect mail to go out.
+After seq N a side-effecting tool (``Tool(fn, side_effect=True)`` in the live edges, or one
+the record gave an idempotency key) is not run unless named in ``live_tools``
+(``--live-tools send_email``). Its call is answered with the recorded result of a call with
+the same request made after N (each at most once; the new run's crossing names it in
+``tracevault.forked_from.served``); a call the record does not have is refused with a
+:class:`ForkRefusal` naming the tool, what differs and the flag. Models and read-only tools
+go live.
+
 This module imports the producer (and so the Kafka client); ``tracevault.replayer`` itself
 does not.
 """
@@ -25,24 +34,33 @@ import inspect
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from tracevault.edges import JSON
+from tracevault.edges import JSON, tool_crossing
 from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.links import FORKED_FROM_RUN, FORKED_FROM_SEQ
 from tracevault.producer import Publisher, Recorder, Tool
-from tracevault.replayer._edges import ReplayCursor, ReplayEdges
+from tracevault.replayer._diff import json_diff
+from tracevault.replayer._edges import ReplayCursor, ReplayEdges, _response
 from tracevault.replayer._results import DivergenceReport
-from tracevault.schemas import EventKind, TraceEvent
+from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
-__all__ = ["ForkEdges", "ForkResult", "fork_run", "live_edges_from"]
+__all__ = ["SERVED_FROM", "ForkEdges", "ForkRefusal", "ForkResult", "fork_run", "live_edges_from"]
+
+
+#: Attribute of a fork's crossing answered from the record after N: ``<run>:<seq>`` it came from.
+SERVED_FROM = "tracevault.forked_from.served"
+
+
+class ForkRefusal(ConfigError):
+    """A side-effecting tool the fork would have had to run for real, not named live."""
 
 
 @dataclass(frozen=True, slots=True)
 class ForkResult:
-    """The new run: its id, where it came from, how it ended."""
+    """The new run: its id, where it came from, how it ended, what it refused to run."""
 
     run_id: str
     forked_from: tuple[str, int]
@@ -50,6 +68,7 @@ class ForkResult:
     output: Any = None
     error: str | None = None
     divergence: DivergenceReport | None = None
+    refused: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +78,7 @@ class ForkResult:
             "output": self.output,
             "error": self.error,
             "divergence": None if self.divergence is None else self.divergence.to_json(),
+            "refused": list(self.refused),
         }
 
 
@@ -84,11 +104,20 @@ class ForkEdges(ReplayEdges):
     The served edge (:class:`ReplayEdges`) with the new run's Recorder behind it.
     """
 
-    def __init__(self, events: Sequence[TraceEvent], until: int) -> None:
+    def __init__(
+        self, events: Sequence[TraceEvent], until: int, live_tools: Iterable[str] = ()
+    ) -> None:
         self.cursor = ReplayCursor(events[0].run_id, events, until)
         super().__init__(self.cursor)
         self.until = until
+        self.live_tools = frozenset(live_tools)
+        self.refused: list[str] = []
         self._rec: Recorder | None = None
+        # the record's calls after N, by request: what a side-effecting tool may be served
+        self._after: dict[str, list[TraceEvent]] = {}
+        for ev in events:
+            if ev.seq > until and ev.kind is EventKind.TOOL_CALL and ev.request:
+                self._after.setdefault(_tool_name(ev), []).append(ev)
 
     @property
     def rec(self) -> Recorder:
@@ -128,21 +157,36 @@ class ForkEdges(ReplayEdges):
 
         return read
 
-    def tool_table(self, live: Mapping[str, Any], recorded: set[str]) -> dict[str, Tool]:
-        """Each tool the record or the live edges know, served or live as the fork stands."""
+    def tool_table(
+        self, live: Mapping[str, Any], recorded: Set[str], effects: Set[str] = frozenset()
+    ) -> dict[str, Tool]:
+        """Each tool the record or the live edges know, served or live as the fork stands.
+
+        ``effects``: tools the record shows with side effects (an idempotency key).
+        """
+        unknown = sorted(self.live_tools - (set(live) | recorded))
+        if unknown:
+            known = ", ".join(sorted(set(live) | recorded)) or "none"
+            raise ConfigError(
+                f"--live-tools names {', '.join(map(repr, unknown))}, not a tool of the live "
+                f"edges or the record (tools: {known})"
+            )
         table: dict[str, Tool] = {}
         for name in set(live) | recorded:
             fn = live.get(name)
             tool = fn if isinstance(fn, Tool) else None if fn is None else Tool(fn)
-            table[name] = Tool(
-                self._tool_fn(name, tool), side_effect=bool(tool and tool.side_effect)
-            )
+            effect = bool(tool and tool.side_effect) or name in effects
+            table[name] = Tool(self._tool_fn(name, tool, effect), side_effect=effect)
         return table
 
-    def _tool_fn(self, name: str, tool: Tool | None) -> Callable[..., Any]:
+    def _tool_fn(self, name: str, tool: Tool | None, effect: bool) -> Callable[..., Any]:
+        held = effect and name not in self.live_tools  # safe by default: not run for real
+
         def call(args: JSON, idempotency_key: str | None = None) -> Any:
             if self.serving():
                 return self._served_tool(name, args)
+            if held:
+                return self._recorded_effect(name, args)
             if tool is None:
                 raise ConfigError(f"tool {name!r} is not among the live edges (--live-edges)")
             if tool.side_effect:
@@ -151,15 +195,45 @@ class ForkEdges(ReplayEdges):
 
         return call
 
+    def _recorded_effect(self, name: str, args: JSON) -> JSON:
+        """A held side-effecting call after N: the record's answer to the same request, or no."""
+        request = tool_crossing(name, args).request
+        calls = self._after.get(name, [])
+        for i, ev in enumerate(calls):
+            if canonical_json_like(request, ev.request, field="request") == ev.request:
+                del calls[i]  # each recorded call answers once: a second send is a new one
+                self.rec.note_current(SERVED_FROM, f"{ev.run_id}:{ev.seq}")
+                return _response(ev)
+        nearest = calls[0] if calls else None
+        if nearest is None:
+            what = f"the record has no further {name!r} call after seq {self.until}"
+        else:
+            diff = json_diff(json.loads(nearest.request), request, "$.request")
+            what = f"it differs from the recorded call at seq {nearest.seq}: " + "; ".join(diff[:3])
+        message = (
+            f"fork: tool {name!r} has side effects and was not run: {what}. A fork does "
+            f"not repeat side effects unless asked; to run it for real, name it: "
+            f"--live-tools {name}"
+        )
+        self.refused.append(message)
+        raise ForkRefusal(message)
 
-def _recorded_tools(events: Sequence[TraceEvent]) -> set[str]:
-    names = set()
+
+def _tool_name(ev: TraceEvent) -> str:
+    tool = json.loads(ev.request).get("tool")
+    return tool if isinstance(tool, str) else ""
+
+
+def _recorded_tools(events: Sequence[TraceEvent]) -> tuple[set[str], set[str]]:
+    """The tools the record calls, and those of them it gave an idempotency key."""
+    names: set[str] = set()
+    effects: set[str] = set()
     for ev in events:
-        if ev.kind is EventKind.TOOL_CALL and ev.request:
-            tool = json.loads(ev.request).get("tool")
-            if isinstance(tool, str) and tool:
-                names.add(tool)
-    return names
+        if ev.kind is EventKind.TOOL_CALL and ev.request and (tool := _tool_name(ev)):
+            names.add(tool)
+            if ev.idempotency_key is not None:
+                effects.add(tool)
+    return names, effects
 
 
 def fork_run(
@@ -171,11 +245,14 @@ def fork_run(
     model: Callable[..., Any] | None = None,
     tools: Mapping[str, Any] | None = None,
     run_id: str | None = None,
+    live_tools: Iterable[str] = (),
 ) -> ForkResult:
     """Serve ``events`` to ``agent`` up to seq ``until``, then go on live; record a new run.
 
-    ``model`` and ``tools`` are the live edges (as ``Recorder`` takes them). The new run is
-    published through ``publisher``; call ``publisher.flush()`` before reading it back.
+    ``model`` and ``tools`` are the live edges (as ``Recorder`` takes them); of the
+    side-effecting tools only those in ``live_tools`` run for real after ``until`` (module
+    docstring). The new run is published through ``publisher``; call ``publisher.flush()``
+    before reading it back.
     """
     if not events or events[0].kind is not EventKind.RUN_STARTED:
         raise ConfigError("fork needs the whole run, from its RUN_STARTED at seq 0")
@@ -186,13 +263,14 @@ def fork_run(
     if not isinstance(req, dict) or "input" not in req:
         raise ConfigError(f"run {first.run_id}: seq 0 request has no 'input'")
     new_id = run_id or str(uuid.uuid4())
-    edges = ForkEdges(events, until)
+    edges = ForkEdges(events, until, live_tools)
+    recorded, effects = _recorded_tools(events)
     recorder = Recorder(
         publisher=publisher,
         agent_id=first.agent.agent_id,
         agent_version=first.agent.agent_version,
         model=model,
-        tools=edges.tool_table(dict(tools or {}), _recorded_tools(events)),
+        tools=edges.tool_table(dict(tools or {}), recorded, effects),
         run_id=new_id,
         attributes={FORKED_FROM_RUN: first.run_id, FORKED_FROM_SEQ: str(until)},
         clock=edges.served_clock(time.time),
@@ -216,4 +294,5 @@ def fork_run(
         output=output,
         error=error,
         divergence=edges.cursor.report,
+        refused=tuple(edges.refused),
     )

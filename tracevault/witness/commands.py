@@ -128,7 +128,7 @@ def run(
 
     SIGTERM or Ctrl-C stops it within seconds; what was cosigned is stored.
     """
-    from tracevault.consumer._liveness import Health, serve, stop_on_signals  # noqa: PLC0415
+    from tracevault.runtime.liveness import Health, serve, stop_on_signals  # noqa: PLC0415
     from tracevault.witness._archive import ArchiveTiles  # noqa: PLC0415
     from tracevault.witness._core import Witness  # noqa: PLC0415
     from tracevault.witness._follow import WitnessFollower  # noqa: PLC0415 - Kafka import

@@ -502,19 +502,23 @@ def _chain(run_id: str, n: int) -> tuple[list[bytes], list[bytes]]:
 
 A_RAWS, A_HASHES = _chain("run-a", 3)  # sealed before this batch: restored from its head
 B_RAWS, B_HASHES = _chain("run-b", 2)
+# a run opened before the run-id grammar (non-ASCII): restored, it goes on, by C too
+E_RAWS, E_HASHES = _chain("run-é", 1)
 
 
 def _heads() -> list[Head]:
     pa, pb = partition_for("run-a", PARTS), partition_for("run-b", PARTS)
+    pe = partition_for("run-é", PARTS)
     held = HeldEvent(3, _ev("run-b", 3), pb, 90, NOW_US)
     return [
         Head("run-a", 3, A_HASHES[-1], False, pa, 10, 12, updated_at=NOW_US - 5),
         Head("run-b", 2, B_HASHES[-1], False, pb, 20, 21, held=(held,), updated_at=NOW_US - 7),
+        Head("run-é", 1, E_HASHES[-1], False, pe, 30, 30, updated_at=NOW_US - 9),
     ]
 
 
 def _history(run_id: str, partition: int, first: int, last: int) -> dict[int, bytes]:
-    hashes = {"run-a": A_HASHES, "run-b": B_HASHES}[run_id]
+    hashes = {"run-a": A_HASHES, "run-b": B_HASHES, "run-é": E_HASHES}[run_id]
     return dict(enumerate(hashes))
 
 
@@ -569,8 +573,9 @@ def _batch() -> tuple[list[Message], set[int]]:
     msg("run-a", _ev("run-a", 4), ok=True)
     msg("run-c", _ev("run-c", 0, kind=EventKind.RUN_STARTED))  # a new run: the rules
     msg("run-c", _ev("run-c", 1), ok=True)  # ... then C
-    msg("run-é", _ev("run-é", 0, kind=EventKind.RUN_STARTED))
+    msg("..", _ev("..", 0, kind=EventKind.RUN_STARTED))  # outside the run-id grammar: DLQ
     msg("run-c", _ev("run-c", 2), ok=True)
+    msg("..", _ev("..", 1))  # ... every record of it: C only continues runs in the book
     msg("run-é", _ev("run-é", 1, response='{"ok":"naïve \\"q\\"\\n"}'.encode()), ok=True)
     msg("run-a", _ev("run-a", 4))  # a duplicate (sealed in this batch)
     msg("run-a", _ev("run-a", 1, request=b'{"changed":1}'))  # a conflict (reads history)
@@ -660,7 +665,7 @@ def test_a_batch_leaves_the_same_book_and_output_by_either_path(split: int) -> N
     reasons = sorted(d.reason.value for d in dlq)
     assert reasons == sorted(
         [DlqReason.CONFLICT] + [DlqReason.AFTER_FINISH] + [DlqReason.UNDECODABLE] * 2
-        + [DlqReason.INVALID] * 8
+        + [DlqReason.INVALID] * 10
     )  # fmt: skip
     assert sum(out[4] for _consumed, out in want) == 2  # the two duplicates
     assert sum(consumed for consumed, _out in want) == len(msgs) - 1  # all but the error

@@ -22,6 +22,7 @@ def test_heads_exports() -> None:
         "heads_partition_count", "locate_run", "read_heads", "read_heads_and_trees",
         "FINISHED_KEY_PREFIX", "FinishedChunk", "fingerprint", "is_finished_key",
         "HeadsState", "find_head", "read_state",
+        "ProvenState", "Rejection", "prove_state",
     }  # fmt: skip
     for name in tracevault.heads.__all__:
         assert getattr(tracevault.heads, name) is not None

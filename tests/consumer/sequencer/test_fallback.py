@@ -27,6 +27,7 @@ from tracevault.errors import SchemaError, ServiceUnavailableError
 from tracevault.heads import Head, HeldEvent
 from tracevault.heads._record import encode_head
 from tracevault.kafka import partition_for
+from tracevault.runid import RUN_ID_RULE
 from tracevault.schemas import decode_event
 from tracevault.schemas.fast import peek_event
 
@@ -147,16 +148,19 @@ def test_json_nested_past_the_recursion_limit_is_invalid_not_a_crash() -> None:
     assert "nested deeper" in d.detail
 
 
-@pytest.mark.parametrize("run_id", ["", "x" * 256, "é" * 128])
+@pytest.mark.parametrize(
+    "run_id", ["", "x" * 256, "é" * 128, ".", "..", "中" * 85, "x" * 129, "a/b", "a b"]
+)
 def test_a_run_id_the_recorder_would_refuse_is_invalid(run_id: str) -> None:
-    # An empty run id was sealed, and the archiver then stopped on it (no valid archive path).
+    # An empty run id was sealed, and the archiver then stopped on it (no valid archive path);
+    # ".", ".." and 85 CJK characters were sealed and then wedged the partition's archive.
     key = run_id.encode()
     out = BatchOutput()
     book().apply(
         out, key, event_value(run_id, 0, kind="RUN_STARTED"), partition_for(key, PARTS), 0, NOW_US
     )
     [d] = out.dlq
-    assert d.reason is DlqReason.INVALID and "1 to 255 bytes" in d.detail
+    assert d.reason is DlqReason.INVALID and RUN_ID_RULE in d.detail
 
 
 def test_a_run_sending_every_other_seq_cannot_grow_its_head_past_one_kafka_record(

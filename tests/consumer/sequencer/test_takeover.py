@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
+from tests.conftest import NOW_US
 from tests.consumer.sequencer.support import (
     produce_raw,
     raw_event,
@@ -19,16 +20,16 @@ from tests.consumer.sequencer.support import (
     sealed_by_run,
     wait_until,
 )
+from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.heads import Head, encode_head
+from tracevault.schemas import SealedEvent, encode_sealed
 
 
 def test_restore_waits_for_the_previous_owners_open_transaction(
     seq_settings: Callable[..., Settings],
 ) -> None:
     settings = seq_settings(partitions=1)
-    last_hash = b"\x07" * 32
-    head = Head("t", 5, last_hash, False, 0, first_offset=0, last_offset=4)
     previous = Producer(
         settings.kafka_config(
             **{"transactional.id": f"{settings.topic_prefix}.previous", "log_level": 0}
@@ -36,6 +37,15 @@ def test_restore_waits_for_the_previous_owners_open_transaction(
     )
     previous.init_transactions(30)
     previous.begin_transaction()
+    # the previous owner's last transaction: seqs 0..4 sealed (offsets 0..4) and their head,
+    # which the restore proves against them (docs/design.md, "Sequencer rules")
+    last_hash = genesis("t")
+    for s in range(5):
+        raw = raw_event("t", s)
+        ev = SealedEvent("t", s, last_hash, link(last_hash, raw), raw, NOW_US, 0, s, "previous")
+        last_hash = ev.hash
+        previous.produce(settings.topics.sealed, encode_sealed(ev), b"t", partition=0)
+    head = Head("t", 5, last_hash, False, 0, first_offset=0, last_offset=4)
     previous.produce(settings.topics.heads, encode_head(head), b"t", partition=0)
     assert previous.flush(30) == 0
     produce_raw(settings, [("t", raw_event("t", 5, last=5))])
@@ -49,5 +59,5 @@ def test_restore_waits_for_the_previous_owners_open_transaction(
         previous.commit_transaction(30)
         wait_until(lambda: "t" in sealed_by_run(settings), timeout=20, what="seq 5 sealed")
         assert not errors
-    [(_, sealed)] = sealed_by_run(settings)["t"]
+    *_, (_, sealed) = sealed_by_run(settings)["t"]
     assert (sealed.seq, sealed.prev_hash) == (5, last_hash), "continued from the committed head"

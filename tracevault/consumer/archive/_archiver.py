@@ -63,15 +63,6 @@ from prometheus_client import CollectorRegistry, Gauge
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
-from tracevault.consumer._liveness import (
-    BlockingCalls,
-    CallDeadline,
-    Health,
-    KafkaWatch,
-    Stopping,
-    backoff,
-    is_fenced,
-)
 from tracevault.consumer.archive._holeplace import HolePlacer
 from tracevault.consumer.archive._logwriter import FlushJob, LeafRecord, PartitionLog
 from tracevault.consumer.archive._quarantine import MAX_SEALED_AT as _MAX_AT
@@ -84,7 +75,6 @@ from tracevault.consumer.archive._state import Part as _Part
 from tracevault.consumer.archive._state import Pending as _Pending
 from tracevault.errors import (
     ConfigError,
-    FencedError,
     LogError,
     RetentionError,
     SchemaError,
@@ -102,6 +92,17 @@ from tracevault.log import (
     log_origin,
 )
 from tracevault.log._merkle import HASH_SIZE
+from tracevault.runtime.liveness import (
+    BlockingCalls,
+    Health,
+    KafkaWatch,
+    OffsetCommits,
+    Restart,
+    Sessions,
+    close_quietly,
+    consumer_lag,
+    raise_for,
+)
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
 
@@ -133,14 +134,6 @@ _U64 = struct.Struct(">Q")
 _U64_MAX = (1 << 64) - 1
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (once per event)
 _sha256 = hashlib.sha256
-
-
-class _Restart(Exception):
-    """This Kafka session cannot go on: forget the partitions, start a new consumer."""
-
-
-class _Broken(_Restart):
-    """A restart for a client that broke while the broker answered: counted towards giving up."""
 
 
 def trusted_log_keys(settings: Settings) -> list[NoteVerifier]:
@@ -203,10 +196,17 @@ class Archiver(HolePlacer):
         self.health = Health("archiver", settings.health_stall_s)
         self.health.watch = self.watch
         self.registry = self._metrics()
-        self._commit_failures = 0
-        self._commit_retry_at = 0.0
+        self._sessions = Sessions("archiver", self._stop, self.health)
+        self._commits = OffsetCommits(
+            "archiver",
+            self._calls,
+            self.watch,
+            self._kafka_error,
+            deadline_s=_COMMIT_S,
+            every_s=_COMMIT_EVERY_S,
+        )
         self._live: Consumer | None = None
-        self._progress_in_session = False
+        self._assigned = False  # an assignment (maybe empty) came in this session
         self._lost = False
         self._session_started = 0.0
         self._generation = ""  # of the sealed topic (the log origins'), learnt per session
@@ -306,6 +306,7 @@ class Archiver(HolePlacer):
 
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         self._assigned_at = time.monotonic()
+        self._assigned = consumer is self._live
         log.info("archiver assigned %s", [p.partition for p in parts])
 
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -343,50 +344,14 @@ class Archiver(HolePlacer):
 
         A Kafka session that cannot go on is replaced by a new one (docs/liveness.md)."""
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
-        failures = attempts = 0
         try:
-            while not self._stop.is_set():
-                consumer = self._live = self._consumer()
-                consumer.subscribe(
-                    [self.topic],
-                    on_assign=self._on_assign,
-                    on_revoke=self._on_revoke,
-                    on_lost=self._on_lost,
-                )
-                self._progress_in_session = self._lost = False
-                self._session_started = time.monotonic()
-                try:
-                    self._session(consumer, until_idle)
-                    break
-                except Stopping as exc:
-                    log.warning("archiver stopped during a Kafka call (%s)", exc)
-                    break
-                except (_Restart, CallDeadline) as exc:
-                    if self._progress_in_session:
-                        failures = attempts = 0
-                    attempts += 1
-                    if isinstance(exc, _Broken):
-                        failures += 1
-                    if failures > 8:
-                        raise ServiceUnavailableError(
-                            f"the archiver could not resume after {failures} attempts while "
-                            f"the broker answered (last: {exc}); exiting for the supervisor"
-                        ) from exc
-                    # an outage: try again every 2 s at most; something broken: back off more
-                    wait = backoff(attempts, base=0.25, cap=10.0 if failures else 2.0)
-                    log.warning(
-                        "archiver: Kafka session ended (%s); starting a new one in %.1fs",
-                        exc,
-                        wait,
-                    )
-                    self.health.state = "restarting"
-                    self.health.restarts += 1
-                    self._forget(None)  # the new consumer resumes from the committed offsets
-                finally:
-                    self._live = None
-                    self._close_consumer(consumer)
-                if self._stop.wait(wait):
-                    break
+            self._sessions.run(
+                self._start_session,
+                lambda consumer: self._session(consumer, until_idle),
+                self._end_session,
+                # the new consumer resumes from the committed offsets
+                on_restart=lambda: self._forget(None),
+            )
         finally:
             self._flusher.shutdown(wait=True)
             self._pool.shutdown(wait=True)
@@ -394,11 +359,27 @@ class Archiver(HolePlacer):
         self._log_stats("stopped")
         return self.stats
 
+    def _start_session(self) -> Consumer:
+        consumer = self._live = self._consumer()
+        consumer.subscribe(
+            [self.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        self._lost = self._assigned = False
+        self._session_started = time.monotonic()
+        return consumer
+
+    def _end_session(self, consumer: Consumer) -> None:
+        self._live = None
+        self._close_consumer(consumer)
+
     def _session(self, consumer: Consumer, until_idle: float | None) -> None:
         try:
             self._generation = sealed_generation(self.settings)
         except ServiceUnavailableError as exc:
-            raise _Restart(str(exc)) from exc
+            raise Restart(str(exc)) from exc
         self.health.state = "running"
         last_msg: float | None = None
         next_report = time.monotonic() + _REPORT_EVERY_S
@@ -413,19 +394,20 @@ class Archiver(HolePlacer):
                     msgs = consumer.consume(num_messages=1, timeout=self._poll_s())
             except KafkaException as exc:
                 self._kafka_error(exc.args[0])
+                log.warning("Kafka consumer: %s", exc.args[0].str())
                 msgs = []
             if self._lost:
-                raise _Restart("the consumer lost its partitions (group session expired)")
-            away = self.watch.outage_since(self._session_started)
-            if away * 1000 > self.settings.archive_session_timeout_ms:
-                raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
+                raise Restart("the consumer lost its partitions (group session expired)")
+            self.watch.check_session(
+                self._session_started, self.settings.archive_session_timeout_ms
+            )
             if msgs and self.stats.first_message_at is None:
                 self.stats.first_message_at = time.monotonic()
             if msgs:
                 self._take_all(msgs)
                 last_msg = time.monotonic()
                 self.health.progressed()
-                self._progress_in_session = True
+                self._sessions.progressed()
             self._flush_due(caught_up=not msgs)
             self._reap()
             self._commit(consumer)
@@ -461,22 +443,11 @@ class Archiver(HolePlacer):
 
     def _close_consumer(self, consumer: Consumer) -> None:
         close_s = _CLOSE_S if self._stop.is_set() else _REPLACE_CLOSE_S
-        try:
-            self._calls.call("consumer close", consumer.close, close_s)
-        except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
-            log.info("archiver: consumer close: %s", exc)
+        close_quietly(self._calls, "archiver consumer close", consumer.close, close_s)
 
     def _update_lag(self, consumer: Consumer) -> None:
         try:
-            assignment = consumer.assignment()
-            lag = 0
-            known = not assignment
-            for tp in consumer.position(assignment):
-                _, hi = consumer.get_watermark_offsets(tp, cached=True)  # no round trip
-                if hi >= 0:
-                    known = True
-                    lag += max(0, hi - max(tp.offset, 0))
-            self.health.set_lag(lag if known else None)
+            self.health.set_lag(consumer_lag(consumer, self._assigned))
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
 
@@ -512,19 +483,16 @@ class Archiver(HolePlacer):
         return True
 
     def _kafka_error(self, err: KafkaError) -> None:
-        if is_fenced(err):
-            window = max(60.0, 3 * self.settings.archive_session_timeout_ms / 1000.0)
-            if self.watch.excuse_fencing(window):
-                # librdkafka's static member outlived its session in the outage
-                raise _Restart(f"fenced after a broker outage ({err.str()})")
-            raise FencedError(
-                f"the archiver was fenced ({err.str()}): another archiver runs with "
-                f"--instance-id {self.settings.archive_instance_id}; this one stopped. "
-                "Give each archiver its own --instance-id"
-            )
-        if err.fatal():
-            raise _Broken(f"Kafka consumer failed: {err.str()}")
-        log.warning("Kafka consumer: %s", err.str())
+        """A fencing or fatal error ends the session (or stops: a rival); others are logged
+        (a commit error is logged once, where it is deferred)."""
+        raise_for(
+            err,
+            self.watch,
+            max(60.0, 3 * self.settings.archive_session_timeout_ms / 1000.0),
+            f"the archiver was fenced: another archiver runs with --instance-id "
+            f"{self.settings.archive_instance_id}; this one stopped. Give each archiver its "
+            "own --instance-id",
+        )
 
     def _commit(self, consumer: Consumer, *, final: bool = False) -> None:
         offsets = []
@@ -535,46 +503,10 @@ class Archiver(HolePlacer):
                 upto = part.durable_offset
             if upto is not None and self._committed.get(p) != upto:
                 offsets.append(TopicPartition(self.topic, p, upto))
-        if not offsets:
+        if not offsets or not self._commits.commit(consumer, offsets, final=final):
             return
-        now = time.monotonic()
-        if not final and now < self._commit_retry_at:
-            return
-        if not consumer.memberid():
-            # The group session was lost in a broker outage longer than the session timeout
-            # (a static member then comes back fenced, and commits were seen to hang).
-            self.watch.trouble()
-            raise _Restart("the consumer lost its group session during a broker outage")
-        try:
-            self._calls.call(
-                "offset commit",
-                lambda: consumer.commit(offsets=offsets, asynchronous=False),
-                _COMMIT_S,
-            )
-        except CallDeadline as exc:
-            self.watch.trouble()
-            raise _Restart(str(exc)) from exc
-        except KafkaException as exc:
-            kerr = exc.args[0]
-            if kerr.fatal() or is_fenced(kerr):
-                self._kafka_error(kerr)
-            # Anything else is transient here (a coordinator loading or moving after a broker
-            # restart, a rebalance): the same absolute offsets go again after a backoff.
-            self._commit_failures += 1
-            wait = backoff(self._commit_failures - 1, base=0.2, cap=5.0)
-            self._commit_retry_at = now + wait
-            log.warning(
-                "offset commit deferred %.1fs (attempt %d): %s",
-                wait,
-                self._commit_failures,
-                kerr.str(),
-            )
-            return
-        self._commit_failures = 0
-        self._commit_retry_at = now + _COMMIT_EVERY_S
         self.health.progressed()
-        self.watch.progressed()
-        self._progress_in_session = True
+        self._sessions.progressed()
         for tp in offsets:
             self._committed[tp.partition] = tp.offset
 
@@ -644,6 +576,7 @@ class Archiver(HolePlacer):
         err = msg.error()
         if err is not None:
             self._kafka_error(err)
+            log.warning("Kafka consumer: %s", err.str())
             return
         partition, offset, value = msg.partition(), msg.offset(), msg.value()
         if partition is None or offset is None:

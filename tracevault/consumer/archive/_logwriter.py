@@ -347,22 +347,36 @@ class FlushJob:
         thread pays for too, and a flush has hundreds of small objects. Taking the next object
         (rather than a fixed share) keeps a thread that met a slow PUT from holding up the
         flush."""
-        until, put = self.until, self.store.put
+        until, store_put = self.until, self.store.put
+        url = self.store.url
+
+        def put(k: str, v: bytes) -> None:
+            try:
+                store_put(k, v, retain_until=until)
+            except OSError as exc:  # a store's own errors are TraceVaultErrors already
+                raise ArchiveError(f"object {k} could not be written to {url}: {exc}") from exc
+
         put_many = getattr(self.store, "put_many", None)
         if put_many is not None:
-            put_many(self.puts, retain_until=until)
+            try:
+                put_many(self.puts, retain_until=until)
+            except OSError as exc:
+                first = self.puts[0][0] if self.puts else self.checkpoint[0]
+                raise ArchiveError(
+                    f"objects of the flush to size {self.size} (the first {first}) could not "
+                    f"be written to {url}: {exc}"
+                ) from exc
         else:
             left = iter(self.puts)  # shared: a list iterator hands each object out once
 
             def put_left() -> None:
                 for k, v in left:
-                    put(k, v, retain_until=until)
+                    put(k, v)
 
             n = max(1, min(pool._max_workers, len(self.puts)))
             for f in [pool.submit(put_left) for _ in range(n)]:
                 f.result()
-        key, note = self.checkpoint
-        self.store.put(key, note, retain_until=until)  # last: it makes the flush count
+        put(*self.checkpoint)  # last: it makes the flush count
         return len(self.puts) + 1
 
 

@@ -1,9 +1,11 @@
 """Where the archiver puts a ``sealed`` record it must not archive, so that it can go on.
 
-A record that does not parse, names a run the archive cannot store, does not continue its
-run's hash chain, or comes after such a record (a hole) is never archived: the archive never
-skips a seq. It used to stop the archiver, and every restart stopped on the same record. Now
-it is quarantined and the archiver keeps archiving every other run.
+A record that does not parse, names a run the archive cannot hold as run history (an id
+outside the run-id grammar, sealed before it, that has no readable name), has a sealing time
+that is no date, does not continue its run's hash chain, or comes after such a record (a
+hole) is never archived: the archive never skips a seq. It used to stop the archiver, and
+every restart stopped on the same record. Now it is quarantined and the archiver keeps
+archiving every other run.
 
 The quarantine lives in the archive store itself, as one immutable, retention-locked object
 per refused record under ``quarantine/`` (``tracevault.archive.layout.quarantine_key``), not
@@ -23,19 +25,22 @@ import logging
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from urllib.parse import quote
 
 from tracevault.archive._store import ObjectStore, check_key
-from tracevault.archive.layout import quarantine_key, run_prefix
+from tracevault.archive.layout import (
+    MAX_RUN_SEGMENT,
+    quarantine_key,
+    run_id_of_segment,
+    run_prefix,
+    run_segment,
+)
 from tracevault.errors import ConfigError, NotFoundError
+from tracevault.runid import run_id_problem
 
 __all__ = ["Quarantined", "QuarantineReason", "quarantine", "unarchivable"]
 
 log = logging.getLogger(__name__)
 
-#: The longest run directory name (the percent-encoded run id) every store can hold: 255 is
-#: the file-name limit of common file systems, and S3's 1024-byte keys hold it with room.
-MAX_RUN_SEGMENT = 255
 #: ``sealed_at`` (micros) must be a date (years 1..9999): the day index is derived from it.
 MIN_SEALED_AT = int(datetime(1, 1, 2, tzinfo=UTC).timestamp()) * 1_000_000
 MAX_SEALED_AT = int(datetime(9999, 12, 30, tzinfo=UTC).timestamp()) * 1_000_000
@@ -47,8 +52,8 @@ class QuarantineReason(StrEnum):
     UNDECODABLE = "undecodable"
     """Not a SealedEvent the archiver can read (no value, bad marker, truncated, malformed)."""
     INVALID = "invalid"
-    """Reads, but cannot be archived: a run id no store can hold, a sealing time that is no
-    date."""
+    """Reads, but cannot be archived: a sealing time that is no date, or a run id outside
+    the run-id grammar with no readable archive name (sealed before ids were checked)."""
     CHAIN = "chain"
     """The next seq of its run, but ``prev_hash``/``hash`` do not continue the run's chain."""
     HOLE = "hole"
@@ -97,15 +102,25 @@ def unarchivable(run_id: str, sealed_at: int) -> str | None:
     """Why a parsed record cannot go into the archive (None: it can)."""
     if not MIN_SEALED_AT <= sealed_at <= MAX_SEALED_AT:
         return f"sealed_at {sealed_at} is not a time between the years 1 and 9999"
-    if len(quote(run_id, safe="-_.")) > MAX_RUN_SEGMENT:
-        return (
-            f"run id of {len(run_id)} characters is over {MAX_RUN_SEGMENT} characters once "
-            "percent-encoded, more than an archive path segment holds"
-        )
+    # A run sealed before the run-id grammar whose id fits neither the grammar nor a readable
+    # name ("." , "..", 85 CJK characters, 255 ASCII bytes): its records are quarantined, so
+    # its bytes are kept, named by the rule (docs/design.md, "Run ids"). An id of the grammar
+    # always archives, under a mapped name if it needs one; so does an old id that has a
+    # readable name (as it did before the grammar).
+    problem = run_id_problem(run_id)
+    if problem is not None and run_id_of_segment(run_segment(run_id)) != run_id:
+        return f"{problem}; it was sealed before run ids were checked and has no readable name"
+    # The layout names every string; this stays as the net for a layout bug.
+    seg = run_prefix(run_id)
     try:
-        check_key(run_prefix(run_id) + "final.receipt.json")
+        check_key(seg + "final.receipt.json")
     except ConfigError:
-        return f"run id {run_id!r} gives no valid archive path"
+        return f"run id {run_id[:40]!r} gives no valid archive path ({seg[:60]!r})"
+    if len(seg) > len("runs//") + MAX_RUN_SEGMENT:
+        return (
+            f"run id {run_id[:40]!r} gives an archive path segment of {len(seg) - 6} bytes, over "
+            f"the {MAX_RUN_SEGMENT} that every store can name with the suffixes of a run's objects"
+        )
     return None
 
 

@@ -33,6 +33,7 @@ from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,
     day_index_key,
+    day_index_marker,
     final_key,
     parse_segment_key,
     receipt_key,
@@ -172,7 +173,9 @@ class ArchiveWriter:
             )
         until = self._until()
         for day in {_day(events[0].sealed_at), _day(events[-1].sealed_at)} - cur.days:
-            self.store.put(day_index_key(day, cur.run_id), b"", retain_until=until)
+            self.store.put(
+                day_index_key(day, cur.run_id), day_index_marker(cur.run_id), retain_until=until
+            )
             cur.days.add(day)
         key = segment_key(cur.run_id, first, last)
         data = encode_segment(cur.run_id, first, (e.body for e in events))

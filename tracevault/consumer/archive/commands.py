@@ -111,8 +111,8 @@ def archiver(
     and 4 when the archive is inconsistent (restarting does not help: an operator must
     look); see `tracevault --help` for every code.
     """
-    from tracevault.consumer._liveness import serve, stop_on_signals  # noqa: PLC0415
     from tracevault.consumer.archive._archiver import Archiver  # noqa: PLC0415 - Kafka import
+    from tracevault.runtime.liveness import serve, stop_on_signals  # noqa: PLC0415
 
     extra = {"log_vkeys": ",".join(trusted_keys)} if trusted_keys else {}
     settings, store = _store(

@@ -5,12 +5,23 @@ has finished) it knows only each run's last hash. An event resent with an old se
 the sealed hash of that seq and of the one before it to tell a harmless duplicate from a
 conflict. The head's exact ``first_offset``/``last_offset`` bound the read to the run's own
 span of one partition; this is rare (a producer resending long-sealed events) and cheap.
+
+Liveness (docs/liveness.md): the read runs in the sequencer's main thread, so it must not
+outlast the broker. It gives up as soon as ``abort`` names a reason (stop was asked, or no
+broker is reachable) instead of waiting out its timeout; a reader whose read failed is closed,
+and the sequencer closes it with every Kafka session it replaces, so the next read starts on a
+fresh consumer rather than one left behind by a broker crash. A run's span read once is kept
+(``_CACHED`` spans): an agent that resends a thousand sealed events of a finished run after
+the broker returns costs one read, not one each.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -21,14 +32,26 @@ from tracevault.schemas import decode_sealed
 
 __all__ = ["SealedHistory"]
 
+_CACHED = 256  # run spans kept (a few dozen hashes each)
+
 
 class SealedHistory:
     """Callable ``(run_id, partition, first_offset, last_offset) -> {seq: hash}``."""
 
-    def __init__(self, settings: Settings, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        timeout: float = 30.0,
+        abort: Callable[[], str | None] | None = None,
+        client_config: dict[str, Any] | None = None,
+    ) -> None:
         self._settings = settings
+        self._extra = client_config or {}
         self._timeout = timeout
+        self._abort = abort
         self._consumer: Consumer | None = None
+        self._spans: OrderedDict[tuple[str, int, int, int], dict[int, bytes]] = OrderedDict()
 
     def _client(self) -> Consumer:
         if self._consumer is None:
@@ -38,7 +61,11 @@ class SealedHistory:
                         "group.id": f"tracevault-sealed-history-{uuid.uuid4().hex[:8]}",
                         "enable.auto.commit": False,
                         "isolation.level": "read_committed",
+                        # a position reset (after a broker crash) must not park it at the end,
+                        # waiting for records only the blocked sequencer could write
+                        "auto.offset.reset": "earliest",
                         "log_level": 0,
+                        **self._extra,
                     }
                 )
             )
@@ -49,6 +76,24 @@ class SealedHistory:
     ) -> dict[int, bytes]:
         if first_offset < 0 or last_offset < first_offset:
             return {}
+        span = (run_id, partition, first_offset, last_offset)
+        got = self._spans.get(span)
+        if got is None:
+            try:
+                got = self._read(run_id, partition, first_offset, last_offset)
+            except BaseException:
+                self.close()  # the next read starts on a fresh consumer
+                raise
+            self._spans[span] = got
+            if len(self._spans) > _CACHED:
+                self._spans.popitem(last=False)
+        else:
+            self._spans.move_to_end(span)
+        return dict(got)
+
+    def _read(
+        self, run_id: str, partition: int, first_offset: int, last_offset: int
+    ) -> dict[int, bytes]:
         topic = self._settings.topics.sealed
         consumer = self._client()
         consumer.assign([TopicPartition(topic, partition, first_offset)])
@@ -57,6 +102,12 @@ class SealedHistory:
         deadline = time.monotonic() + self._timeout
         try:
             while True:
+                why = self._abort() if self._abort is not None else None
+                if why is not None:
+                    raise ServiceUnavailableError(
+                        f"reading run {run_id}'s sealed history from {topic}[{partition}] "
+                        f"stopped: {why}"
+                    )
                 if time.monotonic() > deadline:
                     raise ServiceUnavailableError(
                         f"reading run {run_id}'s sealed history from {topic}[{partition}] "
@@ -86,6 +137,6 @@ class SealedHistory:
             consumer.unassign()
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()

@@ -67,16 +67,6 @@ from confluent_kafka import (
 )
 
 from tracevault.config import Settings
-from tracevault.consumer._liveness import (
-    BlockingCalls,
-    CallDeadline,
-    Health,
-    KafkaWatch,
-    Stopping,
-    backoff,
-    is_fenced,
-    is_outage,
-)
 from tracevault.consumer._memory import trim_heap
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._log import PartitionLogs, signer_from_settings
@@ -95,7 +85,7 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
-from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, read_state
+from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, prove_state, read_state
 from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
 from tracevault.log import (
     CHECKPOINT_KEY,
@@ -105,6 +95,20 @@ from tracevault.log import (
     TREE_KEY,
     NoteSigner,
     leaf_prefix,
+)
+from tracevault.runtime.liveness import (
+    BlockingCalls,
+    Broken,
+    CallDeadline,
+    Health,
+    KafkaWatch,
+    Restart,
+    Sessions,
+    Stopping,
+    backoff,
+    close_quietly,
+    is_fenced,
+    is_outage,
 )
 from tracevault.schemas import EventKind, avro_long
 from tracevault.schemas.fast import armed_walks
@@ -125,6 +129,7 @@ _CHUNK_RUNS = 3000  # finished runs per heads chunk: ~150 bytes each, well under
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
 _SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
 _FLUSH_SLICE_S = 1.0  # one inline flush wait; stop and the session are checked between them
+_HISTORY_AWAY_S = 3.0  # a sealed-history read stops once no broker was up for this long
 _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we give up on it
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_REPLACE_CLOSE_S)
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
@@ -144,14 +149,6 @@ def default_instance_id() -> str:
 
 class _AbortBatch(Exception):
     """A delivery inside the transaction failed: abort it and redo the batch."""
-
-
-class _Restart(Exception):
-    """This Kafka session cannot go on: start a new consumer and producer."""
-
-
-class _Broken(_Restart):
-    """A restart for a client that broke while the broker answered: counted towards giving up."""
 
 
 class Sequencer:
@@ -178,7 +175,6 @@ class Sequencer:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._book: RunBook | None = None
-        self._history = SealedHistory(settings)
         self._delivery_error: KafkaError | None = None
         self._chunks: list[tuple[bytes, int, int]] = []  # finished-run chunks of the batch
         self.partitions = 0
@@ -186,8 +182,16 @@ class Sequencer:
         self.watch = KafkaWatch(f"sequencer {self.instance_id}")
         self.health = Health("sequencer", settings.health_stall_s)
         self.health.watch = self.watch
+        # its stats feed the watch while a read holds the main thread, so the read stops
+        # once the brokers are away instead of waiting out its timeout
+        self._history = SealedHistory(
+            settings, abort=self._history_abort, client_config=self.watch.client_config()
+        )
         self._established = False
-        self._committed_since_start = False
+        self._sessions = Sessions(
+            f"sequencer {self.instance_id}", self._stop, self.health, _GIVE_UP_AFTER
+        )
+        self._assigned = False  # an assignment (maybe empty) came in this session
         self._lost = False
         self._session_started = 0.0
         self._native = self._native_context()
@@ -233,12 +237,21 @@ class Sequencer:
         self.health.state = "stopping"
         self._stop.set()
 
+    def _history_abort(self) -> str | None:
+        """Why a sealed-history read should stop now (it runs in the main thread), or None."""
+        if self._stop.is_set():
+            return "stop was asked"
+        down = self.watch.down_since
+        if down is not None and time.monotonic() - down > _HISTORY_AWAY_S:
+            return f"no Kafka broker reachable for {time.monotonic() - down:.0f}s"
+        return None
+
     def _check_session(self) -> None:
         """A broker outage longer than the session timeout ends this session: its static
         member would come back fenced, and calls with its metadata were seen to block."""
         away = self.watch.outage_since(self._session_started)
         if away * 1000 > self.settings.sequencer_session_timeout_ms:
-            raise _Restart(f"the brokers were away {away:.0f}s, past the session timeout")
+            raise Restart(f"the brokers were away {away:.0f}s, past the session timeout")
 
     def _call(
         self, what: str, fn: Callable[[float], Any], budget_s: float, *, calls: int = 1
@@ -291,7 +304,7 @@ class Sequencer:
             self._raise_if_fenced(err)
             if self._established:
                 why = f"init_transactions failed ({err})"
-                raise (_Restart(why) if is_outage(err) else _Broken(why)) from exc
+                raise (Restart(why) if is_outage(err) else Broken(why)) from exc
             raise ServiceUnavailableError(
                 f"init_transactions for {self.transactional_id} failed ({err}); check the "
                 "broker's transaction state log settings (replication factor 1 on one node)"
@@ -345,7 +358,7 @@ class Sequencer:
         if self.watch.excuse_fencing(self._outage_window_s):
             # After an outage longer than the session timeout librdkafka's static member
             # calls itself fenced although no one else has our id (docs/liveness.md).
-            raise _Restart(f"fenced after a broker outage ({err.str()})")
+            raise Restart(f"fenced after a broker outage ({err.str()})")
         raise FencedError(
             f"sequencer {self.instance_id} was fenced ({err.str()}): another process runs "
             f"with transactional.id {self.transactional_id} or group.instance.id "
@@ -356,19 +369,47 @@ class Sequencer:
     # -- rebalance ---------------------------------------------------------------------------
 
     def _restore(self, partitions: list[int]) -> None:
+        """The book and trees of ``partitions`` from the heads topic, each piece proven
+        against ``sealed`` first (heads/_proof.py); what fails is an ALERT, counted, and
+        rebuilt from ``sealed`` (docs/design.md, "Sequencer rules")."""
         assert self._book is not None
+        s = self.settings
         state = read_state(
-            self.settings,
+            s,
             partitions,
             timeout=self._txn_timeout_s + 30,
             stable=True,
             keep_heads=False,  # the columns are all a restore needs (docs/fleet.md)
         )
-        self._book.restore(state.heads.values())
+        verifier = getattr(self.logs.signer, "verifier", None)
+        proven = prove_state(
+            s,
+            state,
+            partitions,
+            partition_count=self.partitions,
+            verifiers=[verifier] if verifier is not None else [],
+            horizon_us=int((s.sequencer_finished_horizon_s + s.sequencer_clock_skew_s) * 1e6),
+            now_us=now_micros(),
+            timeout=self._txn_timeout_s + 30,
+        )
+        for bad in proven.rejected:
+            self.metrics.rejected(bad.what)
+            log.error(
+                "ALERT sequencer %s: restored %s state of partition %d did not prove itself "
+                "(%s); rebuilt from %s. Only the sequencer may write %s: apply `tracevault "
+                "topics acls`",
+                self.instance_id,
+                bad.what,
+                bad.partition,
+                bad.why,
+                s.topics.sealed,
+                s.topics.heads,
+            )
         self._book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
-        self.logs.restore(partitions, state.trees)
-        n_open = len(state.heads)
-        del state
+        self._book.restore(proven.heads, rewrite=proven.rebuilt, forget=proven.forget)
+        self.logs.restore(partitions, proven.trees)
+        n_open = len(proven.heads)
+        del state, proven
         trim_heap()
         log.info(
             "sequencer %s restored %d open run heads and %d finished runs for partitions %s "
@@ -383,6 +424,7 @@ class Sequencer:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is not self._consumer:
             return  # a dropped session's consumer, closing late: its book is gone
+        self._assigned = True
         self.metrics.rebalances.inc()
         self._restore([tp.partition for tp in partitions])
 
@@ -413,7 +455,6 @@ class Sequencer:
 
     def run(self) -> None:
         """Sessions until ``stop()``: a session that cannot go on is replaced by a new one."""
-        failures = attempts = 0
         try:
             while not self._stop.is_set():
                 try:
@@ -427,9 +468,9 @@ class Sequencer:
                         exc,
                     )
                     return
-                except (_Restart, CallDeadline, KafkaException, ServiceUnavailableError) as exc:
+                except (Restart, CallDeadline, KafkaException, ServiceUnavailableError) as exc:
                     if isinstance(exc, KafkaException):
-                        with contextlib.suppress(_Restart):  # FencedError: a rival, stop
+                        with contextlib.suppress(Restart):  # FencedError: a rival, stop
                             self._raise_if_fenced(exc.args[0])
                     if not self._established:
                         if isinstance(exc, CallDeadline):
@@ -437,31 +478,12 @@ class Sequencer:
                                 f"Kafka at {self.settings.bootstrap_servers} did not answer ({exc})"
                             ) from exc
                         raise
-                    if self._committed_since_start:
-                        failures = attempts = 0
-                    attempts += 1
                     if isinstance(exc, ServiceUnavailableError | CallDeadline):
                         self.watch.trouble()  # "did not answer": an outage, however long
-                    elif isinstance(exc, _Broken) or (
+                    broken = isinstance(exc, Broken) or (
                         isinstance(exc, KafkaException) and not is_outage(exc.args[0])
-                    ):
-                        failures += 1
-                    if failures > _GIVE_UP_AFTER:
-                        raise ServiceUnavailableError(
-                            f"sequencer {self.instance_id} could not resume after "
-                            f"{failures} attempts while the broker answered (last: {exc}); "
-                            "exiting for the supervisor to restart it"
-                        ) from exc
-                    # an outage: try again every 2 s at most; something broken: back off more
-                    wait = backoff(attempts, base=0.25, cap=10.0 if failures else 2.0)
-                    log.warning(
-                        "sequencer %s: Kafka session ended (%s); starting a new one in %.1fs",
-                        self.instance_id,
-                        exc,
-                        wait,
                     )
-                    self.health.state = "restarting"
-                    self.health.restarts += 1
+                    wait = self._sessions.ended(exc, broken=broken)
                     self._drop_clients(_REPLACE_CLOSE_S)
                     if self._stop.wait(wait):
                         return
@@ -470,7 +492,7 @@ class Sequencer:
 
     def _session(self) -> None:
         s = self.settings
-        self._committed_since_start = self._lost = False
+        self._lost = self._assigned = False
         self._session_started = time.monotonic()
         consumer = self._consumer = self._new_consumer()
         self.partitions = self._check_topics(consumer)
@@ -512,12 +534,12 @@ class Sequencer:
             try:
                 msgs = consumer.consume(s.sequencer_batch_size, timeout=wait)
                 if self._lost:
-                    raise _Restart("the consumer lost its partitions (group session expired)")
+                    raise Restart("the consumer lost its partitions (group session expired)")
                 self._check_session()
             except KafkaException as exc:
                 self._raise_if_fenced(exc.args[0])
                 if exc.args[0].fatal():
-                    raise _Broken(f"the raw consumer failed ({exc.args[0].str()})") from exc
+                    raise Broken(f"the raw consumer failed ({exc.args[0].str()})") from exc
                 raise
             now_us = now_micros()
             out = BatchOutput()
@@ -574,7 +596,7 @@ class Sequencer:
                 self._raise_if_fenced(err)
                 if err.fatal() or err.code() == KafkaError._FATAL:
                     # exactly-once holds: nothing of this batch is committed
-                    raise _Broken(f"the raw consumer failed fatally ({err.str()})")
+                    raise Broken(f"the raw consumer failed fatally ({err.str()})")
                 log.warning("consumer: %s", err)
                 continue
             consumed += 1
@@ -596,7 +618,7 @@ class Sequencer:
             log.warning("sequencer %s: producer call failed (%s)", self.instance_id, exc)
             self._recover(consumer, self._delivery_error)
             return
-        self._committed_since_start = True
+        self._sessions.progressed()
         assert self._book is not None
         for run in out.touched.values():
             run.persisted = True
@@ -735,7 +757,7 @@ class Sequencer:
             # timeout; offsets sent with that metadata were seen to block for minutes, and the
             # member comes back fenced anyway (docs/liveness.md): start a new session now.
             self.watch.trouble()
-            raise _Restart("the consumer lost its group session during a broker outage")
+            raise Restart("the consumer lost its group session during a broker outage")
         group = consumer.consumer_group_metadata()
         sent = False
 
@@ -954,7 +976,10 @@ class Sequencer:
                 pos = max(tp.offset, 0)
                 lag[tp.partition] = max(0, hi - pos)
             self.metrics.set_lag(lag)
-            self.health.set_lag(sum(lag.values()) if lag or not assignment else None)
+            # no partitions is idle only once the group said so (an empty assignment): a
+            # consumer still waiting to join a stuck group is not keeping up
+            idle = not assignment and self._assigned
+            self.health.set_lag(sum(lag.values()) if lag or idle else None)
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
 
@@ -962,18 +987,14 @@ class Sequencer:
         """Close the consumer within _CLOSE_S or abandon it; drop the producer (a new
         ``init_transactions`` with our id fences it and aborts its open transaction)."""
         consumer, self._consumer, self._producer = self._consumer, None, None
+        name = f"sequencer {self.instance_id}"
         if consumer is not None:
-            try:
-                self._calls.call("consumer close", consumer.close, close_s)
-            except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
-                log.info("sequencer %s: consumer close: %s", self.instance_id, exc)
+            close_quietly(self._calls, f"{name} consumer close", consumer.close, close_s)
+        # the next session reads history on a fresh consumer too
+        close_quietly(self._calls, f"{name} history close", self._history.close, _CLOSE_S)
 
     def _close(self) -> None:
         self._drop_clients()
-        try:
-            self._calls.call("history close", self._history.close, _CLOSE_S)
-        except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
-            log.info("sequencer %s: history reader close: %s", self.instance_id, exc)
         self._calls.close()
         log.info("sequencer %s stopped", self.instance_id)
 

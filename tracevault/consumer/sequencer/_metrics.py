@@ -89,6 +89,15 @@ class SequencerMetrics:
             ["instance_id"],
             registry=r,
         ).labels(**labels)
+        self._rejected = Counter(
+            "tracevault_sequencer_state_rejected",
+            "restored heads records that did not prove themselves against sealed, by what "
+            "they held (head, tree, chunk); each is an ALERT and is rebuilt from sealed",
+            ["instance_id", "what"],
+            registry=r,
+        )
+        for what in ("head", "tree", "chunk"):
+            self._rejected.labels(instance_id=instance, what=what)
         for reason in DlqReason:
             self._dlq.labels(instance_id=instance, reason=reason.value)
         for outcome in ("committed", "aborted"):
@@ -96,6 +105,9 @@ class SequencerMetrics:
 
     def dlq(self, reason: DlqReason, n: int = 1) -> None:
         self._dlq.labels(reason=reason.value, **self._labels).inc(n)
+
+    def rejected(self, what: str) -> None:
+        self._rejected.labels(what=what, **self._labels).inc()
 
     def state(self, book: Any) -> None:
         """Sizes of the run book (a RunBook): open runs, finished runs, their bytes."""

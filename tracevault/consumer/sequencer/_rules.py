@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -50,6 +50,7 @@ from tracevault.consumer.sequencer._records import (
 from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
 from tracevault.heads import FinishedChunk, GapRange, Head, HeldEvent, fingerprint
 from tracevault.kafka import partition_for
+from tracevault.runid import run_id_problem
 from tracevault.schemas import EventKind, check_canonical, decode_event
 from tracevault.schemas.fast import event_time, peek_event
 
@@ -72,12 +73,13 @@ MAX_RAW_BYTES = 990_000
 #: transaction of that partition failed). Sweeps of events already held may add up to
 #: ``sequencer_max_gap`` more: still far under the limit.
 MAX_GAP_RANGES = 5_000
-#: The Recorder's bound on a run id (UTF-8 bytes); it is the Kafka key and names archive paths.
-MAX_RUN_ID_BYTES = 255
+#: The longest run id a run in the book can have: a new run's id fits the grammar
+#: (``tracevault.runid``, at most 128 bytes), a run opened before it was at most 255 bytes.
+_MAX_KEY_BYTES = 255
 #: Key plus value of a refused record copied into its DLQ record; beyond this only their
 #: sizes and SHA-256 go in (the DLQ record with its headers, at most about 5.5 KB, must fit
 #: the same limit). Every event the rules accept (then hold) fits, with its key.
-MAX_DLQ_COPY_BYTES = MAX_RAW_BYTES + MAX_RUN_ID_BYTES
+MAX_DLQ_COPY_BYTES = MAX_RAW_BYTES + _MAX_KEY_BYTES
 
 _GAP = EventKind.GAP
 _FINISHED = EventKind.RUN_FINISHED
@@ -225,18 +227,29 @@ class RunBook:
         self.runs: dict[str, _Run] = {}
         self.finished = FinishedRuns()
         self._waiting: set[str] = set()  # runs with held events
-        self._migrate: list[_Run] = []  # finished heads restored: to tombstone and retire
+        self._migrate: list[_Run] = []  # restored heads to write again (finished: to retire)
+        self._forget: list[tuple[bytes, int]] = []  # heads keys to tombstone (docs/design.md)
 
     # -- ownership ---------------------------------------------------------------------------
 
-    def restore(self, heads: Iterable[Head]) -> None:
+    def restore(
+        self,
+        heads: Iterable[Head],
+        rewrite: Collection[str] = (),
+        forget: Iterable[tuple[bytes, int]] = (),
+    ) -> None:
+        """Restored heads; those in ``rewrite`` (rebuilt from sealed) are written again by
+        the next transaction, and the (key, partition) in ``forget`` tombstoned there."""
         for head in heads:
             run = _Run(head)
             self.runs[head.run_id] = run
             if run.held:
                 self._waiting.add(run.run_id)
-            if run.finished:  # a head written before finished runs left the heads topic
+            if run.finished or run.run_id in rewrite:
+                # finished: a head written before finished runs left the heads topic
+                run.persisted = True  # a record under its key is there: it is tombstoned
                 self._migrate.append(run)
+        self._forget.extend(forget)
 
     def restore_finished(self, chunks: Iterable[tuple[bytes, int, FinishedChunk]]) -> None:
         """Chunks of runs finished within the horizon, read back from the heads topic."""
@@ -262,12 +275,14 @@ class RunBook:
             del self.runs[run_id]
             self._waiting.discard(run_id)
         self.finished.drop_partitions(gone)
+        self._forget = [(k, p) for k, p in self._forget if p not in gone]
 
     def clear(self) -> None:
         self.runs.clear()
         self._waiting.clear()
         self.finished.clear()
         self._migrate.clear()
+        self._forget.clear()
 
     @property
     def held_count(self) -> int:
@@ -420,16 +435,11 @@ class RunBook:
             )
             return
         run = self.runs.get(run_id)
-        if run is None and not 0 < len(run_id.encode("utf-8")) <= MAX_RUN_ID_BYTES:
-            refuse(
-                out,
-                src,
-                DlqReason.INVALID,
-                f"run_id is {len(run_id.encode('utf-8'))} bytes; a run id is 1 to "
-                f"{MAX_RUN_ID_BYTES} bytes of text (as the Recorder enforces)",
-                run_id=run_id,
-                seq=seq,
-            )
+        # The grammar at the run's first record: a run already in the book (restored, or
+        # opened before the grammar) goes on, and only such runs take the C path (_cseal.c).
+        if run is None and (problem := run_id_problem(run_id)) is not None:
+            where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
+            refuse(out, src, DlqReason.INVALID, f"{where}: {problem}", run_id=run_id, seq=seq)
             return
         if key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
             refuse(
@@ -771,9 +781,12 @@ class RunBook:
         out.expired.extend(self.finished.expire(now_us - self.horizon_us - self.skew_us))
         for old in self._migrate:
             if self.runs.get(old.run_id) is old:
-                out.finished[old.run_id] = old
+                if old.finished:
+                    out.finished[old.run_id] = old
                 out.touched[old.run_id] = old
         self._migrate.clear()
+        out.expired.extend(self._forget)
+        self._forget.clear()
         for run_id in list(self._waiting):
             run = self.runs.get(run_id)
             if run is None:

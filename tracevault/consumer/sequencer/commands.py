@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from tracevault._clitools import settings_from, stderr
-from tracevault.consumer._liveness import serve, stop_on_signals
 from tracevault.consumer.sequencer._loop import Sequencer
+from tracevault.runtime.liveness import serve, stop_on_signals
 
 __all__ = ["JsonLogFormatter", "sequencer"]
 

@@ -1,7 +1,8 @@
-"""The liveness parts on their own: call deadlines, stop during a call, /healthz, signals.
+"""The liveness parts on their own: call deadlines, stop during a call, /healthz, signals,
+the session supervisor.
 
-The broker-outage behaviour of the real services is in ``test_outage.py``; these pin the
-pieces it relies on, quickly and without a broker.
+The broker-outage behaviour of the real services is in ``tests/consumer/test_outage.py`` and
+``test_outage_all.py``; these pin the pieces they rely on, quickly and without a broker.
 """
 
 from __future__ import annotations
@@ -14,17 +15,24 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
 from tests.kafka_harness import free_port
-from tracevault.consumer._liveness import (
+from tracevault.errors import FencedError, ServiceUnavailableError
+from tracevault.runtime.liveness import (
     BlockingCalls,
+    Broken,
     CallDeadline,
     Health,
     KafkaWatch,
+    Restart,
+    Sessions,
     Stopping,
+    raise_for,
     serve,
 )
 
@@ -97,6 +105,20 @@ def test_healthz_reports_progress_not_just_liveness() -> None:
     assert code == 503 and "no Kafka broker reachable" in json.loads(body)["reason"]
 
 
+def _wait_until_blocked_in_the_kernel(pid: int, timeout: float = 30.0) -> None:
+    """Until the process's main thread sleeps on a futex: after it printed "blocking" that is
+    init_transactions waiting for librdkafka's threads (Linux /proc; a condition, not a nap)."""
+    task = Path(f"/proc/{pid}/task/{pid}")
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "S" and "futex" in (task / "wchan").read_text():
+            return
+        assert time.monotonic() < deadline, f"main thread never blocked (state {state})"
+        pause.wait(0.01)  # a deadline-bounded poll
+
+
 def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> None:
     # The main thread waits inside librdkafka (init_transactions against a port where no broker
     # listens), so Python's own handler may never run; the wakeup fd and the timer still do.
@@ -104,7 +126,7 @@ def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> No
         f"""
         import logging, sys, threading
         from confluent_kafka import Producer
-        from tracevault.consumer._liveness import stop_on_signals
+        from tracevault.runtime.liveness import stop_on_signals
         logging.basicConfig(level=logging.INFO)
         stop_on_signals(lambda: None, "blocked", hard_limit_s=2.0)
         p = Producer({{"bootstrap.servers": "127.0.0.1:{free_port()}",
@@ -121,7 +143,7 @@ def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> No
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "blocking"
-    threading.Event().wait(0.5)  # let the main thread get into librdkafka
+    _wait_until_blocked_in_the_kernel(proc.pid)  # inside init_transactions, waiting on librdkafka
     t0 = time.monotonic()
     proc.terminate()
     _, err = proc.communicate(timeout=15)
@@ -129,3 +151,52 @@ def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> No
     assert took < 6, f"exited {took:.1f}s after SIGTERM"
     assert proc.returncode == 3, err
     assert "did not stop within 2s of the signal" in err
+
+
+def test_the_supervisor_starts_a_new_session_until_one_returns() -> None:
+    stop = threading.Event()
+    health = Health("witness", stall_s=60)
+    sessions = Sessions("t", stop, health)
+    opened: list[int] = []
+    closed: list[int] = []
+    forgot: list[int] = []
+
+    def session(n: int) -> None:
+        if n < 2:
+            raise Restart(f"session {n} ended")  # an outage: never counts towards giving up
+
+    def start() -> int:
+        opened.append(len(opened))
+        return opened[-1]
+
+    sessions.run(start, session, closed.append, on_restart=lambda: forgot.append(1))
+    assert opened == closed == [0, 1, 2] and len(forgot) == 2
+    assert health.restarts == 2 and sessions.failures == 0
+
+
+def test_the_supervisor_gives_up_after_broken_sessions_without_progress() -> None:
+    health = Health("archiver", stall_s=60)
+    sessions = Sessions("archiver", threading.Event(), health, give_up_after=2)
+    waits = [sessions.ended(Broken("client failed"), broken=True) for _ in range(2)]
+    assert waits[1] > waits[0] > 0
+    with pytest.raises(ServiceUnavailableError, match="could not resume after 3 attempts"):
+        sessions.ended(Broken("client failed"), broken=True)
+    sessions.failures = 0
+    for _ in range(20):  # an outage, however long, never gives up; waits stay at 2 s at most
+        assert sessions.ended(Restart("broker away"), broken=False) <= 2.0
+    sessions.progressed()  # a commit went through: the next broken session starts afresh
+    sessions.ended(Broken("client failed"), broken=True)
+    assert sessions.failures == 1 and sessions.attempts == 1
+
+
+def test_a_fencing_right_after_an_outage_is_a_new_session_else_a_rival() -> None:
+    watch = KafkaWatch("t")
+    fenced = KafkaError(KafkaError.FENCED_INSTANCE_ID, "fenced", fatal=True)
+    with pytest.raises(FencedError, match="another witness"):
+        raise_for(fenced, watch, 60.0, "another witness")
+    watch.trouble()  # the brokers were away just now
+    with pytest.raises(Restart, match="fenced after a broker outage"):
+        raise_for(fenced, watch, 60.0, "another witness")
+    raise_for(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), watch, 60.0, "x")  # returns
+    with pytest.raises(Broken):
+        raise_for(KafkaError(KafkaError._FATAL, "boom", fatal=True), watch, 60.0, "x")

@@ -1,6 +1,7 @@
-"""What keeps the sequencer and the archiver alive across broker outages (docs/liveness.md).
+"""What keeps the sequencer, the archiver and the witness alive across broker outages
+(docs/liveness.md).
 
-Three parts, shared by both services:
+Shared by all three services:
 
 - :class:`BlockingCalls` runs librdkafka's blocking calls in a daemon worker thread and waits
   at most a deadline. librdkafka does not always honour its own timeout (after a broker outage
@@ -14,8 +15,15 @@ Three parts, shared by both services:
 - :func:`stop_on_signals` makes SIGTERM/SIGINT stop the service within a bound in every
   state, even while the main thread is blocked in C (Python handlers run only between
   bytecodes of the main thread; the wakeup fd is written at once, and a thread reads it).
+- :class:`Sessions` is the supervisor: it runs one Kafka session after another until stop,
+  with backoff, and gives up (exit 3) after too many sessions that broke while the broker
+  answered; :class:`OffsetCommits` commits offsets under a deadline and defers a transient
+  failure (a coordinator loading or moving after a broker restart) with backoff;
+  :func:`raise_for` turns a fencing or fatal client error into a new session or a stop.
 - :class:`Health` and :func:`serve` answer ``/healthz`` beside ``/metrics``: 200 while the
   service makes progress or has nothing to do, 503 with a JSON reason when it is stuck.
+
+The sequencer, the archiver and the witness all run under these (docs/liveness.md).
 """
 
 from __future__ import annotations
@@ -34,18 +42,27 @@ from socketserver import ThreadingMixIn
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from tracevault.errors import FencedError, ServiceUnavailableError
 
 __all__ = [
     "BlockingCalls",
+    "Broken",
     "CallDeadline",
     "Health",
     "KafkaWatch",
+    "OffsetCommits",
+    "Restart",
+    "Sessions",
     "Stopping",
     "backoff",
+    "close_quietly",
+    "consumer_lag",
     "is_fenced",
     "is_outage",
+    "raise_for",
     "serve",
     "stop_on_signals",
 ]
@@ -93,6 +110,14 @@ class CallDeadline(Exception):
 
 class Stopping(Exception):
     """``stop()`` was asked while a client call was still running past the stop grace."""
+
+
+class Restart(Exception):
+    """This Kafka session cannot go on: drop its clients and start a new session."""
+
+
+class Broken(Restart):
+    """A restart for a client that broke while the broker answered: counted towards giving up."""
 
 
 def backoff(attempt: int, *, base: float = 0.5, cap: float = 10.0) -> float:
@@ -274,6 +299,28 @@ class KafkaWatch:
     def progressed(self) -> None:
         self._excused = 0
 
+    def check_session(self, started: float, session_timeout_ms: int) -> None:
+        """Raise :class:`Restart` when the brokers were away longer than the session timeout
+        since ``started``: the group session is dead, a static member would come back fenced,
+        and calls with its metadata were seen to block."""
+        away = self.outage_since(started)
+        if away * 1000 > session_timeout_ms:
+            raise Restart(f"the brokers were away {away:.0f}s, past the session timeout")
+
+
+def raise_for(err: KafkaError, watch: KafkaWatch, window_s: float, rival: str) -> None:
+    """A fencing or fatal client error ends the session; anything else returns.
+
+    A fencing within ``window_s`` of an outage is librdkafka's own static member (a new
+    session, :class:`Restart`); otherwise another live process has our id: ``rival`` says
+    which, :class:`FencedError` (exit 5). A fatal error is :class:`Broken`."""
+    if is_fenced(err):
+        if watch.excuse_fencing(window_s):
+            raise Restart(f"fenced after a broker outage ({err.str()})")
+        raise FencedError(f"{rival} ({err.str()})")
+    if err.fatal():
+        raise Broken(f"Kafka client failed: {err.str()}")
+
 
 class Health:
     """Progress of one service, for ``/healthz``: stuck means 503 with the reason.
@@ -320,6 +367,173 @@ class Health:
         ok = "reason" not in doc
         doc["status"] = "ok" if ok else "stuck"
         return ok, doc
+
+
+class Sessions:
+    """The supervisor of a service's Kafka sessions: one after another until stop.
+
+    A session ends with :class:`Restart` (or a missed deadline); the next starts after a
+    backoff: every 2 s at most while the broker is away, longer once sessions *broke*
+    (:class:`Broken`) while it answered. More than ``give_up_after`` broken sessions in a row,
+    with no progress in between, raise :class:`ServiceUnavailableError` (exit 3) for the
+    process supervisor. An outage never counts, however long.
+    """
+
+    def __init__(self, name: str, stop: threading.Event, health: Health, give_up_after: int = 8):
+        self.name = name
+        self._stop = stop
+        self.health = health
+        self._give_up = give_up_after
+        self.failures = 0
+        self.attempts = 0
+        self.progress = False  # progress in the current session
+
+    def progressed(self) -> None:
+        """A commit went through: the session works (counts reset at its end)."""
+        self.progress = True
+
+    def ended(self, exc: BaseException, *, broken: bool) -> float:
+        """Account for a session ended by ``exc``: seconds to wait before the next one."""
+        if self.progress:
+            self.failures = self.attempts = 0
+        self.progress = False
+        self.attempts += 1
+        if broken:
+            self.failures += 1
+        if self.failures > self._give_up:
+            raise ServiceUnavailableError(
+                f"{self.name} could not resume after {self.failures} attempts while the broker "
+                f"answered (last: {exc}); exiting for the supervisor to restart it"
+            ) from exc
+        # an outage: try again every 2 s at most; something broken: back off more
+        wait = backoff(self.attempts, base=0.25, cap=10.0 if self.failures else 2.0)
+        log.warning(
+            "%s: Kafka session ended (%s); starting a new one in %.1fs", self.name, exc, wait
+        )
+        self.health.state = "restarting"
+        self.health.restarts += 1
+        return wait
+
+    def run(
+        self,
+        start: Callable[[], T],
+        session: Callable[[T], None],
+        close: Callable[[T], None],
+        on_restart: Callable[[], None] = _done,
+    ) -> None:
+        """``session(start())`` until it returns or stop is asked; ``close`` after each, and
+        ``on_restart`` (forget what the ended session read) before a new one."""
+        while not self._stop.is_set():
+            clients = start()
+            self.progress = False
+            try:
+                session(clients)
+                return
+            except Stopping as exc:
+                log.warning("%s stopped during a Kafka call (%s)", self.name, exc)
+                return
+            except (Restart, CallDeadline) as exc:
+                wait = self.ended(exc, broken=isinstance(exc, Broken))
+                on_restart()
+            finally:
+                close(clients)
+            if self._stop.wait(wait):
+                return
+
+
+def consumer_lag(consumer: Consumer, assigned: bool) -> int | None:
+    """Records not yet consumed over the assignment (cached watermarks: no round trip), or
+    None when unknown. No partitions is 0 (nothing to do) only when the group ``assigned``
+    them (an empty assignment): a consumer still waiting to join a stuck group is not
+    keeping up. Raises what ``position`` raises (KafkaException)."""
+    assignment = consumer.assignment()
+    lag = 0
+    known = not assignment and assigned
+    for tp in consumer.position(assignment):
+        _, hi = consumer.get_watermark_offsets(tp, cached=True)
+        if hi >= 0:
+            known = True
+            lag += max(0, hi - max(tp.offset, 0))
+    return lag if known else None
+
+
+def close_quietly(
+    calls: BlockingCalls, what: str, close: Callable[[], None], limit_s: float
+) -> None:
+    """``close()`` within ``limit_s`` or abandoned; a failure is only logged (the client is
+    dropped either way)."""
+    try:
+        calls.call(what, close, limit_s)
+    except (KafkaException, RuntimeError, CallDeadline, Stopping) as exc:
+        log.info("%s: %s", what, exc)
+
+
+class OffsetCommits:
+    """Synchronous offset commits under a deadline, at most every ``every_s``.
+
+    A transient failure (a coordinator loading or moving after a broker restart, a
+    rebalance, ``UNKNOWN_MEMBER_ID``) defers the commit: the caller sends the same absolute
+    offsets again after 0.2 s, 0.4 s, ... up to 5 s. A fencing or fatal error goes to
+    :func:`raise_for`; a missed deadline, or a consumer left without a member id, ends the
+    session (:class:`Restart`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        calls: BlockingCalls,
+        watch: KafkaWatch,
+        on_error: Callable[[KafkaError], None],
+        *,
+        deadline_s: float = 15.0,
+        every_s: float = 0.5,
+    ) -> None:
+        self._name = name
+        self._calls = calls
+        self._watch = watch
+        self._on_error = on_error
+        self._deadline = deadline_s
+        self._every = every_s
+        self.failures = 0
+        self.retry_at = 0.0
+
+    def commit(self, consumer: Consumer, offsets: list[TopicPartition], *, final: bool) -> bool:
+        """Whether ``offsets`` were committed now (False: not due yet, or deferred)."""
+        now = time.monotonic()
+        if not final and now < self.retry_at:
+            return False
+        if not consumer.memberid():
+            # The group session was lost in a broker outage longer than the session timeout
+            # (a static member then comes back fenced, and commits were seen to hang).
+            self._watch.trouble()
+            raise Restart("the consumer lost its group session during a broker outage")
+        try:
+            self._calls.call(
+                "offset commit",
+                lambda: consumer.commit(offsets=offsets, asynchronous=False),
+                self._deadline,
+            )
+        except CallDeadline as exc:
+            self._watch.trouble()
+            raise Restart(str(exc)) from exc
+        except KafkaException as exc:
+            kerr = exc.args[0]
+            self._on_error(kerr)  # raises for a fencing or a fatal error
+            self.failures += 1
+            wait = backoff(self.failures - 1, base=0.2, cap=5.0)
+            self.retry_at = now + wait
+            log.warning(
+                "%s: offset commit deferred %.1fs (attempt %d): %s",
+                self._name,
+                wait,
+                self.failures,
+                kerr.str(),
+            )
+            return False
+        self.failures = 0
+        self.retry_at = now + self._every
+        self._watch.progressed()
+        return True
 
 
 class _QuietHandler(WSGIRequestHandler):

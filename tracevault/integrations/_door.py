@@ -1,0 +1,301 @@
+"""The one door of a wrapped SDK client: its HTTP client, where every provider call passes.
+
+The SDKs send every call, whatever resource or option made it (``with_options``,
+``with_raw_response``, ``.parse()``, ``.stream()``, pagination, methods not written yet),
+through ``client._client.send(request)``. A wrapped client's ``_client`` is a :class:`Door`
+over the HTTP client it had, so each request is classified before anything leaves the
+process (:meth:`Sdk.plan`):
+
+- a model endpoint (``POST`` with a JSON body to ``chat/completions``, ``responses``,
+  ``embeddings``, ``messages``, …) is one ``MODEL_CALL`` crossing: live the request is sent
+  through the original HTTP client and its answer (a stream read to its end) recorded as
+  ``{"asked_tools", "model", "response"}`` (a stream: ``{"asked_tools", "model", "stream",
+  "tool_calls", "usage"}``); the request recorded is ``{"provider", "api", "params"}``, the
+  JSON body as sent, so records made by the earlier method-level adapter replay unchanged;
+- a read (``GET``, and token counting) is one ``EXTERNAL_STATE`` read named by the method,
+  path, query and body (``openai GET models``), the answer's JSON recorded;
+- anything else (uploads, deletes, batch jobs, binary answers) is refused with a
+  :class:`~tracevault.errors.ConfigError` naming the method and path: it could not be served
+  under replay.
+
+Both ways the SDK gets an HTTP response rebuilt from the record (JSON, or server-sent events),
+so it parses live exactly what replay will serve, and under replay no socket is opened. A
+provider error status is raised as the SDK's own exception inside the crossing (so the record
+holds its type and message, as before) and the SDK does not retry it: each attempt is one
+recorded outcome. Exceptions of tracevault (a divergence, a refusal) are carried through the
+SDK's own error handling (:class:`Sdk.carrier`) and raised as themselves by the wrapped
+client's ``request`` (:mod:`tracevault.integrations._client`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+
+from tracevault.edges import JSON, Edges
+from tracevault.errors import ConfigError
+from tracevault.integrations._core import Api, _seed
+from tracevault.replayer import RecordedError
+
+__all__ = ["AsyncDoor", "Door", "Plan", "Sdk", "carried", "sse_events"]
+
+_JSON_TYPES = ("application/json", "text/json")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one request is: a model call, a state read, or refused (``refusal`` set)."""
+
+    path: str
+    method: str
+    api: str | None = None
+    request: JSON = None
+    seed: int | None = None
+    state: str | None = None
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class Sdk:
+    """One provider SDK: its recorded model APIs and how its errors are made and carried."""
+
+    provider: str
+    apis: Mapping[str, Api]
+    """Model endpoints by name (``chat.completions``): a ``POST`` there is a MODEL_CALL."""
+    base_error: type[Exception]
+    """The SDK's base exception: raised from the HTTP client, the SDK passes it on as is."""
+    errors: Api
+    """Any of the APIs: how a recorded error is raised again as the SDK's class."""
+    reads: frozenset[str] = field(default_factory=frozenset)
+    """``POST`` endpoints that only read (token counting): recorded as state reads."""
+
+    def plan(self, request: httpx2.Request) -> Plan:
+        path = _api_path(request.url)
+        method = request.method.upper()
+        what = f"{self.provider} {method} /{path}"
+        name = path.replace("/", ".")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        content = request.read()
+        if content and ctype not in _JSON_TYPES:
+            return Plan(path, method, refusal=f"{what} sends a {ctype or 'non-JSON'} body")
+        try:
+            body = json.loads(content) if content else None
+        except ValueError:
+            return Plan(path, method, refusal=f"{what} sends a body that is not JSON")
+        if method == "POST" and name in self.apis and isinstance(body, dict):
+            req = {"provider": self.provider, "api": name, "params": body}
+            return Plan(path, method, api=name, request=req, seed=_seed(body))
+        if method == "GET" and path.endswith("/content"):
+            return Plan(path, method, refusal=f"{what} answers with file bytes, not JSON")
+        if method == "GET" or (method == "POST" and name in self.reads):
+            query = "&".join(sorted(str(request.url.query.decode()).split("&")))
+            state = f"{what}" + (f"?{query}" if query else "")
+            if content:
+                state += " " + json.dumps(body, sort_keys=True, separators=(",", ":"))
+            return Plan(path, method, state=state)
+        return Plan(path, method, refusal=what)
+
+    def refuse(self, plan: Plan) -> Exception:
+        exc = ConfigError(
+            f"{plan.refusal} is not recorded by tracevault: a replay could not serve it, so "
+            "the wrapped client refuses it before it leaves the process. Make this call "
+            "outside the recorded agent, or behind a tool (edges.tool) whose result is "
+            f"recorded. Recorded: model calls ({', '.join(sorted(self.apis))}) and reads (GET)"
+        )
+        return self.carry(exc)
+
+    def carry(self, exc: Exception) -> Exception:
+        """``exc`` inside an SDK error, which the SDK passes on untouched to the wrapped
+        client's ``request``, which raises ``exc`` itself (``tracevault.integrations._client``)."""
+        made = _carrier(self.base_error)(str(exc))
+        made.original = exc  # type: ignore[attr-defined]
+        return made
+
+
+_CARRIERS: dict[type[Exception], type[Exception]] = {}
+
+
+def _carrier(base: type[Exception]) -> type[Exception]:
+    cls = _CARRIERS.get(base)
+    if cls is None:
+        cls = _CARRIERS[base] = type("TracevaultCarried", (base,), {"original": None})
+    return cls
+
+
+def carried(exc: BaseException) -> BaseException | None:
+    """The tracevault exception an SDK error carries, or None."""
+    original = getattr(exc, "original", None) if type(exc) in _CARRIERS.values() else None
+    return original if isinstance(original, BaseException) else None
+
+
+def _api_path(url: httpx2.URL) -> str:
+    """The path after the API version (``/v1/chat/completions`` -> ``chat/completions``)."""
+    path = url.path
+    _, sep, rest = path.partition("/v1/")
+    return (rest if sep else path).strip("/")
+
+
+def sse_events(lines: Iterable[str]) -> list[JSON]:
+    """The JSON ``data`` of each server-sent event (``[DONE]`` dropped), in order."""
+    out: list[JSON] = []
+    data: list[str] = []
+    for line in [*lines, ""]:
+        if line:
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+            continue
+        if data:
+            text = "\n".join(data)
+            data = []
+            if text.strip() != "[DONE]":
+                out.append(json.loads(text))
+    return out
+
+
+def _sse_bytes(events: list[JSON]) -> bytes:
+    """Recorded events as the wire carried them: ``event: <type>`` where the event has one."""
+    parts: list[str] = []
+    for ev in events:
+        kind = ev.get("type") if isinstance(ev, dict) else None
+        head = f"event: {kind}\n" if isinstance(kind, str) else ""
+        parts.append(f"{head}data: {json.dumps(ev)}\n\n")
+    return "".join(parts).encode()
+
+
+class _Base:
+    """What the sync and async doors share: classify, record, rebuild, carry errors."""
+
+    def _setup(self, sdk: Sdk, edges: Edges, inner: Any, status_error: Callable[..., Any]) -> None:
+        self.sdk, self.edges, self.inner = sdk, edges, inner
+        self.status_error = status_error
+
+    def _recorded(self, plan: Plan, response: httpx2.Response, content: bytes) -> JSON:
+        if response.status_code >= 400:
+            raise self.status_error(response)
+        ctype = response.headers.get("content-type", "")
+        if plan.state is not None:
+            if content and not ctype.startswith(_JSON_TYPES):
+                raise ConfigError(
+                    f"{self.sdk.provider} {plan.method} /{plan.path} answered with {ctype!r}, "
+                    "which tracevault cannot record as a read: make this call outside the "
+                    "recorded agent"
+                )
+            return json.loads(content) if content else None
+        assert plan.api is not None
+        api = self.sdk.apis[plan.api]
+        if ctype.startswith("text/event-stream"):
+            return api.record_stream(sse_events(content.decode().splitlines()))
+        return api.record(json.loads(content))
+
+    def _served(self, plan: Plan, recorded: JSON, request: httpx2.Request) -> httpx2.Response:
+        if plan.state is None and isinstance(recorded, dict) and "stream" in recorded:
+            content, ctype = _sse_bytes(recorded["stream"]), "text/event-stream"
+        else:
+            body = recorded if plan.state is not None else recorded["response"]
+            content, ctype = json.dumps(body).encode(), "application/json"
+        return httpx2.Response(
+            200, headers={"content-type": ctype}, content=content, request=request
+        )
+
+    def _failed(self, exc: Exception, request: httpx2.Request) -> Exception:
+        """What the SDK is handed for an exception of the crossing."""
+        if isinstance(exc, RecordedError):
+            made = self.sdk.errors.sdk_error(exc, str(request.url))
+            if made is not None:
+                return made
+            cls: Any = getattr(httpx2, exc.recorded_type.rpartition(".")[2], None)
+            named = exc.recorded_type.startswith("httpx2.") and isinstance(cls, type)
+            if named and issubclass(cls, httpx2.RequestError):
+                rebuilt: Exception = cls(exc.message, request=request)
+                return rebuilt
+        if isinstance(exc, httpx2.RequestError | self.sdk.base_error):
+            return exc  # the SDK's own: it handles these as it would live
+        return self.sdk.carry(exc)
+
+
+class Door(_Base, httpx2.Client):
+    """The HTTP client of a wrapped sync SDK client (see the module docstring)."""
+
+    def __init__(
+        self, sdk: Sdk, edges: Edges, inner: httpx2.Client, status_error: Callable[..., Any]
+    ) -> None:
+        super().__init__(timeout=inner.timeout)
+        self._setup(sdk, edges, inner, status_error)
+
+    def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
+        built: httpx2.Request = self.inner.build_request(*args, **kwargs)
+        return built
+
+    def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        plan = self.sdk.plan(request)
+        if plan.refusal is not None:
+            raise self.sdk.refuse(plan)
+        kwargs["stream"] = True
+
+        def live() -> JSON:
+            response = self.inner.send(request, **kwargs)
+            try:
+                return self._recorded(plan, response, response.read())
+            finally:
+                response.close()
+
+        try:
+            if plan.state is not None:
+                recorded = self.edges.state(plan.state, live)
+            else:
+                recorded = self.edges.model(
+                    plan.request, model=None, seed=plan.seed, call=lambda _r, **_k: live()
+                )
+        except Exception as exc:
+            raise self._failed(exc, request) from None
+        return self._served(plan, recorded, request)
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
+class AsyncDoor(_Base, httpx2.AsyncClient):
+    """:class:`Door` for the async SDK clients."""
+
+    def __init__(
+        self, sdk: Sdk, edges: Edges, inner: httpx2.AsyncClient, status_error: Callable[..., Any]
+    ) -> None:
+        super().__init__(timeout=inner.timeout)
+        self._setup(sdk, edges, inner, status_error)
+
+    def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
+        built: httpx2.Request = self.inner.build_request(*args, **kwargs)
+        return built
+
+    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        plan = self.sdk.plan(request)
+        if plan.refusal is not None:
+            raise self.sdk.refuse(plan)
+        kwargs["stream"] = True
+
+        async def live() -> JSON:
+            response = await self.inner.send(request, **kwargs)
+            try:
+                return self._recorded(plan, response, await response.aread())
+            finally:
+                await response.aclose()
+
+        try:
+            if plan.state is not None:
+                recorded = await self.edges.astate(plan.state, live)
+            else:
+                recorded = await self.edges.amodel(
+                    plan.request, model=None, seed=plan.seed, call=lambda _r, **_k: live()
+                )
+        except Exception as exc:
+            raise self._failed(exc, request) from None
+        return self._served(plan, recorded, request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+        await super().aclose()
