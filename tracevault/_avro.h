@@ -108,18 +108,27 @@ static PyObject *new_tuple(PyTypeObject *cls, PyObject **items, Py_ssize_t n) {
 
 /* ``take(msgs, start, ctx)``, the loop of both C takes: ``one`` on each message from
  * ``start`` on until it declines (0: the Python path handles that message) or fails (-1);
- * the index of the first message it left. ``parse`` reads the module's context tuple into
- * ``c``. */
+ * the index of the first message it left; ValueError unless 0 <= start <= len(msgs).
+ * ``parse`` reads the module's context tuple into ``c``. */
 static PyObject *take_messages(PyObject *args, void *c, int (*parse)(PyObject *, void *),
                                int (*one)(PyObject *, const void *)) {
     PyObject *msgs, *ctx;
     Py_ssize_t i;
     if (!PyArg_ParseTuple(args, "O!nO!:take", &PyList_Type, &msgs, &i, &PyTuple_Type, &ctx))
         return NULL;
+    if (i < 0 || i > PyList_GET_SIZE(msgs)) {
+        PyErr_Format(PyExc_ValueError, "take: start %zd is not an index of the %zd messages", i,
+                     PyList_GET_SIZE(msgs));
+        return NULL;
+    }
     if (parse(ctx, c) < 0)
         return NULL;
+    /* the size is read again each time, and each message held while it is walked: the walk
+     * calls the message's methods, which could change the list */
     for (; i < PyList_GET_SIZE(msgs); i++) {
-        int r = one(PyList_GET_ITEM(msgs, i), c);
+        PyObject *msg = Py_NewRef(PyList_GET_ITEM(msgs, i));
+        int r = one(msg, c);
+        Py_DECREF(msg);
         if (r < 0)
             return NULL;
         if (r == 0)

@@ -239,6 +239,12 @@ class Settings(BaseSettings):
         description="tolerance for producers' clocks: an event stamped further in the future "
         "is refused, and the horizon check allows this much",
     )
+    # The C extensions (tracevault/native.py): read from the variable when the modules that
+    # use them are imported; a field so that the variable is known and validated.
+    no_c: bool = Field(
+        default=False,
+        description="run the Python paths even where the C extensions are built",
+    )
 
     @model_validator(mode="after")
     def _horizon_covers_spool(self) -> Settings:
@@ -312,7 +318,6 @@ ENV_PREFIX = "TRACEVAULT_"
 OTHER_VARIABLES = frozenset(
     {
         "TRACEVAULT_KAFKA_HOME",  # dev/kafka: where the broker's jars and run dirs live
-        "TRACEVAULT_PORTABLE_SHA256",  # the C extensions: force the portable SHA-256 path
     }
 )
 

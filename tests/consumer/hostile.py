@@ -1,4 +1,8 @@
-"""Hostile TraceEvent v1 and SealedEvent v1 values, written field by field.
+"""Hostile TraceEvent v2 and SealedEvent v1 values, written field by field.
+
+v2 is what producers write, and the only version the fast paths read (``peek_event``, the
+armed walks, the C walks of ``_cseal.c`` and ``_ctake.c``): values of another version would
+go straight to fastavro and leave those paths untested.
 
 Independent of tracevault's encoders (only the schema fingerprints come from the registry):
 each value is a list of :class:`Field` tokens, so a test can re-encode exactly one field in an
@@ -51,8 +55,11 @@ class Field:
     data: bytes
 
 
-def trace_header() -> bytes:
-    return MAGIC + default_schemas().get("TraceEvent", 1).fingerprint
+TRACE_VERSION = 2  # what producers write
+
+
+def trace_header(version: int = TRACE_VERSION) -> bytes:
+    return MAGIC + default_schemas().get("TraceEvent", version).fingerprint
 
 
 def sealed_header() -> bytes:
@@ -60,8 +67,8 @@ def sealed_header() -> bytes:
 
 
 def kind_symbols() -> list[str]:
-    v1 = default_schemas().get("TraceEvent", 1)
-    kind = next(f for f in v1.source["fields"] if f["name"] == "kind")
+    v2 = default_schemas().get("TraceEvent", TRACE_VERSION)
+    kind = next(f for f in v2.source["fields"] if f["name"] == "kind")
     return list(kind["type"]["symbols"])
 
 
@@ -74,8 +81,10 @@ def event_fields(
     response: bytes = b"null",
     model: str | None = None,
     attributes: dict[str, str] | None = None,
+    interleave: tuple[int | None, int, int] | None = None,
 ) -> list[Field]:
-    """The fields of a valid TraceEvent v1 (minimal encodings throughout)."""
+    """The fields of a valid TraceEvent v2 (minimal encodings throughout); ``interleave`` is
+    (branch_prev, started_at_done, done_order)."""
     attrs = attributes or {}
     amap = b""
     if attrs:
@@ -94,7 +103,16 @@ def event_fields(
         Field("idempotency_key", "union", b"\x00"),
         Field("parent_seq", "union", b"\x00"),
         Field("attributes", "map", amap + b"\x00"),
+        Field("interleave", "union", _interleave(interleave)),
     ]
+
+
+def _interleave(il: tuple[int | None, int, int] | None) -> bytes:
+    if il is None:
+        return b"\x00"
+    prev, started, order = il
+    branch = b"\x00" if prev is None else b"\x02" + varint(prev)
+    return b"\x02" + branch + varint(started) + varint(order)
 
 
 def join(header: bytes, fields: list[Field]) -> bytes:
@@ -105,8 +123,13 @@ def with_field(fields: list[Field], name: str, data: bytes) -> list[Field]:
     return [replace(f, data=data) if f.name == name else f for f in fields]
 
 
-def event_value(run_id: str, seq: int, **kw: object) -> bytes:
-    return join(trace_header(), event_fields(run_id, seq, **kw))  # type: ignore[arg-type]
+def event_value(run_id: str, seq: int, *, version: int = TRACE_VERSION, **kw: object) -> bytes:
+    """A TraceEvent value; ``version=1`` writes the older schema (no ``interleave``), which
+    the fast paths leave to fastavro."""
+    fields = event_fields(run_id, seq, **kw)  # type: ignore[arg-type]
+    if version == 1:
+        fields = [f for f in fields if f.name != "interleave"]
+    return join(trace_header(version), fields)
 
 
 def the_item1_record(run_id: str, seq: int = 0) -> bytes:

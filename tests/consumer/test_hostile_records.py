@@ -14,12 +14,21 @@ Bounded for a loaded 2-core machine: 40 examples each (about 10 s in all), no pe
 deadline; ``HOSTILE_EXAMPLES=600`` searches deeper (it found the two bugs fixed with it: JSON
 nested past the recursion limit stopped the sequencer, and a sealed record whose
 ``sequencer_id`` was not UTF-8 was archived into a segment that no longer read back).
+
+The values are TraceEvent v2, as producers write them, so they reach the paths production
+runs: ``peek_event`` and the other armed walks, the sequencer's C take (``_cseal.c``, through
+``Sequencer._apply_all``, pinned to the rules applied one record at a time) and the
+archiver's (``_ctake.c``, through ``Archiver._take_all``). Each test counts what reached those
+paths and fails if none did (values of another version would only ever reach fastavro).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
+from types import ModuleType
+from typing import Any
 
 from confluent_kafka import Message
 from hypothesis import HealthCheck, given, settings
@@ -42,10 +51,11 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.chain import link
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archive import Archiver, _archiver
 from tracevault.consumer.archive._quarantine import Quarantined, unarchivable
 from tracevault.consumer.archive._sealed import parse_sealed
-from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
+from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _loop
+from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.errors import ChainError, LogError, SchemaError
 from tracevault.kafka import partition_for
 from tracevault.log import (
@@ -62,7 +72,8 @@ from tracevault.log import (
 )
 from tracevault.replayer._archive import load_from_archive
 from tracevault.schemas import Codec, decode_event
-from tracevault.schemas.fast import peek_event
+from tracevault.schemas.fast import armed_walks, peek_event
+from tracevault.schemas.fast import sealed_fields as walk_sealed
 
 PARTS = 3
 RUNS = ["r0", "r1", "ü-run"]
@@ -183,9 +194,17 @@ def mutated(draw: st.DrawFn, fields: list[Field], header: bytes) -> bytes:
 
 @st.composite
 def raw_records(draw: st.DrawFn) -> list[tuple[bytes | None, bytes | None, int]]:
-    """(key, value, partition) of a stream of raw records: good, mutated and arbitrary."""
+    """(key, value, partition) of a stream of raw records: good, mutated and arbitrary.
+    Half the streams open with a run's first two events, so what follows meets a run the
+    book holds: the case the C take seals itself (and declines on whatever is hostile)."""
     out: list[tuple[bytes | None, bytes | None, int]] = []
     next_seq = dict.fromkeys(RUNS, 0)
+    if draw(st.booleans()):
+        run = draw(st.sampled_from(RUNS))
+        for seq, kind in enumerate(["RUN_STARTED", "TOOL_CALL"]):
+            value = join(trace_header(), event_fields(run, seq, kind=kind))
+            out.append((run.encode(), value, partition_for(run.encode(), PARTS)))
+        next_seq[run] = 2
     for _ in range(draw(st.integers(1, 14))):
         run = draw(st.sampled_from(RUNS))
         key: bytes | None = run.encode()
@@ -226,15 +245,75 @@ def _book() -> RunBook:
     )
 
 
-@BOUNDED
-@given(raw_records())
-def test_no_raw_record_raises_and_every_one_is_accounted_for(
-    records: list[tuple[bytes | None, bytes | None, int]],
+class _Counted:
+    """An extension whose ``take`` counts the messages it took itself (not left to Python)."""
+
+    def __init__(self, module: ModuleType, counts: Counter[str], name: str) -> None:
+        self._module, self._counts, self._name = module, counts, name
+
+    def take(self, msgs: list[Message], start: int, ctx: tuple[object, ...]) -> int:
+        stop: int = self._module.take(msgs, start, ctx)
+        self._counts[self._name] += stop - start
+        return stop
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._module, attr)
+
+
+def _sequencer(book: RunBook) -> Sequencer:
+    s = Sequencer(Settings(topic_prefix="p", partitions=PARTS), signer=_SIGNER, instance_id="p")
+    assert s._native is not None, "the sequencer's C path is not built or not armed"
+    s._book = book
+    return s
+
+
+def _outcome(book: RunBook, out: BatchOutput) -> tuple[object, ...]:
+    """Everything the rules decided, comparable between two books."""
+    return (
+        [(s.run.run_id, s.seq, s.hash, s.source_partition, s.source_offset) for s in out.sealed],
+        [(d.source_offset, d.reason) for d in out.dlq],
+        out.duplicates,
+        sorted((r.run_id, r.next_seq, r.last_hash, sorted(r.held)) for r in book.runs.values()),
+    )
+
+
+def test_no_raw_record_raises_and_every_one_is_accounted_for() -> None:
+    """On the path production runs (the C take, the rules where it declines), pinned to the
+    rules alone; the C take and the fast peek must both have been reached."""
+    counts: Counter[str] = Counter()
+
+    @BOUNDED
+    @given(raw_records())
+    def check(records: list[tuple[bytes | None, bytes | None, int]]) -> None:
+        msgs = [
+            Message(topic="p.raw", partition=part, offset=i, key=key, value=value)
+            for i, (key, value, part) in enumerate(records)
+        ]
+        counts["peeked"] += sum(v is not None and peek_event(v) is not None for _, v, _ in records)
+        book, out = _book(), BatchOutput()
+        real = _loop._cseal
+        assert real is not None
+        _loop._cseal = _Counted(real, counts, "c_sealed")  # type: ignore[assignment]
+        try:
+            _sequencer(book)._apply_all(msgs, out, NOW_US)
+        finally:
+            _loop._cseal = real
+        alone, alone_out = _book(), BatchOutput()
+        for offset, (key, value, part) in enumerate(records):
+            alone.apply(alone_out, key, value, part, offset, now_us=NOW_US)
+        assert _outcome(book, out) == _outcome(alone, alone_out), "the C path decided otherwise"
+        _check_accounting(book, out, records)
+
+    check()
+    assert counts["peeked"] > 0, "no generated value reached peek_event"
+    assert counts["c_sealed"] > 0, "no generated value was sealed by the C path"
+
+
+def _check_accounting(
+    book: RunBook, out: BatchOutput, records: list[tuple[bytes | None, bytes | None, int]]
 ) -> None:
-    book = _book()
-    out = BatchOutput()
-    for offset, (key, value, part) in enumerate(records):
-        book.apply(out, key, value, part, offset, now_us=NOW_US + offset)
+    """Every record sealed, held, in the DLQ or a counted duplicate, once; what was sealed
+    decodes, is canonical and links into one chain per run."""
     book.sweep(
         out, now_us=NOW_US + 10**12
     )  # every gap times out: held events are sealed behind GAPs
@@ -250,7 +329,6 @@ def test_no_raw_record_raises_and_every_one_is_accounted_for(
         assert d.reason is not DlqReason.INTERNAL, f"unforeseen failure: {d.detail}"
         assert d.detail and d.source_topic == "p.raw"
         assert d.value == records[d.source_offset][1], "the DLQ keeps the exact bytes"
-    # what was sealed decodes, is canonical and links into one chain per run
     last: dict[str, bytes] = {}
     reference = Codec("TraceEvent")  # fastavro: what the fast paths must never exceed
     for s in out.sealed:
@@ -265,8 +343,14 @@ def test_no_raw_record_raises_and_every_one_is_accounted_for(
 @BOUNDED
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_never_raise_from_the_peek_or_the_rules(value: bytes) -> None:
+    reference = Codec("TraceEvent")
     for v in (value, trace_header() + value):
-        assert peek_event(v) is None or peek_event(v) == peek_event(v)
+        peeked = peek_event(v)
+        if peeked is not None:  # what the peek reads, fastavro reads the same
+            ev = reference.decode(v)
+            assert (ev["run_id"], ev["seq"], ev["kind"], ev["request"], ev["response"]) == (
+                peeked.run_id, peeked.seq, peeked.kind.value, peeked.request, peeked.response
+            )  # fmt: skip
     book = _book()
     out = BatchOutput()
     book.apply(out, b"r0", trace_header() + value, partition_for(b"r0", PARTS), 0, NOW_US)
@@ -368,11 +452,29 @@ def _archive(store: FileStore, records: list[tuple[bytes, bytes | None]]) -> Arc
     return archiver
 
 
-@BOUNDED
-@given(sealed_records())
-def test_no_sealed_record_stops_the_archiver_and_every_one_is_accounted_for(
-    records: list[tuple[bytes, bytes | None]],
-) -> None:
+def test_no_sealed_record_stops_the_archiver_and_every_one_is_accounted_for() -> None:
+    """Through the archiver's C take and its Python path; the C take and the armed Python
+    walk must both have been reached."""
+    counts: Counter[str] = Counter()
+
+    @BOUNDED
+    @given(sealed_records())
+    def check(records: list[tuple[bytes, bytes | None]]) -> None:
+        counts["walked"] += sum(v is not None and walk_sealed(v) is not None for _, v in records)
+        real = _archiver._ctake
+        assert real is not None and armed_walks() is not None, "the C take cannot run"
+        _archiver._ctake = _Counted(real, counts, "c_taken")  # type: ignore[assignment]
+        try:
+            _check_archived(records)
+        finally:
+            _archiver._ctake = real
+
+    check()
+    assert counts["walked"] > 0, "no generated value reached the armed sealed walk"
+    assert counts["c_taken"] > 0, "no generated value was taken by the C path"
+
+
+def _check_archived(records: list[tuple[bytes, bytes | None]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = FileStore(tmp)
         archiver = _archive(store, records)

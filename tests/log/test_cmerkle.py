@@ -1,26 +1,28 @@
 """The C tree hashing (``_cmerkle.c``) and the SHA-256 under it give exactly what Python gives.
 
 The reference is RFC 6962's recursive definition as ``_merkle.py`` writes it
-(``tree_root`` over ``list_source``, ``hash_children``) and hashlib's SHA-256. The SHA
-extensions are used where the CPU has them; ``TRACEVAULT_PORTABLE_SHA256`` forces the
-portable compression, and both are checked here. The modules are imported unconditionally:
-a build that lost its C path fails here, loudly.
+(``tree_root`` over ``list_source``, ``hash_children``) and hashlib's SHA-256. The SHA-256
+of every C path is OpenSSL's libcrypto (``tracevault/_digest.h``), the library hashlib links.
+A build that lost its C path fails here, loudly (tests/native.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import ssl
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.sha256_compressions import compressions_here, under_each_compression
-from tracevault.consumer.archive import _ctake
-from tracevault.log import _cmerkle, _merkle
+from tests.native import examples, extension
+from tracevault.log import _merkle
 from tracevault.log._merkle import CompactTree, hash_children, list_source, tree_root
 from tracevault.log._tiles import TileState
+
+_ctake = extension("tracevault.consumer.archive._ctake")
+_cmerkle = extension("tracevault.log._cmerkle")
 
 
 def _leaves(n: int, seed: int = 0) -> list[bytes]:
@@ -29,29 +31,27 @@ def _leaves(n: int, seed: int = 0) -> list[bytes]:
 
 
 @given(data=st.binary(max_size=300))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_sha256_is_hashlibs(data: bytes) -> None:
     assert _ctake.sha256(data) == hashlib.sha256(data).digest()
 
 
-def test_both_compressions_are_hashlibs_at_every_length() -> None:
-    """In a child process per compression, every length 0..300 (1 to 6 blocks, each way the
-    padding can fall)."""
-    code = (
-        "import hashlib, random, sys\n"
-        "from tracevault.consumer.archive import _ctake\n"
-        "from tracevault.log import _cmerkle\n"
-        "rng = random.Random(7)\n"
-        "for n in range(301):\n"
-        "    d = rng.randbytes(n)\n"
-        "    assert _ctake.sha256(d) == hashlib.sha256(d).digest(), n\n"
-        "l, r = rng.randbytes(32), rng.randbytes(32)\n"
-        "assert _cmerkle.hash_children(l, r) == hashlib.sha256(b'\\x01' + l + r).digest()\n"
-        "print(_ctake.sha256_impl, _cmerkle.sha256_impl)\n"
-    )
-    outs = under_each_compression(code)
-    assert all(out[0] == out[1] for out in outs)
-    assert {out[0] for out in outs} == compressions_here()
+def test_sha256_is_hashlibs_at_every_length_and_node() -> None:
+    """Every length 0..300 (1 to 6 blocks, each way the padding can fall), and a node."""
+    rng = random.Random(7)
+    for n in range(301):
+        d = rng.randbytes(n)
+        assert _ctake.sha256(d) == hashlib.sha256(d).digest(), n
+    left, right = rng.randbytes(32), rng.randbytes(32)
+    assert _cmerkle.hash_children(left, right) == hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def test_the_sha256_of_every_c_path_is_openssls() -> None:
+    """Not a compression of our own: each extension names the library it hashes with, and
+    it is the OpenSSL that Python's own ssl and hashlib modules link."""
+    cseal = extension("tracevault.consumer.sequencer._cseal")
+    libs = {m.sha256_impl for m in (_ctake, _cmerkle, cseal)}
+    assert libs == {ssl.OPENSSL_VERSION}, libs
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 255, 256, 257, 511, 1000])

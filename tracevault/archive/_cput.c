@@ -76,6 +76,27 @@ static int link_nameless(int fd, int dfd, const char *name, int *err) {
 }
 #endif
 
+#ifdef O_TMPFILE
+/* The arguments every put shares, checked before any system call: a file mode, a lock time
+ * (ns since the epoch) and a subset of the O_TMPFILE bits (the tests pass O_DIRECTORY alone:
+ * a flag the kernel refuses). 0, or -1 with ValueError set. */
+static int check_args(const char *fn, int mode, long long ns, int tmpflag) {
+    if (mode < 0 || mode > 07777) {
+        PyErr_Format(PyExc_ValueError, "%s: mode %d is not a file mode", fn, mode);
+        return -1;
+    }
+    if (ns < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: the lock time %lld is before the epoch", fn, ns);
+        return -1;
+    }
+    if (tmpflag & ~O_TMPFILE) {
+        PyErr_Format(PyExc_ValueError, "%s: tmpflag %d is not O_TMPFILE", fn, tmpflag);
+        return -1;
+    }
+    return 0;
+}
+#endif
+
 static PyObject *put(PyObject *self, PyObject *args) {
 #ifndef O_TMPFILE
     return PyLong_FromLong(-1);
@@ -87,6 +108,12 @@ static PyObject *put(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O&O&y*iLi:put", PyUnicode_FSConverter, &parent_o,
                           PyUnicode_FSConverter, &name_o, &data, &mode, &ns, &tmpflag))
         return NULL;
+    if (check_args("put", mode, ns, tmpflag) < 0) {
+        PyBuffer_Release(&data);
+        Py_DECREF(parent_o);
+        Py_DECREF(name_o);
+        return NULL;
+    }
     const char *parent = PyBytes_AS_STRING(parent_o), *name = PyBytes_AS_STRING(name_o);
     const char *failed = parent; /* the path an OSError names */
     int result = 0, err = 0, dfd = -1, fd = -1;
@@ -208,11 +235,14 @@ static void close_chunk(Item *it, Py_ssize_t n) {
 static Py_ssize_t parse_chunk(PyObject *items, Py_ssize_t base, Py_ssize_t n, Item *it) {
     for (Py_ssize_t i = 0; i < n; i++) {
         Item *x = &it[i];
-        PyObject *parent_s, *name_s;
+        PyObject *parent_s, *name_s, *item = PyList_GET_ITEM(items, base + i);
         x->fd = x->dfd = -1;
         x->result = 0;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(items, base + i), "UUy*", &parent_s, &name_s,
-                              &x->data))
+        if (!PyTuple_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "put_batch: an item is not (parent, name, data)");
+            return i;
+        }
+        if (!PyArg_ParseTuple(item, "UUy*", &parent_s, &name_s, &x->data))
             return i;
         x->parent = x->name = NULL;
         if (!PyUnicode_FSConverter(parent_s, &x->parent) ||
@@ -250,12 +280,21 @@ static PyObject *put_batch(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "put_batch: chunk must be 1..65536 files");
         return NULL;
     }
+    if (check_args("put_batch", mode, ns, tmpflag) < 0)
+        return NULL;
+    /* a copy of the list: the GIL is released between chunks, and another thread could
+     * change the caller's */
+    if ((items = PyList_GetSlice(items, 0, PY_SSIZE_T_MAX)) == NULL)
+        return NULL;
     Py_ssize_t total = PyList_GET_SIZE(items);
     Item *it = PyMem_Malloc(sizeof(Item) * (size_t)(total < chunk ? (total ? total : 1) : chunk));
-    if (it == NULL)
+    if (it == NULL) {
+        Py_DECREF(items);
         return PyErr_NoMemory();
+    }
     PyObject *out = PyList_New(total);
     if (out == NULL) {
+        Py_DECREF(items);
         PyMem_Free(it);
         return NULL;
     }
@@ -297,6 +336,7 @@ static PyObject *put_batch(PyObject *self, PyObject *args) {
         }
     }
     PyMem_Free(it);
+    Py_DECREF(items);
     if (err == 0)
         return out;
     Py_DECREF(out);

@@ -71,6 +71,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
+from tracevault import native
 from tracevault.archive._store import (
     LockMode,
     ObjectInfo,
@@ -85,11 +86,8 @@ __all__ = ["FileStore"]
 log = logging.getLogger(__name__)
 
 _READ_ONLY = 0o444
-_cput: ModuleType | None
-try:  # a put without the GIL (built by `pip install`; optional, see pyproject.toml)
-    from tracevault.archive import _cput
-except ImportError:  # pragma: no cover - a build without a C compiler
-    _cput = None
+# a put without the GIL: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
+_cput: ModuleType | None = native.load("tracevault.archive._cput")
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 # Files a put_many holds open before one syncfs makes them durable: a flush's objects in one
 # go where the descriptor limit allows (two syncfs a flush), a share of it where it is low.

@@ -18,7 +18,6 @@ Each check yields a :class:`Check` with a status and, for anything not ok, the f
 
 from __future__ import annotations
 
-import importlib.util
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from typing import Literal
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tracevault import native
 from tracevault.archive import ObjectStore, open_store, retention_report
 from tracevault.archive._holes import LOST, parse_hole_key
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
@@ -275,26 +275,35 @@ def _retention(report: TopicReport, reader: str, behind_ms: int) -> Check:
 
 
 def _native() -> Check:
-    """The C extensions are optional at install time (no compiler: they are skipped), so a
-    slow sequencer or archiver is named here rather than found by its lag (docs/design.md,
-    "Sequencer speed"; docs/log.md, "Archiver speed")."""
-    modules = (
-        "tracevault.consumer.sequencer._cseal",
-        "tracevault.consumer.archive._ctake",
-        "tracevault.archive._cput",
-        "tracevault.log._cmerkle",
-    )
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if not missing:
+    """The C extensions are optional at install time (no compiler, no OpenSSL headers: they
+    are skipped) and can be turned off (TRACEVAULT_NO_C), so a slow sequencer or archiver is
+    named here rather than found by its lag, and so is the library that computes the C paths'
+    SHA-256 (docs/design.md, "Sequencer speed"; docs/log.md, "Archiver speed")."""
+    if native.disabled():
         return Check(
-            "C paths", "ok", "built: the sequencer's and archiver's per-event paths run in C"
+            "C paths",
+            "warn",
+            f"off ({native.NO_C_ENV} is set): the sequencer and archiver run their per-event "
+            "paths in Python, at about half their speed",
+            f"unset {native.NO_C_ENV} unless you mean to compare the two paths",
+        )
+    missing = {m: native.status(m) for m in native.EXTENSIONS}
+    missing = {m: why for m, why in missing.items() if why != "loaded"}
+    if not missing:
+        sha = {getattr(native.load(m), "sha256_impl", None) for m in native.EXTENSIONS}
+        libs = ", ".join(sorted(s for s in sha if s))
+        return Check(
+            "C paths",
+            "ok",
+            f"built: the sequencer's and archiver's per-event paths run in C (SHA-256 from {libs})",
         )
     return Check(
         "C paths",
         "warn",
-        f"not built ({', '.join(missing)}): the sequencer and archiver run those paths in "
-        "Python, at about half their speed",
-        "install a C compiler and the Python headers, then reinstall tracevault",
+        f"{'; '.join(f'{m} {why}' for m, why in missing.items())}: the sequencer and archiver "
+        "run those paths in Python, at about half their speed",
+        "install a C compiler, the Python headers and OpenSSL's (libssl-dev), then reinstall "
+        "tracevault",
     )
 
 

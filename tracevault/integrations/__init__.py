@@ -4,6 +4,9 @@
   provider call is recorded, or refused by name (extra ``tracevault[openai]``);
 - ``tracevault.integrations.anthropic.wrap(client, edges)``: the same for the Anthropic SDK
   (extra ``tracevault[anthropic]``); both hold the SDK's HTTP client (``_door``);
+- ``tracevault.integrations.langgraph``: ``chat_model(model, edges)``, ``tools([...], edges)``
+  and ``checkpointer(saver, edges)`` record a LangGraph / LangChain agent at the framework's
+  seams (extra ``tracevault[langgraph]``, docs/langgraph.md);
 - ``tracevault.integrations.otel``: a verified run as OpenTelemetry GenAI spans (extra
   ``tracevault[otel]``).
 

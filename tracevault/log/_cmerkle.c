@@ -10,7 +10,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "_sha256.h"
+#include "_digest.h"
 
 static int digest(PyObject *o, const uint8_t **out) {
     if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) != 32) {
@@ -21,19 +21,45 @@ static int digest(PyObject *o, const uint8_t **out) {
     return 0;
 }
 
+/* The largest tree size: the compact tree's 64-bit size (to_bytes), less one bit so that a
+ * size plus a batch of leaves never wraps. */
+#define MAX_SIZE (1ULL << 62)
+
 /* extend(hashes, size, leaf_hashes) -> size: CompactTree.extend on its list, in place;
- * ValueError, with nothing changed, if any hash is not 32 bytes of ``bytes``. */
+ * ValueError, with nothing changed, if any hash is not 32 bytes of ``bytes``, or the list is
+ * not the compact tree of ``size`` leaves (one hash per bit set in ``size``). */
 static PyObject *extend(PyObject *self, PyObject *args) {
-    PyObject *hashes, *leaves;
-    unsigned long long n;
-    if (!PyArg_ParseTuple(args, "O!KO:extend", &PyList_Type, &hashes, &n, &leaves))
+    PyObject *hashes, *size_o, *leaves;
+    if (!PyArg_ParseTuple(args, "O!O!O:extend", &PyList_Type, &hashes, &PyLong_Type, &size_o,
+                          &leaves))
         return NULL;
+    int overflow;
+    long long size = PyLong_AsLongLongAndOverflow(size_o, &overflow);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || size < 0 || (unsigned long long)size > MAX_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "extend: the tree size is out of range");
+        return NULL;
+    }
+    unsigned long long n = (unsigned long long)size;
+    if (PyList_GET_SIZE(hashes) != __builtin_popcountll(n)) {
+        PyErr_Format(PyExc_ValueError,
+                     "extend: %zd hashes are not the compact tree of %llu leaves",
+                     PyList_GET_SIZE(hashes), n);
+        return NULL;
+    }
     PyObject *seq = PySequence_Fast(leaves, "leaf hashes must be a sequence");
     if (seq == NULL)
         return NULL;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     const uint8_t *h;
+    /* PySequence_Fast may have run Python code (an iterator): check the list again */
+    if (PyList_GET_SIZE(hashes) != __builtin_popcountll(n) ||
+        (unsigned long long)count > MAX_SIZE - n) {
+        PyErr_SetString(PyExc_ValueError, "extend: the tree changed, or grows past its size");
+        goto fail;
+    }
     for (Py_ssize_t i = 0; i < count; i++) { /* all checked first: nothing changes on error */
         if (digest(items[i], &h) < 0)
             goto fail;
@@ -42,6 +68,8 @@ static PyObject *extend(PyObject *self, PyObject *args) {
         if (digest(PyList_GET_ITEM(hashes, i), &h) < 0)
             goto fail;
     }
+    /* From here no Python code runs (bytes and list operations only), and the list holds one
+     * hash per bit of n: each merge below has its two children. */
     for (Py_ssize_t i = 0; i < count; i++) {
         if (PyList_Append(hashes, items[i]) < 0)
             goto fail;
@@ -51,7 +79,8 @@ static PyObject *extend(PyObject *self, PyObject *args) {
             const uint8_t *l = (const uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(hashes, k - 2));
             const uint8_t *r = (const uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(hashes, k - 1));
             uint8_t out[32];
-            hash_children(l, r, out);
+            if (hash_children(l, r, out) < 0)
+                goto fail;
             PyObject *node = PyBytes_FromStringAndSize((const char *)out, 32);
             if (node == NULL || PyList_SetSlice(hashes, k - 2, k, NULL) < 0 ||
                 PyList_Append(hashes, node) < 0) {
@@ -94,7 +123,8 @@ static PyObject *perfect_root(PyObject *self, PyObject *arg) {
     /* the GIL is kept: ~50 us of work, less than winning it back from a busy thread */
     for (Py_ssize_t w = n; w > 1; w >>= 1)
         for (Py_ssize_t i = 0; i < w / 2; i++)
-            hash_children(layer[2 * i], layer[2 * i + 1], layer[i]);
+            if (hash_children(layer[2 * i], layer[2 * i + 1], layer[i]) < 0)
+                return NULL;
     return PyBytes_FromStringAndSize((const char *)layer[0], 32);
 }
 
@@ -105,7 +135,8 @@ static PyObject *hash_children_py(PyObject *self, PyObject *args) {
         digest(ro, &r) < 0)
         return NULL;
     uint8_t out[32];
-    hash_children(l, r, out);
+    if (hash_children(l, r, out) < 0)
+        return NULL;
     return PyBytes_FromStringAndSize((const char *)out, 32);
 }
 
@@ -120,4 +151,4 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cmerkle",
                                     "RFC 6962 tree hashing in C (see _cmerkle.c).", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit__cmerkle(void) { return sha256_module(&module); }
+PyMODINIT_FUNC PyInit__cmerkle(void) { return digest_module(&module); }

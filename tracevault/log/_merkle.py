@@ -16,13 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from tracevault import native
 from tracevault.errors import LogError
 
-_cmerkle: ModuleType | None
-try:  # the tree hashing in C (built by `pip install`; optional, see pyproject.toml)
-    from tracevault.log import _cmerkle
-except ImportError:  # pragma: no cover - a build without a C compiler
-    _cmerkle = None
+# the tree hashing in C: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
+_cmerkle: ModuleType | None = native.load("tracevault.log._cmerkle")
 
 __all__ = [
     "EMPTY_ROOT",

@@ -6,7 +6,7 @@ These tests pin it to the Python path over generated, non-canonical and corrupte
 over whole consumed batches of real ``confluent_kafka.Message`` objects mixing every case the
 archiver meets (checkpoints, tombstones, injected records, new runs, errors).
 
-The module is imported unconditionally: a build that lost its C path fails here, loudly.
+A build that lost its C path fails here, loudly (tests/native.py).
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.consumer.archive.sealed_factory import T0_MICROS, raw_event
+from tests.native import examples, extension
 from tests.schemas import fast_values as fv
 from tracevault.archive import open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver, _ctake
+from tracevault.consumer.archive import Archiver
 from tracevault.consumer.archive._sealed import leaf_fields
 from tracevault.errors import SchemaError
 from tracevault.log import (
@@ -42,7 +43,11 @@ from tracevault.log import (
 from tracevault.schemas import EventKind, SealedEvent, encode_sealed
 from tracevault.schemas.fast import armed_walks
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_ctake = extension("tracevault.consumer.archive._ctake")
+
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _ctx() -> tuple[object, ...]:
@@ -67,7 +72,7 @@ def _python(value: bytes) -> tuple[str, int, bytes, bool, int] | None:
 
 
 @given(data=st.binary(max_size=300))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_its_sha256_is_sha256(data: bytes) -> None:
     assert _ctake.sha256(data) == hashlib.sha256(data).digest()
 

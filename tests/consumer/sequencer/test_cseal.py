@@ -2,20 +2,21 @@
 
 ``take`` never decides that something is wrong: it seals the common raw event exactly as
 ``RunBook._apply`` then ``_seal`` would, or stops and hands the message to the rules. These
-tests pin each piece to its Python original: the chain link to ``chain.link`` (both SHA-256
-compressions), the walk to ``peek_event`` over generated, non-canonical and corrupted values,
+tests pin each piece to its Python original: the chain link to ``chain.link`` (OpenSSL's
+SHA-256), the walk to ``peek_event`` over generated, non-canonical and corrupted values,
 the JSON subset to ``check_canonical`` (C True must mean canonical, and ordinary canonical
 payloads must be True so the fast path is used), ``take`` to the rules over whole batches of
 real ``confluent_kafka.Message`` objects mixing every case the rules meet, and ``values`` to
 ``sealed_v1``/``encode_sealed`` and ``leaf_hash``.
 
-The module is imported unconditionally: a build that lost its C path fails here, loudly.
+A build that lost its C path fails here, loudly (tests/native.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import random
 from typing import Any
@@ -28,11 +29,11 @@ from hypothesis import strategies as st
 from tests.conftest import NOW_US
 from tests.consumer.hostile import event_value
 from tests.consumer.sequencer.support import AGENT
+from tests.native import examples, extension
 from tests.schemas import fast_values as fv
-from tests.sha256_compressions import compressions_here, under_each_compression
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _cseal, _loop
+from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _loop
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.consumer.sequencer._records import avro_str, sealed_v1, sealed_v1_header
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut, _Run
@@ -52,7 +53,11 @@ from tracevault.schemas import (
 )
 from tracevault.schemas.fast import armed_walks, peek_event
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_cseal = extension("tracevault.consumer.sequencer._cseal")
+
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 _WALKS = armed_walks()
 assert _WALKS is not None, "the fast walks are off: the C path would never run"
@@ -68,32 +73,21 @@ def test_link_is_chain_link(prev: bytes, raw: bytes) -> None:
     assert _cseal.link(prev, raw) == link(prev, raw)
 
 
-def test_link_with_both_compressions_at_every_padding_boundary() -> None:
-    """In a child process per compression, raw lengths 0..300 (with the 52-byte domain and
-    previous hash in front: every way the padding can fall over 1 to 6 blocks), and a log leaf
-    hash made by ``values``."""
-    code = (
-        "import random\n"
-        "from tracevault.chain import link\n"
-        "from tracevault.consumer.sequencer import _cseal\n"
-        "from tracevault.consumer.sequencer._rules import SealOut, _Run\n"
-        "from tracevault.heads import Head\n"
-        "from tracevault.log import leaf_hash\n"
-        "rng = random.Random(7)\n"
-        "for n in range(301):\n"
-        "    p, d = rng.randbytes(32), rng.randbytes(n)\n"
-        "    assert _cseal.link(p, d) == link(p, d), n\n"
-        "run = _Run(Head.new('r' * 40, 0))\n"
-        "h = rng.randbytes(32)\n"
-        "rec = SealOut(run, 5, bytes(32), h, b'x', 0, 1)\n"
-        "_, leaves = _cseal.values([rec], b'\\x00', b'\\x00', lambda r: (b'', b''), "
-        "lambda r: b'\\x00' + bytes(60))\n"
-        "import hashlib, struct\n"
-        "want = hashlib.sha256(b'\\x00' + bytes(60) + struct.pack('>Q', 5) + h).digest()\n"
-        "assert leaves == {0: [want]}\n"
-        "print(_cseal.sha256_impl)\n"
+def test_link_at_every_padding_boundary_and_the_leaf_hash_of_values() -> None:
+    """Raw lengths 0..300 (with the 52-byte domain and previous hash in front: every way the
+    padding can fall over 1 to 6 blocks), and a log leaf hash made by ``values``."""
+    rng = random.Random(7)
+    for n in range(301):
+        p, d = rng.randbytes(32), rng.randbytes(n)
+        assert _cseal.link(p, d) == link(p, d), n
+    run = _Run(Head.new("r" * 40, 0))
+    h = rng.randbytes(32)
+    rec = SealOut(run, 5, bytes(32), h, b"x", 0, 1)
+    _, leaves = _cseal.values(
+        [rec], b"\x00", b"\x00", lambda r: (b"", b""), lambda r: b"\x00" + bytes(60)
     )
-    assert {out[0] for out in under_each_compression(code)} == compressions_here()
+    want = hashlib.sha256(b"\x00" + bytes(60) + (5).to_bytes(8, "big") + h).digest()
+    assert leaves == {0: [want]}
 
 
 def test_link_refuses_a_previous_hash_that_is_not_32_bytes() -> None:
@@ -223,7 +217,7 @@ def test_peek_declines_other_headers_and_kinds_past_nkinds() -> None:
     want = _python_peek(value)
     assert want is not None and _c_peek(value) == want
     assert _cseal.peek(value, TRACE, KINDS.index(EventKind.GAP)) is None
-    v1 = event_value("r", 0)  # TraceEvent v1: another header
+    v1 = event_value("r", 0, version=1)  # TraceEvent v1: another header
     assert _c_peek(v1) is None and _python_peek(v1) is None
     assert _c_peek(TRACE) is None and _c_peek(b"") is None
     with pytest.raises(ValueError, match="10 bytes"):
@@ -603,7 +597,7 @@ def _batch() -> tuple[list[Message], set[int]]:
     msg("run-a", big)  # too large to seal
     msg("run-a", _ev("run-a", 5, request=b'{"x":1.5}'))  # canonical, outside the C subset
     msg("run-a", _ev("run-a", 6, request=b"1234567890123456"))  # 16 digits: the rules too
-    msg("run-a", event_value("run-a", 7))  # TraceEvent v1: the rules read older schemas
+    msg("run-a", event_value("run-a", 7, version=1))  # TraceEvent v1: the rules read older schemas
     msg("run-a", _ev("run-a", 8), ok=True)  # and C takes the run back
     msg("run-a", _ev("run-a", 10))  # held
     msg("run-a", _ev("run-a", 9))  # fills it

@@ -155,9 +155,10 @@ def _objects(archiver: Archiver) -> list[bytes]:
 def test_a_raw_record_too_large_to_seal_does_not_stall_the_sequencer(
     seq_settings: Callable[..., Settings],
 ) -> None:
-    # 999,907 bytes: Kafka takes it on raw, but its sealed record (about 150 bytes more) is
-    # over the producer's 1,000,000-byte limit. It used to fail the transaction, which was
-    # aborted and retried with the same record forever: nothing behind it was sealed.
+    # 999,908 bytes (TraceEvent v2): Kafka takes it on raw, but its sealed record (about 150
+    # bytes more) is over the producer's 1,000,000-byte limit. It used to fail the
+    # transaction, which was aborted and retried with the same record forever: nothing
+    # behind it was sealed.
     settings = seq_settings(partitions=1)
     big = event_value("big", 0, kind="RUN_STARTED", request=b'"' + b"x" * 999_850 + b'"')
     with sequencer_running(settings) as (seq, errors):
@@ -179,5 +180,5 @@ def test_a_raw_record_too_large_to_seal_does_not_stall_the_sequencer(
     assert rec.headers["tracevault.reason"] == b"invalid"
     assert int(rec.headers["tracevault.source.offset"]) == offset and rec.partition == part
     detail = rec.headers["tracevault.detail"].decode()
-    assert "999907 bytes" in detail and hashlib.sha256(big).hexdigest() in detail
+    assert "999908 bytes" in detail and hashlib.sha256(big).hexdigest() in detail
     assert rec.value is None, "too large to copy: the detail names it by size and SHA-256"

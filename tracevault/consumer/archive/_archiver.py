@@ -60,6 +60,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
+from tracevault import native
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
@@ -106,11 +107,8 @@ from tracevault.runtime.liveness import (
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
 
-_ctake: ModuleType | None
-try:  # the per-event path in C (built by `pip install`; optional, see pyproject.toml)
-    from tracevault.consumer.archive import _ctake
-except ImportError:  # pragma: no cover - a build without a C compiler
-    _ctake = None
+# the per-event path in C: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
+_ctake: ModuleType | None = native.load("tracevault.consumer.archive._ctake")
 
 __all__ = ["Archiver", "ArchiverStats", "trusted_log_keys"]
 

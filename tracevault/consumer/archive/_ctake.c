@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "_avro.h"
-#include "_sha256.h"
+#include "_digest.h"
 
 /* ---- Avro walks (SealedEvent v1, the first fields of TraceEvent v2) ------------------- */
 
@@ -55,7 +55,9 @@ static Py_ssize_t kind_index(const uint8_t *raw, Py_ssize_t len, const Ctx *c) {
     if (b & 0x81) {
         int64_t n;
         p = 10;
-        if (read_long(raw, len, &p, &n) < 0 || n < 0)
+        /* the run id's length, checked against what is left before it moves p: n may be
+         * up to INT64_MAX, and p + n would overflow */
+        if (read_long(raw, len, &p, &n) < 0 || n < 0 || n > len - p)
             return -1;
         p += (Py_ssize_t)n;
     } else {
@@ -156,6 +158,7 @@ static int take_one(PyObject *msg, const void *ctx) {
     int ret = -1;
     PyObject *err = NULL, *part_o = NULL, *off_o = NULL, *value = NULL, *headers = NULL;
     PyObject *key = NULL, *next = NULL, *pending = NULL, *rec = NULL, *pend = NULL;
+    PyObject *owned_part = NULL;
     Fields f = {NULL, 0, NULL, 0, 0};
 
     if ((err = PyObject_CallMethodNoArgs(msg, S_error)) == NULL)
@@ -202,12 +205,20 @@ static int take_one(PyObject *msg, const void *ctx) {
         buf[plen + i] = (uint8_t)((uint64_t)f.seq >> (56 - 8 * i));
     memcpy(buf + plen + 8, f.hash, 32);
     uint8_t digest[32];
-    sha256(buf, (size_t)(plen + 40), digest);
-
-    if ((key = PyObject_CallMethodNoArgs(msg, S_key)) == NULL)
+    if (sha256(buf, (size_t)(plen + 40), digest) < 0)
         goto done;
-    int64_t off = PyLong_AsLongLong(off_o);
+
+    int overflow;
+    long long off = PyLong_AsLongLongAndOverflow(off_o, &overflow);
     if (off == -1 && PyErr_Occurred())
+        goto done;
+    if (overflow || off < 0 || off == INT64_MAX) { /* not a Kafka offset: the Python path's */
+        ret = 0;
+        goto done;
+    }
+    Py_INCREF(part); /* the calls below run Python code, which may change c->parts */
+    owned_part = part;
+    if ((key = PyObject_CallMethodNoArgs(msg, S_key)) == NULL)
         goto done;
     if ((next = PyLong_FromLongLong(off + 1)) == NULL)
         goto done;
@@ -247,6 +258,7 @@ static int take_one(PyObject *msg, const void *ctx) {
         goto done;
     ret = 1;
 done:
+    Py_XDECREF(owned_part);
     Py_XDECREF(f.run_id);
     Py_XDECREF(err);
     Py_XDECREF(part_o);
@@ -297,9 +309,9 @@ static PyObject *sha256_py(PyObject *self, PyObject *arg) {
     if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0)
         return NULL;
     uint8_t out[32];
-    sha256((const uint8_t *)data.buf, (size_t)data.len, out);
+    int r = sha256((const uint8_t *)data.buf, (size_t)data.len, out);
     PyBuffer_Release(&data);
-    return PyBytes_FromStringAndSize((const char *)out, 32);
+    return r < 0 ? NULL : PyBytes_FromStringAndSize((const char *)out, 32);
 }
 
 static PyMethodDef methods[] = {
@@ -326,5 +338,5 @@ PyMODINIT_FUNC PyInit__ctake(void) {
     INTERN(S_headers, "headers");
     INTERN(S_key, "key");
     INTERN(S_pending, "pending");
-    return sha256_module(&module);
+    return digest_module(&module);
 }

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "_avro.h"
-#include "_sha256.h"
+#include "_digest.h"
 
 /* ---- the canonical-JSON subset ----------------------------------------------------------- */
 
@@ -309,16 +309,14 @@ static PyObject *S_error, *S_value, *S_key, *S_partition, *S_offset, *S_held, *S
 
 static const uint8_t EVENT_DOMAIN[20] = "tracevault/v1/event";
 
-/* chain.link: SHA-256(EVENT_DOMAIN || prev || raw). */
-static void link_hash(const uint8_t *prev, const uint8_t *raw, Py_ssize_t n, uint8_t out[32]) {
-    sha256_ctx c;
+/* chain.link: SHA-256(EVENT_DOMAIN || prev || raw). 0, or -1 with a Python error. */
+static int link_hash(const uint8_t *prev, const uint8_t *raw, Py_ssize_t n, uint8_t out[32]) {
     uint8_t head[52];
     memcpy(head, EVENT_DOMAIN, 20);
     memcpy(head + 20, prev, 32);
-    sha256_start(&c);
-    sha256_update(&c, head, 52);
-    sha256_update(&c, raw, (size_t)n);
-    sha256_finish(&c, out);
+    if (sha256_start() < 0 || sha256_update(head, 52) < 0 || sha256_update(raw, (size_t)n) < 0)
+        return -1;
+    return sha256_finish(out);
 }
 
 static int parse_ctx(PyObject *t, void *ctx) {
@@ -423,13 +421,14 @@ static int take_one(PyObject *msg, const void *ctx) {
     long long want = PyLong_AsLongLongAndOverflow(next, &overflow);
     if (want == -1 && PyErr_Occurred())
         goto done_run;
-    if (overflow || want != f.seq) {
+    if (overflow || want != f.seq || f.seq == INT64_MAX) { /* seq + 1 must fit: else Python */
         ret = 0;
         goto done_run;
     }
     /* RunBook._seal */
     uint8_t digest[32];
-    link_hash((const uint8_t *)PyBytes_AS_STRING(prev), v, vlen, digest);
+    if (link_hash((const uint8_t *)PyBytes_AS_STRING(prev), v, vlen, digest) < 0)
+        goto done_run;
     if ((h = PyBytes_FromStringAndSize((const char *)digest, 32)) == NULL ||
         (seq_o = PyLong_FromLongLong(f.seq)) == NULL ||
         (next_o = PyLong_FromLongLong(f.seq + 1)) == NULL)
@@ -519,6 +518,10 @@ static PyObject *values(PyObject *self, PyObject *args) {
     PyObject *out = NULL, *vals = NULL, *leaves = NULL, *enc = NULL, *lp = NULL, *part = NULL;
     uint8_t *buf = NULL;
     Py_ssize_t cap = 0;
+    /* a copy of the list, so the records stay alive and in place while the run encoders
+     * (Python code) run */
+    if ((sealed = PyList_GetSlice(sealed, 0, PY_SSIZE_T_MAX)) == NULL)
+        goto done;
     Py_ssize_t n = PyList_GET_SIZE(sealed);
     if ((vals = PyList_New(n)) == NULL || (leaves = PyDict_New()) == NULL)
         goto done;
@@ -590,7 +593,8 @@ static PyObject *values(PyObject *self, PyObject *args) {
             buf[llen - 40 + k] = (uint8_t)((uint64_t)seq >> (56 - 8 * k));
         memcpy(buf + llen - 32, PyBytes_AS_STRING(h), 32);
         uint8_t digest[32];
-        sha256(buf, (size_t)llen, digest);
+        if (sha256(buf, (size_t)llen, digest) < 0)
+            goto done;
         PyObject *list = PyDict_GetItemWithError(leaves, part); /* borrowed */
         if (list == NULL) {
             if (PyErr_Occurred() || (list = PyList_New(0)) == NULL)
@@ -610,6 +614,7 @@ static PyObject *values(PyObject *self, PyObject *args) {
     }
     out = PyTuple_Pack(2, vals, leaves);
 done:
+    Py_XDECREF(sealed);
     PyMem_Free(buf);
     Py_XDECREF(vals);
     Py_XDECREF(leaves);
@@ -631,9 +636,12 @@ static PyObject *heads(PyObject *self, PyObject *args) {
     Py_buffer suffix;
     if (!PyArg_ParseTuple(args, "O!y*O:heads", &PyList_Type, &runs, &suffix, &fill_enc))
         return NULL;
+    PyObject *out = NULL;
+    /* a copy: the runs' attributes and encoders are Python code, which could change the list */
+    if ((runs = PyList_GetSlice(runs, 0, PY_SSIZE_T_MAX)) == NULL)
+        goto fail;
     Py_ssize_t n = PyList_GET_SIZE(runs);
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
+    if ((out = PyList_New(n)) == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *run = PyList_GET_ITEM(runs, i);
@@ -701,9 +709,11 @@ static PyObject *heads(PyObject *self, PyObject *args) {
         Py_XDECREF(val);
         goto fail;
     }
+    Py_DECREF(runs);
     PyBuffer_Release(&suffix);
     return out;
 fail:
+    Py_XDECREF(runs);
     Py_XDECREF(out);
     PyBuffer_Release(&suffix);
     return NULL;
@@ -750,8 +760,8 @@ static PyObject *link_py(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "link: the previous hash is 32 bytes");
     } else {
         uint8_t digest[32];
-        link_hash(prev.buf, raw.buf, raw.len, digest);
-        out = PyBytes_FromStringAndSize((const char *)digest, 32);
+        if (link_hash(prev.buf, raw.buf, raw.len, digest) == 0)
+            out = PyBytes_FromStringAndSize((const char *)digest, 32);
     }
     PyBuffer_Release(&prev);
     PyBuffer_Release(&raw);
@@ -798,5 +808,5 @@ PyMODINIT_FUNC PyInit__cseal(void) {
     INTERN(S_gaps, "gaps");
     INTERN(S_first_offset, "first_offset");
     INTERN(S_last_offset, "last_offset");
-    return sha256_module(&module);
+    return digest_module(&module);
 }

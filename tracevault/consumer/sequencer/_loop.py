@@ -66,6 +66,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from tracevault import native
 from tracevault.config import Settings
 from tracevault.consumer._memory import trim_heap
 from tracevault.consumer.sequencer._history import SealedHistory
@@ -113,11 +114,8 @@ from tracevault.runtime.liveness import (
 from tracevault.schemas import EventKind, avro_long
 from tracevault.schemas.fast import armed_walks
 
-_cseal: ModuleType | None
-try:  # the per-event path in C (built by `pip install`; optional, see pyproject.toml)
-    from tracevault.consumer.sequencer import _cseal
-except ImportError:  # pragma: no cover - a build without a C compiler
-    _cseal = None
+# the per-event path in C: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
+_cseal: ModuleType | None = native.load("tracevault.consumer.sequencer._cseal")
 
 __all__ = ["Sequencer", "default_instance_id"]
 

@@ -1,0 +1,136 @@
+"""What the LangGraph / LangChain integration costs per call: ``chat_model(ChatOpenAI(...),
+recorder).invoke(...)`` against the bare ``ChatOpenAI(...).invoke(...)`` to the same local
+server, and a wrapped ``@tool`` against the bare tool.
+
+Both chat models talk HTTP to the same in-process server (``tracevault.demo.provider``); the
+wrapped one records each call through a real Recorder and Publisher to a live broker
+(``--bootstrap``, default ``$KAFKA_BOOTSTRAP_SERVERS`` or 127.0.0.1:9092) on fresh topics that
+are deleted afterwards. Calls alternate bare/wrapped so both see the same noise. A local
+server answers in well under a millisecond, so the ratio is a worst case: against a real
+provider (hundreds of ms per call) the same absolute overhead is a fraction of a percent. The
+tool is a pure function, so its ratio only says what a recorded tool call costs in absolute
+terms.
+
+Prints one JSON line per mode (``chat``, ``tool``), then one JSON object with the per-call
+medians, the overhead in µs and the ratio wrapped/bare per mode.
+
+    .venv/bin/python bench/langgraph_overhead.py [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+
+from tracevault.config import Settings
+from tracevault.demo.provider import provider_server
+from tracevault.integrations import langgraph
+from tracevault.kafka import ensure_topics
+from tracevault.producer import Publisher, Recorder
+
+MESSAGES = [
+    ("system", "You are a support agent for a bicycle shop. " * 8),
+    ("user", "My rear derailleur skips under load on the two largest cogs."),
+]
+
+
+@tool
+def lookup_part(sku: str) -> dict[str, Any]:
+    """A part in the shop's catalogue."""
+    return {"sku": sku, "name": "rear derailleur", "in_stock": 3}
+
+
+def quantile(xs: list[int], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000.0
+
+
+def alternate(bare: Callable[[], Any], wrapped: Callable[[], Any], calls: int) -> dict[str, float]:
+    clock = time.perf_counter_ns
+    b: list[int] = []
+    w: list[int] = []
+    for _ in range(200):  # warm up: connections open, caches hot
+        bare()
+        wrapped()
+    for _ in range(calls):
+        t0 = clock()
+        bare()
+        t1 = clock()
+        wrapped()
+        t2 = clock()
+        b.append(t1 - t0)
+        w.append(t2 - t1)
+    b50, w50 = quantile(b, 0.5), quantile(w, 0.5)
+    return {
+        "bare_median_us": b50,
+        "wrapped_median_us": w50,
+        "bare_p99_us": quantile(b, 0.99),
+        "wrapped_p99_us": quantile(w, 0.99),
+        "median_overhead_us": round(w50 - b50, 1),
+        "ratio": round(w50 / b50, 3),
+    }
+
+
+def bench(publisher: Publisher, url: str, calls: int, mode: str) -> dict[str, float]:
+    rec = Recorder(publisher=publisher, agent_id="bench", agent_version="1", input=None)
+    with rec:
+        if mode == "chat":
+            bare_model = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="b", max_retries=0)
+            inner = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="b", max_retries=0)
+            model = langgraph.chat_model(inner, rec)
+            out = alternate(
+                lambda: bare_model.invoke(MESSAGES), lambda: model.invoke(MESSAGES), calls
+            )
+        else:
+            wrapped = langgraph.tool(lookup_part, rec)
+            args = {"sku": "RD-M8100"}
+            out = alternate(lambda: lookup_part.invoke(args), lambda: wrapped.invoke(args), calls)
+    publisher.flush(60)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    )
+    ap.add_argument("--calls", type=int, default=2000, help="samples per mode")
+    opts = ap.parse_args()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as spool:
+        settings = Settings(
+            bootstrap_servers=opts.bootstrap,
+            topic_prefix=f"bench-langgraph-{uuid.uuid4().hex[:8]}",
+            partitions=1,
+            spool_dir=spool,
+        )
+        ensure_topics(settings)
+        try:
+            publisher = Publisher(settings)
+            with provider_server() as server:
+                for mode in ("chat", "tool"):
+                    results[mode] = bench(publisher, server.url + "/v1", opts.calls, mode)
+                    print(json.dumps({"mode": mode, **results[mode]}), flush=True)
+            publisher.close(timeout=30)
+        finally:
+            admin = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0})
+            for fut in admin.delete_topics(list(settings.topics.all())).values():
+                try:
+                    fut.result(timeout=30)
+                except Exception as exc:
+                    print(json.dumps({"cleanup_error": str(exc)}))
+    print(json.dumps({"calls": opts.calls, **results}))
+
+
+if __name__ == "__main__":
+    main()

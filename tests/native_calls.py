@@ -1,0 +1,401 @@
+"""Hostile calls of every C entry point, each in a forked child: what each one did.
+
+``python -m tests.native_calls`` prints one JSON object, case name -> outcome: the name of the
+exception the call raised, ``ok <repr>`` for a value, or ``crashed <signal>`` where the child
+died (a segfault, or a sanitizer's abort). tests/test_native_inputs.py runs it and says what
+each case must give: a clean Python exception or the right value, never a crash. One process
+imports the extensions once; a fork per case keeps one crash from hiding the next.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from tests.native import extension
+
+cseal = extension("tracevault.consumer.sequencer._cseal")
+ctake = extension("tracevault.consumer.archive._ctake")
+cmerkle = extension("tracevault.log._cmerkle")
+cput = extension("tracevault.archive._cput")
+
+H = hashlib.sha256(b"leaf").digest()
+I64_MAX = 2**63 - 1
+TMPFILE = getattr(os, "O_TMPFILE", 0)
+CASES: dict[str, Callable[[], object]] = {}
+
+
+def case(fn: Callable[[], object]) -> Callable[[], object]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+# -- _cmerkle ------------------------------------------------------------------------------
+
+
+@case
+def merkle_extend_empty_list_size_1() -> object:
+    return cmerkle.extend([], 1, [H])  # segfaulted: a merge with one hash in the list
+
+
+@case
+def merkle_extend_size_3_one_hash() -> object:
+    return cmerkle.extend([H], 3, [H])
+
+
+@case
+def merkle_extend_negative_size() -> object:
+    return cmerkle.extend([], -1, [H])
+
+
+@case
+def merkle_extend_size_past_64_bits() -> object:
+    return cmerkle.extend([H], 2**64 + 1, [])
+
+
+@case
+def merkle_extend_size_that_overflows() -> object:
+    return cmerkle.extend([H] * 63, 2**63 - 1, [H])
+
+
+@case
+def merkle_extend_not_a_list() -> object:
+    return cmerkle.extend((H,), 1, [H])
+
+
+@case
+def merkle_extend_consistent() -> object:
+    hashes = [H, H]
+    return cmerkle.extend(hashes, 3, [H]), len(hashes)
+
+
+@case
+def merkle_perfect_root_of_three() -> object:
+    return cmerkle.perfect_root([H] * 3)
+
+
+@case
+def merkle_perfect_root_of_an_int() -> object:
+    return cmerkle.perfect_root(5)
+
+
+@case
+def merkle_hash_children_short() -> object:
+    return cmerkle.hash_children(b"x", H)
+
+
+# -- the takes: start, the list, the context ---------------------------------------------
+
+
+class Msg:
+    """A consumed message; ``hook`` runs inside one of its methods (Python code the C walk
+    calls while it holds pointers into the batch)."""
+
+    def __init__(self, value: bytes, *, part: int = 0, offset: int = 0, key: bytes = b"r") -> None:
+        self._value, self._part, self._offset, self._key = value, part, offset, key
+        self.hook: Callable[[], None] | None = None
+
+    def _run(self) -> None:
+        if self.hook is not None:
+            self.hook()
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self._part
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def headers(self) -> None:
+        return None
+
+    def key(self) -> bytes:
+        self._run()
+        return self._key
+
+
+def _sealed_value(raw: bytes, *, seq: int = 1) -> bytes:
+    from tests.consumer.hostile import join, sealed_fields, sealed_header
+
+    return join(sealed_header(), sealed_fields("r", seq, raw))
+
+
+def _take_ctx(parts: dict[int, Any]) -> tuple[object, ...]:
+    from tests.consumer.hostile import sealed_header, trace_header
+    from tracevault.consumer.archive._archiver import _Pending
+    from tracevault.consumer.archive._logwriter import LeafRecord
+    from tracevault.log import leaf_prefix
+    from tracevault.schemas import EventKind
+    from tracevault.schemas.fast import armed_walks
+
+    walks = armed_walks()
+    assert walks is not None
+    kinds, fin = walks[2], walks[2].index(EventKind.RUN_FINISHED)
+    prefixes = {"r": leaf_prefix("r")}
+    return ({}, parts, prefixes, 0, 2**62, LeafRecord, _Pending, sealed_header(), trace_header(),
+            fin, len(kinds))  # fmt: skip
+
+
+class Part:
+    def __init__(self) -> None:
+        self.pending: list[object] = []
+
+
+def _good_raw() -> bytes:
+    from tests.consumer.hostile import event_value
+
+    return event_value("r", 1)
+
+
+@case
+def ctake_start_negative() -> object:
+    return ctake.take([Msg(b"")], -1, _take_ctx({}))  # segfaulted: msgs[-1] read past
+
+
+@case
+def ctake_start_past_the_end() -> object:
+    return ctake.take([Msg(b"")], 5, _take_ctx({}))
+
+
+@case
+def ctake_bad_context() -> object:
+    return ctake.take([], 0, ())
+
+
+@case
+def ctake_not_a_message() -> object:
+    return ctake.take([object()], 0, _take_ctx({}))
+
+
+@case
+def ctake_takes_a_good_record() -> object:
+    return ctake.take([Msg(_sealed_value(_good_raw()))], 0, _take_ctx({0: Part()}))
+
+
+@case
+def ctake_run_id_length_past_int64() -> object:
+    """A sealed record whose raw event claims a run id of INT64_MAX bytes: the kind walk
+    declines it (the signed ``p + n`` this once was is undefined behaviour)."""
+    from tests.consumer.hostile import trace_header, varint
+
+    raw = trace_header() + varint(I64_MAX) + b"\x00" * 40
+    return ctake.leaf_fields(_sealed_value(raw), _take_ctx({}))
+
+
+@case
+def ctake_offset_at_int64_max() -> object:
+    """offset + 1 does not fit: left to Python (which has big ints)."""
+    msg = Msg(_sealed_value(_good_raw()), offset=I64_MAX)
+    return ctake.take([msg], 0, _take_ctx({0: Part()}))
+
+
+@case
+def ctake_part_dropped_while_walked() -> object:
+    """The message's key() drops the partition the walk holds, and the batch with it."""
+    parts: dict[int, Any] = {0: Part()}
+    msgs = [Msg(_sealed_value(_good_raw()))]
+
+    def drop() -> None:
+        parts.clear()
+        msgs.clear()
+
+    msgs[0].hook = drop
+    return ctake.take(msgs, 0, _take_ctx(parts))
+
+
+def _seal_ctx() -> tuple[object, ...]:
+    from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut
+    from tracevault.schemas import EventKind
+    from tracevault.schemas.fast import armed_walks
+
+    walks = armed_walks()
+    assert walks is not None
+    kinds = walks[2]
+    gap, fin = kinds.index(EventKind.GAP), kinds.index(EventKind.RUN_FINISHED)
+    return ({}, [], {}, 0, SealOut, walks[1], len(kinds), gap, fin, MAX_RAW_BYTES)
+
+
+@case
+def cseal_start_negative() -> object:
+    return cseal.take([Msg(b"")], -1, _seal_ctx())  # segfaulted: msgs[-1] read past
+
+
+@case
+def cseal_start_past_the_end() -> object:
+    return cseal.take([], 1, _seal_ctx())
+
+
+@case
+def cseal_bad_context() -> object:
+    return cseal.take([Msg(b"")], 0, ({},))
+
+
+# -- _cseal's encoders -------------------------------------------------------------------
+
+
+class Run:
+    enc = None
+    leaf = None
+    partition = 0
+    finished = False
+    gaps: ClassVar[list[object]] = []
+    held: ClassVar[dict[object, object]] = {}
+    last_hash = H
+    next_seq = 1
+    first_offset = 0
+    last_offset = 0
+
+
+def _seal_out(run: object) -> tuple[object, ...]:
+    return (run, 1, H, H, b"raw", 0, 5)
+
+
+@case
+def cseal_values_not_sealouts() -> object:
+    return cseal.values([object()], b"", b"", lambda r: (b"", b""), lambda r: b"")
+
+
+@case
+def cseal_values_batch_cleared_by_an_encoder() -> object:
+    sealed: list[object] = [_seal_out(Run()), _seal_out(Run())]
+
+    def enc(run: object) -> tuple[bytes, bytes]:
+        sealed.clear()
+        return (b"P", b"Q")
+
+    vals, leaves = cseal.values(sealed, b"A", b"S", enc, lambda r: b"L")
+    return len(vals), {k: len(v) for k, v in leaves.items()}
+
+
+@case
+def cseal_values_seq_past_int64() -> object:
+    rec = (Run(), 2**64, H, H, b"raw", 0, 5)
+    return cseal.values([rec], b"", b"", lambda r: (b"", b""), lambda r: b"")
+
+
+@case
+def cseal_heads_runs_cleared_by_an_encoder() -> object:
+    runs: list[object] = [Run(), Run()]
+
+    def enc(run: object) -> tuple[bytes, bytes]:
+        runs.clear()
+        return (b"P", b"Q")
+
+    return len(cseal.heads(runs, b"S", enc))
+
+
+@case
+def cseal_peek_short_header() -> object:
+    return cseal.peek(b"", b"short", 10)
+
+
+@case
+def cseal_link_short_hash() -> object:
+    return cseal.link(bytes(31), b"x")
+
+
+@case
+def cseal_canonical_of_an_int() -> object:
+    return cseal.canonical(5)
+
+
+# -- _cput ---------------------------------------------------------------------------------
+
+
+def _dir() -> str:
+    return tempfile.mkdtemp(prefix="native-calls-")
+
+
+@case
+def cput_put_negative_mode() -> object:
+    return cput.put(_dir(), "x", b"data", -1, 0, TMPFILE)
+
+
+@case
+def cput_put_mode_past_07777() -> object:
+    return cput.put(_dir(), "x", b"data", 0o17777, 0, TMPFILE)
+
+
+@case
+def cput_put_lock_before_the_epoch() -> object:
+    return cput.put(_dir(), "x", b"data", 0o444, -1, TMPFILE)
+
+
+@case
+def cput_put_other_open_flags() -> object:
+    return cput.put(_dir(), "x", b"data", 0o444, 0, TMPFILE | os.O_APPEND)
+
+
+@case
+def cput_put_ok() -> object:
+    return cput.put(_dir(), "x", b"data", 0o444, 0, TMPFILE)
+
+
+@case
+def cput_put_batch_not_a_tuple() -> object:
+    return cput.put_batch(["x"], 0o444, 0, TMPFILE, 4)
+
+
+@case
+def cput_put_batch_short_tuple() -> object:
+    return cput.put_batch([(_dir(),)], 0o444, 0, TMPFILE, 4)
+
+
+@case
+def cput_put_batch_negative_mode() -> object:
+    return cput.put_batch([(_dir(), "x", b"d")], -5, 0, TMPFILE, 4)
+
+
+@case
+def cput_put_batch_ok() -> object:
+    d = _dir()
+    return cput.put_batch([(d, "a", b"1"), (d, "b", b"2"), (d, "a", b"1")], 0o444, 0, TMPFILE, 2)
+
+
+# -- the runner ----------------------------------------------------------------------------
+
+
+def _one(fn: Callable[[], object]) -> str:
+    try:
+        return f"ok {fn()!r}"
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def run(names: list[str]) -> dict[str, str]:
+    """Each case in a forked child: its outcome, or how the child died."""
+    out: dict[str, str] = {}
+    for name in names:
+        r, w = os.pipe()
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: one call, its outcome down the pipe
+            os.close(r)
+            os.write(w, _one(CASES[name]).encode())
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            said = f.read().decode()
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            out[name] = f"crashed {signal.Signals(os.WTERMSIG(status)).name}"
+        elif os.WEXITSTATUS(status) != 0 or not said:
+            out[name] = f"crashed exit {os.WEXITSTATUS(status)}"
+        else:
+            out[name] = said
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(sys.argv[1:] or list(CASES))))

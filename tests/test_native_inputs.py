@@ -1,0 +1,88 @@
+"""Every C entry point checks what it is given: a clean Python exception, never a crash.
+
+The calls are in tests/native_calls.py, each in a forked child, so a segfault (as
+``take(msgs, -1, ctx)`` and ``_cmerkle.extend([], 1, [h])`` once gave) fails its own case
+here instead of killing the test run. Under the sanitizer build (``.ci/native``) a read out
+of bounds, a use after free or a signed overflow aborts the child too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXPECTED = {
+    # _cmerkle: the tree size and the list must be a compact tree (one hash per bit of size)
+    "merkle_extend_empty_list_size_1": "ValueError",
+    "merkle_extend_size_3_one_hash": "ValueError",
+    "merkle_extend_negative_size": "ValueError",
+    "merkle_extend_size_past_64_bits": "ValueError",
+    "merkle_extend_size_that_overflows": "ValueError",
+    "merkle_extend_not_a_list": "TypeError",
+    "merkle_extend_consistent": "ok (4, 1)",
+    "merkle_perfect_root_of_three": "ValueError",
+    "merkle_perfect_root_of_an_int": "TypeError",
+    "merkle_hash_children_short": "ValueError",
+    # the takes: start within the batch; a message the walk holds stays alive
+    "ctake_start_negative": "ValueError",
+    "ctake_start_past_the_end": "ValueError",
+    "ctake_bad_context": "TypeError",
+    "ctake_not_a_message": "AttributeError",
+    "ctake_takes_a_good_record": "ok 1",
+    "ctake_run_id_length_past_int64": "ok None",
+    "ctake_offset_at_int64_max": "ok 0",
+    "ctake_part_dropped_while_walked": "ok 1",
+    "cseal_start_negative": "ValueError",
+    "cseal_start_past_the_end": "ValueError",
+    "cseal_bad_context": "TypeError",
+    # _cseal's encoders: the batch is read from a copy while the encoders (Python) run
+    "cseal_values_not_sealouts": "ValueError",
+    "cseal_values_batch_cleared_by_an_encoder": "ok (2, {0: 2})",
+    "cseal_values_seq_past_int64": "ValueError",
+    "cseal_heads_runs_cleared_by_an_encoder": "ok 2",
+    "cseal_peek_short_header": "ValueError",
+    "cseal_link_short_hash": "ValueError",
+    "cseal_canonical_of_an_int": "TypeError",
+    # _cput: a file mode, a lock time after the epoch, only the O_TMPFILE bits, tuples
+    "cput_put_negative_mode": "ValueError",
+    "cput_put_mode_past_07777": "ValueError",
+    "cput_put_lock_before_the_epoch": "ValueError",
+    "cput_put_other_open_flags": "ValueError",
+    "cput_put_ok": "ok 1",
+    "cput_put_batch_not_a_tuple": "TypeError",
+    "cput_put_batch_short_tuple": "TypeError",
+    "cput_put_batch_negative_mode": "ValueError",
+    "cput_put_batch_ok": "ok [1, 1, 0]",
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, str]:
+    res = subprocess.run(
+        [sys.executable, "-m", "tests.native_calls"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    out: dict[str, str] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_every_case_is_expected() -> None:
+    from tests import native_calls
+
+    assert set(native_calls.CASES) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_a_hostile_call_gives_a_clean_outcome(outcomes: dict[str, str], name: str) -> None:
+    assert outcomes[name] == EXPECTED[name]
