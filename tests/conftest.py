@@ -129,14 +129,16 @@ def settings_factory(
 @pytest.fixture
 def local_broker_factory(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Callable[[], LocalBroker]]:
+) -> Iterator[Callable[..., LocalBroker]]:
     """Private brokers on free ports, for tests that stop or kill a broker; stopped at the end."""
     from tests.kafka_harness import free_port
 
     started: list[LocalBroker] = []
 
-    def make() -> LocalBroker:
-        broker = LocalBroker(free_port())
+    def make(**extra: str) -> LocalBroker:
+        """``extra``: broker settings beyond dev/kafka's (``log_retention_check_interval_ms``
+        for ``log.retention.check.interval.ms``)."""
+        broker = LocalBroker(free_port(), extra={k.replace("_", "."): v for k, v in extra.items()})
         broker.start()
         started.append(broker)
         return broker

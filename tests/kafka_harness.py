@@ -61,6 +61,7 @@ class LocalBroker:
 
     port: int
     log: list[str] = field(default_factory=list)
+    extra: dict[str, str] = field(default_factory=dict)  # broker settings beyond dev/kafka's
 
     @property
     def bootstrap(self) -> str:
@@ -71,6 +72,8 @@ class LocalBroker:
         env["KAFKA_PORT"] = str(self.port)
         env["KAFKA_CONTROLLER_PORT"] = str(free_port())
         env["PYTHON"] = sys.executable
+        if self.extra:
+            env["KAFKA_EXTRA_PROPERTIES"] = "\n".join(f"{k}={v}" for k, v in self.extra.items())
         return env
 
     def _run(self, *args: str, timeout: float = 300) -> str:
@@ -127,3 +130,17 @@ def find_or_start_kafka() -> tuple[str, object | None]:
     if not broker_answers(bootstrap, timeout=20):
         raise RuntimeError(f"dev/kafka started but {bootstrap} does not answer")
     return bootstrap, broker
+
+
+def set_topic_config(bootstrap: str, topic: str, **conf: str) -> None:
+    """Set topic configs (``retention_ms="1000"`` for ``retention.ms``), as an admin would."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entries = [
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in conf.items()
+    ]
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)

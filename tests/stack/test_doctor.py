@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,12 +11,19 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import unique_name
+from tests.consumer.archive.sealed_factory import sealed_run
+from tests.consumer.sequencer.support import wait_until
+from tests.kafka_harness import set_topic_config
+from tests.log.signed_sealed import SignedSealedWriter
+from tests.log.signed_sealed import fresh_settings as signed_settings
 from tests.stack.conftest import DemoRun
 from tracevault.archive import open_store
 from tracevault.archive.layout import segment_key
 from tracevault.cli import tracevault
 from tracevault.config import Settings
+from tracevault.consumer.archive import Archiver
 from tracevault.kafka import ensure_topics
+from tracevault.log import Ed25519Signer
 
 
 def _doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, dict[str, str]]]:
@@ -90,3 +98,52 @@ def test_short_archive_retention_is_named(kafka_bootstrap: str, tmp_path: Path) 
     assert checks["retention policy"]["status"] == "fail"
     assert "Art. 19" in checks["retention policy"]["detail"]
     assert checks["archive retention"]["status"] == "ok"  # the other checks still ran
+
+
+def test_a_sealed_retention_under_the_archivers_lag_is_named(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("doc"), partitions=1
+    )
+    ensure_topics(settings)
+    set_topic_config(kafka_bootstrap, settings.topics.sealed, retention_ms="1000")
+    code, checks = _doctor(
+        "--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
+        env={"TRACEVAULT_ARCHIVE_URL": f"file://{tmp_path / 'a'}"},
+    )  # fmt: skip
+    assert code == 1
+    sealed = checks["kafka retention sealed"]
+    assert sealed["status"] == "fail", sealed
+    assert f"retention.ms of topic {settings.topics.sealed}" in sealed["fix"], sealed
+    assert checks["kafka retention raw"]["status"] == "ok", checks["kafka retention raw"]
+
+
+def test_a_stuck_archiver_is_named_as_running_not_as_missing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """An archiver that runs but cannot go on (here: it trusts another key, so it refuses
+    every checkpoint and commits nothing) is not "start `tracevault archiver`"."""
+    settings = signed_settings(kafka_bootstrap, tmp_path, partitions=1)
+    writer = SignedSealedWriter(settings)
+    writer.publish(sealed_run("doc-stuck", 3))
+    archiver = Archiver(settings, verifiers=[Ed25519Signer.generate("another").verifier])
+    thread = threading.Thread(target=archiver.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(
+            lambda: archiver.stats.quarantined.get("bad-checkpoint", 0) > 0,
+            timeout=60,
+            what="the archiver refusing the checkpoint",
+        )
+        _, checks = _doctor(
+            "--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
+            env={"TRACEVAULT_ARCHIVE_URL": settings.archive_url},
+        )  # fmt: skip
+    finally:
+        archiver.stop()
+        thread.join(30)
+    lag = checks["archiver lag"]
+    assert lag["status"] == "warn", lag
+    assert "runs but has not caught up" in lag["detail"], lag
+    assert not lag["fix"].startswith("start"), lag

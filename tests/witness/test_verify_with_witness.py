@@ -25,6 +25,7 @@ from tracevault.archive import ObjectStore, open_store
 from tracevault.cli import tracevault as main
 from tracevault.config import Settings
 from tracevault.errors import LogError
+from tracevault.kafka import sealed_generation
 from tracevault.log import (
     Checkpoint,
     CosignatureSigner,
@@ -95,7 +96,8 @@ def sealed(
     and a third sealed after they stopped, so the archive is ahead of what they cosigned."""
     base = tmp_path_factory.mktemp("witverify")
     settings = fresh_settings(kafka_bootstrap, base, "witv", partitions=1)
-    origin = log_origin(settings.log_origin, settings.topic_prefix, 0)
+    gen = sealed_generation(settings)
+    origin = log_origin(settings.log_origin, settings.topic_prefix, 0, gen)
     vkey = log_signer.verifier.vkey
     with sequencer_running(settings):
         for run_id in ("wv-a", "wv-b"):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Producer
 
 from tracevault.config import Settings
+from tracevault.kafka import sealed_generation
 from tracevault.log import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
@@ -51,7 +52,9 @@ class Partition:
 
     @property
     def origin(self) -> str:
-        return log_origin(self.settings.log_origin, self.settings.topic_prefix, 0)
+        # as the sequencer signs it: of this incarnation of the topic (docs/log.md)
+        gen = sealed_generation(self.settings)
+        return log_origin(self.settings.log_origin, self.settings.topic_prefix, 0, gen)
 
     def build(self, n: int) -> CheckpointRecord:
         """The next record of ``n`` leaves, kept in the tree but not produced."""

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tracevault.archive._holes import holes_prefix, parse_hole_key
 from tracevault.archive._logread import run_log_keys
 from tracevault.archive._store import ObjectInfo, ObjectStore, utc_now
 from tracevault.archive.layout import HOLDS_ROOT, hold_record_key, run_prefix
@@ -77,7 +78,16 @@ def _needed_keys(store: ObjectStore, run_id: str, newest: dict[str, int | None])
         if log_key not in newest:
             cps = store.list(checkpoint_prefix(log_key))
             newest[log_key] = parse_checkpoint_key(cps[-1].key) if cps else None
-        for size in {newest[log_key], max(i.size for i in indexes)}:
+        sizes = {newest[log_key], max(i.size for i in indexes)}
+        # the holes a verify reads (docs/log.md, "Holes"), and the checkpoint a run before a
+        # gone hole is proven against: where the hole began
+        holes = [h for i in store.list(holes_prefix(log_key)) if (h := parse_hole_key(i.key))]
+        last = max((leaf for i in indexes for leaf, _ in i.leaves), default=-1)
+        after = [h.first for h in holes if h.kind == "gone" and h.first > last]
+        if after:
+            sizes.add(min(after))
+        keys |= {h.key for h in holes}
+        for size in sizes:
             if size is not None:
                 keys |= run_log_keys(indexes, size, own_entries=True)
     return keys

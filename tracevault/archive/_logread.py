@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
+from tracevault.archive._holes import (
+    Hole,
+    HoleKey,
+    gone_trees,
+    hole_node_source,
+    holes_prefix,
+    parse_hole_key,
+)
 from tracevault.archive.tlog import (
     RunIndex,
     checkpoint_key,
@@ -60,6 +69,9 @@ class LogRun:
     unindexed: tuple[tuple[int, int, str], ...] = ()
     """(leaf, seq, entry bundle) of the run's leaves past its last indexed one that no index
     object lists: the tail of the run's index was deleted."""
+    lost: tuple[int, str, str] | None = None
+    """(first seq, hole object, what happened) when seqs the run lacks lie in a hole of its
+    log (docs/log.md, "Holes")."""
 
 
 def run_index_keys(keys: Sequence[str]) -> list[str]:
@@ -199,7 +211,29 @@ def read_log_run(
                     f"leaf {seen[0]}"
                 )
             by_seq[seq] = (leaf, key)
+    holes = [
+        h
+        for k in list_keys(holes_prefix(log_key))
+        if (h := parse_hole_key(k)) is not None
+        and (newest_key := parse_checkpoint_key(cps[-1])) is not None
+        and h.end <= newest_key
+    ]
+    lost = _lost_seqs(r, run_id, by_seq, holes) if holes else None
     cp_key = cps[-1]
+    gone = [
+        (h, Hole.from_json(r.get(h.key), h.key)) for h in holes if h.kind in {"gone", "continued"}
+    ]
+    last_leaf = max(leaf for leaf, _ in by_seq.values())
+    after = [h.first for h, _ in gone if h.first > last_leaf]
+    if after and anchor is None:
+        # proofs across a hole whose hashes are gone cannot be built: the run is proven
+        # against the checkpoint where the log stood when the hole began (archived first)
+        cp_key = checkpoint_key(log_key, min(after))
+        if cp_key not in cps:
+            raise ArchiveError(
+                f"log {log_key} has a hole at leaf {min(after)} but no checkpoint object at "
+                "that size to prove the run before it against (deleted?)"
+            )
     note = r.get(cp_key).decode("utf-8", "replace")
     try:
         cp = Checkpoint.parse(split_note(note)[0])
@@ -220,7 +254,9 @@ def read_log_run(
     def read_tile(level: int, index: int, width: int) -> bytes:
         return r.get(tile_key(log_key, level, index, width))
 
-    node = tile_node_source(newest, read_tile)  # any smaller tree's nodes too
+    # any smaller tree's nodes too; those overlapping a hole whose hashes are gone from its
+    # compact tree
+    node = hole_node_source(tile_node_source(newest, read_tile), *gone_trees(gone))
     edge = edge_source(size, node)
     values: list[bytes] = []
     objects: list[str] = []
@@ -269,7 +305,6 @@ def read_log_run(
 
     proofs = LeafProofs(seqs, leaves, objects, proof)
     unindexed: list[tuple[int, int, str]] = []
-    last_leaf = max(leaves)
     fin = [i for i in indexes if i.finished]
     # The unindexed-tail scan looks for leaves of the run that no index lists, past its
     # last listed one. A run whose index says it finished has none to find: verify holds
@@ -285,8 +320,8 @@ def read_log_run(
         except LogError as exc:
             raise ArchiveError(str(exc)) from exc
         for i, data in enumerate(entries, start=n * TILE_WIDTH):
-            if i <= last_leaf:
-                continue
+            if i <= last_leaf or (holes and any(h.overlaps(i, i + 1) for h in holes)):
+                continue  # the run's own, or a hole's (no run's history)
             try:
                 rid, seq, _ = parse_leaf(data)
             except LogError as exc:
@@ -295,6 +330,8 @@ def read_log_run(
                 unindexed.append((i, seq, ekey))
     others: list[tuple[str, tuple[bytes, ...]]] = []
     for old in sorted(({i.size for i in indexes} | {newest}) - {size}):
+        if old > size and any(size <= h.first < old for h, _ in gone):
+            continue  # across a hole whose hashes are gone: no consistency proof exists
         okey = checkpoint_key(log_key, old)
         other = r.get(okey).decode("utf-8", "replace")
         if old <= newest:
@@ -317,4 +354,48 @@ def read_log_run(
             cp_key if anchor is None else None,  # the caller names where the anchor came from
         ),
         tuple(unindexed),
+        lost,
     )
+
+
+def _lost_seqs(
+    r: _Reader, run_id: str, by_seq: dict[int, tuple[int, str]], holes: Sequence[HoleKey]
+) -> tuple[int, str, str] | None:
+    """``LogRun.lost`` of the run: when seqs it lacks lie in a hole of its log, the first,
+    the hole object and what happened.
+
+    The missing seqs (before its first archived one, or between two) are placed between the
+    leaves of the seqs either side; a hole there took them. A quarantined leaf is named only
+    when its record is the run's own (its hole object says which run and seq)."""
+    seqs = sorted(by_seq)
+    gaps: list[tuple[int, int, int, int]] = []  # (first seq lost, last, leaf before, after)
+    if seqs[0] > 0:
+        gaps.append((0, seqs[0] - 1, -1, by_seq[seqs[0]][0]))
+    for a, b in pairwise(seqs):
+        if b > a + 1:
+            gaps.append((a + 1, b - 1, by_seq[a][0], by_seq[b][0]))
+    for lo_seq, hi_seq, lo, hi in gaps:
+        for h in holes:
+            if h.kind == "continued" or not h.overlaps(lo + 1, hi):
+                continue
+            hole = Hole.from_json(r.get(h.key), h.key)
+            if hole.kind == "quarantined":
+                seq = hole.runs.get(run_id)
+                if seq is None or not lo_seq <= seq <= hi_seq:
+                    continue
+                return (
+                    seq,
+                    h.key,
+                    f"run {run_id!r} seq {seq} is leaf {hole.first} of its log, quarantined "
+                    f"({hole.reason}, kept as {hole.quarantine_key}) and so not archived as "
+                    f"run history: {hole.why}",
+                )
+            lost = f"seq {lo_seq}" if lo_seq == hi_seq else f"seqs {lo_seq}..{hi_seq}"
+            return (
+                lo_seq,
+                h.key,
+                f"run {run_id!r} lost {lost} to a hole in its partition's log: "
+                f"{hole.describe()}. The events were sealed and signed, then gone from "
+                "Kafka before the archiver read them; the archive cannot prove or replay them",
+            )
+    return None

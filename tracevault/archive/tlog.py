@@ -2,6 +2,7 @@
 
 Keys (every object written once and retention-locked; docs/log.md, "Archive")::
 
+    log/<prefix>/[<gen>/]<p>/...                 one log per partition and generation:
     log/<prefix>/<p>/tile/<L>/<N>[.p/<W>]        hash tiles (c2sp.org/tlog-tiles)
     log/<prefix>/<p>/tile/entries/<N>[.p/<W>]    entry bundles: the leaf data (u16-prefixed)
     log/<prefix>/<p>/data/<N>[.p/<W>]            the sealed records of the same leaves (u32-
@@ -52,8 +53,11 @@ _U32 = struct.Struct(">I")
 _json_str = json.encoder.encode_basestring_ascii
 
 
-def log_prefix(prefix: str, partition: int) -> str:
-    return f"log/{quote(prefix, safe='-_.')}/{partition}/"
+def log_prefix(prefix: str, partition: int, generation: str = "") -> str:
+    """``log/<prefix>/<p>/`` of a log begun before generations, else
+    ``log/<prefix>/<generation>/<p>/``: one log per sealed topic incarnation, side by side."""
+    gen = f"{generation}/" if generation else ""
+    return f"log/{quote(prefix, safe='-_.')}/{gen}{partition}/"
 
 
 def tile_key(log: str, level: int, index: int, width: int) -> str:

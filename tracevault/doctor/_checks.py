@@ -6,7 +6,12 @@
 3. topics: all four exist, co-partitioned, heads compacted;
 4. archive: the object store answers, Object Lock is on, every archived object is locked for
    at least the minimum (the same evidence ``archive retention-report`` gives an auditor);
-5. sequencer and archiver lag: how far each consumer group is behind its input topic.
+5. sequencer and archiver lag: how far each consumer group is behind its input topic, and
+   whether anyone in the group runs (a service that runs and stays behind is stuck, not
+   stopped);
+6. Kafka retention: ``raw`` and ``sealed`` keep records longer than the service reading them
+   is behind, plus a margin; otherwise records expire unread and the archive gets a hole;
+7. holes: the archive's record of leaves whose sealed records were gone before archiving.
 
 Each check yields a :class:`Check` with a status and, for anything not ok, the fix.
 """
@@ -20,9 +25,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tracevault import native
-from tracevault.archive import open_store, retention_report
+from tracevault.archive import ObjectStore, open_store, retention_report
+from tracevault.archive._holes import LOST, parse_hole_key
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.kafka import TopicReport, describe_topics
@@ -119,17 +126,55 @@ def _archive(settings: Settings) -> Iterator[Check]:
         else:
             detail = f"{len(runs)} runs, every object locked >= {MIN_RETENTION_DAYS} days"
             yield Check("archive retention", "ok", detail)
+        yield _holes(store)
     except TraceVaultError as exc:
         yield Check("archive", "fail", str(exc), "check the store's credentials and endpoint")
     finally:
         store.close()
 
 
+def _holes(store: ObjectStore) -> Check:
+    """Holes where records were lost before archiving (docs/log.md, "Holes")."""
+    lost = [h for i in store.list("holes/") if (h := parse_hole_key(i.key)) and h.kind in LOST]
+    if not lost:
+        return Check("archive holes", "ok", "no sealed records were lost before archiving")
+    leaves = sum(h.end - h.first for h in lost)
+    return Check(
+        "archive holes",
+        "warn",
+        f"{len(lost)} hole(s), {leaves} leaves whose sealed records were gone from Kafka before "
+        f"the archiver read them; first: {lost[0].key}",
+        "read the hole objects (which runs, when, why) and `replay verify` the runs they "
+        "name; then keep raw/sealed retention above the archiver's lag (check `kafka "
+        "retention`)",
+    )
+
+
 _LAG_CAP = 100_000
+#: A topic must keep records this much longer than its reader is behind (a day: an outage
+#: of the reader over a weekend night is caught before records expire).
+RETENTION_MARGIN_MS = 24 * 3600 * 1000
 
 
-def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int) -> Check:
-    """Records the group has not consumed yet, counted by reading them (read_committed).
+@dataclass(frozen=True, slots=True)
+class Lag:
+    check: Check
+    behind_ms: int  # age of the oldest record the group has not consumed (0: caught up)
+
+
+def _members(settings: Settings, group: str) -> int | None:
+    """How many consumers the group has now (None: the broker did not say)."""
+    try:
+        admin = AdminClient(settings.kafka_config(log_level=0))
+        (desc,) = [f.result(10) for f in admin.describe_consumer_groups([group]).values()]
+        return len(desc.members)
+    except (KafkaException, ValueError):
+        return None
+
+
+def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int) -> Lag:
+    """Records the group has not consumed yet, counted by reading them (read_committed), and
+    the age of the oldest one.
 
     Offsets alone overstate lag on a transactional topic: every commit leaves a marker that
     takes an offset but is never delivered, so a caught-up archiver would look behind.
@@ -143,6 +188,7 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
     )  # fmt: skip
     never = 0
     lag = 0
+    oldest: int | None = None  # ms timestamp of the first unconsumed record
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
         start = []
@@ -165,19 +211,67 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
                 continue
             if not is_checkpoint_record(msg.headers()):  # the signed log's, not an event
                 lag += 1
+                _kind, ts = msg.timestamp()
+                if ts > 0 and (oldest is None or ts < oldest):
+                    oldest = ts
     except KafkaException as exc:
-        return Check(f"{name} lag", "fail", f"cannot read group {group}: {exc}")
+        return Lag(Check(f"{name} lag", "fail", f"cannot read group {group}: {exc}"), 0)
     finally:
         consumer.close()
+    behind_ms = 0 if oldest is None else max(0, int(time.time() * 1000) - oldest)
     if lag == 0:
-        return Check(f"{name} lag", "ok", f"group {group} is caught up on {topic}")
+        return Lag(Check(f"{name} lag", "ok", f"group {group} is caught up on {topic}"), 0)
     behind = f"at least {lag}" if lag >= _LAG_CAP or open_parts else str(lag)
+    detail = f"group {group} is {behind} records ({behind_ms / 1000:.0f}s) behind on {topic}"
+    members = _members(settings, group)
+    if members:
+        # it runs: behind and running is slow or stuck, and starting another will not help
+        return Lag(
+            Check(
+                f"{name} lag",
+                "warn",
+                f"{detail}, with {members} consumer(s) in the group: `tracevault {name}` runs "
+                "but has not caught up (stuck if this does not fall)",
+                f"read its log for ALERT lines (refused checkpoints, holes) and its metrics "
+                f"(tracevault_{name}_* on --metrics-port, /healthz); scale it out if it is only "
+                "slow",
+            ),
+            behind_ms,
+        )
     fix = (
         f"start `tracevault {name}`"
-        if never
+        if never or members == 0
         else f"check that `tracevault {name}` runs (its log), or scale it out"
     )
-    return Check(f"{name} lag", "warn", f"group {group} is {behind} records behind on {topic}", fix)
+    return Lag(
+        Check(f"{name} lag", "warn", f"{detail}; no consumer runs in the group", fix), behind_ms
+    )
+
+
+def _retention(report: TopicReport, reader: str, behind_ms: int) -> Check:
+    """``retention.ms`` of a topic against how far its reader is behind, plus a margin."""
+    name = f"kafka retention {report.role}"
+    try:
+        keep = int(report.config.get("retention.ms", "-1"))
+    except ValueError:
+        return Check(
+            name, "warn", f"{report.name} has retention.ms={report.config['retention.ms']!r}"
+        )
+    need = behind_ms + RETENTION_MARGIN_MS
+    if keep < 0 or keep >= need:
+        kept = "forever" if keep < 0 else f"{keep / 3_600_000:.1f}h"
+        return Check(name, "ok", f"{report.name} keeps records {kept}; the {reader} is "
+                     f"{behind_ms / 1000:.0f}s behind")  # fmt: skip
+    return Check(
+        name,
+        "fail",
+        f"{report.name} keeps records {keep} ms, less than the {reader}'s lag "
+        f"({behind_ms} ms) plus a margin of {RETENTION_MARGIN_MS} ms: records expire before "
+        f"the {reader} reads them, and the archive gets a hole (lost evidence)",
+        f"raise retention.ms of topic {report.name} to at least {need} (e.g. kafka-configs "
+        f"--alter --entity-type topics --entity-name {report.name} --add-config "
+        f"retention.ms={max(need, 7 * 86_400_000)}), and get the {reader} to catch up",
+    )
 
 
 def _native() -> Check:
@@ -230,6 +324,8 @@ def run_checks(overrides: dict[str, object]) -> list[Check]:
         for service, (group, role) in groups.items():
             topic = by_role[role]
             if topic.partitions:
-                checks.append(_lag(settings, service, group, topic.name, topic.partitions))
+                lag = _lag(settings, service, group, topic.name, topic.partitions)
+                checks.append(lag.check)
+                checks.append(_retention(topic, service, lag.behind_ms))
     checks.extend(_archive(settings))
     return checks

@@ -53,6 +53,7 @@ from tracevault.log import (
     CompactTree,
     NoteVerifier,
     is_checkpoint_record,
+    is_partition_origin,
     leaf_hash,
     log_origin,
     split_note,
@@ -388,6 +389,24 @@ def _sealed_event(rec: _Rec | None, rid: str) -> tuple[int, bytes, EventKind] | 
     return seq, hash_, kind
 
 
+def _signed(
+    cp: CheckpointRecord,
+    verifiers: Sequence[NoteVerifier],
+    settings: Settings,
+    p: int,
+    origin: str,
+) -> CompactTree:
+    """The tree of a checkpoint record signed by a trusted key for partition ``p``'s log, of
+    any generation (a new cluster is a new log: docs/log.md)."""
+    vc = cp.verify(verifiers)
+    signed = vc.checkpoint.origin
+    if not is_partition_origin(signed, settings.log_origin, settings.topic_prefix, p):
+        raise LogError(
+            f"checkpoint is for log {signed!r}, expected {origin!r} or a generation of it"
+        )
+    return vc.tree
+
+
 def _tree(  # noqa: PLR0917 - private, one call site
     reader: _Reader,
     settings: Settings,
@@ -412,7 +431,7 @@ def _tree(  # noqa: PLR0917 - private, one call site
                 continue
             try:
                 cp = CheckpointRecord.decode(rec.value)
-                tree = cp.verify(verifiers, origin).tree if verifiers else _unsigned(cp)
+                tree = _signed(cp, verifiers, settings, p, origin) if verifiers else _unsigned(cp)
             except LogError as exc:
                 log.warning("%s[%d]@%d is not our checkpoint (%s)", sealed, p, rec.offset, exc)
                 continue

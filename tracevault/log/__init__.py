@@ -4,7 +4,13 @@ Beneath ``consumer`` (the sequencer signs, the archiver checks) and ``replayer``
 bundles); imports neither, nor any Kafka client. Design: docs/log.md.
 """
 
-from tracevault.log._checkpoint import Checkpoint, log_origin
+from tracevault.log._checkpoint import (
+    Checkpoint,
+    is_partition_origin,
+    log_generation,
+    log_origin,
+    origin_generation,
+)
 from tracevault.log._cosignature import (
     ALG_COSIGNATURE_V1,
     CosignatureSigner,
@@ -178,7 +184,10 @@ __all__ = [
     "list_source",
     "load_signer",
     "load_verifiers",
+    "is_partition_origin",
+    "log_generation",
     "log_origin",
+    "origin_generation",
     "open_note",
     "parse_vkey",
     "range_hash",

@@ -2,23 +2,65 @@
 
 A checkpoint body is ``origin\\n size\\n base64(root)\\n`` and optional extension lines
 (c2sp.org/tlog-checkpoint). One log per sealed partition, so the origin names the partition:
-``<log_origin>/<prefix>/<partition>`` (docs/log.md).
+``<log_origin>/<prefix>/<generation>/<partition>``, where the generation names the Kafka topic
+incarnation the log lives in (``log_generation``: a new cluster, or the topic deleted and
+created again, starts a new log rather than forking the old one). Logs begun before
+generations are ``<log_origin>/<prefix>/<partition>`` and stay valid (docs/log.md).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import re
 from dataclasses import dataclass
 
 from tracevault.errors import LogError
 from tracevault.log._merkle import HASH_SIZE
 
-__all__ = ["Checkpoint", "log_origin"]
+__all__ = [
+    "Checkpoint",
+    "is_partition_origin",
+    "log_generation",
+    "log_origin",
+    "origin_generation",
+]
+
+_GENERATION = re.compile(r"g[0-9a-f]{16}")
 
 
-def log_origin(base: str, prefix: str, partition: int) -> str:
+def log_origin(base: str, prefix: str, partition: int, generation: str = "") -> str:
+    """The origin of a partition's log; without ``generation`` the form logs had before."""
+    if generation:
+        return f"{base}/{prefix}/{generation}/{partition}"
     return f"{base}/{prefix}/{partition}"
+
+
+def log_generation(cluster_id: str, topic_id: str) -> str:
+    """``g`` + 16 hex digits naming one incarnation of the sealed topic: its cluster's id and
+    its own topic id (both made by Kafka, so a rebuilt cluster or a re-created topic gets
+    another, and every service derives the same one without storing it)."""
+    digest = hashlib.sha256(f"{cluster_id}/{topic_id}".encode()).hexdigest()
+    return "g" + digest[:16]
+
+
+def is_partition_origin(origin: str, base: str, prefix: str, partition: int) -> bool:
+    """Whether ``origin`` names the log of ``partition`` of ``prefix`` (any generation)."""
+    if origin == log_origin(base, prefix, partition):
+        return True
+    head, sep, tail = origin.rpartition("/")
+    if not sep or tail != str(partition):
+        return False
+    stem, sep, gen = head.rpartition("/")
+    return bool(sep) and stem == f"{base}/{prefix}" and _GENERATION.fullmatch(gen) is not None
+
+
+def origin_generation(origin: str) -> str:
+    """The generation an origin names (``""`` for the form before generations)."""
+    head = origin.rpartition("/")[0]
+    gen = head.rpartition("/")[2]
+    return gen if _GENERATION.fullmatch(gen) else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,18 @@ class RunLeaf(NamedTuple):
     obj: str
 
 
+def compact_positions(size: int) -> list[tuple[int, int]]:
+    """``(level, index)`` of each perfect subtree of the compact tree of ``size`` leaves,
+    largest first (the order of ``CompactTree.hashes``)."""
+    out: list[tuple[int, int]] = []
+    lo = 0
+    for level in reversed(range(size.bit_length())):
+        if size >> level & 1:
+            out.append((level, lo >> level))
+            lo += 1 << level
+    return out
+
+
 def compact_source(tree: CompactTree, leaves: Sequence[bytes]) -> NodeSource:
     """Perfect-subtree hashes from a compact tree at ``tree.size`` and the leaves after it.
 
@@ -73,12 +85,7 @@ def compact_source(tree: CompactTree, leaves: Sequence[bytes]) -> NodeSource:
     trees that extend it. Any other node raises :class:`LogError`.
     """
     start = tree.size
-    memo: dict[tuple[int, int], bytes] = {}
-    lo = 0
-    for level in reversed(range(start.bit_length())):
-        if start >> level & 1:
-            memo[(level, lo >> level)] = tree.hashes[len(memo)]
-            lo += 1 << level
+    memo = dict(zip(compact_positions(start), tree.hashes, strict=True))
     end = start + len(leaves)
 
     def node(level: int, index: int) -> bytes:

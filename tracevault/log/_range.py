@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tracevault.errors import LogError
+from tracevault.log._gather import compact_positions
 from tracevault.log._merkle import NodeSource, hash_children
 
 __all__ = ["compact_range_source"]
@@ -24,13 +25,7 @@ def compact_range_source(
     """Nodes of the tree of ``start + len(leaves)`` leaves; others raise :class:`LogError`."""
     if len(prefix) != start.bit_count():
         raise LogError(f"a compact tree of size {start} has {start.bit_count()} hashes")
-    known: dict[tuple[int, int], bytes] = {}
-    offset = 0
-    hashes = iter(prefix)
-    for level in reversed(range(start.bit_length())):
-        if start >> level & 1:
-            known[(level, offset >> level)] = next(hashes)
-            offset += 1 << level
+    known = dict(zip(compact_positions(start), prefix, strict=True))
     end = start + len(leaves)
 
     def node(level: int, index: int) -> bytes:

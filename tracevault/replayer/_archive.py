@@ -21,11 +21,12 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from io import BytesIO
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from fastavro import reader as ocf_reader
 
 from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys
+from tracevault.archive._holes import LOST, Hole, parse_hole_key
 from tracevault.archive._logread import run_log_keys
 from tracevault.archive.layout import (
     FinalReceipt,
@@ -226,6 +227,8 @@ def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> Loade
         )
     except ArchiveError as exc:
         raise fail("A1 log", None, getattr(exc, "obj", None) or index_keys[-1], str(exc)) from exc
+    if lr.lost is not None:
+        raise fail("A5 hole", *lr.lost)
     if lr.unindexed:
         leaf, seq, ekey = lr.unindexed[0]
         raise fail(
@@ -317,10 +320,7 @@ def _load(store: ReadableStore, run_id: str) -> LoadedRun:
     infos = store.list(run_prefix(run_id))
     keys = {i.key for i in infos}
     if not keys:
-        raise NotFoundError(
-            f"run {run_id!r} is not in the archive {store.url} (nothing under "
-            f"{run_prefix(run_id)}); check the run id and that the archiver is running"
-        )
+        _not_found(store, run_id)
     index_keys = run_index_keys(sorted(keys))
     if index_keys:
         return _load_log(store, run_id, index_keys)
@@ -368,4 +368,40 @@ def _load(store: ReadableStore, run_id: str) -> LoadedRun:
         final_receipt=final,
         final_receipt_key=fkey,
         final_receipt_bytes=fbytes,
+    )
+
+
+def _not_found(store: ReadableStore, run_id: str) -> NoReturn:
+    """The run has no object: say so, and name the holes that may have taken it.
+
+    Only a hole whose records were gone (``gone``, ``unread``) can hide a whole run; its
+    object names the runs the archiver saw right after it. A run it names lost its events
+    to it (``HoleError``); otherwise the holes are listed, since the archive cannot tell
+    whether the run was in one (docs/log.md, "Holes")."""
+    lost = [
+        h
+        for i in store.list("holes/")
+        if (h := parse_hole_key(i.key)) is not None and h.kind in LOST
+    ]
+    if not lost:
+        raise NotFoundError(
+            f"run {run_id!r} is not in the archive {store.url} (nothing under "
+            f"{run_prefix(run_id)}); check the run id and that the archiver is running"
+        )
+    for h in lost:
+        hole = Hole.from_json(store.get(h.key), h.key)
+        if run_id in hole.runs:
+            raise fail(
+                "A5 hole",
+                0,
+                h.key,
+                f"run {run_id!r} is not in the archive: it lost its events to a hole: "
+                f"{hole.describe()}",
+            )
+    names = ", ".join(h.key for h in lost[:5]) + (" …" if len(lost) > 5 else "")
+    raise NotFoundError(
+        f"run {run_id!r} is not in the archive {store.url} (nothing under "
+        f"{run_prefix(run_id)}), and the archive has {len(lost)} hole(s) where sealed "
+        f"records were gone before the archiver read them ({names}): the run may have been "
+        "sealed into one of them; its head in `<prefix>.heads` names its partition"
     )

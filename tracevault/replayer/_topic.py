@@ -23,10 +23,13 @@ from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads import find_head
 from tracevault.log import (
+    Checkpoint,
     CheckpointRecord,
     FoundCheckpoint,
     is_checkpoint_record,
+    is_partition_origin,
     log_origin,
+    split_note,
 )
 from tracevault.replayer._checks import fail
 from tracevault.replayer._records import SealedRows
@@ -160,11 +163,22 @@ def load_from_topic(
         expected_finished=head.finished,
         expected_head=head.last_hash,
         expected_gaps=tuple((g.missing_from, g.missing_to) for g in head.gaps),
-        log_origin=log_origin(settings.log_origin, settings.topic_prefix, head.partition)
-        if with_log
-        else None,
+        log_origin=_origin(settings, head.partition, found) if with_log else None,
         log_checkpoints=tuple(found),
     )
+
+
+def _origin(settings: Settings, partition: int, found: list[FoundCheckpoint]) -> str:
+    """The log the run's checkpoints name: this partition's, of the generation the newest
+    names (a new cluster is a new log: docs/log.md); L1 then holds every one to it."""
+    for f in reversed(found):
+        try:
+            origin = Checkpoint.parse(split_note(f.record.note)[0]).origin
+        except LogError:
+            continue
+        if is_partition_origin(origin, settings.log_origin, settings.topic_prefix, partition):
+            return origin
+    return log_origin(settings.log_origin, settings.topic_prefix, partition)
 
 
 def _is_checkpoint(headers: Any) -> bool:

@@ -25,13 +25,13 @@ class ArchiveTiles:
         self.store = store
         self.prefix = prefix
 
-    def source(self, partition: int) -> tuple[int, NodeSource]:
+    def source(self, partition: int, generation: str = "") -> tuple[int, NodeSource]:
         """(archived size, its nodes) of ``partition``; :class:`LogError` if none is archived.
 
         The size is the newest checkpoint object's name: one listing, no note read, since
         only the proof's check against signed roots decides anything.
         """
-        log = log_prefix(self.prefix, partition)
+        log = log_prefix(self.prefix, partition, generation)
         cps = self.store.list(checkpoint_prefix(log))
         if not cps:
             raise LogError(f"the archive {self.store.url} holds no checkpoint of {log}")

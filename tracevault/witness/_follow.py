@@ -11,9 +11,10 @@ shaped as C2SP tlog-witness ``add-checkpoint``, so an HTTP front end can be adde
 What the follower sees and does, per checkpoint record of partition ``p`` (records of one
 poll that chain are joined first, see :meth:`WitnessFollower.handle_batch`):
 
-- not decodable, not signed by a trusted log key, not for origin ``<log_origin>/<prefix>/p``,
-  or its leaves do not grow to the signed root: not the log's; counted, warned, skipped
-  (anyone with write access to the topic can append such a record);
+- not decodable, not signed by a trusted log key, not for origin
+  ``<log_origin>/<prefix>/[<gen>/]p``, or its leaves do not grow to the signed root: not
+  the log's; counted, warned, skipped (anyone with write access to the topic can append
+  such a record);
 - ending at or before the witness's size: the same checkpoint seen again (re-read after a
   restart) is fine; another root for a size it cosigned is a fork; a smaller size it never
   cosigned is ``old`` (a late joiner re-reading the log: no alert) unless it is shown to be a
@@ -44,13 +45,17 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from tracevault.config import Settings
 from tracevault.errors import LogError, TraceVaultError
 from tracevault.log import (
+    Checkpoint,
     CheckpointRecord,
     CompactTree,
     NodeSource,
     compact_range_source,
     consistency_proof,
     is_checkpoint_record,
+    is_partition_origin,
     log_origin,
+    origin_generation,
+    split_note,
     verify_consistency,
 )
 from tracevault.runtime.liveness import (
@@ -132,7 +137,14 @@ class WitnessFollower:
         self._committed: dict[int, int] = {}
 
     def origin(self, partition: int) -> str:
+        """The partition's log as named before generations (docs/log.md)."""
         return log_origin(self.settings.log_origin, self.settings.topic_prefix, partition)
+
+    @staticmethod
+    def _origin(rec: CheckpointRecord) -> str:
+        """The origin a checked record signs: its partition's log of one generation (a new
+        cluster is a new log, with its own history here: docs/log.md)."""
+        return Checkpoint.parse(split_note(rec.note)[0]).origin
 
     def handle(
         self, partition: int, value: bytes, offset: int | None = None
@@ -202,7 +214,15 @@ class WitnessFollower:
         origin = self.origin(partition)
         try:
             rec = CheckpointRecord.decode(value)
-            tree = rec.verify(self.witness.log_keys, origin).tree
+            vc = rec.verify(self.witness.log_keys)
+            signed = vc.checkpoint.origin
+            s = self.settings
+            if not is_partition_origin(signed, s.log_origin, s.topic_prefix, partition):
+                raise LogError(
+                    f"checkpoint is for log {signed!r}, expected {origin!r} or another "
+                    "generation of it"
+                )
+            tree, origin = vc.tree, signed
         except LogError as e:
             self.witness.metrics.refused.labels(origin, "invalid").inc()
             log.warning("skipped a checkpoint record in partition %s: %s", partition, e)
@@ -211,8 +231,8 @@ class WitnessFollower:
 
     def _decide(self, partition: int, r: _Range) -> Cosigned | Refused:
         """``r.rec`` is checked (signed, its leaves reach its root); prove it from our size."""
-        origin = self.origin(partition)
         rec = r.rec
+        origin = self._origin(rec)
         latest = self.witness.latest(origin)
         size, root = latest if latest is not None else (0, b"")
         proof: list[bytes] = []
@@ -247,11 +267,12 @@ class WitnessFollower:
     ) -> list[bytes]:
         """The proof from ``size`` to the range's end with the nodes left of its start read
         from the archive's tiles; a checked proof or :class:`Refused` (``gap``)."""
-        origin, rec = self.origin(partition), r.rec
+        rec = r.rec
+        origin = self._origin(rec)
         why = "no archive is configured to read the missing nodes from"
         if self.archive is not None:
             try:
-                _, tiles = self.archive.source(partition)
+                _, tiles = self.archive.source(partition, origin_generation(origin))
 
                 def node(level: int, index: int) -> bytes:
                     try:

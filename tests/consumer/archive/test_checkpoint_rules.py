@@ -9,6 +9,7 @@ from confluent_kafka import Message
 
 from tests.consumer.archive.sealed_factory import sealed_run
 from tracevault.archive._filestore import FileStore
+from tracevault.archive._holes import Hole
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.consumer.archive._quarantine import Quarantined
@@ -71,7 +72,7 @@ def _tree(run_id: str, seqs: range) -> CompactTree:
     return t
 
 
-def test_a_fork_a_gap_and_another_partitions_checkpoint_are_refused(tmp_path: Path) -> None:
+def test_a_fork_and_another_partitions_checkpoint_are_refused(tmp_path: Path) -> None:
     f = _Feed(tmp_path)
     f.feed(
         [
@@ -82,8 +83,6 @@ def test_a_fork_a_gap_and_another_partitions_checkpoint_are_refused(tmp_path: Pa
     assert f.archiver.stats.events_archived == 3
     # signed by the key, but its tree at 3 leaves is another one: the log forked
     forked = f.checkpoint(_tree("x", range(3)), "a", range(3, 5))
-    # signed, but it starts at leaf 7 while the log has 3
-    gap = f.checkpoint(_tree("y", range(7)), "a", range(3, 5))
     # signed, for partition 1's log
     other = f.checkpoint(
         _tree("a", range(3)), "a", range(3, 5), log_origin("tracevault", f.settings.topic_prefix, 1)
@@ -91,27 +90,61 @@ def test_a_fork_a_gap_and_another_partitions_checkpoint_are_refused(tmp_path: Pa
     f.feed([
         *f.events("a", range(3, 5)),
         f.msg(CHECKPOINT_KEY, forked, True),
-        f.msg(CHECKPOINT_KEY, gap, True),
         f.msg(CHECKPOINT_KEY, other, True),
     ])  # fmt: skip
     details = {q.offset: q.detail for q in f.quarantined() if q.reason == "bad-checkpoint"}
-    assert "forked" in details[6] and "never seen" in details[7] and "expected" in details[8]
+    assert "forked" in details[6] and "expected" in details[7]
     assert f.archiver.stats.events_archived == 3, "the records they cover stay pending"
     assert len(f.archiver._parts[0].pending) == 2
     # the genuine checkpoint arrives: the pending records are archived after all
     f.feed([f.msg(CHECKPOINT_KEY, f.checkpoint(_tree("a", range(3)), "a", range(3, 5)), True)])
     assert f.archiver.stats.events_archived == 5
     assert not f.archiver._parts[0].pending
+    assert f.archiver.stats.holes == 0
 
 
-def test_a_checkpoint_listing_a_record_the_topic_lacks_is_refused(tmp_path: Path) -> None:
+def _holes(f: _Feed) -> list[Hole]:
+    return [Hole.from_json(f.store.get(i.key), i.key) for i in f.store.list("holes/")]
+
+
+def test_a_checkpoint_starting_past_the_log_read_is_a_gone_hole(tmp_path: Path) -> None:
     f = _Feed(tmp_path)
-    # seq 1 never reached the topic, yet the checkpoint lists it
+    f.feed(
+        [
+            *f.events("a", range(3)),
+            f.msg(CHECKPOINT_KEY, f.checkpoint(CompactTree(), "a", range(3)), True),
+        ]
+    )
+    # leaves 3..6 (run a's seqs 3..6) went before the archiver read them; seqs 7..8 remain
+    f.feed([
+        *f.events("a", range(7, 9)),
+        f.msg(CHECKPOINT_KEY, f.checkpoint(_tree("a", range(7)), "a", range(7, 9)), True),
+    ])  # fmt: skip
+    (hole,) = _holes(f)
+    assert (hole.kind, hole.first, hole.end, hole.runs) == ("gone", 3, 7, {"a": 7})
+    assert f.archiver.stats.holes == 1 and f.archiver.stats.leaves_lost == 4
+    assert f.archiver.stats.events_archived == 5
+    assert not f.quarantined()
+    # the log goes on, and a restarted archiver resumes across the hole
+    g = _Feed(tmp_path)
+    g.offset = 20
+    g.feed([
+        *g.events("a", range(9, 10)),
+        g.msg(CHECKPOINT_KEY, g.checkpoint(_tree("a", range(9)), "a", range(9, 10)), True),
+    ])  # fmt: skip
+    assert g.archiver.stats.events_archived == 1 and not g.quarantined()
+
+
+def test_a_checkpoint_listing_a_record_the_topic_lacks_is_an_unread_hole(tmp_path: Path) -> None:
+    f = _Feed(tmp_path)
+    # seq 1 never reached the archiver (deleted), yet the checkpoint lists it
     msgs = [*f.events("b", range(1)), *f.events("b", range(2, 3))]
     f.feed([*msgs, f.msg(CHECKPOINT_KEY, f.checkpoint(CompactTree(), "b", range(3)), True)])
-    (q,) = f.quarantined()
-    assert q.reason == "bad-checkpoint" and "lists leaf 1" in q.detail
-    assert f.archiver.stats.events_archived == 0
+    assert not f.quarantined()
+    (hole,) = _holes(f)
+    assert (hole.kind, hole.first, hole.end) == ("unread", 1, 2)
+    assert f.archiver.stats.events_archived == 2
+    assert f.archiver._parts[0].log.archived == 3, "the tree has all three leaves"
 
 
 def test_after_a_restart_a_checkpoint_overlapping_the_archive_must_extend_it(
@@ -134,3 +167,37 @@ def test_after_a_restart_a_checkpoint_overlapping_the_archive_must_extend_it(
     assert "not a prefix" in q.detail
     g.feed([g.msg(CHECKPOINT_KEY, genuine, True)])
     assert (g.archiver.stats.events_archived, g.archiver.stats.events_skipped) == (2, 1)
+
+
+def test_a_generation_origin_going_on_with_the_same_tree_continues_the_log(
+    tmp_path: Path,
+) -> None:
+    """After an upgrade the sequencer signs the same tree under a generation origin: a new
+    log, archived beside the old, that continues it (no loss), and another root is refused."""
+    f = _Feed(tmp_path)
+    f.feed(
+        [
+            *f.events("a", range(3)),
+            f.msg(CHECKPOINT_KEY, f.checkpoint(CompactTree(), "a", range(3)), True),
+        ]
+    )
+    gen = log_origin(f.settings.log_origin, f.settings.topic_prefix, 0, "g" + "0" * 16)
+    f.feed([
+        *f.events("a", range(3, 5)),
+        f.msg(CHECKPOINT_KEY, f.checkpoint(_tree("a", range(3)), "a", range(3, 5), gen), True),
+    ])  # fmt: skip
+    (hole,) = _holes(f)
+    assert (hole.kind, hole.first, hole.end, hole.origin) == ("continued", 0, 3, gen)
+    assert f.archiver.stats.holes == 0 and f.archiver.stats.events_archived == 5
+    prefix = f.settings.topic_prefix
+    assert f.store.list(f"log/{prefix}/{'g' + '0' * 16}/0/checkpoint/")[-1].key.endswith(
+        f"{5:020d}"
+    )
+    assert f.store.list(f"log/{prefix}/0/checkpoint/")[-1].key.endswith(f"{3:020d}")
+    # another partition's origin, of any generation, is still refused
+    other = log_origin(f.settings.log_origin, prefix, 1, "g" + "1" * 16)
+    f.feed(
+        [f.msg(CHECKPOINT_KEY, f.checkpoint(_tree("a", range(5)), "a", range(5, 6), other), True)]
+    )
+    (q,) = [q for q in f.quarantined() if q.reason == "bad-checkpoint"]
+    assert "expected" in q.detail

@@ -22,6 +22,7 @@ from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.errors import LogError
+from tracevault.kafka import sealed_generation
 from tracevault.log import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
@@ -272,7 +273,11 @@ def assert_signed_log(
                 continue
             assert rec.key == CHECKPOINT_KEY, (part, rec.offset)
             assert rec.value is not None
-            origin = log_origin(settings.log_origin, settings.topic_prefix, part)
+            # the real sequencer names the topic's incarnation
+            # (docs/log.md, "A new cluster is a new log")
+            origin = log_origin(
+                settings.log_origin, settings.topic_prefix, part, sealed_generation(settings)
+            )
             vc = CheckpointRecord.decode(rec.value).verify(verifiers, origin)
             where = f"checkpoint at {settings.topics.sealed}[{part}]@{rec.offset}"
             assert vc.start == len(leaves), f"{where} starts at {vc.start}, not {len(leaves)}"

@@ -10,6 +10,11 @@ Per partition, in offset order (docs/log.md, "Archive"):
    a chain-valid one) is quarantined ``not-in-log`` and never archived;
 3. a checkpoint that fails verification is quarantined ``bad-checkpoint`` and the pending
    records stay pending (never archived unless a later verified checkpoint lists them);
+   a verified one whose leaves were not all read here (records gone from the topic, or
+   quarantined when read) still extends the tree: the leaves are recorded as holes
+   (``tracevault.archive._holes``; docs/log.md, "Holes"), so no record stops the log;
+   a checkpoint of another generation of the partition's log (a new cluster is a new log)
+   switches to that log;
 4. when enough leaves are verified (``archive_segment_max_events`` or ``_max_bytes`` of
    sealed values), they are old enough (``archive_segment_max_age_s``) or a poll comes back
    empty (caught up), the partition's log is flushed (``_logwriter``): bundles, tiles,
@@ -48,10 +53,9 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
@@ -60,18 +64,24 @@ from tracevault import native
 from tracevault.archive._open import open_store
 from tracevault.archive._store import ObjectStore, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
+from tracevault.consumer.archive._holeplace import HolePlacer
 from tracevault.consumer.archive._logwriter import FlushJob, LeafRecord, PartitionLog
 from tracevault.consumer.archive._quarantine import MAX_SEALED_AT as _MAX_AT
 from tracevault.consumer.archive._quarantine import MIN_SEALED_AT as _MIN_AT
 from tracevault.consumer.archive._quarantine import QuarantineReason as Why
 from tracevault.consumer.archive._quarantine import quarantine, unarchivable
 from tracevault.consumer.archive._sealed import leaf_fields
+from tracevault.consumer.archive._state import ArchiverStats
+from tracevault.consumer.archive._state import Part as _Part
+from tracevault.consumer.archive._state import Pending as _Pending
 from tracevault.errors import (
     ConfigError,
     LogError,
     RetentionError,
     SchemaError,
+    ServiceUnavailableError,
 )
+from tracevault.kafka import sealed_generation
 from tracevault.log import (
     CheckpointRecord,
     CompactTree,
@@ -137,48 +147,7 @@ def trusted_log_keys(settings: Settings) -> list[NoteVerifier]:
     return keys
 
 
-@dataclass(slots=True)
-class ArchiverStats:
-    """Counters since start (also logged on shutdown)."""
-
-    events_archived: int = 0
-    events_skipped: int = 0
-    segments_written: int = 0  # flushes of a partition's log
-    objects_written: int = 0
-    runs_finished: int = 0
-    checkpoints_verified: int = 0
-    events_quarantined: int = 0
-    quarantined: dict[str, int] = field(default_factory=dict)  # by reason
-    first_message_at: float | None = None  # time.monotonic() of the first message consumed
-    last_write_at: float | None = None  # time.monotonic() after the last flush
-
-
-class _Pending(NamedTuple):
-    """A sealed event read since the last verified checkpoint of its partition."""
-
-    offset: int
-    key: bytes | None
-    rec: LeafRecord
-
-
-@dataclass(slots=True)
-class _Part:
-    """The main thread's view of one assigned partition."""
-
-    log: PartitionLog
-    pending: list[_Pending] = field(default_factory=list)
-    ready_offset: int | None = None  # after the last verified checkpoint record
-    durable_offset: int | None = None  # after the last flushed (or already archived) one
-    opened: float = 0.0  # when the first unflushed leaf was verified
-    # flushes taken and not yet accounted for, oldest first: (future of (objects written,
-    # when the last was), job, ready_offset when it was taken); each is written only after
-    # the one before it (_after)
-    flights: list[tuple[Future[tuple[int, float]], FlushJob, int | None]] = field(
-        default_factory=list
-    )
-
-
-class Archiver:
+class Archiver(HolePlacer):
     """Consume the sealed topic and archive what the signed log lists; ``run()`` until
     ``stop()``."""
 
@@ -238,6 +207,7 @@ class Archiver:
         self._assigned = False  # an assignment (maybe empty) came in this session
         self._lost = False
         self._session_started = 0.0
+        self._generation = ""  # of the sealed topic (the log origins'), learnt per session
 
     def _native_context(self) -> tuple[object, ...] | None:
         """What the C path reads and fills (the same dicts as ``_take_one``), or None when it
@@ -289,6 +259,17 @@ class Archiver:
                 "checkpoints_refused",
                 "checkpoint records that failed verification",
                 lambda: st.quarantined.get(Why.BAD_CHECKPOINT.value, 0),
+            ),
+            (
+                "holes",
+                "holes recorded: sealed records gone before the archiver read them",
+                lambda: st.holes,
+            ),
+            ("leaves_lost", "leaves of the log in holes", lambda: st.leaves_lost),
+            (
+                "leaves_quarantined",
+                "leaves of the log whose records are quarantined, not run history",
+                lambda: st.leaves_quarantined,
             ),
             ("session_restarts", "Kafka sessions replaced", lambda: self.health.restarts),
             ("consumer_lag", "sealed records not yet consumed", lambda: self.health.lag or 0),
@@ -393,6 +374,10 @@ class Archiver:
         self._close_consumer(consumer)
 
     def _session(self, consumer: Consumer, until_idle: float | None) -> None:
+        try:
+            self._generation = sealed_generation(self.settings)
+        except ServiceUnavailableError as exc:
+            raise Restart(str(exc)) from exc
         self.health.state = "running"
         last_msg: float | None = None
         next_report = time.monotonic() + _REPORT_EVERY_S
@@ -533,7 +518,7 @@ class Archiver:
                 PartitionLog.open(
                     self.store,
                     prefix,
-                    log_origin(self.settings.log_origin, prefix, partition),
+                    log_origin(self.settings.log_origin, prefix, partition, self._generation),
                     partition,
                     self.verifiers,
                 )
@@ -601,19 +586,21 @@ class Archiver:
             self._checkpoint(part, msg)
             return
         if value is None:
-            self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
+            qkey = self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
+            part.opaque.append((offset, Why.UNDECODABLE.value, qkey))
             return
         try:
             run_id, seq, h, fin, sealed_at = leaf_fields(value)
         except Exception as exc:  # SchemaError, or whatever the parser did not foresee
             why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
-            self._refuse(msg, why, f"{type(exc).__name__}: {exc}")  # names where it was
+            qkey = self._refuse(msg, why, f"{type(exc).__name__}: {exc}")  # names where it was
+            part.opaque.append((offset, why.value, qkey))
             return
         pfx = self._prefixes.get(run_id)
         if pfx is None or not _MIN_AT <= sealed_at <= _MAX_AT:
             got = self._admit(run_id, sealed_at)
             if isinstance(got, str):
-                self._refuse(msg, Why.INVALID, got, run_id, seq)
+                self._unarchivable(part, msg, got, run_id, seq, h, fin, sealed_at)
                 return
             pfx = got
         if len(h) != HASH_SIZE or not 0 <= seq <= _U64_MAX:
@@ -622,7 +609,8 @@ class Archiver:
                 problem = f"run {run_id!r} seq {seq} does not fit a leaf"
             except LogError as exc:
                 problem = str(exc)
-            self._refuse(msg, Why.INVALID, problem, run_id, seq)
+            qkey = self._refuse(msg, Why.INVALID, problem, run_id, seq)
+            part.opaque.append((offset, Why.INVALID.value, qkey))
             return
         hashed = pfx + _U64.pack(seq) + h  # 0x00 ‖ leaf data: RFC 6962's leaf hash input
         rec = _new_tuple(
@@ -630,6 +618,34 @@ class Archiver:
             (run_id, seq, h, fin, sealed_at, hashed[1:], _sha256(hashed).digest(), value),
         )
         part.pending.append(_new_tuple(_Pending, (offset, msg.key(), rec)))
+
+    def _unarchivable(  # noqa: PLR0917 - the fields leaf_fields read, as read
+        self,
+        part: _Part,
+        msg: Message,
+        problem: str,
+        run_id: str,
+        seq: int,
+        h: bytes,
+        fin: bool,
+        sealed_at: int,
+    ) -> None:
+        """Quarantine a record that reads but is no run history the archive can hold, and
+        keep it pending: when a checkpoint lists its leaf, the leaf still enters the
+        archived tree (the signed root includes it) as a ``quarantined`` hole."""
+        qkey = self._refuse(msg, Why.INVALID, problem, run_id, seq)
+        offset = msg.offset()
+        assert offset is not None  # a consumed record has one
+        try:
+            leaf = leaf_data(run_id, seq, h)
+        except LogError:
+            part.opaque.append((offset, Why.INVALID.value, qkey))
+            return
+        rec = LeafRecord(
+            run_id, seq, h, fin, sealed_at, leaf, _sha256(b"\x00" + leaf).digest(), b""
+        )
+        part.pending.append(_Pending(offset, msg.key(), rec))
+        part.marked[offset] = (Why.INVALID.value, qkey)
 
     def _admit(self, run_id: str, sealed_at: int) -> bytes | str:
         """The run's leaf prefix (remembered) if the record can be archived, else why not."""
@@ -645,25 +661,27 @@ class Archiver:
         return pfx
 
     def _checkpoint(self, part: _Part, msg: Message) -> None:
-        """Verify one checkpoint record and resolve the pending records against it."""
+        """Verify one checkpoint record and resolve the pending records against it.
+
+        Nothing it lists stops the log (docs/log.md, "Holes"): leaves before its start that
+        were never read (records gone from the topic) become a ``gone`` hole and the log
+        goes on from the compact tree it carries; listed leaves no record read has become
+        an ``unread`` hole, or the leaves of quarantined records."""
         plog = part.log
         where = f"{self.topic}[{plog.partition}]@{msg.offset()}"
         try:
             cpr = CheckpointRecord.decode(msg.value() or b"")
-            vc = cpr.verify(self.verifiers, plog.origin)
+            vc = cpr.verify(self.verifiers)
+            if vc.checkpoint.origin != plog.origin:
+                plog = self._switch(part, vc.checkpoint.origin)
             size = plog.size
-            if vc.start > size:
-                raise LogError(
-                    f"it adds leaves {vc.start}..{vc.checkpoint.size - 1} but the log read so "
-                    f"far has {size}: leaves {size}..{vc.start - 1} were never seen here"
-                )
             if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
                 raise LogError(
                     f"its tree at {vc.start} leaves is not the one this partition's log has "
                     "(the log forked)"
                 )
             if vc.start < size <= vc.checkpoint.size:  # re-read after a restart: must match
-                tree = plog.state.compact()
+                tree = plog.tree.copy()
                 tree.extend(vc.leaves[size - vc.start :])
                 if tree.root() != vc.checkpoint.root:
                     raise LogError(
@@ -671,25 +689,22 @@ class Archiver:
                         "forked, or the archive was changed)"
                     )
             matched, unmatched = _match(part.pending, vc.leaves, vc.start)
-            new = [(i, p) for i, p in matched if i >= size]
-            if [i for i, _ in new] != list(range(size, vc.checkpoint.size)):
-                got = {i for i, _ in new}
-                lost = next(i for i in range(size, vc.checkpoint.size) if i not in got)
-                raise LogError(
-                    f"it lists leaf {lost} but no sealed record read since the last "
-                    "checkpoint has that leaf hash (the record is missing from the topic)"
-                )
         except LogError as exc:
             detail = (
                 f"checkpoint record {where} failed verification: {exc}; the "
                 f"{len(part.pending)} record(s) read since the last verified checkpoint stay "
                 "pending (never archived unless a verified checkpoint lists them)"
             )
+            if "forked" in str(exc):
+                log.error("ALERT archiver: %s", detail)
             self._refuse(msg, Why.BAD_CHECKPOINT, detail)
             return
         self.stats.checkpoints_verified += 1
+        marked = part.marked
         for p in unmatched:
             r = p.rec
+            if p.offset in marked:
+                continue  # quarantined when read, with its own reason
             self._refuse(
                 msg,
                 Why.NOT_IN_LOG,
@@ -703,16 +718,24 @@ class Archiver:
                 key=p.key,
                 value=r.value,
             )
+        new = [(i, p) for i, p in matched if i >= size]
         self.stats.events_skipped += len(matched) - len(new)
-        if new and not plog.unflushed:
+        end = vc.checkpoint.size
+        if end > size and not plog.unflushed:
             part.opened = time.monotonic()
-        plog.extend([p.rec for _, p in new])
+        if not marked and vc.start <= size and [i for i, _ in new] == list(range(size, end)):
+            plog.extend([p.rec for _, p in new])  # the common case: every listed leaf read
+        elif end > size:
+            self._holes(part, vc, CompactTree(vc.start, list(cpr.prefix)), new, where)
         part.pending = []
+        part.marked = {}
+        part.opaque = []
         part.ready_offset = (msg.offset() or 0) + 1
-        if vc.checkpoint.size > plog.archived or plog.note is None:
-            plog.note, plog.note_size = vc.note, vc.checkpoint.size
-        if new:
-            plog.root = vc.tree.root()
+        if end > plog.archived or plog.note is None:
+            plog.note, plog.note_size = vc.note, end
+        if end > size:
+            plog.root = vc.checkpoint.root
+            plog.tree = vc.tree
         if not plog.unflushed and not part.flights:
             part.durable_offset = part.ready_offset
         elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
@@ -784,12 +807,13 @@ class Archiver:
         offset: int | None = None,
         key: bytes | None = None,
         value: bytes | None = None,
-    ) -> None:
-        """Quarantine one record (durably, before its offset can be committed) and go on."""
+    ) -> str:
+        """Quarantine one record (durably, before its offset can be committed) and go on;
+        the quarantine object's key."""
         partition = msg.partition()
         at = msg.offset() if offset is None else offset
         assert partition is not None and at is not None  # a consumed record has both
-        quarantine(
+        qkey = quarantine(
             self.store,
             self.clock() + self.retention,
             why,
@@ -805,6 +829,7 @@ class Archiver:
         st = self.stats
         st.events_quarantined += 1
         st.quarantined[why.value] = st.quarantined.get(why.value, 0) + 1
+        return qkey
 
 
 def _after(

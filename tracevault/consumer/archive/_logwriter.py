@@ -23,6 +23,14 @@ from datetime import UTC, date, datetime
 from operator import attrgetter
 from typing import NamedTuple
 
+from tracevault.archive._holes import (
+    Hole,
+    compact_at,
+    gone_trees,
+    hole_node_source,
+    holes_prefix,
+    parse_hole_key,
+)
 from tracevault.archive._store import ObjectStore
 from tracevault.archive.layout import day_batch_key, encode_day_batch, run_prefix
 from tracevault.archive.tlog import (
@@ -41,11 +49,13 @@ from tracevault.errors import ArchiveError, LogError, NotFoundError
 from tracevault.log import (
     TILE_WIDTH,
     Checkpoint,
+    CompactTree,
     NoteVerifier,
     TileState,
     decode_bundle,
     encode_bundle,
     open_note,
+    origin_generation,
     tile_node_source,
     tree_root,
 )
@@ -98,6 +108,11 @@ class PartitionLog:
     unflushed_bytes: int = 0
     note: str | None = None  # the newest verified checkpoint not yet flushed
     note_size: int = 0
+    # the compact tree at ``size`` (the tiles hold zeros for the leaves of a ``gone`` hole,
+    # so ``state.compact()`` is not it after one); the archiver sets it at each checkpoint
+    tree: CompactTree = field(default_factory=CompactTree)
+    holes: list[tuple[str, bytes]] = field(default_factory=list)  # written by the next flush
+    blank: int = 0  # leaves since the last flush that are no run's history (holes)
 
     @property
     def size(self) -> int:
@@ -117,10 +132,11 @@ class PartitionLog:
         verifiers: Sequence[NoteVerifier],
     ) -> PartitionLog:
         """The partition's log as archived: its newest checkpoint, checked, and partial tiles."""
-        log_key = log_prefix(prefix, partition)
+        log_key = log_prefix(prefix, partition, origin_generation(origin))
         cps = store.list(checkpoint_prefix(log_key))
         if not cps:
             return cls(store, log_key, prefix, origin, partition, TileState(), tree_root(0, _none))
+        hole_keys = [h for i in store.list(holes_prefix(log_key)) if (h := parse_hole_key(i.key))]
         key = cps[-1].key
         note = store.get(key).decode("utf-8", "replace")
         try:
@@ -133,7 +149,14 @@ class PartitionLog:
                 return store.get(tile_key(log_key, level, index, width))
 
             state = TileState.restore(cp.size, read)
-            if tree_root(cp.size, tile_node_source(cp.size, read)) != cp.root:
+            gone = [
+                (h, Hole.from_json(store.get(h.key), h.key))
+                for h in hole_keys
+                if h.kind in {"gone", "continued"} and h.end <= cp.size
+            ]
+            node = hole_node_source(tile_node_source(cp.size, read), *gone_trees(gone))
+            tree = compact_at(cp.size, node)
+            if tree.root() != cp.root:
                 raise LogError("the archived tiles do not give its root")
             width = cp.size % TILE_WIDTH
             entries: list[bytes] = []
@@ -143,7 +166,7 @@ class PartitionLog:
                 ek, dk = entries_key(log_key, n, width), data_key(log_key, n, width)
                 entries = decode_bundle(store.get(ek), ek)
                 values = decode_values(store.get(dk), dk)
-        except (LogError, NotFoundError) as exc:
+        except (LogError, NotFoundError, ArchiveError) as exc:
             raise ArchiveError(
                 f"the archive's checkpoint {key} cannot be resumed from: {exc}. Operator "
                 "action: run `tracevault replay verify --from archive` on a run of partition "
@@ -161,6 +184,7 @@ class PartitionLog:
             entries,
             values,
             archived=cp.size,
+            tree=tree,
         )
 
     def extend(self, recs: Sequence[LeafRecord]) -> None:
@@ -169,16 +193,7 @@ class PartitionLog:
             return
         index = self.state.size
         self.state.extend([r.leaf_hash for r in recs])
-        i, n = 0, len(recs)
-        while i < n:
-            chunk = recs[i : i + TILE_WIDTH - len(self.entries)]
-            self.entries.extend([r.leaf for r in chunk])
-            self.values.extend([r.value for r in chunk])
-            i += len(chunk)
-            if len(self.entries) == TILE_WIDTH:
-                b = (index + i - 1) // TILE_WIDTH
-                self.full_entries[b] = (encode_bundle(self.entries), encode_values(self.values))
-                self.entries, self.values = [], []
+        self._bundle(index, [r.leaf for r in recs], [r.value for r in recs])
         runs, leaf_index = self.runs, self.leaf_index
         size = 0
         for rec in recs:
@@ -192,6 +207,48 @@ class PartitionLog:
                 leaf_index[rec.run_id].append(index)
             index += 1
         self.unflushed_bytes += size
+
+    def _bundle(self, index: int, leaves: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """Add the entries and values of leaves ``index ..`` to the bundles."""
+        i, n = 0, len(leaves)
+        while i < n:
+            k = TILE_WIDTH - len(self.entries)
+            self.entries.extend(leaves[i : i + k])
+            self.values.extend(values[i : i + k])
+            i += min(k, n - i)
+            if len(self.entries) == TILE_WIDTH:
+                b = (index + i - 1) // TILE_WIDTH
+                self.full_entries[b] = (encode_bundle(self.entries), encode_values(self.values))
+                self.entries, self.values = [], []
+
+    def extend_blank(self, hashes: Sequence[bytes], leaves: Sequence[bytes]) -> None:
+        """Leaves in the tree that are no run's history (a hole: docs/log.md, "Holes").
+
+        ``leaves`` is each one's leaf data where it is known (a quarantined record with a
+        run id no store can hold), else empty; the data bundle gets an empty value (the
+        record's bytes are in ``quarantine/``, or gone)."""
+        index = self.state.size
+        self.state.extend(hashes)
+        self._bundle(index, leaves, [b""] * len(leaves))
+        self.blank += len(leaves)
+
+    def skip_to(self, end: int, tree: CompactTree) -> None:
+        """Continue the log at ``end`` from ``tree`` (its compact tree at ``end``): the
+        leaves before it are a ``gone`` hole, zeros in the tiles (a reader takes every node
+        overlapping them from the hole's compact tree)."""
+        n = end - self.state.size
+        if n < 0:
+            raise ArchiveError(f"partition {self.partition}: a hole cannot end before the log")
+        zero = bytes(32)
+        while n:  # a tile at a time: a long hole is not one list of hashes
+            k = min(n, TILE_WIDTH - len(self.entries))
+            self.extend_blank([zero] * k, [b""] * k)
+            n -= k
+        self.tree = tree.copy()
+
+    def add_hole(self, key: str, hole: Hole) -> None:
+        """Write ``hole`` with the next flush (before its checkpoint object)."""
+        self.holes.append((key, hole.to_json()))
 
     def append(self, rec: LeafRecord) -> int:
         """Add the next leaf; returns its index."""
@@ -228,6 +285,7 @@ class PartitionLog:
             puts.append((data_key(self.log, n, w), encode_values(self.values)))
         for level, index, width, data in self.state.take_tiles():
             puts.append((tile_key(self.log, level, index, width), data))
+        puts.extend(self.holes)
         days: dict[date, set[str]] = {}
         # each run's RunIndex(run_id, log, origin, partition, size, leaves, fin, head).to_json()
         index_json = RunIndexJson(self.log, self.origin, self.partition, size)
@@ -253,10 +311,12 @@ class PartitionLog:
             (checkpoint_key(self.log, size), self.note.encode()),
             until,
             size,
-            size - self.archived,
+            size - self.archived - self.blank,
             sum(r[-1].finishes for r in self.runs.values()),
         )
         self.full_entries.clear()
+        self.holes.clear()
+        self.blank = 0
         self.runs.clear()
         self.leaf_index.clear()
         self.archived = size

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
+from tracevault.kafka import sealed_generation
 from tracevault.log import (
     CheckpointRecord,
     CompactTree,
@@ -59,15 +60,22 @@ class PartitionLogs:
 
     def __init__(self, settings: Settings, signer: NoteSigner) -> None:
         self.signer = signer
+        self._settings = settings
         self._base = settings.log_origin
         self._prefix = settings.topic_prefix
+        self.generation = ""  # of the sealed topic, learnt at the first restore
         self.trees: dict[int, CompactTree] = {}
 
     def origin(self, partition: int) -> str:
-        return log_origin(self._base, self._prefix, partition)
+        """``<log_origin>/<prefix>/<generation>/<partition>``: the generation names the
+        sealed topic's incarnation, so a new cluster or a re-created topic starts a new log
+        instead of forking the archived one (docs/log.md, "A new cluster is a new log")."""
+        return log_origin(self._base, self._prefix, partition, self.generation)
 
     def restore(self, partitions: Iterable[int], trees: dict[int, CompactTree]) -> None:
         """The trees of ``partitions`` as the heads topic has them (empty: a new log)."""
+        if not self.generation:
+            self.generation = sealed_generation(self._settings)
         for p in partitions:
             self.trees[p] = trees[p].copy() if p in trees else CompactTree()
 
