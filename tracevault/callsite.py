@@ -23,8 +23,8 @@ import functools
 import sys
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
-from types import CodeType, FrameType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from types import CodeType, FrameType, MethodType
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 __all__ = ["SITE_ATTRIBUTE", "add_harness_module", "call_site", "site_function", "sited"]
 
@@ -119,13 +119,30 @@ def sited(
     edge: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]],
 ) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
     """An async edge whose crossings are sited where it is called (see the module doc)."""
+    return cast("Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]", _Sited(edge))
 
-    @functools.wraps(edge)
-    def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> Coroutine[Any, Any, _R]:
+
+class _Sited:
+    """A method that notes its caller's site, then returns the edge's coroutine.
+
+    It still *is* a coroutine function to ``inspect`` (same ``__code__``, flags and
+    signature as the edge), as the Edges protocol says: frameworks that take
+    ``edges.atool`` as a callable decide by ``inspect.iscoroutinefunction`` to await it.
+    """
+
+    def __init__(self, edge: Callable[..., Coroutine[Any, Any, Any]]) -> None:
+        functools.update_wrapper(self, edge)
+        self._edge = edge
+        self.__code__ = edge.__code__
+        self.__defaults__ = edge.__defaults__
+        self.__kwdefaults__ = edge.__kwdefaults__
+
+    def __call__(self, owner: Any, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
         site = call_site(2)
-        return _at(site, edge(self, *args, **kwargs))
+        return _at(site, self._edge(owner, *args, **kwargs))
 
-    return call
+    def __get__(self, instance: Any, cls: type | None = None) -> Any:
+        return self if instance is None else MethodType(self, instance)
 
 
 async def _at(site: str | None, coro: Coroutine[Any, Any, _R]) -> _R:
