@@ -9,14 +9,30 @@ The site is the first frame above the edge call that is not harness code (the Re
 replayer, the SDK adapters, asyncio and thread-pool plumbing). Frames are classified once per
 code object and each ``(code, line)`` is formatted once, so the agent's hot path pays a dict
 lookup or two per frame.
+
+An async edge (``atool``, ``amodel``...) takes its site where it is *called*, not where its
+coroutine runs: ``asyncio.gather(edges.atool(...))`` and ``TaskGroup.create_task`` run the
+coroutine in a new task whose stack holds only the event loop and whatever called
+``asyncio.run``. :func:`sited` wraps such an edge: the caller's site is noted when the
+coroutine is made and handed to the first :func:`call_site` inside it.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-from types import CodeType, FrameType
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
+from types import CodeType, FrameType, MethodType
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-__all__ = ["SITE_ATTRIBUTE", "add_harness_module", "call_site", "site_function"]
+__all__ = ["SITE_ATTRIBUTE", "add_harness_module", "call_site", "site_function", "sited"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S")
+# The site an async edge was called from, until the first call_site() in it takes it.
+_PENDING: ContextVar[str | None] = ContextVar("tracevault_pending_site", default=None)
 
 #: The attribute key holding a crossing's call site (``module:function:line``).
 SITE_ATTRIBUTE = "tracevault.site"
@@ -64,7 +80,15 @@ def _entry(frame: FrameType) -> _Entry:
 
 
 def call_site(depth: int = 1) -> str | None:
-    """The ``module:function:line`` of the nearest non-harness caller, or None when none is."""
+    """The ``module:function:line`` of the nearest non-harness caller, or None when none is.
+
+    Inside a :func:`sited` async edge, the site its caller had (taken once: a crossing nested
+    in that edge's callee finds its own).
+    """
+    pending = _PENDING.get()
+    if pending is not None:
+        _PENDING.set(None)
+        return pending
     try:
         frame: FrameType | None = sys._getframe(depth)
     except ValueError:  # the stack is not that deep
@@ -89,3 +113,41 @@ def site_function(site: str | None) -> str | None:
     if site is None:
         return None
     return site.rpartition(":")[0]
+
+
+def sited(
+    edge: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
+    """An async edge whose crossings are sited where it is called (see the module doc)."""
+    return cast("Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]", _Sited(edge))
+
+
+class _Sited:
+    """A method that notes its caller's site, then returns the edge's coroutine.
+
+    It still *is* a coroutine function to ``inspect`` (same ``__code__``, flags and
+    signature as the edge), as the Edges protocol says: frameworks that take
+    ``edges.atool`` as a callable decide by ``inspect.iscoroutinefunction`` to await it.
+    """
+
+    def __init__(self, edge: Callable[..., Coroutine[Any, Any, Any]]) -> None:
+        functools.update_wrapper(self, edge)
+        self._edge = edge
+        self.__code__ = edge.__code__
+        self.__defaults__ = edge.__defaults__
+        self.__kwdefaults__ = edge.__kwdefaults__
+
+    def __call__(self, owner: Any, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        site = call_site(2)
+        return _at(site, self._edge(owner, *args, **kwargs))
+
+    def __get__(self, instance: Any, cls: type | None = None) -> Any:
+        return self if instance is None else MethodType(self, instance)
+
+
+async def _at(site: str | None, coro: Coroutine[Any, Any, _R]) -> _R:
+    token = _PENDING.set(site)
+    try:
+        return await coro
+    finally:
+        _PENDING.reset(token)

@@ -15,6 +15,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from tests.integrations.otlp import otlp_receiver
 from tests.integrations.pipeline import Pipeline, Recorded
 from tests.integrations.test_openai import chat_agent, get_weather
+from tests.replayer.pipeline import wait_sealed
 from tracevault.cli import tracevault
 from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
@@ -201,3 +202,87 @@ def test_a_batch_of_archived_runs_by_day(pipeline: Pipeline, tmp_path: Path) -> 
         if a["key"] == "tracevault.run_id"
     }
     assert {r.run_id for r in runs} <= exported
+
+
+def _researcher(question: Any, edges: Edges) -> dict[str, Any]:
+    edges.clock()
+    return {"answer": f"looked up {question}", "tool": edges.tool("get_weather", city="Paris")}
+
+
+def _lead(task: dict[str, Any], edges: Edges) -> str:
+    found = edges.subagent("researcher", _researcher, task["question"])
+    edges.decision("done", "yes")
+    return f"lead says: {found['answer']}"
+
+
+def _spans_of(request: Any) -> dict[str, list[Span]]:
+    out: dict[str, list[Span]] = {}
+    for rs in request.resource_spans:
+        spans = list(rs.scope_spans[0].spans)
+        out[attrs(spans[0])["tracevault.run_id"]] = spans
+    return out
+
+
+def test_a_sub_agent_run_is_one_trace_under_the_parents_tool_span(pipeline: Pipeline) -> None:
+    parent = pipeline.record(
+        _lead, {"question": "rain?"}, tools={"get_weather": lambda city: {"city": city}}
+    )
+    (call,) = [ev for ev in parent.events if ev.attributes.get("tracevault.subagent.run")]
+    child_id = call.attributes["tracevault.subagent.run"]
+    wait_sealed(pipeline.settings, child_id)
+    with otlp_receiver() as receiver:
+        # Only the parent is named: its sub-agent run comes with it.
+        res = _cli(pipeline, parent.run_id, "--otel", "--endpoint", receiver.url, "--content")
+        assert res.exit_code == 0, res.output
+    (request,) = receiver.requests
+    by_run = _spans_of(request)
+    assert set(by_run) == {parent.run_id, child_id}
+    top, sub = by_run[parent.run_id], by_run[child_id]
+    assert {s.trace_id for s in top + sub} == {top[0].trace_id}  # one trace
+    tool_span = next(s for s in top if s.name == "execute_tool subagent:researcher")
+    assert attrs(tool_span)["tracevault.seq"] == call.seq
+    child_root = sub[0]
+    assert child_root.name == "invoke_agent researcher"
+    assert child_root.parent_span_id == tool_span.span_id  # nested under the tool span
+    assert all(s.parent_span_id == child_root.span_id for s in sub[1:])
+    assert [(lk.trace_id, lk.span_id) for lk in tool_span.links] == [
+        (child_root.trace_id, child_root.span_id)
+    ]
+    assert [(lk.trace_id, lk.span_id) for lk in child_root.links] == [
+        (tool_span.trace_id, tool_span.span_id)
+    ]
+    ca = attrs(child_root)
+    assert ca["tracevault.parent.run"] == parent.run_id
+    assert ca["tracevault.parent.seq"] == call.seq
+    assert attrs(tool_span)["tracevault.subagent.run"] == child_id
+
+
+def test_root_spans_carry_openinference_input_and_output_with_content(pipeline: Pipeline) -> None:
+    (run, _) = _record_two(pipeline)
+    with otlp_receiver() as receiver:
+        res = _cli(pipeline, run.run_id, "--otel", "--endpoint", receiver.url, "--content")
+        assert res.exit_code == 0, res.output
+        plain = _cli(pipeline, run.run_id, "--otel", "--endpoint", receiver.url)
+        assert plain.exit_code == 0, plain.output
+    with_content, without = (_spans_of(r)[run.run_id][0] for r in receiver.requests)
+    ra = attrs(with_content)
+    assert ra["openinference.span.kind"] == "AGENT"
+    assert ra["input.mime_type"] == "application/json"
+    assert json.loads(ra["input.value"]) == {"question": "weather in Paris?", "url": ANY_URL}
+    assert ra["input.value"] == ra["tracevault.run.input"]
+    assert ra["output.mime_type"] == "text/plain"
+    assert ra["output.value"] == run.output == json.loads(ra["tracevault.run.output"])
+    wa = attrs(without)
+    assert wa["openinference.span.kind"] == "AGENT"
+    for key in ("input.value", "output.value", "input.mime_type", "tracevault.run.input"):
+        assert key not in wa, key
+
+
+class _AnyUrl(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith("http://127.0.0.1:")
+
+    __hash__ = str.__hash__
+
+
+ANY_URL = _AnyUrl()

@@ -14,7 +14,19 @@ of semconv 1.37+):
 - on every span ``tracevault.run_id``, ``tracevault.seq`` and ``tracevault.chain.hash`` (the
   sealed chain hash of that event, hex), so a span can be checked against the record.
 
-A nested crossing (``parent_seq``) is a child of its parent's span. Message content (inputs,
+A nested crossing (``parent_seq``) is a child of its parent's span.
+
+Sub-agents make one trace, as the GenAI agent-span conventions nest an agent invoked as a tool:
+a child run's root ``invoke_agent`` span is a child of the parent's ``execute_tool
+subagent:{name}`` span and shares the parent's trace id (the top run's, when the parent is in
+the same export; else the parent run's). Both spans also carry a span link to the other, for
+backends that show links rather than nesting. ``replay export --otel`` adds each exported run's
+sub-agent runs, so exporting the top run exports the whole tree (docs/otel.md).
+
+The root span also carries the OpenInference ``openinference.span.kind`` (``AGENT``) and, with
+``content=True``, ``input.value``/``output.value`` with their ``*.mime_type`` (what Phoenix
+shows as a trace's input and output) next to ``tracevault.run.input``/``output``. Message
+content (inputs,
 outputs, tool arguments and results, state values, decision choices) is exported only with
 ``content=True`` (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``, ``tracevault.*.value``): traces
@@ -44,9 +56,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from tracevault import __version__
 from tracevault.errors import ConfigError, ServiceUnavailableError
+from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, link_of
 from tracevault.schemas import EventKind, TraceEvent
 
-__all__ = ["ExportedRun", "otlp_json", "otlp_request", "send_otlp"]
+__all__ = ["ExportedRun", "child_runs", "otlp_json", "otlp_request", "send_otlp"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +112,42 @@ def _span_id(run_id: str, seq: int | str) -> bytes:
 
 def _trace_id(run_id: str) -> bytes:
     return hashlib.sha256(f"tracevault-trace\0{run_id}".encode()).digest()[:16]
+
+
+def _parent_of(run: ExportedRun) -> tuple[str, int] | None:
+    """``(parent run, parent seq)`` when ``run`` is a sub-agent's run, from its RUN_STARTED."""
+    return link_of(run.events[0].attributes, PARENT_RUN, PARENT_SEQ) if run.events else None
+
+
+def child_runs(events: Iterable[TraceEvent]) -> list[str]:
+    """The run ids of the sub-agent runs these events started, in seq order."""
+    return [ev.attributes[SUBAGENT_RUN] for ev in events if SUBAGENT_RUN in ev.attributes]
+
+
+def _trace_ids(runs: Sequence[ExportedRun]) -> dict[str, bytes]:
+    """Each run's trace id: its top ancestor's among ``runs``, so a run tree is one trace."""
+    by_id = {r.run_id: r for r in runs}
+    out: dict[str, bytes] = {}
+
+    def top(run_id: str, seen: frozenset[str]) -> str:
+        run = by_id.get(run_id)
+        link = _parent_of(run) if run is not None else None
+        if link is None or link[0] in seen:  # a top run (or a cycle: never follow it)
+            return run_id
+        if link[0] not in by_id:  # the parent was not exported: its trace, as it would be
+            return link[0]
+        return top(link[0], seen | {run_id})
+
+    for run in runs:
+        out[run.run_id] = _trace_id(top(run.run_id, frozenset()))
+    return out
+
+
+def _io(value: Any) -> tuple[str, str]:
+    """OpenInference ``*.value`` and ``*.mime_type``: text as itself, anything else as JSON."""
+    if isinstance(value, str):
+        return value, "text/plain"
+    return _json_text(value), "application/json"
 
 
 # -- what each kind of crossing says ---------------------------------------------------------
@@ -249,12 +298,12 @@ def _status(ev: TraceEvent) -> Status:
     return Status(code=Status.StatusCode.STATUS_CODE_ERROR, message=ev.error.message)
 
 
-def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
+def _run_spans(run: ExportedRun, content: bool, traces: Mapping[str, bytes]) -> ResourceSpans:
     events = run.events
     if not events or events[0].kind is not EventKind.RUN_STARTED:
         raise ConfigError(f"run {run.run_id}: no RUN_STARTED at seq 0, nothing to export")
     first, last = events[0], events[-1]
-    trace_id = _trace_id(run.run_id)
+    trace_id = traces[run.run_id]
     root_id = _span_id(run.run_id, "run")
     by_seq = {ev.seq: _span_id(run.run_id, ev.seq) for ev in events}
 
@@ -283,15 +332,23 @@ def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
         "tracevault.run.last_seq": last.seq,
         "tracevault.run.finished": finished is not None,
         "error.type": failure.error.type if failure and failure.error else None,
+        "openinference.span.kind": "AGENT",
     }
+    parent = _parent_of(run)
+    if parent is not None:
+        root_attrs[PARENT_RUN], root_attrs[PARENT_SEQ] = parent
     if content:
-        root_attrs["tracevault.run.input"] = _json_text((_loads(first.request) or {}).get("input"))
+        run_input = (_loads(first.request) or {}).get("input")
+        root_attrs["tracevault.run.input"] = _json_text(run_input)
+        root_attrs["input.value"], root_attrs["input.mime_type"] = _io(run_input)
         if finished is not None:
             output = (_loads(finished.response) or {}).get("output")
             root_attrs["tracevault.run.output"] = _json_text(output)
+            root_attrs["output.value"], root_attrs["output.mime_type"] = _io(output)
     root = Span(
         trace_id=trace_id,
         span_id=root_id,
+        parent_span_id=_span_id(*parent) if parent is not None else b"",
         name=f"invoke_agent {agent.agent_id}",
         kind=Span.SpanKind.SPAN_KIND_INTERNAL,
         start_time_unix_nano=first.at * 1000,
@@ -311,6 +368,12 @@ def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
                 }
             ),
         )
+    if parent is not None:  # the parent's execute_tool span, in the same trace
+        root.links.add(
+            trace_id=trace_id,
+            span_id=_span_id(*parent),
+            attributes=_attrs({"tracevault.link": "parent"}),
+        )
     spans.append(root)
     for ev in events:
         make = _KINDS.get(ev.kind)
@@ -319,20 +382,28 @@ def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
         name, kind, attrs = make(ev, content)
         if ev.error is not None:
             attrs["error.type"] = ev.error.type
-        parent = by_seq.get(ev.parent_seq, root_id) if ev.parent_seq is not None else root_id
-        spans.append(
-            Span(
-                trace_id=trace_id,
-                span_id=by_seq[ev.seq],
-                parent_span_id=parent,
-                name=name,
-                kind=kind,  # type: ignore[arg-type]
-                start_time_unix_nano=ev.at * 1000,
-                end_time_unix_nano=_end_ns(ev),
-                attributes=_attrs({**common(ev), **attrs}),
-                status=_status(ev),
-            )
+        up = by_seq.get(ev.parent_seq, root_id) if ev.parent_seq is not None else root_id
+        child = ev.attributes.get(SUBAGENT_RUN)
+        if child is not None:
+            attrs[SUBAGENT_RUN] = child
+        span = Span(
+            trace_id=trace_id,
+            span_id=by_seq[ev.seq],
+            parent_span_id=up,
+            name=name,
+            kind=kind,  # type: ignore[arg-type]
+            start_time_unix_nano=ev.at * 1000,
+            end_time_unix_nano=_end_ns(ev),
+            attributes=_attrs({**common(ev), **attrs}),
+            status=_status(ev),
         )
+        if child is not None:  # the child run's root span: same trace (see the module doc)
+            span.links.add(
+                trace_id=trace_id,
+                span_id=_span_id(child, "run"),
+                attributes=_attrs({"tracevault.link": "subagent"}),
+            )
+        spans.append(span)
     resource = Resource(
         attributes=_attrs(
             {
@@ -351,8 +422,10 @@ def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
 def otlp_request(
     runs: Iterable[ExportedRun], *, content: bool = False
 ) -> ExportTraceServiceRequest:
-    """One OTLP export request holding every run (one resource, one trace per run)."""
-    return ExportTraceServiceRequest(resource_spans=[_run_spans(r, content) for r in runs])
+    """One OTLP export request holding every run (one resource per run, one trace per tree)."""
+    runs = list(runs)
+    traces = _trace_ids(runs)
+    return ExportTraceServiceRequest(resource_spans=[_run_spans(r, content, traces) for r in runs])
 
 
 def otlp_json(request: ExportTraceServiceRequest) -> dict[str, Any]:
@@ -364,6 +437,10 @@ def otlp_json(request: ExportTraceServiceRequest) -> dict[str, Any]:
                 for key in ("traceId", "spanId", "parentSpanId"):
                     if key in span:
                         span[key] = _b64_to_hex(span[key])
+                for link in span.get("links", ()):
+                    for key in ("traceId", "spanId"):
+                        if key in link:
+                            link[key] = _b64_to_hex(link[key])
     return data
 
 

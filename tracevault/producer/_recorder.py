@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracevault import __version__
-from tracevault.callsite import SITE_ATTRIBUTE, call_site
+from tracevault.callsite import SITE_ATTRIBUTE, call_site, sited
 from tracevault.edges import (
     CANCELLED_ATTRIBUTE,
     JSON,
@@ -623,6 +623,7 @@ class Recorder:
         fn = self._model_target(model, seed, call)
         return self._call(crossing, lambda _k: fn(request, model=model, seed=seed), False)
 
+    @sited
     async def amodel(
         self,
         request: JSON,
@@ -676,6 +677,7 @@ class Recorder:
         tool = self._tool(name)
         return self._call(crossing, self._invoker(tool, args), tool.side_effect)
 
+    @sited
     async def atool(self, name: str, args: JSON) -> JSON:
         crossing = tool_crossing(name, args)
         tool = self._tool(name)
@@ -709,6 +711,7 @@ class Recorder:
             raise ConfigError(f"state({name!r}) needs read=: live, the value must come from it")
         return self._call(crossing, lambda _k: read(), False)
 
+    @sited
     async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
         crossing = state_crossing(name)
         if read is None:
@@ -759,6 +762,7 @@ class Recorder:
             raise
         return self._respond(op, output)
 
+    @sited
     async def asubagent(
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
     ) -> JSON:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from tracevault.callsite import call_site, sited
 from tracevault.edges import (
     JSON,
     Crossing,
@@ -106,6 +107,8 @@ class ReplayCursor:
             expected_request=None if ev is None else _loads(ev.request),
             actual_request=actual_request,
             next_in_record=tuple(StepSummary.of(e) for e in self.events[pos : pos + NEXT_SHOWN]),
+            # the agent's line that made the diverging call (none when it made no call)
+            site=None if actual_kind is None else call_site(),
         )
         exc = ReplayDivergence(
             report.render(),
@@ -291,6 +294,7 @@ class ReplayEdges:
             request, model=model, seed=seed, call=self._callee(request, model, seed, call)
         )
 
+    @sited
     async def amodel(
         self,
         request: JSON,
@@ -310,6 +314,7 @@ class ReplayEdges:
         live = self._live
         return self._served_tool(name, args) if live is None else live.tool(name, args)
 
+    @sited
     async def atool(self, name: str, args: JSON) -> JSON:
         live = self._live
         if live is None:
@@ -345,6 +350,7 @@ class ReplayEdges:
             read = self._served(state_crossing(name))
         return live.state(name, read=read)
 
+    @sited
     async def astate(self, name: str, read: Callable[[], Awaitable[JSON]] | None = None) -> JSON:
         live = self._live
         if live is None:
@@ -369,6 +375,7 @@ class ReplayEdges:
         served = _response(serve_subagent(self._cursor.expect, name, agent, input))
         return served if live is None else live.subagent(name, _constant(served), input)
 
+    @sited
     async def asubagent(
         self, name: str, agent: Callable[..., Any], input: JSON, *, agent_version: str | None = None
     ) -> JSON:

@@ -286,8 +286,13 @@ class Interleaver:
             if not self._matched[seq] and self._same(self._events[seq], crossing, data):
                 return seq
         # A branch the record cannot name: a thread-pool worker's context still holds the
-        # last crossing of the branch it ran before. Match by request among all open ones.
-        for seqs in self._by_prev.values():
+        # last crossing of the branch it ran before. Match by request among all open ones
+        # whose branch has got that far (its previous crossing started): live, a crossing is
+        # made only after the one before it in its branch, so an extra or swapped call is
+        # never handed a later crossing's answer (it diverges at its own seq instead).
+        for before, seqs in self._by_prev.items():
+            if before is not None and not self._matched[before]:
+                continue
             for seq in seqs:
                 if not self._matched[seq] and self._same(self._events[seq], crossing, data):
                     return seq

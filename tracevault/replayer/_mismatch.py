@@ -44,7 +44,11 @@ def gap_reason(ev: TraceEvent) -> str:
 
 
 def mismatch(ev: TraceEvent, crossing: Crossing) -> tuple[str, tuple[str, ...]] | None:
-    """Why ``crossing`` is not the recorded ``ev``: (reason, JSON-path diff), or None."""
+    """Why ``crossing`` is not the recorded ``ev``: (reason, JSON-path diff), or None.
+
+    The reason names the first differing JSON path (``$.model``, ``$.seed``, then the
+    request's leaves in document order), so the headline says what changed.
+    """
     kind = crossing.kind.value
     actual_req = crossing.request
     if ev.kind is EventKind.GAP:
@@ -57,7 +61,10 @@ def mismatch(ev: TraceEvent, crossing: Crossing) -> tuple[str, tuple[str, ...]] 
     # in the recorded event's own form: a record made before RFC 8785 still matches
     actual_bytes = canonical_json_like(actual_req, ev.request, field="request")
     diff: list[str] = []
-    if ev.model != crossing.model:
+    # model=None: the build the provider reported is served, not compared (edges.py); the
+    # requested model is inside the request, so a prompt change is headlined as the prompt.
+    served_build = crossing.kind is EventKind.MODEL_CALL and crossing.model is None
+    if ev.model != crossing.model and not served_build:
         diff.append(f"$.model: expected {short_json(ev.model)}, got {short_json(crossing.model)}")
     if seed_differs(ev, crossing):
         diff.append(f"$.seed: expected {short_json(ev.seed)}, got {short_json(crossing.seed)}")
@@ -76,4 +83,5 @@ def mismatch(ev: TraceEvent, crossing: Crossing) -> tuple[str, tuple[str, ...]] 
         if diff[0].startswith("$.seed")
         else "request"
     )
-    return f"the {kind} call's {what} differs from the record", tuple(diff)
+    path = diff[0].partition(": ")[0]
+    return f"the {kind} call's {what} differs from the record at {path}", tuple(diff)

@@ -867,14 +867,25 @@ def _export_otel(
     if (out is None) == (endpoint is None):
         raise ConfigError("--otel needs exactly one of --endpoint URL or -o FILE.json")
     # The exporter needs the `otel` extra: imported only when asked for.
-    from tracevault.integrations.otel import ExportedRun, otlp_json, otlp_request, send_otlp  # noqa: PLC0415
+    from tracevault.integrations.otel import (  # noqa: PLC0415
+        ExportedRun,
+        child_runs,
+        otlp_json,
+        otlp_request,
+        send_otlp,
+    )
 
     runs = []
-    for run_id in run_ids:
+    todo, seen = list(run_ids), set(run_ids)
+    while todo:  # each run, then the sub-agent runs it started: one trace per tree
+        run_id = todo.pop(0)
         _, loaded = _load(ctx, run_id, source)
         report = verify(loaded)
         hashes = {r.seq: r.hash for r in loaded.records}
         runs.append(ExportedRun(run_id, report.events, hashes, report.head, report.status))
+        children = [c for c in child_runs(report.events) if c not in seen]
+        seen.update(children)
+        todo.extend(children)
     request = otlp_request(runs, content=content)
     spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
     if endpoint is not None:
@@ -884,7 +895,8 @@ def _export_otel(
         out.write_text(json.dumps(otlp_json(request), indent=1) + "\n", encoding="utf-8")
         target = str(out)
     if as_json:
-        echo_json({"runs": list(run_ids), "spans": spans, "to": target, "content": content})
+        exported = [r.run_id for r in runs]
+        echo_json({"runs": exported, "spans": spans, "to": target, "content": content})
     else:
         stdout.print(f"[green]exported[/] {spans} spans of {len(runs)} run(s) to {target}")
 
