@@ -32,6 +32,7 @@ from tracevault.log import (
     Checkpoint,
     LazyProof,
     LeafProofs,
+    NodeSource,
     RunLogEvidence,
     consistency_proof,
     decode_bundle,
@@ -156,37 +157,8 @@ class _Reader:
         return got
 
 
-def read_log_run(
-    get: Callable[[str], bytes],
-    list_keys: Callable[[str], list[str]],
-    run_id: str,
-    index_keys: Sequence[str],
-    anchor: str | None = None,
-) -> LogRun:
-    """The run from its index objects (``index_keys``, from the run's listing).
-
-    ``anchor`` (a signed checkpoint note of the partition no larger than the newest archived
-    one, e.g. a witness's cosigned copy) is what the proofs are built against instead of the
-    newest: the tiles hold every node of any smaller tree, and the archived checkpoints
-    become the others, each with its consistency proof (docs/log.md, "Witness").
-    """
-    if not index_keys:
-        raise ArchiveError(f"run {run_id!r} has no index objects")
-    r = _Reader(get)
-    indexes = [RunIndex.from_json(r.get(k), k) for k in sorted(index_keys)]
-    logs = {(i.log, i.origin) for i in indexes}
-    if len(logs) != 1:
-        raise ArchiveError(
-            f"run {run_id!r}: its index objects name {len(logs)} logs ({sorted(logs)}); a run "
-            "lives in one partition"
-        )
-    (log_key, origin) = logs.pop()
-    cps = list_keys(checkpoint_prefix(log_key))
-    if not cps:
-        raise ArchiveError(f"log {log_key} has no checkpoint object (deleted?)")
-    pairs = _completed(list(zip(indexes, sorted(index_keys), strict=True)), log_key, cps)
-    indexes = [i for i, _ in pairs]
-    index_keys = [k for _, k in pairs]
+def _leaf_of_seq(pairs: Sequence[tuple[RunIndex, str]], run_id: str) -> dict[int, tuple[int, str]]:
+    """seq -> (leaf, the index object that says so), every index agreeing."""
     by_seq: dict[int, tuple[int, str]] = {}
     for idx, key in pairs:
         if idx.run_id != run_id:
@@ -199,8 +171,11 @@ def read_log_run(
                     f"leaf {seen[0]}"
                 )
             by_seq[seq] = (leaf, key)
-    cp_key = cps[-1]
-    note = r.get(cp_key).decode("utf-8", "replace")
+    return by_seq
+
+
+def _sizes(note: str, cp_key: str, anchor: str | None, log_key: str) -> tuple[int, int]:
+    """(the size the proofs are built against, the newest archived size)."""
     try:
         cp = Checkpoint.parse(split_note(note)[0])
     except LogError as exc:
@@ -216,16 +191,23 @@ def read_log_run(
                 f"log {log_key} is archived up to size {newest} ({cp_key}); the checkpoint of "
                 f"size {size} is past it: verify from the topic, or once the archiver caught up"
             )
+    return size, newest
 
-    def read_tile(level: int, index: int, width: int) -> bytes:
-        return r.get(tile_key(log_key, level, index, width))
 
-    node = tile_node_source(newest, read_tile)  # any smaller tree's nodes too
-    edge = edge_source(size, node)
+def _values(
+    r: _Reader,
+    log_key: str,
+    run_id: str,
+    seqs: list[int],
+    leaves: list[int],
+    *,
+    size: int,
+    newest: int,
+    cp_key: str,
+) -> tuple[list[bytes], list[str]]:
+    """The run's record values from the data bundles, and the object each came from."""
     values: list[bytes] = []
     objects: list[str] = []
-    seqs = sorted(by_seq)
-    leaves = [by_seq[seq][0] for seq in seqs]
     bundle: list[bytes] = []
     dkey, bundle_n = "", -1
     i, total = 0, len(leaves)
@@ -261,24 +243,28 @@ def read_log_run(
             raise ArchiveError(f"data bundle {dkey} has no record for leaf {leaf}") from None
         objects.append(dkey)
         i += 1
+    return values, objects
 
-    def proof(leaf: int) -> LazyProof:
-        # built as check_run_log reads it: it proves consecutive leaves as ranges and reads
-        # a few elements of a few proofs (docs/log.md, "Verifying a run")
-        return LazyProof(leaf, size, node, edge)
 
-    proofs = LeafProofs(seqs, leaves, objects, proof)
+def _unindexed(
+    r: _Reader,
+    log_key: str,
+    run_id: str,
+    by_seq: dict[int, tuple[int, str]],
+    *,
+    last_leaf: int,
+    newest: int,
+) -> list[tuple[int, int, str]]:
+    """Leaves of the run past its last indexed one that no index lists: (leaf, seq, object).
+
+    Only for a run no index calls finished. A run whose index says it finished has none to
+    find: verify holds that claim to the chain's end (check A4: the last event is its
+    RUN_FINISHED, with the head the index names) and the sequencer seals nothing of a
+    finished run. Deleting the finishing index to hide a tail removes the claim, and the
+    scan runs. Without this, a run's verify read every entry bundle written after it.
+    """
     unindexed: list[tuple[int, int, str]] = []
-    last_leaf = max(leaves)
-    fin = [i for i in indexes if i.finished]
-    # The unindexed-tail scan looks for leaves of the run that no index lists, past its
-    # last listed one. A run whose index says it finished has none to find: verify holds
-    # that claim to the chain's end (check A4: the last event is its RUN_FINISHED, with the
-    # head the index names) and the sequencer seals nothing of a finished run. Deleting the
-    # finishing index to hide a tail removes the claim, and the scan runs. Without this, a
-    # run's verify read every entry bundle written after it.
-    scan = () if fin else range(last_leaf // TILE_WIDTH, (newest - 1) // TILE_WIDTH + 1)
-    for n in scan:
+    for n in range(last_leaf // TILE_WIDTH, (newest - 1) // TILE_WIDTH + 1):
         ekey = entries_key(log_key, n, tile_width(0, n, newest))
         try:
             entries = decode_bundle(r.get(ekey), ekey)
@@ -293,8 +279,16 @@ def read_log_run(
                 raise ArchiveError(f"entry bundle {ekey} leaf {i}: {exc}") from exc
             if rid == run_id and seq not in by_seq:
                 unindexed.append((i, seq, ekey))
+    return unindexed
+
+
+def _others(
+    r: _Reader, log_key: str, sizes: list[int], *, size: int, newest: int, node: NodeSource
+) -> list[tuple[str, tuple[bytes, ...]]]:
+    """The archived checkpoints of ``sizes`` (not the one proved against), each with its
+    consistency proof to ``size``."""
     others: list[tuple[str, tuple[bytes, ...]]] = []
-    for old in sorted(({i.size for i in indexes} | {newest}) - {size}):
+    for old in sizes:
         okey = checkpoint_key(log_key, old)
         other = r.get(okey).decode("utf-8", "replace")
         if old <= newest:
@@ -302,6 +296,69 @@ def read_log_run(
             others.append((other, tuple(consistency_proof(*pair, node))))
         else:
             others.append((other, ()))  # a checkpoint past the newest listed one: L4 fails
+    return others
+
+
+def read_log_run(
+    get: Callable[[str], bytes],
+    list_keys: Callable[[str], list[str]],
+    run_id: str,
+    index_keys: Sequence[str],
+    anchor: str | None = None,
+) -> LogRun:
+    """The run from its index objects (``index_keys``, from the run's listing).
+
+    ``anchor`` (a signed checkpoint note of the partition no larger than the newest archived
+    one, e.g. a witness's cosigned copy) is what the proofs are built against instead of the
+    newest: the tiles hold every node of any smaller tree, and the archived checkpoints
+    become the others, each with its consistency proof (docs/log.md, "Witness").
+    """
+    if not index_keys:
+        raise ArchiveError(f"run {run_id!r} has no index objects")
+    r = _Reader(get)
+    indexes = [RunIndex.from_json(r.get(k), k) for k in sorted(index_keys)]
+    logs = {(i.log, i.origin) for i in indexes}
+    if len(logs) != 1:
+        raise ArchiveError(
+            f"run {run_id!r}: its index objects name {len(logs)} logs ({sorted(logs)}); a run "
+            "lives in one partition"
+        )
+    (log_key, origin) = logs.pop()
+    cps = list_keys(checkpoint_prefix(log_key))
+    if not cps:
+        raise ArchiveError(f"log {log_key} has no checkpoint object (deleted?)")
+    pairs = _completed(list(zip(indexes, sorted(index_keys), strict=True)), log_key, cps)
+    indexes = [i for i, _ in pairs]
+    index_keys = [k for _, k in pairs]
+    by_seq = _leaf_of_seq(pairs, run_id)
+    cp_key = cps[-1]
+    note = r.get(cp_key).decode("utf-8", "replace")
+    size, newest = _sizes(note, cp_key, anchor, log_key)
+
+    def read_tile(level: int, index: int, width: int) -> bytes:
+        return r.get(tile_key(log_key, level, index, width))
+
+    node = tile_node_source(newest, read_tile)  # any smaller tree's nodes too
+    edge = edge_source(size, node)
+    seqs = sorted(by_seq)
+    leaves = [by_seq[seq][0] for seq in seqs]
+    values, objects = _values(
+        r, log_key, run_id, seqs, leaves, size=size, newest=newest, cp_key=cp_key
+    )
+
+    def proof(leaf: int) -> LazyProof:
+        # built as check_run_log reads it: it proves consecutive leaves as ranges and reads
+        # a few elements of a few proofs (docs/log.md, "Verifying a run")
+        return LazyProof(leaf, size, node, edge)
+
+    proofs = LeafProofs(seqs, leaves, objects, proof)
+    last_leaf = max(leaves)
+    fin = [i for i in indexes if i.finished]
+    unindexed = (
+        [] if fin else _unindexed(r, log_key, run_id, by_seq, last_leaf=last_leaf, newest=newest)
+    )
+    sizes = sorted(({i.size for i in indexes} | {newest}) - {size})
+    others = _others(r, log_key, sizes, size=size, newest=newest, node=node)
     return LogRun(
         run_id,
         tuple(values),

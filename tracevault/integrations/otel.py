@@ -249,30 +249,26 @@ def _status(ev: TraceEvent) -> Status:
     return Status(code=Status.StatusCode.STATUS_CODE_ERROR, message=ev.error.message)
 
 
-def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
+def _common(run: ExportedRun, ev: TraceEvent) -> dict[str, Any]:
+    """The attributes every span of ``run`` carries: where its event sits in the chain."""
+    chain = run.hashes.get(ev.seq)
+    return {
+        "tracevault.run_id": run.run_id,
+        "tracevault.seq": ev.seq,
+        "tracevault.kind": ev.kind.value,
+        "tracevault.chain.hash": chain.hex() if chain is not None else None,
+    }
+
+
+def _root_span(run: ExportedRun, content: bool, trace_id: bytes, root_id: bytes) -> Span:
+    """The run's own span (``invoke_agent``): its start, finish, outcome and first error."""
     events = run.events
-    if not events or events[0].kind is not EventKind.RUN_STARTED:
-        raise ConfigError(f"run {run.run_id}: no RUN_STARTED at seq 0, nothing to export")
     first, last = events[0], events[-1]
-    trace_id = _trace_id(run.run_id)
-    root_id = _span_id(run.run_id, "run")
-    by_seq = {ev.seq: _span_id(run.run_id, ev.seq) for ev in events}
-
-    def common(ev: TraceEvent) -> dict[str, Any]:
-        chain = run.hashes.get(ev.seq)
-        return {
-            "tracevault.run_id": run.run_id,
-            "tracevault.seq": ev.seq,
-            "tracevault.kind": ev.kind.value,
-            "tracevault.chain.hash": chain.hex() if chain is not None else None,
-        }
-
     agent = first.agent
-    spans: list[Span] = []
     failure = next((ev for ev in events if ev.kind is EventKind.ERROR), None)
     finished = last if last.kind is EventKind.RUN_FINISHED else None
     root_attrs = {
-        **common(first),
+        **_common(run, first),
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent.agent_id,
         "gen_ai.agent.id": agent.agent_id,
@@ -311,7 +307,18 @@ def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
                 }
             ),
         )
-    spans.append(root)
+    return root
+
+
+def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
+    events = run.events
+    if not events or events[0].kind is not EventKind.RUN_STARTED:
+        raise ConfigError(f"run {run.run_id}: no RUN_STARTED at seq 0, nothing to export")
+    trace_id = _trace_id(run.run_id)
+    root_id = _span_id(run.run_id, "run")
+    by_seq = {ev.seq: _span_id(run.run_id, ev.seq) for ev in events}
+    agent = events[0].agent
+    spans: list[Span] = [_root_span(run, content, trace_id, root_id)]
     for ev in events:
         make = _KINDS.get(ev.kind)
         if make is None:  # RUN_STARTED, RUN_FINISHED, ERROR: on the root span
@@ -329,7 +336,7 @@ def _run_spans(run: ExportedRun, content: bool) -> ResourceSpans:
                 kind=kind,  # type: ignore[arg-type]
                 start_time_unix_nano=ev.at * 1000,
                 end_time_unix_nano=_end_ns(ev),
-                attributes=_attrs({**common(ev), **attrs}),
+                attributes=_attrs({**_common(run, ev), **attrs}),
                 status=_status(ev),
             )
         )
