@@ -1,1 +1,4 @@
-"""tracevault.consumer (see docs/design.md)."""
+"""The Kafka-consuming services: the sequencer (raw to sealed) and the archiver (sealed to storage).
+
+See docs/design.md for the pipeline both sit in.
+"""

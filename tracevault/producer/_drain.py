@@ -97,6 +97,36 @@ def _nothing() -> None:
     return None
 
 
+def _settle(producer: Producer, timeout: float, between: Callable[[], None]) -> bool:
+    """Wait for the batch's delivery reports; purge what stays unacknowledged ``timeout``
+    after the last progress. True when every report is in (the queue is empty).
+
+    The producer holds nothing but this batch (the Publisher drains only while spooling,
+    when it has purged everything else), so an empty queue means every report is in.
+    ``timeout`` is patience without progress, not a budget for the batch: a purge of a
+    record Kafka wrote but had not acknowledged yet is what makes a resend a duplicate, so
+    never purge while acknowledgements are still arriving (a broker that has just come back
+    can take seconds for the first ones).
+    """
+    deadline = time.monotonic() + timeout
+    left = len(producer)
+    while left > 0 and time.monotonic() < deadline:
+        producer.poll(0.01)  # and serve ``between`` (the Publisher's spool) every 10 ms
+        between()
+        now_left = len(producer)
+        if now_left < left:
+            deadline = time.monotonic() + timeout
+        left = now_left
+    if len(producer) > 0:
+        producer.purge(in_queue=True, in_flight=True)
+        purge_deadline = time.monotonic() + 5.0
+        while len(producer) > 0 and time.monotonic() < purge_deadline:
+            producer.poll(0.01)
+            between()
+    producer.poll(0)
+    return len(producer) == 0
+
+
 def drain_batch(
     producer: Producer,
     segment: SpoolSegment,
@@ -145,29 +175,7 @@ def drain_batch(
         except BufferError:
             break  # the local queue is full: what was produced is this batch
         produced += 1
-    # The producer holds nothing but this batch (the Publisher drains only while spooling,
-    # when it has purged everything else), so an empty queue means every report is in.
-    # ``timeout`` is patience without progress, not a budget for the batch: a purge of a
-    # record Kafka wrote but had not acknowledged yet is what makes a resend a duplicate,
-    # so never purge while acknowledgements are still arriving (a broker that has just come
-    # back can take seconds for the first ones).
-    deadline = time.monotonic() + timeout
-    left = len(producer)
-    while left > 0 and time.monotonic() < deadline:
-        producer.poll(0.01)  # and serve ``between`` (the Publisher's spool) every 10 ms
-        between()
-        now_left = len(producer)
-        if now_left < left:
-            deadline = time.monotonic() + timeout
-        left = now_left
-    if len(producer) > 0:
-        producer.purge(in_queue=True, in_flight=True)
-        purge_deadline = time.monotonic() + 5.0
-        while len(producer) > 0 and time.monotonic() < purge_deadline:
-            producer.poll(0.01)
-            between()
-    producer.poll(0)
-    settled = len(producer) == 0
+    settled = _settle(producer, timeout, between)
     prefix = 0
     while settled and prefix < produced and not failed[prefix]:
         prefix += 1

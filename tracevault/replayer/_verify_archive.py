@@ -98,14 +98,10 @@ def check_archive_structure(run: LoadedRun, checks: list[str]) -> None:
                 )
 
 
-def check_archive(run: LoadedRun, summary: RecordsSummary, checks: list[str]) -> list[str]:
-    """Checks A2 and A3; returns warnings (an in-progress run's last segment without receipt)."""
-    warnings: list[str] = []
+def _check_receipts(run: LoadedRun, summary: RecordsSummary, warnings: list[str]) -> None:
+    """A2: each segment's receipt against the verified segment (a missing one only warns for
+    the last segment of an unfinished run)."""
     rows = run.records.rows
-    checks.append(
-        "A2 receipts: every segment's receipt matches its name, seq range, count, chain ends "
-        "and the SHA-256 of its bytes"
-    )
     for n, seg in enumerate(run.segments):
         if seg.receipt_bytes is None:
             if n == len(run.segments) - 1 and not summary.finished:
@@ -151,7 +147,11 @@ def check_archive(run: LoadedRun, summary: RecordsSummary, checks: list[str]) ->
                 f"says {r.sha256[:16]}…: the segment's bytes changed outside the events (or the "
                 "receipt's hash was edited)",
             )
-    checks.append("A3 final receipt: count, last seq and chain head match, and the run ended")
+
+
+def _check_final_receipt(run: LoadedRun, summary: RecordsSummary) -> None:
+    """A3: the final receipt against the verified chain, and the run's end."""
+    rows = run.records.rows
     fr = run.final_receipt
     if fr is None:
         if summary.finished or run.expected_finished:
@@ -163,7 +163,7 @@ def check_archive(run: LoadedRun, summary: RecordsSummary, checks: list[str]) ->
                 "receipt: it was deleted (the archiver writes it right after the last "
                 "segment's receipt, and again on restart if a crash came between)",
             )
-        return warnings
+        return
     n = len(rows)
     claims = {
         "run_id": (fr.run_id, run.run_id),
@@ -186,4 +186,16 @@ def check_archive(run: LoadedRun, summary: RecordsSummary, checks: list[str]) ->
             run.final_receipt_key,
             "a final receipt exists but the last event is not RUN_FINISHED",
         )
+
+
+def check_archive(run: LoadedRun, summary: RecordsSummary, checks: list[str]) -> list[str]:
+    """Checks A2 and A3; returns warnings (an in-progress run's last segment without receipt)."""
+    warnings: list[str] = []
+    checks.append(
+        "A2 receipts: every segment's receipt matches its name, seq range, count, chain ends "
+        "and the SHA-256 of its bytes"
+    )
+    _check_receipts(run, summary, warnings)
+    checks.append("A3 final receipt: count, last seq and chain head match, and the run ended")
+    _check_final_receipt(run, summary)
     return warnings

@@ -2,134 +2,52 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import inspect
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
-from rich.tree import Tree
 
-from tracevault._clitools import echo_json, settings_from, stderr, stdout
+from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.archive import open_store
-from tracevault.config import Settings
-from tracevault.errors import ChainError, ConfigError, LogError, ReplayDivergence
-from tracevault.replayer._aligndiff import RunAlignment, align_runs, parse_ignore
+from tracevault.errors import ChainError, ConfigError, LogError
+from tracevault.replayer import _run_modes as run_modes
+from tracevault.replayer._aligndiff import align_runs, parse_ignore
 from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._batch import load_agent, replay_with, run_batch, runs_between
-from tracevault.replayer._batch_view import print_batch
+from tracevault.replayer._batch import load_agent, runs_between
+from tracevault.replayer._batch_cmd import batch_cmd
 from tracevault.replayer._bundle import export_bundle, verify_bundle
-from tracevault.replayer._dask import DaskEngine
-from tracevault.replayer._diff import short_json
-from tracevault.replayer._junit import junit_xml
-from tracevault.replayer._load import load_run
-from tracevault.replayer._log import NOT_CHECKED, LogPolicy
-from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._replay import areplay
-from tracevault.replayer._replay import replay as replay_events
-from tracevault.replayer._results import (
-    DivergenceReport,
-    LoadedRun,
-    ReplayResult,
-    StepSummary,
-    VerifyReport,
-    event_json,
+from tracevault.replayer._cliopts import (
+    FROM,
+    JSON,
+    WITNESS_STORE,
+    load,
+    log_options,
+    log_policy,
+    parse_day,
+    settings_of,
+    witness_stores_need,
 )
-from tracevault.replayer._rundiff import RunDiffSide
+from tracevault.replayer._load import load_run
+from tracevault.replayer._records import LazyEvents
+from tracevault.replayer._results import (
+    StepSummary,
+)
 from tracevault.replayer._timeline import steps_table
-from tracevault.replayer._tree import RunNode, TreeReplay, replay_tree, run_tree
+from tracevault.replayer._tree import run_tree
 from tracevault.replayer._verify import verify
+from tracevault.replayer._views import (
+    differences_table,
+    print_verified,
+    progress_bar,
+    run_tree_view,
+    summary_table,
+)
 from tracevault.replayer._witnessed import with_witness_stores
 from tracevault.schemas import EventModel
 
 __all__ = ["replay"]
-
-_FROM = click.option(
-    "--from",
-    "source",
-    type=click.Choice(["topic", "archive"]),
-    default="archive",
-    show_default=True,
-    help="Read the run from the sealed Kafka topic or from the archive.",
-)
-_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def _log_options(f: Any) -> Any:
-    """--trusted-key, --witness-key, --min-witnesses: the public keys a check trusts.
-
-    Defined once for every source (topic, archive, bundle) and every command that verifies.
-    """
-    f = click.option(
-        "--min-witnesses",
-        type=click.IntRange(0),
-        help="Witness cosignatures required [1 with --witness-key].",
-    )(f)
-    f = click.option(
-        "--witness-key",
-        "witness_keys",
-        multiple=True,
-        metavar="VKEY|@FILE",
-        help="A witness key whose cosignature counts (repeatable).",
-    )(f)
-    return click.option(
-        "--trusted-key",
-        "trusted_keys",
-        multiple=True,
-        metavar="VKEY|@FILE",
-        help="A log key to trust (repeatable; adds to TRACEVAULT_LOG_VKEYS): "
-        "checks the signed log (L1-L4) first.",
-    )(f)
-
-
-_WITNESS_STORE = click.option(
-    "--witness-store",
-    "witness_stores",
-    multiple=True,
-    metavar="URL",
-    help="A witness's store (file:// or s3://) to read its cosigned checkpoint of the "
-    "run from (repeatable) [env TRACEVAULT_WITNESS_STORES, comma-separated].",
-)
-
-
-def _log_policy(
-    settings: Settings, trusted: tuple[str, ...], witness: tuple[str, ...], least: int | None
-) -> LogPolicy | None:
-    return LogPolicy.of(settings, trusted, witness, least)
-
-
-def _witness_stores_need(policy: LogPolicy | None, stores: tuple[str, ...]) -> None:
-    if stores and policy is None:
-        raise ConfigError("--witness-store needs the log's key too: give --trusted-key")
-
-
-def _settings(ctx: click.Context) -> Settings:
-    meta = ctx.find_root().meta
-    return settings_from(
-        ctx,
-        archive_url=meta.get("replay.archive_url"),
-        s3_endpoint_url=meta.get("replay.s3_endpoint_url"),
-    )
-
-
-def _load(
-    ctx: click.Context, run_id: str, source: str, *, with_log: bool = False
-) -> tuple[Settings, LoadedRun]:
-    settings = _settings(ctx)
-    with stderr.status(f"loading {run_id} from the {source}…"):
-        run = load_run(
-            settings,
-            run_id,
-            source="topic" if source == "topic" else "archive",
-            with_log=with_log,
-        )
-    return settings, run
 
 
 @click.group()
@@ -170,35 +88,11 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
 
 
 # -- show -----------------------------------------------------------------------------------
-def _run_tree(node: RunNode) -> Tree:
-    def label(n: RunNode) -> Text:
-        text = Text(f"run {n.run_id}", style="bold")
-        done = "finished" if n.finished else "unfinished"
-        text.append(f"  {n.agent}, {n.count} events, {done}")
-        if n.forked_from is not None:
-            text.append(f"\nforked from {n.forked_from[0]} at seq {n.forked_from[1]}", style="dim")
-        if n.parent is not None:
-            text.append(f"\nchild of {n.parent[0]} at seq {n.parent[1]}", style="dim")
-        return text
-
-    def add(tree: Tree, n: RunNode) -> None:
-        for child, sub in n.children:
-            head = Text(f"seq {child.seq} subagent {child.name} → ", style="cyan")
-            if isinstance(sub, str):
-                tree.add(head + Text(f"{child.run_id}: {sub}", style="yellow"))
-            else:
-                add(tree.add(head + label(sub)), sub)
-
-    root = Tree(label(node))
-    add(root, node)
-    return root
-
-
 @replay.command("show")
 @click.argument("run_id")
 @click.option("--tree", "as_tree", is_flag=True, help="The run and its sub-agent runs, as a tree.")
-@_FROM
-@_JSON
+@FROM
+@JSON
 @click.pass_context
 def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: bool) -> None:
     """The run's timeline: seq, kind, time, model, short request and response.
@@ -214,14 +108,14 @@ def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: b
       tracevault replay show run-42 --tree
     """
     if as_tree:
-        load = _loader(ctx, source, no_verify=False)
-        node = run_tree(load, run_id, load(run_id))
+        load_run_by_id = run_modes.loader(settings_of(ctx), source, no_verify=False)
+        node = run_tree(load_run_by_id, run_id, load_run_by_id(run_id))
         if as_json:
             echo_json(node.to_json())
         else:
-            stdout.print(_run_tree(node))
+            stdout.print(run_tree_view(node))
         return
-    _, run = _load(ctx, run_id, source)
+    _, run = load(ctx, run_id, source)
     events = LazyEvents([r["raw"] for r in run.records.rows])
     if as_json:
         for ev in events:
@@ -234,32 +128,6 @@ def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: b
 
 
 # -- verify ---------------------------------------------------------------------------------
-def _verify_table(report: VerifyReport) -> Table:
-    t = Table(title=f"run {report.run_id}: {report.status} ({report.source})")
-    t.add_column("check")
-    t.add_column("result")
-    for c in report.checks:
-        t.add_row(c, "[green]ok[/]")
-    return t
-
-
-def _print_verified(report: VerifyReport, as_json: bool) -> None:
-    if as_json:
-        echo_json(report.to_json())
-        return
-    stdout.print(_verify_table(report))
-    stdout.print(
-        f"{report.count} events, seq 0..{report.last_seq}, head {report.head[:16]}…, "
-        f"finished: {report.finished}"
-    )
-    if report.checkpoint:
-        stdout.print(f"signed log: checkpoint {report.checkpoint}")
-    for w in report.warnings:
-        stdout.print(f"[yellow]warning:[/] {w}")
-    if not report.log_checked:
-        stdout.print(f"[yellow bold]warning:[/] {NOT_CHECKED}")
-
-
 def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
     if as_json:
         out = {"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)}
@@ -274,16 +142,16 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
 
 @replay.command("verify")
 @click.argument("run_id", required=False)
-@_FROM
+@FROM
 @click.option(
     "--bundle",
     type=click.Path(file_okay=False, path_type=Path),
     help="Check an exported evidence bundle instead (no Kafka, no object store).",
 )
 @click.option("--require-finished", is_flag=True, help="Fail (exit 1) on an unfinished run.")
-@_log_options
-@_WITNESS_STORE
-@_JSON
+@log_options
+@WITNESS_STORE
+@JSON
 @click.pass_context
 def verify_cmd(
     ctx: click.Context,
@@ -315,8 +183,8 @@ def verify_cmd(
           --witness-key @witness.vkey --json
     """
     try:
-        policy = _log_policy(_settings(ctx), trusted_keys, witness_keys, min_witnesses)
-        _witness_stores_need(policy, witness_stores)
+        policy = log_policy(settings_of(ctx), trusted_keys, witness_keys, min_witnesses)
+        witness_stores_need(policy, witness_stores)
         if bundle is not None:
             if run_id is not None:
                 raise click.UsageError("give RUN_ID or --bundle, not both")
@@ -330,195 +198,17 @@ def verify_cmd(
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
-            settings, run = _load(ctx, run_id, source, with_log=policy is not None)
+            settings, run = load(ctx, run_id, source, with_log=policy is not None)
             run = with_witness_stores(settings, run, policy, witness_stores)
             with stderr.status(f"verifying {len(run)} events…"):
                 report = verify(run, require_finished=require_finished, log=policy)
     except (ChainError, LogError) as exc:
         _chain_failure(exc, as_json)
         return
-    _print_verified(report, as_json)
+    print_verified(report, as_json)
 
 
 # -- run ------------------------------------------------------------------------------------
-def _divergence_panel(d: DivergenceReport) -> None:
-    stdout.print(f"[red bold]diverged at seq {d.seq}[/]: {d.reason}")
-    t = Table(show_header=False)
-    t.add_column("")
-    t.add_column("", overflow="fold")
-    t.add_row("expected kind", d.expected or "(end of record)")
-    t.add_row("actual kind", d.actual or "(no further call)")
-    for line in d.diff:
-        t.add_row("diff", line)
-    stdout.print(t)
-    if d.next_in_record:
-        stdout.print(
-            steps_table(
-                d.next_in_record,
-                title="what the record says came next",
-                width=stdout.width,
-                with_time=False,
-            )
-        )
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _divergences_table(run_id: str, found: tuple[DivergenceReport, ...]) -> Table:
-    """Every divergence of a keep-going re-run, one row each, readable at 80 columns."""
-    t = Table(title=f"run {run_id}: {_count(len(found), 'divergence')}", show_lines=True)
-    t.add_column("seq", justify="right", no_wrap=True)
-    t.add_column("record → re-run", no_wrap=True)
-    t.add_column("what, where, differences", overflow="fold", ratio=1)
-    for d in found:
-        cell = Text(d.reason)
-        if d.site:
-            cell.append(f"\nat {d.site}", style="dim")
-        for line in d.diff[:5]:
-            cell.append(f"\n{line}")
-        kinds = f"{d.expected or '(none)'}\n→ {d.actual or '(none)'}"
-        t.add_row(str(d.seq), kinds, cell)
-    return t
-
-
-def _replay_all(events: Any, agent: Any) -> ReplayResult:
-    if inspect.iscoroutinefunction(agent):
-        return asyncio.run(areplay(events, agent, keep_going=True))
-    return replay_events(events, agent, keep_going=True)
-
-
-def _state_at(run_id: str, result: ReplayResult, record_next: Any) -> None:
-    """``--until N``: the timeline served up to N, the agent's next call, the record's."""
-    title = f"run {run_id}: served up to seq {result.until} (the state at step {result.until})"
-    served = (StepSummary.of(ev) for ev in result.served)
-    stdout.print(steps_table(served, title=title, width=stdout.width, with_time=False))
-    asked = result.next_call
-    t = Table(title="what comes next", show_header=False, show_lines=True)
-    t.add_column("", no_wrap=True)
-    t.add_column("", overflow="fold", ratio=1)
-    if asked is None:
-        t.add_row("the agent", "(asked for nothing more)")
-    else:
-        cell = Text(asked.kind, style="bold")
-        if asked.model:
-            cell.append(f" {asked.model}")
-        cell.append(f"\n{short_json(asked.request, 300)}")
-        if asked.site:
-            cell.append(f"\nat {asked.site}", style="dim")
-        t.add_row("the agent\nasked for", cell)
-    if record_next is not None:
-        s = StepSummary.of(record_next)
-        t.add_row(f"the record\nseq {s.seq}", Text(f"{s.kind}\n{s.request}\n← {s.response}"))
-    stdout.print(t)
-
-
-def _fork(
-    ctx: click.Context,
-    events: Any,
-    agent: Any,
-    agent_spec: str,
-    until: int,
-    live_spec: str | None,
-    as_json: bool,
-    live_tools: tuple[str, ...] = (),
-) -> None:
-    """``--until N --then live``: the record up to N, then the live edges, as a new run."""
-    # the fork records through the producer (the Kafka client): imported only when asked for
-    from tracevault.producer import Publisher  # noqa: PLC0415
-    from tracevault.replayer.fork import fork_run, live_edges_from  # noqa: PLC0415
-
-    spec = live_spec or f"{agent_spec.partition(':')[0]}:live_edges"
-    try:
-        factory = load_agent(spec)
-    except ConfigError as exc:
-        raise ConfigError(
-            f"{exc}; a fork needs live edges: give --live-edges MODULE:FACTORY or define "
-            "live_edges() in the agent's module"
-        ) from None
-    model, tools = live_edges_from(factory(), spec)
-    publisher = Publisher(_settings(ctx))
-    try:
-        with stderr.status(f"serving seq 0..{until}, then live…"):
-            result = fork_run(events, agent, until=until, publisher=publisher, model=model,
-                              tools=tools, live_tools=live_tools)  # fmt: skip
-        delivered = publisher.flush(30)
-    finally:
-        publisher.close()
-    if as_json:
-        echo_json({**result.to_json(), "delivered": delivered})
-    elif result.divergence is not None:
-        _divergence_panel(result.divergence)
-    else:
-        stdout.print(
-            f"[green]forked[/] {result.forked_from[0]} at seq {until} → new run "
-            f"[bold]{result.run_id}[/] ({result.served} events served, then live)"
-        )
-        if result.error:
-            stdout.print(f"the agent raised {result.error} (recorded in the new run)")
-        if not delivered:
-            stdout.print("[yellow]not every event reached Kafka yet: the rest is spooled[/]")
-    for refusal in () if as_json else result.refused:
-        if refusal not in (result.error or ""):  # else just said, as what the agent raised
-            stderr.print(Text(refusal, style="red"))
-    if result.divergence is not None:
-        raise click.exceptions.Exit(ReplayDivergence.exit_code)
-    if result.refused:  # the new run is recorded; what it would have sent was not sent
-        raise click.exceptions.Exit(ConfigError.exit_code)
-
-
-def _recurse(
-    ctx: click.Context,
-    run_id: str,
-    events: Any,
-    agent: Any,
-    source: str,
-    no_verify: bool,
-    as_json: bool,
-) -> None:
-    """``--recurse``: the run, then each sub-agent run it served, against its own record."""
-    tree = replay_tree(_loader(ctx, source, no_verify), events, agent)
-    if as_json:
-        echo_json(tree.to_json())
-    else:
-        stdout.print(_replay_tree(run_id, tree))
-    if not tree.matched:
-        raise click.exceptions.Exit(ReplayDivergence.exit_code)
-
-
-def _loader(ctx: click.Context, source: str, no_verify: bool) -> Any:
-    settings = _settings(ctx)
-    kind: Any = "topic" if source == "topic" else "archive"
-
-    def load(rid: str) -> Any:
-        run = load_run(settings, rid, source=kind)
-        return LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
-
-    return load
-
-
-def _replay_tree(run_id: str, tree: TreeReplay) -> Tree:
-    def label(rid: str, t: TreeReplay) -> Text:
-        r = t.result
-        seq = "?" if r.divergence is None else r.divergence.seq
-        ok = "[green]matched[/]" if r.matched else f"[red]diverged at seq {seq}[/]"
-        return Text.from_markup(f"run {rid}: {ok} ({r.steps} events served)")
-
-    root = Tree(label(run_id, tree))
-
-    def add(node: Tree, t: TreeReplay) -> None:
-        for child, sub in t.children:
-            head = f"seq {child.seq} subagent {child.name} → "
-            if isinstance(sub, str):
-                node.add(Text(head + f"{child.run_id}: {sub}", style="yellow"))
-            else:
-                add(node.add(Text(head) + label(child.run_id, sub)), sub)
-
-    add(root, tree)
-    return root
-
-
 @replay.command("run")
 @click.argument("run_id")
 @click.option("--agent", "agent_spec", required=True, help="The agent as MODULE:CALLABLE.")
@@ -550,8 +240,8 @@ def _replay_tree(run_id: str, tree: TreeReplay) -> Tree:
 )
 @click.option("--recurse", is_flag=True, help="Replay the sub-agent runs it served too.")
 @click.option("--no-verify", is_flag=True, help="Re-run even if the run does not verify.")
-@_FROM
-@_JSON
+@FROM
+@JSON
 @click.pass_context
 def run_cmd(
     ctx: click.Context,
@@ -599,92 +289,26 @@ def run_cmd(
     if recurse and (until is not None or keep_going):
         raise click.UsageError("--recurse replays whole runs: drop --until/--keep-going")
     agent = load_agent(agent_spec)
-    _, run = _load(ctx, run_id, source)
+    settings, run = load(ctx, run_id, source)
     if no_verify:
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
         events = verify(run).events
     if then is not None and until is not None:
-        _fork(ctx, events, agent, agent_spec, until, live_spec, as_json, tools_live)
+        run_modes.fork(settings, events, agent, agent_spec, until,
+                       live_spec=live_spec, as_json=as_json, live_tools=tools_live)  # fmt: skip
         return
     if recurse:
-        _recurse(ctx, run_id, events, agent, source, no_verify, as_json)
+        run_modes.recurse(settings, run_id, events, agent, source,
+                          no_verify=no_verify, as_json=as_json)  # fmt: skip
         return
     if keep_going:
-        result = _replay_all(events, agent)
-        if as_json:
-            echo_json(result.to_json())
-        elif result.divergences:
-            stdout.print(_divergences_table(run_id, result.divergences))
-        else:
-            stdout.print(f"[green]run {run_id}: matched the record[/] ({result.steps} served)")
-        if result.divergences:
-            raise click.exceptions.Exit(ReplayDivergence.exit_code)
+        run_modes.keep_going(run_id, events, agent, as_json=as_json)
         return
-    result = replay_with(events, agent, until)
-    record_next = events[len(result.served)] if len(events) > len(result.served) else None
-    if as_json:
-        out = result.to_json()
-        if result.stopped:
-            out["record_next"] = None if record_next is None else event_json(record_next)
-        echo_json(out)
-    elif result.divergence is not None:
-        _divergence_panel(result.divergence)
-    else:
-        if result.stopped:
-            _state_at(run_id, result, record_next)
-        what = f"stopped after seq {until}" if result.stopped else "matched the record"
-        stdout.print(f"[green]run {run_id}: {what}[/] ({result.steps} events served)")
-        if result.error is not None:
-            stdout.print(f"the agent raised {result.error.type}, as recorded")
-    if result.divergence is not None:
-        raise click.exceptions.Exit(ReplayDivergence.exit_code)
+    run_modes.plain(run_id, events, agent, until, as_json=as_json)
 
 
 # -- diff -----------------------------------------------------------------------------------
-def _outcome(side: RunDiffSide) -> str:
-    return side.error or json.dumps(side.output, ensure_ascii=False)[:80]
-
-
-def _summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
-    t = Table(title="runs")
-    t.add_column("")
-    t.add_column(f"A {a.run_id}", overflow="fold")
-    t.add_column(f"B {b.run_id}", overflow="fold")
-    t.add_row("events", str(a.count), str(b.count))
-    t.add_row("finished", str(a.finished), str(b.finished))
-    t.add_row("agent", a.agent, b.agent)
-    t.add_row("models", ", ".join(a.models), ", ".join(b.models))
-    t.add_row("kinds", json.dumps(a.kinds), json.dumps(b.kinds))
-    t.add_row("outcome", _outcome(a), _outcome(b))
-    return t
-
-
-def _differences_table(result: RunAlignment) -> Table:
-    """Every difference side by side, with its seq in both runs (80 columns and up)."""
-    noise = ", ".join((*result.ignore, *result.ignore_paths)) or "nothing"
-    n = _count(len(result.differences), "difference")
-    t = Table(title=f"{n} (ignored: {noise})", show_lines=True)
-    t.add_column("seq\nA B", no_wrap=True)
-    t.add_column("step", overflow="fold", ratio=2)
-    t.add_column(f"A {result.a.run_id}", overflow="fold", ratio=3)
-    t.add_column(f"B {result.b.run_id}", overflow="fold", ratio=3)
-    for d in result.differences:
-        seqs = f"{'-' if d.seq_a is None else d.seq_a} {'-' if d.seq_b is None else d.seq_b}"
-        step = Text(d.kind, style="bold")
-        if d.site:
-            step.append(f"\n{d.site}", style="dim")
-        a_cell, b_cell = Text(), Text()
-        for i, f in enumerate(d.fields[:8]):
-            sep = "\n" if i else ""
-            a_cell.append(f"{sep}{f.path}\n", style="dim")
-            a_cell.append(f.a if f.a is not None else "(none)")
-            b_cell.append(f"{sep}{f.path}\n", style="dim")
-            b_cell.append(f.b if f.b is not None else "(none)")
-        t.add_row(seqs, step, a_cell, b_cell)
-    return t
-
-
 @replay.command("diff")
 @click.argument("run_a")
 @click.argument("run_b")
@@ -703,8 +327,8 @@ def _differences_table(result: RunAlignment) -> Table:
     help="Skip fields under this JSON path, e.g. '$.response.output.took' ([*] any index).",
 )
 @click.option("--no-verify", is_flag=True, help="Compare even if a run does not verify.")
-@_FROM
-@_JSON
+@FROM
+@JSON
 @click.pass_context
 def diff_cmd(
     ctx: click.Context,
@@ -731,7 +355,7 @@ def diff_cmd(
     kinds = parse_ignore(ignore)  # refuse a bad flag before loading anything
     sides: list[Any] = []
     for rid in (run_a, run_b):
-        _, run = _load(ctx, rid, source)
+        _, run = load(ctx, rid, source)
         sides.append(
             LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
         )
@@ -739,11 +363,11 @@ def diff_cmd(
     if as_json:
         echo_json(result.to_json())
     else:
-        stdout.print(_summary_table(result.a, result.b))
+        stdout.print(summary_table(result.a, result.b))
         if result.same:
             stdout.print("[green]the runs are the same at every step[/]")
         else:
-            stdout.print(_differences_table(result))
+            stdout.print(differences_table(result))
     if not result.same:
         raise click.exceptions.Exit(1)
 
@@ -771,10 +395,10 @@ def diff_cmd(
     help="A witness's cosigned copy of the run's checkpoint: its cosignatures go into "
     "the bundle (repeatable).",
 )
-@_FROM
-@_log_options
-@_WITNESS_STORE
-@_JSON
+@FROM
+@log_options
+@WITNESS_STORE
+@JSON
 @click.pass_context
 def export_cmd(
     ctx: click.Context,
@@ -809,10 +433,10 @@ def export_cmd(
       tracevault replay export --otel --since 2026-11-01 -o november.json
     """
     if otel:
-        first = _day(since, "--since")
+        first = parse_day(since, "--since")
         if first is not None:
-            last = _day(until_, "--until") or datetime.now(UTC).date()
-            run_ids = (*run_ids, *runs_between(_settings(ctx), first, last))
+            last = parse_day(until_, "--until") or datetime.now(UTC).date()
+            run_ids = (*run_ids, *runs_between(settings_of(ctx), first, last))
         if not run_ids:
             raise ConfigError("--otel needs RUN_ID... or --since DAY (no run to export)")
         _export_otel(ctx, run_ids, out_dir, endpoint, content, source, as_json)
@@ -823,9 +447,9 @@ def export_cmd(
             "need --otel)"
         )
     (run_id,) = run_ids
-    settings = _settings(ctx)
-    policy = _log_policy(settings, trusted_keys, witness_keys, min_witnesses)
-    _witness_stores_need(policy, witness_stores)
+    settings = settings_of(ctx)
+    policy = log_policy(settings, trusted_keys, witness_keys, min_witnesses)
+    witness_stores_need(policy, witness_stores)
     store = open_store(settings.archive_url, settings) if source == "archive" else None
     try:
         with stderr.status(f"loading {run_id} from the {source}…"):
@@ -835,7 +459,7 @@ def export_cmd(
                 else load_run(settings, run_id, source="topic", with_log=True)
             )
             run = with_witness_stores(settings, run, policy, witness_stores)
-        with _progress() as progress:
+        with progress_bar() as progress:
             task = progress.add_task("exporting", total=len(run))
             report = export_bundle(
                 run,
@@ -879,7 +503,7 @@ def _export_otel(
     todo, seen = list(run_ids), set(run_ids)
     while todo:  # each run, then the sub-agent runs it started: one trace per tree
         run_id = todo.pop(0)
-        _, loaded = _load(ctx, run_id, source)
+        _, loaded = load(ctx, run_id, source)
         report = verify(loaded)
         hashes = {r.seq: r.hash for r in loaded.records}
         runs.append(ExportedRun(run_id, report.events, hashes, report.head, report.status))
@@ -901,127 +525,4 @@ def _export_otel(
         stdout.print(f"[green]exported[/] {spans} spans of {len(runs)} run(s) to {target}")
 
 
-# -- batch ----------------------------------------------------------------------------------
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    )
-
-
-def _day(value: str | None, name: str) -> date | None:
-    if value is None:
-        return None
-    try:
-        return date.fromisoformat(value[:10])
-    except ValueError:
-        raise ConfigError(f"{name} must be a date like 2026-11-29, got {value!r}") from None
-
-
-@replay.command("batch")
-@click.option("--agent", "agent_spec", required=True, help="The agent as MODULE:CALLABLE.")
-@click.option(
-    "--from",
-    "source",
-    type=click.Choice(["archive"]),
-    default="archive",
-    show_default=True,
-    help="Batch jobs read the archive.",
-)
-@click.option("--since", required=True, help="First UTC day (YYYY-MM-DD).")
-@click.option("--until", "until_", help="Last UTC day, inclusive [today].")
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "dask"]),
-    default="local",
-    show_default=True,
-    help="local: --workers processes here; dask: the cluster at --address.",
-)
-@click.option(
-    "--address",
-    help="With --engine dask: the scheduler, tcp://HOST:PORT.",
-)
-@click.option("--workers", type=click.IntRange(1, 64), help="Local processes [1].")
-@click.option("--chunk-size", type=click.IntRange(1), help="Runs per task [about 4 per worker].")
-@click.option(
-    "--ship-credentials",
-    is_flag=True,
-    help="Send this machine's AWS credentials to the workers (s3:// only).",
-)
-@click.option(
-    "--junit",
-    "junit_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write JUnit XML: a test per run.",
-)
-@_JSON
-@click.pass_context
-def batch_cmd(
-    ctx: click.Context,
-    *,
-    agent_spec: str,
-    source: str,
-    since: str,
-    until_: str | None,
-    engine: str,
-    address: str | None,
-    workers: int | None,
-    chunk_size: int | None,
-    ship_credentials: bool,
-    junit_file: Path | None,
-    as_json: bool,
-) -> None:
-    """Replay every run archived in a window; exit 1 if any diverged.
-
-    Which recorded runs would this agent do differently? Diverged runs are grouped
-    by their first divergence (kind, JSON path). Workers read the archive directly
-    (no Kafka); on a Dask cluster each worker needs tracevault and the agent's
-    module importable (docs/replay-batch.md).
-
-    \b
-    Examples:
-      tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
-          --workers 2 --json
-      tracevault replay batch --agent myagents.support:run --since 2026-11-01 \\
-          --engine dask --address tcp://10.0.0.5:8786 --junit replay.xml
-    """
-    settings = _settings(ctx)
-    first = _day(since, "--since")
-    assert first is not None
-    last = _day(until_, "--until") or datetime.now(UTC).date()
-    if engine == "dask" and (address is None or workers is not None):
-        raise ConfigError("--engine dask needs --address tcp://HOST:PORT and takes no --workers")
-    if engine == "local" and address is not None:
-        raise ConfigError("--address needs --engine dask")
-    with contextlib.ExitStack() as stack:
-        runner = None
-        if engine == "dask":
-            assert address is not None
-            with stderr.status(f"connecting to the Dask scheduler at {address}…"):
-                runner = stack.enter_context(DaskEngine(address))
-        progress = stack.enter_context(_progress())
-        task = progress.add_task("replaying", total=None)
-        report = run_batch(
-            settings,
-            agent_spec,
-            first,
-            last,
-            workers=workers or 1,
-            engine=runner,
-            chunk_size=chunk_size,
-            ship_credentials=ship_credentials,
-            on_item=lambda _: progress.advance(task, 1),
-            on_total=lambda n: progress.update(task, total=n),
-        )
-    if junit_file is not None:
-        junit_file.write_bytes(junit_xml(report))
-    if as_json:
-        echo_json(report.to_json())
-    else:
-        print_batch(report, stdout)
-    if not report.ok:
-        raise click.exceptions.Exit(1)
+replay.add_command(batch_cmd)

@@ -33,7 +33,7 @@ from tests.native import examples, extension
 from tests.schemas import fast_values as fv
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _loop
+from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _encode, _loop
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.consumer.sequencer._records import avro_str, sealed_v1, sealed_v1_header
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut, _Run
@@ -798,7 +798,7 @@ def test_values_is_sealed_v1_and_leaf_hash(
         return run.enc  # type: ignore[no-any-return]
 
     def run_leaf(run: Any) -> bytes:
-        return _loop._run_leaf(run)
+        return _encode.run_leaf(run)
 
     values, leaves = _cseal.values(out.sealed, at, sid_enc, run_enc, run_leaf)
     assert sorted(filled) == sorted(set(filled)) == sorted({r.run.run_id for r in out.sealed})

@@ -1,8 +1,9 @@
 """The exactly-once sequencer: seals every raw event into its run's hash chain.
 
 ``tracevault sequencer`` runs it as a service; embedders use :class:`Sequencer` directly.
-Rules per run are in ``_rules`` (and listed in ``tracevault sequencer --help``), the
-transaction protocol in ``_loop``, the GAP marker rule in ``_records``: a gap of missing seqs
+Rules per run are in ``_rules`` and ``_gaps`` (and listed in ``tracevault sequencer --help``),
+the transaction protocol in ``_loop`` (with ``_produce``, ``_encode``, ``_offsets``), the GAP
+marker rule in ``_records``: a gap of missing seqs
 ``a..b`` is sealed as one GAP event per missing seq, each carrying
 ``{"missing_from": a, "missing_to": b}``, so a run's sealed seqs are always ``0, 1, 2, ...``.
 """

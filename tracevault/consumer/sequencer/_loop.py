@@ -45,16 +45,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import re
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -69,16 +67,20 @@ from confluent_kafka import (
 from tracevault import native
 from tracevault.config import Settings
 from tracevault.consumer._memory import trim_heap
+from tracevault.consumer.sequencer._encode import encode_values, head_values
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.consumer.sequencer._log import PartitionLogs, signer_from_settings
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
-from tracevault.consumer.sequencer._records import (
-    avro_str,
-    now_micros,
-    sealed_v1,
-    sealed_v1_header,
-    sealed_value,
+from tracevault.consumer.sequencer._offsets import (
+    bound_recorder,
+    delivery_recorder,
+    first_per_partition,
+    needs_offset,
+    place_from_bounds,
+    place_per_record,
 )
+from tracevault.consumer.sequencer._produce import produce_heads, produce_sealed, produce_signed
+from tracevault.consumer.sequencer._records import avro_str, now_micros
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, BatchOutput, RunBook, SealOut
 from tracevault.errors import (
     FencedError,
@@ -86,17 +88,8 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
-from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, prove_state, read_state
-from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
-from tracevault.log import (
-    CHECKPOINT_KEY,
-    RECORD_HEADER,
-    RECORD_HEADER_CHECKPOINT,
-    RECORD_HEADER_TREE,
-    TREE_KEY,
-    NoteSigner,
-    leaf_prefix,
-)
+from tracevault.heads import prove_state, read_state
+from tracevault.log import NoteSigner
 from tracevault.runtime.liveness import (
     BlockingCalls,
     Broken,
@@ -123,7 +116,6 @@ log = logging.getLogger(__name__)
 
 _LOG_EVERY_S = 10.0
 _IDLE_EVERY_S = 10.0  # how often open runs are checked for the idle timeout
-_CHUNK_RUNS = 3000  # finished runs per heads chunk: ~150 bytes each, well under 1 MiB
 _LAG_EVERY_S = 1.0  # cheap: positions and cached watermarks, no broker round trip
 _SLICE_S = 5.0  # one librdkafka wait; retriable timeouts are retried up to the call's budget
 _FLUSH_SLICE_S = 1.0  # one inline flush wait; stop and the session are checked between them
@@ -132,12 +124,6 @@ _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_REPLACE_CLOSE_S)
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _GIVE_UP_AFTER = 8  # sessions in a row that fail while a broker answers: exit for a supervisor
-_CHECKPOINT_HEADERS: list[tuple[str, str | bytes | None]] = [
-    (RECORD_HEADER, RECORD_HEADER_CHECKPOINT)
-]
-_TREE_HEADERS: list[tuple[str, str | bytes | None]] = [(RECORD_HEADER, RECORD_HEADER_TREE)]
-_U64 = struct.Struct(">Q").pack
-_sha256 = hashlib.sha256
 
 
 def default_instance_id() -> str:
@@ -639,64 +625,56 @@ class Sequencer:
             m.dlq(rec.reason)
 
     def _write(self, consumer: Consumer, out: BatchOutput) -> None:
+        """One transaction: the sealed records, checkpoints, trees and DLQ; a flush that
+        gives the heads their offsets (``_offsets``); the heads; the consumer's offsets and
+        the commit. Any failure leaves none of it (``_transact`` aborts)."""
         producer = self._producer
         assert producer is not None
         topics = self.settings.topics
         sid = self.instance_id
-        timeout = self._txn_timeout_s
         self._delivery_error = None
         sealed_at = now_micros()  # transport metadata: one sealing time per transaction
         producer.begin_transaction()
-        # Heads need the offsets of seq 0 and of each run's last record of this batch. Our
-        # records of a partition (its events, then its checkpoint) are produced in order by
-        # one idempotent producer, so with no other writer they take consecutive offsets:
-        # two delivery reports per partition (its first event, its checkpoint) then give
-        # every offset, checked by their distance. Other records need no delivery callback:
-        # a failed one fails commit_transaction, which aborts the whole batch. After another
-        # producer's record landed inside a transaction, every tracked record gets its own
-        # report instead (``_per_record``).
+        # Only the records whose offsets heads need get a delivery callback (``_offsets``);
+        # after another producer's record landed inside a transaction, every tracked record
+        # gets its own report (``_per_record``).
         per_record = self._per_record
         delivered: dict[bytes, list[int]] = {}  # run key -> offsets (per_record)
         bounds: dict[int, list[int]] = {}  # partition -> [first event, checkpoint] offsets
         if per_record:
-            tracked = _needs_offset(out)
-            on_delivery = _delivery_recorder(self, delivered)
+            tracked = needs_offset(out)
+            on_delivery = delivery_recorder(self, delivered)
         else:
-            tracked = _first_per_partition(out)
-            on_delivery = _bound_recorder(self, bounds, 0)
-        produce = producer.produce
-        sealed_topic = topics.sealed
+            tracked = first_per_partition(out)
+            on_delivery = bound_recorder(self, bounds, 0)
         values, leaves = self._encode(out, sealed_at)
-        # Leaf i of a partition's log is the i-th event record produced to it here (one
-        # idempotent producer, explicit partitions: produce order is offset order).
-        for i, rec in enumerate(out.sealed):
-            run = rec.run
-            if i in tracked:
-                produce(sealed_topic, values[i], run.key, run.partition, on_delivery)
-            else:
-                produce(sealed_topic, values[i], run.key, run.partition)
-        # One signature per partition: its checkpoint goes after its records, its compact
-        # tree to the same heads partition; both commit or abort with them.
+        produce_sealed(
+            producer, topics.sealed, out, values, tracked=tracked, on_delivery=on_delivery
+        )
         signed = self.logs.sign(leaves)
-        heads_topic = topics.heads
-        on_checkpoint = None if per_record else _bound_recorder(self, bounds, 1)
-        for part, value in signed.records.items():
-            produce(
-                sealed_topic,
-                value,
-                CHECKPOINT_KEY,
-                part,
-                on_checkpoint,
-                headers=_CHECKPOINT_HEADERS,
-            )
-            produce(
-                heads_topic, signed.trees[part].to_bytes(), TREE_KEY, part, headers=_TREE_HEADERS
-            )
-        for d in out.dlq:
-            producer.produce(
-                topics.dlq, d.value, d.key, partition=d.source_partition, headers=d.headers(sid)
-            )
-        flush_end = time.monotonic() + timeout
+        on_checkpoint = None if per_record else bound_recorder(self, bounds, 1)
+        produce_signed(producer, topics, signed, out, sid=sid, on_checkpoint=on_checkpoint)
+        self._flush(producer)
+        if per_record:
+            if not place_per_record(out, tracked, delivered):
+                self._abort_batch(KafkaError(KafkaError._MSG_TIMED_OUT))
+        else:
+            self._offsets_from_bounds(out, bounds, {p: len(h) for p, h in leaves.items()})
+        now_us = now_micros()
+        touched = list(out.touched.values())
+        plain = self._head_values(touched, avro_long(now_us) + avro_str(sid))
+        self._chunks = produce_heads(producer, topics.heads, out, plain, now_us=now_us, sid=sid)
+        self._commit(consumer, producer)
+        self.logs.committed(signed)
+
+    def _abort_batch(self, err: KafkaError) -> NoReturn:
+        self._delivery_error = err
+        raise _AbortBatch(err)
+
+    def _flush(self, producer: Producer) -> None:
+        """Every produced record delivered, within the transaction timeout; a delivery
+        error aborts the batch."""
+        flush_end = time.monotonic() + self._txn_timeout_s
         # Inline, not through BlockingCalls: flush is librdkafka's own poll loop and returns
         # within its timeout; a hand-off per batch cost throughput (docs/liveness.md).
         while producer.flush(_FLUSH_SLICE_S) > 0:
@@ -708,35 +686,9 @@ class Sequencer:
             self._check_session()
         if self._delivery_error is not None:
             raise _AbortBatch(self._delivery_error)
-        if per_record:
-            self._offsets_per_record(out, tracked, delivered)
-        else:
-            self._offsets_from_bounds(out, bounds, {p: len(h) for p, h in leaves.items()})
-        now_us = now_micros()
-        suffix = avro_long(now_us) + avro_str(sid)
-        finished: dict[int, list[Head]] = {}
-        touched = list(out.touched.values())
-        for run, plain in zip(touched, self._head_values(touched, suffix), strict=True):
-            if run.finished:
-                # A finished run leaves the heads topic: a tombstone for its key (when a head
-                # of it was ever committed), its head in the partition's chunk
-                # (heads/_finished.py, docs/fleet.md).
-                if run.persisted:
-                    produce(heads_topic, None, run.key, run.partition)
-                finished.setdefault(run.partition, []).append(run.to_head(now_us, sid))
-                continue
-            # gaps or held events: the codec writes the head
-            value = encode_head(run.to_head(now_us, sid)) if plain is None else plain
-            produce(heads_topic, value, run.key, run.partition)
-        self._chunks = []
-        for partition, heads in finished.items():
-            for n, i in enumerate(range(0, len(heads), _CHUNK_RUNS)):
-                key = FINISHED_KEY_PREFIX + f"{now_us}/{sid}/{partition}/{n}".encode()
-                value = FinishedChunk.encode(heads[i : i + _CHUNK_RUNS], now_us)
-                produce(heads_topic, value, key, partition)
-                self._chunks.append((key, partition, now_us))
-        for key, partition in out.expired:
-            produce(heads_topic, None, key, partition)
+
+    def _commit(self, consumer: Consumer, producer: Producer) -> None:
+        """The consumer's positions into the transaction, and the commit."""
         # The offsets go in after the heads: their coordinator round trips then overlap the
         # heads' deliveries (sent before the flush, they queue behind the sealed records'
         # partition registration and cost more, measured).
@@ -768,32 +720,9 @@ class Sequencer:
                 sent = True
             producer.commit_transaction(t)
 
-        self._call("commit_transaction", send_and_commit, timeout, calls=2)
+        self._call("commit_transaction", send_and_commit, self._txn_timeout_s, calls=2)
         if self._delivery_error is not None:  # pragma: no cover - commit would have failed
             raise _AbortBatch(self._delivery_error)
-        self.logs.committed(signed)
-
-    def _offsets_per_record(
-        self, out: BatchOutput, tracked: set[int], delivered: dict[bytes, list[int]]
-    ) -> None:
-        """Heads' offsets from a report per tracked record: a run's tracked records, in
-        produce order, take its delivered offsets in increasing order (one idempotent
-        producer, one partition per run: produce order is offset order)."""
-        used: dict[bytes, int] = {}
-        for i in sorted(tracked):
-            rec = out.sealed[i]
-            key = rec.run.key
-            offs = delivered.get(key)
-            n = used.get(key, 0)
-            if offs is None or n >= len(offs):
-                self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
-                raise _AbortBatch(self._delivery_error)
-            if n == 0:
-                offs.sort()
-            used[key] = n + 1
-            if rec.seq == 0:
-                rec.run.first_offset = offs[n]
-            rec.run.last_offset = offs[n]
 
     def _offsets_from_bounds(
         self, out: BatchOutput, bounds: dict[int, list[int]], counts: dict[int, int]
@@ -803,8 +732,7 @@ class Sequencer:
         for part, n in counts.items():
             first, checkpoint = bounds.get(part, (-1, -1))
             if first < 0 or checkpoint < 0:
-                self._delivery_error = KafkaError(KafkaError._MSG_TIMED_OUT)
-                raise _AbortBatch(self._delivery_error)
+                self._abort_batch(KafkaError(KafkaError._MSG_TIMED_OUT))
             if checkpoint - first != n:
                 log.warning(
                     "sequencer %s: %s[%d] holds %d records between this transaction's first "
@@ -820,104 +748,20 @@ class Sequencer:
                     n - 1,
                 )
                 self._per_record = True
-                self._delivery_error = KafkaError(
-                    KafkaError._STATE, f"a foreign record in sealed partition {part}"
+                self._abort_batch(
+                    KafkaError(KafkaError._STATE, f"a foreign record in sealed partition {part}")
                 )
-                raise _AbortBatch(self._delivery_error)
-        nxt = {part: bounds[part][0] for part in counts}
-        for rec in out.sealed:
-            run = rec.run
-            offset = nxt[run.partition]
-            nxt[run.partition] = offset + 1
-            if rec.seq == 0:
-                run.first_offset = offset
-            run.last_offset = offset
+        place_from_bounds(out, {part: bounds[part][0] for part in counts})
 
     def _encode(
         self, out: BatchOutput, sealed_at: int
     ) -> tuple[list[bytes], dict[int, list[bytes]]]:
-        """The batch's sealed values, and its log leaf hashes by partition, in order: in C
-        (``_cseal.values``) when it is built, else here; the same bytes either way."""
-        sid = self.instance_id
-        if sealed_v1_header() is None:  # a newer SealedEvent is current: the codec writes it
-            values = [
-                sealed_value(
-                    run_id=rec.run.run_id,
-                    seq=rec.seq,
-                    prev_hash=rec.prev_hash,
-                    hash_=rec.hash,
-                    raw=rec.raw,
-                    source_partition=rec.source_partition,
-                    source_offset=rec.source_offset,
-                    sequencer_id=sid,
-                    sealed_at=sealed_at,
-                )
-                for rec in out.sealed
-            ]
-            return values, _leaves(out)
-        at = avro_long(sealed_at)
-        sid_enc = avro_str(sid)
-        if _cseal is not None:
-            try:
-                done: tuple[list[bytes], dict[int, list[bytes]]] = _cseal.values(
-                    out.sealed, at, sid_enc, _run_enc, _run_leaf
-                )
-                return done
-            except ValueError:  # a record sealed_v1 does not take: Python says which
-                pass
-        values = []
-        for rec in out.sealed:
-            run = rec.run
-            enc = run.enc
-            if enc is None:
-                enc = _run_enc(run)
-            values.append(
-                sealed_v1(
-                    enc[0],
-                    rec.seq,
-                    rec.prev_hash,
-                    rec.hash,
-                    rec.raw,
-                    at,
-                    rec.source_partition,
-                    rec.source_offset,
-                    sid_enc,
-                )
-            )
-        return values, _leaves(out)
+        """The batch's sealed values and log leaves (``_encode``; in C when it is built)."""
+        return encode_values(out, sealed_at, self.instance_id, _cseal)
 
     def _head_values(self, runs: list[Any], suffix: bytes) -> list[bytes | None]:
-        """HeadState v1 of each run whose head is the plain shape (not finished, no gaps,
-        nothing held), None for the others: in C (``_cseal.heads``) when it is built."""
-        if head_v1_header() is None:  # a newer HeadState is current: the codec writes all
-            return [None] * len(runs)
-        if _cseal is not None:
-            try:
-                done: list[bytes | None] = _cseal.heads(runs, suffix, _run_enc)
-                return done
-            except ValueError:  # a run the plain layout does not take: Python says which
-                pass
-        values: list[bytes | None] = []
-        for run in runs:
-            if run.finished or run.gaps or run.held or len(run.last_hash) != 32:
-                values.append(None)
-                continue
-            enc = run.enc
-            if enc is None:
-                enc = _run_enc(run)
-            values.append(
-                plain_head_value(
-                    enc[1],
-                    run.next_seq,
-                    run.last_hash,
-                    run.finished,
-                    run.partition,
-                    run.first_offset,
-                    run.last_offset,
-                    suffix,
-                )
-            )
-        return values
+        """The plain heads of ``runs``, None for the others (``_encode``; in C when built)."""
+        return head_values(runs, suffix, _cseal)
 
     def _recover(self, consumer: Consumer, err: KafkaError | None) -> None:
         """Abort (or recreate the producer), rewind to committed offsets, restore heads."""
@@ -995,101 +839,3 @@ class Sequencer:
         self._drop_clients()
         self._calls.close()
         log.info("sequencer %s stopped", self.instance_id)
-
-
-def _run_enc(run: Any) -> tuple[bytes, bytes]:
-    """The run's encoded value prefixes, (SealedEvent v1, HeadState v1), cached on the run.
-    Each is used only while its layout is the current one (``_encode``, ``_head_values``)."""
-    rid = avro_str(run.run_id)
-    enc = ((sealed_v1_header() or b"") + rid, (head_v1_header() or b"") + rid)
-    run.enc = enc
-    return enc
-
-
-def _run_leaf(run: Any) -> bytes:
-    """The run's leaf prefix (tracevault.log.leaf_prefix), cached on the run."""
-    lp: bytes = leaf_prefix(run.run_id)
-    run.leaf = lp
-    return lp
-
-
-def _leaves(out: BatchOutput) -> dict[int, list[bytes]]:
-    """The log leaf hashes of the batch's sealed records, by partition, in order."""
-    leaves: dict[int, list[bytes]] = {}
-    for rec in out.sealed:
-        run = rec.run
-        lp = run.leaf
-        if lp is None:
-            lp = _run_leaf(run)
-        hashes = leaves.get(run.partition)
-        if hashes is None:
-            hashes = leaves[run.partition] = []
-        hashes.append(_sha256(lp + _U64(rec.seq) + rec.hash).digest())
-    return leaves
-
-
-def _off(msg: Message) -> int:
-    o = msg.offset()
-    return -1 if o is None else int(o)
-
-
-def _needs_offset(out: BatchOutput) -> set[int]:
-    """Indexes of the sealed records whose offsets go into heads: seq 0 and each run's last."""
-    seen: set[str] = set()
-    need: set[int] = set()
-    for i in range(len(out.sealed) - 1, -1, -1):
-        rec = out.sealed[i]
-        run_id = rec.run.run_id
-        if run_id not in seen:
-            seen.add(run_id)
-            need.add(i)
-        elif rec.seq == 0:
-            need.add(i)
-    return need
-
-
-def _first_per_partition(out: BatchOutput) -> set[int]:
-    """Indexes of the first sealed record of each partition in the batch."""
-    seen: set[int] = set()
-    first: set[int] = set()
-    for i, rec in enumerate(out.sealed):
-        part = rec.run.partition
-        if part not in seen:
-            seen.add(part)
-            first.add(i)
-    return first
-
-
-def _bound_recorder(seq: Sequencer, bounds: dict[int, list[int]], slot: int) -> Any:
-    """The delivery callback of each partition's first event (slot 0) or checkpoint (1)."""
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            if seq._delivery_error is None:
-                seq._delivery_error = err
-            return
-        part = msg.partition()
-        pair = bounds.get(part)  # type: ignore[arg-type]  # a delivered record has one
-        if pair is None:
-            pair = bounds[part] = [-1, -1]  # type: ignore[index]
-        pair[slot] = _off(msg)
-
-    return on_delivery
-
-
-def _delivery_recorder(seq: Sequencer, delivered: dict[bytes, list[int]]) -> Any:
-    """The delivery callback of a batch's tracked records: each offset under its run key."""
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            if seq._delivery_error is None:
-                seq._delivery_error = err
-            return
-        key = msg.key()
-        offs = delivered.get(key)  # type: ignore[arg-type]  # ours: always a run key
-        if offs is None:
-            delivered[key] = [_off(msg)]  # type: ignore[index]
-        else:
-            offs.append(_off(msg))
-
-    return on_delivery

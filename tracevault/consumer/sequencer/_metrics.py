@@ -96,6 +96,10 @@ class SequencerMetrics:
             ["instance_id", "what"],
             registry=r,
         )
+        self._precreate(instance)
+
+    def _precreate(self, instance: str) -> None:
+        """Every labelled series at 0 from the start, so a scrape shows it before it counts."""
         for what in ("head", "tree", "chunk"):
             self._rejected.labels(instance_id=instance, what=what)
         for reason in DlqReason:

@@ -26,29 +26,34 @@ For an event of run ``r`` with seq ``s`` and the run's head ``next``:
    forgotten ``horizon + skew`` after it finished. An open run idle for ``idle_close`` is
    closed with a sequencer-written RUN_FINISHED marker.
 
-State lives in mutable ``_Run`` objects owned by one :class:`RunBook`; the transactional loop
-throws the whole book away and restores it from the heads topic when a transaction aborts,
-so nothing here has to be undoable.
+State lives in mutable ``_Run`` objects (``_state``) owned by one :class:`RunBook`; the
+transactional loop throws the whole book away and restores it from the heads topic when a
+transaction aborts, so nothing here has to be undoable. Here: rules 1-3 and the horizon;
+sealing, holding and closing gaps (rules 4-6, the sweep and the idle close) are ``_gaps``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections.abc import Collection, Iterable
 
 from tracevault.chain import genesis, link
 from tracevault.consumer.sequencer._finished import FinishedRuns, Known
+from tracevault.consumer.sequencer._gaps import GapRules
 from tracevault.consumer.sequencer._records import (
     DlqReason,
     DlqRecord,
-    closed_event,
-    gap_event,
+)
+from tracevault.consumer.sequencer._state import (
+    BatchOutput,
+    HistoryLoader,
+    SealOut,
+    _Run,
+    _Source,
 )
 from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
-from tracevault.heads import FinishedChunk, GapRange, Head, HeldEvent, fingerprint
+from tracevault.heads import FinishedChunk, Head, fingerprint
 from tracevault.kafka import partition_for
 from tracevault.runid import run_id_problem
 from tracevault.schemas import EventKind, check_canonical, decode_event
@@ -58,9 +63,6 @@ __all__ = ["BatchOutput", "HistoryLoader", "RunBook", "SealOut"]
 
 log = logging.getLogger(__name__)
 
-#: Held raw bytes per run beyond which the gap is closed at once: the head record that
-#: carries them must stay well under Kafka's 1 MiB default message size.
-MAX_HELD_BYTES = 256 * 1024
 #: Raw values larger than this are refused: the sealed record wraps the raw bytes with up to
 #: about 800 bytes of chain and transport fields (run id and sequencer id included) and must
 #: still fit the producer's ``message.max.bytes`` (1,000,000 by default). At 1,000,000 a raw
@@ -89,117 +91,7 @@ def _sha256(data: bytes | None) -> str:
     return hashlib.sha256(data or b"").hexdigest()
 
 
-class _Run:
-    """Mutable state of one run (the in-memory form of a :class:`Head`)."""
-
-    __slots__ = (
-        "enc",
-        "finished",
-        "first_offset",
-        "gaps",
-        "hashes",
-        "held",
-        "history_complete",
-        "key",
-        "last_hash",
-        "last_offset",
-        "leaf",
-        "next_seq",
-        "partition",
-        "persisted",
-        "run_id",
-        "seen_us",
-    )
-
-    def __init__(self, head: Head) -> None:
-        self.run_id = head.run_id
-        self.key = head.run_id.encode("utf-8")  # the Kafka key of its records
-        # the writer's per-run cache of encoded pieces (opaque here; None until first use)
-        self.enc: tuple[bytes, bytes] | None = None
-        # the writer's cached start of the run's log leaves (tracevault.log.leaf_prefix)
-        self.leaf: bytes | None = None
-        self.partition = head.partition
-        self.next_seq = head.next_seq
-        self.last_hash = head.last_hash
-        self.finished = head.finished
-        self.first_offset = head.first_offset
-        self.last_offset = head.last_offset
-        self.gaps: list[GapRange] = list(head.gaps)
-        self.held: dict[int, HeldEvent] = {h.seq: h for h in head.held}
-        # seq -> hash of sealed events known in memory; -1 -> genesis. A run restored from
-        # its head knows only its last hash until the history loader reads the sealed topic.
-        self.hashes: dict[int, bytes] = {-1: genesis(head.run_id)}
-        if head.next_seq > 0:
-            self.hashes[head.next_seq - 1] = head.last_hash
-        self.history_complete = head.next_seq == 0
-        # when the run last had an event (its head's time after a restore): idle close
-        self.seen_us = head.updated_at
-        # a head record of this run is committed in the heads topic (restored, or written by
-        # a committed transaction): only then does its finish need a tombstone
-        self.persisted = head.updated_at > 0
-
-    def to_head(self, updated_at: int, sequencer_id: str) -> Head:
-        return Head(
-            run_id=self.run_id,
-            next_seq=self.next_seq,
-            last_hash=self.last_hash,
-            finished=self.finished,
-            partition=self.partition,
-            first_offset=self.first_offset,
-            last_offset=self.last_offset,
-            gaps=tuple(self.gaps),
-            held=tuple(self.held[s] for s in sorted(self.held)),
-            updated_at=updated_at,
-            sequencer_id=sequencer_id,
-        )
-
-    def in_gap(self, seq: int) -> bool:
-        return any(seq in g for g in self.gaps)
-
-
-#: (key, value, partition, offset) of the raw record being judged, for its DLQ record.
-_Source = tuple[bytes | None, bytes | None, int, int]
-
-#: Reads a run's sealed history: seq -> hash of every sealed event of ``run``.
-HistoryLoader = Callable[[str, int, int, int], dict[int, bytes]]
-
-
-class SealOut(NamedTuple):
-    """One record to write to ``sealed`` (its offset comes from the delivery report)."""
-
-    run: _Run
-    seq: int
-    prev_hash: bytes
-    hash: bytes
-    raw: bytes
-    source_partition: int
-    source_offset: int
-
-
-# SealOut(...) without the generated __new__'s Python frame (one per sealed event).
-_new_tuple = tuple.__new__
-
-
-@dataclass(slots=True)
-class BatchOutput:
-    """Everything one batch (or one gap sweep) produces; written in one transaction."""
-
-    sealed: list[SealOut] = field(default_factory=list)
-    dlq: list[DlqRecord] = field(default_factory=list)
-    touched: dict[str, _Run] = field(default_factory=dict)
-    duplicates: int = 0
-    gap_markers: int = 0
-    #: runs whose RUN_FINISHED this batch seals: tombstoned in heads, kept in a chunk
-    finished: dict[str, _Run] = field(default_factory=dict)
-    #: (key, partition) of finished-run chunks past the horizon: tombstoned in heads
-    expired: list[tuple[bytes, int]] = field(default_factory=list)
-    closed_idle: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.sealed or self.dlq or self.touched or self.duplicates or self.expired)
-
-
-class RunBook:
+class RunBook(GapRules):
     """The runs of the partitions this instance owns, and the rules applied to them."""
 
     def __init__(
@@ -385,11 +277,37 @@ class RunBook:
         offset: int,
         now_us: int,
     ) -> None:
+        """Rule 1 (readable and valid), the horizon for a run new here (rule 7), then the
+        seq against the run's head (rules 2-5)."""
         src = (key, value, partition, offset)
-        refuse = self._refuse
         if value is None:
-            refuse(out, src, DlqReason.UNDECODABLE, "record has no value (tombstone)")
+            self._refuse(out, src, DlqReason.UNDECODABLE, "record has no value (tombstone)")
             return
+        read = self._read(out, src, value)
+        if read is None:
+            return
+        run_id, seq, kind = read
+        run = self.runs.get(run_id)
+        if not self._valid(out, src, run, run_id, seq, kind):
+            return
+        if run is None:
+            known = self.finished.get(fingerprint(run_id))
+            if known is not None:
+                self._resent_after_finish(out, run_id, partition, known, seq, value, src)
+                return
+            if not self._recent_enough(out, value, run_id, seq, src, now_us):
+                return
+            run = self.runs[run_id] = _Run(Head.new(run_id, partition))
+        run.seen_us = now_us
+        self._place(out, run, src, seq, kind is _FINISHED, now_us)
+
+    def _read(
+        self, out: BatchOutput, src: _Source, value: bytes
+    ) -> tuple[str, int, EventKind] | None:
+        """(run_id, seq, kind) of a decodable event with canonical JSON and a size a sealed
+        record can carry; else None, and the DLQ record says why."""
+        _key, _value, partition, offset = src
+        refuse = self._refuse
         try:
             peeked = peek_event(value)
             if peeked is None:  # not plain v1, or broken: the full codec decides and explains
@@ -403,7 +321,7 @@ class RunBook:
                 run_id, seq, kind, request, response = peeked
         except SchemaError as exc:
             refuse(out, src, DlqReason.UNDECODABLE, str(exc))
-            return
+            return None
         # Both paths check the JSON here, with run_id and seq known: the DLQ record names them.
         try:
             check_canonical(request, field="request")
@@ -411,7 +329,7 @@ class RunBook:
         except NonCanonicalJSONError as exc:
             where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
             refuse(out, src, DlqReason.INVALID, f"{where}: {exc}", run_id=run_id, seq=seq)
-            return
+            return None
         except RecursionError:  # json.loads on thousands of nested brackets
             where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
             refuse(
@@ -422,7 +340,7 @@ class RunBook:
                 run_id=run_id,
                 seq=seq,
             )
-            return
+            return None
         if len(value) > MAX_RAW_BYTES:
             refuse(
                 out,
@@ -433,58 +351,58 @@ class RunBook:
                 run_id=run_id,
                 seq=seq,
             )
-            return
-        run = self.runs.get(run_id)
+            return None
+        return run_id, seq, kind
+
+    def _valid(  # noqa: PLR0917 - positional: called once per event
+        self,
+        out: BatchOutput,
+        src: _Source,
+        run: _Run | None,
+        run_id: str,
+        seq: int,
+        kind: EventKind,
+    ) -> bool:
+        """The event's run id, key, seq, kind and partition are ones the sequencer takes;
+        else False, and a DLQ ``invalid`` record says which."""
+        key, _value, partition, offset = src
         # The grammar at the run's first record: a run already in the book (restored, or
         # opened before the grammar) goes on, and only such runs take the C path (_cseal.c).
         if run is None and (problem := run_id_problem(run_id)) is not None:
             where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
-            refuse(out, src, DlqReason.INVALID, f"{where}: {problem}", run_id=run_id, seq=seq)
-            return
-        if key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
-            refuse(
-                out,
-                src,
-                DlqReason.INVALID,
-                f"key {key!r} is not the event's run_id; producers must key by run_id",
-                run_id=run_id,
-                seq=seq,
-            )
-            return
-        if seq < 0:
-            refuse(out, src, DlqReason.INVALID, f"seq {seq} is negative", run_id=run_id, seq=seq)
-            return
-        if kind is _GAP:
-            refuse(
-                out,
-                src,
-                DlqReason.INVALID,
-                "GAP events are written by the sequencer only",
-                run_id=run_id,
-                seq=seq,
-            )
-            return
-        want = run.partition if run is not None else partition_for(key, self.partitions)
-        if want != partition:
-            refuse(
-                out,
-                src,
-                DlqReason.INVALID,
+            why = f"{where}: {problem}"
+        elif key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
+            why = f"key {key!r} is not the event's run_id; producers must key by run_id"
+        elif seq < 0:
+            why = f"seq {seq} is negative"
+        elif kind is _GAP:
+            why = "GAP events are written by the sequencer only"
+        elif (
+            want := run.partition if run is not None else partition_for(key, self.partitions)
+        ) != partition:
+            why = (
                 f"run {run_id} belongs on partition {want} (murmur2), not {partition}; "
-                "configure the producer with partitioner=murmur2_random",
-                run_id=run_id,
-                seq=seq,
+                "configure the producer with partitioner=murmur2_random"
             )
-            return
-        if run is None:
-            known = self.finished.get(fingerprint(run_id))
-            if known is not None:
-                self._resent_after_finish(out, run_id, partition, known, seq, value, src)
-                return
-            if not self._recent_enough(out, value, run_id, seq, src, now_us):
-                return
-            run = self.runs[run_id] = _Run(Head.new(run_id, partition))
-        run.seen_us = now_us
+        else:
+            return True
+        self._refuse(out, src, DlqReason.INVALID, why, run_id=run_id, seq=seq)
+        return False
+
+    def _place(  # noqa: PLR0917 - positional: called once per event
+        self,
+        out: BatchOutput,
+        run: _Run,
+        src: _Source,
+        seq: int,
+        finishes: bool,
+        now_us: int,
+    ) -> None:
+        """The seq against the run's head: a resend, after the finish, the next one (sealed,
+        with what it frees), too far ahead, or held behind a gap."""
+        _key, value, partition, offset = src
+        assert value is not None  # a tombstone never gets this far
+        refuse = self._refuse
         if seq < run.next_seq:
             self._past(out, run, seq, value, src)
         elif run.finished:
@@ -493,11 +411,11 @@ class RunBook:
                 src,
                 DlqReason.AFTER_FINISH,
                 f"seq {seq} comes after RUN_FINISHED at seq {run.next_seq - 1}",
-                run_id=run_id,
+                run_id=run.run_id,
                 seq=seq,
             )
         elif seq == run.next_seq:
-            self._seal(out, run, seq, value, partition, offset, kind is _FINISHED)
+            self._seal(out, run, seq, value, partition, offset, finishes)
             if run.held:
                 self._drain(out, run)
         elif seq - run.next_seq > self.max_gap:
@@ -507,7 +425,7 @@ class RunBook:
                 DlqReason.OUT_OF_RANGE,
                 f"seq {seq} is {seq - run.next_seq} past the next expected seq {run.next_seq} "
                 f"(sequencer_max_gap={self.max_gap})",
-                run_id=run_id,
+                run_id=run.run_id,
                 seq=seq,
             )
         elif len(run.gaps) >= MAX_GAP_RANGES and seq not in run.held:
@@ -516,21 +434,21 @@ class RunBook:
                 src,
                 DlqReason.OUT_OF_RANGE,
                 f"seq {seq} would open another gap after seq {run.next_seq - 1}, and run "
-                f"{run_id} already has {len(run.gaps)} sealed gaps (its head must fit one "
+                f"{run.run_id} already has {len(run.gaps)} sealed gaps (its head must fit one "
                 "Kafka record); send a run's events in order",
-                run_id=run_id,
+                run_id=run.run_id,
                 seq=seq,
             )
-        else:
-            self._hold(
+        elif not self._hold(
+            out, run, seq=seq, value=value, partition=partition, offset=offset, now_us=now_us
+        ):
+            refuse(
                 out,
-                run,
+                src,
+                DlqReason.CONFLICT,
+                f"seq {seq} is already held (behind a gap) with different bytes",
+                run_id=run.run_id,
                 seq=seq,
-                value=value,
-                partition=partition,
-                offset=offset,
-                now_us=now_us,
-                src=src,
             )
 
     def _recent_enough(  # noqa: PLR0917 - positional: called once per new run
@@ -647,207 +565,3 @@ class RunBook:
             run_id=run.run_id,
             seq=seq,
         )
-
-    def _seal(  # noqa: PLR0917 - positional: called once per event
-        self,
-        out: BatchOutput,
-        run: _Run,
-        seq: int,
-        raw: bytes,
-        source_partition: int,
-        source_offset: int,
-        finishes: bool,
-    ) -> None:
-        prev = run.last_hash
-        h = link(prev, raw)
-        out.sealed.append(
-            _new_tuple(SealOut, (run, seq, prev, h, raw, source_partition, source_offset))
-        )
-        run.hashes[seq] = h
-        run.last_hash = h
-        run.next_seq = seq + 1
-        out.touched[run.run_id] = run
-        if finishes:
-            out.finished[run.run_id] = run
-            run.finished = True
-            # A finished run's hashes are only needed for resent duplicates: read them back
-            # from the sealed topic then, rather than keep every finished run in memory.
-            run.hashes = {-1: run.hashes[-1], seq - 1: prev, seq: h}
-            run.history_complete = False
-
-    def _drain(self, out: BatchOutput, run: _Run) -> None:
-        while run.held:
-            if run.finished:
-                for s in sorted(run.held):
-                    held = run.held[s]
-                    out.dlq.append(
-                        DlqRecord(
-                            DlqReason.AFTER_FINISH,
-                            f"seq {s} comes after RUN_FINISHED at seq {run.next_seq - 1}",
-                            run.run_id.encode("utf-8"),
-                            held.raw,
-                            self.raw_topic,
-                            held.source_partition,
-                            held.source_offset,
-                            run.run_id,
-                            s,
-                        )
-                    )
-                run.held.clear()
-                break
-            nxt = run.held.get(run.next_seq)
-            if nxt is None:
-                break
-            try:
-                peeked = peek_event(nxt.raw)
-                kind = peeked.kind if peeked else decode_event(nxt.raw, check_json=False).kind
-            except SchemaError as exc:
-                # Held bytes were read once already; these came from a heads record that no
-                # longer decodes. Kept in the DLQ, the seq stays missing (a GAP later).
-                del run.held[nxt.seq]
-                out.dlq.append(
-                    DlqRecord(
-                        DlqReason.INTERNAL,
-                        f"held seq {nxt.seq} of run {run.run_id} no longer decodes: {exc}",
-                        run.key,
-                        nxt.raw,
-                        self.raw_topic,
-                        nxt.source_partition,
-                        nxt.source_offset,
-                        run.run_id,
-                        nxt.seq,
-                    )
-                )
-                break
-            del run.held[nxt.seq]
-            self._seal(
-                out,
-                run,
-                seq=nxt.seq,
-                raw=nxt.raw,
-                source_partition=nxt.source_partition,
-                source_offset=nxt.source_offset,
-                finishes=kind is _FINISHED,
-            )
-        out.touched[run.run_id] = run
-        if not run.held:
-            self._waiting.discard(run.run_id)
-
-    def _hold(
-        self,
-        out: BatchOutput,
-        run: _Run,
-        *,
-        seq: int,
-        value: bytes,
-        partition: int,
-        offset: int,
-        now_us: int,
-        src: _Source,
-    ) -> None:
-        refuse = self._refuse
-        held = run.held.get(seq)
-        if held is not None:
-            if held.raw == value:
-                out.duplicates += 1
-            else:
-                refuse(
-                    out,
-                    src,
-                    DlqReason.CONFLICT,
-                    f"seq {seq} is already held (behind a gap) with different bytes",
-                    run_id=run.run_id,
-                    seq=seq,
-                )
-            return
-        run.held[seq] = HeldEvent(seq, value, partition, offset, now_us)
-        out.touched[run.run_id] = run
-        self._waiting.add(run.run_id)
-        # Until the held bytes fit again: one close may leave a large event held behind the
-        # next hole, and the head that carries it must fit one Kafka record.
-        while run.held and sum(len(h.raw) for h in run.held.values()) > MAX_HELD_BYTES:
-            log.warning(
-                "run %s: %d held events exceed %d bytes; sealing the gap now",
-                run.run_id,
-                len(run.held),
-                MAX_HELD_BYTES,
-            )
-            self._close_gap(out, run)
-            self._drain(out, run)
-
-    def sweep(self, out: BatchOutput, now_us: int) -> None:
-        """Seal GAP markers for every gap whose oldest held event has waited too long;
-        forget finished runs past the horizon (their chunks go in ``out.expired``)."""
-        out.expired.extend(self.finished.expire(now_us - self.horizon_us - self.skew_us))
-        for old in self._migrate:
-            if self.runs.get(old.run_id) is old:
-                if old.finished:
-                    out.finished[old.run_id] = old
-                out.touched[old.run_id] = old
-        self._migrate.clear()
-        out.expired.extend(self._forget)
-        self._forget.clear()
-        for run_id in list(self._waiting):
-            run = self.runs.get(run_id)
-            if run is None:
-                self._waiting.discard(run_id)
-                continue
-            while run.held and not run.finished:
-                oldest = min(h.held_at for h in run.held.values())
-                if now_us - oldest < self.gap_timeout_us:
-                    break
-                self._close_gap(out, run)
-                self._drain(out, run)
-
-    def close_idle(self, out: BatchOutput, now_us: int) -> None:
-        """Close every open run idle longer than ``idle_close_us`` with a marker.
-
-        Its agent is taken to have died: a gap still open is sealed as GAP markers first,
-        then a sequencer-written RUN_FINISHED (``closed_event``) ends the chain, so the run
-        leaves memory like any finished run and readers see why it ended.
-        """
-        cutoff = now_us - self.idle_close_us
-        for run in [r for r in self.runs.values() if not r.finished and r.seen_us < cutoff]:
-            idle_s = (now_us - run.seen_us) / 1e6
-            while run.held:
-                self._close_gap(out, run)
-                self._drain(out, run)
-            if run.finished:  # a held RUN_FINISHED was sealed by the drain
-                continue
-            log.warning(
-                "run %s: no event for %.0fs; closing it with a RUN_FINISHED marker at seq %d",
-                run.run_id,
-                idle_s,
-                run.next_seq,
-            )
-            raw = closed_event(run.run_id, run.next_seq, idle_s, self.sequencer_id)
-            self._seal(
-                out,
-                run,
-                seq=run.next_seq,
-                raw=raw,
-                source_partition=run.partition,
-                source_offset=-1,
-                finishes=True,
-            )
-            out.closed_idle += 1
-
-    def _close_gap(self, out: BatchOutput, run: _Run) -> None:
-        a, b = run.next_seq, min(run.held) - 1
-        log.warning(
-            "run %s: seqs %d..%d missing past the gap timeout; sealing GAP", run.run_id, a, b
-        )
-        # Every marker is built before the first is sealed: a failure leaves no half gap.
-        raws = [gap_event(run.run_id, s, a, b, self.sequencer_id) for s in range(a, b + 1)]
-        for s, raw in zip(range(a, b + 1), raws, strict=True):
-            self._seal(
-                out,
-                run,
-                seq=s,
-                raw=raw,
-                source_partition=run.partition,
-                source_offset=-1,
-                finishes=False,
-            )
-            out.gap_markers += 1
-        run.gaps.append(GapRange(a, b))

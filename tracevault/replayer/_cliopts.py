@@ -1,0 +1,121 @@
+"""What the ``tracevault replay`` commands share: their options, settings and run loading.
+
+Defined once, so every command that reads a run or checks a log spells its options the
+same way (tests/test_cli_help.py).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+import click
+
+from tracevault._clitools import settings_from, stderr
+from tracevault.config import Settings
+from tracevault.errors import ConfigError
+from tracevault.replayer._load import load_run
+from tracevault.replayer._log import LogPolicy
+from tracevault.replayer._results import LoadedRun
+
+__all__ = [
+    "FROM",
+    "JSON",
+    "WITNESS_STORE",
+    "load",
+    "log_options",
+    "log_policy",
+    "parse_day",
+    "settings_of",
+    "witness_stores_need",
+]
+
+FROM = click.option(
+    "--from",
+    "source",
+    type=click.Choice(["topic", "archive"]),
+    default="archive",
+    show_default=True,
+    help="Read the run from the sealed Kafka topic or from the archive.",
+)
+JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def log_options(f: Any) -> Any:
+    """--trusted-key, --witness-key, --min-witnesses: the public keys a check trusts.
+
+    Defined once for every source (topic, archive, bundle) and every command that verifies.
+    """
+    f = click.option(
+        "--min-witnesses",
+        type=click.IntRange(0),
+        help="Witness cosignatures required [1 with --witness-key].",
+    )(f)
+    f = click.option(
+        "--witness-key",
+        "witness_keys",
+        multiple=True,
+        metavar="VKEY|@FILE",
+        help="A witness key whose cosignature counts (repeatable).",
+    )(f)
+    return click.option(
+        "--trusted-key",
+        "trusted_keys",
+        multiple=True,
+        metavar="VKEY|@FILE",
+        help="A log key to trust (repeatable; adds to TRACEVAULT_LOG_VKEYS): "
+        "checks the signed log (L1-L4) first.",
+    )(f)
+
+
+WITNESS_STORE = click.option(
+    "--witness-store",
+    "witness_stores",
+    multiple=True,
+    metavar="URL",
+    help="A witness's store (file:// or s3://) to read its cosigned checkpoint of the "
+    "run from (repeatable) [env TRACEVAULT_WITNESS_STORES, comma-separated].",
+)
+
+
+def log_policy(
+    settings: Settings, trusted: tuple[str, ...], witness: tuple[str, ...], least: int | None
+) -> LogPolicy | None:
+    return LogPolicy.of(settings, trusted, witness, least)
+
+
+def witness_stores_need(policy: LogPolicy | None, stores: tuple[str, ...]) -> None:
+    if stores and policy is None:
+        raise ConfigError("--witness-store needs the log's key too: give --trusted-key")
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    meta = ctx.find_root().meta
+    return settings_from(
+        ctx,
+        archive_url=meta.get("replay.archive_url"),
+        s3_endpoint_url=meta.get("replay.s3_endpoint_url"),
+    )
+
+
+def load(
+    ctx: click.Context, run_id: str, source: str, *, with_log: bool = False
+) -> tuple[Settings, LoadedRun]:
+    settings = settings_of(ctx)
+    with stderr.status(f"loading {run_id} from the {source}…"):
+        run = load_run(
+            settings,
+            run_id,
+            source="topic" if source == "topic" else "archive",
+            with_log=with_log,
+        )
+    return settings, run
+
+
+def parse_day(value: str | None, name: str) -> date | None:
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value[:10])
+    except ValueError:
+        raise ConfigError(f"{name} must be a date like 2026-11-29, got {value!r}") from None
