@@ -31,6 +31,7 @@ from tracevault.errors import (
     ChainError,
     ConfigError,
     FencedError,
+    ForkRefusalError,
     LogError,
     NonCanonicalJSONError,
     NotFoundError,
@@ -49,6 +50,7 @@ from tracevault.replayer import RecordedError
 EXPECTED: dict[type[TraceVaultError], int] = {
     TraceVaultError: 2,  # raised as such only for misuse of the API
     ConfigError: 2,
+    ForkRefusalError: 2,
     PayloadError: 2,
     SchemaError: 1,
     BadMagicError: 1,
@@ -65,7 +67,7 @@ EXPECTED: dict[type[TraceVaultError], int] = {
     FencedError: 5,
     RetentionError: 6,
 }
-USAGE = {TraceVaultError, ConfigError, PayloadError}
+USAGE = {TraceVaultError, ConfigError, ForkRefusalError, PayloadError}
 
 
 def _all_classes() -> set[type[TraceVaultError]]:

@@ -20,6 +20,7 @@ for something that cannot work": a supervisor or script can act on the code alon
 
     TraceVaultError                      2  misuse of the API (a Recorder reused, Publisher closed)
     ├── ConfigError                      2  bad settings or flags (names the setting)
+    │   └── ForkRefusalError             2  a fork would run a side-effecting tool not named live
     ├── PayloadError                     2  refused at record time in the agent (names the field)
     ├── SchemaError                      1  bytes that are not a record we can read
     │   ├── BadMagicError                1  not Avro single-object encoding
@@ -57,6 +58,7 @@ __all__ = [
     "ChainError",
     "ConfigError",
     "FencedError",
+    "ForkRefusalError",
     "LogError",
     "NonCanonicalJSONError",
     "NotFoundError",
@@ -86,6 +88,11 @@ class ConfigError(TraceVaultError):
     """Settings or flags that cannot work; the message names the setting."""
 
     exit_code = 2
+
+
+class ForkRefusalError(ConfigError):
+    """A fork would have had to run a side-effecting tool for real that the user did not name
+    live (``--live-tools``): refused, as a usage error, before anything leaves the process."""
 
 
 class SchemaError(TraceVaultError):

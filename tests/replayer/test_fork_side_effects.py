@@ -88,7 +88,7 @@ def test_a_fork_serves_or_refuses_side_effects_unless_named_live(settings_factor
         out = json.loads(res.output)
         assert len(out["refused"]) == 1 and "--live-tools send_email" in out["refused"][0]
         refused = _events(settings, out["run_id"])[send.seq]
-        assert refused.error is not None and refused.error.type.endswith("ForkRefusal")
+        assert refused.error is not None and refused.error.type.endswith("ForkRefusalError")
         assert len(ca.SENT) == 2
 
         # 4. a misspelt name runs nothing and says which names there are

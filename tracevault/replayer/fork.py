@@ -20,7 +20,7 @@ the record gave an idempotency key) is not run unless named in ``live_tools``
 (``--live-tools send_email``). Its call is answered with the recorded result of a call with
 the same request made after N (each at most once; the new run's crossing names it in
 ``tracevault.forked_from.served``); a call the record does not have is refused with a
-:class:`ForkRefusal` naming the tool, what differs and the flag. Models and read-only tools
+:class:`ForkRefusalError` naming the tool, what differs and the flag. Models and read-only tools
 go live.
 
 This module imports the producer (and so the Kafka client); ``tracevault.replayer`` itself
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracevault.edges import JSON, tool_crossing
-from tracevault.errors import ConfigError, ReplayDivergence
+from tracevault.errors import ConfigError, ForkRefusalError, ReplayDivergence
 from tracevault.links import FORKED_FROM_RUN, FORKED_FROM_SEQ
 from tracevault.producer import Publisher, Recorder, Tool
 from tracevault.replayer._diff import json_diff
@@ -47,15 +47,18 @@ from tracevault.replayer._edges import ReplayCursor, ReplayEdges, _response
 from tracevault.replayer._results import DivergenceReport
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
-__all__ = ["SERVED_FROM", "ForkEdges", "ForkRefusal", "ForkResult", "fork_run", "live_edges_from"]
+__all__ = [
+    "SERVED_FROM",
+    "ForkEdges",
+    "ForkRefusalError",
+    "ForkResult",
+    "fork_run",
+    "live_edges_from",
+]
 
 
 #: Attribute of a fork's crossing answered from the record after N: ``<run>:<seq>`` it came from.
 SERVED_FROM = "tracevault.forked_from.served"
-
-
-class ForkRefusal(ConfigError):
-    """A side-effecting tool the fork would have had to run for real, not named live."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +219,7 @@ class ForkEdges(ReplayEdges):
             f"--live-tools {name}"
         )
         self.refused.append(message)
-        raise ForkRefusal(message)
+        raise ForkRefusalError(message)
 
 
 def _tool_name(ev: TraceEvent) -> str:
