@@ -8,6 +8,7 @@ needs the record format but never Kafka, does not import a Kafka client
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -130,6 +131,11 @@ def read_heads_and_trees(
     return state.heads, state.trees
 
 
+#: Errors that mean "this partition's leader is being elected or moved": retried, not raised.
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+_PAUSE = threading.Event()  # never set: a bounded wait between two asks
+
+
 def read_state(
     settings: Settings,
     partitions: Iterable[int],
@@ -160,10 +166,20 @@ def read_state(
     deadline = time.monotonic() + timeout
 
     def end_of(p: int) -> tuple[int, int]:
-        lo, hi = probe.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=max(0.1, deadline - time.monotonic())
-        )
-        return int(lo), int(hi)
+        # A partition whose leader is moving (a topic just created, a broker just back) answers
+        # NOT_LEADER / LEADER_NOT_AVAILABLE for a moment: asked again until the deadline, as
+        # librdkafka does for fetches, instead of failing the whole read.
+        while True:
+            try:
+                lo, hi = probe.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=max(0.1, deadline - time.monotonic())
+                )
+                return int(lo), int(hi)
+            except KafkaException as exc:
+                code = exc.args[0].code() if exc.args else None
+                if code not in _LEADER_MOVING or time.monotonic() > deadline:
+                    raise
+                _PAUSE.wait(0.1)
 
     try:
         ends = {p: end_of(p) for p in parts}
