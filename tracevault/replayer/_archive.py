@@ -25,8 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastavro import reader as ocf_reader
 
-from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys
-from tracevault.archive._logread import run_log_keys
+from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys, run_log_keys
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,

@@ -23,7 +23,7 @@ from datetime import UTC, date, datetime
 from operator import attrgetter
 from typing import NamedTuple
 
-from tracevault.archive._store import ObjectStore
+from tracevault.archive import ObjectStore
 from tracevault.archive.layout import day_batch_key, encode_day_batch, run_prefix
 from tracevault.archive.tlog import (
     RunIndexJson,

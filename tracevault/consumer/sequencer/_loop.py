@@ -86,8 +86,16 @@ from tracevault.errors import (
     ServiceUnavailableError,
     TopicMismatchError,
 )
-from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, prove_state, read_state
-from tracevault.heads._record import encode_head, head_v1_header, plain_head_value
+from tracevault.heads import (
+    FINISHED_KEY_PREFIX,
+    FinishedChunk,
+    Head,
+    encode_head,
+    head_v1_header,
+    plain_head_value,
+    prove_state,
+    read_state,
+)
 from tracevault.log import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
