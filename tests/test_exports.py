@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 
 import tracevault
+import tracevault.archive.witness_layout
+import tracevault.heads
+import tracevault.recorded_error
+import tracevault.replayer
 import tracevault.schemas
+import tracevault.witness
 
 
 def test_schemas_exports() -> None:
@@ -21,6 +28,47 @@ def test_schemas_exports() -> None:
     }  # fmt: skip
     for name in tracevault.schemas.__all__:
         assert getattr(tracevault.schemas, name) is not None
+
+
+def test_witness_layout_exports() -> None:
+    # the witness's store layout, read by the witness and by `replay verify --witness-store`
+    assert set(tracevault.archive.witness_layout.__all__) == {
+        "checkpoint_key", "cosigned_checkpoint", "cosigned_sizes", "origin_prefix",
+    }  # fmt: skip
+    for name in tracevault.archive.witness_layout.__all__:  # the witness's names are the same
+        assert getattr(tracevault.witness, name, None) in (
+            None,
+            getattr(tracevault.archive.witness_layout, name),
+        )
+
+
+def test_s3store_is_exported_without_importing_boto3() -> None:
+    code = (
+        "import sys, tracevault.archive as a\n"
+        "assert 'boto3' not in sys.modules, 'boto3 on import'\n"
+        "assert a.S3Store.__name__ == 'S3Store' and 'boto3' in sys.modules"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+
+
+def test_heads_exports() -> None:
+    assert set(tracevault.heads.__all__) == {
+        "GapRange", "Head", "HeldEvent", "decode_head", "encode_head", "head_v1_header",
+        "plain_head_value",
+        "FINISHED_KEY_PREFIX", "FinishedChunk", "fingerprint", "is_finished_key",
+        "HeadsState", "RunLocation", "find_head", "read_state", "heads_partition_count",
+        "locate_run", "read_heads", "read_heads_and_trees",
+        "ProvenState", "Rejection", "prove_state",
+    }  # fmt: skip
+
+
+def test_recorded_error_lives_beneath_the_replayer_and_the_adapters() -> None:
+    assert set(tracevault.recorded_error.__all__) == {
+        "RecordedError", "raise_recorded", "recorded_error", "type_name",
+    }  # fmt: skip
+    # `from tracevault.replayer import RecordedError` keeps working, as the same class
+    assert tracevault.replayer.RecordedError is tracevault.recorded_error.RecordedError
 
 
 def test_public_class_names_are_unique_across_packages() -> None:

@@ -15,8 +15,22 @@ needs none (docs/design.md, "Layout"). Keys and receipts are defined in
 :mod:`tracevault.archive.layout`.
 """
 
+from typing import TYPE_CHECKING
+
 from tracevault.archive._holds import HoldReport, hold_run
-from tracevault.archive._logread import LogRun, read_log_run, run_index_keys
+from tracevault.archive._holes import (
+    HOLE_KINDS,
+    LOST,
+    Hole,
+    HoleKey,
+    compact_at,
+    gone_trees,
+    hole_key,
+    hole_node_source,
+    holes_prefix,
+    parse_hole_key,
+)
+from tracevault.archive._logread import LogRun, read_log_run, run_index_keys, run_log_keys
 from tracevault.archive._open import open_store
 from tracevault.archive._reader import (
     RunListing,
@@ -44,8 +58,18 @@ from tracevault.archive._segment import (
     read_segment,
     sealed_body,
 )
-from tracevault.archive._store import LockMode, ObjectInfo, ObjectStore, ObjectVersion
+from tracevault.archive._store import (
+    LockMode,
+    ObjectInfo,
+    ObjectStore,
+    ObjectVersion,
+    check_key,
+    utc_now,
+)
 from tracevault.archive.layout import FinalReceipt, SegmentReceipt
+
+if TYPE_CHECKING:
+    from tracevault.archive._s3store import S3Store
 
 __all__ = [
     "archived_run",
@@ -54,17 +78,32 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "ObjectVersion",
+    "S3Store",
+    "check_key",
     "open_store",
+    "utc_now",
     # reading runs back
     "LogRun",
     "read_log_run",
     "run_index_keys",
+    "run_log_keys",
     "RunListing",
     "RunObjects",
     "SegmentObject",
     "check_run",
     "list_run",
     "read_run_objects",
+    # holes: leaves the archived tree holds but no run history (docs/log.md)
+    "HOLE_KINDS",
+    "LOST",
+    "Hole",
+    "HoleKey",
+    "compact_at",
+    "gone_trees",
+    "hole_key",
+    "hole_node_source",
+    "holes_prefix",
+    "parse_hole_key",
     # retention operations
     "ObjectRetention",
     "PurgeReport",
@@ -85,3 +124,12 @@ __all__ = [
     "read_segment",
     "sealed_body",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``S3Store`` on first use: it imports boto3, slow to import and needed only for s3://."""
+    if name == "S3Store":
+        from tracevault.archive._s3store import S3Store  # noqa: PLC0415
+
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

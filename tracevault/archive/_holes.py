@@ -37,9 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tracevault.errors import ArchiveError, LogError
-from tracevault.log import CompactTree, hash_children
-from tracevault.log._gather import compact_positions
-from tracevault.log._merkle import NodeSource
+from tracevault.log import CompactTree, NodeSource, compact_positions, hash_children
 
 __all__ = [
     "HOLE_KINDS",

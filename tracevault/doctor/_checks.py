@@ -28,8 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tracevault import native
-from tracevault.archive import ObjectStore, open_store, retention_report
-from tracevault.archive._holes import LOST, parse_hole_key
+from tracevault.archive import LOST, ObjectStore, open_store, parse_hole_key, retention_report
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.kafka import TopicReport, describe_topics

@@ -30,7 +30,15 @@ from tracevault.heads._read import (
     read_heads_and_trees,
     read_state,
 )
-from tracevault.heads._record import GapRange, Head, HeldEvent, decode_head, encode_head
+from tracevault.heads._record import (
+    GapRange,
+    Head,
+    HeldEvent,
+    decode_head,
+    encode_head,
+    head_v1_header,
+    plain_head_value,
+)
 
 __all__ = [
     # the record
@@ -39,6 +47,8 @@ __all__ = [
     "HeldEvent",
     "decode_head",
     "encode_head",
+    "head_v1_header",
+    "plain_head_value",
     # finished runs within the horizon
     "FINISHED_KEY_PREFIX",
     "FinishedChunk",

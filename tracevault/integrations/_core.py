@@ -20,7 +20,7 @@ from typing import Any
 import httpx2
 
 from tracevault.edges import JSON
-from tracevault.replayer import RecordedError
+from tracevault.recorded_error import RecordedError
 
 __all__ = ["Api", "no_tool_calls", "plain_stream"]
 

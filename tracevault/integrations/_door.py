@@ -39,7 +39,7 @@ import httpx2
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
 from tracevault.integrations._core import Api, _seed
-from tracevault.replayer import RecordedError
+from tracevault.recorded_error import RecordedError
 
 __all__ = ["AsyncDoor", "Door", "Plan", "Sdk", "carried", "sse_events"]
 

@@ -32,6 +32,7 @@ from tracevault.log._evidence import (
 from tracevault.log._gather import (
     FoundCheckpoint,
     RunLeaf,
+    compact_positions,
     compact_source,
     fast_inclusion_proof,
     run_log_evidence,
@@ -114,6 +115,7 @@ __all__ = [
     "RunLeaf",
     "TLOG_PROOF_HEADER",
     "TlogProof",
+    "compact_positions",
     "compact_source",
     "LazyProof",
     "edge_source",

@@ -15,13 +15,13 @@ The same as commands: ``tracevault replay show|verify|run|diff|export|batch``. A
 """
 
 from tracevault.errors import ChainError, ReplayDivergence
+from tracevault.recorded_error import RecordedError
 from tracevault.replayer._aligndiff import FieldDiff, RunAlignment, StepDiff, align_runs
 from tracevault.replayer._batch import BatchItem, BatchReport, run_batch
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._checks import RECORD_CHECKS
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._load import load_run
-from tracevault.replayer._recorded_error import RecordedError
 from tracevault.replayer._replay import Agent, AsyncAgent, areplay, replay
 from tracevault.replayer._results import (
     DivergenceReport,

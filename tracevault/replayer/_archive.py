@@ -25,9 +25,16 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from fastavro import reader as ocf_reader
 
-from tracevault.archive import ObjectInfo, ObjectVersion, read_log_run, run_index_keys
-from tracevault.archive._holes import LOST, Hole, parse_hole_key
-from tracevault.archive._logread import run_log_keys
+from tracevault.archive import (
+    LOST,
+    Hole,
+    ObjectInfo,
+    ObjectVersion,
+    parse_hole_key,
+    read_log_run,
+    run_index_keys,
+    run_log_keys,
+)
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,

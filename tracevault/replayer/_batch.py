@@ -171,7 +171,7 @@ class ArchiveAccess:
         import boto3  # noqa: PLC0415 - slow to import; only s3:// needs it
         from botocore.config import Config  # noqa: PLC0415
 
-        from tracevault.archive._s3store import S3Store  # noqa: PLC0415
+        from tracevault.archive import S3Store  # noqa: PLC0415
 
         client = boto3.client(
             "s3",

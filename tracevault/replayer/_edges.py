@@ -32,12 +32,12 @@ from tracevault.edges import (
 )
 from tracevault.errors import ReplayDivergence
 from tracevault.links import subagent_crossing
+from tracevault.recorded_error import raise_recorded
 from tracevault.replayer import _interleave
 from tracevault.replayer._cancel import abandoned, cancelled, raise_cancelled, until_cancelled
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._interleave import Interleaver, interleaved
 from tracevault.replayer._mismatch import StopReplay, gap_reason, loads, mismatch
-from tracevault.replayer._recorded_error import raise_recorded
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.replayer._subagents import note_child, serve_subagent
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like

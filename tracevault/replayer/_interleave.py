@@ -38,16 +38,13 @@ import threading
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer._cancel import abandoned, never_cancelled, ran_for_s
 from tracevault.replayer._mismatch import StopReplay, gap_reason, mismatch
 from tracevault.schemas import EventKind, TraceEvent, canonical_json
-
-if TYPE_CHECKING:
-    from tracevault.replayer._edges import ReplayCursor
 
 __all__ = ["STALL_TIMEOUT_S", "Interleaver", "interleaved"]
 
@@ -62,6 +59,25 @@ _tokens = itertools.count(1)
 # (interleaver token, seq) of the crossing this task or thread completed last under replay:
 # the live Recorder's ``_BRANCH``, rebuilt the same way.
 _BRANCH: ContextVar[tuple[int, int] | None] = ContextVar("tracevault_replay_branch", default=None)
+
+
+class _Cursor(Protocol):
+    """What the interleaver reads of ``_edges.ReplayCursor``: named here, not imported, as
+    the cursor's module imports this one (no cycle, docs/design.md "Layout")."""
+
+    pos: int
+    until: int | None
+    stopped: bool
+
+    def diverge(
+        self,
+        reason: str,
+        *,
+        actual_kind: str | None,
+        diff: tuple[str, ...] = (),
+        actual_request: Any = None,
+        at: int | None = None,
+    ) -> ReplayDivergence: ...
 
 
 def interleaved(events: Sequence[TraceEvent]) -> bool:
@@ -127,7 +143,7 @@ class Interleaver:
 
     def __init__(
         self,
-        cursor: ReplayCursor,
+        cursor: _Cursor,
         events: Sequence[TraceEvent],
         stall_timeout_s: float | None = None,
     ) -> None:

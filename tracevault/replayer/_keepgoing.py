@@ -31,11 +31,11 @@ from typing import Any
 from tracevault.callsite import call_site
 from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
+from tracevault.recorded_error import type_name
 from tracevault.replayer._align import Probe, RecordIndex, event_site, is_crossing
 from tracevault.replayer._diff import MISSING, json_diff, short_json
 from tracevault.replayer._edges import ReplayCursor
 from tracevault.replayer._interleave import _BRANCH, Interleaver
-from tracevault.replayer._recorded_error import type_name
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.schemas import EventKind, TraceEvent, canonical_json, canonical_json_like
 

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from tracevault.archive import ObjectStore, open_store, read_log_run
+from tracevault.archive.witness_layout import checkpoint_key, cosigned_sizes
 from tracevault.config import Settings
 from tracevault.errors import LogError
 from tracevault.log import (
@@ -35,7 +36,6 @@ from tracevault.log import (
 from tracevault.replayer._archive import originals
 from tracevault.replayer._log import LogPolicy, run_evidence
 from tracevault.replayer._results import LoadedRun
-from tracevault.witness import checkpoint_key, cosigned_sizes
 
 __all__ = ["pick_witnessed_size", "with_witness_stores", "witnessed"]
 

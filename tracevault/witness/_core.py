@@ -10,7 +10,8 @@ because it is proof that the holder of the log key showed two histories (docs/lo
 "Witness"). A genuine checkpoint older than the witness's own (a late joiner re-reading the
 log, a client behind) is neither: it gets the spec's 409 with the witness's size, no alert.
 
-Store layout (every object immutable, written once)::
+Store layout (every object immutable, written once; the checkpoints' layout is read by
+verifiers too, so it lives in :mod:`tracevault.archive.witness_layout`)::
 
     witness/<quoted origin>/checkpoint/<size, 20 digits>   the cosigned checkpoint note
     witness/<quoted origin>/refusal/<time>-<kind>-<size>   JSON: why, and the note refused
@@ -26,11 +27,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from urllib.parse import quote
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tracevault.archive import ObjectStore
+from tracevault.archive.witness_layout import (
+    checkpoint_key,
+    cosigned_checkpoint,
+    cosigned_sizes,
+    origin_prefix,
+)
 from tracevault.errors import LogError, NotFoundError
 from tracevault.log import (
     EMPTY_ROOT,
@@ -59,7 +65,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ALERT_KINDS = ("fork", "rollback")
-_SIZE_DIGITS = 20
 
 
 class Refused(Exception):
@@ -120,15 +125,6 @@ class WitnessMetrics:
         )
 
 
-def origin_prefix(origin: str) -> str:
-    """The store prefix of one origin (an origin holds '/', a key segment may not)."""
-    return f"witness/{quote(origin, safe='')}/"
-
-
-def checkpoint_key(origin: str, size: int) -> str:
-    return f"{origin_prefix(origin)}checkpoint/{size:0{_SIZE_DIGITS}d}"
-
-
 def prefix_root(tree: CompactTree, size: int) -> bytes | None:
     """The root of the first ``size`` leaves of ``tree`` when it follows from its compact
     hashes alone (``size`` is a sum of its leading subtrees), else None.
@@ -152,26 +148,6 @@ def prefix_root(tree: CompactTree, size: int) -> bytes | None:
     for h in reversed(tree.hashes[: count - 1]):
         root = hash_children(h, root)
     return root
-
-
-def cosigned_sizes(store: ObjectStore, origin: str) -> list[int]:
-    """Every size the witness cosigned for ``origin``, ascending (one listing)."""
-    objs = store.list(f"{origin_prefix(origin)}checkpoint/")
-    return [int(o.key.rsplit("/", 1)[1]) for o in objs]
-
-
-def cosigned_checkpoint(store: ObjectStore, origin: str, min_size: int) -> str | None:
-    """The smallest cosigned checkpoint note of ``origin`` covering ``min_size`` leaves.
-
-    For a verifier that needs a witnessed checkpoint over a run whose last leaf is
-    ``min_size - 1``: it proves the run's leaves against this size. None if the witness has
-    cosigned nothing that large yet. The note is returned as stored; trust comes from
-    checking it with the log's and the witness's vkeys, never from the store.
-    """
-    for size in cosigned_sizes(store, origin):
-        if size >= min_size:
-            return store.get(checkpoint_key(origin, size)).decode()
-    return None
 
 
 class Witness:

@@ -20,12 +20,13 @@ def test_archiver_exports() -> None:
 def test_archive_exports() -> None:
     assert set(tracevault.archive.__all__) == {
         "LockMode", "ObjectInfo", "ObjectStore", "ObjectVersion", "open_store",
+        "S3Store", "check_key", "utc_now",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
         "ObjectRetention", "PurgeReport", "RunRetention", "RunSummary", "hold_run", "list_runs",
         "HoldReport",
         "archived_run",
         "purge", "retention_report", "runs_on_day",
-        "LogRun", "read_log_run", "run_index_keys",
+        "LogRun", "read_log_run", "run_index_keys", "run_log_keys",
         "CODEC", "FinalReceipt", "SegmentReceipt", "encode_segment", "iter_segment",
         "read_segment", "sealed_body",
     }  # fmt: skip

@@ -61,8 +61,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from prometheus_client import CollectorRegistry, Gauge
 
 from tracevault import native
-from tracevault.archive._open import open_store
-from tracevault.archive._store import ObjectStore, utc_now
+from tracevault.archive import ObjectStore, open_store, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
 from tracevault.consumer.archive._holeplace import HolePlacer
 from tracevault.consumer.archive._logwriter import FlushJob, LeafRecord, PartitionLog
@@ -83,6 +82,7 @@ from tracevault.errors import (
 )
 from tracevault.kafka import sealed_generation
 from tracevault.log import (
+    HASH_SIZE,
     CheckpointRecord,
     CompactTree,
     NoteVerifier,
@@ -92,7 +92,6 @@ from tracevault.log import (
     load_verifiers,
     log_origin,
 )
-from tracevault.log._merkle import HASH_SIZE
 from tracevault.runtime.liveness import (
     BlockingCalls,
     Health,

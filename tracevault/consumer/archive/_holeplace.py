@@ -15,8 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from tracevault.archive._holes import LOST, Hole, hole_key
-from tracevault.archive._store import ObjectStore
+from tracevault.archive import LOST, Hole, ObjectStore, hole_key
 from tracevault.config import Settings
 from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
 from tracevault.consumer.archive._state import ArchiverStats

@@ -23,15 +23,15 @@ from datetime import UTC, date, datetime
 from operator import attrgetter
 from typing import NamedTuple
 
-from tracevault.archive._holes import (
+from tracevault.archive import (
     Hole,
+    ObjectStore,
     compact_at,
     gone_trees,
     hole_node_source,
     holes_prefix,
     parse_hole_key,
 )
-from tracevault.archive._store import ObjectStore
 from tracevault.archive.layout import day_batch_key, encode_day_batch, run_prefix
 from tracevault.archive.tlog import (
     RunIndexJson,

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from tracevault.archive._store import ObjectStore, check_key
+from tracevault.archive import ObjectStore, check_key
 from tracevault.archive.layout import (
     MAX_RUN_SEGMENT,
     quarantine_key,

@@ -26,9 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from tracevault.archive._reader import list_run
-from tracevault.archive._segment import encode_segment, read_segment
-from tracevault.archive._store import ObjectStore, utc_now
+from tracevault.archive import ObjectStore, encode_segment, list_run, read_segment, utc_now
 from tracevault.archive.layout import (
     FinalReceipt,
     SegmentReceipt,

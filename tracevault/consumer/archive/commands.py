@@ -14,8 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
-from tracevault.archive._open import open_store
-from tracevault.archive._store import ObjectStore
+from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 
 __all__ = ["archive", "archiver"]
@@ -206,7 +205,7 @@ def ls(
       tracevault archive ls --archive s3://audit-logs/tv \\
           --s3-endpoint-url http://minio:9000
     """
-    from tracevault.archive._retention import list_runs  # noqa: PLC0415
+    from tracevault.archive import list_runs  # noqa: PLC0415
 
     _, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     the_day: date | None = day.date() if day is not None else None
@@ -233,7 +232,7 @@ def _hold(
     ep: str | None,
     as_json: bool,
 ) -> None:
-    from tracevault.archive._holds import hold_run  # noqa: PLC0415
+    from tracevault.archive import hold_run  # noqa: PLC0415
 
     settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=ep)
     r = hold_run(store, run_id, on, retention_days=settings.retention_days)
@@ -337,7 +336,7 @@ def purge_cmd(
       tracevault archive purge --dry-run   # what would go, and why the rest stays
       tracevault archive purge --json > purge-$(date +%F).json
     """
-    from tracevault.archive._retention import purge  # noqa: PLC0415
+    from tracevault.archive import purge  # noqa: PLC0415
 
     settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     with _progress("checking runs", not as_json) as progress:
@@ -393,7 +392,7 @@ def retention_report_cmd(
       tracevault archive retention-report
       tracevault archive retention-report --json > retention-evidence.json
     """
-    from tracevault.archive._retention import retention_report  # noqa: PLC0415
+    from tracevault.archive import retention_report  # noqa: PLC0415
 
     settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     with _progress("reading locks and receipts", not as_json) as progress:

@@ -20,7 +20,7 @@ from tracevault.consumer.sequencer._records import (
     sealed_value,
 )
 from tracevault.consumer.sequencer._rules import BatchOutput
-from tracevault.heads._record import head_v1_header, plain_head_value
+from tracevault.heads import head_v1_header, plain_head_value
 from tracevault.log import leaf_prefix
 from tracevault.schemas import avro_long
 

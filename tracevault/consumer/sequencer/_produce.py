@@ -15,8 +15,7 @@ from confluent_kafka import Producer
 from tracevault.config import TopicNames
 from tracevault.consumer.sequencer._log import SignedBatch
 from tracevault.consumer.sequencer._rules import BatchOutput
-from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head
-from tracevault.heads._record import encode_head
+from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, encode_head
 from tracevault.log import (
     CHECKPOINT_KEY,
     RECORD_HEADER,

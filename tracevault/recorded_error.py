@@ -5,6 +5,10 @@ The record keeps only an exception's type name and message, not the object. Repl
 (``ValueError``, ``builtins.KeyError``, ``TimeoutError``) the raised object is also an
 instance of that built-in, so the agent's own ``except ValueError:`` takes the same branch it
 took live.
+
+It lives beneath both of its users (docs/design.md, "Layout"): the replayer raises it, and the
+provider adapters in ``tracevault.integrations`` raise it for a recorded SDK error, so an
+adapter needs nothing of the replayer.
 """
 
 from __future__ import annotations
