@@ -136,6 +136,24 @@ _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEAD
 _PAUSE = threading.Event()  # never set: a bounded wait between two asks
 
 
+def watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """``tp``'s low and high watermarks. A partition whose leader is moving (a topic just
+    created, a broker just back) answers NOT_LEADER / LEADER_NOT_AVAILABLE for a moment: it
+    is asked again until ``deadline`` (monotonic), as librdkafka does for fetches, instead of
+    failing the whole read."""
+    while True:
+        try:
+            lo, hi = consumer.get_watermark_offsets(
+                tp, timeout=max(0.1, deadline - time.monotonic())
+            )
+            return int(lo), int(hi)
+        except KafkaException as exc:
+            code = exc.args[0].code() if exc.args else None
+            if code not in _LEADER_MOVING or time.monotonic() > deadline:
+                raise
+            _PAUSE.wait(0.1)
+
+
 def read_state(
     settings: Settings,
     partitions: Iterable[int],
@@ -166,20 +184,7 @@ def read_state(
     deadline = time.monotonic() + timeout
 
     def end_of(p: int) -> tuple[int, int]:
-        # A partition whose leader is moving (a topic just created, a broker just back) answers
-        # NOT_LEADER / LEADER_NOT_AVAILABLE for a moment: asked again until the deadline, as
-        # librdkafka does for fetches, instead of failing the whole read.
-        while True:
-            try:
-                lo, hi = probe.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=max(0.1, deadline - time.monotonic())
-                )
-                return int(lo), int(hi)
-            except KafkaException as exc:
-                code = exc.args[0].code() if exc.args else None
-                if code not in _LEADER_MOVING or time.monotonic() > deadline:
-                    raise
-                _PAUSE.wait(0.1)
+        return watermarks(probe, TopicPartition(topic, p), deadline)
 
     try:
         ends = {p: end_of(p) for p in parts}

@@ -21,6 +21,8 @@ def test_archive_exports() -> None:
     assert set(tracevault.archive.__all__) == {
         "LockMode", "ObjectInfo", "ObjectStore", "ObjectVersion", "open_store",
         "S3Store", "check_key", "utc_now",
+        "HOLE_KINDS", "LOST", "Hole", "HoleKey", "compact_at", "gone_trees", "hole_key",
+        "hole_node_source", "holes_prefix", "parse_hole_key",
         "RunListing", "RunObjects", "SegmentObject", "check_run", "list_run", "read_run_objects",
         "ObjectRetention", "PurgeReport", "RunRetention", "RunSummary", "hold_run", "list_runs",
         "HoldReport",
