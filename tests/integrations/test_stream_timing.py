@@ -42,7 +42,8 @@ def chat_agent(timing: bool, arrivals: list[float]) -> Callable[[dict[str, Any],
     def agent(task: dict[str, Any], edges: Edges) -> str:
         sdk = openai.OpenAI(base_url=task["url"], api_key="t", max_retries=0)
         with tv_openai.wrap(sdk, edges, stream_timing=timing) as client:
-            stream = client.chat.completions.create(
+            # A copy made by with_options keeps the option.
+            stream = client.with_options(timeout=10).chat.completions.create(
                 model="gpt-4o-mini", messages=[{"role": "user", "content": "a b"}], stream=True
             )
             text = ""

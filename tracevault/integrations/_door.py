@@ -153,11 +153,11 @@ def _api_path(url: httpx2.URL) -> str:
 
 
 class _Sse:
-    """Server-sent events parsed line by line, each event's arrival timed (seconds from the
-    parser's making), so a live stream can record its chunk timing."""
+    """Server-sent events parsed line by line; ``timed``: each event's arrival kept in
+    ``offsets`` (seconds from the parser's making), so a live stream records its timing."""
 
-    def __init__(self) -> None:
-        self.start = time.monotonic()
+    def __init__(self, *, timed: bool = False) -> None:
+        self.start = time.monotonic() if timed else None
         self.data: list[str] = []
         self.events: list[JSON] = []
         self.offsets: list[float] = []
@@ -171,7 +171,8 @@ class _Sse:
         text, self.data = "\n".join(self.data), []
         if text and text.strip() != "[DONE]":
             self.events.append(json.loads(text))
-            self.offsets.append(round(time.monotonic() - self.start, 6))
+            if self.start is not None:
+                self.offsets.append(round(time.monotonic() - self.start, 6))
 
 
 def sse_events(lines: Iterable[str]) -> list[JSON]:
@@ -321,7 +322,7 @@ class Door(_Base, httpx2.Client):
             try:
                 if not self._timed(plan, response):
                     return self._recorded(plan, response, response.read())
-                sse = _Sse()
+                sse = _Sse(timed=True)
                 for line in response.iter_lines():
                     sse.line(line)
                 return self._timed_record(plan, sse)
@@ -382,7 +383,7 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
             try:
                 if not self._timed(plan, response):
                     return self._recorded(plan, response, await response.aread())
-                sse = _Sse()
+                sse = _Sse(timed=True)
                 async for line in response.aiter_lines():
                     sse.line(line)
                 return self._timed_record(plan, sse)
