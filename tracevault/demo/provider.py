@@ -19,6 +19,7 @@ import base64
 import json
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class ProviderServer:
     url: str
     requests: list[Seen] = field(default_factory=list)
     connections: int = 0
+    chunk_delay: float = 0.0
+    """Seconds between the events of a stream (a paced stream, as a real model streams)."""
 
 
 def _text(content: Any) -> str:
@@ -403,7 +406,9 @@ def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for event, data in stream(body):
+            for n, (event, data) in enumerate(stream(body)):
+                if n and server.chunk_delay:
+                    time.sleep(server.chunk_delay)
                 head = f"event: {event}\n" if event else ""
                 self.wfile.write(f"{head}data: {data}\n\n".encode())
                 self.wfile.flush()
@@ -421,9 +426,11 @@ def _handler(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def provider_server() -> Iterator[ProviderServer]:
-    """The server on a free local port, in a thread; shut down (port closed) on exit."""
-    state = ProviderServer(url="")
+def provider_server(chunk_delay: float = 0.0) -> Iterator[ProviderServer]:
+    """The server on a free local port, in a thread; shut down (port closed) on exit.
+
+    ``chunk_delay``: seconds between a stream's events (0: sent at once)."""
+    state = ProviderServer(url="", chunk_delay=chunk_delay)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     httpd.daemon_threads = True
     state.url = f"http://127.0.0.1:{httpd.server_address[1]}"

@@ -11,6 +11,11 @@ of the client's own (so ``isinstance``, ``with``, every resource and helper are 
   door of its own, so no copy of a wrapped client talks to the provider unrecorded;
 - ``edges`` is the edges the client records through.
 
+``wrap(client, edges, stream_timing=True)`` keeps a stream's chunk timing: live, each event's
+arrival is recorded with the stream; under replay the events are served with the recorded
+gaps (sync and async). Records without timing, or a client wrapped without it, replay a
+stream at once.
+
 The OpenAI adapter adds its WebSocket entry points (realtime), which open sockets without
 the HTTP client: refused by name.
 """
@@ -52,7 +57,9 @@ class Recorded:
         given = kwargs.get("http_client")
         if given is not None and not isinstance(given, Door | AsyncDoor):
             door = self._client
-            kwargs["http_client"] = type(door)(door.sdk, door.edges, given, door.status_error)
+            kwargs["http_client"] = type(door)(
+                door.sdk, door.edges, given, door.status_error, door.stream_timing
+            )
         return super().copy(**kwargs)  # type: ignore[misc]
 
     with_options = copy
@@ -85,8 +92,13 @@ def _recorded_class(cls: type, mixin: type) -> type:
     return made
 
 
-def wrap_client(client: Any, edges: Edges, sdk: Sdk, mixin: type, is_async: bool) -> Any:
-    """``client`` copied with a door as its HTTP client, as the recorded subclass of its class."""
+def wrap_client(
+    client: Any, edges: Edges, sdk: Sdk, mixin: type, is_async: bool, *, stream_timing: bool
+) -> Any:
+    """``client`` copied with a door as its HTTP client, as the recorded subclass of its class.
+
+    ``stream_timing``: record each stream event's arrival and serve recorded streams paced
+    (``tracevault.integrations._door.CHUNK_OFFSETS``)."""
     if isinstance(client._client, Door | AsyncDoor):
         raise ConfigError(f"{client!r} is already wrapped: wrap the SDK's own client once")
     door_cls: Any = AsyncDoor if is_async else Door
@@ -97,7 +109,8 @@ def wrap_client(client: Any, edges: Edges, sdk: Sdk, mixin: type, is_async: bool
             f"{expected.__module__}.{expected.__name__}; this client has a "
             f"{type(client._client).__module__}.{type(client._client).__name__}"
         )
-    door = door_cls(sdk, edges, client._client, client._make_status_error_from_response)
+    status_error = client._make_status_error_from_response
+    door = door_cls(sdk, edges, client._client, status_error, stream_timing)
     # The SDK's ``copy`` builds ``self.__class__(...)`` from the options it holds: a bare
     # instance of the recorded class holding the same options makes the copy recorded.
     cls = _recorded_class(type(client), mixin)

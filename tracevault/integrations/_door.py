@@ -19,18 +19,27 @@ process (:meth:`Sdk.plan`):
   under replay.
 
 Both ways the SDK gets an HTTP response rebuilt from the record (JSON, or server-sent events),
-so it parses live exactly what replay will serve, and under replay no socket is opened. A
-provider error status is raised as the SDK's own exception inside the crossing (so the record
-holds its type and message, as before) and the SDK does not retry it: each attempt is one
-recorded outcome. Exceptions of tracevault (a divergence, a refusal) are carried through the
+so it parses live exactly what replay will serve, and under replay no socket is opened. A door
+made with ``stream_timing`` (``wrap(client, edges, stream_timing=True)``) also records, with a
+stream, each event's arrival in seconds from the response's headers (:data:`CHUNK_OFFSETS`),
+and serves such a record paced: each event the recorded gap after the one before it (the
+first its offset after the SDK starts reading; ``time.sleep`` sync, ``asyncio.sleep`` async).
+Gaps, not a schedule: an event served late does not shorten the next gap to catch up.
+Without the key, or without the option, a stream is served at once, as before.
+
+A provider error status is raised as the SDK's own exception inside the crossing (so the
+record holds its type and message, as before) and the SDK does not retry it: each attempt is
+one recorded outcome. Exceptions of tracevault (a divergence, a refusal) are carried through the
 SDK's own error handling (:class:`Sdk.carrier`) and raised as themselves by the wrapped
 client's ``request`` (:mod:`tracevault.integrations._client`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +50,11 @@ from tracevault.errors import ConfigError
 from tracevault.integrations._core import Api, _seed
 from tracevault.recorded_error import RecordedError
 
-__all__ = ["AsyncDoor", "Door", "Plan", "Sdk", "carried", "sse_events"]
+__all__ = ["CHUNK_OFFSETS", "AsyncDoor", "Door", "Plan", "Sdk", "carried", "sse_events"]
+
+CHUNK_OFFSETS = "chunk_offsets"
+"""Key of a stream record (``stream_timing=True``): each event's arrival, in seconds from the
+response's headers, one per ``stream`` event. Records without it replay instantly."""
 
 _JSON_TYPES = ("application/json", "text/json")
 
@@ -139,39 +152,87 @@ def _api_path(url: httpx2.URL) -> str:
     return (rest if sep else path).strip("/")
 
 
-def sse_events(lines: Iterable[str]) -> list[JSON]:
-    """The JSON ``data`` of each server-sent event (``[DONE]`` dropped), in order."""
-    out: list[JSON] = []
-    data: list[str] = []
-    for line in [*lines, ""]:
+class _Sse:
+    """Server-sent events parsed line by line; ``timed``: each event's arrival kept in
+    ``offsets`` (seconds from the parser's making), so a live stream records its timing."""
+
+    def __init__(self, *, timed: bool = False) -> None:
+        self.start = time.monotonic() if timed else None
+        self.data: list[str] = []
+        self.events: list[JSON] = []
+        self.offsets: list[float] = []
+
+    def line(self, line: str) -> None:
+        """One line; a blank line after ``data:`` completes an event (``[DONE]`` dropped)."""
         if line:
             if line.startswith("data:"):
-                data.append(line[5:].lstrip(" "))
-            continue
-        if data:
-            text = "\n".join(data)
-            data = []
-            if text.strip() != "[DONE]":
-                out.append(json.loads(text))
-    return out
+                self.data.append(line[5:].lstrip(" "))
+            return
+        text, self.data = "\n".join(self.data), []
+        if text and text.strip() != "[DONE]":
+            self.events.append(json.loads(text))
+            if self.start is not None:
+                self.offsets.append(round(time.monotonic() - self.start, 6))
 
 
-def _sse_bytes(events: list[JSON]) -> bytes:
-    """Recorded events as the wire carried them: ``event: <type>`` where the event has one."""
-    parts: list[str] = []
-    for ev in events:
-        kind = ev.get("type") if isinstance(ev, dict) else None
-        head = f"event: {kind}\n" if isinstance(kind, str) else ""
-        parts.append(f"{head}data: {json.dumps(ev)}\n\n")
-    return "".join(parts).encode()
+def sse_events(lines: Iterable[str]) -> list[JSON]:
+    """The JSON ``data`` of each server-sent event (``[DONE]`` dropped), in order."""
+    sse = _Sse()
+    for line in [*lines, ""]:
+        sse.line(line)
+    return sse.events
+
+
+def _sse_event(ev: JSON) -> bytes:
+    """One recorded event as the wire carried it: ``event: <type>`` where the event has one."""
+    kind = ev.get("type") if isinstance(ev, dict) else None
+    head = f"event: {kind}\n" if isinstance(kind, str) else ""
+    return f"{head}data: {json.dumps(ev)}\n\n".encode()
+
+
+def _offsets(recorded: JSON) -> list[float] | None:
+    """A stream record's chunk offsets, if it has one per event (``stream_timing=True``)."""
+    offsets = recorded.get(CHUNK_OFFSETS) if isinstance(recorded, dict) else None
+    if not isinstance(offsets, list) or len(offsets) != len(recorded["stream"]):
+        return None
+    return offsets if all(isinstance(o, int | float) for o in offsets) else None
 
 
 class _Base:
     """What the sync and async doors share: classify, record, rebuild, carry errors."""
 
-    def _setup(self, sdk: Sdk, edges: Edges, inner: Any, status_error: Callable[..., Any]) -> None:
+    def _setup(
+        self,
+        sdk: Sdk,
+        edges: Edges,
+        inner: Any,
+        status_error: Callable[..., Any],
+        stream_timing: bool,
+    ) -> None:
         self.sdk, self.edges, self.inner = sdk, edges, inner
         self.status_error = status_error
+        self.stream_timing = stream_timing
+
+    def _timed(self, plan: Plan, response: httpx2.Response) -> bool:
+        """Whether this answer is a model stream to read event by event, timing each."""
+        ctype = response.headers.get("content-type", "")
+        return (
+            self.stream_timing
+            and plan.api is not None
+            and response.status_code < 400
+            and ctype.startswith("text/event-stream")
+        )
+
+    def _timed_record(self, plan: Plan, sse: _Sse) -> JSON:
+        """A stream's record with each event's offset from the response's headers."""
+        assert plan.api is not None
+        sse.line("")  # the last event, if the stream did not end with a blank line
+        recorded = self.sdk.apis[plan.api].record_stream(sse.events)
+        recorded[CHUNK_OFFSETS] = sse.offsets
+        return recorded
+
+    def _paced(self, events: list[JSON], offsets: list[float]) -> Any:
+        raise NotImplementedError
 
     def _recorded(self, plan: Plan, response: httpx2.Response, content: bytes) -> JSON:
         if response.status_code >= 400:
@@ -192,8 +253,14 @@ class _Base:
         return api.record(json.loads(content))
 
     def _served(self, plan: Plan, recorded: JSON, request: httpx2.Request) -> httpx2.Response:
+        content: Any
         if plan.state is None and isinstance(recorded, dict) and "stream" in recorded:
-            content, ctype = _sse_bytes(recorded["stream"]), "text/event-stream"
+            events, ctype = recorded["stream"], "text/event-stream"
+            offsets = _offsets(recorded) if self.stream_timing else None
+            if offsets is None:
+                content = b"".join(_sse_event(ev) for ev in events)
+            else:
+                content = self._paced(events, offsets)
         else:
             body = recorded if plan.state is not None else recorded["response"]
             content, ctype = json.dumps(body).encode(), "application/json"
@@ -221,10 +288,24 @@ class Door(_Base, httpx2.Client):
     """The HTTP client of a wrapped sync SDK client (see the module docstring)."""
 
     def __init__(
-        self, sdk: Sdk, edges: Edges, inner: httpx2.Client, status_error: Callable[..., Any]
+        self,
+        sdk: Sdk,
+        edges: Edges,
+        inner: httpx2.Client,
+        status_error: Callable[..., Any],
+        stream_timing: bool = False,
     ) -> None:
         super().__init__(timeout=inner.timeout)
-        self._setup(sdk, edges, inner, status_error)
+        self._setup(sdk, edges, inner, status_error, stream_timing)
+
+    def _paced(self, events: list[JSON], offsets: list[float]) -> Iterator[bytes]:
+        last, previous = time.monotonic(), 0.0
+        for ev, offset in zip(events, offsets, strict=True):
+            wait = last + offset - previous - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            last, previous = time.monotonic(), offset
+            yield _sse_event(ev)
 
     def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
         built: httpx2.Request = self.inner.build_request(*args, **kwargs)
@@ -239,7 +320,12 @@ class Door(_Base, httpx2.Client):
         def live() -> JSON:
             response = self.inner.send(request, **kwargs)
             try:
-                return self._recorded(plan, response, response.read())
+                if not self._timed(plan, response):
+                    return self._recorded(plan, response, response.read())
+                sse = _Sse(timed=True)
+                for line in response.iter_lines():
+                    sse.line(line)
+                return self._timed_record(plan, sse)
             finally:
                 response.close()
 
@@ -263,10 +349,24 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
     """:class:`Door` for the async SDK clients."""
 
     def __init__(
-        self, sdk: Sdk, edges: Edges, inner: httpx2.AsyncClient, status_error: Callable[..., Any]
+        self,
+        sdk: Sdk,
+        edges: Edges,
+        inner: httpx2.AsyncClient,
+        status_error: Callable[..., Any],
+        stream_timing: bool = False,
     ) -> None:
         super().__init__(timeout=inner.timeout)
-        self._setup(sdk, edges, inner, status_error)
+        self._setup(sdk, edges, inner, status_error, stream_timing)
+
+    async def _paced(self, events: list[JSON], offsets: list[float]) -> AsyncIterator[bytes]:
+        last, previous = time.monotonic(), 0.0
+        for ev, offset in zip(events, offsets, strict=True):
+            wait = last + offset - previous - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            last, previous = time.monotonic(), offset
+            yield _sse_event(ev)
 
     def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
         built: httpx2.Request = self.inner.build_request(*args, **kwargs)
@@ -281,7 +381,12 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
         async def live() -> JSON:
             response = await self.inner.send(request, **kwargs)
             try:
-                return self._recorded(plan, response, await response.aread())
+                if not self._timed(plan, response):
+                    return self._recorded(plan, response, await response.aread())
+                sse = _Sse(timed=True)
+                async for line in response.aiter_lines():
+                    sse.line(line)
+                return self._timed_record(plan, sse)
             finally:
                 await response.aclose()
 

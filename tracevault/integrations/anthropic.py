@@ -104,15 +104,25 @@ class WrappedAsyncAnthropic(AsyncRecorded):
     __slots__ = ()
 
 
-def wrap(client: anthropic.Anthropic | anthropic.AsyncAnthropic, edges: Edges) -> Any:
+def wrap(
+    client: anthropic.Anthropic | anthropic.AsyncAnthropic,
+    edges: Edges,
+    *,
+    stream_timing: bool = False,
+) -> Any:
     """``client`` with its provider calls recorded live and served from the record under replay.
 
-    Typed ``Any`` so the agent keeps the SDK's own method signatures in its editor.
+    ``stream_timing=True`` records when each chunk of a stream arrived and, under replay,
+    serves a stream recorded so with the recorded gaps between its chunks (without it, or for
+    a stream recorded without it, the chunks come at once). Typed ``Any`` so the agent keeps
+    the SDK's own method signatures in its editor.
     """
     if isinstance(client, anthropic.AsyncAnthropic):
-        return wrap_client(client, edges, SDK, WrappedAsyncAnthropic, True)
+        return wrap_client(
+            client, edges, SDK, WrappedAsyncAnthropic, True, stream_timing=stream_timing
+        )
     if isinstance(client, anthropic.Anthropic):
-        return wrap_client(client, edges, SDK, WrappedAnthropic, False)
+        return wrap_client(client, edges, SDK, WrappedAnthropic, False, stream_timing=stream_timing)
     raise ConfigError(
         f"wrap(client, edges) needs an anthropic.Anthropic or AsyncAnthropic, got {client!r}"
     )

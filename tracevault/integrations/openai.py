@@ -153,13 +153,20 @@ class WrappedAsyncOpenAI(AsyncRecorded):
     _websocket_query_params_fallback = _no_websocket
 
 
-def wrap(client: openai.OpenAI | openai.AsyncOpenAI, edges: Edges) -> Any:
+def wrap(
+    client: openai.OpenAI | openai.AsyncOpenAI, edges: Edges, *, stream_timing: bool = False
+) -> Any:
     """``client`` with its provider calls recorded live and served from the record under replay.
 
-    Typed ``Any`` so the agent keeps the SDK's own method signatures in its editor.
+    ``stream_timing=True`` records when each chunk of a stream arrived and, under replay,
+    serves a stream recorded so with the recorded gaps between its chunks (without it, or for
+    a stream recorded without it, the chunks come at once). Typed ``Any`` so the agent keeps
+    the SDK's own method signatures in its editor.
     """
     if isinstance(client, openai.AsyncOpenAI):
-        return wrap_client(client, edges, SDK, WrappedAsyncOpenAI, True)
+        return wrap_client(
+            client, edges, SDK, WrappedAsyncOpenAI, True, stream_timing=stream_timing
+        )
     if isinstance(client, openai.OpenAI):
-        return wrap_client(client, edges, SDK, WrappedOpenAI, False)
+        return wrap_client(client, edges, SDK, WrappedOpenAI, False, stream_timing=stream_timing)
     raise ConfigError(f"wrap(client, edges) needs an openai.OpenAI or AsyncOpenAI, got {client!r}")
