@@ -87,16 +87,31 @@ class KeepGoingCursor(ReplayCursor):
             self.raise_if_diverged()
             request = canonical_json_like(crossing.request, self._form, field="request")
             probe = Probe(crossing.kind, site, request, crossing.model, crossing.seed)
+            before = self.index.last
             pos = self.index.take(probe)
             if pos is None:
                 return self.extra_call(crossing, site)
             self.pos = self.index.last + 1
             ev = self.events[pos]
-            self.compare(ev, crossing, request, site)
+            # recorded before a crossing already made: the agent swapped them
+            after = self.events[before] if pos < before else None
+            self.compare(ev, crossing, request, site, after=after)
             return ev
 
-    def compare(self, ev: TraceEvent, crossing: Crossing, request: bytes, site: str | None) -> None:
-        """Report how ``crossing`` differs from ``ev``, the recorded crossing it aligned with."""
+    def compare(
+        self,
+        ev: TraceEvent,
+        crossing: Crossing,
+        request: bytes,
+        site: str | None,
+        *,
+        after: TraceEvent | None = None,
+    ) -> None:
+        """Report how ``crossing`` differs from ``ev``, the recorded crossing it aligned with.
+
+        ``after``: a crossing recorded later than ``ev`` but made before it (out of order),
+        reported with ``ev`` as one finding (a swap of two calls is one edit).
+        """
         kind = crossing.kind.value
         if crossing.kind is EventKind.MODEL_CALL and crossing.model is None:
             crossing = Crossing(crossing.kind, crossing.request, ev.model, crossing.seed)
@@ -110,11 +125,19 @@ class KeepGoingCursor(ReplayCursor):
         if request != ev.request:
             diff.extend(json_diff(_loads(ev.request), crossing.request, "$.request"))
         recorded_site = event_site(ev)
-        if diff:
+        if diff or after is not None:
             moved = "" if recorded_site in (None, site) else f" (recorded at {recorded_site})"
+            parts = []
+            if after is not None:
+                parts.append(
+                    f"came out of order: recorded before the {after.kind.value} call at seq "
+                    f"{after.seq}, made after it"
+                )
+            if diff:
+                parts.append(f"differs from the record{moved}")
             self._report(
                 ev,
-                f"the {kind} call differs from the record{moved}",
+                f"the {kind} call " + "; it also ".join(parts),
                 actual=kind,
                 diff=tuple(diff),
                 actual_request=crossing.request,
