@@ -17,8 +17,13 @@ The recorded run (crossings in seq order)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
+import json
+import random
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from tracevault.schemas import TraceEvent
 
 MODEL = "gpt-4o-mini-2024-07-18"
 SEED = 11
@@ -124,3 +129,116 @@ def expected(kinds: Iterable[str]) -> list[tuple[int, str | None, str | None]]:
     """The findings for ``kinds``, in the order keep-going reports them."""
     found = [_FINDING[k] for k in set(kinds)]
     return sorted(found, key=lambda f: (f[0], f[1] is None))
+
+
+# -- the same edits in a concurrent agent: two branches under asyncio.gather ---------------
+
+#: the edits the concurrent agent makes, all in branch 0
+CONCURRENT_KINDS = ("swap", "arg", "decision", "extra_clock", "missing", "prompt")
+
+
+async def _latency() -> None:
+    await asyncio.sleep(_rng.uniform(0.0, 0.003))
+
+
+def _atool(name: str) -> Callable[[Any], Any]:
+    async def call(args: Any) -> Any:
+        await _latency()
+        return TOOLS[name](args)
+
+    return call
+
+
+#: the async tools of the concurrent agent: each with a random latency, so live the two
+#: branches' crossings interleave differently on every run
+ATOOLS = {name: _atool(name) for name in TOOLS}
+_rng = random.Random()
+
+
+async def amodel_fn(request: Any, *, model: str, seed: int | None) -> Any:
+    await _latency()
+    return model_fn(request, model=model, seed=seed)
+
+
+async def _abranch(i: int, task: Any, edges: Any, kinds: frozenset[str]) -> Any:
+    edits = kinds if i == 0 else frozenset()
+    calls = {"search": {"q": f"{task['question']} #{i}"}, "lookup": {"id": f"{task['ticket']}-{i}"}}
+    order = ["lookup", "search"] if "swap" in edits else ["search", "lookup"]
+    got = {}
+    for name in order:
+        got[name] = await edges.atool(name, calls[name])
+    url = "kb/billing#v2" if "arg" in edits else f"{got['search']['hits'][1]}#{i}"
+    page = await edges.atool("fetch", {"url": url})
+    if "extra_clock" in edits:
+        edges.clock("deadline")
+    edges.decision(f"route-{i}", "refund" if "decision" in edits else "explain",
+                   options=["explain", "refund"])  # fmt: skip
+    if "missing" not in edits:
+        await edges.atool("audit", {"ticket": f"{task['ticket']}-{i}"})
+    return page["body"]
+
+
+async def _async_agent(task: Any, edges: Any, kinds: frozenset[str]) -> Any:
+    started = edges.clock("started")
+    prompt = "plan, briefly: " if "prompt" in kinds else "plan: "
+    plan = await edges.amodel(
+        {"messages": [{"role": "user", "content": prompt + task["question"]}]},
+        model=MODEL,
+        seed=SEED,
+    )
+    bodies = await asyncio.gather(*(_abranch(i, task, edges, kinds) for i in range(2)))
+    return {"steps": plan["steps"], "bodies": list(bodies), "took": edges.clock("took") - started}
+
+
+async def concurrent_agent(task: Any, edges: Any) -> Any:
+    return await _async_agent(task, edges, frozenset())
+
+
+def concurrent_perturbed(kinds: Iterable[str]) -> Callable[[Any, Any], Any]:
+    chosen = frozenset(kinds)
+    assert chosen <= set(CONCURRENT_KINDS), chosen
+
+    async def agent(task: Any, edges: Any) -> Any:
+        return await _async_agent(task, edges, chosen)
+
+    return agent
+
+
+def concurrent_expected(
+    kinds: Iterable[str], events: Sequence[TraceEvent]
+) -> list[tuple[int, str | None, str | None]]:
+    """The findings for ``kinds`` in this recording (its interleaving fixes branch 0's seqs).
+
+    An extra call is reported at its branch's next recorded crossing.
+    """
+
+    def seq_of(kind: str, **fields: Any) -> int:
+        for ev in events:
+            req = json.loads(ev.request) if ev.request else None
+            ok = ev.kind.value == kind and isinstance(req, dict)
+            if ok and all(req.get(k) == v for k, v in fields.items()):
+                return ev.seq
+        raise AssertionError(f"no {kind} {fields} in the record")
+
+    t = INPUT["ticket"]
+    where = {
+        "prompt": (seq_of("MODEL_CALL"), "MODEL_CALL", "MODEL_CALL"),
+        "swap": (
+            seq_of("TOOL_CALL", tool="search", args={"q": f"{INPUT['question']} #0"}),
+            "TOOL_CALL",
+            "TOOL_CALL",
+        ),
+        "arg": (
+            seq_of("TOOL_CALL", tool="fetch", args={"url": "kb/billing#0"}),
+            "TOOL_CALL",
+            "TOOL_CALL",
+        ),
+        "extra_clock": (seq_of("DECISION", name="route-0"), None, "CLOCK"),
+        "decision": (seq_of("DECISION", name="route-0"), "DECISION", "DECISION"),
+        "missing": (
+            seq_of("TOOL_CALL", tool="audit", args={"ticket": f"{t}-0"}),
+            "TOOL_CALL",
+            None,
+        ),
+    }
+    return sorted((where[k] for k in set(kinds)), key=lambda f: (f[0], f[1] is None))

@@ -9,6 +9,7 @@ line moved (the agent edited above its calls after the run was recorded) must gi
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 
@@ -23,7 +24,8 @@ from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import load_run, replay, verify
+from tracevault.replayer import _interleave, areplay, load_run, replay, verify
+from tracevault.replayer._interleave import interleaved
 from tracevault.schemas import TraceEvent
 
 Finding = tuple[int, str | None, str | None]
@@ -32,10 +34,16 @@ Finding = tuple[int, str | None, str | None]
 _MOVES = tuple(range(-12, 13))
 
 
+CONCURRENT_RECORDINGS = 3
+# far above what a served branch takes between crossings under replay (microseconds)
+_STALL_S = 1.0
+
+
 @pytest.fixture(scope="module")
-def recorded(
+def runs(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[TraceEvent]]:
+) -> Iterator[dict[str, list[TraceEvent]]]:
+    """The sequential agent's run and three of the concurrent agent's, each recorded once."""
     base = tmp_path_factory.mktemp("keepgoing")
     cfg = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("kg"),
                    partitions=1, archive_url=f"file://{base / 'archive'}",
@@ -47,11 +55,33 @@ def recorded(
             rec = Recorder(publisher=publisher, agent_id="support", agent_version="1",
                            model=kga.model_fn, tools=kga.TOOLS, run_id="kg-support")  # fmt: skip
             rec.run(kga.support_agent, kga.INPUT)
+            for n in range(CONCURRENT_RECORDINGS):
+                rec = Recorder(publisher=publisher, agent_id="support", agent_version="1",
+                               model=kga.amodel_fn, tools=kga.ATOOLS,
+                               run_id=f"kg-concurrent-{n}")  # fmt: skip
+                asyncio.run(rec.arun(kga.concurrent_agent, kga.INPUT))
         finally:
             assert publisher.flush(30), "the publisher could not deliver to Kafka"
             publisher.close()
-        wait_sealed(cfg, "kg-support")
-    yield list(verify(load_run(cfg, "kg-support", source="topic"), require_finished=True).events)
+        run_ids = ["kg-support", *(f"kg-concurrent-{n}" for n in range(CONCURRENT_RECORDINGS))]
+        for run_id in run_ids:
+            wait_sealed(cfg, run_id)
+    yield {
+        run_id: list(verify(load_run(cfg, run_id, source="topic"), require_finished=True).events)
+        for run_id in run_ids
+    }
+
+
+@pytest.fixture(scope="module")
+def recorded(runs: dict[str, list[TraceEvent]]) -> list[TraceEvent]:
+    return runs["kg-support"]
+
+
+@pytest.fixture(scope="module")
+def concurrent(runs: dict[str, list[TraceEvent]]) -> list[list[TraceEvent]]:
+    got = [events for run_id, events in runs.items() if run_id.startswith("kg-concurrent-")]
+    assert all(interleaved(events) for events in got), "the branches should have overlapped"
+    return got
 
 
 def _moved(events: list[TraceEvent], by: int) -> list[TraceEvent]:
@@ -134,4 +164,41 @@ def test_every_combination_of_one_to_four_edits(recorded: list[TraceEvent]) -> N
             if got != want:
                 wrong.append((sorted(kinds), by, got, want))
     total = len(records) * len(combos)
+    assert not wrong, f"{len(wrong)} of {total} wrong, first: {wrong[:3]}"
+
+
+def _afound(events: list[TraceEvent], kinds: frozenset[str]) -> list[Finding]:
+    result = asyncio.run(areplay(events, kga.concurrent_perturbed(kinds), keep_going=True))
+    return [(d.seq, d.expected, d.actual) for d in result.divergences]
+
+
+def test_a_concurrent_agent_unchanged_matches(concurrent: list[list[TraceEvent]]) -> None:
+    for events in concurrent:
+        result = asyncio.run(areplay(events, kga.concurrent_agent, keep_going=True))
+        assert result.matched and result.divergences == (), result.divergences
+
+
+def test_a_swap_in_a_concurrent_branch_is_reported_in_its_branch_order(
+    concurrent: list[list[TraceEvent]],
+) -> None:
+    for events in concurrent:
+        kinds = frozenset({"swap", "arg", "decision"})
+        assert _afound(events, kinds) == kga.concurrent_expected(kinds, events)
+
+
+def test_every_combination_in_a_concurrent_agent(
+    concurrent: list[list[TraceEvent]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a branch's last call left out is let go only after the others waited STALL_TIMEOUT_S
+    # for it (docs/design.md, "Keep going"): far below 10 s keeps 26 such sets fast
+    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", _STALL_S)
+    wrong = []
+    kinds_ = kga.CONCURRENT_KINDS
+    combos = [frozenset(c) for n in range(1, 5) for c in itertools.combinations(kinds_, n)]
+    for events in concurrent[:1]:
+        for kinds in combos:
+            got, want = _afound(events, kinds), kga.concurrent_expected(kinds, events)
+            if got != want:
+                wrong.append((sorted(kinds), got, want))
+    total = len(combos)
     assert not wrong, f"{len(wrong)} of {total} wrong, first: {wrong[:3]}"

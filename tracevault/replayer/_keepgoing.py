@@ -68,9 +68,10 @@ class KeepGoingCursor(ReplayCursor):
         return exc
 
     def _report(self, ev: TraceEvent | None, reason: str, **kw: Any) -> DivergenceReport:
+        seq = kw.pop("seq", None)
         report = DivergenceReport(
             run_id=self.run_id,
-            seq=ev.seq if ev is not None else self.next_seq(),
+            seq=ev.seq if ev is not None else self.next_seq() if seq is None else seq,
             expected=kw.pop("expected", None if ev is None else ev.kind.value),
             reason=reason,
             expected_request=None if ev is None else _loads(ev.request),
@@ -164,10 +165,16 @@ class KeepGoingCursor(ReplayCursor):
             return await self.interleave.aexpect(crossing)
         return self.expect(crossing)
 
-    def extra_call(self, crossing: Crossing, site: str | None) -> TraceEvent:
-        """A crossing nothing in the record aligns with: a stand-in answer, or the stop."""
+    def extra_call(
+        self, crossing: Crossing, site: str | None, before: int | None = None
+    ) -> TraceEvent:
+        """A crossing nothing in the record aligns with: a stand-in answer, or the stop.
+
+        It is reported at ``before`` (its branch's next recorded crossing, in a concurrent
+        run), else at the first recorded crossing not yet made.
+        """
         kind = crossing.kind.value
-        nxt = self.peek()
+        nxt = self.peek() if before is None else self.events[before]
         where = "after the record ended" if nxt is None else f"before seq {nxt.seq}"
         stand_in = self._stand_in(crossing)
         reason = f"an extra {kind} call the record does not have ({where})"
@@ -180,6 +187,7 @@ class KeepGoingCursor(ReplayCursor):
             diff=json_diff(MISSING, crossing.request, "$.request"),
             actual_request=crossing.request,
             site=site,
+            seq=None if nxt is None else nxt.seq,
             next_in_record=tuple(StepSummary.of(e) for e in self.events[self.pos : self.pos + 3]),
         )
         if stand_in is not None:
@@ -253,10 +261,16 @@ class KeepGoingInterleaver(Interleaver):
     def __init__(self, cursor: KeepGoingCursor, events: Sequence[TraceEvent]) -> None:
         super().__init__(cursor, events)
         self._kg = cursor
+        self._passed_over: set[int] = set()  # let go, not called (yet): missing unless called
 
     def _unmatched(self, crossing: Crossing, data: bytes, prev: int | None) -> int | TraceEvent:
         kg = self._kg
         site = call_site()
+        late = self._late(crossing, data)
+        if late is not None:  # a branch made two calls in the other order
+            kg.compare(self._events[late], crossing, data, site, after=self._after(prev, late))
+            _BRANCH.set((self._token, late))
+            return self._events[late]
         # the same branch's next crossing of this kind: concurrent branches often make the
         # same calls from the same lines, so the call site alone would pick another branch's
         seq = next(
@@ -270,8 +284,9 @@ class KeepGoingInterleaver(Interleaver):
         if seq is None:
             seq = kg.index.take(Probe(crossing.kind, site, data, crossing.model, crossing.seed))
         if seq is None:
+            before = next((s for s in self._by_prev.get(prev, ()) if not self._matched[s]), None)
             try:
-                return kg.extra_call(crossing, site)
+                return kg.extra_call(crossing, site, before)
             except ReplayDivergence as exc:
                 raise self._fail(exc) from None
         ev = self._events[seq]
@@ -297,10 +312,30 @@ class KeepGoingInterleaver(Interleaver):
         if prev is not None and back == prev:
             for s in skipped:
                 self._let_go(s)
+                self._passed_over.add(s)
         super()._take(seq)
         index = self._kg.index
         index.taken[seq] = True
         index.last = max(index.last, seq)
+
+    def _late(self, crossing: Crossing, data: bytes) -> int | None:
+        """A crossing let go as passed over that this call is after all, now taken; or None.
+
+        Its turn is gone (the crossings recorded after it came first), so it is answered at
+        once and reported out of order, not missing.
+        """
+        seq = min(
+            (s for s in self._passed_over if self._same(self._events[s], crossing, data)),
+            default=None,
+        )
+        if seq is not None:
+            self._passed_over.discard(seq)
+            self._kg.index.taken[seq] = True
+        return seq
+
+    def _after(self, prev: int | None, late: int) -> TraceEvent | None:
+        """The crossing recorded after ``late`` on its branch that this branch made first."""
+        return None if prev is None or prev < late else self._events[prev]
 
     def _prev(self, seq: int) -> int | None:
         il = self._events[seq].interleave
