@@ -7,8 +7,9 @@ response, even when its request changed, so the agent goes on as it went live; a
 with no recorded counterpart is *extra*: a decision is let through (it needs no answer), a
 clock read gets the record's time at that point and a random draw its own seed (or 0); a
 model, tool or state call stops the re-run there, since the record holds nothing to answer
-it with. What nothing aligned with is *missing*. All of it, and the final output, is
-reported in seq order.
+it with. What nothing aligned with is *missing*. A call aligned with a crossing recorded
+before one already made (two calls swapped) is *out of order*: one finding, at its seq. All
+of it, and the final output, is reported in seq order.
 
 A record whose crossings overlapped (concurrent branches) is served by a
 :class:`KeepGoingInterleaver`: results come back in the recorded interleaving exactly as in a
@@ -17,7 +18,8 @@ completed in shows no false differences. A call the strict replay would diverge 
 aligned instead: with its branch's next recorded crossing of the same kind, else as above,
 and served in that crossing's recorded turn. Crossings a branch passed over, and a crossing
 the others waited on for ``STALL_TIMEOUT_S`` that never started, are let go as missing, so
-no branch waits on a call that will not come.
+no branch waits on a call that will not come; one passed over that the branch then makes
+after all is out of order (answered at once), not missing.
 """
 
 from __future__ import annotations
