@@ -12,6 +12,12 @@ at every later step. Here each crossing is matched with a recorded one, in this 
 and nothing else: then the crossing is *extra*, and what no crossing took is *missing*.
 Call sites come from ``attributes["tracevault.site"]`` (``tracevault.callsite``); a record
 without them (made before sites were recorded) aligns by kind and ordinal alone.
+
+Lines move: a run recorded before an edit above the agent's calls has every site a few lines
+off, and a call at its new line may then sit exactly where the record has another call of
+the same kind. So each function keeps the line offset its last same-request match showed
+(step 1 or 3 within one function), and steps 1 and 2 look a site up at its line moved by
+that offset first: by function and ordinal, whatever the edit did to the line numbers.
 """
 
 from __future__ import annotations
@@ -82,6 +88,8 @@ class RecordIndex:
         self._content: dict[tuple[object, ...], _Queue] = {}
         self.sited = False
         self.crossings = 0
+        # module:function -> recorded line minus re-run line, from the last same-request match
+        self._offset: dict[str, int] = {}
         for pos, ev in enumerate(events):
             if not is_crossing(ev, nested=nested):
                 continue
@@ -106,18 +114,48 @@ class RecordIndex:
     def take(self, probe: Probe) -> int | None:
         """The position of the recorded crossing ``probe`` aligns with, now taken; or None."""
         site = probe.site if self.sited else None
+        sites = self._sites(site)
         content = (probe.kind, probe.request, probe.model, _seed(probe.kind, probe.seed))
-        pos = self._first(self._exact, (*content, site))
+        same = True  # the same request: what the line offset is learnt from
+        pos = next(
+            (p for s in sites if (p := self._first(self._exact, (*content, s))) is not None), None
+        )
         if pos is None:
-            pos = self._first(self._site, (probe.kind, site))
+            same = False
+            pos = next(
+                (p for s in sites if (p := self._first(self._site, (probe.kind, s))) is not None),
+                None,
+            )
         if pos is None:
+            same = True
             pos = self._first(self._content, content)
         if pos is None:
+            same = False
             pos = self._next_in_function(probe.kind, site)
         if pos is not None:
             self.taken[pos] = True
             self.last = max(self.last, pos)
+            if same:
+                self._learn(site, event_site(self.events[pos]))
         return pos
+
+    def _sites(self, site: str | None) -> tuple[str | None, ...]:
+        """``site`` at its line moved by its function's offset, then as it is."""
+        if site is None:
+            return (None,)
+        func, _, line = site.rpartition(":")
+        offset = self._offset.get(func, 0)
+        if not offset or not line.isdigit():
+            return (site,)
+        return (f"{func}:{int(line) + offset}", site)
+
+    def _learn(self, site: str | None, recorded: str | None) -> None:
+        if site is None or recorded is None:
+            return
+        func, _, line = site.rpartition(":")
+        rfunc, _, rline = recorded.rpartition(":")
+        if func == rfunc and line.isdigit() and rline.isdigit():
+            self._offset[func] = int(rline) - int(line)
 
     def _next_in_function(self, kind: EventKind, site: str | None) -> int | None:
         for pos in range(self.last + 1, len(self.events)):

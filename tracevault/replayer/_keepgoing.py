@@ -7,8 +7,9 @@ response, even when its request changed, so the agent goes on as it went live; a
 with no recorded counterpart is *extra*: a decision is let through (it needs no answer), a
 clock read gets the record's time at that point and a random draw its own seed (or 0); a
 model, tool or state call stops the re-run there, since the record holds nothing to answer
-it with. What nothing aligned with is *missing*. All of it, and the final output, is
-reported in seq order.
+it with. What nothing aligned with is *missing*. A call aligned with a crossing recorded
+before one already made (two calls swapped) is *out of order*: one finding, at its seq. All
+of it, and the final output, is reported in seq order.
 
 A record whose crossings overlapped (concurrent branches) is served by a
 :class:`KeepGoingInterleaver`: results come back in the recorded interleaving exactly as in a
@@ -17,7 +18,8 @@ completed in shows no false differences. A call the strict replay would diverge 
 aligned instead: with its branch's next recorded crossing of the same kind, else as above,
 and served in that crossing's recorded turn. Crossings a branch passed over, and a crossing
 the others waited on for ``STALL_TIMEOUT_S`` that never started, are let go as missing, so
-no branch waits on a call that will not come.
+no branch waits on a call that will not come; one passed over that the branch then makes
+after all is out of order (answered at once), not missing.
 """
 
 from __future__ import annotations
@@ -68,9 +70,10 @@ class KeepGoingCursor(ReplayCursor):
         return exc
 
     def _report(self, ev: TraceEvent | None, reason: str, **kw: Any) -> DivergenceReport:
+        seq = kw.pop("seq", None)
         report = DivergenceReport(
             run_id=self.run_id,
-            seq=ev.seq if ev is not None else self.next_seq(),
+            seq=ev.seq if ev is not None else self.next_seq() if seq is None else seq,
             expected=kw.pop("expected", None if ev is None else ev.kind.value),
             reason=reason,
             expected_request=None if ev is None else _loads(ev.request),
@@ -87,16 +90,31 @@ class KeepGoingCursor(ReplayCursor):
             self.raise_if_diverged()
             request = canonical_json_like(crossing.request, self._form, field="request")
             probe = Probe(crossing.kind, site, request, crossing.model, crossing.seed)
+            before = self.index.last
             pos = self.index.take(probe)
             if pos is None:
                 return self.extra_call(crossing, site)
             self.pos = self.index.last + 1
             ev = self.events[pos]
-            self.compare(ev, crossing, request, site)
+            # recorded before a crossing already made: the agent swapped them
+            after = self.events[before] if pos < before else None
+            self.compare(ev, crossing, request, site, after=after)
             return ev
 
-    def compare(self, ev: TraceEvent, crossing: Crossing, request: bytes, site: str | None) -> None:
-        """Report how ``crossing`` differs from ``ev``, the recorded crossing it aligned with."""
+    def compare(
+        self,
+        ev: TraceEvent,
+        crossing: Crossing,
+        request: bytes,
+        site: str | None,
+        *,
+        after: TraceEvent | None = None,
+    ) -> None:
+        """Report how ``crossing`` differs from ``ev``, the recorded crossing it aligned with.
+
+        ``after``: a crossing recorded later than ``ev`` but made before it (out of order),
+        reported with ``ev`` as one finding (a swap of two calls is one edit).
+        """
         kind = crossing.kind.value
         if crossing.kind is EventKind.MODEL_CALL and crossing.model is None:
             crossing = Crossing(crossing.kind, crossing.request, ev.model, crossing.seed)
@@ -110,11 +128,19 @@ class KeepGoingCursor(ReplayCursor):
         if request != ev.request:
             diff.extend(json_diff(_loads(ev.request), crossing.request, "$.request"))
         recorded_site = event_site(ev)
-        if diff:
+        if diff or after is not None:
             moved = "" if recorded_site in (None, site) else f" (recorded at {recorded_site})"
+            parts = []
+            if after is not None:
+                parts.append(
+                    f"came out of order: recorded before the {after.kind.value} call at seq "
+                    f"{after.seq}, made after it"
+                )
+            if diff:
+                parts.append(f"differs from the record{moved}")
             self._report(
                 ev,
-                f"the {kind} call differs from the record{moved}",
+                f"the {kind} call " + "; it also ".join(parts),
                 actual=kind,
                 diff=tuple(diff),
                 actual_request=crossing.request,
@@ -141,10 +167,16 @@ class KeepGoingCursor(ReplayCursor):
             return await self.interleave.aexpect(crossing)
         return self.expect(crossing)
 
-    def extra_call(self, crossing: Crossing, site: str | None) -> TraceEvent:
-        """A crossing nothing in the record aligns with: a stand-in answer, or the stop."""
+    def extra_call(
+        self, crossing: Crossing, site: str | None, before: int | None = None
+    ) -> TraceEvent:
+        """A crossing nothing in the record aligns with: a stand-in answer, or the stop.
+
+        It is reported at ``before`` (its branch's next recorded crossing, in a concurrent
+        run), else at the first recorded crossing not yet made.
+        """
         kind = crossing.kind.value
-        nxt = self.peek()
+        nxt = self.peek() if before is None else self.events[before]
         where = "after the record ended" if nxt is None else f"before seq {nxt.seq}"
         stand_in = self._stand_in(crossing)
         reason = f"an extra {kind} call the record does not have ({where})"
@@ -157,6 +189,7 @@ class KeepGoingCursor(ReplayCursor):
             diff=json_diff(MISSING, crossing.request, "$.request"),
             actual_request=crossing.request,
             site=site,
+            seq=None if nxt is None else nxt.seq,
             next_in_record=tuple(StepSummary.of(e) for e in self.events[self.pos : self.pos + 3]),
         )
         if stand_in is not None:
@@ -230,10 +263,16 @@ class KeepGoingInterleaver(Interleaver):
     def __init__(self, cursor: KeepGoingCursor, events: Sequence[TraceEvent]) -> None:
         super().__init__(cursor, events)
         self._kg = cursor
+        self._passed_over: set[int] = set()  # let go, not called (yet): missing unless called
 
     def _unmatched(self, crossing: Crossing, data: bytes, prev: int | None) -> int | TraceEvent:
         kg = self._kg
         site = call_site()
+        late = self._late(crossing, data)
+        if late is not None:  # a branch made two calls in the other order
+            kg.compare(self._events[late], crossing, data, site, after=self._after(prev, late))
+            _BRANCH.set((self._token, late))
+            return self._events[late]
         # the same branch's next crossing of this kind: concurrent branches often make the
         # same calls from the same lines, so the call site alone would pick another branch's
         seq = next(
@@ -247,8 +286,9 @@ class KeepGoingInterleaver(Interleaver):
         if seq is None:
             seq = kg.index.take(Probe(crossing.kind, site, data, crossing.model, crossing.seed))
         if seq is None:
+            before = next((s for s in self._by_prev.get(prev, ()) if not self._matched[s]), None)
             try:
-                return kg.extra_call(crossing, site)
+                return kg.extra_call(crossing, site, before)
             except ReplayDivergence as exc:
                 raise self._fail(exc) from None
         ev = self._events[seq]
@@ -274,10 +314,30 @@ class KeepGoingInterleaver(Interleaver):
         if prev is not None and back == prev:
             for s in skipped:
                 self._let_go(s)
+                self._passed_over.add(s)
         super()._take(seq)
         index = self._kg.index
         index.taken[seq] = True
         index.last = max(index.last, seq)
+
+    def _late(self, crossing: Crossing, data: bytes) -> int | None:
+        """A crossing let go as passed over that this call is after all, now taken; or None.
+
+        Its turn is gone (the crossings recorded after it came first), so it is answered at
+        once and reported out of order, not missing.
+        """
+        seq = min(
+            (s for s in self._passed_over if self._same(self._events[s], crossing, data)),
+            default=None,
+        )
+        if seq is not None:
+            self._passed_over.discard(seq)
+            self._kg.index.taken[seq] = True
+        return seq
+
+    def _after(self, prev: int | None, late: int) -> TraceEvent | None:
+        """The crossing recorded after ``late`` on its branch that this branch made first."""
+        return None if prev is None or prev < late else self._events[prev]
 
     def _prev(self, seq: int) -> int | None:
         il = self._events[seq].interleave
