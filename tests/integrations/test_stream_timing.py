@@ -110,14 +110,18 @@ def check_paced(pipeline: Pipeline, make: Callable[..., Any], url: str, events: 
         offsets = recorded_offsets(run)
         assert offsets is not None and len(offsets) == events
         recorded = gaps(offsets)
-        # The provider paced the stream and the record kept it.
-        assert all(g >= 0.8 * DELAY for g in recorded), recorded
+        # The provider paced the stream and the record kept it. Summed, not gap by gap: a
+        # reader descheduled for a moment finds two chunks buffered and records one gap short.
+        assert sum(recorded) >= 0.8 * DELAY * len(recorded), recorded
         before = unchanged(server)
 
         on = replayed(run, make, timing=True)
         # The SDK hands the agent one parsed chunk per recorded event, each after its gap.
         assert len(on) == len(recorded), (on, recorded)
-        assert all(got >= 0.8 * want for got, want in zip(on, recorded, strict=True)), (
+        # Each chunk comes no earlier than the record says, give or take how late the SDK
+        # handed the agent the first one (a bound that load cannot break; docs/design.md).
+        assert sum(on) >= 0.8 * sum(recorded), (on, recorded)
+        assert all(sum(on[:k]) >= sum(recorded[:k]) - 0.5 * DELAY for k in range(1, len(on) + 1)), (
             on,
             recorded,
         )
