@@ -119,7 +119,7 @@ def check_paced(pipeline: Pipeline, make: Callable[..., Any], url: str, events: 
         # The SDK hands the agent one parsed chunk per recorded event, each after its gap.
         assert len(on) == len(recorded), (on, recorded)
         # Each chunk comes no earlier than the record says, give or take how late the SDK
-        # handed the agent the first one (a bound that load cannot break; docs/design.md).
+        # handed the agent the first one (a bound that load cannot break).
         assert sum(on) >= 0.8 * sum(recorded), (on, recorded)
         assert all(sum(on[:k]) >= sum(recorded[:k]) - 0.5 * DELAY for k in range(1, len(on) + 1)), (
             on,
