@@ -190,7 +190,7 @@ def test_every_combination_in_a_concurrent_agent(
     concurrent: list[list[TraceEvent]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a branch's last call left out is let go only after the others waited STALL_TIMEOUT_S
-    # for it (docs/design.md, "Keep going"): far below 10 s keeps 26 such sets fast
+    # for it (docs/design.md, "Investigating a run"): far below 10 s keeps 26 such sets fast
     monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", _STALL_S)
     wrong = []
     kinds_ = kga.CONCURRENT_KINDS
