@@ -307,12 +307,16 @@ class Interleaver:
         # made only after the one before it in its branch, so an extra or swapped call is
         # never handed a later crossing's answer (it diverges at its own seq instead).
         for before, seqs in self._by_prev.items():
-            if before is not None and not self._matched[before]:
+            if not self._reached(before):
                 continue
             for seq in seqs:
                 if not self._matched[seq] and self._same(self._events[seq], crossing, data):
                     return seq
         return None
+
+    def _reached(self, before: int | None) -> bool:
+        """Whether the branch whose previous crossing is ``before`` got that far (started it)."""
+        return before is None or self._matched[before]
 
     def _unmatched(self, crossing: Crossing, data: bytes, prev: int | None) -> int | TraceEvent:
         """A call no recorded crossing explains: strict replay diverges (keep-going aligns).

@@ -299,6 +299,16 @@ class KeepGoingInterleaver(Interleaver):
         _BRANCH.set((self._token, seq))
         return ev
 
+    def _reached(self, before: int | None) -> bool:
+        """Any open crossing may match: a call made ahead of its branch is a swap to report.
+
+        The strict rule (the branch's previous crossing started) would leave the later call
+        of a swapped pair unmatched, and it would be aligned with the earlier one (a false
+        diff). Matched here, ``_take`` lets the crossings it passed over go, and the earlier
+        call, made after all, is reported out of order (``_late``).
+        """
+        return True
+
     def _take(self, seq: int, prev: int | None = None) -> None:
         """Take ``seq``; what its branch passed over since ``prev`` is missing.
 
