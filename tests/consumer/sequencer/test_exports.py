@@ -23,6 +23,7 @@ def test_heads_exports() -> None:
         "FINISHED_KEY_PREFIX", "FinishedChunk", "fingerprint", "is_finished_key",
         "HeadsState", "find_head", "read_state",
         "ProvenState", "Rejection", "prove_state",
+        "head_v1_header", "plain_head_value",
     }  # fmt: skip
     for name in tracevault.heads.__all__:
         assert getattr(tracevault.heads, name) is not None
