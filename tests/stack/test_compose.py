@@ -18,6 +18,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -228,6 +229,7 @@ def test_the_keys_one_shot_makes_a_private_log_key_and_shares_its_vkey(host: _Ho
 
 
 def _healthy(url: str, proc: subprocess.Popen[bytes], log: Path, deadline: float) -> None:
+    pause = threading.Event()
     while True:
         assert proc.poll() is None, f"exited {proc.returncode}: {log.read_text()[-2000:]}"
         try:
@@ -237,7 +239,7 @@ def _healthy(url: str, proc: subprocess.Popen[bytes], log: Path, deadline: float
         except (urllib.error.URLError, ConnectionError):
             pass
         assert time.monotonic() < deadline, f"{url} not healthy in time"
-        time.sleep(0.2)
+        pause.wait(0.2)  # a deadline-bounded poll of a condition
 
 
 @pytest.mark.parametrize("name", SERVICES)
