@@ -21,11 +21,11 @@ import argparse
 import json
 import os
 import tempfile
-import time
 import uuid
 from typing import Any
 
 import openai
+from _alternate import alternate
 from confluent_kafka.admin import AdminClient
 
 from tracevault.config import Settings
@@ -38,11 +38,6 @@ MESSAGES = [
     {"role": "system", "content": "You are a support agent for a bicycle shop. " * 8},
     {"role": "user", "content": "My rear derailleur skips under load on the two largest cogs."},
 ]
-
-
-def quantile(xs: list[int], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000.0
 
 
 def call(client: Any, stream: bool) -> None:
@@ -58,33 +53,12 @@ def call(client: Any, stream: bool) -> None:
 def bench(publisher: Publisher, url: str, calls: int, stream: bool) -> dict[str, float]:
     bare_client = openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
     sdk = openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
-    bare: list[int] = []
-    wrapped: list[int] = []
-    clock = time.perf_counter_ns
     rec = Recorder(publisher=publisher, agent_id="bench", agent_version="1", input=None)
     with rec:
         client = wrap(sdk, rec)
-        for _ in range(200):  # warm up: connections open, caches hot
-            call(bare_client, stream)
-            call(client, stream)
-        for _ in range(calls):
-            t0 = clock()
-            call(bare_client, stream)
-            t1 = clock()
-            call(client, stream)
-            t2 = clock()
-            bare.append(t1 - t0)
-            wrapped.append(t2 - t1)
+        out = alternate(lambda: call(bare_client, stream), lambda: call(client, stream), calls)
     publisher.flush(60)
-    b50, w50 = quantile(bare, 0.5), quantile(wrapped, 0.5)
-    return {
-        "bare_median_us": b50,
-        "wrapped_median_us": w50,
-        "bare_p99_us": quantile(bare, 0.99),
-        "wrapped_p99_us": quantile(wrapped, 0.99),
-        "median_overhead_us": round(w50 - b50, 1),
-        "ratio": round(w50 / b50, 3),
-    }
+    return out
 
 
 def main() -> None:

@@ -23,11 +23,10 @@ import argparse
 import json
 import os
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
+from _alternate import alternate
 from confluent_kafka.admin import AdminClient
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -48,37 +47,6 @@ MESSAGES = [
 def lookup_part(sku: str) -> dict[str, Any]:
     """A part in the shop's catalogue."""
     return {"sku": sku, "name": "rear derailleur", "in_stock": 3}
-
-
-def quantile(xs: list[int], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000.0
-
-
-def alternate(bare: Callable[[], Any], wrapped: Callable[[], Any], calls: int) -> dict[str, float]:
-    clock = time.perf_counter_ns
-    b: list[int] = []
-    w: list[int] = []
-    for _ in range(200):  # warm up: connections open, caches hot
-        bare()
-        wrapped()
-    for _ in range(calls):
-        t0 = clock()
-        bare()
-        t1 = clock()
-        wrapped()
-        t2 = clock()
-        b.append(t1 - t0)
-        w.append(t2 - t1)
-    b50, w50 = quantile(b, 0.5), quantile(w, 0.5)
-    return {
-        "bare_median_us": b50,
-        "wrapped_median_us": w50,
-        "bare_p99_us": quantile(b, 0.99),
-        "wrapped_p99_us": quantile(w, 0.99),
-        "median_overhead_us": round(w50 - b50, 1),
-        "ratio": round(w50 / b50, 3),
-    }
 
 
 def bench(publisher: Publisher, url: str, calls: int, mode: str) -> dict[str, float]:
