@@ -156,9 +156,12 @@ def day_batch_prefix(day: date) -> str:
     return f"{DAY_BATCH_ROOT}{day.isoformat()}/"
 
 
-def day_batch_key(day: date, prefix: str, partition: int, size: int) -> str:
-    """One flush's runs seen on ``day``: the run ids, percent-encoded, one per line."""
-    return f"{day_batch_prefix(day)}{quote(prefix, safe='-_.')}-{partition}-{size:012d}"
+def day_batch_key(day: date, prefix: str, partition: int, size: int, generation: str = "") -> str:
+    """One flush's runs seen on ``day``: the run ids, percent-encoded, one per line. The
+    generation keeps flushes of two incarnations of one partition's log (a new cluster on
+    the same day) from landing on one key with different lists."""
+    gen = f"-{generation}" if generation else ""
+    return f"{day_batch_prefix(day)}{quote(prefix, safe='-_.')}-{partition}-{size:012d}{gen}"
 
 
 def day_batch_runs(data: bytes) -> list[str]:

@@ -86,8 +86,13 @@ def parse_checkpoint_key(key: str) -> int | None:
     return int(name) if name.isdigit() else None
 
 
-def run_index_key(run_prefix: str, partition: int, size: int) -> str:
-    return f"{run_prefix}log-{partition}-{size:012d}.json"
+def run_index_key(run_prefix: str, partition: int, size: int, generation: str = "") -> str:
+    """``log-<p>-<size>[-<generation>].json``: the generation keeps two incarnations of a
+    partition's log apart when one run id is recorded in both at the same tree size, where one
+    key would be two objects with different content (docs/log.md, "A new cluster is a new
+    log")."""
+    gen = f"-{generation}" if generation else ""
+    return f"{run_prefix}log-{partition}-{size:012d}{gen}.json"
 
 
 def parse_run_index_key(key: str) -> tuple[int, int] | None:
@@ -96,7 +101,9 @@ def parse_run_index_key(key: str) -> tuple[int, int] | None:
     if not (name.startswith("log-") and name.endswith(".json")):
         return None
     try:
-        p, size = name[4:-5].split("-")
+        p, size, *gen = name[4:-5].split("-")
+        if len(gen) > 1 or (gen and not gen[0]):
+            return None
         return int(p), int(size)
     except ValueError:
         return None

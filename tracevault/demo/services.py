@@ -112,7 +112,16 @@ class Service:
         if self.proc is not None and self.proc.poll() is not None:
             raise ServiceUnavailableError(
                 f"the {self.name} exited with code {self.proc.returncode}; see {self.log_path}"
+                f"{self._tail()}"
             )
+
+    def _tail(self, lines: int = 12) -> str:
+        """The end of the service's log, so the error says why without opening the file."""
+        try:
+            text = self.log_path.read_text(errors="replace").rstrip().splitlines()
+        except OSError:
+            return ""
+        return "".join(f"\n  | {line}" for line in text[-lines:])
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM (clean shutdown: the current transaction or segment finishes), then wait."""

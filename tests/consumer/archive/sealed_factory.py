@@ -129,8 +129,9 @@ class LogWriter:
         signer: Ed25519Signer,
         prefix: str = "pfx",
         until: datetime = FUTURE,
+        generation: str = "",
     ) -> None:
-        self.origin = log_origin("tracevault", prefix, 0)
+        self.origin = log_origin("tracevault", prefix, 0, generation)
         self.plog = PartitionLog.open(store, prefix, self.origin, 0, [signer.verifier])
         self.signer, self.until = signer, until
         self.tree = CompactTree()

@@ -57,7 +57,7 @@ def _keys(run_id: str) -> list[str]:
         segment_key(run_id, BIG, BIG),
         receipt_key(run_id, BIG, BIG),
         final_key(run_id),
-        run_index_key(run_prefix(run_id), 99_999, BIG),
+        run_index_key(run_prefix(run_id), 99_999, BIG, "g" + "f" * 16),
     ]
 
 

@@ -70,8 +70,14 @@ def test_each_transaction_signs_its_partitions_and_a_restart_continues_the_log(
     for part, cps in after.items():
         old = before.get(part, [])
         assert cps[: len(old)] == old, "the first life's checkpoints are still there"
-        # batches of 40 over 3 partitions: many transactions, one checkpoint each per partition
-        assert len(cps) >= 3
+        assert cps, f"partition {part} has events but no checkpoint"
+    # a transaction holds at most 40 events and signs a checkpoint for each partition it
+    # touched, so each life signed at least ceil(events / 40); how the consumer happens to
+    # spread its fetches over partitions decides the rest
+    signed_first = sum(map(len, before.values()))
+    signed_second = sum(map(len, after.values())) - signed_first
+    assert signed_first >= -(-(len(first) + 4) // 40), before
+    assert signed_second >= -(-len(second) // 40), after
     grown = [p for p in after if len(after[p]) > len(before.get(p, []))]
     assert grown, "the second life appended to some partition's log"
     for p in grown:

@@ -289,6 +289,7 @@ class PartitionLog:
         days: dict[date, set[str]] = {}
         # each run's RunIndex(run_id, log, origin, partition, size, leaves, fin, head).to_json()
         index_json = RunIndexJson(self.log, self.origin, self.partition, size)
+        gen = origin_generation(self.origin)
         leaf_index = self.leaf_index
         for run_id, recs in self.runs.items():
             last = recs[-1]
@@ -299,11 +300,11 @@ class PartitionLog:
                 fin,
                 last.chain_hash.hex() if fin else "",
             )
-            puts.append((run_index_key(prefix_of_run(run_id), self.partition, size), data))
+            puts.append((run_index_key(prefix_of_run(run_id), self.partition, size, gen), data))
             for day in {_day(recs[0].sealed_at), _day(recs[-1].sealed_at)}:
                 days.setdefault(day, set()).add(run_id)
         for day, run_ids in sorted(days.items()):  # one object per flush and day, not per run
-            key = day_batch_key(day, self.prefix, self.partition, size)
+            key = day_batch_key(day, self.prefix, self.partition, size, gen)
             puts.append((key, encode_day_batch(run_ids)))
         job = FlushJob(
             self.store,
