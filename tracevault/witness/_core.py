@@ -15,6 +15,8 @@ verifiers too, so it lives in :mod:`tracevault.archive.witness_layout`)::
 
     witness/<quoted origin>/checkpoint/<size, 20 digits>   the cosigned checkpoint note
     witness/<quoted origin>/refusal/<time>-<kind>-<size>   JSON: why, and the note refused
+    witness/<quoted origin>/head/<size, 20 digits>         JSON: the checkpoint record behind
+                                                           a cosigned size and its offset
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from tracevault.errors import LogError, NotFoundError
 from tracevault.log import (
     EMPTY_ROOT,
     Checkpoint,
+    CheckpointRecord,
     CompactTree,
     CosignatureSigner,
     NoteVerifier,
@@ -53,6 +56,7 @@ from tracevault.log import (
 __all__ = [
     "ALERT_KINDS",
     "Cosigned",
+    "Known",
     "Refused",
     "Witness",
     "WitnessMetrics",
@@ -64,7 +68,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+
+def _b64(h: bytes) -> str:
+    """A root as the checkpoint's own line shows it."""
+    return base64.b64encode(h).decode()
+
+
 ALERT_KINDS = ("fork", "rollback")
+_KEEP_LEAVES = 1024
 
 
 class Refused(Exception):
@@ -150,6 +161,67 @@ def prefix_root(tree: CompactTree, size: int) -> bytes | None:
     return root
 
 
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the witness knows of its latest size beyond (size, root): the checked record
+    that ended there (its start tree and leaves) and that record's offset in the partition.
+
+    Why: with the record, the root of every size from its start to its end is known, so a
+    smaller checkpoint of another root is shown not to be a prefix; with the offset, a
+    record read later in the partition that is smaller was presented after the larger one
+    (a rollback, or an old checkpoint replayed). Kept in the store (``head/``), so a
+    restarted witness still knows both.
+    """
+
+    rec: CheckpointRecord
+    offset: int | None
+
+    @classmethod
+    def of(cls, rec: CheckpointRecord, offset: int | None) -> Known:
+        """Keep at most the last ``_KEEP_LEAVES`` leaves (a poll's joined range can hold
+        many): the roots of the sizes just below the witness's are what a rollback shows."""
+        if len(rec.leaves) <= _KEEP_LEAVES:
+            return cls(rec, offset)
+        cut = len(rec.leaves) - _KEEP_LEAVES
+        tree = CompactTree(rec.start, list(rec.prefix))
+        tree.extend(rec.leaves[:cut])
+        kept = CheckpointRecord(rec.note, tree.size, tuple(tree.hashes), rec.leaves[cut:])
+        return cls(kept, offset)
+
+    def tree(self) -> CompactTree:
+        tree = CompactTree(self.rec.start, list(self.rec.prefix))
+        tree.extend(self.rec.leaves)
+        return tree
+
+    def root_at(self, size: int) -> bytes | None:
+        """The root of the first ``size`` leaves when this record shows it, else None."""
+        rec = self.rec
+        start = CompactTree(rec.start, list(rec.prefix))
+        if size < rec.start:
+            return prefix_root(start, size)
+        if size > rec.end:
+            return None
+        start.extend(rec.leaves[: size - rec.start])
+        return start.root()
+
+    def to_json(self) -> bytes:
+        doc = {"offset": self.offset, "record_b64": base64.b64encode(self.rec.encode()).decode()}
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Known:
+        doc = json.loads(data)
+        offset = doc.get("offset")
+        return cls(
+            CheckpointRecord.decode(base64.b64decode(doc["record_b64"])),
+            offset if isinstance(offset, int) else None,
+        )
+
+
+def head_key(origin: str, size: int) -> str:
+    return f"{origin_prefix(origin)}head/{size:020d}"
+
+
 class Witness:
     """Cosigns checkpoints of the logs its trusted keys sign; state lives in ``store``.
 
@@ -175,9 +247,9 @@ class Witness:
         self.retention = retention
         self.metrics = metrics or WitnessMetrics()
         self._latest: dict[str, tuple[int, bytes]] = {}
-        # the compact tree at the latest size, when a checkpoint record showed it: what lets
-        # an older checkpoint be shown inconsistent (``prefix_root``); memory only
-        self._trees: dict[str, CompactTree] = {}
+        # the record behind the latest size, when a checkpoint record showed it: what lets
+        # an older checkpoint be shown inconsistent, or presented after it (``Known``)
+        self._known: dict[str, Known] = {}
         self._lock = threading.Lock()
 
     def latest(self, origin: str) -> tuple[int, bytes] | None:
@@ -190,6 +262,15 @@ class Witness:
         cp = self._stored(origin, sizes[-1])
         assert cp is not None
         self._latest[origin] = (cp.size, cp.root)
+        try:
+            known = Known.from_json(self.store.get(head_key(origin, cp.size)))
+        except NotFoundError:
+            pass  # cosigned over HTTP (no record), or by a witness before head/ was kept
+        except (ValueError, KeyError, LogError) as e:
+            log.warning("witness head object of %s@%s ignored: %s", origin, cp.size, e)
+        else:
+            if known.rec.end == cp.size and known.tree().root() == cp.root:
+                self._known[origin] = known
         return self._latest[origin]
 
     def _stored(self, origin: str, size: int) -> Checkpoint | None:
@@ -209,8 +290,9 @@ class Witness:
         *,
         proof_from_log: bool = False,
         evidence: bytes | None = None,
-        tree: CompactTree | None = None,
         head_before: int = 0,
+        record: CheckpointRecord | None = None,
+        offset: int | None = None,
     ) -> Cosigned:
         """Cosign ``note`` if it extends the last cosigned checkpoint; else :class:`Refused`.
 
@@ -222,10 +304,15 @@ class Witness:
         A checkpoint smaller than the witness's size that it never cosigned is, as C2SP
         tlog-witness says, a 409 with the witness's size (kind ``old``, no alert): a genuine
         old checkpoint (a witness that joined late and re-reads the log) looks just like it.
-        It is a ``rollback`` (an alert) only when shown to be one: ``tree`` (the compact tree
-        at the checkpoint's size, from a verified record) at the witness's size proves it is
-        not a prefix, or ``head_before`` says the log showed a larger head before presenting
-        this one as its newest (the follower's view of the topic).
+        It is a ``rollback`` (an alert) only when shown to be one: the record behind the
+        witness's size (``Known``) gives another root for the checkpoint's size, or the log
+        presented it as its newest after a larger head: ``head_before`` (the follower's view
+        of this session) or an ``offset`` above the one of the record the witness cosigned.
+        A copy of a checkpoint it cosigned, presented so, is a rollback too (an old note
+        replayed); shown at a lower offset it is a re-read.
+
+        ``record`` (the checked record ending at the note's size) and ``offset`` (its offset
+        in the partition) are kept with a cosignature, so this holds across a restart.
         """
         with self._lock:
             try:
@@ -242,8 +329,9 @@ class Witness:
                 proof,
                 proof_from_log=proof_from_log,
                 evidence=evidence,
-                tree=tree,
                 head_before=head_before,
+                record=record,
+                offset=offset,
             )
 
     def _decide(
@@ -255,8 +343,9 @@ class Witness:
         *,
         proof_from_log: bool,
         evidence: bytes | None,
-        tree: CompactTree | None,
         head_before: int,
+        record: CheckpointRecord | None,
+        offset: int | None,
     ) -> Cosigned:
         latest = self.latest(cp.origin)
         size, root = latest if latest is not None else (0, b"")
@@ -264,8 +353,22 @@ class Witness:
         if latest is not None and cp.size <= size:
             seen = self._stored(cp.origin, cp.size)
             if seen is not None and seen.root == cp.root:
-                if cp.size == size and tree is not None:  # a re-read shows its compact tree
-                    self._trees.setdefault(cp.origin, tree)
+                if cp.size < size:
+                    shown = self._shown_after(cp, size, head_before, offset)
+                    if shown:
+                        raise self._refuse(
+                            "rollback",
+                            cp.origin,
+                            size,
+                            f"{where} (root {_b64(cp.root)}), a checkpoint this witness "
+                            f"cosigned before {cp.origin}@{size}, was presented again as the "
+                            f"log's newest {shown}: an old checkpoint replayed, the log "
+                            f"rolled back from {size} to {cp.size} leaves",
+                            note,
+                            evidence=evidence,
+                        )
+                elif record is not None and cp.origin not in self._known:
+                    self._known[cp.origin] = Known.of(record, offset)  # a re-read shows it
                 stored = self.store.get(checkpoint_key(cp.origin, cp.size)).decode()
                 return Cosigned(cp.origin, cp.size, stored, new=False)
             if seen is not None:
@@ -273,12 +376,14 @@ class Witness:
                     "fork",
                     cp.origin,
                     size,
-                    f"{where} has root {cp.root.hex()[:16]}…, this witness cosigned "
-                    f"{seen.root.hex()[:16]}… for that size: the log forked",
+                    f"{where} has root {_b64(cp.root)}, this witness cosigned "
+                    f"{cp.origin}@{cp.size} with root {_b64(seen.root)}: the log forked",
                     note,
                     evidence=evidence,
                 )
-            raise self._older(cp, note, size, head_before, evidence)
+            raise self._older(
+                cp, note, size, head_before=head_before, offset=offset, evidence=evidence
+            )
         if old_size > cp.size:
             raise Refused(
                 "conflict",
@@ -310,44 +415,74 @@ class Witness:
                 evidence=evidence,
             ) from None
         cosigned = add_cosignature(note, self.signer)
+        known = Known.of(record, offset) if record is not None and record.end == cp.size else None
+        if known is not None:  # first: a checkpoint object always finds its head beside it
+            self.store.put(
+                head_key(cp.origin, cp.size), known.to_json(), retain_until=self._until()
+            )
         self.store.put(
             checkpoint_key(cp.origin, cp.size), cosigned.encode(), retain_until=self._until()
         )
         self._latest[cp.origin] = (cp.size, cp.root)
-        if tree is not None and tree.size == cp.size:
-            self._trees[cp.origin] = tree
+        if known is not None:
+            self._known[cp.origin] = known
         else:
-            self._trees.pop(cp.origin, None)
+            self._known.pop(cp.origin, None)
         self.metrics.cosigned.labels(cp.origin).inc()
         self.metrics.size.labels(cp.origin).set(cp.size)
         log.info("cosigned %s@%s", cp.origin, cp.size)
         return Cosigned(cp.origin, cp.size, cosigned, new=True)
 
+    def _shown_after(self, cp: Checkpoint, size: int, head_before: int, offset: int | None) -> str:
+        """How the log presented ``cp`` (below ``size``) as newer than a larger head, or ""."""
+        if head_before > cp.size:
+            return f"after {cp.origin}@{head_before}"
+        known = self._known.get(cp.origin)
+        if (
+            offset is not None
+            and known is not None
+            and known.offset is not None
+            and offset > known.offset
+        ):
+            return (
+                f"at offset {offset}, after the record of {cp.origin}@{size} at offset "
+                f"{known.offset}"
+            )
+        return ""
+
     def _older(
-        self, cp: Checkpoint, note: str, size: int, head_before: int, evidence: bytes | None
+        self,
+        cp: Checkpoint,
+        note: str,
+        size: int,
+        *,
+        head_before: int,
+        offset: int | None,
+        evidence: bytes | None,
     ) -> Refused:
         """A checkpoint below the witness's size that it never cosigned: old, or a rollback."""
         where = f"{cp.origin}@{cp.size}"
-        mine = self._trees.get(cp.origin)
-        expect = prefix_root(mine, cp.size) if mine is not None else None
+        known = self._known.get(cp.origin)
+        expect = known.root_at(cp.size) if known is not None else None
         if expect is not None and expect != cp.root:
             return self._refuse(
                 "rollback",
                 cp.origin,
                 size,
-                f"{where} is not a prefix of {cp.origin}@{size}, the last checkpoint this "
-                f"witness cosigned (its first {cp.size} leaves have root "
-                f"{expect.hex()[:16]}…): the log was rolled back to another history",
+                f"{where} has root {_b64(cp.root)}, but the first {cp.size} leaves of "
+                f"{cp.origin}@{size}, the last checkpoint this witness cosigned, have root "
+                f"{_b64(expect)}: the log was rolled back to another history",
                 note,
                 evidence=evidence,
             )
-        if head_before > cp.size:
+        shown = self._shown_after(cp, size, head_before, offset)
+        if shown:
             return self._refuse(
                 "rollback",
                 cp.origin,
                 size,
-                f"{where} was presented as the log's newest checkpoint after "
-                f"{cp.origin}@{head_before}: the log was rolled back (this witness is at {size})",
+                f"{where} (root {_b64(cp.root)}) was presented as the log's newest checkpoint "
+                f"{shown}: the log was rolled back (this witness is at {size})",
                 note,
                 evidence=evidence,
             )

@@ -102,6 +102,7 @@ class _Range:
     rec: CheckpointRecord
     tree: CompactTree
     head_before: int
+    offset: int | None  # of the range's last record
 
 
 class WitnessFollower:
@@ -177,7 +178,8 @@ class WitnessFollower:
             if checked is None:
                 continue
             rec, tree = checked
-            head_before = self._advance(partition, rec, tree, offsets[i] if offsets else None)
+            offset = offsets[i] if offsets else None
+            head_before = self._advance(partition, rec, tree, offset)
             cur = pending.get(partition)
             if (
                 cur is not None
@@ -187,11 +189,11 @@ class WitnessFollower:
                 joined = CheckpointRecord(
                     rec.note, cur.rec.start, cur.rec.prefix, cur.rec.leaves + rec.leaves
                 )
-                pending[partition] = _Range(joined, tree, cur.head_before)
+                pending[partition] = _Range(joined, tree, cur.head_before, offset)
                 continue
             if cur is not None:
                 out.append(self._decide(partition, cur))
-            pending[partition] = _Range(rec, tree, head_before)
+            pending[partition] = _Range(rec, tree, head_before, offset)
         out.extend(self._decide(p, r) for p, r in pending.items())
         return out
 
@@ -251,8 +253,9 @@ class WitnessFollower:
                 proof,
                 proof_from_log=from_log,
                 evidence=rec.encode(),
-                tree=r.tree,
                 head_before=r.head_before,
+                record=rec,
+                offset=r.offset,
             )
         except Refused as refused:
             return refused
