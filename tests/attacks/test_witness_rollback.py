@@ -16,6 +16,7 @@ and kept as a refusal record holding the signed note; the genuine log is still c
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import urllib.request
@@ -23,18 +24,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
+from tests.consumer.archive.sealed_factory import sealed_run
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
+from tests.log.signed_sealed import SignedSealedWriter, fresh_settings, inject
 from tests.witness.topiclog import Partition, witness_process
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
+from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.log import (
+    CHECKPOINT_KEY,
     Checkpoint,
+    CheckpointRecord,
     CompactTree,
     CosignatureSigner,
     Ed25519Signer,
+    leaf_hash,
     split_note,
     write_private_key,
 )
@@ -174,3 +183,28 @@ def test_a_smaller_checkpoint_with_another_root_is_refused_after_a_restart(
     assert "record_b64" in refusal  # the record itself, signed by the log key: the proof
     alerts = [line for line in err.splitlines() if "ALERT" in line]
     assert len(alerts) == 1 and "rollback" in alerts[0] and "@41" in alerts[0], err
+
+
+def test_the_archiver_alerts_on_a_stale_checkpoint_in_sealed(
+    kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same replayed note, read by the archiver: refused ``bad-checkpoint`` with an
+    ALERT naming both sizes; the genuine run is archived as ever."""
+    settings = fresh_settings(kafka_bootstrap, tmp_path, partitions=1)
+    writer = SignedSealedWriter(settings)
+    sealed = sealed_run("stale-run", 6)
+    writer.publish(sealed, batches=3)
+    # the first transaction's checkpoint record, again (Ed25519 signs deterministically)
+    leaves = [leaf_hash(s.run_id, s.seq, s.hash) for s in sealed[:2]]
+    oldest, _ = CheckpointRecord.build(CompactTree(), leaves, writer.origin(0), writer.signer)
+    inject(settings, 0, oldest.encode(), CHECKPOINT_KEY)
+    caplog.set_level(logging.ERROR)
+    stats = Archiver(settings, verifiers=[writer.signer.verifier]).run(until_idle=2)
+    assert stats.events_archived == 6, stats
+    store = open_store(settings.archive_url, settings)
+    refused = [Quarantined.from_json(store.get(i.key)) for i in store.list("quarantine/")]
+    assert [q.reason for q in refused] == ["bad-checkpoint"], refused
+    origin = writer.origin(0)
+    assert f"{origin}@2" in refused[0].detail and f"{origin}@6" in refused[0].detail
+    alerts = [r.getMessage() for r in caplog.records if "ALERT" in r.getMessage()]
+    assert alerts and all("replayed" in a for a in alerts), alerts
