@@ -28,6 +28,7 @@ from tracevault.log import (
     leaf_hash,
     open_note,
     sign_note,
+    with_cosignatures,
 )
 from tracevault.witness import cosigned_checkpoint, cosigned_sizes
 from tracevault.witness._core import (
@@ -344,3 +345,16 @@ def _root_at_leaves(leaves: list[bytes], size: int) -> bytes:
     t = CompactTree()
     t.extend(leaves[:size])
     return t.root()
+
+
+def test_a_forked_cosigned_checkpoint_names_both_roots() -> None:
+    """Verify merging a witness's copy of another root at the run's size: the message names
+    the two roots, not ``…@42, not the run's …@42``."""
+    key = Ed25519Signer.generate("tv.test/log")
+    ours = sign_note(Checkpoint(ORIGIN, 42, b"\x01" * 32).body(), [key])
+    theirs = sign_note(Checkpoint(ORIGIN, 42, b"\x02" * 32).body(), [key])
+    with pytest.raises(LogError) as err:
+        with_cosignatures(ours, theirs)
+    msg = str(err.value)
+    roots = [base64.b64encode(bytes([b]) * 32).decode() for b in (1, 2)]
+    assert all(r in msg for r in roots) and f"{ORIGIN}@42" in msg and "fork" in msg, msg

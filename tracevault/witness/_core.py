@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -49,7 +49,9 @@ from tracevault.log import (
     NoteVerifier,
     add_cosignature,
     hash_children,
+    is_partition_origin,
     open_note,
+    split_note,
     verify_consistency,
 )
 
@@ -61,6 +63,7 @@ __all__ = [
     "Witness",
     "WitnessMetrics",
     "checkpoint_key",
+    "deployment_origins",
     "cosigned_checkpoint",
     "cosigned_sizes",
     "origin_prefix",
@@ -79,8 +82,8 @@ _KEEP_LEAVES = 1024
 
 
 class Refused(Exception):
-    """The witness did not cosign. ``kind``: signature, conflict, old, proof, fork, rollback,
-    gap.
+    """The witness did not cosign. ``kind``: unknown (an origin it does not witness),
+    signature, conflict, old, proof, fork, rollback, gap.
 
     ``fork`` and ``rollback`` are alerts (the log key signed two histories); the others are
     bad or unusable input (``old``: a checkpoint below the witness's size that nothing shows
@@ -222,6 +225,17 @@ def head_key(origin: str, size: int) -> str:
     return f"{origin_prefix(origin)}head/{size:020d}"
 
 
+def deployment_origins(base: str, prefix: str) -> Callable[[str], bool]:
+    """Whether an origin is a partition log of ``<base>/<prefix>`` (any generation): what
+    a witness of one deployment witnesses (docs/log.md)."""
+
+    def ours(origin: str) -> bool:
+        tail = origin.rpartition("/")[2]
+        return tail.isdigit() and is_partition_origin(origin, base, prefix, int(tail))
+
+    return ours
+
+
 class Witness:
     """Cosigns checkpoints of the logs its trusted keys sign; state lives in ``store``.
 
@@ -238,6 +252,7 @@ class Witness:
         *,
         retention: timedelta,
         metrics: WitnessMetrics | None = None,
+        origins: Callable[[str], bool] | None = None,
     ) -> None:
         if not log_keys:
             raise LogError("a witness needs at least one trusted log key to check signatures")
@@ -245,6 +260,9 @@ class Witness:
         self.signer = signer
         self.log_keys = list(log_keys)
         self.retention = retention
+        # which logs it witnesses (None: any its log keys sign); another origin gets the
+        # spec's 404, before any signature is checked
+        self.origins = origins
         self.metrics = metrics or WitnessMetrics()
         self._latest: dict[str, tuple[int, bytes]] = {}
         # the record behind the latest size, when a checkpoint record showed it: what lets
@@ -315,6 +333,16 @@ class Witness:
         in the partition) are kept with a cosignature, so this holds across a restart.
         """
         with self._lock:
+            if self.origins is not None:
+                try:
+                    origin = Checkpoint.parse(split_note(note)[0]).origin
+                except LogError:
+                    origin = ""  # not a checkpoint: refused below, as unsigned
+                if origin and not self.origins(origin):
+                    self.metrics.refused.labels(origin, "unknown").inc()
+                    raise Refused(
+                        "unknown", origin, f"this witness does not witness {origin}", 0, 404
+                    )
             try:
                 text, _ = open_note(note, self.log_keys)
                 cp = Checkpoint.parse(text)

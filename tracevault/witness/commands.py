@@ -149,7 +149,7 @@ def run(
     """
     from tracevault.runtime.liveness import Health, serve, stop_on_signals  # noqa: PLC0415
     from tracevault.witness._archive import ArchiveTiles  # noqa: PLC0415
-    from tracevault.witness._core import Witness  # noqa: PLC0415
+    from tracevault.witness._core import Witness, deployment_origins  # noqa: PLC0415
     from tracevault.witness._follow import WitnessFollower  # noqa: PLC0415 - Kafka import
     from tracevault.witness._http import serve_add_checkpoint  # noqa: PLC0415
 
@@ -165,7 +165,13 @@ def run(
     keys = _log_keys(settings, log_vkeys)
     signer = _signer(settings)
     store = open_store(_store_url(settings), settings)
-    w = Witness(store, signer, keys, retention=timedelta(days=settings.retention_days))
+    w = Witness(
+        store,
+        signer,
+        keys,
+        retention=timedelta(days=settings.retention_days),
+        origins=deployment_origins(settings.log_origin, settings.topic_prefix),
+    )
     archive = None
     if settings.witness_archive_url:
         archive = ArchiveTiles(
