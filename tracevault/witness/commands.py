@@ -88,6 +88,9 @@ def witness() -> None:
           --store file:///var/lib/tracevault-witness
     A log can also push checkpoints with a consistency proof: add
     --listen-port PORT (C2SP tlog-witness POST /add-checkpoint).
+    A witness we did not write (litewitness, any C2SP tlog-witness):
+      tracevault witness push --archive URL --witness-url URL \\
+          --witness-key VKEY --store URL
     Records gone from the topic before it read them (a gap) stall it
     until a later checkpoint proves consistency; --archive URL lets it
     read the missing nodes from the archive's tiles.
