@@ -104,6 +104,8 @@ def test_cosigns_over_http_and_answers_per_spec(
     # Conflict"": another root for the size it cosigned; and an older size: 409, its size
     assert _post(url, 12, [], _note(key, 12, bytes(32)))[:3:2] == (409, "12\n")
     assert _post(url, 0, [], _note(key, 7))[:3:2] == (409, "12\n")
+    # an old checkpoint it cosigned, with the witness's size as the old size: still 400
+    assert _post(url, 12, [], first)[0] == 400
     # the same checkpoint again from its size: its cosignature again
     code, _, body = _post(url, 12, [], second)
     assert code == 200 and body.startswith("\u2014 w.test ")

@@ -378,6 +378,15 @@ class Witness:
         latest = self.latest(cp.origin)
         size, root = latest if latest is not None else (0, b"")
         where = f"{cp.origin}@{cp.size}"
+        if old_size > cp.size and not proof_from_log:
+            # a caller's request (the follower passes its own size, above an older record's)
+            raise Refused(
+                "conflict",
+                cp.origin,
+                f"old size {old_size} is larger than the checkpoint's {cp.size}",
+                size,
+                400,
+            )
         if latest is not None and cp.size <= size:
             seen = self._stored(cp.origin, cp.size)
             if seen is not None and seen.root == cp.root:
@@ -411,14 +420,6 @@ class Witness:
                 )
             raise self._older(
                 cp, note, size, head_before=head_before, offset=offset, evidence=evidence
-            )
-        if old_size > cp.size:
-            raise Refused(
-                "conflict",
-                cp.origin,
-                f"old size {old_size} is larger than the checkpoint's {cp.size}",
-                size,
-                400,
             )
         if old_size != size:
             raise self._refuse(
