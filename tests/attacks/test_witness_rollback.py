@@ -185,19 +185,24 @@ def test_a_smaller_checkpoint_with_another_root_is_refused_after_a_restart(
     assert len(alerts) == 1 and "rollback" in alerts[0] and "@41" in alerts[0], err
 
 
+@pytest.mark.parametrize("stale", ["replayed", "smaller"])
 def test_the_archiver_alerts_on_a_stale_checkpoint_in_sealed(
-    kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture, stale: str
 ) -> None:
-    """The same replayed note, read by the archiver: refused ``bad-checkpoint`` with an
-    ALERT naming both sizes; the genuine run is archived as ever."""
+    """The same two attacks read by the archiver: refused ``bad-checkpoint`` with an ALERT
+    naming both sizes; the genuine run is archived as ever."""
     settings = fresh_settings(kafka_bootstrap, tmp_path, partitions=1)
     writer = SignedSealedWriter(settings)
     sealed = sealed_run("stale-run", 6)
     writer.publish(sealed, batches=3)
-    # the first transaction's checkpoint record, again (Ed25519 signs deterministically)
-    leaves = [leaf_hash(s.run_id, s.seq, s.hash) for s in sealed[:2]]
-    oldest, _ = CheckpointRecord.build(CompactTree(), leaves, writer.origin(0), writer.signer)
-    inject(settings, 0, oldest.encode(), CHECKPOINT_KEY)
+    leaves = [leaf_hash(s.run_id, s.seq, s.hash) for s in sealed]
+    if stale == "replayed":  # the first transaction's record again (Ed25519 is deterministic)
+        tree, new, size = CompactTree(), leaves[:2], 2
+    else:  # 5 leaves, after 6: the genuine 4, then another leaf 4
+        tree, new, size = CompactTree(), [leaf_hash("evil", 4, bytes(32))], 5
+        tree.extend(leaves[:4])
+    rec, _ = CheckpointRecord.build(tree, new, writer.origin(0), writer.signer)
+    inject(settings, 0, rec.encode(), CHECKPOINT_KEY)
     caplog.set_level(logging.ERROR)
     stats = Archiver(settings, verifiers=[writer.signer.verifier]).run(until_idle=2)
     assert stats.events_archived == 6, stats
@@ -205,6 +210,6 @@ def test_the_archiver_alerts_on_a_stale_checkpoint_in_sealed(
     refused = [Quarantined.from_json(store.get(i.key)) for i in store.list("quarantine/")]
     assert [q.reason for q in refused] == ["bad-checkpoint"], refused
     origin = writer.origin(0)
-    assert f"{origin}@2" in refused[0].detail and f"{origin}@6" in refused[0].detail
+    assert f"{origin}@{size}" in refused[0].detail and f"{origin}@6" in refused[0].detail
     alerts = [r.getMessage() for r in caplog.records if "ALERT" in r.getMessage()]
     assert alerts and all("replayed" in a for a in alerts), alerts
