@@ -230,6 +230,10 @@ def test_litewitness_cosigns_our_live_log_and_verify_accepts_it(
     res = verify("lw-a", CosignatureSigner.generate(NAME).verifier.vkey)
     assert res.exit_code == 1 and "0 trusted witness cosignature" in res.output, res.output
 
+    # a partition with nothing archived is skipped, said so, not an error
+    i = push.index("--partition")
+    res = _cli(settings, *push[:i], "--partition", "1", *push[i + 2 :])
+    assert res.exit_code == 0 and "nothing archived" in res.output, res.output
     # a log litewitness does not know (another deployment's origin): 403 or 404, told so
     other = log_origin(settings.log_origin, settings.topic_prefix + "x", 0, gen)
     note = sign_note(Checkpoint(other, 0, EMPTY_ROOT).body(), [log_signer])

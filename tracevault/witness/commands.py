@@ -290,6 +290,7 @@ def push(
       tracevault replay verify RUN --witness-key VKEY --witness-store URL
     finds it. 403/404 from the witness: it does not know the log (exit 3).
     """
+    from tracevault.archive.tlog import checkpoint_prefix, log_prefix  # noqa: PLC0415
     from tracevault.kafka import sealed_generation  # noqa: PLC0415 - Kafka import
     from tracevault.witness._archive import ArchiveTiles  # noqa: PLC0415
     from tracevault.witness._client import WitnessClient, push_archived  # noqa: PLC0415
@@ -304,6 +305,10 @@ def push(
     until = datetime.now(UTC) + timedelta(days=settings.retention_days)
     try:
         for p in partitions or range(settings.partitions):
+            log = log_prefix(settings.topic_prefix, p, gen)
+            if not tiles.store.list(checkpoint_prefix(log)):
+                stderr.print(f"partition {p}: nothing archived yet under {log}")
+                continue
             note = push_archived(
                 tiles, p, gen, client=client, witness_key=wkey, store=store,
                 log_keys=keys, retain_until=until,
