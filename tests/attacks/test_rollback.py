@@ -34,14 +34,17 @@ from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix, parse_run_index_key
 from tracevault.cli import tracevault as main
 from tracevault.config import Settings
+from tracevault.heads import locate_run
 from tracevault.kafka import sealed_generation
 from tracevault.log import CosignatureSigner, Ed25519Signer, log_origin, tile_width
+from tracevault.producer import Publisher, Recorder
 from tracevault.witness import cosigned_sizes
 from tracevault.witness._core import Witness
 from tracevault.witness._follow import WitnessFollower
 
 FIRST = ("rb-a", "rb-b")  # archived by the first pass: they survive the rollback
 SECOND = ("rb-c", "rb-d")  # archived by the second pass: the attacker removes them
+SPANNING = "rb-e"  # begun before the first pass, finished before the second: its tail goes
 
 
 @dataclass
@@ -76,6 +79,26 @@ def _archive_pass(settings: Settings, vkey: str) -> int:
     return int(cps[-1].key.rsplit("/", 1)[1])
 
 
+def _record_spanning(settings: Settings, gate: threading.Event) -> None:
+    """A run that records a tool call, delivers it, waits for ``gate``, then does the whole
+    research run: it spans the two archiver passes."""
+    publisher = Publisher(settings)
+
+    def agent(agent_input: Any, edges: Any) -> Any:
+        edges.tool("search", {"q": "first"})
+        assert publisher.flush(30), "the publisher could not deliver to Kafka"
+        assert gate.wait(120), "the gate was never opened"
+        return agents.research_agent(agent_input, edges)
+
+    try:
+        rec = Recorder(publisher=publisher, agent_id="rollback", agent_version="1",
+                       model=agents.fake_model, tools=agents.TOOLS, run_id=SPANNING)  # fmt: skip
+        rec.run(agent, agents.INPUT)
+    finally:
+        assert publisher.flush(30)
+        publisher.close()
+
+
 def _wait(cond: Any, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     tick = threading.Event()
@@ -107,11 +130,21 @@ def sealed(
 
     try:
         with sequencer_running(settings):
-            for run_id in FIRST:
-                record_live(settings, agents.research_agent, agents.INPUT, run_id)
-                wait_sealed(settings, run_id)
-            small = _archive_pass(settings, vkey)
-            _wait(lambda: cosigned(small), f"the witness to cosign {origin}@{small}")
+            gate = threading.Event()
+            spanning = threading.Thread(target=_record_spanning, args=(settings, gate), daemon=True)
+            spanning.start()
+            try:
+                _wait(lambda: (loc := locate_run(settings, SPANNING)) is not None
+                      and loc.last_seq >= 1, f"{SPANNING}'s first events sealed")  # fmt: skip
+                for run_id in FIRST:
+                    record_live(settings, agents.research_agent, agents.INPUT, run_id)
+                    wait_sealed(settings, run_id)
+                small = _archive_pass(settings, vkey)
+                _wait(lambda: cosigned(small), f"the witness to cosign {origin}@{small}")
+            finally:
+                gate.set()
+                spanning.join(60)
+            wait_sealed(settings, SPANNING)
             for run_id in SECOND:
                 record_live(settings, agents.research_agent, agents.INPUT, run_id)
                 wait_sealed(settings, run_id)
@@ -170,7 +203,7 @@ def _roll_back(s: Sealed, name: str) -> Settings:
         if drop:
             _delete(store, info.key)
             gone += 1
-    for run_id in (*FIRST, *SECOND):
+    for run_id in (*FIRST, *SECOND, SPANNING):
         for info in store.list(run_prefix(run_id)):
             idx = parse_run_index_key(info.key)
             if idx is not None and idx[1] > s.small:
@@ -206,9 +239,9 @@ def test_the_intact_archive_verifies_with_the_topic_and_the_witness(sealed, log_
     assert {s.small, s.large} <= set(
         cosigned_sizes(open_store(s.witness_url, s.settings), s.origin)
     )
-    for run_id in (*FIRST, *SECOND):
-        res = _verify(s.settings, log_vkey, run_id, "--witness-key", s.witness_vkey,
-                      "--witness-store", s.witness_url)  # fmt: skip
+    for run_id in (*FIRST, *SECOND, SPANNING):
+        res = _verify(s.settings, log_vkey, run_id, "--require-finished", "--witness-key",
+                      s.witness_vkey, "--witness-store", s.witness_url)  # fmt: skip
         assert res.exit_code == 0, res.output
         out = json.loads(res.output)
         assert any(c.startswith("L5 fresh") for c in out["checks"])
@@ -261,13 +294,24 @@ def test_a_removed_run_is_reported_removed_not_not_found(sealed, rolled, log_vke
     text = _text(res)
     assert f"rolled back from {sealed.large} to {sealed.small}" in text
     assert f"run '{SECOND[1]}' may have been in the removed part" in text
-
-
-def test_a_run_never_recorded_is_still_not_found(sealed, log_vkey) -> None:
+    # a run id nothing knows, in an archive nobody rolled back: still "not found" (exit 3)
     res = _verify(sealed.settings, log_vkey, "rb-never", "--witness-key", sealed.witness_vkey,
                   "--witness-store", sealed.witness_url)  # fmt: skip
     assert res.exit_code == 3, res.output
     assert "check the run id" in _text(res)
+
+
+def test_a_cut_off_tail_fails_though_an_older_cosigned_size_covers_what_is_left(
+    sealed, rolled, log_vkey
+) -> None:
+    # the spanning run lost its tail and everything after it; what is left is an unfinished
+    # run proven against a size the witness did cosign, but the witness holds a larger one
+    res = _verify(rolled, log_vkey, SPANNING, "--witness-key", sealed.witness_vkey,
+                  "--witness-store", sealed.witness_url, bootstrap=_dead())  # fmt: skip
+    assert res.exit_code == 1, res.output
+    text = _text(res)
+    assert f"holds size {sealed.small}" in text and f"size {sealed.large} signed" in text
+    assert f"run '{SPANNING}' is proven against a rolled-back log" in text
 
 
 def test_retention_report_exits_1_on_the_rollback(sealed, rolled, log_vkey) -> None:
