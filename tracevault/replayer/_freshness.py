@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 
 import click
 
-from tracevault.archive import Freshness, TopicTail, archive_freshness
+from tracevault.archive import (
+    LOST,
+    Freshness,
+    TopicTail,
+    archive_freshness,
+    open_store,
+    parse_hole_key,
+)
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, TraceVaultError
 from tracevault.replayer._cliopts import load, settings_of
@@ -132,12 +139,30 @@ def _head_evidence(
     committed = getattr(tail, "committed", None)
     if head is None or not isinstance(committed, int) or committed <= head.last_offset:
         return None
+    if _has_hole(settings, head.partition):
+        return None  # its records may have been gone before the archiver read them
     return (
         f"the topic's head ({settings.topics.heads}) says run {run_id!r} was sealed in "
         f"partition {head.partition} at offsets {head.first_offset}..{head.last_offset} "
         f"(seqs 0..{head.last_seq}), and the archiver committed partition {head.partition} "
         f"through offset {committed - 1}, so the archive held it"
     )
+
+
+def _has_hole(settings: Settings, partition: int) -> bool:
+    """Whether the archive records a hole of lost records in ``partition``'s log (any
+    generation): then a run the archiver committed past may never have reached it, and the
+    not-found message names the holes (docs/log.md, "Holes")."""
+    store = open_store(settings.archive_url, settings)
+    try:
+        return any(
+            (h := parse_hole_key(i.key)) is not None
+            and h.kind in LOST
+            and i.key.rsplit("/", 2)[-2] == str(partition)
+            for i in store.list("holes/")
+        )
+    finally:
+        store.close()
 
 
 def _removed(
