@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from tests.kafka_harness import free_port
 from tests.replayer import agents
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
-from tracevault.archive import open_store
+from tracevault.archive import check_freshness, open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix, parse_run_index_key
@@ -36,7 +36,13 @@ from tracevault.cli import tracevault as main
 from tracevault.config import Settings
 from tracevault.heads import locate_run
 from tracevault.kafka import sealed_generation
-from tracevault.log import CosignatureSigner, Ed25519Signer, log_origin, tile_width
+from tracevault.log import (
+    CosignatureSigner,
+    Ed25519Signer,
+    load_witness_verifiers,
+    log_origin,
+    tile_width,
+)
 from tracevault.producer import Publisher, Recorder
 from tracevault.witness import cosigned_sizes
 from tracevault.witness._core import Witness
@@ -323,3 +329,43 @@ def test_retention_report_exits_1_on_the_rollback(sealed, rolled, log_vkey) -> N
                bootstrap=_dead())  # fmt: skip
     assert res.exit_code == 1, res.output
     assert "witness w1.test" in _text(res)
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """What ``tracevault.kafka.archived_tails`` reports of a partition (a plain record)."""
+
+    partition: int
+    origin: str
+    size: int
+    note: str
+    where: str
+    committed: int = 0
+
+
+def test_a_witness_ahead_of_what_the_archiver_committed_is_lag_not_rollback(
+    sealed, rolled, log_signer
+) -> None:
+    # the same smaller archive, but the topic says the archiver committed only through it:
+    # the witness is ahead of the archiver (it follows the topic), which is not a rollback
+    s = sealed
+    archive = open_store(rolled.archive_url, rolled)
+    witness = open_store(s.witness_url, s.settings)
+    log = log_prefix(s.settings.topic_prefix, 0, sealed_generation(s.settings))
+    note = archive.get(f"{checkpoint_prefix(log)}{s.small:020d}").decode()
+    keys, wkeys = [log_signer.verifier], load_witness_verifiers([s.witness_vkey])
+    lag = {0: _Tail(0, s.origin, s.small, note, "sealed[0]@1")}
+    got = check_freshness(archive, s.settings.topic_prefix, [s.origin], keys=keys,
+                          witness_stores=[witness], witnesses=wkeys, tails=lag)  # fmt: skip
+    assert got.ok, got
+    assert any("not archived yet" in n and f"size {s.large}" in n for n in got.notes), got
+    # no topic: the witness alone decides, and the archive is behind it
+    got = check_freshness(archive, s.settings.topic_prefix, [s.origin], keys=keys,
+                          witness_stores=[witness], witnesses=wkeys, tails=None)  # fmt: skip
+    assert [(r.archived, r.proof.size) for r in got.rollbacks] == [(s.small, s.large)]
+    assert "the sealed topic was not compared" in got.notes[0]
+    # a checkpoint note nobody trusted signed proves nothing: the witness is not counted
+    other = [Ed25519Signer.generate(log_signer.name).verifier]
+    got = check_freshness(archive, s.settings.topic_prefix, [s.origin], keys=other,
+                          witness_stores=[witness], tails=None)  # fmt: skip
+    assert got.ok and not got.compared, got
