@@ -55,6 +55,7 @@ def archived_tails(settings: Settings, *, timeout: float = 5.0) -> dict[int, Arc
                 "group.id": settings.archiver_group_id,  # read its offsets; never joins it
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,  # a few records back from the end: do not linger
                 "isolation.level": "read_committed",
                 "log_level": 0,
             }
@@ -105,26 +106,29 @@ def _scan(
     consumer.assign([TopicPartition(topic, partition, start)])
     newest: ArchivedTail | None = None
     try:
+        # poll, not consume(n): a batch call waits out its timeout at the partition's end
         while time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=0.5):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return newest
-                    continue
-                off = msg.offset() or 0
-                if off >= end:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
                     return newest
-                headers = msg.headers()
-                if isinstance(headers, list) and is_checkpoint_record(headers):
-                    where = f"{topic}[{partition}]@{off}"
-                    try:
-                        rec = CheckpointRecord.decode(msg.value() or b"")
-                        cp = Checkpoint.parse(split_note(rec.note)[0])
-                    except LogError as exc:
-                        log.warning("checkpoint record %s is unreadable (%s)", where, exc)
-                        continue
-                    newest = ArchivedTail(partition, end, cp.origin, cp.size, rec.note, where)
+                continue
+            off = msg.offset() or 0
+            if off >= end:
+                return newest
+            headers = msg.headers()
+            if isinstance(headers, list) and is_checkpoint_record(headers):
+                where = f"{topic}[{partition}]@{off}"
+                try:
+                    rec = CheckpointRecord.decode(msg.value() or b"")
+                    cp = Checkpoint.parse(split_note(rec.note)[0])
+                except LogError as exc:
+                    log.warning("checkpoint record %s is unreadable (%s)", where, exc)
+                    continue
+                newest = ArchivedTail(partition, end, cp.origin, cp.size, rec.note, where)
         return newest
     finally:
         consumer.unassign()
