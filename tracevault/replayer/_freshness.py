@@ -26,6 +26,7 @@ from tracevault.archive import (
     open_store,
     parse_hole_key,
 )
+from tracevault.archive.layout import quarantine_key
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, TraceVaultError
 from tracevault.replayer._cliopts import load, settings_of
@@ -139,8 +140,8 @@ def _head_evidence(
     committed = getattr(tail, "committed", None)
     if head is None or not isinstance(committed, int) or committed <= head.last_offset:
         return None
-    if _has_hole(settings, head.partition):
-        return None  # its records may have been gone before the archiver read them
+    if _not_archivable(settings, head.partition, (head.first_offset, head.last_offset)):
+        return None  # a hole may have taken it, or its records were quarantined
     return (
         f"the topic's head ({settings.topics.heads}) says run {run_id!r} was sealed in "
         f"partition {head.partition} at offsets {head.first_offset}..{head.last_offset} "
@@ -149,17 +150,26 @@ def _head_evidence(
     )
 
 
-def _has_hole(settings: Settings, partition: int) -> bool:
-    """Whether the archive records a hole of lost records in ``partition``'s log (any
-    generation): then a run the archiver committed past may never have reached it, and the
-    not-found message names the holes (docs/log.md, "Holes")."""
+def _not_archivable(settings: Settings, partition: int, offsets: tuple[int, int]) -> bool:
+    """Whether the archive itself says why a run the archiver committed past may be absent:
+    a hole of lost records in ``partition``'s log (any generation; the not-found message
+    names the holes, docs/log.md "Holes"), or a quarantined record of the partition at the
+    run's ``offsets`` (the archiver refused it)."""
     store = open_store(settings.archive_url, settings)
     try:
-        return any(
+        if any(
             (h := parse_hole_key(i.key)) is not None
             and h.kind in LOST
             and i.key.rsplit("/", 2)[-2] == str(partition)
             for i in store.list("holes/")
+        ):
+            return True
+        where = quarantine_key(settings.topics.sealed, partition, 0).rsplit("/", 1)[0] + "/"
+        first, last = offsets
+        return any(
+            first <= int(i.key.rsplit("/", 1)[-1].removesuffix(".json")) <= last
+            for i in store.list(where)
+            if i.key.rsplit("/", 1)[-1].removesuffix(".json").isdigit()
         )
     finally:
         store.close()
