@@ -251,6 +251,11 @@ def test_the_intact_archive_verifies_with_the_topic_and_the_witness(sealed, log_
         assert res.exit_code == 0, res.output
         out = json.loads(res.output)
         assert any(c.startswith("L5 fresh") for c in out["checks"])
+    # Kafka down: verify neither hangs nor fails for it, and says the topic was not compared
+    res = _verify(s.settings, log_vkey, FIRST[0], "--witness-key", s.witness_vkey,
+                  "--witness-store", s.witness_url, bootstrap=_dead())  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "the sealed topic was not compared" in " ".join(json.loads(res.output)["warnings"])
     res = _cli(s.settings, "archive", "retention-report", "--trusted-key", log_vkey,
                "--witness-key", s.witness_vkey, "--witness-store", s.witness_url)  # fmt: skip
     assert res.exit_code == 0, res.output
