@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from tests.kafka_harness import free_port
 from tests.replayer import agents
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
-from tracevault.archive import check_freshness, open_store
+from tracevault.archive import open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix, parse_run_index_key
@@ -353,6 +353,8 @@ def test_a_witness_ahead_of_what_the_archiver_committed_is_lag_not_rollback(
 ) -> None:
     # the same smaller archive, but the topic says the archiver committed only through it:
     # the witness is ahead of the archiver (it follows the topic), which is not a rollback
+    from tracevault.archive import check_freshness
+
     s = sealed
     archive = open_store(rolled.archive_url, rolled)
     witness = open_store(s.witness_url, s.settings)
