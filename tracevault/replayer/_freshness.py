@@ -29,6 +29,7 @@ from tracevault.archive import (
 from tracevault.archive.layout import quarantine_key
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, TraceVaultError
+from tracevault.log import Checkpoint, split_note
 from tracevault.replayer._cliopts import load, settings_of
 from tracevault.replayer._log import LogPolicy
 from tracevault.replayer._results import LoadedRun, VerifyReport
@@ -91,9 +92,10 @@ def load_fresh(
     except NotFoundError as exc:
         _removed(settings, run_id, policy, urls, exc)
         raise
-    if run.log_evidence is None:  # the older segment layout: no log to compare
+    origin = _signed_origin(run)
+    if origin is None:  # the older segment layout, or a note L1 will name as unreadable
         return settings, run, Fresh()
-    fresh = _check(settings, policy, urls, [run.log_evidence.origin], topic_tails(settings))
+    fresh = _check(settings, policy, urls, [origin], topic_tails(settings))
     if not fresh.ok:
         rb = fresh.rollbacks[0]
         raise LogError(
@@ -104,6 +106,16 @@ def load_fresh(
             checkpoint=f"{rb.origin}@{rb.archived}",
         )
     return settings, run, Fresh(checked=True, notes=tuple(fresh.notes))
+
+
+def _signed_origin(run: LoadedRun) -> str | None:
+    """The origin the run's checkpoint note names (signed, unlike the run index's field)."""
+    if run.log_evidence is None:
+        return None
+    try:
+        return Checkpoint.parse(split_note(run.log_evidence.checkpoint)[0]).origin
+    except LogError:
+        return None
 
 
 def _check(
