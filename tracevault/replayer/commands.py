@@ -29,6 +29,7 @@ from tracevault.replayer._cliopts import (
     settings_of,
     witness_stores_need,
 )
+from tracevault.replayer._freshness import load_fresh
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import (
@@ -198,10 +199,10 @@ def verify_cmd(
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
-            settings, run = load(ctx, run_id, source, with_log=policy is not None)
+            settings, run, fresh = load_fresh(ctx, run_id, source, policy, witness_stores)
             run = with_witness_stores(settings, run, policy, witness_stores)
             with stderr.status(f"verifying {len(run)} events…"):
-                report = verify(run, require_finished=require_finished, log=policy)
+                report = fresh.annotate(verify(run, require_finished=require_finished, log=policy))
     except (ChainError, LogError) as exc:
         _chain_failure(exc, as_json)
         return
