@@ -37,9 +37,9 @@ from tracevault.witness._core import (
     Witness,
     checkpoint_key,
     origin_prefix,
-    prefix_root,
 )
 from tracevault.witness._follow import WitnessFollower
+from tracevault.witness._known import prefix_root
 
 SETTINGS = Settings(topic_prefix="wt", log_origin="tv.test")
 ORIGIN = "tv.test/wt/0"

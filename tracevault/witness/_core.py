@@ -41,19 +41,17 @@ from tracevault.archive.witness_layout import (
 )
 from tracevault.errors import LogError, NotFoundError
 from tracevault.log import (
-    EMPTY_ROOT,
     Checkpoint,
     CheckpointRecord,
-    CompactTree,
     CosignatureSigner,
     NoteVerifier,
     add_cosignature,
-    hash_children,
     is_partition_origin,
     open_note,
     split_note,
     verify_consistency,
 )
+from tracevault.witness._known import Known, head_key
 
 __all__ = [
     "ALERT_KINDS",
@@ -78,7 +76,6 @@ def _b64(h: bytes) -> str:
 
 
 ALERT_KINDS = ("fork", "rollback")
-_KEEP_LEAVES = 1024
 
 
 class Refused(Exception):
@@ -137,92 +134,6 @@ class WitnessMetrics:
             ["origin"],
             registry=self.registry,
         )
-
-
-def prefix_root(tree: CompactTree, size: int) -> bytes | None:
-    """The root of the first ``size`` leaves of ``tree`` when it follows from its compact
-    hashes alone (``size`` is a sum of its leading subtrees), else None.
-
-    Why: a compact tree of ``n`` is the roots of the perfect subtrees of ``[0, n)``; a smaller
-    tree ending on one of their boundaries is those leading subtrees, so its root is known and
-    whether a checkpoint of that size is a prefix of ``n`` is decided without any other node.
-    """
-    if size == 0:
-        return EMPTY_ROOT
-    end, count = 0, 0
-    for level in reversed(range(tree.size.bit_length())):
-        if end == size:
-            break
-        if tree.size >> level & 1:
-            end += 1 << level
-            count += 1
-    if end != size or count == 0:
-        return None
-    root = tree.hashes[count - 1]
-    for h in reversed(tree.hashes[: count - 1]):
-        root = hash_children(h, root)
-    return root
-
-
-@dataclass(frozen=True, slots=True)
-class Known:
-    """What the witness knows of its latest size beyond (size, root): the checked record
-    that ended there (its start tree and leaves) and that record's offset in the partition.
-
-    Why: with the record, the root of every size from its start to its end is known, so a
-    smaller checkpoint of another root is shown not to be a prefix; with the offset, a
-    record read later in the partition that is smaller was presented after the larger one
-    (a rollback, or an old checkpoint replayed). Kept in the store (``head/``), so a
-    restarted witness still knows both.
-    """
-
-    rec: CheckpointRecord
-    offset: int | None
-
-    @classmethod
-    def of(cls, rec: CheckpointRecord, offset: int | None) -> Known:
-        """Keep at most the last ``_KEEP_LEAVES`` leaves (a poll's joined range can hold
-        many): the roots of the sizes just below the witness's are what a rollback shows."""
-        if len(rec.leaves) <= _KEEP_LEAVES:
-            return cls(rec, offset)
-        cut = len(rec.leaves) - _KEEP_LEAVES
-        tree = CompactTree(rec.start, list(rec.prefix))
-        tree.extend(rec.leaves[:cut])
-        kept = CheckpointRecord(rec.note, tree.size, tuple(tree.hashes), rec.leaves[cut:])
-        return cls(kept, offset)
-
-    def tree(self) -> CompactTree:
-        tree = CompactTree(self.rec.start, list(self.rec.prefix))
-        tree.extend(self.rec.leaves)
-        return tree
-
-    def root_at(self, size: int) -> bytes | None:
-        """The root of the first ``size`` leaves when this record shows it, else None."""
-        rec = self.rec
-        start = CompactTree(rec.start, list(rec.prefix))
-        if size < rec.start:
-            return prefix_root(start, size)
-        if size > rec.end:
-            return None
-        start.extend(rec.leaves[: size - rec.start])
-        return start.root()
-
-    def to_json(self) -> bytes:
-        doc = {"offset": self.offset, "record_b64": base64.b64encode(self.rec.encode()).decode()}
-        return json.dumps(doc, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Known:
-        doc = json.loads(data)
-        offset = doc.get("offset")
-        return cls(
-            CheckpointRecord.decode(base64.b64decode(doc["record_b64"])),
-            offset if isinstance(offset, int) else None,
-        )
-
-
-def head_key(origin: str, size: int) -> str:
-    return f"{origin_prefix(origin)}head/{size:020d}"
 
 
 def deployment_origins(base: str, prefix: str) -> Callable[[str], bool]:
@@ -388,39 +299,10 @@ class Witness:
                 400,
             )
         if latest is not None and cp.size <= size:
-            seen = self._stored(cp.origin, cp.size)
-            if seen is not None and seen.root == cp.root:
-                if cp.size < size:
-                    shown = self._shown_after(cp, size, head_before, offset)
-                    if shown:
-                        raise self._refuse(
-                            "rollback",
-                            cp.origin,
-                            size,
-                            f"{where} (root {_b64(cp.root)}), a checkpoint this witness "
-                            f"cosigned before {cp.origin}@{size}, was presented again as the "
-                            f"log's newest {shown}: an old checkpoint replayed, the log "
-                            f"rolled back from {size} to {cp.size} leaves",
-                            note,
-                            evidence=evidence,
-                        )
-                elif record is not None and cp.origin not in self._known:
-                    self._known[cp.origin] = Known.of(record, offset)  # a re-read shows it
-                stored = self.store.get(checkpoint_key(cp.origin, cp.size)).decode()
-                return Cosigned(cp.origin, cp.size, stored, new=False)
-            if seen is not None:
-                raise self._refuse(
-                    "fork",
-                    cp.origin,
-                    size,
-                    f"{where} has root {_b64(cp.root)}, this witness cosigned "
-                    f"{cp.origin}@{cp.size} with root {_b64(seen.root)}: the log forked",
-                    note,
-                    evidence=evidence,
-                )
-            raise self._older(
-                cp, note, size, head_before=head_before, offset=offset, evidence=evidence
-            )
+            return self._not_newer(
+                cp, note, size, evidence=evidence, head_before=head_before, record=record,
+                offset=offset,
+            )  # fmt: skip
         if old_size != size:
             raise self._refuse(
                 "conflict",
@@ -443,6 +325,58 @@ class Witness:
                 status=422,
                 evidence=evidence,
             ) from None
+        return self._cosign(cp, note, record, offset)
+
+    def _not_newer(
+        self,
+        cp: Checkpoint,
+        note: str,
+        size: int,
+        *,
+        evidence: bytes | None,
+        head_before: int,
+        record: CheckpointRecord | None,
+        offset: int | None,
+    ) -> Cosigned:
+        """A checkpoint no larger than the newest cosigned: a re-read of one already
+        cosigned, or a replay, a fork or an older one, each refused (docs/log.md, "Witness")."""
+        where = f"{cp.origin}@{cp.size}"
+        seen = self._stored(cp.origin, cp.size)
+        if seen is not None and seen.root == cp.root:
+            if cp.size < size:
+                shown = self._shown_after(cp, size, head_before, offset)
+                if shown:
+                    raise self._refuse(
+                        "rollback",
+                        cp.origin,
+                        size,
+                        f"{where} (root {_b64(cp.root)}), a checkpoint this witness "
+                        f"cosigned before {cp.origin}@{size}, was presented again as the "
+                        f"log's newest {shown}: an old checkpoint replayed, the log "
+                        f"rolled back from {size} to {cp.size} leaves",
+                        note,
+                        evidence=evidence,
+                    )
+            elif record is not None and cp.origin not in self._known:
+                self._known[cp.origin] = Known.of(record, offset)  # a re-read shows it
+            stored = self.store.get(checkpoint_key(cp.origin, cp.size)).decode()
+            return Cosigned(cp.origin, cp.size, stored, new=False)
+        if seen is not None:
+            raise self._refuse(
+                "fork",
+                cp.origin,
+                size,
+                f"{where} has root {_b64(cp.root)}, this witness cosigned "
+                f"{cp.origin}@{cp.size} with root {_b64(seen.root)}: the log forked",
+                note,
+                evidence=evidence,
+            )
+        raise self._older(cp, note, size, head_before=head_before, offset=offset, evidence=evidence)
+
+    def _cosign(
+        self, cp: Checkpoint, note: str, record: CheckpointRecord | None, offset: int | None
+    ) -> Cosigned:
+        """Cosign a checkpoint found consistent, and keep it (with its head) before it counts."""
         cosigned = add_cosignature(note, self.signer)
         known = Known.of(record, offset) if record is not None and record.end == cp.size else None
         if known is not None:  # first: a checkpoint object always finds its head beside it

@@ -88,6 +88,7 @@ from tracevault.log import (
     CheckpointRecord,
     CompactTree,
     NoteVerifier,
+    VerifiedCheckpoint,
     is_checkpoint_record,
     leaf_data,
     leaf_prefix,
@@ -677,19 +678,7 @@ class Archiver(HolePlacer):
                 plog = self._switch(part, vc.checkpoint.origin)
             self._not_stale(part, vc.checkpoint, msg.offset() or 0)
             size = plog.size
-            if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
-                raise LogError(
-                    f"its tree at {vc.start} leaves is not the one this partition's log has "
-                    "(the log forked)"
-                )
-            if vc.start < size <= vc.checkpoint.size:  # re-read after a restart: must match
-                tree = plog.tree.copy()
-                tree.extend(vc.leaves[size - vc.start :])
-                if tree.root() != vc.checkpoint.root:
-                    raise LogError(
-                        f"the archived log of {size} leaves is not a prefix of it (the log "
-                        "forked, or the archive was changed)"
-                    )
+            _continues(plog, cpr, vc)
             matched, unmatched = _match(part.pending, vc.leaves, vc.start)
         except LogError as exc:
             detail = (
@@ -894,3 +883,23 @@ def _match(
 
 def _days(n: int) -> timedelta:
     return timedelta(days=n)
+
+
+def _continues(plog: PartitionLog, cpr: CheckpointRecord, vc: VerifiedCheckpoint) -> None:
+    """A verified checkpoint extends the partition's log as archived, or ``LogError``: its
+    tree at its start is the log's, and one the archive already passed (a re-read after a
+    restart) has the archived log as a prefix."""
+    size = plog.size
+    if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
+        raise LogError(
+            f"its tree at {vc.start} leaves is not the one this partition's log has "
+            "(the log forked)"
+        )
+    if vc.start < size <= vc.checkpoint.size:
+        tree = plog.tree.copy()
+        tree.extend(vc.leaves[size - vc.start :])
+        if tree.root() != vc.checkpoint.root:
+            raise LogError(
+                f"the archived log of {size} leaves is not a prefix of it (the log "
+                "forked, or the archive was changed)"
+            )
