@@ -118,6 +118,7 @@ def tracevault(
       4  archive inconsistent or unwritable: an operator must repair it
       5  fenced: another instance with the same --instance-id took over
       6  refused by retention: a lock or legal hold protects the objects
+      7  no content key: the run's tenant key is not granted here, or was erased
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

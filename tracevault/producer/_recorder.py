@@ -53,6 +53,7 @@ from tracevault.edges import (
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
 from tracevault.model_ids import check_model_id
+from tracevault.producer._content import content_hook
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -174,6 +175,11 @@ class Recorder:
     grammar: 1 to 128 characters of ``A-Z a-z 0-9 . _ : -``, not ``.`` or ``..``
     (``tracevault.runid``, docs/design.md "Run ids"); any other id raises ``ConfigError``
     here, in the agent, before anything is published.
+
+    With a key provider configured (``TRACEVAULT_KEY_PROVIDER``), every content field is
+    encrypted under a data key of this run, wrapped by the key of ``tenant`` (default
+    ``TRACEVAULT_TENANT``) or of the data ``subject`` the agent names; metadata stays in clear
+    (docs/confidentiality.md).
     """
 
     def __init__(
@@ -191,6 +197,8 @@ class Recorder:
         model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
         clock: Callable[[str], float] | None = None,
+        tenant: str | None = None,
+        subject: str | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
@@ -234,7 +242,13 @@ class Recorder:
         self._enc = EventEncoder(
             run_id, AgentInfo(agent_id, agent_version, _HOST, harness, __version__)
         )
-        self._encode = self._enc.encode_fields
+        self._encode: Callable[[EventFields], bytes] = self._enc.encode_fields
+        # Content encrypted under the tenant's (subject's) key when a provider is configured
+        # (tracevault.producer._content, docs/confidentiality.md).
+        self._content = content_hook(publisher.settings, run_id, tenant=tenant, subject=subject)
+        if self._content is not None:
+            self._encode = self._content.wrap(self._encode)
+            attrs.update(self._content.attributes)
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
@@ -738,6 +752,8 @@ class Recorder:
             attributes={PARENT_RUN: self._run_id, PARENT_SEQ: str(op.seq)},
             model_allow=self._model_allow,
             clock=self._clock,
+            tenant=None if self._content is None else self._content.tenant,
+            subject=None if self._content is None else self._content.subject,
         )
         return op, child
 

@@ -1,0 +1,87 @@
+"""A run's events with their content opened: the one place readers decrypt.
+
+``replay show/run/diff``, ``export --otel --content`` and ``batch`` pass the events they
+loaded (and verified: verify reads the ciphertext, never the plaintext) through
+:func:`readable`. A run recorded in clear, before encryption or without a provider, is
+returned as it is. An encrypted run's data key is unwrapped once, through the provider the
+settings name, and its events are opened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from tracevault.content._cipher import RunCipher
+from tracevault.content._provider import KeyProvider
+from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey
+from tracevault.errors import ContentKeyError
+from tracevault.schemas import ErrorInfo, EventKind, TraceEvent
+
+__all__ = ["is_encrypted", "open_event", "readable", "wrapped_key_of"]
+
+
+def wrapped_key_of(events: Sequence[TraceEvent]) -> WrappedKey | None:
+    """The run's wrapped data key from its RUN_STARTED, or None for a run in clear."""
+    if not len(events):
+        return None
+    first = events[0]
+    if first.kind is not EventKind.RUN_STARTED:
+        return None
+    text = first.attributes.get(KEY_ATTRIBUTE)
+    return None if text is None else WrappedKey.from_attribute(text, run_id=first.run_id)
+
+
+def is_encrypted(events: Sequence[TraceEvent]) -> bool:
+    return wrapped_key_of(events) is not None
+
+
+def readable(
+    events: Sequence[TraceEvent], provider: KeyProvider | None, tenant: str
+) -> Sequence[TraceEvent]:
+    """``events`` with content in clear; ContentKeyError when this reader may not open them.
+
+    Refused, naming the run's tenant and provider: no provider configured here, a provider of
+    another kind, a run of another tenant than ``tenant`` (the reader's grant), or a provider
+    that will not unwrap the run's key (no grant, an erased key).
+    """
+    wrapped = wrapped_key_of(events)
+    if wrapped is None:
+        return events
+    run_id = events[0].run_id
+    if provider is None:
+        raise ContentKeyError(
+            f"run {run_id} is encrypted under {wrapped.describe()}; no key provider is "
+            "configured here (TRACEVAULT_KEY_PROVIDER): its content cannot be read. "
+            "`replay verify` needs no key; `replay show --metadata` shows the timeline"
+        )
+    if wrapped.tenant != tenant:
+        raise ContentKeyError(
+            f"run {run_id} belongs to tenant {wrapped.tenant!r} (provider {wrapped.provider}); "
+            f"this reader holds the keys of tenant {tenant!r} (TRACEVAULT_TENANT): refused"
+        )
+    if wrapped.provider != provider.name:
+        raise ContentKeyError(
+            f"run {run_id} is encrypted under {wrapped.describe()}; the provider configured "
+            f"here is {provider.name}"
+        )
+    key = provider.unwrap(wrapped, run_id)
+    cipher = RunCipher(run_id, key)
+    # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
+    return [open_event(ev, cipher) for ev in events]
+
+
+def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:
+    seq = ev.seq
+    if ev.kind is EventKind.GAP:  # written by the sequencer, never encrypted
+        return ev
+    err = ev.error
+    if err is not None:
+        msg = cipher.open(seq, "error", err.message.encode("utf-8")).decode("utf-8")
+        err = ErrorInfo(err.type, msg)
+    return dataclasses.replace(
+        ev,
+        request=cipher.open(seq, "request", ev.request),
+        response=cipher.open(seq, "response", ev.response),
+        error=err,
+    )
