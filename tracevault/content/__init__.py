@@ -9,6 +9,7 @@ of this: the chain covers the ciphertext bytes (docs/confidentiality.md).
 from tracevault.content._cipher import FIELDS, RunCipher, is_envelope
 from tracevault.content._events import (
     is_encrypted,
+    metadata_only,
     open_event,
     readable,
     wrapped_key_of,
@@ -36,6 +37,7 @@ __all__ = [
     "is_envelope",
     # reading
     "is_encrypted",
+    "metadata_only",
     "open_event",
     "readable",
     "wrapped_key_of",

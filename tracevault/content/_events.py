@@ -18,7 +18,7 @@ from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey
 from tracevault.errors import ContentKeyError
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent
 
-__all__ = ["is_encrypted", "open_event", "readable", "wrapped_key_of"]
+__all__ = ["is_encrypted", "metadata_only", "open_event", "readable", "wrapped_key_of"]
 
 
 def wrapped_key_of(events: Sequence[TraceEvent]) -> WrappedKey | None:
@@ -85,3 +85,40 @@ def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:
         response=cipher.open(seq, "response", ev.response),
         error=err,
     )
+
+
+_HIDDEN = b'"<encrypted>"'
+
+
+def metadata_only(events: Sequence[TraceEvent]) -> Sequence[TraceEvent]:
+    """An encrypted run's events for a timeline without its key: content as ``"<encrypted>"``
+    (a TOOL_CALL request keeps its tool name, as its envelope does); a run in clear as is."""
+    if wrapped_key_of(events) is None:
+        return events
+    out = []
+    for ev in events:
+        if ev.kind is EventKind.GAP:
+            out.append(ev)
+            continue
+        request = _HIDDEN
+        tool = _clear_tool(ev.request)
+        if tool is not None:
+            request = b'{"args":"<encrypted>","tool":' + tool + b"}"
+        err = ev.error
+        out.append(
+            dataclasses.replace(
+                ev,
+                request=request,
+                response=_HIDDEN,
+                error=None if err is None else ErrorInfo(err.type, "<encrypted>"),
+            )
+        )
+    return out
+
+
+def _clear_tool(envelope: bytes) -> bytes | None:
+    """The tool name's JSON literal an envelope carries in clear, or None."""
+    at = envelope.rfind(b'","tool":')
+    if at < 0 or not envelope.endswith(b',"v":1}'):
+        return None
+    return envelope[at + 9 : -len(b',"v":1}')]

@@ -3,7 +3,8 @@
 The wrapped key rides in the run's ``RUN_STARTED`` attributes (:data:`KEY_ATTRIBUTE`), so a
 reader needs nothing but the record and a grant from the provider. It is safe there: only
 the provider can unwrap it, and erasing the run's content means destroying the KEK that
-wraps it (docs/confidentiality.md, "Erasure: by destroying keys, never evidence"), which works while the archive stays locked.
+wraps it, which works while the archive stays locked (docs/confidentiality.md, "Erasure: by
+destroying keys, never evidence").
 """
 
 from __future__ import annotations
