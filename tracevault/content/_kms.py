@@ -86,6 +86,11 @@ class KmsProvider(KeyProvider):
         try:
             meta = self._call("DescribeKey", self._client.describe_key, KeyId=alias)["KeyMetadata"]
             key_id = str(meta["KeyId"])
+            if meta.get("KeyState", "Enabled") != "Enabled":
+                raise ContentKeyError(
+                    f"the KMS key {alias} ({key_id}) is {meta['KeyState']}: tenant "
+                    f"{tenant!r} or its subject was erased, and records nothing new under it"
+                )
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "NotFoundException":
                 raise self._refused(exc, f"alias {alias}") from None
@@ -149,6 +154,7 @@ class KmsProvider(KeyProvider):
         )
 
     def unwrap(self, wrapped: WrappedKey, context: str) -> bytes:
+        self._require_enabled(wrapped)
         try:
             out = self._call(
                 "Decrypt",
@@ -167,27 +173,46 @@ class KmsProvider(KeyProvider):
             raise self._refused(exc, f"the data key of {wrapped.describe()}") from None
         return bytes(out["Plaintext"])
 
+    def _require_enabled(self, wrapped: WrappedKey) -> None:
+        """Refuse a disabled or deleted KEK before asking KMS to decrypt under it.
+
+        AWS refuses such a Decrypt itself; a KMS-compatible service may not (moto does not),
+        and an erased key must open nothing anywhere: fail closed here too.
+        """
+        try:
+            meta = self._call("DescribeKey", self._client.describe_key, KeyId=wrapped.kek_id)[
+                "KeyMetadata"
+            ]
+        except ClientError as exc:
+            raise ContentKeyError(
+                f"KMS at {self._where()} does not know the key of {wrapped.describe()}: "
+                f"{exc.response['Error']['Code']} (no grant for this tenant, or it was deleted)"
+            ) from None
+        state = meta.get("KeyState", "Enabled" if meta.get("Enabled") else "Disabled")
+        if state != "Enabled":
+            raise ContentKeyError(
+                f"the key of {wrapped.describe()} is {state} in KMS at {self._where()}: "
+                "its content was erased (the key destroyed)"
+            )
+
     def destroy(self, tenant: str, subject: str | None) -> list[str]:
         aliases = [_alias(tenant, subject)]
         if subject is None:  # the tenant and every subject under it
-            pages = self._client.get_paginator("list_aliases").paginate()
             prefix = _alias(tenant, None) + "/"
+            pages = self._client.get_paginator("list_aliases").paginate()
             aliases += [
                 a["AliasName"]
-                for p in pages
-                for a in p["Aliases"]
+                for page in pages
+                for a in page["Aliases"]
                 if a["AliasName"].startswith(prefix)
             ]
         gone = []
         for alias in aliases:
-            key_id = (
-                self._key_id(tenant, None, create=False) if alias == _alias(tenant, None) else None
-            )
-            if key_id is None:
-                try:
-                    key_id = str(self._client.describe_key(KeyId=alias)["KeyMetadata"]["KeyId"])
-                except ClientError:
-                    continue
+            try:
+                meta = self._call("DescribeKey", self._client.describe_key, KeyId=alias)
+            except ClientError:
+                continue  # never created: nothing to destroy
+            key_id = str(meta["KeyMetadata"]["KeyId"])
             self._call("DisableKey", self._client.disable_key, KeyId=key_id)
             try:
                 self._call("ScheduleKeyDeletion", self._client.schedule_key_deletion,
