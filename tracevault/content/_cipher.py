@@ -1,7 +1,9 @@
 """AES-256-GCM of a run's content fields, as canonical JSON envelopes the sequencer accepts.
 
-One data key per run; every field gets a fresh 96-bit random nonce (a run never encrypts
-near the 2^32 fields where random nonces need care). The AAD is
+One data key per run, used by one cipher in one process (the Recorder's); every field gets
+a fresh 96-bit nonce: 4 random bytes drawn when the cipher is made, then a 64-bit counter
+(NIST SP 800-38D's deterministic construction). A nonce never repeats under a key, and a
+field costs no system call for randomness. The AAD is
 ``tracevault/v1/content\\0 <run id> \\0 <seq, 8 bytes> <field>``: a ciphertext moved to
 another run, seq or field does not open. The envelope is canonical JSON (RFC 8785), so the
 sequencer's checks, its C fast path included, pass it unchanged:
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import os
 from typing import Any
 
@@ -43,19 +46,24 @@ def is_envelope(data: bytes) -> bool:
 class RunCipher:
     """Seals and opens the content fields of one run under its data key."""
 
-    __slots__ = ("_aad", "_gcm", "run_id")
+    __slots__ = ("_aad", "_count", "_gcm", "_salt", "run_id")
 
     def __init__(self, run_id: str, data_key: bytes) -> None:
         self.run_id = run_id
         self._gcm = AESGCM(data_key)
         self._aad = b"tracevault/v1/content\0" + run_id.encode("utf-8") + b"\0"
+        self._salt = os.urandom(4)
+        self._count = itertools.count()  # next() is atomic under the GIL: threads share it
+
+    def _nonce(self) -> bytes:
+        return self._salt + next(self._count).to_bytes(8, "big")
 
     def _ad(self, seq: int, field: str) -> bytes:
         return self._aad + seq.to_bytes(8, "big", signed=True) + field.encode("ascii")
 
     def seal(self, seq: int, field: str, plaintext: bytes) -> bytes:
         """The envelope of ``plaintext`` (canonical JSON bytes) at ``seq``/``field``."""
-        nonce = os.urandom(_NONCE)
+        nonce = self._nonce()
         ct = self._gcm.encrypt(nonce, plaintext, self._ad(seq, field))
         return _HEAD + base64.b64encode(nonce + ct) + _TAIL
 
@@ -70,7 +78,7 @@ class RunCipher:
         if at < 0 or not request.endswith(b'"}'):
             return self.seal(seq, "request", request)
         name = request[at + len(_TOOL_KEY) : -1]
-        nonce = os.urandom(_NONCE)
+        nonce = self._nonce()
         ct = self._gcm.encrypt(nonce, request, self._ad(seq, "request"))
         return _HEAD + base64.b64encode(nonce + ct) + b'","tool":' + name + b',"v":1}'
 
