@@ -21,9 +21,7 @@ Prints progress lines as JSON, and last one JSON object with ``median_overhead_u
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -32,7 +30,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from producer_overhead import ARGS, VARIANTS, quantile, tool
+from producer_overhead import ARGS, VARIANTS, options, quantile, tool
 
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
@@ -155,14 +153,7 @@ def _settings(bootstrap: str, spool: str, **extra: object) -> Settings:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-    )
-    ap.add_argument("--calls", type=int, default=20_000, help="latency samples")
-    ap.add_argument("--events", type=int, default=30_000, help="events per throughput round")
-    ap.add_argument("--rounds", type=int, default=5)
-    opts = ap.parse_args()
+    opts = options(__doc__ or "")
 
     with tempfile.TemporaryDirectory() as tmp:
         keyring = str(Path(tmp) / "keyring.json")

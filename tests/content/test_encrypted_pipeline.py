@@ -14,6 +14,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,17 @@ def test_export_otel_with_content_needs_the_key(pipeline: Pipeline, tmp_path: Pa
     res = _replay(_with_key(pipeline), "export", a, "--otel", "-o", str(out), "--content")
     assert res.exit_code == 0, res.output
     assert agents.SECRETS[0] in out.read_text()
+
+
+def test_batch_replays_with_the_key_and_reports_a_refusal_without(pipeline: Pipeline) -> None:
+    today = datetime.now(UTC).date().isoformat()  # the pipeline archived the runs today (UTC)
+    args = ("batch", "--agent", AGENT, "--since", today, "--until", today, "--json")
+    res = _replay(_with_key(pipeline), *args, "--workers", "1")
+    out = json.loads(res.output)
+    by_run = {r["run_id"]: r for r in out["runs"]}
+    assert {by_run[r]["status"] for r in pipeline.runs} == {"ok"}, res.output
+    res = _replay(_with_key(pipeline, tenant="tenant-b"), *args)
+    by_run = {r["run_id"]: r for r in json.loads(res.output)["runs"]}
+    for rid in pipeline.runs:
+        assert by_run[rid]["status"] == "error", by_run[rid]
+        assert "ContentKeyError" in by_run[rid]["detail"] and TENANT in by_run[rid]["detail"]
