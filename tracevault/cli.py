@@ -36,6 +36,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "archive": ("tracevault.consumer.archive.commands:archive", "list, hold, purge archived runs"),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
+    "erase": (
+        "tracevault.replayer.erase:erase",
+        "destroy the keys of a subject's, run's or tenant's content; record it",
+    ),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
     "keys": ("tracevault.log.commands:keys", "make log and witness keys, print their vkeys"),
     "witness": (

@@ -21,6 +21,7 @@ from tracevault.content import KeyProvider, KeyringProvider, KmsProvider, subjec
 from tracevault.errors import ConfigError, ContentKeyError
 
 MakeProvider = Callable[[], KeyProvider]
+WHEN = "2026-12-01T18:00:00Z"
 
 
 @pytest.fixture(params=["kms", "keyring"])
@@ -65,9 +66,9 @@ def test_destroying_a_subject_erases_its_runs_only(make_provider: MakeProvider) 
     k_subject, w_subject = p.generate(tenant, ref, "r1")
     k_tenant, w_tenant = p.generate(tenant, None, "r2")
     assert p.unwrap(w_subject, "r1") == k_subject
-    gone = p.destroy(tenant, ref)
+    gone = p.destroy(tenant, ref, when=WHEN, reason="customer asked")
     assert gone == [w_subject.kek_id]
-    with pytest.raises(ContentKeyError, match=r"destroyed|Disabled|PendingDeletion"):
+    with pytest.raises(ContentKeyError, match=rf"erased on {WHEN} \(customer asked\)"):
         make_provider().unwrap(w_subject, "r1")
     with pytest.raises(ContentKeyError):
         make_provider().generate(tenant, ref, "r3")  # an erased subject records nothing new
@@ -79,7 +80,8 @@ def test_destroying_a_tenant_erases_its_subjects_too(make_provider: MakeProvider
     _, w1 = p.generate(tenant, None, "r1")
     _, w2 = p.generate(tenant, subject_ref(tenant, "s"), "r2")
     k3, w3 = p.generate(other, None, "r3")
-    assert sorted(p.destroy(tenant, None)) == sorted([w1.kek_id, w2.kek_id])
+    gone = p.destroy(tenant, None, when=WHEN, reason="tenant left")
+    assert sorted(gone) == sorted([w1.kek_id, w2.kek_id])
     for w, ctx in ((w1, "r1"), (w2, "r2")):
         with pytest.raises(ContentKeyError):
             make_provider().unwrap(w, ctx)
@@ -121,7 +123,7 @@ def test_a_destroyed_keyring_kek_leaves_the_file(tmp_path: Path) -> None:
     p = KeyringProvider(path)
     p.generate("t", None, "r")
     kek = json.loads(path.read_text())["keks"]["t/-"]["key"]
-    p.destroy("t", None)
+    p.destroy("t", None, when=WHEN, reason="test")
     text = path.read_text()
     assert kek not in text and "destroyed" in text
     assert not list(path.parent.glob(".keyring.json.*.tmp"))

@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,8 +122,8 @@ class KeyringProvider(KeyProvider):
             raise ContentKeyError(
                 f"the key of tenant {tenant!r}"
                 + (f", subject ref {subject}" if subject else "")
-                + f" in keyring {self.path} was destroyed on {entry.get('destroyed', '?')}: "
-                "its content is erased"
+                + f" in keyring {self.path} was destroyed: its content was erased on "
+                f"{entry.get('destroyed', '?')} ({entry.get('reason', 'no reason recorded')})"
             )
         return base64.b64decode(entry["key"])
 
@@ -146,15 +145,14 @@ class KeyringProvider(KeyProvider):
                 f"{self.path} for {context}: it was made for another run or another key"
             ) from None
 
-    def destroy(self, tenant: str, subject: str | None) -> list[str]:
+    def destroy(self, tenant: str, subject: str | None, *, when: str, reason: str) -> list[str]:
         gone: list[str] = []
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         with self._locked() as data:
             for slot, entry in data["keks"].items():
                 t, _, s = slot.partition("/")
                 if t != tenant or (subject is not None and s != subject) or "key" not in entry:
                     continue
-                data["keks"][slot] = {"id": entry["id"], "destroyed": when}
+                data["keks"][slot] = {"id": entry["id"], "destroyed": when, "reason": reason}
                 gone.append(entry["id"])
         return gone
 

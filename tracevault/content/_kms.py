@@ -191,11 +191,21 @@ class KmsProvider(KeyProvider):
         state = meta.get("KeyState", "Enabled" if meta.get("Enabled") else "Disabled")
         if state != "Enabled":
             raise ContentKeyError(
-                f"the key of {wrapped.describe()} is {state} in KMS at {self._where()}: "
-                "its content was erased (the key destroyed)"
+                f"the key of {wrapped.describe()} is {state} in KMS at {self._where()}: its "
+                f"content was {self._erasure(wrapped.kek_id)}"
             )
 
-    def destroy(self, tenant: str, subject: str | None) -> list[str]:
+    def _erasure(self, key_id: str) -> str:
+        """``erased on WHEN (REASON)`` from the dead key's tags, as far as they are known."""
+        try:
+            out = self._client.list_resource_tags(KeyId=key_id)
+        except (ClientError, BotoCoreError):
+            return "erased (the key destroyed)"
+        tags = {t["TagKey"]: t["TagValue"] for t in out.get("Tags", [])}
+        when = tags.get("tracevault:erased", "an unknown date")
+        return f"erased on {when} ({tags.get('tracevault:erased-reason', 'no reason recorded')})"
+
+    def destroy(self, tenant: str, subject: str | None, *, when: str, reason: str) -> list[str]:
         aliases = [_alias(tenant, subject)]
         if subject is None:  # the tenant and every subject under it
             prefix = _alias(tenant, None) + "/"
@@ -213,6 +223,13 @@ class KmsProvider(KeyProvider):
             except ClientError:
                 continue  # never created: nothing to destroy
             key_id = str(meta["KeyMetadata"]["KeyId"])
+            if meta["KeyMetadata"].get("KeyState", "Enabled") != "Enabled":
+                continue  # erased before: its tags keep the first erasure's date and reason
+            tags = [
+                {"TagKey": "tracevault:erased", "TagValue": when},
+                {"TagKey": "tracevault:erased-reason", "TagValue": reason[:256] or "-"},
+            ]
+            self._call("TagResource", self._client.tag_resource, KeyId=key_id, Tags=tags)
             self._call("DisableKey", self._client.disable_key, KeyId=key_id)
             try:
                 self._call("ScheduleKeyDeletion", self._client.schedule_key_deletion,

@@ -44,6 +44,11 @@ class KeyProvider(abc.ABC):
         """The data key, or ContentKeyError naming tenant and provider when not granted."""
 
     @abc.abstractmethod
-    def destroy(self, tenant: str, subject: str | None) -> list[str]:
+    def destroy(self, tenant: str, subject: str | None, *, when: str, reason: str) -> list[str]:
         """Destroy the KEK of ``tenant`` (all of its subjects' too when ``subject`` is None)
-        or of one subject; returns the ids of the KEKs destroyed."""
+        or of one subject; returns the ids of the KEKs destroyed.
+
+        ``when`` (ISO 8601 UTC) and ``reason`` are kept beside the dead key where the provider
+        can (a keyring tombstone, KMS tags), so a refused reader is told "erased on WHEN
+        (REASON)"; the erasure's evidence is the record ``tracevault erase`` writes.
+        """
