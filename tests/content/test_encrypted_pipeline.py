@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,13 +25,13 @@ from click.testing import CliRunner
 from tests.conftest import unique_name
 from tests.consumer.sequencer.support import read_all
 from tests.content import agents
-from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
+from tests.content.stack import bucket_of, kms_s3_settings, record_secret_run
+from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.content import KEY_ATTRIBUTE
 from tracevault.errors import ContentKeyError
-from tracevault.kafka import ensure_topics
 from tracevault.schemas import decode_event
 
 TENANT = "tenant-a"
@@ -47,41 +46,20 @@ class Pipeline:
     runs: tuple[str, ...]
 
 
-def _record(settings: Settings, run_id: str, **kw: Any) -> None:
-    out = record_live(
-        settings, agents.secret_agent, agents.INPUT, run_id, model=agents.model,
-        tools=agents.TOOLS, **kw,
-    )  # fmt: skip
-    assert not isinstance(out, BaseException), out
-
-
 @pytest.fixture(scope="module")
 def pipeline(
     kafka_bootstrap: str, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Pipeline]:
-    base = tmp_path_factory.mktemp("crypt")
-    bucket = f"tv-crypt-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(
-        Bucket=bucket, ObjectLockEnabledForBucket=True
+    settings = kms_s3_settings(
+        kafka_bootstrap, s3_endpoint, tmp_path_factory.mktemp("crypt"), "tv-crypt", TENANT
     )
-    settings = Settings(
-        bootstrap_servers=kafka_bootstrap,
-        topic_prefix=unique_name("tvcrypt"),
-        partitions=1,
-        archive_url=f"s3://{bucket}/archive",
-        s3_endpoint_url=s3_endpoint,
-        spool_dir=str(base / "spool"),
-        key_provider="kms",
-        kms_endpoint_url=s3_endpoint,
-        tenant=TENANT,
-    )
-    ensure_topics(settings)
+    bucket = bucket_of(settings)
     tag = unique_name("enc")
     runs = (f"{tag}-1", f"{tag}-2", f"{tag}-subject")
     with sequencer_running(settings):
-        _record(settings, runs[0])
-        _record(settings, runs[1])
-        _record(settings, runs[2], subject="customer-42")
+        record_secret_run(settings, runs[0])
+        record_secret_run(settings, runs[1])
+        record_secret_run(settings, runs[2], subject="customer-42")
         for rid in runs:
             wait_sealed(settings, rid)
     Archiver(settings).run(until_idle=1.0)

@@ -10,7 +10,6 @@ sealed, archived run that verifies and names what, when, why and by whom.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,12 +19,11 @@ from click.testing import CliRunner
 
 from tests.conftest import unique_name
 from tests.content import agents
-from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
+from tests.content.stack import kms_s3_settings, record_secret_run
+from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
-from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.content import subject_ref
-from tracevault.kafka import ensure_topics
 
 AGENT = "tests.content.agents:secret_agent"
 TENANT = "tenant-e"
@@ -35,23 +33,9 @@ TENANT = "tenant-e"
 def erased(
     kafka_bootstrap: str, s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
-    base = tmp_path_factory.mktemp("erase")
-    bucket = f"tv-erase-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(
-        Bucket=bucket, ObjectLockEnabledForBucket=True
+    settings = kms_s3_settings(
+        kafka_bootstrap, s3_endpoint, tmp_path_factory.mktemp("erase"), "tv-erase", TENANT
     )
-    settings = Settings(
-        bootstrap_servers=kafka_bootstrap,
-        topic_prefix=unique_name("tverase"),
-        partitions=1,
-        archive_url=f"s3://{bucket}/archive",
-        s3_endpoint_url=s3_endpoint,
-        spool_dir=str(base / "spool"),
-        key_provider="kms",
-        kms_endpoint_url=s3_endpoint,
-        tenant=TENANT,
-    )
-    ensure_topics(settings)
     tag = unique_name("er")
     runs = {"alice": f"{tag}-alice", "bob": f"{tag}-bob", "carol": f"{tag}-carol",
             "tenant": f"{tag}-tenant"}  # fmt: skip
@@ -68,9 +52,7 @@ def erased(
     with sequencer_running(settings):
         for who, rid in runs.items():
             kw = {} if who == "tenant" else {"subject": f"{who}@example.com"}
-            out = record_live(settings, agents.secret_agent, agents.INPUT, rid,
-                              model=agents.model, tools=agents.TOOLS, **kw)  # fmt: skip
-            assert not isinstance(out, BaseException), out
+            record_secret_run(settings, rid, **kw)
         for rid in runs.values():
             wait_sealed(settings, rid)
         Archiver(settings).run(until_idle=1.0)

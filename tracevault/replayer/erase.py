@@ -33,6 +33,7 @@ from tracevault.config import Settings
 from tracevault.content import KeyProvider, open_provider, subject_ref, wrapped_key_of
 from tracevault.errors import ConfigError, NotFoundError
 from tracevault.producer import Publisher, Recorder
+from tracevault.replayer._cliopts import FROM, JSON
 from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
 
@@ -111,15 +112,8 @@ def _destroy(
 @click.option("--by", default=None, help="Who asked for it [the user running this].")
 @click.option("--archive-url", help="Find --run in this archive [env TRACEVAULT_ARCHIVE_URL].")
 @click.option("--s3-endpoint-url", help="S3-compatible endpoint for s3:// archives.")
-@click.option(
-    "--from",
-    "source",
-    type=click.Choice(["topic", "archive"]),
-    default="archive",
-    show_default=True,
-    help="Where to find --run's record.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@FROM
+@JSON
 @click.pass_context
 def erase(
     ctx: click.Context,
