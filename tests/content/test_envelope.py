@@ -10,9 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.native import extension
-from tracevault.content import RunCipher, is_envelope
-from tracevault.errors import ContentKeyError
-from tracevault.schemas import canonical_json, check_canonical
+from tracevault.content import RunCipher, is_envelope, open_event
+from tracevault.errors import ContentKeyError, NonCanonicalJSONError
+from tracevault.schemas import (
+    AgentInfo,
+    EventKind,
+    TraceEvent,
+    canonical_json,
+    check_canonical,
+)
 
 _cseal = extension("tracevault.consumer.sequencer._cseal")
 JSON = st.recursive(
@@ -59,3 +65,15 @@ def test_a_plaintext_field_in_an_encrypted_run_is_refused() -> None:
     cipher = RunCipher("run-p", os.urandom(32))
     with pytest.raises(ContentKeyError, match=r"seq 1: \$\.request is not an encrypted field"):
         cipher.open(1, "request", b'{"input":"in clear"}')
+
+
+def test_a_non_canonical_plaintext_inside_an_envelope_is_refused_when_opened() -> None:
+    # The sequencer sees only the envelope; a producer that encrypted non-canonical JSON is
+    # caught where the plaintext is first seen.
+    cipher = RunCipher("run-n", os.urandom(32))
+    ev = TraceEvent(
+        "run-n", 1, EventKind.TOOL_CALL, 1, AgentInfo("a", "1", "h", "p", "0"),
+        cipher.seal(1, "request", b'{"b":1, "a":2}'), cipher.seal(1, "response", b"null"),
+    )  # fmt: skip
+    with pytest.raises(NonCanonicalJSONError, match=r"run run-n seq 1: \$\.request"):
+        open_event(ev, cipher)

@@ -16,7 +16,7 @@ from tracevault.content._cipher import RunCipher
 from tracevault.content._provider import KeyProvider
 from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey
 from tracevault.errors import ContentKeyError
-from tracevault.schemas import ErrorInfo, EventKind, TraceEvent
+from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, check_canonical
 
 __all__ = ["is_encrypted", "metadata_only", "open_event", "readable", "wrapped_key_of"]
 
@@ -79,12 +79,14 @@ def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:
     if err is not None:
         msg = cipher.open(seq, "error", err.message.encode("utf-8")).decode("utf-8")
         err = ErrorInfo(err.type, msg)
-    return dataclasses.replace(
-        ev,
-        request=cipher.open(seq, "request", ev.request),
-        response=cipher.open(seq, "response", ev.response),
-        error=err,
-    )
+    request = cipher.open(seq, "request", ev.request)
+    response = cipher.open(seq, "response", ev.response)
+    # The sequencer could check only the envelopes: the plaintext's canonical JSON is
+    # checked here, where it is first seen (NonCanonicalJSONError naming run, seq and field).
+    where = f"run {ev.run_id} seq {seq}: $."
+    check_canonical(request, field=where + "request")
+    check_canonical(response, field=where + "response")
+    return dataclasses.replace(ev, request=request, response=response, error=err)
 
 
 _HIDDEN = b'"<encrypted>"'
