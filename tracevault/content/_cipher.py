@@ -38,6 +38,11 @@ _TOOL_KEY = b',"tool":'
 FIELDS = ("request", "response", "error")
 
 
+def _b64(data: bytes) -> bytes:
+    # the C function base64.b64encode wraps, without the wrapper's call
+    return binascii.b2a_base64(data, newline=False)
+
+
 def is_envelope(data: bytes) -> bool:
     """Whether ``data`` has the shape of an encrypted field (not whether it opens)."""
     return data.startswith(_HEAD) and data.endswith(b',"v":1}')
@@ -65,7 +70,7 @@ class RunCipher:
         """The envelope of ``plaintext`` (canonical JSON bytes) at ``seq``/``field``."""
         nonce = self._nonce()
         ct = self._gcm.encrypt(nonce, plaintext, self._ad(seq, field))
-        return _HEAD + base64.b64encode(nonce + ct) + _TAIL
+        return _HEAD + _b64(nonce + ct) + _TAIL
 
     def seal_tool_request(self, seq: int, request: bytes) -> bytes:
         """A TOOL_CALL request's envelope, its tool name kept in clear.
@@ -80,7 +85,7 @@ class RunCipher:
         name = request[at + len(_TOOL_KEY) : -1]
         nonce = self._nonce()
         ct = self._gcm.encrypt(nonce, request, self._ad(seq, "request"))
-        return _HEAD + base64.b64encode(nonce + ct) + b'","tool":' + name + b',"v":1}'
+        return _HEAD + _b64(nonce + ct) + b'","tool":' + name + b',"v":1}'
 
     def open(self, seq: int, field: str, envelope: bytes) -> bytes:
         """The plaintext of an envelope; ContentKeyError naming run, seq and field if it
