@@ -204,3 +204,18 @@ def test_batch_replays_with_the_key_and_reports_a_refusal_without(pipeline: Pipe
     for rid in pipeline.runs:
         assert by_run[rid]["status"] == "error", by_run[rid]
         assert "ContentKeyError" in by_run[rid]["detail"] and TENANT in by_run[rid]["detail"]
+
+
+def test_a_bundle_holds_ciphertext_only_and_verifies_without_a_key(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    a = pipeline.runs[0]
+    out = tmp_path / "bundle"
+    res = _replay(_env(pipeline), "export", a, "-o", str(out))
+    assert res.exit_code == 0, res.output
+    blob = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+    assert b'{"enc":"' in blob  # the envelopes are there, in events.jsonl as in raw/
+    for secret in agents.SECRETS:
+        assert secret.encode() not in blob, secret
+    res = _replay(_env(pipeline), "verify", "--bundle", str(out))
+    assert res.exit_code == 0, res.output

@@ -118,6 +118,8 @@ def show(
           | jq 'select(.kind=="TOOL_CALL")'
       tracevault replay show run-42 --tree
     """
+    if as_tree and metadata:
+        raise click.UsageError("--metadata shows one run's timeline: drop --tree")
     if as_tree:
         load_run_by_id = run_modes.loader(settings_of(ctx), source, no_verify=False)
         node = run_tree(load_run_by_id, run_id, load_run_by_id(run_id))
