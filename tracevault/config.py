@@ -253,6 +253,11 @@ class Settings(BaseSettings):
         default=None, description="for a KMS-compatible endpoint other than AWS's"
     )
     kms_region: str = "us-east-1"
+    redaction_key: SecretStr | None = Field(
+        default=None,
+        description="the HMAC key of redaction fingerprints: Recorder(redact=...) needs it, "
+        "and replay of a redacted run",
+    )
     tenant: str = Field(
         default="default",
         pattern=r"^[A-Za-z0-9_-]{1,64}$",

@@ -21,6 +21,7 @@ SECRETS = (
     "final answer for alice",
 )
 INPUT = {"customer": SECRETS[0], "order": SECRETS[1]}
+CC = "dpo@example.com"
 
 
 def model(request: Any, *, model: str, seed: int | None) -> Any:
@@ -46,7 +47,9 @@ TOOLS = {"lookup": lookup, "quota": quota}
 def secret_agent(agent_input: Any, edges: Any) -> Any:
     found = edges.tool("lookup", {"order": agent_input["order"]})
     answer = edges.model(
-        {"messages": [{"role": "user", "content": f"about {agent_input['customer']}"}]},
+        # a constant with an e-mail in it: under replay only the rules applied again to the
+        # re-run's request make it equal to the redacted record
+        {"messages": [{"role": "user", "content": f"about {agent_input['customer']} cc {CC}"}]},
         model=MODEL,
         seed=3,
     )

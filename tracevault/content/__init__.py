@@ -18,6 +18,7 @@ from tracevault.content._keyring import KeyringProvider
 from tracevault.content._kms import KmsProvider
 from tracevault.content._open import open_provider
 from tracevault.content._provider import DATA_KEY_BYTES, KeyProvider
+from tracevault.content._redact import REDACT_ATTRIBUTE, Redactor
 from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey, subject_ref
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
     "FIELDS",
     "RunCipher",
     "is_envelope",
+    # redaction
+    "REDACT_ATTRIBUTE",
+    "Redactor",
     # reading
     "is_encrypted",
     "metadata_only",

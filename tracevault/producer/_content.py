@@ -12,15 +12,23 @@ before the Avro bytes are made, off the agent's thread. Everything the Recorder 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tracevault.config import Settings
-from tracevault.content import KEY_ATTRIBUTE, KeyProvider, RunCipher, open_provider, subject_ref
+from tracevault.content import (
+    KEY_ATTRIBUTE,
+    REDACT_ATTRIBUTE,
+    KeyProvider,
+    Redactor,
+    RunCipher,
+    open_provider,
+    subject_ref,
+)
 from tracevault.errors import ConfigError
 from tracevault.producer._wire import EventFields
 from tracevault.schemas import ErrorInfo, EventKind
 
-__all__ = ["ContentHook", "content_hook"]
+__all__ = ["ContentHook", "content_hook", "redaction_attributes", "redactor"]
 
 Encode = Callable[[EventFields], bytes]
 _TOOL = EventKind.TOOL_CALL
@@ -102,3 +110,17 @@ def content_hook(
             )
         return None
     return ContentHook(provider, run_id, tenant or settings.tenant, subject)
+
+
+def redactor(settings: Settings, rules: Iterable[str] | None) -> Redactor | None:
+    """``Recorder(redact=...)``'s rules with the deployment's key, or None without rules."""
+    if not rules:
+        return None
+    if isinstance(rules, str):
+        raise ConfigError(f"Recorder(redact=...) takes a list of rules, got the string {rules!r}")
+    key = settings.redaction_key
+    return Redactor(rules, b"" if key is None else key.get_secret_value().encode())
+
+
+def redaction_attributes(r: Redactor | None) -> dict[str, str]:
+    return {} if r is None else {REDACT_ATTRIBUTE: r.attribute()}

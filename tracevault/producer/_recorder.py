@@ -53,7 +53,7 @@ from tracevault.edges import (
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
 from tracevault.model_ids import check_model_id
-from tracevault.producer._content import content_hook
+from tracevault.producer._content import content_hook, redaction_attributes, redactor
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -199,6 +199,7 @@ class Recorder:
         clock: Callable[[str], float] | None = None,
         tenant: str | None = None,
         subject: str | None = None,
+        redact: Iterable[str] | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
@@ -249,6 +250,8 @@ class Recorder:
         if self._content is not None:
             self._encode = self._content.wrap(self._encode)
             attrs.update(self._content.attributes)
+        self._redactor = redactor(publisher.settings, redact)
+        attrs.update(redaction_attributes(self._redactor))
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
@@ -404,6 +407,8 @@ class Recorder:
 
     # -- plumbing ---------------------------------------------------------------------------
     def _payload(self, value: JSON, field: str) -> bytes:
+        if self._redactor is not None:  # before anything is recorded (docs/confidentiality.md)
+            value = self._redactor.apply(value, field)
         data = canonical_json(value, field=field)
         if len(data) > self._max:
             raise PayloadError(
@@ -754,6 +759,7 @@ class Recorder:
             clock=self._clock,
             tenant=None if self._content is None else self._content.tenant,
             subject=None if self._content is None else self._content.subject,
+            redact=None if self._redactor is None else self._redactor.rules,
         )
         return op, child
 
