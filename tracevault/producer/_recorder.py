@@ -179,7 +179,9 @@ class Recorder:
     With a key provider configured (``TRACEVAULT_KEY_PROVIDER``), every content field is
     encrypted under a data key of this run, wrapped by the key of ``tenant`` (default
     ``TRACEVAULT_TENANT``) or of the data ``subject`` the agent names; metadata stays in clear
-    (docs/confidentiality.md).
+    (docs/confidentiality.md). ``redact`` rules (``"card"``, ``"email"``, ``"path:$.request..."``,
+    ``"regex:..."``) replace matched values with a keyed fingerprint before anything is
+    recorded, the agent included in what it is handed back.
     """
 
     def __init__(
