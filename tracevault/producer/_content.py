@@ -25,10 +25,10 @@ from tracevault.content import (
     subject_ref,
 )
 from tracevault.errors import ConfigError
-from tracevault.producer._wire import EventFields
+from tracevault.producer._wire import EventEncoder, EventFields
 from tracevault.schemas import ErrorInfo, EventKind
 
-__all__ = ["ContentHook", "content_hook", "redaction_attributes", "redactor"]
+__all__ = ["ContentHook", "confidential", "content_hook", "redactor"]
 
 Encode = Callable[[EventFields], bytes]
 _TOOL = EventKind.TOOL_CALL
@@ -122,5 +122,23 @@ def redactor(settings: Settings, rules: Iterable[str] | None) -> Redactor | None
     return Redactor(rules, b"" if key is None else key.get_secret_value().encode())
 
 
-def redaction_attributes(r: Redactor | None) -> dict[str, str]:
-    return {} if r is None else {REDACT_ATTRIBUTE: r.attribute()}
+def confidential(
+    settings: Settings,
+    encoder: EventEncoder,
+    attributes: dict[str, str],
+    *,
+    tenant: str | None,
+    subject: str | None,
+    redact: Iterable[str] | None,
+) -> tuple[Encode, ContentHook | None, Redactor | None]:
+    """The Recorder's one call: its encoder (sealing content when a key provider is set), the
+    hook, and the redactor; the RUN_STARTED ``attributes`` get the wrapped key and the rules."""
+    encode: Encode = encoder.encode_fields
+    hook = content_hook(settings, encoder.run_id, tenant=tenant, subject=subject)
+    if hook is not None:
+        encode = hook.wrap(encode)
+        attributes.update(hook.attributes)
+    r = redactor(settings, redact)
+    if r is not None:
+        attributes[REDACT_ATTRIBUTE] = r.attribute()
+    return encode, hook, r

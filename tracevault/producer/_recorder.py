@@ -53,7 +53,7 @@ from tracevault.edges import (
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
 from tracevault.model_ids import check_model_id
-from tracevault.producer._content import content_hook, redaction_attributes, redactor
+from tracevault.producer._content import confidential
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -245,15 +245,9 @@ class Recorder:
         self._enc = EventEncoder(
             run_id, AgentInfo(agent_id, agent_version, _HOST, harness, __version__)
         )
-        self._encode: Callable[[EventFields], bytes] = self._enc.encode_fields
-        # Content encrypted under the tenant's (subject's) key when a provider is configured
-        # (tracevault.producer._content, docs/confidentiality.md).
-        self._content = content_hook(publisher.settings, run_id, tenant=tenant, subject=subject)
-        if self._content is not None:
-            self._encode = self._content.wrap(self._encode)
-            attrs.update(self._content.attributes)
-        self._redactor = redactor(publisher.settings, redact)
-        attrs.update(redaction_attributes(self._redactor))
+        self._encode, self._content, self._redactor = confidential(
+            publisher.settings, self._enc, attrs, tenant=tenant, subject=subject, redact=redact
+        )
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
