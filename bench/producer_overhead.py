@@ -147,15 +147,20 @@ def baseline_round(settings: Settings, values: list[tuple[bytes, bytes]]) -> flo
     return len(values) / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(doc: str) -> argparse.Namespace:
+    """--bootstrap, --calls, --events, --rounds (also bench/recorder_encrypted.py's)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument(
         "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     )
     ap.add_argument("--calls", type=int, default=20_000, help="latency samples")
     ap.add_argument("--events", type=int, default=30_000, help="events per throughput round")
     ap.add_argument("--rounds", type=int, default=5)
-    opts = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    opts = options(__doc__ or "")
 
     with tempfile.TemporaryDirectory() as spool:
         settings = Settings(

@@ -53,6 +53,7 @@ from tracevault.edges import (
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
 from tracevault.model_ids import check_model_id
+from tracevault.producer._content import confidential
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -174,6 +175,13 @@ class Recorder:
     grammar: 1 to 128 characters of ``A-Z a-z 0-9 . _ : -``, not ``.`` or ``..``
     (``tracevault.runid``, docs/design.md "Run ids"); any other id raises ``ConfigError``
     here, in the agent, before anything is published.
+
+    With a key provider configured (``TRACEVAULT_KEY_PROVIDER``), every content field is
+    encrypted under a data key of this run, wrapped by the key of ``tenant`` (default
+    ``TRACEVAULT_TENANT``) or of the data ``subject`` the agent names; metadata stays in clear
+    (docs/confidentiality.md). ``redact`` rules (``"card"``, ``"email"``, ``"path:$.request..."``,
+    ``"regex:..."``) replace matched values with a keyed fingerprint before anything is
+    recorded, the agent included in what it is handed back.
     """
 
     def __init__(
@@ -191,6 +199,9 @@ class Recorder:
         model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
         clock: Callable[[str], float] | None = None,
+        tenant: str | None = None,
+        subject: str | None = None,
+        redact: Iterable[str] | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
@@ -234,7 +245,9 @@ class Recorder:
         self._enc = EventEncoder(
             run_id, AgentInfo(agent_id, agent_version, _HOST, harness, __version__)
         )
-        self._encode = self._enc.encode_fields
+        self._encode, self._content, self._redactor = confidential(
+            publisher.settings, self._enc, attrs, tenant=tenant, subject=subject, redact=redact
+        )
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
@@ -390,6 +403,8 @@ class Recorder:
 
     # -- plumbing ---------------------------------------------------------------------------
     def _payload(self, value: JSON, field: str) -> bytes:
+        if self._redactor is not None:  # before anything is recorded (docs/confidentiality.md)
+            value = self._redactor.apply(value, field)
         data = canonical_json(value, field=field)
         if len(data) > self._max:
             raise PayloadError(
@@ -738,6 +753,9 @@ class Recorder:
             attributes={PARENT_RUN: self._run_id, PARENT_SEQ: str(op.seq)},
             model_allow=self._model_allow,
             clock=self._clock,
+            tenant=None if self._content is None else self._content.tenant,
+            subject=None if self._content is None else self._content.subject,
+            redact=None if self._redactor is None else self._redactor.rules,
         )
         return op, child
 

@@ -11,6 +11,7 @@ import click
 
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.archive import open_store
+from tracevault.content import metadata_only
 from tracevault.errors import ChainError, ConfigError, LogError
 from tracevault.replayer import _run_modes as run_modes
 from tracevault.replayer._aligndiff import align_runs, parse_ignore
@@ -31,6 +32,7 @@ from tracevault.replayer._cliopts import (
 )
 from tracevault.replayer._freshness import load_fresh
 from tracevault.replayer._load import load_run
+from tracevault.replayer._opened import opened
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import (
     StepSummary,
@@ -92,15 +94,24 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
 @replay.command("show")
 @click.argument("run_id")
 @click.option("--tree", "as_tree", is_flag=True, help="The run and its sub-agent runs, as a tree.")
+@click.option(
+    "--metadata",
+    "metadata",
+    is_flag=True,
+    help="An encrypted run's timeline without its key: content shown as <encrypted>.",
+)
 @FROM
 @JSON
 @click.pass_context
-def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: bool) -> None:
+def show(
+    ctx: click.Context, run_id: str, as_tree: bool, metadata: bool, source: str, as_json: bool
+) -> None:
     """The run's timeline: seq, kind, time, model, short request and response.
 
     Not verified (use `verify`); --json prints one full event per line (JSON lines).
     --tree draws the run and every sub-agent run below it (verified), each under the
-    parent's crossing that started it; with --json, one nested object.
+    parent's crossing that started it; with --json, one nested object. An encrypted run
+    needs its tenant's key (exit 7 without it); --metadata shows its timeline without one.
 
     \b
     Example:
@@ -108,6 +119,8 @@ def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: b
           | jq 'select(.kind=="TOOL_CALL")'
       tracevault replay show run-42 --tree
     """
+    if as_tree and metadata:
+        raise click.UsageError("--metadata shows one run's timeline: drop --tree")
     if as_tree:
         load_run_by_id = run_modes.loader(settings_of(ctx), source, no_verify=False)
         node = run_tree(load_run_by_id, run_id, load_run_by_id(run_id))
@@ -116,8 +129,9 @@ def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: b
         else:
             stdout.print(run_tree_view(node))
         return
-    _, run = load(ctx, run_id, source)
-    events = LazyEvents([r["raw"] for r in run.records.rows])
+    settings, run = load(ctx, run_id, source)
+    raw_events = LazyEvents([r["raw"] for r in run.records.rows])
+    events = metadata_only(raw_events) if metadata else opened(settings, raw_events)
     if as_json:
         for ev in events:
             click.echo(EventModel.from_event(ev).model_dump_json())
@@ -295,6 +309,7 @@ def run_cmd(
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
         events = verify(run).events
+    events = opened(settings, events)
     if then is not None and until is not None:
         run_modes.fork(settings, events, agent, agent_spec, until,
                        live_spec=live_spec, as_json=as_json, live_tools=tools_live)  # fmt: skip
@@ -356,9 +371,14 @@ def diff_cmd(
     kinds = parse_ignore(ignore)  # refuse a bad flag before loading anything
     sides: list[Any] = []
     for rid in (run_a, run_b):
-        _, run = load(ctx, rid, source)
+        settings, run = load(ctx, rid, source)
         sides.append(
-            LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
+            opened(
+                settings,
+                LazyEvents([r["raw"] for r in run.records.rows])
+                if no_verify
+                else verify(run).events,
+            )
         )
     result = align_runs(sides[0], sides[1], ignore=kinds, ignore_paths=ignore_paths)
     if as_json:
@@ -504,11 +524,13 @@ def _export_otel(
     todo, seen = list(run_ids), set(run_ids)
     while todo:  # each run, then the sub-agent runs it started: one trace per tree
         run_id = todo.pop(0)
-        _, loaded = load(ctx, run_id, source)
+        settings, loaded = load(ctx, run_id, source)
         report = verify(loaded)
         hashes = {r.seq: r.hash for r in loaded.records}
-        runs.append(ExportedRun(run_id, report.events, hashes, report.head, report.status))
-        children = [c for c in child_runs(report.events) if c not in seen]
+        # Content is exported only with --content: only then does it need the run's key.
+        events = opened(settings, report.events) if content else metadata_only(report.events)
+        runs.append(ExportedRun(run_id, events, hashes, report.head, report.status))
+        children = [c for c in child_runs(events) if c not in seen]
         seen.update(children)
         todo.extend(children)
     request = otlp_request(runs, content=content)
