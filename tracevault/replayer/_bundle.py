@@ -413,13 +413,18 @@ def _read_manifest(root: Path) -> dict[str, Any]:
 
 
 def verify_bundle(
-    root: Path, *, log: LogPolicy | None = None, end: EndRule | None = None
+    root: Path,
+    *,
+    log: LogPolicy | None = None,
+    end: EndRule | None = None,
+    chain_only: bool = False,
 ) -> VerifyReport:
     """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
 
     With ``log`` (public keys only) the bundle's tlog-proofs and checkpoint are checked
     first (L1-L4, ``LogError``); without, they are still held to the events (B4) and the
-    report is ``unverified``. ``end``: as ``verify``'s (a bundle's run must end anyway).
+    report is ``unverified``. ``end``, ``chain_only``: as ``verify``'s (a bundle's run must
+    end anyway).
     """
     manifest = _read_manifest(root)
     run_id = str(manifest["run_id"])
@@ -467,7 +472,7 @@ def verify_bundle(
         expected_head=bytes.fromhex(head["last_hash"]) if head.get("last_hash") else None,
         log_evidence=_bundle_evidence(root, manifest, [int(c["seq"]) for c in chain]),
     )
-    report = verify(run, log=log, end=end)
+    report = verify(run, log=log, end=end, chain_only=chain_only)
     checks.extend(report.checks)
     if log is None and run.log_evidence is not None:
         checks.append(_check_own_proofs(run_id, rows, run.log_evidence))
@@ -514,4 +519,5 @@ def verify_bundle(
         log_checked=report.log_checked,
         checkpoint=report.checkpoint,
         log_evidence=report.log_evidence,
+        chain_only=report.chain_only,
     )

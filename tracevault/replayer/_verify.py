@@ -15,8 +15,10 @@ sealing it. Events read lazily (the default) still go through ``decode_event``'s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from tracevault.errors import ConfigError
 from tracevault.log import NoteVerifier
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
 from tracevault.replayer._log import EndRule, LogPolicy, check_log, end_missing, last_event
@@ -86,13 +88,15 @@ def verify(
     log: LogPolicy | None = None,
     keys: Sequence[NoteVerifier] = (),
     end: EndRule | None = None,
+    chain_only: bool = False,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
     With ``log`` (the trusted keys; ``keys=`` alone is short for a policy of just those)
     the signed log's checks L1-L4 run first and raise :class:`LogError`; without, the
-    report says ``log_checked=False`` and its status is ``unverified`` (fail closed: the
-    caller decides, as ``--no-log-check`` does, whether the chain alone will do). ``end``
+    report says ``log_checked=False`` and its status is ``unverified`` (fail closed), unless
+    the caller waives the log with ``chain_only`` (``--no-log-check``: the chain alone,
+    which proves nothing against whoever can write the store). ``end``
     says when a run without RUN_FINISHED fails (L3, or F without the log); the default
     lets one pass with a warning, ``require_finished`` always fails it. With ``rebuild``
     every event is decoded into a :class:`TraceEvent` during the checks and
@@ -100,11 +104,14 @@ def verify(
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
+    if chain_only and log is not None:
+        raise ConfigError("chain_only (--no-log-check) skips the signed log: give no keys")
     rule = end or EndRule()
     if require_finished:
         rule = EndRule(True, rule.idle_close_s, rule.skew_s)
     with gc_paused():
-        return _verify(run, end=rule, rebuild=rebuild, log=log)
+        report = _verify(run, end=rule, rebuild=rebuild, log=log)
+    return dataclasses.replace(report, chain_only=True) if chain_only else report
 
 
 def _verify(run: LoadedRun, *, end: EndRule, rebuild: bool, log: LogPolicy | None) -> VerifyReport:
