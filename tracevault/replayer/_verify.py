@@ -148,8 +148,8 @@ def _verify(run: LoadedRun, *, end: EndRule, rebuild: bool, log: LogPolicy | Non
                 "F finished",
                 count,
                 None,
-                f"{end_missing(run, count - 1, reason, f'the {run.source}')}; its last event "
-                f"is seq {count - 1} {summary.kinds[-1]}",
+                f"the run is unfinished: {end_missing(run, count - 1, reason, 'its records')}; "
+                f"its last event is seq {count - 1} {summary.kinds[-1]}",
             )
     if summary.gaps:
         warnings.append(
