@@ -72,7 +72,9 @@ def test_a_run_over_three_transactions_verifies_against_the_signed_log(settings,
                log=_policy(settings, stranger.verifier.vkey))  # fmt: skip
 
 
-def test_cli_verify_from_topic_lists_l1_to_l4_and_is_unverified_without_a_key(settings, writer) -> None:
+def test_cli_verify_from_topic_lists_l1_to_l4_and_is_unverified_without_a_key(
+    settings, writer
+) -> None:
     writer.publish(seal(recorded("run-log-cli")), batches=2)
     res = _cli(settings, "verify", "run-log-cli", "--from", "topic", "--json",
                "--trusted-key", writer.vkey)  # fmt: skip

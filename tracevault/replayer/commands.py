@@ -74,7 +74,8 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
       tracevault replay show run-42 --from topic
       tracevault replay verify run-42 --from archive --trusted-key @log.vkey
       tracevault replay --archive-url s3://audit/tv \\
-          --s3-endpoint-url http://minio:9000 verify run-42 --trusted-key @log.vkey
+          --s3-endpoint-url http://minio:9000 \\
+          verify run-42 --trusted-key @log.vkey
       tracevault replay run run-42 --agent myagents.support:run --until 12
       tracevault replay run run-42 --agent myagents.support:run --keep-going
       tracevault replay diff run-42 run-43 --ignore clock,random
