@@ -6,11 +6,14 @@ against a real broker, the real archiver and a file:// archive, and each named.
 - a finished run's tail deleted from the archive with everything after it in the partition;
 - a run of another deployment (another topic prefix, the same log key) copied unchanged
   into this deployment's archive;
+- an archived event rewritten at seq 2, the archive's hashes recomputed around the genuine
+  checkpoints: L2 names seq 2, not seq 0;
 - an unfinished run on the topic whose last event is older than the idle-close horizon.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -22,14 +25,15 @@ from click.testing import CliRunner
 
 from tests.attacks.test_topic_bundle_attacks import _raws, _refund_4800, _rewrite
 from tests.consumer.archive.helpers import SealedLog, running, wait_for
-from tests.consumer.archive.sealed_factory import sealed_values
+from tests.consumer.archive.sealed_factory import sealed_run, sealed_values
 from tests.log.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tests.replayer.conftest import recorded
-from tests.replayer.recording import seal
+from tests.replayer.recording import seal, seal_raws
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.log import Ed25519Signer
+from tracevault.schemas import canonical_json, decode_event, encode_event, encode_sealed
 
 # Every key here is named by the test: the session's vkey must not make anything pass.
 pytestmark = pytest.mark.usefixtures("only_keys_given_here")
@@ -188,3 +192,52 @@ def test_an_unfinished_topic_run_past_the_idle_horizon_fails_l3_by_default(
     assert "past the idle-close horizon" in out["error"]
     code, out, text = _cli(settings, *args, "--allow-unfinished")
     assert code == 0 and out["status"] == "verified, unfinished", text
+
+
+def _two_flushes(sl: SealedLog, settings: Settings, run_id: str, values: list[bytes]) -> None:
+    """Seqs 0..1 in one transaction and flush (a checkpoint of size 2), then the rest."""
+    archiver = Archiver(settings)
+    with running(archiver):
+        sl.transaction([(run_id, v) for v in values[:2]])
+        wait_for(lambda: archiver.stats.events_archived == 2, 60, "first flush")
+        sl.transaction([(run_id, v) for v in values[2:]])
+        wait_for(lambda: archiver.stats.events_archived == len(values), 60, "second flush")
+
+
+def test_an_archive_rewritten_at_seq_2_is_named_at_seq_2(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """The store's admin changes seq 2's event and rebuilds every object of the run's log
+    (entry bundles, tiles, run index) with the real archiver, then puts the genuine signed
+    checkpoints back: every leaf's proof now comes from rewritten hashes."""
+    base = _fast(settings_factory)
+    genuine = SealedLog(base)
+    events = sealed_run("run-w", 8)
+    mine = genuine.settings_trusting()
+    _two_flushes(genuine, mine, "run-w", [encode_sealed(e) for e in events])
+    code, out, text = _cli(mine, "verify", "run-w")
+    assert code == 0 and out["status"] == "verified", text
+    raws = [e.raw for e in events]
+    ev = decode_event(raws[2])
+    raws[2] = encode_event(dataclasses.replace(ev, response=canonical_json({"refund": 4800})))
+    attacker = SealedLog(base, Ed25519Signer.generate("test-log"))
+    forged = attacker.settings_trusting().model_copy(
+        update={"archive_url": f"file://{tmp_path / 'forged'}", "archive_group_id": "mallory"}
+    )
+    _two_flushes(attacker, forged, "run-w", [encode_sealed(e) for e in seal_raws(raws, "run-w")])
+    src = Path(mine.archive_url.removeprefix("file://"))
+    dst = tmp_path / "forged"
+    copied = 0
+    for p in src.rglob("*"):
+        if p.is_file() and "/checkpoint/" in p.as_posix():
+            target = dst / p.relative_to(src)
+            target.chmod(0o600)
+            target.unlink()
+            shutil.copy2(p, target)
+            copied += 1
+    assert copied == 2  # the genuine checkpoints of sizes 2 and 8
+    victim = forged.model_copy(update={"log_vkeys": genuine.vkey})
+    code, out, _ = _cli(victim, "verify", "run-w")
+    assert code == 1 and out["seq"] == 2, out
+    assert out["error"].startswith("L2 inclusion: run run-w seq 2")
+    assert "seqs 0..1 before it are leaves of the older signed checkpoint" in out["error"]
