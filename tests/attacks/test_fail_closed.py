@@ -146,7 +146,7 @@ def test_a_deleted_tail_fails_by_default_naming_the_missing_end(
 
 
 def test_a_run_of_another_deployment_copied_in_fails_l1_naming_both_origins(
-    settings_factory: Callable[..., Settings],
+    settings_factory: Callable[..., Settings], tmp_path: Path
 ) -> None:
     """Deployment B (another topic prefix) signs with the same log key as this one; its run,
     archived by B's archiver, is copied byte for byte into this deployment's archive."""
@@ -176,6 +176,14 @@ def test_a_run_of_another_deployment_copied_in_fails_l1_naming_both_origins(
     assert code == 1 and out["ok"] is False and out["error"].startswith("L1 origin")
     assert f"'tracevault/{theirs.topic_prefix}/0'" in out["error"]
     assert f"'tracevault/{mine.topic_prefix}/0'" in out["error"]
+    # the same run as a bundle, handed over as this deployment's
+    code, out, text = _cli(theirs, "export", "run-there", "-o", str(tmp_path / "b"))
+    assert code == 0, text
+    code, out, _ = _cli(mine, "verify", "--bundle", str(tmp_path / "b"))
+    assert code == 1 and out["error"].startswith("L1 origin: log/checkpoint is for log")
+    assert f"'tracevault/{mine.topic_prefix}/0'" in out["error"]
+    code, out, text = _cli(theirs, "verify", "--bundle", str(tmp_path / "b"))
+    assert code == 0 and out["status"] == "verified", text  # for its own deployment
 
 
 def test_an_unfinished_topic_run_past_the_idle_horizon_fails_l3_by_default(
