@@ -104,8 +104,9 @@ def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: b
     """The run's timeline: seq, kind, time, model, short request and response.
 
     Not verified (use `verify`); --json prints one full event per line (JSON lines).
-    --tree draws the run and every sub-agent run below it (verified), each under the
-    parent's crossing that started it; with --json, one nested object.
+    --tree draws the run and every sub-agent run below it (their chains checked; only
+    `verify` checks the signed log), each under the parent's crossing that started it;
+    with --json, one nested object.
 
     \b
     Example:
