@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.attacks.test_topic_bundle_attacks import _raws, _refund_4800, _rewrite
+from tests.conftest import NOW_US
 from tests.consumer.archive.helpers import SealedLog, running, wait_for
 from tests.consumer.archive.sealed_factory import sealed_run, sealed_values
 from tests.log.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
@@ -200,6 +201,15 @@ def test_an_unfinished_topic_run_past_the_idle_horizon_fails_l3_by_default(
     assert "past the idle-close horizon" in out["error"]
     code, out, text = _cli(settings, *args, "--allow-unfinished")
     assert code == 0 and out["status"] == "verified, unfinished", text
+    # a run recorded just now, its head open: it can be live, so it passes with a warning
+    now = [dataclasses.replace(e, at=NOW_US + e.seq) for e in recorded("run-live")]
+    writer.publish(seal(now)[:5])
+    live = ["verify", "run-live", "--from", "topic", "--trusted-key", writer.vkey]
+    code, out, text = _cli(settings, *live)
+    assert code == 0 and out["status"] == "verified, unfinished", text
+    assert any("no RUN_FINISHED in the signed log yet" in w for w in out["warnings"])
+    code, out, _ = _cli(settings, *live, "--require-finished")  # even a live one
+    assert code == 1 and out["error"].startswith("L3 end")
 
 
 def _two_flushes(sl: SealedLog, settings: Settings, run_id: str, values: list[bytes]) -> None:
