@@ -125,6 +125,14 @@ def demo(
     stdout.print("\n[bold]Inspect one run:[/]")
     for cmd in summary.commands:
         stdout.print(f"  {cmd}", soft_wrap=True, highlight=False)
+    stdout.print(
+        f"\nverify trusts only the log's public key: the demo's is in {summary.log_vkey_file} "
+        f"(`export TRACEVAULT_LOG_VKEYS=@{Path(summary.log_vkey_file).resolve()}` makes it the "
+        "default; "
+        "without a key verify says `unverified` and exits 1).",
+        soft_wrap=True,
+        highlight=False,
+    )
     if summary.commands and not summary.commands[0].startswith("tracevault "):
         stdout.print(
             "\n[bold]tracevault is not on PATH:[/] `. .venv/bin/activate` puts it there "

@@ -22,12 +22,16 @@ from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._cliopts import (
     FROM,
     JSON,
+    NO_LOG_CHECK,
     WITNESS_STORE,
+    end_options,
+    end_rule,
     load,
     log_options,
     log_policy,
     parse_day,
     settings_of,
+    verify_policy,
     witness_stores_need,
 )
 from tracevault.replayer._freshness import load_fresh
@@ -71,20 +75,22 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
     \b
     Examples:
       tracevault replay show run-42 --from topic
-      tracevault replay verify run-42 --from archive
+      tracevault replay verify run-42 --from archive --trusted-key @log.vkey
       tracevault replay --archive-url s3://audit/tv \\
-          --s3-endpoint-url http://minio:9000 verify run-42
+          --s3-endpoint-url http://minio:9000 \\
+          verify run-42 --trusted-key @log.vkey
       tracevault replay run run-42 --agent myagents.support:run --until 12
       tracevault replay run run-42 --agent myagents.support:run --keep-going
       tracevault replay diff run-42 run-43 --ignore clock,random
       tracevault replay show run-42 --tree
       tracevault replay export run-42 -o evidence/run-42
-      tracevault replay verify --bundle evidence/run-42
+      tracevault replay verify --bundle evidence/run-42 --trusted-key @log.vkey
       tracevault replay batch --agent myagents.support:run --since 2026-11-01
 
     \b
-    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
-    3 not found or unreachable (every code: `tracevault --help`).
+    Exit codes: 0 ok, 1 verification failure, unverified (no trusted log key) or
+    divergence, 2 usage error, 3 not found or unreachable (every code:
+    `tracevault --help`).
     """
     ctx.find_root().meta["replay.archive_url"] = archive_url
     ctx.find_root().meta["replay.s3_endpoint_url"] = s3_endpoint_url
@@ -109,9 +115,10 @@ def show(
     """The run's timeline: seq, kind, time, model, short request and response.
 
     Not verified (use `verify`); --json prints one full event per line (JSON lines).
-    --tree draws the run and every sub-agent run below it (verified), each under the
-    parent's crossing that started it; with --json, one nested object. An encrypted run
-    needs its tenant's key (exit 7 without it); --metadata shows its timeline without one.
+    --tree draws the run and every sub-agent run below it (their chains checked; only
+    `verify` checks the signed log), each under the parent's crossing that started it;
+    with --json, one nested object. An encrypted run needs its tenant's key (exit 7
+    without it); --metadata shows its timeline without one.
 
     \b
     Example:
@@ -163,7 +170,8 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Check an exported evidence bundle instead (no Kafka, no object store).",
 )
-@click.option("--require-finished", is_flag=True, help="Fail (exit 1) on an unfinished run.")
+@end_options
+@NO_LOG_CHECK
 @log_options
 @WITNESS_STORE
 @JSON
@@ -174,7 +182,9 @@ def verify_cmd(
     run_id: str | None,
     source: str,
     bundle: Path | None,
+    allow_unfinished: bool,
     require_finished: bool,
+    no_log_check: bool,
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
@@ -183,22 +193,33 @@ def verify_cmd(
 ) -> None:
     """Check the signed log, recompute the chain, check what the source offers.
 
-    With a trusted key (--trusted-key or TRACEVAULT_LOG_VKEYS), first the signed
-    log: L1 checkpoint signature (and witnesses), L2 every event in the log, L3
-    RUN_FINISHED in the log, L4 checkpoints consistent. Without one, a warning
-    says the log was not checked. Then records: run, seq contiguity, links,
-    hashes, content, shape. Archive: segments, receipts, final receipt. Topic:
-    the sequencer's committed head. Exit 1 names the first bad seq and object.
+    First the signed log, with the trusted keys (--trusted-key or
+    TRACEVAULT_LOG_VKEYS): L1 checkpoint signature, this deployment's origin (and
+    witnesses), L2 every event in the log, L3 RUN_FINISHED in the log, L4
+    checkpoints consistent. Then records: run, seq contiguity, links, hashes,
+    content, shape. Archive: segments, receipts, final receipt. Topic: the
+    sequencer's committed head. Exit 1 names the first bad seq and object.
+
+    Fails closed: with no trusted key the result is `unverified`, exit 1;
+    --no-log-check checks the chain alone (exit 0 if it holds), which proves
+    nothing against whoever can write the store. A run without RUN_FINISHED fails
+    L3 unless it can still be live (the sequencer's head says it is open, and its
+    last event is younger than sequencer_idle_close_s); --allow-unfinished
+    accepts a run in progress from any source.
 
     \b
     Examples:
       tracevault replay verify run-42 --from topic --trusted-key @log.vkey
-      tracevault replay verify run-42 --from archive
+      tracevault replay verify run-42 --from archive --trusted-key @log.vkey
       tracevault replay verify --bundle evidence/run-42 --trusted-key @log.vkey \\
           --witness-key @witness.vkey --json
     """
     try:
-        policy = log_policy(settings_of(ctx), trusted_keys, witness_keys, min_witnesses)
+        settings = settings_of(ctx)
+        policy = verify_policy(
+            settings, trusted_keys, witness_keys, min_witnesses, no_log_check=no_log_check
+        )
+        end = end_rule(settings, allow_unfinished=allow_unfinished, required=require_finished)
         witness_stores_need(policy, witness_stores)
         if bundle is not None:
             if run_id is not None:
@@ -209,18 +230,20 @@ def verify_cmd(
                     "carries its cosignatures (export --witness-store)"
                 )
             with stderr.status(f"checking bundle {bundle}…"):
-                report = verify_bundle(bundle, log=policy)
+                report = verify_bundle(bundle, log=policy, end=end, chain_only=no_log_check)
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
             settings, run, fresh = load_fresh(ctx, run_id, source, policy, witness_stores)
             run = with_witness_stores(settings, run, policy, witness_stores)
             with stderr.status(f"verifying {len(run)} events…"):
-                report = fresh.annotate(verify(run, require_finished=require_finished, log=policy))
+                report = fresh.annotate(verify(run, log=policy, end=end, chain_only=no_log_check))
     except (ChainError, LogError) as exc:
         _chain_failure(exc, as_json)
         return
     print_verified(report, as_json)
+    if not report.ok:  # no trusted key: unverified, fail closed
+        raise click.exceptions.Exit(1)
 
 
 # -- run ------------------------------------------------------------------------------------
@@ -449,7 +472,7 @@ def export_cmd(
     \b
     Example:
       tracevault replay export run-42 -o evidence/run-42
-      tracevault replay verify --bundle evidence/run-42
+      tracevault replay verify --bundle evidence/run-42 --trusted-key @log.vkey
       tracevault replay export run-42 --otel --endpoint http://localhost:4318
       tracevault replay export --otel --since 2026-11-01 -o november.json
     """
