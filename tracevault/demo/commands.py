@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
-from tracevault.demo.run import DemoOptions, run_demo
+from tracevault.demo.run import DemoOptions, DemoSummary, run_demo
 
 __all__ = ["demo"]
 
@@ -103,25 +103,7 @@ def demo(
     if as_json:
         echo_json(summary.to_json())
         return
-    table = Table(title="tracevault demo", show_header=False)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    table.add_row(
-        "runs", f"{summary.runs} ({summary.failed_runs} ended with an error, as scripted)"
-    )
-    table.add_row("events recorded", f"{summary.events} ({summary.events_per_s:,.0f} events/s)")
-    table.add_row("events sealed", str(summary.events_sealed))
-    table.add_row("events archived", f"{summary.events_archived} in {summary.runs_archived} runs")
-    table.add_row("record → archived", f"{summary.pipeline_seconds:.1f} s after recording ended")
-    for source in ("archive", "topic"):
-        n = len(summary.sampled.get(source, []))
-        table.add_row(
-            f"sample from {source}",
-            f"{summary.verified[source]}/{n} verified, {summary.replayed[source]}/{n} replayed",
-        )
-    table.add_row("archive", summary.archive)
-    table.add_row("topics", f"{summary.prefix}.* at {summary.bootstrap_servers}")
-    stdout.print(table)
+    stdout.print(_table(summary))
     stdout.print("\n[bold]Inspect one run:[/]")
     for cmd in summary.commands:
         stdout.print(f"  {cmd}", soft_wrap=True, highlight=False)
@@ -140,3 +122,26 @@ def demo(
             soft_wrap=True,
             highlight=False,
         )
+
+
+def _table(summary: DemoSummary) -> Table:
+    """What the demo did, one row a stage, readable at 80 columns."""
+    table = Table(title="tracevault demo", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    table.add_row(
+        "runs", f"{summary.runs} ({summary.failed_runs} ended with an error, as scripted)"
+    )
+    table.add_row("events recorded", f"{summary.events} ({summary.events_per_s:,.0f} events/s)")
+    table.add_row("events sealed", str(summary.events_sealed))
+    table.add_row("events archived", f"{summary.events_archived} in {summary.runs_archived} runs")
+    table.add_row("record → archived", f"{summary.pipeline_seconds:.1f} s after recording ended")
+    for source in ("archive", "topic"):
+        n = len(summary.sampled.get(source, []))
+        table.add_row(
+            f"sample from {source}",
+            f"{summary.verified[source]}/{n} verified, {summary.replayed[source]}/{n} replayed",
+        )
+    table.add_row("archive", summary.archive)
+    table.add_row("topics", f"{summary.prefix}.* at {summary.bootstrap_servers}")
+    return table

@@ -309,49 +309,11 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
         prefix=settings.topic_prefix,
         bootstrap_servers=settings.bootstrap_servers,
     )
-    tag = uuid.uuid4().hex[:8]
-    logs = opts.work_dir / "demo-logs"
-    common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
     key_file, vkey = demo_log_key(opts.work_dir)
     summary.log_key_file, summary.log_vkey = str(key_file), vkey
-    trusted = {"TRACEVAULT_LOG_VKEYS": vkey}
     with _broker(settings, opts, console):
         ensure_topics(settings)
-        services = [
-            Service(
-                "sequencer",
-                [
-                    *common,
-                    "sequencer",
-                    # Stable per host (the default): a demo run again reclaims the same
-                    # static group membership at once instead of waiting out the last one's.
-                    "--instance-id",
-                    f"demo-{socket.gethostname()}",
-                    "--gap-timeout",
-                    "10",
-                    "--batch-wait-ms",
-                    "20",
-                    "--log-key-file",
-                    str(key_file),
-                ],
-                logs / f"sequencer-{tag}.log",
-            ),
-            Service(
-                "archiver",
-                [
-                    *common,
-                    "archiver",
-                    "--archive",
-                    settings.archive_url,
-                    "--instance-id",
-                    f"demo-{socket.gethostname()}",
-                    "--segment-max-age",
-                    "2",
-                ],
-                logs / f"archiver-{tag}.log",
-                trusted,
-            ),
-        ]
+        services = _services(settings, opts.work_dir, key_file, vkey)
         summary.logs = {s.name: str(s.log_path) for s in services}
         try:
             for svc in services:
@@ -369,12 +331,60 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
             raise ServiceUnavailableError(
                 f"services did not shut down cleanly: {bad}; see {summary.logs}"
             )
-    one = summary.run_ids[0]
+    summary.log_vkey_file = str(demo_vkey_file(opts.work_dir))
+    summary.commands = _commands(settings, opts.work_dir, summary.run_ids[0])
+    return summary
+
+
+def _services(settings: Settings, work_dir: Path, key_file: Path, vkey: str) -> list[Service]:
+    """The sequencer (signing with the demo's log key) and the archiver (trusting its vkey)."""
+    tag = uuid.uuid4().hex[:8]
+    logs = work_dir / "demo-logs"
+    common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
+    trusted = {"TRACEVAULT_LOG_VKEYS": vkey}
+    return [
+        Service(
+            "sequencer",
+            [
+                *common,
+                "sequencer",
+                # Stable per host (the default): a demo run again reclaims the same
+                # static group membership at once instead of waiting out the last one's.
+                "--instance-id",
+                f"demo-{socket.gethostname()}",
+                "--gap-timeout",
+                "10",
+                "--batch-wait-ms",
+                "20",
+                "--log-key-file",
+                str(key_file),
+            ],
+            logs / f"sequencer-{tag}.log",
+        ),
+        Service(
+            "archiver",
+            [
+                *common,
+                "archiver",
+                "--archive",
+                settings.archive_url,
+                "--instance-id",
+                f"demo-{socket.gethostname()}",
+                "--segment-max-age",
+                "2",
+            ],
+            logs / f"archiver-{tag}.log",
+            trusted,
+        ),
+    ]
+
+
+def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
+    """The "Inspect one run" commands, each verifying with the demo's vkey."""
     pre = f"{_cli_name()} --prefix {settings.topic_prefix}"
     arch = f"--archive-url {settings.archive_url}"
-    key = f"--trusted-key @{demo_vkey_file(opts.work_dir)}"
-    summary.log_vkey_file = str(demo_vkey_file(opts.work_dir))
-    summary.commands = [
+    key = f"--trusted-key @{demo_vkey_file(work_dir)}"
+    return [
         f"{pre} replay {arch} show {one} --from archive",
         f"{pre} replay {arch} verify {one} --from archive {key}",
         f"{pre} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive",
@@ -382,4 +392,3 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
         f"{pre} replay verify --bundle evidence/{one} {key}",
         f"{_cli_name()} archive ls --archive {settings.archive_url}",
     ]
-    return summary
