@@ -1,5 +1,6 @@
 """The encrypted pipeline's settings for the content tests: fresh topics on the real broker,
-an Object Lock bucket on moto's S3 server, data keys from moto's KMS on the same server."""
+an Object Lock bucket on moto's S3 server, data keys from moto's KMS on the same server, and
+each run's wrapped key in a versioned bucket without a lock (the run-key store)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from tracevault.kafka import ensure_topics
 def kms_s3_settings(bootstrap: str, endpoint: str, base: Path, stem: str, tenant: str) -> Settings:
     """Settings of a pipeline of its own (topics created), archiving to a new locked bucket."""
     bucket = f"{stem}-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(
-        Bucket=bucket, ObjectLockEnabledForBucket=True
-    )
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    s3.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    keys = f"{stem}-keys-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=keys)
+    s3.put_bucket_versioning(Bucket=keys, VersioningConfiguration={"Status": "Enabled"})
     settings = Settings(
         bootstrap_servers=bootstrap,
         topic_prefix=unique_name(stem),
@@ -31,6 +34,7 @@ def kms_s3_settings(bootstrap: str, endpoint: str, base: Path, stem: str, tenant
         spool_dir=str(base / "spool"),
         key_provider="kms",
         kms_endpoint_url=endpoint,
+        run_key_store=f"s3://{keys}/run-keys",
         tenant=tenant,
     )
     ensure_topics(settings)

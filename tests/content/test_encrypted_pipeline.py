@@ -72,6 +72,7 @@ def _env(p: Pipeline, **extra: str) -> dict[str, str | None]:
         "TRACEVAULT_TOPIC_PREFIX": p.settings.topic_prefix,
         "TRACEVAULT_ARCHIVE_URL": p.settings.archive_url,
         "TRACEVAULT_S3_ENDPOINT_URL": p.endpoint,
+        "TRACEVAULT_RUN_KEY_STORE": p.settings.run_key_store,
         "TRACEVAULT_KEY_PROVIDER": "none",
         "TRACEVAULT_KMS_ENDPOINT_URL": None,
         "TRACEVAULT_TENANT": None,

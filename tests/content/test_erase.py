@@ -44,6 +44,7 @@ def erased(
         "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
         "TRACEVAULT_ARCHIVE_URL": settings.archive_url,
         "TRACEVAULT_S3_ENDPOINT_URL": s3_endpoint,
+        "TRACEVAULT_RUN_KEY_STORE": settings.run_key_store,
         "TRACEVAULT_SPOOL_DIR": settings.spool_dir,
         "TRACEVAULT_KEY_PROVIDER": "kms",
         "TRACEVAULT_KMS_ENDPOINT_URL": s3_endpoint,
