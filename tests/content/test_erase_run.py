@@ -4,13 +4,14 @@ Through the real pipeline: broker, sequencer, archiver on moto's S3 (Object Lock
 keyring file or moto's KMS over HTTP, each run's wrapped key in the run-key store (a
 directory for the keyring, a versioned bucket without a lock for KMS).
 
-Afterwards (docs/confidentiality.md, "Erasure"): no tracevault store holds a usable key of
-the erased runs (the keyring file, the run-key store in every version, KMS's key state, the
-four topics and every archived object are searched for their wrapped and data keys), the
-erasure records verify and name what, when, why and by whom, another run of the same tenant
-still opens, verifies and replays, the erased runs still verify and ``show`` says "erased on
-DATE (REASON)". A run of format 1 (its key inline in RUN_STARTED, under the tenant's key)
-still opens, and is refused for ``--run`` with a message naming ``--tenant``.
+Afterwards (docs/confidentiality.md, "Erasure: by destroying keys, never evidence"): no
+tracevault store holds a usable key of the erased runs (the keyring file, the run-key store
+in every version, KMS's key state, the four topics and every archived object are searched
+for their wrapped and data keys), the erasure records verify and name what, when, why and
+by whom, another run of the same tenant still opens, verifies and replays, the erased runs
+still verify and ``show`` says "erased on DATE (REASON)". A run of format 1 (its key inline
+in RUN_STARTED, under the tenant's key) still opens, and is refused for ``--run`` with a
+message naming ``--tenant``.
 """
 
 from __future__ import annotations
