@@ -154,12 +154,14 @@ def erase(
     source: str,
     as_json: bool,
 ) -> None:
-    """Destroy the key that opens a subject's, a run's or a tenant's content; record it.
+    """Destroy the keys that open a run's, a subject's or a tenant's content; record it.
 
-    The content stays, as ciphertext no key opens: every proof (chain, signed log,
-    witnesses, bundles) still verifies. An erasure record naming what, when, why and by
-    whom is sealed into the log as a run of its own (agent tracevault-erase). Needs the key
-    provider (TRACEVAULT_KEY_PROVIDER) that holds the keys.
+    --run deletes that run's wrapped key from the run-key store (TRACEVAULT_RUN_KEY_STORE),
+    every version of it; --subject and --tenant destroy their key-encryption keys in the
+    provider (TRACEVAULT_KEY_PROVIDER) and delete their runs' entries too. The content
+    stays, as ciphertext no key opens: every proof (chain, signed log, witnesses, bundles)
+    still verifies. An erasure record naming what, when, why and by whom is sealed into the
+    log as a run of its own (agent tracevault-erase).
 
     \b
     Example:
