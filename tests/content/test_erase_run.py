@@ -59,6 +59,7 @@ TENANT = "tenant-r"
 SUBJECT = "dora@example.com"
 RUN_REASON = "card number recorded by mistake"
 SUBJECT_REASON = "GDPR Art. 17 request 2211"
+GONE_TENANT, TENANT_REASON = "tenant-gone", "customer offboarded"
 
 
 @dataclass(frozen=True)
@@ -129,20 +130,21 @@ def erased(
     settings = _settings(kind, kafka_bootstrap, s3_endpoint, tmp_path_factory.mktemp(kind))
     env = cli_env(settings)
     tag = unique_name("err")
-    runs = {n: f"{tag}-{n}" for n in ("one", "other", "dora1", "dora2", "legacy")}
+    runs = {n: f"{tag}-{n}" for n in ("one", "other", "dora1", "dora2", "legacy", "gone")}
     with sequencer_running(settings):
         record_secret_run(settings, runs["one"])
         record_secret_run(settings, runs["other"])
         record_secret_run(settings, runs["dora1"], subject=SUBJECT)
         record_secret_run(settings, runs["dora2"], subject=SUBJECT)
         _format_1_run(settings, runs["legacy"])
+        record_secret_run(settings, runs["gone"], tenant=GONE_TENANT)
         for rid in runs.values():
             wait_sealed(settings, rid)
         started = _started(settings)
         store, provider = open_key_store(settings), open_provider(settings)
         assert provider is not None
         keys = {}
-        for n in ("one", "other", "dora1", "dora2"):
+        for n in ("one", "other", "dora1", "dora2", "gone"):
             ref = wrapped_key_of([started[runs[n]]])
             assert ref is not None and ref.stored and not ref.blob
             wrapped = store.get(runs[n], ref)
@@ -154,7 +156,11 @@ def erased(
         by_subject = _cli(env, "erase", "--subject", SUBJECT, "--by", "dpo", "--reason",
                           SUBJECT_REASON, "--json")  # fmt: skip
         assert by_subject.exit_code == 0, by_subject.output
-        records = {"run": json.loads(by_run.output), "subject": json.loads(by_subject.output)}
+        by_tenant = _cli(env, "erase", "--tenant", GONE_TENANT, "--by", "dpo", "--reason",
+                         TENANT_REASON, "--json")  # fmt: skip
+        assert by_tenant.exit_code == 0, by_tenant.output
+        records = {"run": json.loads(by_run.output), "subject": json.loads(by_subject.output),
+                   "tenant": json.loads(by_tenant.output)}  # fmt: skip
         for r in records.values():
             wait_sealed(settings, r["record"])
     Archiver(settings).run(until_idle=1.0)
@@ -185,7 +191,7 @@ def _needles(wrapped: bytes, data_key: bytes) -> list[bytes]:
 def test_no_store_holds_a_usable_key_of_the_erased_runs(erased: Erased) -> None:
     everything = _every_store(erased)
     runs = erased.runs
-    for n in ("one", "dora1", "dora2"):
+    for n in ("one", "dora1", "dora2", "gone"):
         for needle in _needles(*erased.keys[runs[n]]):
             assert needle not in everything, (n, needle)
     # the search would have found them: the kept run's wrapped key is in the run-key store
@@ -201,29 +207,37 @@ def test_no_store_holds_a_usable_key_of_the_erased_runs(erased: Erased) -> None:
         assert [dead["KeyId"]] == erased.records["subject"]["keys"]
         live = kms.describe_key(KeyId=f"alias/tracevault/{TENANT}")["KeyMetadata"]
         assert live["KeyState"] == "Enabled"
+        gone = kms.describe_key(KeyId=f"alias/tracevault/{GONE_TENANT}")["KeyMetadata"]
+        assert gone["KeyState"] == "PendingDeletion"
     else:
         keks = json.loads(Path(erased.settings.keyring_path).read_bytes())["keks"]
         assert "key" not in keks[f"{TENANT}/{ref}"] and "key" in keks[f"{TENANT}/-"]
         assert [keks[f"{TENANT}/{ref}"]["id"]] == erased.records["subject"]["keys"]
+        assert "key" not in keks[f"{GONE_TENANT}/-"]
 
 
 def test_the_erasure_records_verify_and_name_what_when_why_who(erased: Erased) -> None:
     env = {**erased.env, "TRACEVAULT_KEY_PROVIDER": "none"}  # readable without any key
     runs, by_run, by_subject = erased.runs, erased.records["run"], erased.records["subject"]
+    by_tenant = erased.records["tenant"]
+    assert by_tenant["tenant"] == GONE_TENANT and len(by_tenant["keys"]) == 1
+    assert by_tenant["entries"] == [f"{GONE_TENANT}/-/{runs['gone']}.json"]
     assert by_run["run"] == runs["one"] and by_run["keys"] == []
     assert by_run["entries"] == [f"{TENANT}/-/{runs['one']}.json"]
     ref = subject_ref(TENANT, SUBJECT)
     assert sorted(by_subject["entries"]) == sorted(
         f"{TENANT}/{ref}/{runs[n]}.json" for n in ("dora1", "dora2")
     )
-    for record, reason in ((by_run, RUN_REASON), (by_subject, SUBJECT_REASON)):
+    for record, reason in ((by_run, RUN_REASON), (by_subject, SUBJECT_REASON),
+                           (by_tenant, TENANT_REASON)):  # fmt: skip
         assert record["by"] == "dpo" and record["reason"] == reason
         res = _cli(env, "replay", "verify", record["record"])
         assert res.exit_code == 0, res.output
         res = _cli(env, "replay", "show", record["record"], "--json")
         assert res.exit_code == 0, res.output
         text = json.dumps(json.loads(res.output.splitlines()[0]))
-        for value in (reason, "dpo", TENANT, record["when"], *record["entries"], *record["keys"]):
+        for value in (reason, "dpo", record["tenant"], record["when"], *record["entries"],
+                      *record["keys"]):  # fmt: skip
             assert value in text, value
         assert SUBJECT not in res.output  # the subject goes by its reference only
 
@@ -250,6 +264,9 @@ def test_the_erased_runs_verify_and_show_says_erased_on_date(
         assert f"erased on {today}" in res.output and f"({reason})" in res.output, res.output
         assert not any(s in res.output for s in agents.SECRETS)
         assert _cli(env, "replay", "run", rid, "--agent", AGENT).exit_code == 7
+    gone = _cli({**env, "TRACEVAULT_TENANT": GONE_TENANT}, "replay", "show", erased.runs["gone"])
+    assert gone.exit_code == 7 and f"({TENANT_REASON})" in gone.output, gone.output
+    assert _cli(env, "replay", "verify", erased.runs["gone"]).exit_code == 0
     # a bundle of the erased run: ciphertext only, and it verifies
     out = tmp_path / "bundle"
     res = _cli(env, "replay", "export", erased.runs["one"], "-o", str(out))
