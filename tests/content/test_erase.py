@@ -144,3 +144,4 @@ def test_erasing_again_is_refused(erased: dict[str, Any]) -> None:
     assert res.exit_code == 3 and "already" in res.output, res.output
     res = _cli(erased["env"], "erase", "--run", erased["runs"]["bob"], "--reason", "again")
     assert res.exit_code == 3 and "already" in res.output, res.output
+    assert f"run {erased['runs']['bob']}" in res.output  # the run's entry, not its subject
