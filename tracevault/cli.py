@@ -38,7 +38,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
     "erase": (
         "tracevault.replayer.erase:erase",
-        "destroy the keys of a subject's, run's or tenant's content; record it",
+        "destroy the keys of a run's, subject's or tenant's content; record it",
     ),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
     "keys": ("tracevault.log.commands:keys", "make log and witness keys, print their vkeys"),

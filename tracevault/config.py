@@ -253,6 +253,12 @@ class Settings(BaseSettings):
         default=None, description="for a KMS-compatible endpoint other than AWS's"
     )
     kms_region: str = "us-east-1"
+    run_key_store: str | None = Field(
+        default=None,
+        description="where each run's wrapped data key lives, deletable so that one run can "
+        "be erased: a directory, or s3://bucket/prefix of a bucket without Object Lock "
+        "[the directory run-keys beside the keyring file]",
+    )
     redaction_key: SecretStr | None = Field(
         default=None,
         description="the HMAC key of redaction fingerprints: Recorder(redact=...) needs it, "

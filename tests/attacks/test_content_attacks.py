@@ -3,14 +3,16 @@
 The attacker can write a raw topic (a compromised agent host, or a Kafka admin: here, a plain
 producer on another deployment's ``raw``), and holds a victim's recorded raw bytes. They do
 not hold the tenant's KEK. What they try: move ciphertexts to another seq or field, or re-post
-the victim's run (its wrapped key included) under a run id of their own, so that a reader with
-the tenant's key decrypts it somewhere it was not recorded. Every move must fail to decrypt,
+the victim's run (its key reference included, and a copy of its run-key store entry: they can
+write that store too) under a run id of their own, so that a reader with the tenant's key
+decrypts it somewhere it was not recorded. Every move must fail to decrypt,
 naming run, seq and field (exit 7), and print none of the plaintext.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +94,7 @@ def test_a_response_moved_into_the_request_does_not_decrypt(victim: Any, tmp_pat
 
 
 def test_a_run_reposted_under_another_id_does_not_open(victim: Any, tmp_path: Path) -> None:
-    # The wrapped key is copied along: the keyring's AAD binds it to the victim's run id.
+    # The key reference is copied along; the run-key store has no entry for the new id.
     settings, events = victim
     stolen = [dataclasses.replace(e, run_id="attacker-run") for e in events]
     res = _post_and_show(settings, stolen, tmp_path, "tvrepost")
@@ -106,3 +108,19 @@ def test_the_untouched_run_opens_in_the_same_setup(victim: Any, tmp_path: Path) 
     res = _post_and_show(settings, list(events), tmp_path, "tvcontrol")
     assert res.exit_code == 0, res.output
     assert agents.SECRETS[0] in res.output
+
+
+def test_a_run_key_entry_copied_to_another_run_does_not_open(victim: Any, tmp_path: Path) -> None:
+    # The attacker can also write the run-key store: the victim's entry is copied to the
+    # reposted run's name, its run field rewritten to match. The wrapping itself is bound to
+    # the victim's run id (the keyring's AAD), so the provider refuses it.
+    settings, events = victim
+    store = Path(settings.keyring_path).parent / "run-keys" / "default" / "-"
+    entry = json.loads((store / "victim-run.json").read_bytes())
+    entry["run"] = "attacker-run"
+    copied = store / "attacker-run.json"
+    copied.write_bytes(json.dumps(entry).encode())
+    copied.chmod(0o600)
+    stolen = [dataclasses.replace(e, run_id="attacker-run") for e in events]
+    res = _post_and_show(settings, stolen, tmp_path, "tvcopykey")
+    _assert_refused(res, "attacker-run", "another run")

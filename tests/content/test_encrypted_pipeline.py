@@ -9,7 +9,6 @@ timeline still shows kinds and tool names.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,15 +16,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
-import fastavro
 import pytest
 from click.testing import CliRunner
 
 from tests.conftest import unique_name
 from tests.consumer.sequencer.support import read_all
 from tests.content import agents
-from tests.content.stack import bucket_of, kms_s3_settings, record_secret_run
+from tests.content.stack import archive_bytes, bucket_of, kms_s3_settings, record_secret_run
 from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
@@ -72,6 +69,7 @@ def _env(p: Pipeline, **extra: str) -> dict[str, str | None]:
         "TRACEVAULT_TOPIC_PREFIX": p.settings.topic_prefix,
         "TRACEVAULT_ARCHIVE_URL": p.settings.archive_url,
         "TRACEVAULT_S3_ENDPOINT_URL": p.endpoint,
+        "TRACEVAULT_RUN_KEY_STORE": p.settings.run_key_store,
         "TRACEVAULT_KEY_PROVIDER": "none",
         "TRACEVAULT_KMS_ENDPOINT_URL": None,
         "TRACEVAULT_TENANT": None,
@@ -97,20 +95,9 @@ def _replay(env: dict[str, str | None], *args: str) -> Any:
 
 
 def _archive_bytes(p: Pipeline) -> bytes:
-    """Every archived object's bytes, with each segment's deflated blocks read out too."""
-    s3 = boto3.client("s3", endpoint_url=p.endpoint)
-    out = []
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=p.bucket):
-        for v in page.get("Versions", []):
-            body = s3.get_object(Bucket=p.bucket, Key=v["Key"], VersionId=v["VersionId"])
-            data = body["Body"].read()
-            out.append(data)
-            if data.startswith(b"Obj\x01"):  # an Avro container: its records, inflated
-                for rec in fastavro.reader(io.BytesIO(data)):
-                    out.append(json.dumps(rec, default=repr).encode())
-                    out += [v for v in rec.values() if isinstance(v, bytes)]
+    out = archive_bytes(p.endpoint, p.bucket)
     assert out, "nothing was archived"
-    return b"\n".join(out)
+    return out
 
 
 def test_no_plaintext_reaches_raw_sealed_or_the_archive(pipeline: Pipeline) -> None:

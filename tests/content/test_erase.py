@@ -1,10 +1,11 @@
 """``tracevault erase`` through the real pipeline: broker, sequencer, archiver on moto's S3,
 keys in moto's KMS over HTTP.
 
-After erasing one subject (by name, then another by one of its runs): no KMS key that opens
-their content is usable, the erased runs' integrity still verifies and ``show`` says "erased
-on DATE (reason)", every other run still verifies and replays, and the erasure record is a
-sealed, archived run that verifies and names what, when, why and by whom.
+After erasing one subject by name, and one run of another subject alone: the subject's KMS key
+is dead while the other subject's stays (only the run's entry in the run-key store went), the
+erased runs' integrity still verifies and ``show`` says "erased on DATE (reason)", every other
+run still verifies and replays, and the erasure record is a sealed, archived run that verifies
+and names what, when, why and by whom. tests/content/test_erase_run.py searches every store.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def erased(
         "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
         "TRACEVAULT_ARCHIVE_URL": settings.archive_url,
         "TRACEVAULT_S3_ENDPOINT_URL": s3_endpoint,
+        "TRACEVAULT_RUN_KEY_STORE": settings.run_key_store,
         "TRACEVAULT_SPOOL_DIR": settings.spool_dir,
         "TRACEVAULT_KEY_PROVIDER": "kms",
         "TRACEVAULT_KMS_ENDPOINT_URL": s3_endpoint,
@@ -76,17 +78,24 @@ def _cli(env: dict[str, str], *args: str) -> Any:
     return res
 
 
-def test_no_kms_key_of_an_erased_subject_is_usable(erased: dict[str, Any]) -> None:
+def test_a_subjects_kms_key_dies_and_a_runs_erasure_leaves_its_subjects(
+    erased: dict[str, Any],
+) -> None:
     kms = boto3.client("kms", endpoint_url=erased["endpoint"])
-    for who, record in zip(("alice", "bob"), erased["records"], strict=True):
+    by_subject, by_run = erased["records"]
+    alice = subject_ref(TENANT, "alice@example.com")
+    assert by_subject["subject"] == alice and len(by_subject["keys"]) == 1
+    assert by_subject["entries"] == [f"{TENANT}/{alice}/{erased['runs']['alice']}.json"]
+    meta = kms.describe_key(KeyId=f"alias/tracevault/{TENANT}/{alice}")["KeyMetadata"]
+    assert meta["KeyId"] == by_subject["keys"][0]
+    assert meta["KeyState"] == "PendingDeletion" and not meta["Enabled"]
+    bob = subject_ref(TENANT, "bob@example.com")
+    assert by_run["subject"] == bob and by_run["keys"] == []
+    assert by_run["entries"] == [f"{TENANT}/{bob}/{erased['runs']['bob']}.json"]
+    for who in ("bob", "carol"):  # bob's other runs would still open
         ref = subject_ref(TENANT, f"{who}@example.com")
-        assert record["subject"] == ref and len(record["keys"]) == 1
         meta = kms.describe_key(KeyId=f"alias/tracevault/{TENANT}/{ref}")["KeyMetadata"]
-        assert meta["KeyId"] == record["keys"][0]
-        assert meta["KeyState"] == "PendingDeletion" and not meta["Enabled"]
-    carol = subject_ref(TENANT, "carol@example.com")
-    meta = kms.describe_key(KeyId=f"alias/tracevault/{TENANT}/{carol}")["KeyMetadata"]
-    assert meta["KeyState"] == "Enabled"
+        assert meta["KeyState"] == "Enabled"
 
 
 def test_an_erased_run_verifies_and_show_says_erased(erased: dict[str, Any]) -> None:
@@ -130,9 +139,9 @@ def test_the_erasure_record_is_sealed_archived_and_names_what_when_why_who(
     assert "alice@example.com" not in res.output  # the subject goes by its reference only
 
 
-def test_a_run_under_the_tenants_own_key_cannot_be_erased_alone(erased: dict[str, Any]) -> None:
-    res = _cli(erased["env"], "erase", "--run", erased["runs"]["tenant"], "--reason", "x")
-    assert res.exit_code == 2, res.output
-    assert "--tenant" in res.output and TENANT in res.output
+def test_erasing_again_is_refused(erased: dict[str, Any]) -> None:
     res = _cli(erased["env"], "erase", "--subject", "alice@example.com", "--reason", "again")
     assert res.exit_code == 3 and "already" in res.output, res.output
+    res = _cli(erased["env"], "erase", "--run", erased["runs"]["bob"], "--reason", "again")
+    assert res.exit_code == 3 and "already" in res.output, res.output
+    assert f"run {erased['runs']['bob']}" in res.output  # the run's entry, not its subject

@@ -2,12 +2,14 @@
 
 Beneath the producer and the replayer (docs/design.md, "Layout"): the Recorder seals a run's
 content fields through :class:`RunCipher` under a data key a :class:`KeyProvider` wraps per
-tenant (and per data subject); readers open them with :func:`readable`. Integrity needs none
-of this: the chain covers the ciphertext bytes (docs/confidentiality.md).
+tenant (and per data subject), the wrapped key kept per run in a :class:`RunKeyStore`, where
+erasure deletes it; readers open them with :func:`readable`. Integrity needs none of this:
+the chain covers the ciphertext bytes (docs/confidentiality.md).
 """
 
 from tracevault.content._cipher import FIELDS, RunCipher, is_envelope
 from tracevault.content._events import (
+    data_key_of,
     is_encrypted,
     metadata_only,
     open_event,
@@ -15,8 +17,9 @@ from tracevault.content._events import (
     wrapped_key_of,
 )
 from tracevault.content._keyring import KeyringProvider
+from tracevault.content._keystore import FileRunKeyStore, RunKeyStore, S3RunKeyStore, entry_name
 from tracevault.content._kms import KmsProvider
-from tracevault.content._open import open_provider
+from tracevault.content._open import open_key_store, open_provider
 from tracevault.content._provider import DATA_KEY_BYTES, KeyProvider
 from tracevault.content._redact import REDACT_ATTRIBUTE, Redactor
 from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey, subject_ref
@@ -28,6 +31,12 @@ __all__ = [
     "KmsProvider",
     "open_provider",
     "DATA_KEY_BYTES",
+    # the run-key store (each run's wrapped key, deletable)
+    "RunKeyStore",
+    "FileRunKeyStore",
+    "S3RunKeyStore",
+    "entry_name",
+    "open_key_store",
     # the wrapped key in RUN_STARTED
     "KEY_ATTRIBUTE",
     "WrappedKey",
@@ -40,6 +49,7 @@ __all__ = [
     "REDACT_ATTRIBUTE",
     "Redactor",
     # reading
+    "data_key_of",
     "is_encrypted",
     "metadata_only",
     "open_event",

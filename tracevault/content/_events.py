@@ -13,12 +13,20 @@ import dataclasses
 from collections.abc import Sequence
 
 from tracevault.content._cipher import RunCipher
+from tracevault.content._keystore import RunKeyStore
 from tracevault.content._provider import KeyProvider
 from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey
 from tracevault.errors import ContentKeyError
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, check_canonical
 
-__all__ = ["is_encrypted", "metadata_only", "open_event", "readable", "wrapped_key_of"]
+__all__ = [
+    "data_key_of",
+    "is_encrypted",
+    "metadata_only",
+    "open_event",
+    "readable",
+    "wrapped_key_of",
+]
 
 
 def wrapped_key_of(events: Sequence[TraceEvent]) -> WrappedKey | None:
@@ -37,17 +45,39 @@ def is_encrypted(events: Sequence[TraceEvent]) -> bool:
 
 
 def readable(
-    events: Sequence[TraceEvent], provider: KeyProvider | None, tenant: str
+    events: Sequence[TraceEvent],
+    provider: KeyProvider | None,
+    tenant: str,
+    store: RunKeyStore | None = None,
 ) -> Sequence[TraceEvent]:
     """``events`` with content in clear; ContentKeyError when this reader may not open them.
 
+    Refused, naming the run's tenant and provider: see :func:`data_key_of`.
+    """
+    key = data_key_of(events, provider, tenant, store)
+    if key is None:
+        return events
+    cipher = RunCipher(events[0].run_id, key)
+    # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
+    return [open_event(ev, cipher) for ev in events]
+
+
+def data_key_of(
+    events: Sequence[TraceEvent],
+    provider: KeyProvider | None,
+    tenant: str,
+    store: RunKeyStore | None,
+) -> bytes | None:
+    """The run's data key, None for a run in clear; ContentKeyError when refused.
+
     Refused, naming the run's tenant and provider: no provider configured here, a provider of
-    another kind, a run of another tenant than ``tenant`` (the reader's grant), or a provider
-    that will not unwrap the run's key (no grant, an erased key).
+    another kind, a run of another tenant than ``tenant`` (the reader's grant), a format-2 run
+    whose entry the run-key store no longer holds (erased: "erased on DATE (REASON)"), or a
+    provider that will not unwrap the run's key (no grant, an erased KEK).
     """
     wrapped = wrapped_key_of(events)
     if wrapped is None:
-        return events
+        return None
     run_id = events[0].run_id
     if provider is None:
         raise ContentKeyError(
@@ -65,10 +95,14 @@ def readable(
             f"run {run_id} is encrypted under {wrapped.describe()}; the provider configured "
             f"here is {provider.name}"
         )
-    key = provider.unwrap(wrapped, run_id)
-    cipher = RunCipher(run_id, key)
-    # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
-    return [open_event(ev, cipher) for ev in events]
+    if wrapped.stored:
+        if store is None:
+            raise ContentKeyError(
+                f"run {run_id} keeps its wrapped key in a run-key store; none is given here "
+                "(TRACEVAULT_RUN_KEY_STORE)"
+            )
+        wrapped = store.get(run_id, wrapped)
+    return provider.unwrap(wrapped, run_id)
 
 
 def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:

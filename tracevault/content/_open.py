@@ -1,19 +1,23 @@
-"""The key provider the settings name (``key_provider``), or None: content stays in clear."""
+"""The key provider the settings name (``key_provider``), or None: content stays in clear;
+and the run-key store (``run_key_store``) where each run's wrapped data key lives."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from tracevault.config import Settings
 from tracevault.content._keyring import KeyringProvider
+from tracevault.content._keystore import FileRunKeyStore, RunKeyStore, S3RunKeyStore
 from tracevault.content._kms import KmsProvider
 from tracevault.content._provider import KeyProvider
 
-__all__ = ["open_provider"]
+__all__ = ["open_key_store", "open_provider"]
 
 # One provider per configuration and process: a KMS client costs tens of ms to build and
 # keeps its connections, and every Recorder (every sub-agent) of a process asks for one.
 _OPEN: dict[tuple[str, str | None, str], KeyProvider] = {}
+_STORES: dict[tuple[str, str | None], RunKeyStore] = {}
 _LOCK = threading.Lock()
 
 
@@ -36,3 +40,19 @@ def open_provider(settings: Settings) -> KeyProvider | None:
                 )
             _OPEN[key] = provider
     return provider
+
+
+def open_key_store(settings: Settings) -> RunKeyStore:
+    """``run_key_store``: ``s3://bucket/prefix`` (through ``s3_endpoint_url``) or a directory;
+    unset, the directory ``run-keys`` beside ``keyring_path`` (the keyring's machine)."""
+    url = settings.run_key_store or str(Path(settings.keyring_path).parent / "run-keys")
+    key = (url, settings.s3_endpoint_url if url.startswith("s3://") else None)
+    with _LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            if url.startswith("s3://"):
+                store = S3RunKeyStore(url, endpoint_url=settings.s3_endpoint_url)
+            else:
+                store = FileRunKeyStore(url.removeprefix("file://"))
+            _STORES[key] = store
+    return store

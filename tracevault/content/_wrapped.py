@@ -1,10 +1,11 @@
-"""A run's data key as it travels: wrapped under a key-encryption key, named in clear.
+"""A run's data key wrapped under a key-encryption key, and the reference RUN_STARTED carries.
 
-The wrapped key rides in the run's ``RUN_STARTED`` attributes (:data:`KEY_ATTRIBUTE`), so a
-reader needs nothing but the record and a grant from the provider. It is safe there: only
-the provider can unwrap it, and erasing the run's content means destroying the KEK that
-wraps it, which works while the archive stays locked (docs/confidentiality.md, "Erasure: by
-destroying keys, never evidence").
+Since format 2 the wrapped key lives in the **run-key store** (a mutable store tracevault can
+delete from: ``tracevault.content.RunKeyStore``), and RUN_STARTED's :data:`KEY_ATTRIBUTE`
+holds only a reference to it (``"v":2``, no ``wrapped``): erasing one run deletes its entry,
+while the locked archive and the topics keep nothing that opens it. Runs of format 1 carry the
+wrapped key inline (``"v":1``): they stay readable, and only destroying the KEK that wraps
+them erases them (docs/confidentiality.md, "Erasure: by destroying keys, never evidence").
 """
 
 from __future__ import annotations
@@ -49,34 +50,41 @@ class WrappedKey:
     subject: str | None
     kek_id: str
     blob: bytes
+    #: True for a format-2 reference: ``blob`` is empty, the run-key store holds it
+    stored: bool = False
+
+    def _fields(self) -> dict[str, object]:
+        return {
+            "provider": self.provider,
+            "tenant": self.tenant,
+            "subject": self.subject,
+            "kek": self.kek_id,
+        }
 
     def to_attribute(self) -> str:
-        return json.dumps(
-            {
-                "v": 1,
-                "provider": self.provider,
-                "tenant": self.tenant,
-                "subject": self.subject,
-                "kek": self.kek_id,
-                "wrapped": base64.b64encode(self.blob).decode("ascii"),
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        """Format 1, the wrapped key inline (what the run-key store keeps per run)."""
+        wrapped = base64.b64encode(self.blob).decode("ascii")
+        return _dumps({"v": 1, **self._fields(), "wrapped": wrapped})
+
+    def to_reference(self) -> str:
+        """Format 2, what RUN_STARTED carries: who wraps the key, never the key."""
+        return _dumps({"v": 2, **self._fields(), "store": "run-keys"})
 
     @classmethod
     def from_attribute(cls, text: str, *, run_id: str) -> WrappedKey:
         try:
             o = json.loads(text)
-            if not isinstance(o, dict) or o.get("v") != 1:
-                raise ValueError("not version 1")
+            if not isinstance(o, dict) or o.get("v") not in (1, 2):
+                raise ValueError("not version 1 or 2")
             subject = o["subject"]
+            stored = o["v"] == 2
             wk = cls(
                 str(o["provider"]),
                 str(o["tenant"]),
                 None if subject is None else str(subject),
                 str(o["kek"]),
-                base64.b64decode(o["wrapped"], validate=True),
+                b"" if stored else base64.b64decode(o["wrapped"], validate=True),
+                stored,
             )
         except (ValueError, KeyError, TypeError, binascii.Error) as exc:
             raise ContentKeyError(
@@ -91,3 +99,7 @@ class WrappedKey:
         if self.subject is not None:
             who += f", subject ref {self.subject}"
         return f"{who}, provider {self.provider} (key {self.kek_id})"
+
+
+def _dumps(o: dict[str, object]) -> str:
+    return json.dumps(o, sort_keys=True, separators=(",", ":"))

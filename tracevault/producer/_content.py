@@ -21,6 +21,8 @@ from tracevault.content import (
     KeyProvider,
     Redactor,
     RunCipher,
+    RunKeyStore,
+    open_key_store,
     open_provider,
     subject_ref,
 )
@@ -46,13 +48,21 @@ class ContentHook:
     __slots__ = ("attributes", "cipher", "provider", "subject", "tenant")
 
     def __init__(
-        self, provider: KeyProvider, run_id: str, tenant: str, subject: str | None
+        self,
+        provider: KeyProvider,
+        store: RunKeyStore,
+        run_id: str,
+        tenant: str,
+        subject: str | None,
     ) -> None:
         self.provider, self.tenant, self.subject = provider, tenant, subject
         ref = subject_ref(tenant, subject)
         data_key, wrapped = provider.generate(tenant, ref, run_id)
+        # Stored before anything of the run is published: a run whose key was not kept
+        # would be unreadable from its first record. The record names the entry only.
+        store.put(run_id, wrapped)
         self.cipher = RunCipher(run_id, data_key)
-        self.attributes = {KEY_ATTRIBUTE: wrapped.to_attribute()}
+        self.attributes = {KEY_ATTRIBUTE: wrapped.to_reference()}
 
     def wrap(self, encode: Encode) -> Encode:
         seal, seal_tool = self.cipher.seal, self.cipher.seal_tool_request
@@ -109,7 +119,8 @@ def content_hook(
                 "is configured: set TRACEVAULT_KEY_PROVIDER (keyring or kms)"
             )
         return None
-    return ContentHook(provider, run_id, tenant or settings.tenant, subject)
+    store = open_key_store(settings)
+    return ContentHook(provider, store, run_id, tenant or settings.tenant, subject)
 
 
 def redactor(settings: Settings, rules: Iterable[str] | None) -> Redactor | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tracevault.config import Settings
-from tracevault.content import open_provider, readable
+from tracevault.content import open_key_store, open_provider, readable
 from tracevault.schemas import TraceEvent
 
 __all__ = ["opened"]
@@ -19,4 +19,6 @@ __all__ = ["opened"]
 def opened(settings: Settings, events: Sequence[TraceEvent]) -> Sequence[TraceEvent]:
     """``events`` with content in clear; ContentKeyError (exit 7) naming the run's tenant and
     provider when this reader holds no key that opens them. A run in clear is returned as is."""
-    return readable(events, open_provider(settings), settings.tenant)
+    provider = open_provider(settings)
+    store = None if provider is None else open_key_store(settings)
+    return readable(events, provider, settings.tenant, store)

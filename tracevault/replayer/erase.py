@@ -1,22 +1,24 @@
-"""``tracevault erase``: make a subject's, a run's or a tenant's content unreadable for good.
+"""``tracevault erase``: make a run's, a subject's or a tenant's content unreadable for good.
 
 Erasure destroys keys, never evidence (docs/confidentiality.md, "Erasure: by destroying
-keys, never evidence"). A run's wrapped data key is inside its RUN_STARTED, sealed into the
-chain and locked in the archive; what can go is the key-encryption key that wraps it. So:
+keys, never evidence"). A run's wrapped data key lives in the run-key store, a mutable store
+tracevault deletes from; RUN_STARTED, sealed and locked, carries only a reference. So:
 
-- ``--subject S``: the KEK of data subject S of the tenant: every run recorded with
-  ``Recorder(subject=S)``;
-- ``--run RUN``: the KEK that wraps that run, which must be a subject's (a run under the
-  tenant's own KEK shares it with every run of the tenant, and is refused: use ``--tenant``);
-  every run of that subject goes with it, and the output says so;
-- ``--tenant T``: the tenant's KEK and every subject KEK under it.
+- ``--run RUN``: that run's entry in the run-key store (every version of it): its data key
+  is nowhere any more, and no other run is touched;
+- ``--subject S``: the KEK of data subject S of the tenant, and the entries of its runs;
+- ``--tenant T``: the tenant's KEK, every subject KEK under it, and all their entries.
+
+Runs recorded by format 1 (the wrapped key inline in RUN_STARTED) go only with the KEK that
+wraps them: ``--run`` of such a run under a subject destroys that subject's KEK (the output
+says so), and under the tenant's own KEK is refused (exit 2, naming ``--tenant``).
 
 The erasure is evidence too: an **erasure record**, a run of its own (agent ``tracevault-erase``,
-recorded in clear) naming what was erased (tenant, subject reference, run, key ids,
-provider), when, why (``--reason``) and by whom (``--by``), published to ``raw`` like any run,
-so the sequencer seals it into the signed log and the archiver archives it. Everything else
-still verifies, the erased runs' integrity included: chain, log and witnesses cover the
-ciphertext, which stays.
+recorded in clear) naming what was erased (tenant, subject reference, run, KEK ids, run-key
+entries, provider), when, why (``--reason``) and by whom (``--by``), published to ``raw`` like
+any run, so the sequencer seals it into the signed log and the archiver archives it.
+Everything else still verifies, the erased runs' integrity included: chain, log and witnesses
+cover the ciphertext, which stays.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ import click
 
 from tracevault._clitools import echo_json, settings_from, stdout
 from tracevault.config import Settings
-from tracevault.content import KeyProvider, open_provider, subject_ref, wrapped_key_of
+from tracevault.content import (
+    KeyProvider,
+    RunKeyStore,
+    WrappedKey,
+    open_key_store,
+    open_provider,
+    subject_ref,
+    wrapped_key_of,
+)
 from tracevault.errors import ConfigError, NotFoundError
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer._cliopts import FROM, JSON
@@ -45,8 +55,8 @@ ERASE_AGENT = "tracevault-erase"
 
 def _target(
     settings: Settings, run_id: str | None, subject: str | None, tenant: str | None, source: str
-) -> tuple[str, str | None]:
-    """(tenant, subject reference or None) whose KEK the erasure destroys."""
+) -> tuple[str, str | None, WrappedKey | None]:
+    """(tenant, subject reference or None, the run's key reference for --run)."""
     given = [n for n, v in (("--run", run_id), ("--subject", subject)) if v is not None]
     if len(given) > 1 or (not given and tenant is None):
         raise ConfigError("erase needs exactly one of --run RUN, --subject S or --tenant T")
@@ -60,16 +70,17 @@ def _target(
                 f"run {run_id} was recorded in clear (no key provider): there is no key whose "
                 "destruction erases it"
             )
-        if wrapped.subject is None:
+        if not wrapped.stored and wrapped.subject is None:
             raise ConfigError(
-                f"run {run_id} is wrapped by the key of tenant {wrapped.tenant!r} itself, "
-                "which every run of the tenant shares: it cannot be erased alone. Erase the "
-                f"whole tenant with --tenant {wrapped.tenant}, or record what may need "
-                "erasure with Recorder(subject=...)"
+                f"run {run_id} was recorded by format 1: its wrapped data key is inside its "
+                f"RUN_STARTED (sealed and locked), under the key of tenant {wrapped.tenant!r} "
+                "itself, which every run of the tenant shares: it cannot be erased alone. "
+                f"Erase the whole tenant with --tenant {wrapped.tenant}; runs recorded since "
+                "keep their key in the run-key store and are erasable one by one"
             )
-        return wrapped.tenant, wrapped.subject
+        return wrapped.tenant, wrapped.subject, wrapped
     t = tenant or settings.tenant
-    return t, None if subject is None else subject_ref(t, subject)
+    return t, None if subject is None else subject_ref(t, subject), None
 
 
 def _record(settings: Settings, erasure: dict[str, Any]) -> str:
@@ -79,7 +90,7 @@ def _record(settings: Settings, erasure: dict[str, Any]) -> str:
     run_id = f"erasure-{uuid.uuid4()}"
     try:
         rec = Recorder(publisher=publisher, agent_id=ERASE_AGENT, agent_version="1", run_id=run_id)
-        rec.run(lambda erasure, _edges: {"erased": erasure["keys"]}, erasure)
+        rec.run(lambda e, _edges: {"erased": e["keys"] + e["entries"]}, erasure)
     finally:
         publisher.flush(30)
         report = publisher.close(timeout=30)
@@ -92,20 +103,35 @@ def _record(settings: Settings, erasure: dict[str, Any]) -> str:
 
 
 def _destroy(
-    provider: KeyProvider, tenant: str, ref: str | None, when: str, reason: str
-) -> list[str]:
-    gone = provider.destroy(tenant, ref, when=when, reason=reason)
-    if not gone:
+    provider: KeyProvider,
+    store: RunKeyStore,
+    target: tuple[str, str | None, WrappedKey | None],
+    run_id: str | None,
+    *,
+    when: str,
+    reason: str,
+) -> tuple[list[str], list[str]]:
+    """(KEK ids destroyed, run-key entries deleted); NotFoundError when nothing was live."""
+    tenant, ref, wrapped = target
+    if wrapped is not None and wrapped.stored:  # one run: its entry, and nothing else
+        keks: list[str] = []
+        entries = store.erase(tenant, ref, run_id, when=when, reason=reason)
+    else:
+        keks = provider.destroy(tenant, ref, when=when, reason=reason)
+        entries = store.erase(tenant, ref, None, when=when, reason=reason)
+    if not keks and not entries:
         who = f"tenant {tenant!r}" + ("" if ref is None else f", subject ref {ref}")
+        if run_id is not None:
+            who = f"run {run_id} ({who})"
         raise NotFoundError(
-            f"no live key of {who} in provider {provider.name}: never created, or already "
-            "erased; nothing was changed"
+            f"no live key of {who} in provider {provider.name} or the run-key store "
+            f"{store.where}: never created, or already erased; nothing was changed"
         )
-    return gone
+    return keks, entries
 
 
 @click.command("erase")
-@click.option("--run", "run_id", metavar="RUN", help="Erase the subject whose key wraps RUN.")
+@click.option("--run", "run_id", metavar="RUN", help="Erase the run RUN alone.")
 @click.option("--subject", metavar="S", help="Erase every run of data subject S.")
 @click.option("--tenant", metavar="T", help="Erase the tenant T (or name the subject's tenant).")
 @click.option("--reason", required=True, help="Why: kept in the erasure record and the key.")
@@ -128,12 +154,14 @@ def erase(
     source: str,
     as_json: bool,
 ) -> None:
-    """Destroy the key that opens a subject's, a run's or a tenant's content; record it.
+    """Destroy the keys that open a run's, a subject's or a tenant's content; record it.
 
-    The content stays, as ciphertext no key opens: every proof (chain, signed log,
-    witnesses, bundles) still verifies. An erasure record naming what, when, why and by
-    whom is sealed into the log as a run of its own (agent tracevault-erase). Needs the key
-    provider (TRACEVAULT_KEY_PROVIDER) that holds the keys.
+    --run deletes that run's wrapped key from the run-key store (TRACEVAULT_RUN_KEY_STORE),
+    every version of it; --subject and --tenant destroy their key-encryption keys in the
+    provider (TRACEVAULT_KEY_PROVIDER) and delete their runs' entries too. The content
+    stays, as ciphertext no key opens: every proof (chain, signed log, witnesses, bundles)
+    still verifies. An erasure record naming what, when, why and by whom is sealed into the
+    log as a run of its own (agent tracevault-erase).
 
     \b
     Example:
@@ -148,15 +176,19 @@ def erase(
         raise ConfigError(
             "erase needs the key provider that holds the keys: set TRACEVAULT_KEY_PROVIDER"
         )
-    tenant_of, ref = _target(settings, run_id, subject, tenant, source)
+    target = _target(settings, run_id, subject, tenant, source)
+    tenant_of, ref, _ = target
+    store = open_key_store(settings)
     when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    gone = _destroy(provider, tenant_of, ref, when, reason)
+    keks, entries = _destroy(provider, store, target, run_id, when=when, reason=reason)
     erasure = {
         "tenant": tenant_of,
         "subject": ref,
         "run": run_id,
         "provider": provider.name,
-        "keys": gone,
+        "keys": keks,
+        "store": store.where,
+        "entries": entries,
         "when": when,
         "reason": reason,
         "by": by or getpass.getuser(),
@@ -166,9 +198,15 @@ def erase(
         echo_json({**erasure, "record": record})
         return
     what = f"tenant {tenant_of!r}" + ("" if ref is None else f", subject ref {ref}")
+    if run_id is not None and not keks:
+        what = f"run {run_id} ({what})"
     stdout.print(
-        f"[green]erased[/] {what}: {len(gone)} key(s) destroyed in {provider.name} on {when}"
+        f"[green]erased[/] {what} on {when}: {len(keks)} key(s) destroyed in {provider.name}, "
+        f"{len(entries)} run key(s) deleted from {store.where}"
     )
-    if run_id is not None:
-        stdout.print(f"every run of that subject, {run_id} among them, is unreadable now")
+    if run_id is not None and keks:
+        stdout.print(
+            f"{run_id} was recorded by format 1 (its key inline, under its subject's key): "
+            "every run of that subject is unreadable now"
+        )
     stdout.print(f"erasure record: run {record} (`tracevault replay verify {record}`)")
