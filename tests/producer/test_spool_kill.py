@@ -20,21 +20,19 @@ each is sealed once); the test asserts that and prints how many.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from tests.consumer.sequencer.support import assert_chain, running, sealed_by_run, wait_until
-from tests.kafka_harness import LocalBroker, free_port
+from tests.kafka_harness import LocalBroker
 from tests.producer.conftest import read_partition, spawn_agent
 from tracevault.cli import tracevault
 from tracevault.config import Settings
@@ -64,37 +62,16 @@ def _accepted(side: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[LocalBroker]:
-    """One private broker for the four kill points (a fresh broker's start was a third of each
-    case). Each case has topics of its own, stops or hangs the broker and has it running
-    again before it ends; one that failed half way is undone by the next (``_running``)."""
-    b = LocalBroker(free_port())
-    b.start()
-    try:
-        yield b
-    finally:
-        with contextlib.suppress(Exception):
-            os.kill(b.pid(), signal.SIGCONT)
-        with contextlib.suppress(Exception):
-            b.stop()
-
-
-def _running(broker: LocalBroker) -> None:
-    """The broker answering, whatever an earlier case that failed left it as."""
-    with contextlib.suppress(Exception):
-        os.kill(broker.pid(), signal.SIGCONT)  # a hang case that failed before its SIGCONT
-    broker.start(keep_data=True)  # a stopped one comes back; a running one is left alone
-
-
 @pytest.mark.parametrize("kill_point", ["burst", "flood", "steady", "hang"])
 def test_sigkilled_spooling_agent_loses_nothing_older_than_the_bound(
     kill_point: str,
-    broker: LocalBroker,
+    module_broker: LocalBroker,
     tmp_path: Path,
     log_key: str,
 ) -> None:
-    _running(broker)
+    # one broker for the four cases (tests/conftest.py): each leaves it running
+    broker = module_broker
+    broker.ensure_running()
     settings = Settings(
         bootstrap_servers=broker.bootstrap,
         topic_prefix=f"kill-{uuid.uuid4().hex[:8]}",
