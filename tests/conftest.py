@@ -149,6 +149,24 @@ def local_broker_factory(
             b.stop()
 
 
+@pytest.fixture(scope="module")
+def module_broker() -> Iterator[LocalBroker]:
+    """One private broker for a module's tests that stop, kill or hang it: a fresh broker's
+    start is 7-16 s on this machine. Each test has topics of its own, leaves the broker
+    running and calls ``ensure_running`` first; stopped at the module's end."""
+    from tests.kafka_harness import free_port
+
+    broker = LocalBroker(free_port())
+    broker.start()
+    try:
+        yield broker
+    finally:
+        with contextlib.suppress(Exception):
+            broker.ensure_running()  # a SIGSTOPped one does not stop
+        with contextlib.suppress(Exception):
+            broker.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """``http://127.0.0.1:<port>``: a real S3 endpoint over HTTP (moto's server mode).

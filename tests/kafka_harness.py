@@ -7,8 +7,10 @@ that needs Kafka never skips.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -98,6 +100,14 @@ class LocalBroker:
 
     def kill(self) -> None:
         self._run("kill")
+
+    def ensure_running(self) -> None:
+        """Answering, whatever a test that failed half way left it as (stopped, or SIGSTOPped):
+        a broker several tests share is brought back before each (a running one is left
+        alone)."""
+        with contextlib.suppress(Exception):
+            os.kill(self.pid(), signal.SIGCONT)
+        self.start(keep_data=True)
 
     def pid(self) -> int:
         """The broker's pid, from dev/kafka's pid file beside its log (to SIGSTOP it: a broker

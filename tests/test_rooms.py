@@ -27,16 +27,13 @@ MODULES_OVER: dict[str, str] = {
 
 #: "module:function" -> why it is still over MAX_FUNCTION_LINES
 FUNCTIONS_OVER: dict[str, str] = {
-    "archive/_logread.py:read_log_run": "holes and generations landed beside the split: again",
-    "consumer/archive/_holeplace.py:_holes": "hole placement, new with the holes: not split yet",
-    "integrations/otel.py:_run_spans": "sub-agent links landed beside its split: split again",
     "replayer/_bundle.py:export_bundle": "writes every bundle file in order: not split yet",
     "replayer/_bundle.py:verify_bundle": "checks every bundle file in order: not split yet",
     "replayer/_topic.py:load_from_topic": "one read of sealed and heads: not split yet",
-    "schemas/fast/_event.py:fast_decode_event": "the hand-unrolled v2 decoder: speed",
-    "schemas/fast/_event.py:_peek_walk": "the hand-unrolled v2 peek: speed",
-    "schemas/fast/_sealed.py:sealed_fields": "the hand-unrolled sealed reader: speed",
-    "schemas/fast/_sealed.py:_rows": "the hand-unrolled sealed column reader: speed",
+    "schemas/fast/_event.py:fast_decode_event": (
+        "the replayer's per-event decode: a Python call costs ~4% of its 2.5 µs, and a split "
+        "along its seams takes two per event"
+    ),
 }
 
 

@@ -1,7 +1,7 @@
 """The sequencer, the archiver and the witness across a broker stop and a broker SIGKILL.
 
 One private broker (never the shared one) and the three real services as subprocesses. A
-producer streams complete runs throughout. The broker is stopped for ~20 s (past every session
+producer streams complete runs throughout. The broker is stopped for ~15 s (past every session
 timeout), then SIGKILLed and started again on its data (``--keep-data``: a crash, its
 transaction and group coordinators reload their logs). Nobody restarts a service: after each
 outage the sequencer seals new events within seconds, the archiver archives them and the
@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.consumer.sequencer.support import assert_chain, raw_event, sealed_by_run
-from tests.consumer.test_outage import Service, outage, wait_for
+from tests.consumer.test_outage import LONG_OUTAGE_S, Service, outage, wait_for
 from tests.kafka_harness import LocalBroker
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
@@ -170,9 +170,10 @@ def stack(
 
 
 def test_three_services_ride_out_a_broker_stop_and_a_sigkill(
-    local_broker_factory: Callable[[], LocalBroker], tmp_path: Path
+    module_broker: LocalBroker, tmp_path: Path
 ) -> None:
-    broker = local_broker_factory()
+    broker = module_broker  # this module's two tests share it (tests/conftest.py)
+    broker.ensure_running()
     with stack(broker, tmp_path) as (start, settings, feed):
         seq, arc, wit = start("sequencer"), start("archiver"), start("witness")
         svcs = (seq, arc, wit)
@@ -212,7 +213,7 @@ def test_three_services_ride_out_a_broker_stop_and_a_sigkill(
             for s in svcs:
                 doc = s.health()[1]
                 assert doc["status"] == "stuck" and doc["reason"], (s.name, doc)
-            outage(max(0.0, 20 - (time.monotonic() - down)))
+            outage(max(0.0, LONG_OUTAGE_S - (time.monotonic() - down)))
             broker.start(keep_data=True)
             back = time.monotonic()
             s0, a0, c0 = counts()
@@ -250,9 +251,10 @@ def test_three_services_ride_out_a_broker_stop_and_a_sigkill(
 
 
 def test_a_restarted_witness_cosigns_within_seconds(
-    local_broker_factory: Callable[[], LocalBroker], tmp_path: Path
+    module_broker: LocalBroker, tmp_path: Path
 ) -> None:
-    with stack(local_broker_factory(), tmp_path) as (start, _settings, feed):
+    module_broker.ensure_running()
+    with stack(module_broker, tmp_path) as (start, _settings, feed):
         seq, wit = start("sequencer"), start("witness")
         feed.thread.start()
 

@@ -82,5 +82,8 @@ def test_partition_count_mismatch_is_reported(
 
 
 def test_unreachable_broker_exits_3() -> None:
-    code, out = _cli("--bootstrap-servers", "127.0.0.1:1", "topics", "describe")
+    # --timeout bounds the wait: the default 15 s proves nothing more than 2 s does
+    code, out = _cli("--bootstrap-servers", "127.0.0.1:1", "topics", "describe", "--timeout", "2")
+    assert code == 3, out
+    code, out = _cli("--bootstrap-servers", "127.0.0.1:1", "topics", "create", "--timeout", "2")
     assert code == 3, out

@@ -11,9 +11,10 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from click.testing import CliRunner
 
@@ -22,9 +23,10 @@ from tests.replayer import agents
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
-from tracevault.heads import locate_run
+from tracevault.heads import heads_partition_count, locate_run, read_state
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
+from tracevault.replayer import LoadedRun, load_run
 
 
 def fresh_settings(bootstrap: str, base: Path, stem: str, *, partitions: int = 1) -> Settings:
@@ -110,6 +112,45 @@ def wait_sealed(settings: Settings, run_id: str, *, timeout: float = 60.0) -> No
             return
         assert time.monotonic() < deadline, f"run {run_id} was not sealed within {timeout}s"
         tick.wait(0.2)
+
+
+def wait_all_sealed(settings: Settings, run_ids: Iterable[str], *, timeout: float = 60.0) -> None:
+    """Wait (deadline-bounded) until the sequencer has committed every run's RUN_FINISHED.
+
+    One read of every heads partition per poll, for all the runs at once: ``wait_sealed``
+    per run reads its heads partition from the start once per run, which for a fleet of
+    fixtures' runs took most of their setup."""
+    want = set(run_ids)
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    parts = range(heads_partition_count(settings))
+    while True:
+        state = read_state(settings, parts)
+        done = {r for r, h in state.heads.items() if h.finished and h.first_offset >= 0}
+        for _part, chunk in state.finished.values():
+            done |= {
+                r
+                for r in want - done
+                if (h := chunk.head(r)) is not None and h.finished and h.first_offset >= 0
+            }
+        left = want - done
+        if not left:
+            return
+        assert time.monotonic() < deadline, (
+            f"{len(left)} runs were not sealed within {timeout}s, e.g. {sorted(left)[:3]}"
+        )
+        tick.wait(0.2)
+
+
+def load_all(
+    settings: Settings, run_ids: Iterable[str], source: Literal["topic", "archive"]
+) -> dict[str, LoadedRun]:
+    """``load_run`` of every run, a few at a time: each read mostly waits on the broker or
+    the store, and fixtures load tens of runs."""
+    ids = list(run_ids)
+    with ThreadPoolExecutor(4) as pool:
+        loaded = pool.map(lambda r: load_run(settings, r, source=source), ids)
+        return dict(zip(ids, loaded, strict=True))
 
 
 def replay_cli(settings: Settings, *args: str, width: int = 80) -> Any:

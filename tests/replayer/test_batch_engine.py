@@ -31,7 +31,7 @@ from tests.replayer import agents
 from tests.replayer.archiving import write_run
 from tests.replayer.conftest import recorded
 from tests.replayer.dask_cluster import ROOT, LocalDaskCluster
-from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
+from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_all_sealed
 from tests.replayer.recording import T0, record, seal
 from tracevault.archive import open_store
 from tracevault.archive._filestore import FileStore
@@ -80,8 +80,7 @@ def pipeline_archive(
         for name, (agent, _) in plan.items():
             for rid in ids[name]:
                 record_live(settings, agent, agents.INPUT, rid)
-        for rid in (r for rs in ids.values() for r in rs):
-            wait_sealed(settings, rid)
+        wait_all_sealed(settings, [r for rs in ids.values() for r in rs])
     Archiver(settings).run(until_idle=1.0)
     return PipelineArchive(settings.archive_url, **ids)
 

@@ -21,14 +21,14 @@ from click.testing import CliRunner
 
 from tests.conftest import unique_name
 from tests.replayer import concurrent_agents as ca
-from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tests.replayer.pipeline import load_all, sequencer_running, wait_all_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.errors import ReplayDivergence
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import LoadedRun, _interleave, areplay, load_run, replay, verify
+from tracevault.replayer import LoadedRun, _interleave, areplay, replay, verify
 from tracevault.replayer._interleave import interleaved
 from tracevault.replayer._records import SealedRows
 from tracevault.schemas import EventKind, TraceEvent, default_schemas
@@ -83,12 +83,12 @@ def runs(
         finally:
             assert publisher.flush(30), "the publisher could not deliver to Kafka"
             publisher.close()
-        for run_id in outputs:
-            wait_sealed(settings, run_id)
+        wait_all_sealed(settings, outputs)
     Archiver(settings).run(until_idle=1.0)
+    loaded = load_all(settings, outputs, "archive")
     got: Runs = {"async": [], "threads": [], "two-workers": []}
     for run_id, (mode, output) in outputs.items():
-        report = verify(load_run(settings, run_id, source="archive"), require_finished=True)
+        report = verify(loaded[run_id], require_finished=True)
         got[mode].append((list(report.events), output))
     yield got
 

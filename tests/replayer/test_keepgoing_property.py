@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import unique_name
 from tests.replayer import keepgoing_agents as kga
-from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tests.replayer.pipeline import load_all, sequencer_running, wait_all_sealed
 from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import _interleave, areplay, load_run, replay, verify
+from tracevault.replayer import _interleave, areplay, replay, verify
 from tracevault.replayer._interleave import interleaved
 from tracevault.schemas import TraceEvent
 
@@ -64,12 +64,9 @@ def runs(
             assert publisher.flush(30), "the publisher could not deliver to Kafka"
             publisher.close()
         run_ids = ["kg-support", *(f"kg-concurrent-{n}" for n in range(CONCURRENT_RECORDINGS))]
-        for run_id in run_ids:
-            wait_sealed(cfg, run_id)
-    yield {
-        run_id: list(verify(load_run(cfg, run_id, source="topic"), require_finished=True).events)
-        for run_id in run_ids
-    }
+        wait_all_sealed(cfg, run_ids)
+    loaded = load_all(cfg, run_ids, "topic")
+    yield {run_id: list(verify(loaded[run_id], require_finished=True).events) for run_id in run_ids}
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ from tracevault.log import (
     Checkpoint,
     LazyProof,
     LeafProofs,
+    NodeSource,
     RunLogEvidence,
     consistency_proof,
     decode_bundle,
@@ -181,10 +182,112 @@ def read_log_run(
     one, e.g. a witness's cosigned copy) is what the proofs are built against instead of the
     newest: the tiles hold every node of any smaller tree, and the archived checkpoints
     become the others, each with its consistency proof (docs/log.md, "Witness").
+
+    Objects are read in this order: index objects, holes, the checkpoint proven against,
+    data bundles, the unindexed tail's entry bundles, the other checkpoints.
     """
+    r = _Reader(get)
+    log_key, origin, cps, pairs = _run_indexes(r, list_keys, run_id, index_keys)
+    indexes = [i for i, _ in pairs]
+    index_keys = [k for _, k in pairs]
+    by_seq = _leaves_by_seq(pairs, run_id)
+    newest_key = parse_checkpoint_key(cps[-1])
+    holes = [
+        h
+        for k in list_keys(holes_prefix(log_key))
+        if (h := parse_hole_key(k)) is not None and newest_key is not None and h.end <= newest_key
+    ]
+    lost = _lost_seqs(r, run_id, by_seq, holes) if holes else None
+    gone = [
+        (h, Hole.from_json(r.get(h.key), h.key)) for h in holes if h.kind in {"gone", "continued"}
+    ]
+    last_leaf = max(leaf for leaf, _ in by_seq.values())
+    cp_key, note, size, newest = _proof_checkpoint(r, log_key, cps, gone, last_leaf, anchor=anchor)
+
+    def read_tile(level: int, index: int, width: int) -> bytes:
+        return r.get(tile_key(log_key, level, index, width))
+
+    # any smaller tree's nodes too; those overlapping a gone hole from its compact tree
+    node = hole_node_source(tile_node_source(newest, read_tile), *gone_trees(gone))
+    edge = edge_source(size, node)
+    seqs = sorted(by_seq)
+    leaves = [by_seq[seq][0] for seq in seqs]
+    where = _Where(log_key, run_id, cp_key, size, newest)
+    values, objects = _values(r, where, seqs, leaves)
+
+    proofs = _proofs(seqs, leaves, objects, size, node, edge)
+    fin = [i for i in indexes if i.finished]
+    # The unindexed-tail scan looks for leaves of the run that no index lists, past its
+    # last listed one. A run whose index says it finished has none to find: verify holds
+    # that claim to the chain's end (check A4: the last event is its RUN_FINISHED, with the
+    # head the index names) and the sequencer seals nothing of a finished run. Deleting the
+    # finishing index to hide a tail removes the claim, and the scan runs. Without this, a
+    # run's verify read every entry bundle written after it.
+    unindexed: list[tuple[int, int, str]] = (
+        [] if fin else _unindexed(r, where, by_seq, last_leaf, holes)
+    )
+    others = _others(r, where, {i.size for i in indexes}, gone, node)
+    return LogRun(
+        run_id,
+        tuple(values),
+        tuple(objects),
+        tuple(sorted(index_keys)),
+        bool(fin),
+        fin[-1].head if fin else "",
+        RunLogEvidence(
+            origin,
+            note if anchor is None else anchor,
+            proofs,
+            tuple(others),
+            cp_key if anchor is None else None,  # the caller names where the anchor came from
+        ),
+        tuple(unindexed),
+        lost,
+    )
+
+
+def _proofs(  # noqa: PLR0917 - the run's leaves and the tree they are proven in
+    seqs: list[int],
+    leaves: list[int],
+    objects: list[str],
+    size: int,
+    node: NodeSource,
+    edge: Callable[[int], bytes],
+) -> LeafProofs:
+    """The run's inclusion proofs in the tree of ``size``, each built as it is read."""
+
+    def proof(leaf: int) -> LazyProof:
+        # built as check_run_log reads it: it proves consecutive leaves as ranges and reads
+        # a few elements of a few proofs (docs/log.md, "Verifying a run")
+        return LazyProof(leaf, size, node, edge)
+
+    def proof_at(leaf: int, in_size: int) -> LazyProof:
+        # only after L2 failed: the leaf's proof in an older checkpoint's tree, to name
+        # the first rewritten seq (docs/log.md, "Verifying a run")
+        return LazyProof(leaf, in_size, node, edge_source(in_size, node))
+
+    return LeafProofs(seqs, leaves, objects, proof, proof_at)
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Which log the run is read from and the tree it is proven against: what the reading
+    steps after the checkpoint choice share (and name in their errors)."""
+
+    log_key: str
+    run_id: str
+    cp_key: str
+    size: int  # the tree the proofs are built against (the anchor's, or cp_key's)
+    newest: int  # the newest archived tree the tiles and bundles are named for
+
+
+def _run_indexes(
+    r: _Reader, list_keys: Callable[[str], list[str]], run_id: str, index_keys: Sequence[str]
+) -> tuple[str, str, list[str], list[tuple[RunIndex, str]]]:
+    """The run's log, its origin, the log's checkpoint keys and the run's index objects of
+    completed flushes (each with its key)."""
     if not index_keys:
         raise ArchiveError(f"run {run_id!r} has no index objects")
-    r = _Reader(get)
     indexes = [RunIndex.from_json(r.get(k), k) for k in sorted(index_keys)]
     logs = {(i.log, i.origin) for i in indexes}
     if len(logs) != 1:
@@ -197,8 +300,11 @@ def read_log_run(
     if not cps:
         raise ArchiveError(f"log {log_key} has no checkpoint object (deleted?)")
     pairs = _completed(list(zip(indexes, sorted(index_keys), strict=True)), log_key, cps)
-    indexes = [i for i, _ in pairs]
-    index_keys = [k for _, k in pairs]
+    return log_key, origin, cps, pairs
+
+
+def _leaves_by_seq(pairs: list[tuple[RunIndex, str]], run_id: str) -> dict[int, tuple[int, str]]:
+    """seq -> (leaf, index key) over the run's indexes, which must agree where they overlap."""
     by_seq: dict[int, tuple[int, str]] = {}
     for idx, key in pairs:
         if idx.run_id != run_id:
@@ -211,19 +317,20 @@ def read_log_run(
                     f"leaf {seen[0]}"
                 )
             by_seq[seq] = (leaf, key)
-    holes = [
-        h
-        for k in list_keys(holes_prefix(log_key))
-        if (h := parse_hole_key(k)) is not None
-        and (newest_key := parse_checkpoint_key(cps[-1])) is not None
-        and h.end <= newest_key
-    ]
-    lost = _lost_seqs(r, run_id, by_seq, holes) if holes else None
+    return by_seq
+
+
+def _proof_checkpoint(
+    r: _Reader,
+    log_key: str,
+    cps: list[str],
+    gone: list[tuple[HoleKey, Hole]],
+    last_leaf: int,
+    *,
+    anchor: str | None,
+) -> tuple[str, str, int, int]:
+    """(checkpoint key, its note, the size proofs are built against, the newest size)."""
     cp_key = cps[-1]
-    gone = [
-        (h, Hole.from_json(r.get(h.key), h.key)) for h in holes if h.kind in {"gone", "continued"}
-    ]
-    last_leaf = max(leaf for leaf, _ in by_seq.values())
     after = [h.first for h, _ in gone if h.first > last_leaf]
     if after and anchor is None:
         # proofs across a hole whose hashes are gone cannot be built: the run is proven
@@ -250,20 +357,18 @@ def read_log_run(
                 f"log {log_key} is archived up to size {newest} ({cp_key}); the checkpoint of "
                 f"size {size} is past it: verify from the topic, or once the archiver caught up"
             )
+    return cp_key, note, size, newest
 
-    def read_tile(level: int, index: int, width: int) -> bytes:
-        return r.get(tile_key(log_key, level, index, width))
 
-    # any smaller tree's nodes too; those overlapping a hole whose hashes are gone from its
-    # compact tree
-    node = hole_node_source(tile_node_source(newest, read_tile), *gone_trees(gone))
-    edge = edge_source(size, node)
+def _values(
+    r: _Reader, w: _Where, seqs: list[int], leaves: list[int]
+) -> tuple[list[bytes], list[str]]:
+    """The run's sealed values in seq order and the data bundle each came from."""
     values: list[bytes] = []
     objects: list[str] = []
-    seqs = sorted(by_seq)
-    leaves = [by_seq[seq][0] for seq in seqs]
     bundle: list[bytes] = []
     dkey, bundle_n = "", -1
+    log_key, size, newest = w.log_key, w.size, w.newest
     i, total = 0, len(leaves)
     while i < total:
         leaf = leaves[i]
@@ -288,8 +393,8 @@ def read_log_run(
             continue
         if leaf >= size:
             raise ArchiveError(
-                f"run {run_id!r} seq {seqs[i]} is leaf {leaf}, beyond the newest checkpoint "
-                f"{cp_key} (size {size})"
+                f"run {w.run_id!r} seq {seqs[i]} is leaf {leaf}, beyond the newest checkpoint "
+                f"{w.cp_key} (size {size})"
             )
         try:
             values.append(bundle[lo])
@@ -297,29 +402,21 @@ def read_log_run(
             raise ArchiveError(f"data bundle {dkey} has no record for leaf {leaf}") from None
         objects.append(dkey)
         i += 1
+    return values, objects
 
-    def proof(leaf: int) -> LazyProof:
-        # built as check_run_log reads it: it proves consecutive leaves as ranges and reads
-        # a few elements of a few proofs (docs/log.md, "Verifying a run")
-        return LazyProof(leaf, size, node, edge)
 
-    def proof_at(leaf: int, in_size: int) -> LazyProof:
-        # only after L2 failed: the leaf's proof in an older checkpoint's tree, to name
-        # the first rewritten seq (docs/log.md, "Verifying a run")
-        return LazyProof(leaf, in_size, node, edge_source(in_size, node))
-
-    proofs = LeafProofs(seqs, leaves, objects, proof, proof_at)
+def _unindexed(
+    r: _Reader,
+    w: _Where,
+    by_seq: dict[int, tuple[int, str]],
+    last_leaf: int,
+    holes: Sequence[HoleKey],
+) -> list[tuple[int, int, str]]:
+    """(leaf, seq, entry bundle) of the run's leaves past its last listed one that no index
+    lists, from the entry bundles of the newest tree."""
     unindexed: list[tuple[int, int, str]] = []
-    fin = [i for i in indexes if i.finished]
-    # The unindexed-tail scan looks for leaves of the run that no index lists, past its
-    # last listed one. A run whose index says it finished has none to find: verify holds
-    # that claim to the chain's end (check A4: the last event is its RUN_FINISHED, with the
-    # head the index names) and the sequencer seals nothing of a finished run. Deleting the
-    # finishing index to hide a tail removes the claim, and the scan runs. Without this, a
-    # run's verify read every entry bundle written after it.
-    scan = () if fin else range(last_leaf // TILE_WIDTH, (newest - 1) // TILE_WIDTH + 1)
-    for n in scan:
-        ekey = entries_key(log_key, n, tile_width(0, n, newest))
+    for n in range(last_leaf // TILE_WIDTH, (w.newest - 1) // TILE_WIDTH + 1):
+        ekey = entries_key(w.log_key, n, tile_width(0, n, w.newest))
         try:
             entries = decode_bundle(r.get(ekey), ekey)
         except LogError as exc:
@@ -331,36 +428,33 @@ def read_log_run(
                 rid, seq, _ = parse_leaf(data)
             except LogError as exc:
                 raise ArchiveError(f"entry bundle {ekey} leaf {i}: {exc}") from exc
-            if rid == run_id and seq not in by_seq:
+            if rid == w.run_id and seq not in by_seq:
                 unindexed.append((i, seq, ekey))
+    return unindexed
+
+
+def _others(
+    r: _Reader,
+    w: _Where,
+    index_sizes: set[int],
+    gone: list[tuple[HoleKey, Hole]],
+    node: NodeSource,
+) -> list[tuple[str, tuple[bytes, ...]]]:
+    """The checkpoints the run's indexes name and the newest, less the one proven against,
+    each with its consistency proof to that one."""
+    size, newest = w.size, w.newest
     others: list[tuple[str, tuple[bytes, ...]]] = []
-    for old in sorted(({i.size for i in indexes} | {newest}) - {size}):
+    for old in sorted((index_sizes | {newest}) - {size}):
         if old > size and any(size <= h.first < old for h, _ in gone):
             continue  # across a hole whose hashes are gone: no consistency proof exists
-        okey = checkpoint_key(log_key, old)
+        okey = checkpoint_key(w.log_key, old)
         other = r.get(okey).decode("utf-8", "replace")
         if old <= newest:
             pair = (old, size) if old < size else (size, old)
             others.append((other, tuple(consistency_proof(*pair, node))))
         else:
             others.append((other, ()))  # a checkpoint past the newest listed one: L4 fails
-    return LogRun(
-        run_id,
-        tuple(values),
-        tuple(objects),
-        tuple(sorted(index_keys)),
-        bool(fin),
-        fin[-1].head if fin else "",
-        RunLogEvidence(
-            origin,
-            note if anchor is None else anchor,
-            proofs,
-            tuple(others),
-            cp_key if anchor is None else None,  # the caller names where the anchor came from
-        ),
-        tuple(unindexed),
-        lost,
-    )
+    return others
 
 
 def _lost_seqs(

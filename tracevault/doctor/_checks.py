@@ -31,7 +31,7 @@ from tracevault import native
 from tracevault.archive import LOST, ObjectStore, open_store, parse_hole_key, retention_report
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, TraceVaultError
-from tracevault.kafka import TopicReport, describe_topics
+from tracevault.kafka import TopicReport, describe_topics, watermarks
 from tracevault.log import is_checkpoint_record
 
 __all__ = ["Check", "run_checks"]
@@ -192,7 +192,8 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
         committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
         start = []
         for tp in committed:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), 10)
+            tpart = TopicPartition(topic, tp.partition)
+            low, high = watermarks(consumer, tpart, time.monotonic() + 10)
             if tp.offset < 0:
                 never += 1 if high > low else 0
             start.append(TopicPartition(topic, tp.partition, max(tp.offset, low)))

@@ -45,7 +45,7 @@ from tracevault.errors import LogError, SchemaError, ServiceUnavailableError
 from tracevault.heads._finished import fingerprint
 from tracevault.heads._read import HeadsState
 from tracevault.heads._record import GapRange, Head
-from tracevault.kafka import partition_for
+from tracevault.kafka import partition_for, watermarks
 from tracevault.log import (
     TREE_KEY,
     Checkpoint,
@@ -128,10 +128,7 @@ class _Reader:
         self._c.close()
 
     def bounds(self, topic: str, partition: int) -> tuple[int, int]:
-        lo, hi = self._c.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=max(0.5, self.deadline - time.monotonic())
-        )
-        return int(lo), int(hi)
+        return watermarks(self._c, TopicPartition(topic, partition), self.deadline, min_timeout=0.5)
 
     def _stream(self, topic: str, partition: int, start: int) -> Iterator[_Rec | None]:
         """Records from ``start`` on; None once at the partition's end (then it stops)."""

@@ -8,7 +8,6 @@ needs the record format but never Kafka, does not import a Kafka client
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -21,7 +20,7 @@ from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads._finished import FinishedChunk, is_finished_key
 from tracevault.heads._record import GapRange, Head, decode_head
-from tracevault.kafka import partition_for
+from tracevault.kafka import partition_for, watermarks
 from tracevault.log import TREE_KEY, CompactTree, is_tree_record
 
 __all__ = [
@@ -129,29 +128,6 @@ def read_heads_and_trees(
     (docs/log.md, "Sequencer"; a partition with none is absent)."""
     state = read_state(settings, partitions, timeout=timeout, stable=stable)
     return state.heads, state.trees
-
-
-#: Errors that mean "this partition's leader is being elected or moved": retried, not raised.
-_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
-_PAUSE = threading.Event()  # never set: a bounded wait between two asks
-
-
-def watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
-    """``tp``'s low and high watermarks. A partition whose leader is moving (a topic just
-    created, a broker just back) answers NOT_LEADER / LEADER_NOT_AVAILABLE for a moment: it
-    is asked again until ``deadline`` (monotonic), as librdkafka does for fetches, instead of
-    failing the whole read."""
-    while True:
-        try:
-            lo, hi = consumer.get_watermark_offsets(
-                tp, timeout=max(0.1, deadline - time.monotonic())
-            )
-            return int(lo), int(hi)
-        except KafkaException as exc:
-            code = exc.args[0].code() if exc.args else None
-            if code not in _LEADER_MOVING or time.monotonic() > deadline:
-                raise
-            _PAUSE.wait(0.1)
 
 
 def read_state(

@@ -190,6 +190,24 @@ def _sse_event(ev: JSON) -> bytes:
     return f"{head}data: {json.dumps(ev)}\n\n".encode()
 
 
+class _Pacer:
+    """When each recorded stream event is due under replay: its recorded offset after the one
+    before, counted from when that one was handed to the SDK. One clock for ``Door`` and
+    ``AsyncDoor``, which differ only in how they wait."""
+
+    def __init__(self) -> None:
+        self._last, self._previous = time.monotonic(), 0.0
+
+    def due(self, offset: float) -> float:
+        """Seconds until the event recorded at ``offset`` is due (none left: <= 0)."""
+        return self._last + offset - self._previous - time.monotonic()
+
+    def sent(self, ev: JSON, offset: float) -> bytes:
+        """The event's bytes, now handed on: the next one is due from here."""
+        self._last, self._previous = time.monotonic(), offset
+        return _sse_event(ev)
+
+
 def _offsets(recorded: JSON) -> list[float] | None:
     """A stream record's chunk offsets, if it has one per event (``stream_timing=True``)."""
     offsets = recorded.get(CHUNK_OFFSETS) if isinstance(recorded, dict) else None
@@ -299,13 +317,11 @@ class Door(_Base, httpx2.Client):
         self._setup(sdk, edges, inner, status_error, stream_timing)
 
     def _paced(self, events: list[JSON], offsets: list[float]) -> Iterator[bytes]:
-        last, previous = time.monotonic(), 0.0
+        pacer = _Pacer()
         for ev, offset in zip(events, offsets, strict=True):
-            wait = last + offset - previous - time.monotonic()
-            if wait > 0:
+            if (wait := pacer.due(offset)) > 0:
                 time.sleep(wait)
-            last, previous = time.monotonic(), offset
-            yield _sse_event(ev)
+            yield pacer.sent(ev, offset)
 
     def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
         built: httpx2.Request = self.inner.build_request(*args, **kwargs)
@@ -360,13 +376,11 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
         self._setup(sdk, edges, inner, status_error, stream_timing)
 
     async def _paced(self, events: list[JSON], offsets: list[float]) -> AsyncIterator[bytes]:
-        last, previous = time.monotonic(), 0.0
+        pacer = _Pacer()
         for ev, offset in zip(events, offsets, strict=True):
-            wait = last + offset - previous - time.monotonic()
-            if wait > 0:
+            if (wait := pacer.due(offset)) > 0:
                 await asyncio.sleep(wait)
-            last, previous = time.monotonic(), offset
-            yield _sse_event(ev)
+            yield pacer.sent(ev, offset)
 
     def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
         built: httpx2.Request = self.inner.build_request(*args, **kwargs)

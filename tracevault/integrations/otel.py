@@ -299,29 +299,49 @@ def _status(ev: TraceEvent) -> Status:
 
 
 def _run_spans(run: ExportedRun, content: bool, traces: Mapping[str, bytes]) -> ResourceSpans:
+    """One resource per run: its root span (the run) and a span per event beneath it."""
     events = run.events
     if not events or events[0].kind is not EventKind.RUN_STARTED:
         raise ConfigError(f"run {run.run_id}: no RUN_STARTED at seq 0, nothing to export")
-    first, last = events[0], events[-1]
     trace_id = traces[run.run_id]
-    root_id = _span_id(run.run_id, "run")
-    by_seq = {ev.seq: _span_id(run.run_id, ev.seq) for ev in events}
+    spans = [_root_span(run, trace_id, content), *_event_spans(run, trace_id, content)]
+    agent = events[0].agent
+    resource = Resource(
+        attributes=_attrs(
+            {
+                "service.name": agent.agent_id,
+                "service.version": agent.agent_version,
+                "host.name": agent.host,
+                "tracevault.harness": agent.harness,
+                "tracevault.sdk_version": agent.sdk_version,
+            }
+        )
+    )
+    scope = InstrumentationScope(name=_SCOPE, version=__version__)
+    return ResourceSpans(resource=resource, scope_spans=[ScopeSpans(scope=scope, spans=spans)])
 
-    def common(ev: TraceEvent) -> dict[str, Any]:
-        chain = run.hashes.get(ev.seq)
-        return {
-            "tracevault.run_id": run.run_id,
-            "tracevault.seq": ev.seq,
-            "tracevault.kind": ev.kind.value,
-            "tracevault.chain.hash": chain.hex() if chain is not None else None,
-        }
 
+def _common(run: ExportedRun, ev: TraceEvent) -> dict[str, Any]:
+    """The attributes every span of ``run`` carries: where its event sits in the chain."""
+    chain = run.hashes.get(ev.seq)
+    return {
+        "tracevault.run_id": run.run_id,
+        "tracevault.seq": ev.seq,
+        "tracevault.kind": ev.kind.value,
+        "tracevault.chain.hash": chain.hex() if chain is not None else None,
+    }
+
+
+def _root_span(run: ExportedRun, trace_id: bytes, content: bool) -> Span:
+    """The run's ``invoke_agent`` span: its status, its failure as an exception event, its
+    input and output with ``content``, and a link to the parent's span for a sub-agent."""
+    events = run.events
+    first, last = events[0], events[-1]
     agent = first.agent
-    spans: list[Span] = []
     failure = next((ev for ev in events if ev.kind is EventKind.ERROR), None)
     finished = last if last.kind is EventKind.RUN_FINISHED else None
     root_attrs = {
-        **common(first),
+        **_common(run, first),
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent.agent_id,
         "gen_ai.agent.id": agent.agent_id,
@@ -347,7 +367,7 @@ def _run_spans(run: ExportedRun, content: bool, traces: Mapping[str, bytes]) -> 
             root_attrs["output.value"], root_attrs["output.mime_type"] = _io(output)
     root = Span(
         trace_id=trace_id,
-        span_id=root_id,
+        span_id=_span_id(run.run_id, "run"),
         parent_span_id=_span_id(*parent) if parent is not None else b"",
         name=f"invoke_agent {agent.agent_id}",
         kind=Span.SpanKind.SPAN_KIND_INTERNAL,
@@ -374,8 +394,16 @@ def _run_spans(run: ExportedRun, content: bool, traces: Mapping[str, bytes]) -> 
             span_id=_span_id(*parent),
             attributes=_attrs({"tracevault.link": "parent"}),
         )
-    spans.append(root)
-    for ev in events:
+    return root
+
+
+def _event_spans(run: ExportedRun, trace_id: bytes, content: bool) -> list[Span]:
+    """A span per event of ``run`` that has one (``_KINDS``), beneath its parent event's span
+    or the root, with a link to a sub-agent's root span."""
+    root_id = _span_id(run.run_id, "run")
+    by_seq = {ev.seq: _span_id(run.run_id, ev.seq) for ev in run.events}
+    spans: list[Span] = []
+    for ev in run.events:
         make = _KINDS.get(ev.kind)
         if make is None:  # RUN_STARTED, RUN_FINISHED, ERROR: on the root span
             continue
@@ -394,7 +422,7 @@ def _run_spans(run: ExportedRun, content: bool, traces: Mapping[str, bytes]) -> 
             kind=kind,  # type: ignore[arg-type]
             start_time_unix_nano=ev.at * 1000,
             end_time_unix_nano=_end_ns(ev),
-            attributes=_attrs({**common(ev), **attrs}),
+            attributes=_attrs({**_common(run, ev), **attrs}),
             status=_status(ev),
         )
         if child is not None:  # the child run's root span: same trace (see the module doc)
@@ -404,19 +432,7 @@ def _run_spans(run: ExportedRun, content: bool, traces: Mapping[str, bytes]) -> 
                 attributes=_attrs({"tracevault.link": "subagent"}),
             )
         spans.append(span)
-    resource = Resource(
-        attributes=_attrs(
-            {
-                "service.name": agent.agent_id,
-                "service.version": agent.agent_version,
-                "host.name": agent.host,
-                "tracevault.harness": agent.harness,
-                "tracevault.sdk_version": agent.sdk_version,
-            }
-        )
-    )
-    scope = InstrumentationScope(name=_SCOPE, version=__version__)
-    return ResourceSpans(resource=resource, scope_spans=[ScopeSpans(scope=scope, spans=spans)])
+    return spans
 
 
 def otlp_request(

@@ -1,9 +1,11 @@
-"""The thin typed layer between tracevault and confluent-kafka: partitioning and topics."""
+"""The thin typed layer between tracevault and confluent-kafka: partitioning, topics and
+watermarks."""
 
 from tracevault.kafka._archived_tail import ArchivedTail, archived_tails
 from tracevault.kafka._generation import sealed_generation
 from tracevault.kafka._partitioner import murmur2, partition_for
 from tracevault.kafka._topics import TopicReport, describe_topics, ensure_topics, topic_specs
+from tracevault.kafka._watermarks import watermarks
 
 __all__ = [
     "ArchivedTail",
@@ -15,4 +17,5 @@ __all__ = [
     "murmur2",
     "partition_for",
     "topic_specs",
+    "watermarks",
 ]

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import LogError
+from tracevault.kafka._watermarks import watermarks
 from tracevault.log import Checkpoint, CheckpointRecord, is_checkpoint_record, split_note
 
 __all__ = ["ArchivedTail", "archived_tails"]
@@ -86,7 +87,7 @@ def archived_tails(settings: Settings, *, timeout: float = 5.0) -> dict[int, Arc
 def _newest_below(
     consumer: Consumer, topic: str, partition: int, committed: int, deadline: float
 ) -> ArchivedTail | None:
-    low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0)
+    low, _high = watermarks(consumer, TopicPartition(topic, partition), time.monotonic() + 5.0)
     back = _BACK
     while True:
         start = max(low, committed - back)

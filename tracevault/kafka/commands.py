@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 from rich.table import Table
 from rich.text import Text
@@ -59,15 +61,31 @@ def _as_json(reports: list[TopicReport]) -> list[dict[str, object]]:
     ]
 
 
+def _timeout(default: float) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--timeout``: how long a command waits for the brokers (a test need not wait 15 s)."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(0.5, 600),
+        default=default,
+        show_default=True,
+        help="Seconds to wait for the brokers before giving up (exit 3).",
+    )
+
+
 @topics.command("create")
 @click.option("--partitions", type=click.IntRange(1, 10_000), help="Partitions per topic [6].")
 @click.option(
     "--replication-factor", type=click.IntRange(1, 32), help="Replicas per partition [1]."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@_timeout(30.0)
 @click.pass_context
 def create(
-    ctx: click.Context, partitions: int | None, replication_factor: int | None, as_json: bool
+    ctx: click.Context,
+    partitions: int | None,
+    replication_factor: int | None,
+    as_json: bool,
+    timeout: float,
 ) -> None:
     """Create the four topics; safe to run again.
 
@@ -76,7 +94,7 @@ def create(
     with the fix.
     """
     settings = settings_from(ctx, partitions=partitions, replication_factor=replication_factor)
-    reports = ensure_topics(settings, partitions=settings.partitions)
+    reports = ensure_topics(settings, partitions=settings.partitions, timeout=timeout)
     if as_json:
         echo_json(_as_json(reports))
     else:
@@ -85,15 +103,16 @@ def create(
 
 @topics.command("describe")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@_timeout(15.0)
 @click.pass_context
-def describe(ctx: click.Context, as_json: bool) -> None:
+def describe(ctx: click.Context, as_json: bool, timeout: float) -> None:
     """Show the four topics, their partitions and configs, and anything that is wrong.
 
     Exits 3 when a topic is missing and 1 when one exists with settings that break a
     guarantee (1 wins when both happen), so scripts and health checks can use it.
     """
     settings = settings_from(ctx)
-    reports = describe_topics(settings)
+    reports = describe_topics(settings, timeout=timeout)
     if as_json:
         echo_json(_as_json(reports))
     else:

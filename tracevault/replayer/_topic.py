@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads import find_head
+from tracevault.kafka import watermarks
 from tracevault.log import (
     Checkpoint,
     CheckpointRecord,
@@ -93,8 +94,8 @@ def load_from_topic(
     found: list[FoundCheckpoint] = []
     deadline = time.monotonic() + timeout
     try:
-        low, _high = consumer.get_watermark_offsets(
-            TopicPartition(topic, head.partition), timeout=min(timeout, 10.0)
+        low, _high = watermarks(
+            consumer, TopicPartition(topic, head.partition), time.monotonic() + min(timeout, 10.0)
         )
         if low > head.first_offset:
             raise NotFoundError(

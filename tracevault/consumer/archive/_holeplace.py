@@ -84,12 +84,26 @@ class HolePlacer:
         the compact tree ``vc`` carries). A listed leaf with no record read is the leaf of a
         quarantined record read in its place (between the records of the leaves either side),
         else an ``unread`` hole. Each is recorded and alerted (``_hole``)."""
-        plog = part.log
         now = self.clock().isoformat()
         runs: dict[str, int] = {}
         for _, q in new:
             if q.offset not in part.marked and q.rec.seq > 0:
                 runs.setdefault(q.rec.run_id, q.rec.seq)
+        self._skipped(part, vc, prefix, runs, now, where)
+        self._listed(part, vc, new, runs, now, where)
+
+    def _skipped(  # noqa: PLR0917 - one checkpoint's context, every field named by the caller
+        self,
+        part: _Part,
+        vc: VerifiedCheckpoint,
+        prefix: CompactTree,
+        runs: dict[str, int],
+        now: str,
+        where: str,
+    ) -> None:
+        """The leaves before ``vc.start`` the log read so far lacks: archived as the log of
+        the partition's previous generation (``continued``) or never seen (``gone``)."""
+        plog = part.log
         prev = part.prev
         if (
             vc.start > plog.size == 0
@@ -135,6 +149,20 @@ class HolePlacer:
                 ),
             )
             plog.skip_to(vc.start, prefix)
+
+    def _listed(  # noqa: PLR0917 - one checkpoint's context, every field named by the caller
+        self,
+        part: _Part,
+        vc: VerifiedCheckpoint,
+        new: list[tuple[int, _Pending]],
+        runs: dict[str, int],
+        now: str,
+        where: str,
+    ) -> None:
+        """The leaves ``vc`` lists from where the log stands: records read here extend it,
+        a quarantined record read between those of the leaves either side takes its leaf,
+        and a run of leaves with neither is an ``unread`` hole."""
+        plog = part.log
         lo, end = plog.size, vc.checkpoint.size
         at = {i: p for i, p in new}
         after = sorted(at)  # leaf -> the offset of its record, to place quarantined ones

@@ -390,6 +390,10 @@ class Peeked(NamedTuple):
 
 # Peeked(...) without the generated __new__'s Python frame: the same tuple.
 _new_tuple = tuple.__new__
+# The agent record's bytes of the last event peeked, checked then; seeded with the all-empty
+# record (five zero lengths), which is valid.
+_peeked_agent = b"\x00" * 5
+_peeked_model = b"\x00"  # the same for the model: a null one
 
 
 def peek_event(value: bytes) -> Peeked | None:
@@ -447,9 +451,54 @@ def _peek_walk(v: bytes) -> Peeked | None:
         pos += 9
     else:
         _, pos = rl(v, pos + 1)
-    # agent: five strings. When every length is one (ASCII) byte, the whole block is valid
-    # UTF-8 exactly when each string is (a multi-byte character cannot span an ASCII byte),
-    # so it is checked with one decode.
+    # agent: five strings; a run's events repeat the bytes the last event's agent had, which
+    # were checked then (Avro is prefix-free: the same bytes read the same)
+    last = _peeked_agent
+    pos = pos + len(last) if v.startswith(last, pos) else _peek_agent(v, pos, n)
+    # model (optional string): a run calls few models, so it is the last one's bytes again
+    last = _peeked_model
+    pos = pos + len(last) if v.startswith(last, pos) else _peek_model(v, pos, n)
+    # seed (optional long): null in most events
+    pos = pos + 1 if v[pos] == 0 else _optional_long(v, pos)
+    # request, response (bytes)
+    b = v[pos]
+    if b & 0x81:
+        ln, pos = rl(v, pos)
+        if ln < 0:
+            return None
+    else:
+        ln = b >> 1
+        pos += 1
+    end = pos + ln
+    if end > n:
+        return None
+    request = v[pos:end]
+    b = v[end]
+    if b & 0x81:
+        ln, pos = rl(v, end)
+        if ln < 0:
+            return None
+    else:
+        ln = b >> 1
+        pos = end + 1
+    end = pos + ln
+    if end > n:
+        return None
+    response = v[pos:end]
+    # the fields after it: the usual event's are its last five bytes, all zero
+    if (end == n - 5 and v.endswith(_NULL_TAIL)) or _peek_tail(v, end, n):
+        return _new_tuple(Peeked, (run_id, seq, kind, request, response))
+    return None
+
+
+def _peek_agent(v: bytes, pos: int, n: int) -> int:
+    """Where the agent record at ``pos`` ends, its five strings checked (bounds, UTF-8); its
+    bytes become ``_peeked_agent``.
+
+    When every length is one (ASCII) byte, the whole block is valid UTF-8 exactly when each
+    string is (a multi-byte character cannot span an ASCII byte), so it is checked with one
+    decode."""
+    global _peeked_agent  # noqa: PLW0603 - one bytes object, replaced atomically
     start = p = pos
     try:
         b = v[p]
@@ -476,48 +525,40 @@ def _peek_walk(v: bytes) -> Peeked | None:
     else:
         v[start:p].decode("utf-8")
         pos = p
-    # model (optional string)
+    _peeked_agent = v[start:pos]
+    return pos
+
+
+def _peek_model(v: bytes, pos: int, n: int) -> int:
+    """Where the model (``["null", "string"]``) at ``pos`` ends, checked; its bytes become
+    ``_peeked_model``. A ValueError (a decline) on another union branch."""
+    global _peeked_model  # noqa: PLW0603 - one bytes object, replaced atomically
     b = v[pos]
     if b == 0:
-        pos += 1
+        end = pos + 1
     elif b == 2:
-        _, pos = _string(v, pos + 1, n)
+        _, end = _string(v, pos + 1, n)
     else:
-        return None
-    # seed (optional long)
+        raise ValueError("model: not a branch of its union")
+    _peeked_model = v[pos:end]
+    return end
+
+
+def _optional_long(v: bytes, pos: int) -> int:
+    """Where the ``["null", "long"]`` at ``pos`` ends; a ValueError (a decline) on another
+    union branch."""
     b = v[pos]
     if b == 0:
-        pos += 1
-    elif b == 2:
-        _, pos = rl(v, pos + 1)
-    else:
-        return None
-    # request, response (bytes)
-    b = v[pos]
-    if b & 0x81:
-        ln, pos = rl(v, pos)
-        if ln < 0:
-            return None
-    else:
-        ln = b >> 1
-        pos += 1
-    end = pos + ln
-    if end > n:
-        return None
-    request = v[pos:end]
-    b = v[end]
-    if b & 0x81:
-        ln, pos = rl(v, end)
-        if ln < 0:
-            return None
-    else:
-        ln = b >> 1
-        pos = end + 1
-    end = pos + ln
-    if end > n:
-        return None
-    response = v[pos:end]
-    pos = end
+        return pos + 1
+    if b == 2:
+        return read_long(v, pos + 1)[1]
+    raise ValueError("not a branch of the union")
+
+
+def _peek_tail(v: bytes, pos: int, n: int) -> bool:
+    """Whether the fields after ``response`` (error .. interleave) read to exactly ``n``.
+    Called only when they are not the all-null five bytes."""
+    rl = read_long
     # error (optional record of two strings)
     b = v[pos]
     if b == 0:
@@ -526,7 +567,7 @@ def _peek_walk(v: bytes) -> Peeked | None:
         _, pos = _string(v, pos + 1, n)
         _, pos = _string(v, pos, n)
     else:
-        return None
+        return False
     # idempotency_key (optional string)
     b = v[pos]
     if b == 0:
@@ -534,7 +575,7 @@ def _peek_walk(v: bytes) -> Peeked | None:
     elif b == 2:
         _, pos = _string(v, pos + 1, n)
     else:
-        return None
+        return False
     # parent_seq (optional long)
     b = v[pos]
     if b == 0:
@@ -542,7 +583,7 @@ def _peek_walk(v: bytes) -> Peeked | None:
     elif b == 2:
         _, pos = rl(v, pos + 1)
     else:
-        return None
+        return False
     # attributes: map<string> in blocks
     if v[pos] == 0:
         pos += 1
@@ -568,14 +609,12 @@ def _peek_walk(v: bytes) -> Peeked | None:
         elif b == 2:
             _, pos = rl(v, pos + 2)
         else:
-            return None
+            return False
         _, pos = rl(v, pos)
         _, pos = rl(v, pos)
     else:
-        return None
-    if pos != n:
-        return None
-    return _new_tuple(Peeked, (run_id, seq, kind, request, response))
+        return False
+    return pos == n
 
 
 def event_kind(raw: bytes) -> EventKind | None:
