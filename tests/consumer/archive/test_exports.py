@@ -31,6 +31,8 @@ def test_archive_exports() -> None:
         "LogRun", "read_log_run", "run_index_keys", "run_log_keys",
         "CODEC", "FinalReceipt", "SegmentReceipt", "encode_segment", "iter_segment",
         "read_segment", "sealed_body",
+        "Freshness", "Rollback", "SignedSize", "TopicTail", "archive_freshness",
+        "check_freshness", "deployment_origins", "freshest_cosigned",
     }  # fmt: skip
     for name in tracevault.archive.__all__:
         assert getattr(tracevault.archive, name) is not None
