@@ -187,6 +187,9 @@ class HolePlacer:
             if p is not None:  # a record read, but no run history: quarantined
                 reason, qkey = part.marked[p.offset]
                 prev_off = p.offset
+                if unread_from is not None:  # the unread leaves before it end here
+                    self._unread(plog, unread_from, i, vc, runs, now, where)
+                    unread_from = None
                 self._quarantined(plog, i, p.rec.leaf, h, reason, qkey, p, now)
                 continue
             while k < len(after) and after[k] < i:
