@@ -8,9 +8,11 @@ of this: the chain covers the ciphertext bytes (docs/confidentiality.md).
 
 from tracevault.content._cipher import FIELDS, RunCipher, is_envelope
 from tracevault.content._events import (
+    data_key,
     is_encrypted,
     metadata_only,
     open_event,
+    opened_with,
     readable,
     wrapped_key_of,
 )
@@ -18,6 +20,14 @@ from tracevault.content._keyring import KeyringProvider
 from tracevault.content._kms import KmsProvider
 from tracevault.content._open import open_provider
 from tracevault.content._provider import DATA_KEY_BYTES, KeyProvider
+from tracevault.content._recipient import (
+    REVEAL_SUITE,
+    Recipient,
+    RecipientKey,
+    RevealedRun,
+    open_for,
+    seal_for,
+)
 from tracevault.content._redact import REDACT_ATTRIBUTE, Redactor
 from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey, subject_ref
 
@@ -44,5 +54,14 @@ __all__ = [
     "metadata_only",
     "open_event",
     "readable",
+    "opened_with",
+    "data_key",
     "wrapped_key_of",
+    # a bundle's data keys revealed to one recipient (HPKE)
+    "REVEAL_SUITE",
+    "Recipient",
+    "RecipientKey",
+    "RevealedRun",
+    "open_for",
+    "seal_for",
 ]

@@ -18,7 +18,15 @@ from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey
 from tracevault.errors import ContentKeyError
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, check_canonical
 
-__all__ = ["is_encrypted", "metadata_only", "open_event", "readable", "wrapped_key_of"]
+__all__ = [
+    "data_key",
+    "is_encrypted",
+    "metadata_only",
+    "open_event",
+    "opened_with",
+    "readable",
+    "wrapped_key_of",
+]
 
 
 def wrapped_key_of(events: Sequence[TraceEvent]) -> WrappedKey | None:
@@ -45,9 +53,26 @@ def readable(
     another kind, a run of another tenant than ``tenant`` (the reader's grant), or a provider
     that will not unwrap the run's key (no grant, an erased key).
     """
+    key = data_key(events, provider, tenant)
+    return events if key is None else opened_with(events, key)
+
+
+def opened_with(events: Sequence[TraceEvent], key: bytes) -> Sequence[TraceEvent]:
+    """An encrypted run's events opened with its data key (a key revealed to a recipient,
+    or one ``data_key`` unwrapped); ContentKeyError naming the first field that does not open."""
+    cipher = RunCipher(events[0].run_id, key)
+    # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
+    return [open_event(ev, cipher) for ev in events]
+
+
+def data_key(
+    events: Sequence[TraceEvent], provider: KeyProvider | None, tenant: str
+) -> bytes | None:
+    """The run's data key unwrapped through ``provider``, None for a run in clear; refused
+    (ContentKeyError) as :func:`readable` says."""
     wrapped = wrapped_key_of(events)
     if wrapped is None:
-        return events
+        return None
     run_id = events[0].run_id
     if provider is None:
         raise ContentKeyError(
@@ -65,10 +90,7 @@ def readable(
             f"run {run_id} is encrypted under {wrapped.describe()}; the provider configured "
             f"here is {provider.name}"
         )
-    key = provider.unwrap(wrapped, run_id)
-    cipher = RunCipher(run_id, key)
-    # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
-    return [open_event(ev, cipher) for ev in events]
+    return provider.unwrap(wrapped, run_id)
 
 
 def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:

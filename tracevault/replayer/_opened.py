@@ -10,13 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tracevault.config import Settings
-from tracevault.content import open_provider, readable
+from tracevault.content import data_key, open_provider, readable
 from tracevault.schemas import TraceEvent
 
-__all__ = ["opened"]
+__all__ = ["opened", "run_data_key"]
 
 
 def opened(settings: Settings, events: Sequence[TraceEvent]) -> Sequence[TraceEvent]:
     """``events`` with content in clear; ContentKeyError (exit 7) naming the run's tenant and
     provider when this reader holds no key that opens them. A run in clear is returned as is."""
     return readable(events, open_provider(settings), settings.tenant)
+
+
+def run_data_key(settings: Settings, events: Sequence[TraceEvent]) -> bytes | None:
+    """The run's data key through the configured provider (for ``export --reveal-to``), None
+    for a run in clear; refused (exit 7) as :func:`opened` is."""
+    return data_key(events, open_provider(settings), settings.tenant)
