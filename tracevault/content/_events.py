@@ -101,14 +101,16 @@ def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:
     if err is not None:
         msg = cipher.open(seq, "error", err.message.encode("utf-8")).decode("utf-8")
         err = ErrorInfo(err.type, msg)
-    request = cipher.open(seq, "request", ev.request)
-    response = cipher.open(seq, "response", ev.response)
+    request, response = cipher.open_pair(seq, ev.request, ev.response)
     # The sequencer could check only the envelopes: the plaintext's canonical JSON is
     # checked here, where it is first seen (NonCanonicalJSONError naming run, seq and field).
     where = f"run {ev.run_id} seq {seq}: $."
     check_canonical(request, field=where + "request")
     check_canonical(response, field=where + "response")
-    return dataclasses.replace(ev, request=request, response=response, error=err)
+    # The constructor, not dataclasses.replace: a third of the cost of opening an event.
+    return TraceEvent(ev.run_id, seq, ev.kind, ev.at, ev.agent, request, response, ev.model,
+                      ev.seed, err, ev.idempotency_key, ev.parent_seq, ev.attributes,
+                      ev.interleave)  # fmt: skip
 
 
 _HIDDEN = b'"<encrypted>"'

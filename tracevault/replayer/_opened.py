@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from tracevault.config import Settings
 from tracevault.content import data_key, open_provider, readable
+from tracevault.replayer._nogc import gc_paused
 from tracevault.schemas import TraceEvent
 
 __all__ = ["opened", "run_data_key"]
@@ -18,8 +19,12 @@ __all__ = ["opened", "run_data_key"]
 
 def opened(settings: Settings, events: Sequence[TraceEvent]) -> Sequence[TraceEvent]:
     """``events`` with content in clear; ContentKeyError (exit 7) naming the run's tenant and
-    provider when this reader holds no key that opens them. A run in clear is returned as is."""
-    return readable(events, open_provider(settings), settings.tenant)
+    provider when this reader holds no key that opens them. A run in clear is returned as is.
+
+    The collector is paused as for verify's rebuild (``_nogc``): opening a run makes a new
+    TraceEvent an event, long-lived and acyclic, which young collections would walk again."""
+    with gc_paused():
+        return readable(events, open_provider(settings), settings.tenant)
 
 
 def run_data_key(settings: Settings, events: Sequence[TraceEvent]) -> bytes | None:

@@ -347,7 +347,7 @@ def run_cmd(
     if no_verify:
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
-        events = verify(run).events
+        events = verify(run, rebuild=True).events  # decoded in verify's one walk (bench/)
     events = opened(settings, events)
     if then is not None and until is not None:
         run_modes.fork(settings, events, agent, agent_spec, until,
@@ -416,7 +416,7 @@ def diff_cmd(
                 settings,
                 LazyEvents([r["raw"] for r in run.records.rows])
                 if no_verify
-                else verify(run).events,
+                else verify(run, rebuild=True).events,
             )
         )
     result = align_runs(sides[0], sides[1], ignore=kinds, ignore_paths=ignore_paths)
