@@ -124,12 +124,17 @@ def baseline(paths: list[Path]) -> tuple[float, int]:
     return time.perf_counter() - t, n
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str) -> argparse.Namespace:
+    """``--events``, ``--per-segment``, ``--reps``: this bench's and replay_encrypted.py's."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--per-segment", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__)
     with tempfile.TemporaryDirectory(prefix="tv-replay-bench-") as tmp:
         root = Path(tmp) / "archive"
         t = time.perf_counter()

@@ -41,7 +41,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "destroy the keys of a run's, subject's or tenant's content; record it",
     ),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
-    "keys": ("tracevault.log.commands:keys", "make log and witness keys, print their vkeys"),
+    "keys": ("tracevault.keys:keys", "make log, witness and recipient keys; print public keys"),
     "witness": (
         "tracevault.witness.commands:witness",
         "check and cosign each partition log's checkpoints (service)",

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 
 from tests.consumer.sequencer.support import assert_signed_log
 from tests.stack.conftest import DemoRun
 from tracevault.archive import list_runs, open_store
 from tracevault.config import Settings
+from tracevault.content import KEY_ATTRIBUTE
+from tracevault.demo.run import _TICKETS
 from tracevault.log import load_signer, parse_vkey
 from tracevault.replayer._archive import load_from_archive
+from tracevault.schemas import decode_event
 
 
 def test_small_demo_summary_matches_the_archive(demo_run: DemoRun) -> None:
@@ -67,3 +71,42 @@ def test_the_demo_signs_with_its_own_key(demo_run: DemoRun, log_vkey: str) -> No
     settings = Settings(bootstrap_servers=demo_run.bootstrap, topic_prefix=demo_run.prefix)
     cps = assert_signed_log(settings, [parse_vkey(vkey)])
     assert sum(len(c) for c in cps.values()) > 0
+
+
+def test_the_demo_records_encrypted_content_it_verifies_without_a_key(demo_run: DemoRun) -> None:
+    """The demo shows the product as configured in production: content encrypted under a
+    keyring of its own (mode 0600), nothing of the tickets in clear in the archive, verify
+    with no content key, show with the keyring and a clear refusal (exit 7) without it."""
+    summary, cwd = demo_run.summary, demo_run.cwd
+    assert summary["content"].startswith("encrypted (keyring"), summary["content"]
+    keyring = cwd / ".tracevault" / "keyring.json"
+    assert keyring.stat().st_mode & 0o777 == 0o600
+    store = open_store(demo_run.archive)
+    try:
+        raws = [r["raw"] for rid in summary["run_ids"]
+                for r in load_from_archive(store, rid).records.rows]  # fmt: skip
+    finally:
+        store.close()
+    started = [ev for ev in map(decode_event, raws) if ev.seq == 0]
+    assert len(started) == len(summary["run_ids"])
+    assert all(KEY_ATTRIBUTE in ev.attributes for ev in started)
+    for ticket in _TICKETS:
+        assert not any(ticket.encode() in r for r in raws), ticket
+    one = summary["run_ids"][0]
+    base = [sys.executable, "-m", "tracevault", "--prefix", demo_run.prefix, "replay",
+            "--archive-url", demo_run.archive]  # fmt: skip
+    env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap,
+           "TRACEVAULT_KEY_PROVIDER": "none"}  # fmt: skip
+    vkey = f"@{summary['log_vkey_file']}"
+    for args, code in (
+        (["verify", one, "--trusted-key", vkey], 0),
+        (["show", one, "--json"], 7),
+    ):
+        proc = subprocess.run([*base, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+        assert proc.returncode == code, (args, proc.stdout[-800:], proc.stderr[-800:])
+    keyed = {**env, "TRACEVAULT_KEY_PROVIDER": "keyring"}
+    proc = subprocess.run([*base, "show", one, "--json"], cwd=cwd, env=keyed,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert any(t in proc.stdout for t in _TICKETS)

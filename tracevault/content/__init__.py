@@ -13,6 +13,7 @@ from tracevault.content._events import (
     is_encrypted,
     metadata_only,
     open_event,
+    opened_with,
     readable,
     wrapped_key_of,
 )
@@ -21,6 +22,14 @@ from tracevault.content._keystore import FileRunKeyStore, RunKeyStore, S3RunKeyS
 from tracevault.content._kms import KmsProvider
 from tracevault.content._open import open_key_store, open_provider
 from tracevault.content._provider import DATA_KEY_BYTES, KeyProvider
+from tracevault.content._recipient import (
+    REVEAL_SUITE,
+    Recipient,
+    RecipientKey,
+    RevealedRun,
+    open_for,
+    seal_for,
+)
 from tracevault.content._redact import REDACT_ATTRIBUTE, Redactor
 from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey, subject_ref
 
@@ -54,5 +63,13 @@ __all__ = [
     "metadata_only",
     "open_event",
     "readable",
+    "opened_with",
     "wrapped_key_of",
+    # a bundle's data keys revealed to one recipient (HPKE)
+    "REVEAL_SUITE",
+    "Recipient",
+    "RecipientKey",
+    "RevealedRun",
+    "open_for",
+    "seal_for",
 ]

@@ -24,6 +24,7 @@ __all__ = [
     "is_encrypted",
     "metadata_only",
     "open_event",
+    "opened_with",
     "readable",
     "wrapped_key_of",
 ]
@@ -55,8 +56,13 @@ def readable(
     Refused, naming the run's tenant and provider: see :func:`data_key_of`.
     """
     key = data_key_of(events, provider, tenant, store)
-    if key is None:
-        return events
+    return events if key is None else opened_with(events, key)
+
+
+def opened_with(events: Sequence[TraceEvent], key: bytes) -> Sequence[TraceEvent]:
+    """An encrypted run's events opened with its data key (a key revealed to a recipient,
+    or one ``data_key_of`` unwrapped); ContentKeyError naming the first field that does not
+    open."""
     cipher = RunCipher(events[0].run_id, key)
     # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
     return [open_event(ev, cipher) for ev in events]
@@ -113,14 +119,16 @@ def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:
     if err is not None:
         msg = cipher.open(seq, "error", err.message.encode("utf-8")).decode("utf-8")
         err = ErrorInfo(err.type, msg)
-    request = cipher.open(seq, "request", ev.request)
-    response = cipher.open(seq, "response", ev.response)
+    request, response = cipher.open_pair(seq, ev.request, ev.response)
     # The sequencer could check only the envelopes: the plaintext's canonical JSON is
     # checked here, where it is first seen (NonCanonicalJSONError naming run, seq and field).
     where = f"run {ev.run_id} seq {seq}: $."
     check_canonical(request, field=where + "request")
     check_canonical(response, field=where + "response")
-    return dataclasses.replace(ev, request=request, response=response, error=err)
+    # The constructor, not dataclasses.replace: a third of the cost of opening an event.
+    return TraceEvent(ev.run_id, seq, ev.kind, ev.at, ev.agent, request, response, ev.model,
+                      ev.seed, err, ev.idempotency_key, ev.parent_seq, ev.attributes,
+                      ev.interleave)  # fmt: skip
 
 
 _HIDDEN = b'"<encrypted>"'

@@ -53,6 +53,12 @@ __all__ = ["demo"]
     is_flag=True,
     help="Leave a broker the demo started running (to inspect --from topic later).",
 )
+@click.option(
+    "--plaintext",
+    is_flag=True,
+    help="Record content in clear. By default it is encrypted: under the configured key "
+    "provider, or a keyring of the demo's own (.tracevault/keyring.json).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
 def demo(
@@ -63,6 +69,7 @@ def demo(
     sample: int,
     timeout: float,
     keep_broker: bool,
+    plaintext: bool,
     as_json: bool,
 ) -> None:
     """Record a fleet of simulated agents, then seal, archive, verify and replay it.
@@ -75,9 +82,12 @@ def demo(
       3. AGENTS threads each record RUNS support tickets: a scripted model with
          seeds, tools that read order state and issue refunds with idempotency
          keys, clock and random reads; chargeback tickets fail with an error, as
-         real runs do
+         real runs do. Content is encrypted (AES-256-GCM per run) under the
+         configured key provider, or the demo's own keyring,
+         .tracevault/keyring.json; --plaintext records it in clear
       4. waits until every run is sealed and archived
       5. verifies and replays a sample from the archive and from the topic
+         (verify needs no content key, replay opens it through the keyring)
       6. stops everything it started and prints how to inspect a run
 
     \b
@@ -98,6 +108,7 @@ def demo(
         timeout=timeout,
         keep_broker=keep_broker,
         work_dir=Path(".tracevault"),
+        encrypt=not plaintext,
     )
     summary = run_demo(settings, opts, stderr)
     if as_json:
@@ -115,6 +126,14 @@ def demo(
         soft_wrap=True,
         highlight=False,
     )
+    if summary.content.startswith("encrypted"):
+        stdout.print(
+            f"\nContent is {summary.content}: verify and export need no content key; show, "
+            "run and diff open it (`export TRACEVAULT_KEY_PROVIDER=keyring` reads the demo's "
+            "runs; the keyring's default path is the demo's).",
+            soft_wrap=True,
+            highlight=False,
+        )
     if summary.commands and not summary.commands[0].startswith("tracevault "):
         stdout.print(
             "\n[bold]tracevault is not on PATH:[/] `. .venv/bin/activate` puts it there "
@@ -142,6 +161,7 @@ def _table(summary: DemoSummary) -> Table:
             f"sample from {source}",
             f"{summary.verified[source]}/{n} verified, {summary.replayed[source]}/{n} replayed",
         )
+    table.add_row("content", summary.content)
     table.add_row("archive", summary.archive)
     table.add_row("topics", f"{summary.prefix}.* at {summary.bootstrap_servers}")
     return table

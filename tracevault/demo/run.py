@@ -6,6 +6,12 @@
 4. wait until every run is sealed (its head is finished) and archived (its final receipt);
 5. verify and replay a sample from the archive and from the topic;
 6. stop everything it started and return a :class:`DemoSummary`.
+
+Content is encrypted, as in production whenever a key provider is configured: with none
+configured, the demo uses a keyring of its own beside its log key (``keyring.json`` in its
+state folder, mode 0600). The sequencer and archiver never see a content key; verify needs
+none; reading and replaying open the runs through the keyring (docs/confidentiality.md).
+``encrypt=False`` (``--plaintext``) records in clear.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tracevault.archive import archived_run, open_store
 from tracevault.config import Settings
+from tracevault.content import open_provider, readable
 from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
 from tracevault.demo.services import LocalBroker, Service, broker_answers
 from tracevault.errors import ServiceUnavailableError
@@ -58,6 +65,7 @@ class DemoOptions:
     timeout: float = 180.0
     work_dir: Path = Path(".tracevault")
     keep_broker: bool = False
+    encrypt: bool = True
 
 
 @dataclass
@@ -82,6 +90,7 @@ class DemoSummary:
     log_key_file: str = ""
     log_vkey: str = ""
     log_vkey_file: str = ""
+    content: str = "in clear"
 
     @property
     def events_per_s(self) -> float:
@@ -110,6 +119,7 @@ class DemoSummary:
             "log_key_file": self.log_key_file,
             "log_vkey": self.log_vkey,
             "log_vkey_file": self.log_vkey_file,
+            "content": self.content,
         }
 
 
@@ -262,7 +272,8 @@ def _check_samples(
             run = load_run(settings, run_id, source=source, with_log=True)
             report = verify(run, log=policy)  # raises ChainError / LogError
             summary.verified[source] += 1
-            result = replay(report.events, support_agent)  # raises ReplayDivergence
+            events = readable(report.events, open_provider(settings), settings.tenant)
+            result = replay(events, support_agent)  # raises ReplayDivergence
             if result.matched:
                 summary.replayed[source] += 1
             progress.advance(task)
@@ -302,12 +313,30 @@ def demo_vkey_file(work_dir: Path) -> Path:
     return work_dir / "log.vkey"
 
 
+def demo_keyring(settings: Settings, opts: DemoOptions) -> Settings:
+    """``settings`` with the demo's own keyring when encrypting and no provider is set."""
+    if not opts.encrypt or settings.key_provider != "none":
+        return settings
+    path = opts.work_dir / "keyring.json"
+    return settings.model_copy(update={"key_provider": "keyring", "keyring_path": str(path)})
+
+
+def _content(settings: Settings) -> str:
+    if settings.key_provider == "keyring":
+        return f"encrypted (keyring {settings.keyring_path}, tenant {settings.tenant})"
+    if settings.key_provider == "kms":
+        return f"encrypted (kms, tenant {settings.tenant})"
+    return "in clear"
+
+
 def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSummary:
     """Run the whole pipeline once on ``settings`` and return what happened."""
+    settings = demo_keyring(settings, opts)
     summary = DemoSummary(
         archive=settings.archive_url,
         prefix=settings.topic_prefix,
         bootstrap_servers=settings.bootstrap_servers,
+        content=_content(settings),
     )
     key_file, vkey = demo_log_key(opts.work_dir)
     summary.log_key_file, summary.log_vkey = str(key_file), vkey
@@ -380,14 +409,22 @@ def _services(settings: Settings, work_dir: Path, key_file: Path, vkey: str) -> 
 
 
 def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
-    """The "Inspect one run" commands, each verifying with the demo's vkey."""
+    """The "Inspect one run" commands, each verifying with the demo's vkey; the ones that
+    read content name the demo's keyring (verify and export need no content key)."""
     pre = f"{_cli_name()} --prefix {settings.topic_prefix}"
     arch = f"--archive-url {settings.archive_url}"
     key = f"--trusted-key @{demo_vkey_file(work_dir)}"
+    reader = pre
+    if settings.key_provider == "keyring":
+        reader = (
+            f"env TRACEVAULT_KEY_PROVIDER=keyring TRACEVAULT_KEYRING_PATH={settings.keyring_path} "
+            f"{pre}"
+        )
     return [
-        f"{pre} replay {arch} show {one} --from archive",
+        f"{pre} replay {arch} show {one} --from archive --metadata",
         f"{pre} replay {arch} verify {one} --from archive {key}",
-        f"{pre} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive",
+        f"{reader} replay {arch} show {one} --from archive",
+        f"{reader} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive",
         f"{pre} replay {arch} export {one} -o evidence/{one} {key}",
         f"{pre} replay verify --bundle evidence/{one} {key}",
         f"{_cli_name()} archive ls --archive {settings.archive_url}",

@@ -73,6 +73,7 @@ from tracevault.log._merkle import (
     verify_inclusion,
 )
 from tracevault.log._note import (
+    ALG_ED25519,
     Ed25519Signer,
     Ed25519Verifier,
     NoteSigner,
@@ -124,6 +125,7 @@ __all__ = [
     "run_log_evidence",
     "with_cosignatures",
     "ALG_COSIGNATURE_V1",
+    "ALG_ED25519",
     "WITNESS_KEY_ENV",
     "CosignatureSigner",
     "CosignatureVerifier",

@@ -12,6 +12,7 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from tracevault.errors import ConfigError
 from tracevault.log._cosignature import CosignatureSigner, parse_witness_vkey
@@ -63,7 +64,14 @@ def load_witness_signer(
     return CosignatureSigner.from_skey(_read_private(path, env, "witness key"))
 
 
-def write_private_key(path: str | Path, signer: Ed25519Signer | CosignatureSigner) -> None:
+class PrivateKey(Protocol):
+    """A private key that prints as one line: a signer here, a bundle recipient's key too."""
+
+    @property
+    def skey(self) -> str: ...
+
+
+def write_private_key(path: str | Path, signer: PrivateKey) -> None:
     """Create ``path`` with mode 0600 and the key; refuses to overwrite an existing key."""
     p = Path(path)
     try:

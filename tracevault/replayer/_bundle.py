@@ -59,9 +59,11 @@ from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer._verify import verify
 from tracevault.schemas import Codec, EventModel, SchemaSet, TraceEvent, default_schemas
 
-__all__ = ["BUNDLE_FORMAT", "export_bundle", "verify_bundle"]
+__all__ = ["BUNDLE_FORMAT", "REVEAL_FILE", "export_bundle", "verify_bundle"]
 
 BUNDLE_FORMAT = "tracevault-bundle/1"
+#: the file of a bundle that holds its data key revealed to one recipient (``_reveal``)
+REVEAL_FILE = "reveal.json"
 
 _README = """# Evidence bundle: run {run_id}
 
@@ -91,6 +93,11 @@ above and `manifest.json`'s `head`. Every file's SHA-256 is in `manifest.json`.
 `raw/*.bin` are Avro single-object encoded TraceEvents (`C3 01`, the 8-byte CRC-64-AVRO
 fingerprint of the writer schema, the body); the schemas are in `schemas/`.
 `events.jsonl` is the same events decoded, for reading. {archive_note}
+An encrypted run's content fields are ciphertext (`{{"enc":…,"v":1}}`) here as in `raw/`: the
+chain covers them as they are, and checking needs no key. `reveal.json`, when present, holds
+the run's data key sealed (HPKE) for one recipient, who reads with its own private key:
+
+    tracevault replay show --bundle . --recipient-key <private key file>
 {log_note}"""
 
 _LOG_NOTE = """
@@ -137,8 +144,13 @@ def export_bundle(
     progress: Callable[[int], None] | None = None,
     log: LogPolicy | None = None,
     cosigned: Sequence[str] = (),
+    reveal: Callable[[VerifyReport], bytes] | None = None,
 ) -> VerifyReport:
     """Verify ``run`` and write its evidence bundle to ``out_dir`` (new or empty).
+
+    The bundle holds what the run holds: an encrypted run's ciphertext only. ``reveal``
+    makes ``reveal.json`` from the verified report (the data key sealed for one recipient,
+    ``_reveal.reveal_json``).
 
     ``store`` is where an archive-sourced run's segments and receipts are copied from. With
     ``log`` the signed log is checked first; the run's log evidence, when its source has
@@ -209,6 +221,8 @@ def export_bundle(
         )
     if evidence is not None:
         _put_log(w, run, evidence)
+    if reveal is not None:
+        w.put(REVEAL_FILE, reveal(report))
     created = datetime.now(UTC).isoformat()
     note = (
         "`archive/` holds the archived segments and receipts byte for byte, under their keys."
@@ -235,7 +249,7 @@ def export_bundle(
             ),
         ).encode(),
     )
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "run_id": run.run_id,
         "source": run.source,
@@ -248,6 +262,8 @@ def export_bundle(
         "tracevault": __version__,
         "files": dict(sorted(w.files.items())),
     }
+    if reveal is not None:
+        manifest["reveal"] = REVEAL_FILE
     if evidence is not None:
         manifest["log"] = {
             "origin": evidence.origin,

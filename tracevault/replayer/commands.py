@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,8 @@ from tracevault.replayer._freshness import load_fresh
 from tracevault.replayer._load import load_run
 from tracevault.replayer._opened import opened
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._results import (
-    StepSummary,
-)
+from tracevault.replayer._results import StepSummary
+from tracevault.replayer._reveal import bundle_events, reveal_hook
 from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._tree import run_tree
 from tracevault.replayer._verify import verify
@@ -52,7 +52,7 @@ from tracevault.replayer._views import (
     summary_table,
 )
 from tracevault.replayer._witnessed import with_witness_stores
-from tracevault.schemas import EventModel
+from tracevault.schemas import EventModel, TraceEvent
 
 __all__ = ["replay"]
 
@@ -98,7 +98,7 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
 
 # -- show -----------------------------------------------------------------------------------
 @replay.command("show")
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @click.option("--tree", "as_tree", is_flag=True, help="The run and its sub-agent runs, as a tree.")
 @click.option(
     "--metadata",
@@ -106,28 +106,40 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
     is_flag=True,
     help="An encrypted run's timeline without its key: content shown as <encrypted>.",
 )
+@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path),
+              help="Show an exported bundle's run instead (its chain checked).")  # fmt: skip
+@click.option("--recipient-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --bundle: the private key it was revealed to (--reveal-to).")  # fmt: skip
 @FROM
 @JSON
 @click.pass_context
-def show(
-    ctx: click.Context, run_id: str, as_tree: bool, metadata: bool, source: str, as_json: bool
-) -> None:
+def show(ctx: click.Context, run_id: str | None, as_tree: bool, metadata: bool, bundle: Path | None,
+         recipient_key: Path | None, source: str, as_json: bool) -> None:  # fmt: skip
     """The run's timeline: seq, kind, time, model, short request and response.
 
     Not verified (use `verify`); --json prints one full event per line (JSON lines).
     --tree draws the run and every sub-agent run below it (their chains checked; only
     `verify` checks the signed log), each under the parent's crossing that started it;
     with --json, one nested object. An encrypted run needs its tenant's key (exit 7
-    without it); --metadata shows its timeline without one.
+    without it); --metadata shows its timeline without one. --bundle DIR shows a bundle's
+    run; --recipient-key opens one exported with --reveal-to, with no provider.
 
     \b
     Example:
       tracevault replay show run-42 --from topic --json \\
           | jq 'select(.kind=="TOOL_CALL")'
       tracevault replay show run-42 --tree
+      tracevault replay show --bundle evidence/run-42 --recipient-key auditor.key
     """
     if as_tree and metadata:
         raise click.UsageError("--metadata shows one run's timeline: drop --tree")
+    if (bundle is None) == (run_id is None) or (recipient_key and (bundle is None or metadata)):
+        raise click.UsageError("give RUN_ID or --bundle DIR (--recipient-key: with --bundle)")
+    if bundle is not None:
+        report, events = bundle_events(settings_of(ctx), bundle, recipient_key, metadata=metadata)
+        _print_events(report.run_id, events, "bundle", as_json)
+        return
+    assert run_id is not None
     if as_tree:
         load_run_by_id = run_modes.loader(settings_of(ctx), source, no_verify=False)
         node = run_tree(load_run_by_id, run_id, load_run_by_id(run_id))
@@ -139,6 +151,10 @@ def show(
     settings, run = load(ctx, run_id, source)
     raw_events = LazyEvents([r["raw"] for r in run.records.rows])
     events = metadata_only(raw_events) if metadata else opened(settings, raw_events)
+    _print_events(run_id, events, source, as_json)
+
+
+def _print_events(run_id: str, events: Sequence[TraceEvent], source: str, as_json: bool) -> None:
     if as_json:
         for ev in events:
             click.echo(EventModel.from_event(ev).model_dump_json())
@@ -331,7 +347,7 @@ def run_cmd(
     if no_verify:
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
-        events = verify(run).events
+        events = verify(run, rebuild=True).events  # decoded in verify's one walk (bench/)
     events = opened(settings, events)
     if then is not None and until is not None:
         run_modes.fork(settings, events, agent, agent_spec, until,
@@ -400,7 +416,7 @@ def diff_cmd(
                 settings,
                 LazyEvents([r["raw"] for r in run.records.rows])
                 if no_verify
-                else verify(run).events,
+                else verify(run, rebuild=True).events,
             )
         )
     result = align_runs(sides[0], sides[1], ignore=kinds, ignore_paths=ignore_paths)
@@ -439,6 +455,9 @@ def diff_cmd(
     help="A witness's cosigned copy of the run's checkpoint: its cosignatures go into "
     "the bundle (repeatable).",
 )
+@click.option("--reveal-to", metavar="KEY|@FILE",
+              help="Add the run's data key sealed for this one recipient (keys generate "
+              "--type recipient); without it the bundle is ciphertext only.")  # fmt: skip
 @FROM
 @log_options
 @WITNESS_STORE
@@ -454,6 +473,7 @@ def export_cmd(
     since: str | None,
     until_: str | None,
     cosigned: tuple[Path, ...],
+    reveal_to: str | None,
     source: str,
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
@@ -465,9 +485,10 @@ def export_cmd(
 
     The run must verify first (with a trusted key, its signed log too); the bundle carries
     a C2SP tlog-proof per event and the checkpoint when the source has them. Check the
-    bundle anywhere with `verify --bundle DIR --trusted-key K`. With --otel, verified runs
-    (one or many) become OpenTelemetry GenAI spans, sent to a collector (--endpoint) or
-    written as OTLP JSON (-o FILE); see README "Seeing runs in Phoenix or Jaeger".
+    bundle anywhere with `verify --bundle DIR --trusted-key K`. An encrypted run's bundle is
+    ciphertext only; --reveal-to KEY adds its data key sealed for one recipient (`show
+    --bundle DIR --recipient-key FILE`). With --otel, verified runs become OpenTelemetry
+    GenAI spans to --endpoint or -o FILE (README "Seeing runs in Phoenix or Jaeger").
 
     \b
     Example:
@@ -477,6 +498,8 @@ def export_cmd(
       tracevault replay export --otel --since 2026-11-01 -o november.json
     """
     if otel:
+        if reveal_to:
+            raise ConfigError("--reveal-to adds a key to a bundle: drop --otel")
         first = parse_day(since, "--since")
         if first is not None:
             last = parse_day(until_, "--until") or datetime.now(UTC).date()
@@ -486,10 +509,8 @@ def export_cmd(
         _export_otel(ctx, run_ids, out_dir, endpoint, content, source, as_json)
         return
     if len(run_ids) != 1 or out_dir is None or endpoint or content or since or until_:
-        raise ConfigError(
-            "export writes one run's bundle: RUN_ID -o DIR (--endpoint, --content, --since "
-            "need --otel)"
-        )
+        raise ConfigError("export writes one run's bundle: RUN_ID -o DIR (--endpoint, "
+                          "--content, --since need --otel)")  # fmt: skip
     (run_id,) = run_ids
     settings = settings_of(ctx)
     policy = log_policy(settings, trusted_keys, witness_keys, min_witnesses)
@@ -503,6 +524,7 @@ def export_cmd(
                 else load_run(settings, run_id, source="topic", with_log=True)
             )
             run = with_witness_stores(settings, run, policy, witness_stores)
+            reveal = reveal_hook(settings, run, reveal_to)
         with progress_bar() as progress:
             task = progress.add_task("exporting", total=len(run))
             report = export_bundle(
@@ -512,6 +534,7 @@ def export_cmd(
                 progress=lambda n: progress.advance(task, n),
                 log=policy,
                 cosigned=[p.read_text(encoding="utf-8") for p in cosigned],
+                reveal=reveal,
             )
     finally:
         if store is not None:

@@ -1,8 +1,12 @@
-"""``tracevault keys``: make the log's and the witnesses' Ed25519 keys, and print their vkeys.
+"""``tracevault keys``: make the log's, the witnesses' and bundle recipients' keys; print
+their public forms.
 
 The private key never leaves the file it is generated into (mode 0600, never overwritten);
-what is printed is only the public verifier key (vkey), the one thing an archiver, a verifier
-or a witness needs to be given (docs/log.md, "Keys").
+what is printed is only the public key: the log's or a witness's verifier key (vkey), the one
+thing an archiver, a verifier or a witness needs to be given (docs/log.md, "Keys"), or a
+recipient's X25519 key, what an exporter needs for ``replay export --reveal-to``
+(docs/confidentiality.md, "Bundles for one reader"). Above both the log and content, whose
+key formats it writes.
 """
 
 from __future__ import annotations
@@ -15,37 +19,48 @@ from pathlib import Path
 import click
 
 from tracevault._clitools import echo_json
+from tracevault.content import Recipient, RecipientKey
 from tracevault.errors import ConfigError
-from tracevault.log._cosignature import (
+from tracevault.log import (
     ALG_COSIGNATURE_V1,
+    ALG_ED25519,
     CosignatureSigner,
     CosignatureVerifier,
+    Ed25519Signer,
+    Ed25519Verifier,
+    parse_vkey,
     parse_witness_vkey,
+    write_private_key,
 )
-from tracevault.log._keys import write_private_key
-from tracevault.log._note import ALG_ED25519, Ed25519Signer, Ed25519Verifier, parse_vkey
 
 __all__ = ["keys"]
 
-_TYPES = {"log": "Ed25519 (0x01), signs checkpoints", "witness": "cosignature/v1 (0x04)"}
+_TYPES = {
+    "log": "Ed25519 (0x01), signs checkpoints",
+    "witness": "cosignature/v1 (0x04)",
+    "recipient": "X25519, reads bundles revealed to it (HPKE)",
+}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def keys() -> None:
-    """Make the log's and witnesses' signing keys; print their public vkeys.
+    """Make the log's and witnesses' signing keys and recipients' keys; print public keys.
 
     \b
-    Two kinds of key, one role each (docs/log.md, "Keys"):
-      log      the sequencer signs every checkpoint with it
-      witness  a witness cosigns checkpoints it checked (cosignature/v1)
+    Three kinds of key, one role each (docs/log.md, "Keys"):
+      log        the sequencer signs every checkpoint with it
+      witness    a witness cosigns checkpoints it checked (cosignature/v1)
+      recipient  an auditor reads bundles exported --reveal-to its public key
 
     \b
     Where the printed vkey goes:
       archiver, witness   TRACEVAULT_LOG_VKEYS=<log vkey>[,<old vkey>]
       replay verify       --trusted-key <log vkey>
                           --witness-key <witness vkey> --min-witnesses 1
+      replay export       --reveal-to <recipient key>
     The sequencer reads its private file: TRACEVAULT_LOG_KEY_FILE=<file>;
-    a witness its own: tracevault witness run --key-file <file>.
+    a witness its own: tracevault witness run --key-file <file>; a recipient
+    its own: tracevault replay show --bundle DIR --recipient-key <file>.
 
     \b
     Rotation: generate a new key, give verifiers BOTH vkeys, then switch
@@ -73,7 +88,8 @@ def keys() -> None:
     type=click.Choice(sorted(_TYPES)),
     default="log",
     show_default=True,
-    help="log: signs checkpoints. witness: cosigns them (cosignature/v1).",
+    help="log: signs checkpoints. witness: cosigns them (cosignature/v1). recipient: "
+    "reads bundles exported --reveal-to it (X25519).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print name, key id, vkey as JSON.")
 def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
@@ -84,7 +100,14 @@ def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
       tracevault keys generate --name tv.example/log --out log.key
       tracevault keys generate --type witness --name w1.example \\
           --out witness.key
+      tracevault keys generate --type recipient --name auditor.example \\
+          --out auditor.key
     """
+    if kind == "recipient":
+        key = RecipientKey.generate(name)
+        write_private_key(out, key)
+        _print_recipient(key.recipient, as_json, source=str(out))
+        return
     signer: Ed25519Signer | CosignatureSigner
     signer = (CosignatureSigner if kind == "witness" else Ed25519Signer).generate(name)
     write_private_key(out, signer)
@@ -109,8 +132,21 @@ def show(source: str, as_json: bool) -> None:
             text = Path(source).read_text()
         except OSError as e:
             raise ConfigError(f"cannot read key file {source}: {e.strerror}") from None
+    if text.strip().startswith(("RECIPIENT+", "PRIVATE+RECIPIENT+")):
+        private = text.strip().startswith("PRIVATE+")
+        r = RecipientKey.parse(text, source).recipient if private else Recipient.parse(text, source)
+        _print_recipient(r, as_json, source=source)
+        return
     kind, verifier = _parse_any(text.strip(), source)
     _print(kind, verifier, as_json, source=source)
+
+
+def _print_recipient(r: Recipient, as_json: bool, source: str) -> None:
+    if as_json:
+        echo_json({"name": r.name, "key_id": r.key_id, "type": "recipient", "key": r.key})
+        return
+    click.echo(r.key)
+    click.echo(f"# recipient key {r.name} id {r.key_id} from {source}", err=True)
 
 
 def _parse_any(text: str, source: str) -> tuple[str, Ed25519Verifier | CosignatureVerifier]:
