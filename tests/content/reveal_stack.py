@@ -53,6 +53,7 @@ def env(p: Pipeline, *, key: bool) -> dict[str, str | None]:
         "TRACEVAULT_KEY_PROVIDER": "kms" if key else "none",
         "TRACEVAULT_KMS_ENDPOINT_URL": p.endpoint if key else None,
         "TRACEVAULT_TENANT": TENANT if key else None,
+        "TRACEVAULT_RUN_KEY_STORE": p.settings.run_key_store if key else None,
     }
 
 
