@@ -27,7 +27,11 @@ from tracevault.log._note import ALG_ED25519, Ed25519Signer, Ed25519Verifier, pa
 
 __all__ = ["keys"]
 
-_TYPES = {"log": "Ed25519 (0x01), signs checkpoints", "witness": "cosignature/v1 (0x04)"}
+_TYPES = {
+    "agent": "Ed25519 (0x01), signs an agent's runs",
+    "log": "Ed25519 (0x01), signs checkpoints",
+    "witness": "cosignature/v1 (0x04)",
+}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,9 +39,10 @@ def keys() -> None:
     """Make the log's and witnesses' signing keys; print their public vkeys.
 
     \b
-    Two kinds of key, one role each (docs/log.md, "Keys"):
+    Three kinds of key, one role each (docs/log.md "Keys", docs/identity.md):
       log      the sequencer signs every checkpoint with it
       witness  a witness cosigns checkpoints it checked (cosignature/v1)
+      agent    an agent's Recorder signs its runs' chains with it
 
     \b
     Where the printed vkey goes:
@@ -46,6 +51,10 @@ def keys() -> None:
                           --witness-key <witness vkey> --min-witnesses 1
     The sequencer reads its private file: TRACEVAULT_LOG_KEY_FILE=<file>;
     a witness its own: tracevault witness run --key-file <file>.
+    An agent reads TRACEVAULT_AGENT_KEY_FILE=<file> (or TRACEVAULT_AGENT_KEY);
+    the sequencer and verify list its vkey for its agent_id:
+      TRACEVAULT_AGENT_VKEYS='{"<agent_id>": ["<agent vkey>"]}'
+      replay verify --agent-key <agent_id>=<agent vkey>
 
     \b
     Rotation: generate a new key, give verifiers BOTH vkeys, then switch
@@ -73,7 +82,8 @@ def keys() -> None:
     type=click.Choice(sorted(_TYPES)),
     default="log",
     show_default=True,
-    help="log: signs checkpoints. witness: cosigns them (cosignature/v1).",
+    help="log: signs checkpoints. witness: cosigns them (cosignature/v1). "
+    "agent: signs an agent's runs (docs/identity.md).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print name, key id, vkey as JSON.")
 def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
@@ -84,6 +94,8 @@ def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
       tracevault keys generate --name tv.example/log --out log.key
       tracevault keys generate --type witness --name w1.example \\
           --out witness.key
+      tracevault keys generate --type agent --name triage-bot.example \\
+          --out agent.key
     """
     signer: Ed25519Signer | CosignatureSigner
     signer = (CosignatureSigner if kind == "witness" else Ed25519Signer).generate(name)

@@ -52,7 +52,9 @@ from tracevault.edges import (
 )
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
+from tracevault.log import NoteSigner
 from tracevault.model_ids import check_model_id
+from tracevault.producer._attest import Attestor, settings_signer
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -174,6 +176,12 @@ class Recorder:
     grammar: 1 to 128 characters of ``A-Z a-z 0-9 . _ : -``, not ``.`` or ``..``
     (``tracevault.runid``, docs/design.md "Run ids"); any other id raises ``ConfigError``
     here, in the agent, before anything is published.
+
+    ``agent_key`` (default: the deployment's ``agent_key_file`` or ``TRACEVAULT_AGENT_KEY``,
+    if set) is the agent's signer: the run's chain is then signed in RUN_STARTED, every
+    ``agent_attest_every`` events or ``agent_attest_interval_s`` seconds, and in
+    RUN_FINISHED, so verify can tell every event this agent wrote (docs/identity.md).
+    Sub-agent runs sign with the same key: list it for their agent ids too.
     """
 
     def __init__(
@@ -191,6 +199,7 @@ class Recorder:
         model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
         clock: Callable[[str], float] | None = None,
+        agent_key: NoteSigner | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
@@ -235,6 +244,19 @@ class Recorder:
             run_id, AgentInfo(agent_id, agent_version, _HOST, harness, __version__)
         )
         self._encode = self._enc.encode_fields
+        # Agent identity (docs/identity.md): with an agent key, the run's chain is signed now
+        # and then, on the Publisher's thread, where the exact bytes are made.
+        self._agent_key = agent_key or settings_signer(publisher.settings)
+        self.attestor: Attestor | None = None
+        if self._agent_key is not None:
+            self.attestor = Attestor(
+                run_id,
+                self._encode,
+                self._agent_key,
+                every=publisher.settings.agent_attest_every,
+                interval_s=publisher.settings.agent_attest_interval_s,
+            )
+            self._encode = self.attestor.encode_fields
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
@@ -738,6 +760,7 @@ class Recorder:
             attributes={PARENT_RUN: self._run_id, PARENT_SEQ: str(op.seq)},
             model_allow=self._model_allow,
             clock=self._clock,
+            agent_key=self._agent_key,
         )
         return op, child
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tracevault.log import NoteVerifier
+from tracevault.log import AgentKeys, NoteVerifier
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
+from tracevault.replayer._identity import check_identity
 from tracevault.replayer._log import LogPolicy, check_log
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import LazyEvents
@@ -84,6 +85,7 @@ def verify(
     rebuild: bool = False,
     log: LogPolicy | None = None,
     keys: Sequence[NoteVerifier] = (),
+    agents: AgentKeys | None = None,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -93,15 +95,23 @@ def verify(
     ``require_finished`` an unfinished run fails too (check "finished"). With
     ``rebuild`` every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
+    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md).
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
     with gc_paused():
-        return _verify(run, require_finished=require_finished, rebuild=rebuild, log=log)
+        return _verify(
+            run, require_finished=require_finished, rebuild=rebuild, log=log, agents=agents
+        )
 
 
 def _verify(
-    run: LoadedRun, *, require_finished: bool, rebuild: bool, log: LogPolicy | None
+    run: LoadedRun,
+    *,
+    require_finished: bool,
+    rebuild: bool,
+    log: LogPolicy | None,
+    agents: AgentKeys | None = None,
 ) -> VerifyReport:
     # a rebuild reads a source's values in one walk (columns and events), where it can
     columns = run.records.columns() if rebuild else None
@@ -129,6 +139,16 @@ def _verify(
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
+    i_checks, i_warnings = check_identity(
+        run.run_id,
+        columns.raws if columns is not None else [r["raw"] for r in rows],
+        columns.hashes if columns is not None else [r["hash"] for r in rows],
+        summary.kinds,
+        agents,
+        finished=summary.finished,
+    )
+    checks.extend(i_checks)
+    warnings.extend(i_warnings)
     if require_finished:
         checks.append("F finished: the run ends with RUN_FINISHED")
         if not summary.finished:

@@ -19,9 +19,11 @@ from tracevault.replayer._batch import load_agent, runs_between
 from tracevault.replayer._batch_cmd import batch_cmd
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._cliopts import (
+    AGENT_KEY,
     FROM,
     JSON,
     WITNESS_STORE,
+    agent_keys,
     load,
     log_options,
     log_policy,
@@ -150,6 +152,7 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
 )
 @click.option("--require-finished", is_flag=True, help="Fail (exit 1) on an unfinished run.")
 @log_options
+@AGENT_KEY
 @WITNESS_STORE
 @JSON
 @click.pass_context
@@ -163,6 +166,7 @@ def verify_cmd(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
+    agent_key_pairs: tuple[str, ...],
     witness_stores: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -201,7 +205,12 @@ def verify_cmd(
             settings, run = load(ctx, run_id, source, with_log=policy is not None)
             run = with_witness_stores(settings, run, policy, witness_stores)
             with stderr.status(f"verifying {len(run)} events…"):
-                report = verify(run, require_finished=require_finished, log=policy)
+                report = verify(
+                    run,
+                    require_finished=require_finished,
+                    log=policy,
+                    agents=agent_keys(settings, agent_key_pairs),
+                )
     except (ChainError, LogError) as exc:
         _chain_failure(exc, as_json)
         return

@@ -1,0 +1,122 @@
+"""The Recorder's side of agent identity: chain its own bytes, sign a note now and then.
+
+The Recorder hands each event to the Publisher's thread as fields, and that thread makes its
+exact bytes (``EventEncoder.encode_fields``), one run's events in seq order. So the attestor
+wraps that encoder: it sees every raw value the run writes, in order, links the run's chain
+as the sequencer will (``tracevault.chain``), keeps a 12-byte digest of each, and puts a
+signed note over ``(run, k-1, hash_{k-1})`` and the digests since the last note into event
+``k``'s attributes when ``k`` is the run's first event, its RUN_FINISHED, ``every`` events
+after the last note, or the first event ``interval_s`` after it (docs/identity.md). All of it
+runs off the agent's thread: the agent's call path gains nothing but one attribute lookup.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tracevault.chain import genesis, link
+from tracevault.config import Settings
+from tracevault.log import (
+    ATTEST_ATTRIBUTE,
+    AgentNote,
+    Ed25519Signer,
+    NoteSigner,
+    load_agent_signer,
+    raw_digest,
+    sign_agent_note,
+)
+from tracevault.producer._wire import EventFields
+from tracevault.schemas import EventKind
+
+__all__ = ["Attestor", "settings_signer"]
+
+_FINISHED = EventKind.RUN_FINISHED
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_signer(path: str | None, secret: str | None) -> NoteSigner:
+    if path is None and secret is not None:
+        return Ed25519Signer.from_skey(secret)
+    return load_agent_signer(path)
+
+
+def settings_signer(settings: Settings) -> NoteSigner | None:
+    """The agent key the deployment gives this process (file or secret), or None.
+
+    Read once per file or secret, not once per Recorder: a run must not pay a file read.
+    """
+    secret = settings.agent_key.get_secret_value() if settings.agent_key is not None else None
+    if settings.agent_key_file is None and secret is None:
+        return None
+    return _cached_signer(settings.agent_key_file, secret)
+
+
+class Attestor:
+    """Wraps one run's ``encode_fields``: the run's chain, its digests, its signed notes."""
+
+    __slots__ = (
+        "_digests",
+        "_encode",
+        "_every",
+        "_first",
+        "_interval",
+        "_last_note",
+        "_last_t",
+        "_prev",
+        "_run_id",
+        "_signer",
+        "notes",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        encode: Callable[[EventFields], bytes],
+        signer: NoteSigner,
+        *,
+        every: int,
+        interval_s: float,
+    ) -> None:
+        self._run_id = run_id
+        self._encode = encode
+        self._signer = signer
+        self._every = every
+        self._interval = interval_s
+        self._prev = genesis(run_id)
+        self._first = 0  # seq of the first digest the next note lists
+        self._digests = bytearray()
+        self._last_note = -(1 << 62)  # seq of the event that carried the last note
+        self._last_t = 0.0
+        self.notes = 0  # notes signed (for tests and the benchmark)
+
+    def _due(self, seq: int, kind: EventKind) -> bool:
+        if seq == 0 or kind is _FINISHED or seq - self._last_note >= self._every:
+            return True
+        return time.monotonic() - self._last_t >= self._interval
+
+    def encode_fields(self, fields: EventFields) -> bytes:
+        """The event's exact bytes, with a note when one is due; the chain moves past it."""
+        seq = fields[0]
+        if self._due(seq, fields[1]):
+            fields = self._with_note(fields)
+        raw = self._encode(fields)
+        self._prev = link(self._prev, raw)
+        self._digests += raw_digest(raw)
+        return raw
+
+    def _with_note(self, fields: EventFields) -> EventFields:
+        seq = fields[0]
+        note = AgentNote(self._run_id, seq - 1, self._prev, self._first, bytes(self._digests))
+        signed = sign_agent_note(self._signer, note)
+        extra: Any = fields[10]
+        attrs = {"duration_us": str(extra)} if isinstance(extra, int) else dict(extra or {})
+        attrs[ATTEST_ATTRIBUTE] = signed
+        self._first = seq
+        self._digests.clear()
+        self._last_note = seq
+        self._last_t = time.monotonic()
+        self.notes += 1
+        return (*fields[:10], attrs, fields[11])

@@ -1,0 +1,217 @@
+"""Check I (agent identity): every sealed event of a run was written by the key that started it.
+
+The Recorder of an agent with a key signs its run's chain in RUN_STARTED, every N events or
+T seconds, and in RUN_FINISHED (docs/identity.md). Here, with the deployment's trusted agent
+vkeys (``agent_vkeys``, ``--agent-key AGENT_ID=VKEY``):
+
+- seq 0 carries a note over the genesis, signed by a trusted key that the run's ``agent_id``
+  is allowed; that key is the run's key;
+- every later note is by the run's key, for this run and the seq before its event; where its
+  chain hash is the sealed chain's, every event before it is the producer's; where it is not,
+  the note's per-event digests name each seq whose sealed bytes the producer did not write;
+- every event claims the run's ``agent_id``;
+- an event no note covers is named: a finished run fails, an unfinished one is warned about
+  (its tail is signed by the next note).
+
+The work is one signature check per note and, only where a chain hash differs, one SHA-256
+per event of that stretch. A run with no note at all was recorded before agent identity (or
+without a key): a warning says so, it is not a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tracevault.chain import genesis
+from tracevault.errors import LogError, SchemaError
+from tracevault.log import (
+    ATTEST_ATTRIBUTE,
+    ATTEST_MARK,
+    AgentKeys,
+    Ed25519Verifier,
+    open_agent_note,
+    raw_digest,
+)
+from tracevault.replayer._checks import fail
+from tracevault.schemas import EventKind, decode_event, read_long
+
+__all__ = ["IDENTITY_CHECK", "check_identity"]
+
+IDENTITY_CHECK = "I identity: every event was written by the agent key that started the run"
+_GAP = EventKind.GAP.value
+_NONE = (
+    "no agent identity: the run carries no agent signature (recorded before agent identity, "
+    "or by a Recorder without an agent key), so who wrote its events is not checked"
+)
+
+
+def _agent_id(raw: bytes) -> str | None:
+    """The ``agent.agent_id`` of an encoded TraceEvent (v1 and v2 start alike), or None."""
+    try:
+        n, pos = read_long(raw, 10)  # past C3 01 and the fingerprint: the run id
+        _seq, pos = read_long(raw, pos + n)
+        _kind, pos = read_long(raw, pos)
+        _at, pos = read_long(raw, pos)
+        n, pos = read_long(raw, pos)
+        return raw[pos : pos + n].decode("utf-8")
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _names(seqs: Sequence[int]) -> str:
+    shown = ", ".join(str(s) for s in seqs[:20])
+    return shown + (f" (+{len(seqs) - 20} more)" if len(seqs) > 20 else "")
+
+
+def check_identity(
+    run_id: str,
+    raws: Sequence[bytes],
+    hashes: Sequence[bytes],
+    kinds: Sequence[str],
+    agents: AgentKeys | None,
+    *,
+    finished: bool,
+) -> tuple[list[str], list[str]]:
+    """(checks, warnings) for the run; raises :class:`ChainError` naming the seqs."""
+    carriers = [i for i, raw in enumerate(raws) if ATTEST_MARK in raw]
+    ids = {i: _agent_id(raws[i]) for i in range(len(raws)) if kinds[i] != _GAP}
+    run_agent = ids.get(0)
+    mixed = sorted(i for i, a in ids.items() if a != run_agent)
+    notes = {}
+    for i in carriers:
+        try:
+            attrs = decode_event(raws[i], check_json=False).attributes
+        except SchemaError:
+            continue  # checks 1-6 read every event: not reached
+        if ATTEST_ATTRIBUTE in attrs:
+            notes[i] = attrs[ATTEST_ATTRIBUTE]
+    if mixed and (not notes or not agents):
+        raise fail(
+            "I identity",
+            mixed[0],
+            None,
+            f"seq(s) {_names(mixed)} claim agent_id {ids[mixed[0]]!r}, the run's seq 0 "
+            f"claims {run_agent!r}: one run is one agent's",
+        )
+    if not notes:
+        return [], [_NONE]
+    if not agents:
+        return [], [
+            "agent identity not checked: the run is signed by its agent, but no agent vkey "
+            "is trusted (--agent-key AGENT_ID=VKEY or TRACEVAULT_AGENT_VKEYS)"
+        ]
+    run_key = _run_key(run_id, notes.get(0), agents, run_agent)
+    bad: dict[int, str] = {}
+    covered: set[int] = set()
+    for j in sorted(notes):
+        if j == 0:
+            covered.add(0)
+            continue
+        why = _bad_note(notes[j], run_id, j, run_key)
+        if why is not None:
+            bad[j] = why
+            continue
+        note, _sig, _msg = open_agent_note(notes[j])
+        covered.add(j)
+        if note.chain_hash == hashes[j - 1]:
+            covered.update(range(j))
+            continue
+        for i in note.covers:
+            if i >= len(raws) or i in covered or kinds[i] == _GAP:
+                continue
+            if raw_digest(raws[i]) == note.digest_of(i):
+                covered.add(i)
+            else:
+                bad[i] = (
+                    f"its bytes are not those the run's agent key {run_key.name} signed for "
+                    f"seq {i} in the note of seq {j}"
+                )
+    for i in mixed:
+        bad.setdefault(i, f"it claims agent_id {ids[i]!r}, the run's is {run_agent!r}")
+    for i in sorted(bad):
+        covered.discard(i)
+    if bad:
+        first = min(bad)
+        raise fail(
+            "I identity",
+            first,
+            None,
+            f"seq(s) {_names(sorted(bad))} of run {run_id} were not written by the run's "
+            f"producer (agent {run_agent!r}, key {run_key.name}+{run_key.key_id.hex()}); "
+            f"seq {first}: {bad[first]}",
+        )
+    loose = [i for i in range(len(raws)) if i not in covered and kinds[i] != _GAP]
+    checks = [IDENTITY_CHECK]
+    if loose and finished:
+        raise fail(
+            "I identity",
+            loose[0],
+            None,
+            f"seq(s) {_names(loose)} of run {run_id} are covered by no signature of the run's "
+            f"agent key {run_key.name}: its producer's last note does not reach them",
+        )
+    if loose:
+        return checks, [
+            f"seq(s) {_names(loose)} are not yet covered by the agent's signature (the run is "
+            "unfinished: its next note or RUN_FINISHED signs them)"
+        ]
+    return checks, []
+
+
+def _run_key(
+    run_id: str, note0: str | None, agents: AgentKeys, agent_id: str | None
+) -> Ed25519Verifier:
+    """The key that started the run: seq 0's note over the genesis, trusted for its agent."""
+    if note0 is None:
+        raise fail(
+            "I identity",
+            0,
+            None,
+            f"run {run_id} carries agent signatures, but its seq 0 has none: seq 0 was not "
+            "written by the agent that signs the rest",
+        )
+    try:
+        note, sig, msg = open_agent_note(note0)
+    except LogError as exc:
+        raise fail("I identity", 0, None, f"seq 0's agent note is malformed: {exc}") from None
+    key = agents.key(sig)
+    if key is None:
+        raise fail(
+            "I identity",
+            0,
+            None,
+            f"run {run_id} was started under agent key {sig.name}+{sig.key_id.hex()}, which "
+            "no trusted agent vkey is (--agent-key, TRACEVAULT_AGENT_VKEYS)",
+        )
+    if not key.verify(msg, sig.signature) or note.run_id != run_id or note.seq != -1:
+        raise fail("I identity", 0, None, f"seq 0's note does not verify for run {run_id}")
+    if note.chain_hash != genesis(run_id):
+        raise fail("I identity", 0, None, "seq 0's note does not sign the run's genesis")
+    if agent_id is None or not agents.allows(agent_id, key):
+        allowed = ", ".join(repr(a) for a in agents.agents_of(key)) or "none"
+        raise fail(
+            "I identity",
+            0,
+            None,
+            f"run {run_id} claims agent_id {agent_id!r}, but its agent key {key.name} may "
+            f"record only as {allowed}",
+        )
+    return key
+
+
+def _bad_note(value: str, run_id: str, seq: int, run_key: Ed25519Verifier) -> str | None:
+    """Why the note in event ``seq`` is not the run's producer's, or None when it is."""
+    try:
+        note, sig, msg = open_agent_note(value)
+    except LogError as exc:
+        return f"its agent note is malformed ({exc})"
+    if (sig.name, sig.key_id) != (run_key.name, run_key.key_id):
+        return (
+            f"its note is signed by {sig.name}+{sig.key_id.hex()}, the run was started under "
+            f"{run_key.name}+{run_key.key_id.hex()}"
+        )
+    if not run_key.verify(msg, sig.signature):
+        return "its note's signature does not verify"
+    if note.run_id != run_id or note.seq != seq - 1:
+        return f"its note is for {note.run_id} seq {note.seq}, not this run's seq {seq - 1}"
+    return None
