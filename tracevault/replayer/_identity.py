@@ -15,7 +15,7 @@ vkeys (``agent_vkeys``, ``--agent-key AGENT_ID=VKEY``):
 
 The work is one signature check per note and, only where a chain hash differs, one SHA-256
 per event of that stretch. A run with no note at all was recorded before agent identity (or
-without a key): a warning says so, it is not a failure.
+without a key): with trusted agent vkeys a warning says so; it is not a failure.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def check_identity(
             f"claims {run_agent!r}: one run is one agent's",
         )
     if not notes:
-        return [], [_NONE]
+        # said where the deployment uses agent identity; elsewhere there is nothing to say
+        return [], [_NONE] if agents else []
     if not agents:
         return [], [
             "agent identity not checked: the run is signed by its agent, but no agent vkey "

@@ -41,6 +41,12 @@ class SequencerMetrics:
             ["instance_id", "reason"],
             registry=r,
         )
+        self.contested = Counter(
+            "tracevault_sequencer_contested",
+            "agent notes that did not match their run: each an ALERT and a contested record",
+            ["instance_id"],
+            registry=r,
+        ).labels(**labels)
         self.gap_markers = Counter(
             "tracevault_sequencer_gap_markers",
             "GAP markers sealed for seqs that never arrived",
