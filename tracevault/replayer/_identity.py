@@ -13,9 +13,11 @@ vkeys (``agent_vkeys``, ``--agent-key AGENT_ID=VKEY``):
 - an event no note covers is named: a finished run fails, an unfinished one is warned about
   (its tail is signed by the next note).
 
-The work is one signature check per note and, only where a chain hash differs, one SHA-256
-per event of that stretch. A run with no note at all was recorded before agent identity (or
-without a key): with trusted agent vkeys a warning says so; it is not a failure.
+The work, for a run its producer wrote alone, is two signature checks (seq 0 and the last
+note, whose chain hash then vouches for every byte before it); only where that fails is every
+note checked, and only where a chain hash differs is a SHA-256 taken per event of its stretch.
+A run with no note at all was recorded before agent identity (or without a key): with
+trusted agent vkeys a warning says so; it is not a failure.
 """
 
 from __future__ import annotations
@@ -63,6 +65,16 @@ def _names(seqs: Sequence[int]) -> str:
     return shown + (f" (+{len(seqs) - 20} more)" if len(seqs) > 20 else "")
 
 
+def _note_at(raw: bytes) -> str | None:
+    """The agent note event ``raw`` carries, or None (the byte search first: it is cheap)."""
+    if ATTEST_MARK not in raw:
+        return None
+    try:
+        return decode_event(raw, check_json=False).attributes.get(ATTEST_ATTRIBUTE)
+    except SchemaError:
+        return None  # checks 1-6 read every event: not reached
+
+
 def check_identity(
     run_id: str,
     raws: Sequence[bytes],
@@ -71,29 +83,30 @@ def check_identity(
     agents: AgentKeys | None,
     *,
     finished: bool,
+    agent_ids: Sequence[str | None] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(checks, warnings) for the run; raises :class:`ChainError` naming the seqs."""
-    carriers = [i for i, raw in enumerate(raws) if ATTEST_MARK in raw]
-    ids = {i: _agent_id(raws[i]) for i in range(len(raws)) if kinds[i] != _GAP}
-    run_agent = ids.get(0)
-    mixed = sorted(i for i, a in ids.items() if a != run_agent)
-    notes = {}
-    for i in carriers:
-        try:
-            attrs = decode_event(raws[i], check_json=False).attributes
-        except SchemaError:
-            continue  # checks 1-6 read every event: not reached
-        if ATTEST_ATTRIBUTE in attrs:
-            notes[i] = attrs[ATTEST_ATTRIBUTE]
-    if mixed and (not notes or not agents):
+    """(checks, warnings) for the run; raises :class:`ChainError` naming the seqs.
+
+    ``agent_ids`` are the events' ``agent.agent_id`` where the caller decoded them already
+    (a rebuild); else they are read from the bytes. The common case costs two signature
+    checks: seq 0's note and the last one, whose chain hash is the sealed chain's (then every
+    event before it, earlier notes included, is the producer's own bytes).
+    """
+    n = len(raws)
+    if agent_ids is None:
+        agent_ids = [_agent_id(raw) for raw in raws]
+    run_agent = agent_ids[0]
+    mixed = [i for i, a in enumerate(agent_ids) if a != run_agent and kinds[i] != _GAP]
+    last = next((i for i in range(n - 1, -1, -1) if _note_at(raws[i]) is not None), None)
+    if mixed and (last is None or not agents):
         raise fail(
             "I identity",
             mixed[0],
             None,
-            f"seq(s) {_names(mixed)} claim agent_id {ids[mixed[0]]!r}, the run's seq 0 "
+            f"seq(s) {_names(mixed)} claim agent_id {agent_ids[mixed[0]]!r}, the run's seq 0 "
             f"claims {run_agent!r}: one run is one agent's",
         )
-    if not notes:
+    if last is None:
         # said where the deployment uses agent identity; elsewhere there is nothing to say
         return [], [_NONE] if agents else []
     if not agents:
@@ -101,36 +114,10 @@ def check_identity(
             "agent identity not checked: the run is signed by its agent, but no agent vkey "
             "is trusted (--agent-key AGENT_ID=VKEY or TRACEVAULT_AGENT_VKEYS)"
         ]
-    run_key = _run_key(run_id, notes.get(0), agents, run_agent)
-    bad: dict[int, str] = {}
-    covered: set[int] = set()
-    for j in sorted(notes):
-        if j == 0:
-            covered.add(0)
-            continue
-        why = _bad_note(notes[j], run_id, j, run_key)
-        if why is not None:
-            bad[j] = why
-            continue
-        note, _sig, _msg = open_agent_note(notes[j])
-        covered.add(j)
-        if note.chain_hash == hashes[j - 1]:
-            covered.update(range(j))
-            continue
-        for i in note.covers:
-            if i >= len(raws) or i in covered or kinds[i] == _GAP:
-                continue
-            if raw_digest(raws[i]) == note.digest_of(i):
-                covered.add(i)
-            else:
-                bad[i] = (
-                    f"its bytes are not those the run's agent key {run_key.name} signed for "
-                    f"seq {i} in the note of seq {j}"
-                )
+    run_key = _run_key(run_id, _note_at(raws[0]), agents, run_agent)
+    upto, covered, bad = _coverage(run_id, raws, hashes, kinds, run_key, last)
     for i in mixed:
-        bad.setdefault(i, f"it claims agent_id {ids[i]!r}, the run's is {run_agent!r}")
-    for i in sorted(bad):
-        covered.discard(i)
+        bad.setdefault(i, f"it claims agent_id {agent_ids[i]!r}, the run's is {run_agent!r}")
     if bad:
         first = min(bad)
         raise fail(
@@ -141,7 +128,7 @@ def check_identity(
             f"producer (agent {run_agent!r}, key {run_key.name}+{run_key.key_id.hex()}); "
             f"seq {first}: {bad[first]}",
         )
-    loose = [i for i in range(len(raws)) if i not in covered and kinds[i] != _GAP]
+    loose = [i for i in range(upto, n) if i not in covered and kinds[i] != _GAP]
     checks = [IDENTITY_CHECK]
     if loose and finished:
         raise fail(
@@ -157,6 +144,56 @@ def check_identity(
             "unfinished: its next note or RUN_FINISHED signs them)"
         ]
     return checks, []
+
+
+def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
+    run_id: str,
+    raws: Sequence[bytes],
+    hashes: Sequence[bytes],
+    kinds: Sequence[str],
+    run_key: Ed25519Verifier,
+    last: int,
+) -> tuple[int, set[int], dict[int, str]]:
+    """(every seq below this is the producer's, these are too, these are not: why).
+
+    The last note first: where it holds and its chain hash is the sealed one, that is all.
+    Else every note, in order: where a chain hash differs, the digests name the seqs.
+    """
+    value = _note_at(raws[last])
+    assert value is not None  # found so by the caller
+    if last == 0 or (
+        _bad_note(value, run_id, last, run_key) is None
+        and open_agent_note(value)[0].chain_hash == hashes[last - 1]
+    ):
+        return last, {last}, {}
+    bad: dict[int, str] = {}
+    upto = 0
+    covered: set[int] = {0}
+    for j in range(1, last + 1):
+        value = _note_at(raws[j])
+        if value is None:
+            continue
+        why = _bad_note(value, run_id, j, run_key)
+        if why is not None:
+            bad[j] = why
+            continue
+        note = open_agent_note(value)[0]
+        covered.add(j)
+        if note.chain_hash == hashes[j - 1]:
+            upto = j
+            continue
+        for i in note.covers:
+            if i >= len(raws) or i < upto or i in covered or kinds[i] == _GAP:
+                continue
+            if raw_digest(raws[i]) == note.digest_of(i):
+                covered.add(i)
+            else:
+                bad.setdefault(
+                    i,
+                    f"its bytes are not those the run's agent key {run_key.name} signed for "
+                    f"seq {i} in the note of seq {j}",
+                )
+    return upto, covered, bad
 
 
 def _run_key(

@@ -146,6 +146,7 @@ def _verify(
         summary.kinds,
         agents,
         finished=summary.finished,
+        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
     )
     checks.extend(i_checks)
     warnings.extend(i_warnings)

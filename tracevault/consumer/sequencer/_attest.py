@@ -81,11 +81,6 @@ class AttestRules:
                 return f"its note's signature by {named} does not verify"
         if note.run_id != run.run_id or note.seq != seq - 1:
             return f"its note is for {note.run_id} seq {note.seq}, not seq {seq - 1}"
-        if note.chain_hash != run.last_hash:
-            return (
-                f"its note signs a chain hash at seq {seq - 1} that is not the sealed one: "
-                f"an event of seqs {note.first}..{seq - 1} was not written by its producer"
-            )
         started = run.agent_key
         if seq == 0 or started == UNKNOWN_KEY:
             if (
@@ -94,14 +89,18 @@ class AttestRules:
                 and not self.agents.allows(agent_id, key)
             ):
                 return f"its key {named} may not record as agent_id {agent_id!r}"
-            run.agent_key = signer
-            return None
+            run.agent_key = started = signer
         if started is None:
             return f"the run was started without an agent key; seq {seq} is signed by {named}"
         if started != signer:
             return (
                 f"its note is signed by {named}, the run was started under "
                 f"{started[0]}+{started[1].hex()}"
+            )
+        if note.chain_hash != run.last_hash:
+            return (
+                f"its note signs a chain hash at seq {seq - 1} that is not the sealed one: "
+                f"an event of seqs {note.first}..{seq - 1} was not written by its producer"
             )
         return None
 
