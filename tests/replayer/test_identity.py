@@ -3,6 +3,7 @@ as a writer of ``raw`` could: each altered seq is named, a tail no note covers t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from tracevault.chain import genesis, link
 from tracevault.errors import ChainError
 from tracevault.log import AgentKeys, Ed25519Signer
 from tracevault.producer._attest import Attestor
-from tracevault.replayer._identity import check_identity
+from tracevault.replayer._identity import SEQUENCER_AGENT_ID, check_identity
 from tracevault.schemas import AgentInfo, EventKind, TraceEvent, canonical_json, encode_event
 
 RUN = "run-identity"
@@ -104,3 +105,37 @@ def test_a_run_without_notes_warns_and_mixed_agent_ids_fail_even_then() -> None:
     legacy[1] = encode_event(_event(1, 2, agent="evil"))
     with pytest.raises(ChainError, match="claim agent_id 'evil'"):
         _check(legacy, agents=None)
+
+
+def test_a_chain_that_differs_where_no_digest_does_fails_and_the_sequencer_id_is_pinned() -> None:
+    from tracevault.consumer.sequencer import GAP_AGENT_ID
+
+    assert SEQUENCER_AGENT_ID == GAP_AGENT_ID
+    raws = _signed(11)
+    hashes, h = [], genesis(RUN)
+    for raw in raws:
+        h = link(h, raw)
+        hashes.append(h)
+    hashes[7] = hashes[9] = b"\x00" * 32  # a sealed chain that is not the producer's
+    kinds = ["TOOL_CALL"] * 10 + ["RUN_FINISHED"]
+    with pytest.raises(ChainError, match=r"though its digests of seqs 4\.\.7 match"):
+        check_identity(RUN, raws, hashes, kinds, AGENTS, finished=True)
+
+
+def test_a_gap_marker_in_a_signed_run_is_no_identity_failure() -> None:
+    raws = _signed(11)
+    gap = _event(5, 10)
+    raws[5] = encode_event(
+        dataclasses.replace(
+            gap,
+            kind=EventKind.GAP,
+            agent=dataclasses.replace(gap.agent, agent_id=SEQUENCER_AGENT_ID),
+        )
+    )
+    hashes, h = [], genesis(RUN)
+    for raw in raws:
+        h = link(h, raw)
+        hashes.append(h)
+    kinds = ["TOOL_CALL"] * 5 + ["GAP"] + ["TOOL_CALL"] * 4 + ["RUN_FINISHED"]
+    checks, warnings = check_identity(RUN, raws, hashes, kinds, AGENTS, finished=True)
+    assert checks and warnings == []

@@ -37,10 +37,14 @@ from tracevault.log import (
 from tracevault.replayer._checks import fail
 from tracevault.schemas import EventKind, decode_event, read_long
 
-__all__ = ["IDENTITY_CHECK", "check_identity"]
+__all__ = ["IDENTITY_CHECK", "SEQUENCER_AGENT_ID", "check_identity"]
 
 IDENTITY_CHECK = "I identity: every event was written by the agent key that started the run"
 _GAP = EventKind.GAP.value
+#: The agent id of the markers the sequencer seals itself (GAP, the idle close): not another
+#: agent's claim. The tools read no service, so the sequencer's constant is spelled here too
+#: (tests/replayer/test_identity.py pins the two equal).
+SEQUENCER_AGENT_ID = "tracevault-sequencer"
 _NONE = (
     "no agent identity: the run carries no agent signature (recorded before agent identity, "
     "or by a Recorder without an agent key), so who wrote its events is not checked"
@@ -96,7 +100,11 @@ def check_identity(
     if agent_ids is None:
         agent_ids = [_agent_id(raw) for raw in raws]
     run_agent = agent_ids[0]
-    mixed = [i for i, a in enumerate(agent_ids) if a != run_agent and kinds[i] != _GAP]
+    mixed = [
+        i
+        for i, a in enumerate(agent_ids)
+        if a != run_agent and kinds[i] != _GAP and a != SEQUENCER_AGENT_ID
+    ]
     last = next((i for i in range(n - 1, -1, -1) if _note_at(raws[i]) is not None), None)
     if mixed and (last is None or not agents):
         raise fail(
@@ -169,6 +177,9 @@ def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
     bad: dict[int, str] = {}
     upto = 0
     covered: set[int] = {0}
+    # a GAP marker (the producer's event never reached the sequencer) changes the chain from
+    # its seq on: from there a chain mismatch alone names nothing, the digests still do
+    first_gap = next((i for i, k in enumerate(kinds) if k == _GAP), len(kinds))
     for j in range(1, last + 1):
         value = _note_at(raws[j])
         if value is None:
@@ -193,6 +204,13 @@ def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
                     f"its bytes are not those the run's agent key {run_key.name} signed for "
                     f"seq {i} in the note of seq {j}",
                 )
+        if not bad and first_gap >= j:
+            # the chain differs from a point where it matched, yet no digest names a seq
+            # (checks 1-6 make that a digest collision): never trust the stretch
+            bad[note.first] = (
+                f"the note of seq {j} signs a chain hash at seq {j - 1} that is not the "
+                f"sealed one, though its digests of seqs {note.first}..{j - 1} match"
+            )
     return upto, covered, bad
 
 
