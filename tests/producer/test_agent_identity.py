@@ -24,14 +24,12 @@ from tracevault.errors import ConfigError, LogError
 from tracevault.log import (
     ATTEST_ATTRIBUTE,
     ATTEST_MARK,
-    DIGEST_SIZE,
     AgentKeys,
     AgentNote,
     Ed25519Signer,
     load_agent_signer,
     open_agent_note,
     parse_vkey,
-    raw_digest,
     sign_agent_note,
 )
 from tracevault.producer import Publisher, Recorder
@@ -40,20 +38,20 @@ from tracevault.schemas import decode_event
 
 def test_note_round_trips_and_says_what_it_covers() -> None:
     key = Ed25519Signer.generate("a.example")
-    h = genesis("r-1")
-    digests = raw_digest(b"zero") + raw_digest(b"one")
-    note = AgentNote("r-1", 1, h, 0, digests)
+    p = [genesis("r-1")]
+    for raw in (b"zero", b"one"):
+        p.append(link(p[-1], raw))
+    note = AgentNote("r-1", 1, p[-1], 0, b"".join(p))
     signed = sign_agent_note(key, note)
     back, sig, msg = open_agent_note(signed)
     assert back == note
     assert (sig.name, sig.key_id) == (key.name, key.key_id)
     assert key.verifier.verify(msg, sig.signature)
     assert back.covers == range(0, 2)
-    assert back.digest_of(1) == raw_digest(b"one") and len(back.digest_of(1) or b"") == DIGEST_SIZE
-    assert back.digest_of(2) is None
+    assert back.around(1) == (p[1], p[2])
     assert signed.startswith("tracevault/agent/v1\nrun r-1\nseq 1\n")
     # an altered text no longer verifies with the same signature
-    forged = signed.replace("seq 1", "seq 2")
+    forged = signed.replace("run r-1", "run r-2")
     _, sig2, msg2 = open_agent_note(forged)
     assert not key.verifier.verify(msg2, sig2.signature)
 
@@ -61,17 +59,19 @@ def test_note_round_trips_and_says_what_it_covers() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "tracevault/agent/v2\nrun r\nseq 0\nhash {h}\ndigests 0 -\n",
-        "tracevault/agent/v1\nrun r\nseq x\nhash {h}\ndigests 0 -\n",
-        "tracevault/agent/v1\nrun r\nseq 0\nhash AAAA\ndigests 0 -\n",
-        "tracevault/agent/v1\nrun r\nseq 0\nhash {h}\ndigests 0 AAAA\n",
-        "tracevault/agent/v1\nrun r\nseq 0\nhash {h}\n",
+        "tracevault/agent/v2\nrun r\nseq -1\nhash {h}\nhashes 0 {h}\n",
+        "tracevault/agent/v1\nrun r\nseq x\nhash {h}\nhashes 0 {h}\n",
+        "tracevault/agent/v1\nrun r\nseq -1\nhash AAAA\nhashes 0 {h}\n",
+        "tracevault/agent/v1\nrun r\nseq 0\nhash {h}\nhashes 0 {h}\n",  # one hash short
+        "tracevault/agent/v1\nrun r\nseq -1\nhash {h}\nhashes 0 {o}\n",  # last != hash
+        "tracevault/agent/v1\nrun r\nseq -1\nhash {h}\n",
     ],
 )
 def test_malformed_notes_are_refused(text: str) -> None:
-    h = base64.b64encode(b"\0" * 32).decode()
+    h, o = (base64.b64encode(bytes([b]) * 32).decode() for b in (0, 1))
     with pytest.raises(LogError):
-        AgentNote.parse(text.format(h=h))
+        AgentNote.parse(text.format(h=h, o=o))
+    AgentNote.parse(f"tracevault/agent/v1\nrun r\nseq -1\nhash {h}\nhashes 0 {h}\n")
 
 
 def test_agent_keys_map_ids_to_vkeys_and_refuse_bad_settings(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_recorder_signs_the_chain_of_the_exact_bytes_it_wrote(
         assert (note.run_id, note.seq, note.chain_hash) == (rid, k - 1, chain[k])
         if k:
             assert note.covers == range(prev_carrier, k)
-            assert all(note.digest_of(i) == raw_digest(raws[i]) for i in note.covers)
+            assert all(note.around(i) == (chain[i], chain[i + 1]) for i in note.covers)
         prev_carrier = k
     # events without a note carry no attestation attribute at all
     assert all(ATTEST_ATTRIBUTE not in decode_event(raws[i]).attributes for i in (1, 2, 3))

@@ -7,11 +7,9 @@ bundles); imports neither, nor any Kafka client. Design: docs/log.md.
 from tracevault.log._agentnote import (
     ATTEST_ATTRIBUTE,
     ATTEST_MARK,
-    DIGEST_SIZE,
     AgentKeys,
     AgentNote,
     open_agent_note,
-    raw_digest,
     sign_agent_note,
 )
 from tracevault.log._checkpoint import (
@@ -126,12 +124,10 @@ __all__ = [
     "AGENT_KEY_ENV",
     "ATTEST_ATTRIBUTE",
     "ATTEST_MARK",
-    "DIGEST_SIZE",
     "AgentKeys",
     "AgentNote",
     "load_agent_signer",
     "open_agent_note",
-    "raw_digest",
     "sign_agent_note",
     "FoundCheckpoint",
     "RunLeaf",

@@ -4,15 +4,17 @@ The chain proves order, not authorship: anyone who can write ``raw`` can compute
 So the Recorder, which knows the exact bytes it writes, computes its run's chain itself and
 signs a C2SP signed note (``_note``) over ``(run id, seq, chain hash)`` with the agent's own
 Ed25519 key, carried in the event's ``attributes`` under :data:`ATTEST_ATTRIBUTE`. The note
-in event ``k`` covers seq ``k-1`` (event ``k``'s own bytes cannot be inside its hash), plus
-a truncated SHA-256 of each raw value since the previous note, so a verifier can name the
-*exact* seq the producer did not write. The text::
+in event ``k`` covers seq ``k-1`` (event ``k``'s own bytes cannot be inside its hash), and
+lists the producer's own chain hashes since the previous note, so a verifier can name the
+*exact* seq the producer did not write: raw ``i`` is the producer's when
+``link(P_{i-1}, raw_i) == P_i``, whatever the sealed chain did before it. The chain hashes
+are the ones the producer computes anyway: one SHA-256 per event, none more. The text::
 
     tracevault/agent/v1
     run <run id>
-    seq <covered seq, -1 for the genesis>
+    seq <covered seq k-1, -1 for the genesis>
     hash <base64 chain hash of that seq>
-    digests <first seq> <base64 of 12-byte digests, or ->
+    hashes <first seq a> <base64 of the 32-byte chain hashes P_{a-1} .. P_{k-1}>
 
 The first line keeps an agent note from ever reading as a checkpoint (and the other way
 round), so the same Ed25519 signer type serves both without one standing in for the other.
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,11 +42,9 @@ from tracevault.log._note import (
 __all__ = [
     "ATTEST_ATTRIBUTE",
     "ATTEST_MARK",
-    "DIGEST_SIZE",
     "AgentKeys",
     "AgentNote",
     "open_agent_note",
-    "raw_digest",
     "sign_agent_note",
 ]
 
@@ -53,45 +52,37 @@ __all__ = [
 #: sequencer's fast path looks for to hand such an event to the Python check.
 ATTEST_ATTRIBUTE = "tracevault.attest"
 ATTEST_MARK = b"\x22" + ATTEST_ATTRIBUTE.encode()  # Avro string: zig-zag length 17, bytes
-#: Bytes of SHA-256 kept per raw value: 96 bits make a second preimage out of reach, at a
-#: twelfth of a full list's size.
-DIGEST_SIZE = 12
 _HEADER = "tracevault/agent/v1"
-
-
-def raw_digest(raw: bytes) -> bytes:
-    """The truncated SHA-256 of one raw value, as a note lists it."""
-    return hashlib.sha256(raw).digest()[:DIGEST_SIZE]
+_H = 32  # a chain hash
 
 
 @dataclass(frozen=True, slots=True)
 class AgentNote:
-    """What one agent note says: the run, the seq it covers, its chain hash, the digests."""
+    """What one agent note says: the run, the seq it covers, its chain hash, and the
+    producer's chain hashes ``P_{first-1} .. P_seq`` (``chain``, 32 bytes each)."""
 
     run_id: str
     seq: int
     chain_hash: bytes
     first: int
-    digests: bytes
+    chain: bytes
 
     def text(self) -> str:
-        blob = base64.b64encode(self.digests).decode() if self.digests else "-"
         return (
             f"{_HEADER}\nrun {self.run_id}\nseq {self.seq}\n"
             f"hash {base64.b64encode(self.chain_hash).decode()}\n"
-            f"digests {self.first} {blob}\n"
+            f"hashes {self.first} {base64.b64encode(self.chain).decode()}\n"
         )
-
-    def digest_of(self, seq: int) -> bytes | None:
-        """The digest the note lists for ``seq``, or None when it lists none."""
-        i = seq - self.first
-        if i < 0 or (i + 1) * DIGEST_SIZE > len(self.digests):
-            return None
-        return self.digests[i * DIGEST_SIZE : (i + 1) * DIGEST_SIZE]
 
     @property
     def covers(self) -> range:
-        return range(self.first, self.first + len(self.digests) // DIGEST_SIZE)
+        """The seqs whose raw values the note vouches for (by the producer's hashes)."""
+        return range(self.first, self.seq + 1)
+
+    def around(self, seq: int) -> tuple[bytes, bytes]:
+        """The producer's ``(P_{seq-1}, P_seq)`` for a seq in :attr:`covers`."""
+        i = (seq - self.first) * _H
+        return self.chain[i : i + _H], self.chain[i + _H : i + 2 * _H]
 
     @classmethod
     def parse(cls, text: str) -> AgentNote:
@@ -102,14 +93,19 @@ class AgentNote:
             run = _field(lines[1], "run")
             seq = int(_field(lines[2], "seq"))
             chain_hash = base64.b64decode(_field(lines[3], "hash"), validate=True)
-            first_s, _, blob = _field(lines[4], "digests").partition(" ")
+            first_s, _, blob = _field(lines[4], "hashes").partition(" ")
             first = int(first_s)
-            digests = b"" if blob == "-" else base64.b64decode(blob, validate=True)
+            chain = base64.b64decode(blob, validate=True)
         except (ValueError, binascii.Error) as exc:
             raise LogError(f"malformed agent note: {exc}") from None
-        if len(chain_hash) != 32 or len(digests) % DIGEST_SIZE or seq < -1 or first < 0:
-            raise LogError("malformed agent note: bad hash, digests or seq")
-        return cls(run, seq, chain_hash, first, digests)
+        if (
+            len(chain_hash) != _H
+            or not 0 <= first <= seq + 1
+            or len(chain) != _H * (seq - first + 2)
+            or chain[-_H:] != chain_hash
+        ):
+            raise LogError("malformed agent note: its hash, hashes or seqs disagree")
+        return cls(run, seq, chain_hash, first, chain)
 
 
 def _field(line: str, name: str) -> str:

@@ -3,8 +3,8 @@
 The Recorder hands each event to the Publisher's thread as fields, and that thread makes its
 exact bytes (``EventEncoder.encode_fields``), one run's events in seq order. So the attestor
 wraps that encoder: it sees every raw value the run writes, in order, links the run's chain
-as the sequencer will (``tracevault.chain``), keeps a 12-byte digest of each, and puts a
-signed note over ``(run, k-1, hash_{k-1})`` and the digests since the last note into event
+as the sequencer will (``tracevault.chain``), keeps each hash, and puts a signed note over
+``(run, k-1, hash_{k-1})`` and the hashes since the last note into event
 ``k``'s attributes when ``k`` is the run's first event, its RUN_FINISHED, ``every`` events
 after the last note, or the first event ``interval_s`` after it (docs/identity.md). All of it
 runs off the agent's thread: the agent's call path gains nothing but one attribute lookup.
@@ -22,7 +22,6 @@ from tracevault.chain import EVENT_DOMAIN, genesis
 from tracevault.config import Settings
 from tracevault.log import (
     ATTEST_ATTRIBUTE,
-    DIGEST_SIZE,
     AgentNote,
     Ed25519Signer,
     NoteSigner,
@@ -36,7 +35,6 @@ __all__ = ["Attestor", "settings_signer"]
 
 _FINISHED = EventKind.RUN_FINISHED
 _EVENT = hashlib.sha256(EVENT_DOMAIN)  # chain.link's prefix, absorbed once
-_sha256 = hashlib.sha256  # log.raw_digest, before its truncation
 _monotonic = time.monotonic
 
 
@@ -59,10 +57,10 @@ def settings_signer(settings: Settings) -> NoteSigner | None:
 
 
 class Attestor:
-    """Wraps one run's ``encode_fields``: the run's chain, its digests, its signed notes."""
+    """Wraps one run's ``encode_fields``: the run's chain, its hashes, its signed notes."""
 
     __slots__ = (
-        "_digests",
+        "_chain",
         "_encode",
         "_every",
         "_first",
@@ -90,8 +88,8 @@ class Attestor:
         self._every = every
         self._interval = interval_s
         self._prev = genesis(run_id)
-        self._first = 0  # seq of the first digest the next note lists
-        self._digests = bytearray()
+        self._first = 0  # the first seq whose raw the next note vouches for
+        self._chain = bytearray(self._prev)  # P_{first-1} .. P_{last encoded}
         self._last_note = -(1 << 62)  # seq of the event that carried the last note
         self._last_t = 0.0
         self.notes = 0  # notes signed (for tests and the benchmark)
@@ -99,8 +97,8 @@ class Attestor:
     def encode_fields(self, fields: EventFields) -> bytes:
         """The event's exact bytes, with a note when one is due; the chain moves past it.
 
-        Inlined on purpose (``chain.link``, ``raw_digest``): it runs once per event on the
-        Publisher's thread, whose time bounds a busy agent's throughput.
+        ``chain.link`` inlined on purpose: it runs once per event on the Publisher's thread,
+        whose time bounds a busy agent's throughput.
         """
         seq = fields[0]
         if (
@@ -115,18 +113,18 @@ class Attestor:
         h.update(self._prev)
         h.update(raw)
         self._prev = h.digest()
-        self._digests += _sha256(raw).digest()[:DIGEST_SIZE]
+        self._chain += self._prev
         return raw
 
     def _with_note(self, fields: EventFields) -> EventFields:
         seq = fields[0]
-        note = AgentNote(self._run_id, seq - 1, self._prev, self._first, bytes(self._digests))
+        note = AgentNote(self._run_id, seq - 1, self._prev, self._first, bytes(self._chain))
         signed = sign_agent_note(self._signer, note)
         extra: Any = fields[10]
         attrs = {"duration_us": str(extra)} if isinstance(extra, int) else dict(extra or {})
         attrs[ATTEST_ATTRIBUTE] = signed
         self._first = seq
-        self._digests.clear()
+        self._chain = bytearray(self._prev)
         self._last_note = seq
         self._last_t = time.monotonic()
         self.notes += 1

@@ -8,14 +8,15 @@ vkeys (``agent_vkeys``, ``--agent-key AGENT_ID=VKEY``):
   is allowed; that key is the run's key;
 - every later note is by the run's key, for this run and the seq before its event; where its
   chain hash is the sealed chain's, every event before it is the producer's; where it is not,
-  the note's per-event digests name each seq whose sealed bytes the producer did not write;
+  the producer's own chain hashes in the note name each seq whose sealed bytes it did not
+  write (raw ``i`` is the producer's when ``link(P_{i-1}, raw_i) == P_i``);
 - every event claims the run's ``agent_id``;
 - an event no note covers is named: a finished run fails, an unfinished one is warned about
   (its tail is signed by the next note).
 
 The work, for a run its producer wrote alone, is two signature checks (seq 0 and the last
 note, whose chain hash then vouches for every byte before it); only where that fails is every
-note checked, and only where a chain hash differs is a SHA-256 taken per event of its stretch.
+note checked, and only where a chain hash differs is one SHA-256 taken per event of its stretch.
 A run with no note at all was recorded before agent identity (or without a key): with
 trusted agent vkeys a warning says so; it is not a failure.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tracevault.chain import genesis
+from tracevault.chain import genesis, link
 from tracevault.errors import LogError, SchemaError
 from tracevault.log import (
     ATTEST_ATTRIBUTE,
@@ -32,7 +33,6 @@ from tracevault.log import (
     AgentKeys,
     Ed25519Verifier,
     open_agent_note,
-    raw_digest,
 )
 from tracevault.replayer._checks import fail
 from tracevault.schemas import EventKind, decode_event, read_long
@@ -165,7 +165,7 @@ def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
     """(every seq below this is the producer's, these are too, these are not: why).
 
     The last note first: where it holds and its chain hash is the sealed one, that is all.
-    Else every note, in order: where a chain hash differs, the digests name the seqs.
+    Else every note, in order: where a chain hash differs, the producer's hashes name the seqs.
     """
     value = _note_at(raws[last])
     assert value is not None  # found so by the caller
@@ -178,7 +178,7 @@ def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
     upto = 0
     covered: set[int] = {0}
     # a GAP marker (the producer's event never reached the sequencer) changes the chain from
-    # its seq on: from there a chain mismatch alone names nothing, the digests still do
+    # its seq on: from there a chain mismatch alone names nothing, the producer's hashes do
     first_gap = next((i for i, k in enumerate(kinds) if k == _GAP), len(kinds))
     for j in range(1, last + 1):
         value = _note_at(raws[j])
@@ -196,7 +196,8 @@ def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
         for i in note.covers:
             if i >= len(raws) or i < upto or i in covered or kinds[i] == _GAP:
                 continue
-            if raw_digest(raws[i]) == note.digest_of(i):
+            before, after = note.around(i)
+            if link(before, raws[i]) == after:
                 covered.add(i)
             else:
                 bad.setdefault(
@@ -205,11 +206,11 @@ def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
                     f"seq {i} in the note of seq {j}",
                 )
         if not bad and first_gap >= j:
-            # the chain differs from a point where it matched, yet no digest names a seq
-            # (checks 1-6 make that a digest collision): never trust the stretch
+            # the chain differs from a point where it matched, yet every raw links as the
+            # producer's hashes say (checks 1-6 make that a collision): never trust the stretch
             bad[note.first] = (
                 f"the note of seq {j} signs a chain hash at seq {j - 1} that is not the "
-                f"sealed one, though its digests of seqs {note.first}..{j - 1} match"
+                f"sealed one, though seqs {note.first}..{j - 1} link as its hashes say"
             )
     return upto, covered, bad
 
