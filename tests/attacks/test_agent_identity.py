@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,6 +55,16 @@ def _verify(settings: Settings, log_vkey: str, run_id: str, *args: str) -> tuple
     cmd = ["replay", "verify", run_id, "--require-finished", "--json", *args]
     res = CliRunner().invoke(tracevault, cmd, env=env)
     return res.exit_code, json.loads(res.output)
+
+
+def _export(settings: Settings, log_vkey: str, run_id: str, out: Path) -> Any:
+    env = {
+        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
+        "TRACEVAULT_LOG_VKEYS": log_vkey,
+    }
+    cmd = ["replay", "export", run_id, "--from", "topic", "-o", str(out)]
+    return CliRunner().invoke(tracevault, cmd, env=env)
 
 
 def _recorder(settings: Settings, publisher: Publisher, run_id: str, **kw: Any) -> Recorder:
@@ -103,6 +114,7 @@ def test_raw_topic_hijack_of_seq_3_is_named_from_topic_and_archive_and_contested
     agent_key: Ed25519Signer,
     log_vkey: str,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     rid = "run-hijack-1"
     pair = f"refund-bot={agent_key.verifier.vkey}"
@@ -145,6 +157,9 @@ def test_raw_topic_hijack_of_seq_3_is_named_from_topic_and_archive_and_contested
         assert code == 1, (source, out)
         assert out["ok"] is False and out["seq"] == 3, (source, out)
         assert "seq(s) 3 " in out["error"] and "not written by the run's producer" in out["error"]
+    # no evidence bundle is made of it: export verifies first, and seq 3 claims another agent
+    res = _export(settings, log_vkey, rid, tmp_path / "bundle")
+    assert res.exit_code == 1 and "seq(s) 3 claim agent_id 'evil-agent'" in res.output, res.output
     # the sequencer saw it as it happened: an ALERT, a count and a signed contested record
     alerts = [r.getMessage() for r in caplog.records if "ALERT" in r.getMessage()]
     assert any("contested" in m and rid in m for m in alerts), alerts
@@ -163,7 +178,7 @@ def _raw_of(sealed_value: bytes | None) -> bytes:
 
 
 def test_forged_agent_id_with_a_key_allowed_only_for_another_agent_fails(
-    settings: Settings, agent_key: Ed25519Signer, log_vkey: str
+    settings: Settings, agent_key: Ed25519Signer, log_vkey: str, tmp_path: Path
 ) -> None:
     """A key the deployment allows for refund-bot records claiming payroll-bot: refused."""
     rid = "run-forged-agent-id"
@@ -184,6 +199,15 @@ def test_forged_agent_id_with_a_key_allowed_only_for_another_agent_fails(
     code, out = _verify(settings, log_vkey, rid, "--from", "topic", "--agent-key", pair)
     assert code == 1 and out["seq"] == 0, out
     assert "'payroll-bot'" in out["error"] and "'refund-bot'" in out["error"], out
+    # its evidence bundle (exported where no agent key is trusted) fails the same, offline
+    res = _export(settings, log_vkey, rid, tmp_path / "bundle")
+    assert res.exit_code == 0, res.output
+    cmd = ["replay", "verify", "--bundle", str(tmp_path / "bundle"), "--json"]
+    res = CliRunner().invoke(
+        tracevault, [*cmd, "--agent-key", pair], env={"TRACEVAULT_LOG_VKEYS": log_vkey}
+    )
+    out = json.loads(res.output)
+    assert res.exit_code == 1 and out["seq"] == 0 and "'payroll-bot'" in out["error"], out
     # the genuine agent's own run, same key, verifies; a run without a key only warns
     good, legacy = "run-genuine", "run-legacy"
     with sequencer_running(settings) as (_seq, errors):

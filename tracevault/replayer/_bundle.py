@@ -40,6 +40,7 @@ from tracevault.archive import ObjectInfo
 from tracevault.errors import ConfigError, LogError, NotFoundError
 from tracevault.log import (
     TLOG_PROOF_HEADER,
+    AgentKeys,
     Checkpoint,
     LeafProof,
     RunLogEvidence,
@@ -362,11 +363,13 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
-def verify_bundle(root: Path, *, log: LogPolicy | None = None) -> VerifyReport:
+def verify_bundle(
+    root: Path, *, log: LogPolicy | None = None, agents: AgentKeys | None = None
+) -> VerifyReport:
     """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
 
     With ``log`` (public keys only) the bundle's tlog-proofs and checkpoint are checked
-    first (L1-L4, ``LogError``).
+    first (L1-L4, ``LogError``); with ``agents``, check I too (docs/identity.md).
     """
     manifest = _read_manifest(root)
     run_id = str(manifest["run_id"])
@@ -417,7 +420,7 @@ def verify_bundle(root: Path, *, log: LogPolicy | None = None) -> VerifyReport:
         if log is None
         else _bundle_evidence(root, manifest, [int(c["seq"]) for c in chain]),
     )
-    report = verify(run, log=log)
+    report = verify(run, log=log, agents=agents)
     checks.extend(report.checks)
     if report.head != manifest.get("head") or report.count != manifest.get("count"):
         raise fail(

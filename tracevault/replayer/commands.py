@@ -198,7 +198,9 @@ def verify_cmd(
                     "carries its cosignatures (export --witness-store)"
                 )
             with stderr.status(f"checking bundle {bundle}…"):
-                report = verify_bundle(bundle, log=policy)
+                report = verify_bundle(
+                    bundle, log=policy, agents=agent_keys(settings_of(ctx), agent_key_pairs)
+                )
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
