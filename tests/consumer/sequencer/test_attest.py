@@ -9,11 +9,17 @@ import logging
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
 
+from tests.conftest import NOW_US
 from tests.consumer.sequencer.test_rules import PARTS, RAW, feed
+from tests.native import extension
 from tests.replayer.test_identity import EVIL, KEY, RUN, _event, _signed
-from tracevault.consumer.sequencer import DlqReason, RunBook
-from tracevault.log import AgentKeys
+from tracevault.config import Settings
+from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
+from tracevault.consumer.sequencer._loop import Sequencer
+from tracevault.kafka import partition_for
+from tracevault.log import AgentKeys, Ed25519Signer
 from tracevault.schemas import decode_event, encode_event
 
 
@@ -91,3 +97,27 @@ def test_a_producer_may_not_write_the_sequencers_contested_records() -> None:
     raw = encode_event(dataclasses.replace(_event(0, 1), run_id=rid))
     out = feed(b, rid, raw)
     assert [d.reason for d in out.dlq] == [DlqReason.INVALID] and not out.sealed
+
+
+def test_the_c_path_leaves_an_event_carrying_a_note_to_these_rules() -> None:
+    """``_cseal.take`` seals a plain next event itself and declines one that carries a note
+    (the ``tracevault.attest`` attribute key), whatever its kind, so it is checked here."""
+    cseal = extension("tracevault.consumer.sequencer._cseal")
+    s = Sequencer(
+        Settings(topic_prefix="attest", partitions=PARTS),
+        signer=Ed25519Signer.generate("t"),
+        instance_id="attest-1",
+    )
+    assert s._native is not None, "the sequencer does not use its C path"
+    raws = _signed(11)  # notes at 0, 4, 8 and 10
+    book = s._book = _book(AgentKeys({"bot": [KEY.verifier]}))
+    _feed_all(book, raws[:3])  # the run is open, its next seq is 3
+    part = partition_for(RUN.encode(), PARTS)
+
+    def msg(seq: int) -> Message:
+        return Message(topic=RAW, partition=part, offset=seq, key=RUN.encode(), value=raws[seq])
+
+    out = BatchOutput()
+    ctx = (book.runs, out.sealed, out.touched, NOW_US, *s._native)
+    assert cseal.take([msg(3), msg(4)], 0, ctx) == 1  # seq 3 sealed in C, seq 4 declined
+    assert [r.seq for r in out.sealed] == [3]

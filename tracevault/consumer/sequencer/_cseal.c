@@ -202,7 +202,8 @@ typedef struct {
 
 /* The Avro-encoded attribute key of an agent note (tracevault.log.ATTEST_MARK): an event
  * that carries one is left to the Python rules, which check the note (docs/identity.md). */
-static const uint8_t ATTEST_MARK[18] = "\x22tracevault.attest";
+static const char ATTEST_MARK[] = "\x22tracevault.attest"; /* 18 bytes and a NUL */
+#define ATTEST_MARK_LEN ((Py_ssize_t)sizeof ATTEST_MARK - 1)
 
 /* A string at *pos: its length, bounds and UTF-8, as ``_string`` reads it. */
 static int skip_string(const uint8_t *v, Py_ssize_t n, Py_ssize_t *pos) {
@@ -286,7 +287,8 @@ static int peek(const uint8_t *v, Py_ssize_t n, const uint8_t *header, Py_ssize_
             Py_ssize_t key = pos;
             if (!skip_string(v, n, &pos))
                 return 0;
-            if (pos - key == 18 && memcmp(v + key, ATTEST_MARK, 18) == 0)
+            if (pos - key == ATTEST_MARK_LEN &&
+                memcmp(v + key, ATTEST_MARK, (size_t)ATTEST_MARK_LEN) == 0)
                 f->attest = 1;
             if (!skip_string(v, n, &pos))
                 return 0;
