@@ -182,8 +182,9 @@ def baseline_round(settings: Settings, values: list[tuple[bytes, bytes]]) -> flo
     return len(values) / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(doc: str) -> argparse.Namespace:
+    """--bootstrap, --calls, --events, --rounds (also bench/recorder_encrypted.py's)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument(
         "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     )
@@ -192,7 +193,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--agent-identity", action="store_true", help="Recorders sign their chain")
     ap.add_argument("--attest-every", type=int, default=64, help="events per agent note")
-    opts = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    opts = options(__doc__ or "")
     if opts.agent_identity:
         AGENT_KEY.append(Ed25519Signer.generate("bench.agents.example"))
 

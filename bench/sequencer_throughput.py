@@ -47,6 +47,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.consumer.sequencer._rules import BatchOutput
+from tracevault.content import RunCipher
 from tracevault.kafka import ensure_topics
 from tracevault.log import LOG_KEY_ENV, Ed25519Signer, is_checkpoint_record
 from tracevault.producer._attest import Attestor
@@ -68,7 +69,24 @@ def emit(obj: dict[str, Any]) -> None:
     print(json.dumps(obj, sort_keys=True), flush=True)
 
 
+#: --encrypted: each run's request/response sealed as the Recorder does with a key provider
+#: (docs/confidentiality.md), one data key per run; the envelopes are ~1.4 x the plaintext.
+CIPHERS: dict[str, RunCipher] | None = None
+
+
+def _payloads(run_id: str, seq: int) -> tuple[bytes, bytes]:
+    request = canonical_json({"tool": "search", "args": {"q": f"query {seq}", "k": 5}})
+    response = canonical_json({"hits": [f"doc-{seq}-{i}" for i in range(5)]})
+    if CIPHERS is None:
+        return request, response
+    cipher = CIPHERS.get(run_id)
+    if cipher is None:
+        cipher = CIPHERS[run_id] = RunCipher(run_id, os.urandom(32))
+    return cipher.seal_tool_request(seq, request), cipher.seal(seq, "response", response)
+
+
 def event(run_id: str, seq: int, last: int, at: int) -> bytes:
+    request, response = _payloads(run_id, seq)
     kind = (
         EventKind.RUN_STARTED
         if seq == 0
@@ -83,8 +101,8 @@ def event(run_id: str, seq: int, last: int, at: int) -> bytes:
             kind=kind,
             at=at,
             agent=AGENT,
-            request=canonical_json({"tool": "search", "args": {"q": f"query {seq}", "k": 5}}),
-            response=canonical_json({"hits": [f"doc-{seq}-{i}" for i in range(5)]}),
+            request=request,
+            response=response,
         )
     )
 
@@ -356,9 +374,15 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=5_000, help="events/s for the latency phase")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--agent-identity", action="store_true", help="runs signed by an agent key")
+    ap.add_argument(
+        "--encrypted", action="store_true", help="payloads sealed as with a key provider"
+    )
     args = ap.parse_args()
     if args.agent_identity:
         AGENT_KEY.append(Ed25519Signer.generate("bench.agents.example"))
+    if args.encrypted:
+        global CIPHERS  # noqa: PLW0603 - one switch for the event maker
+        CIPHERS = {}
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap_servers, "log_level": 0})
     bases: list[float] = []
@@ -396,6 +420,7 @@ def main() -> None:
                 "partitions": args.partitions,
                 "batch_size": args.batch_size,
                 "repeats": args.repeats,
+                "encrypted": args.encrypted,
                 "events_per_s": round(seq, 1),
                 "baseline_events_per_s": round(base, 1),
                 "ratio": round(seq / base, 3),

@@ -30,6 +30,7 @@ from tracevault.errors import (
     BadMagicError,
     ChainError,
     ConfigError,
+    ContentKeyError,
     FencedError,
     ForkRefusalError,
     LogError,
@@ -66,6 +67,7 @@ EXPECTED: dict[type[TraceVaultError], int] = {
     ArchiveError: 4,
     FencedError: 5,
     RetentionError: 6,
+    ContentKeyError: 7,
 }
 USAGE = {TraceVaultError, ConfigError, ForkRefusalError, PayloadError}
 

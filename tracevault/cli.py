@@ -36,6 +36,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "archive": ("tracevault.consumer.archive.commands:archive", "list, hold, purge archived runs"),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
+    "erase": (
+        "tracevault.replayer.erase:erase",
+        "destroy the keys of a subject's, run's or tenant's content; record it",
+    ),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
     "keys": ("tracevault.log.commands:keys", "make log and witness keys, print their vkeys"),
     "witness": (
@@ -118,6 +122,7 @@ def tracevault(
       4  archive inconsistent or unwritable: an operator must repair it
       5  fenced: another instance with the same --instance-id took over
       6  refused by retention: a lock or legal hold protects the objects
+      7  no content key: the run's tenant key is not granted here, or was erased
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

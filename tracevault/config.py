@@ -264,6 +264,31 @@ class Settings(BaseSettings):
         description="tolerance for producers' clocks: an event stamped further in the future "
         "is refused, and the horizon check allows this much",
     )
+    # Confidentiality (docs/confidentiality.md): content is encrypted in the Recorder under a
+    # data key per run whenever a key provider is set; readers unwrap it through the same.
+    key_provider: Literal["none", "keyring", "kms"] = Field(
+        default="none",
+        description="where the tenants' key-encryption keys live: none (content in clear), "
+        "keyring (a 0600 file) or kms (the AWS KMS API)",
+    )
+    keyring_path: str = Field(
+        default="./.tracevault/keyring.json", description="the keyring file (mode 0600)"
+    )
+    kms_endpoint_url: str | None = Field(
+        default=None, description="for a KMS-compatible endpoint other than AWS's"
+    )
+    kms_region: str = "us-east-1"
+    redaction_key: SecretStr | None = Field(
+        default=None,
+        description="the HMAC key of redaction fingerprints: Recorder(redact=...) needs it, "
+        "and replay of a redacted run",
+    )
+    tenant: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="the tenant whose key wraps the runs recorded here, and whose runs a "
+        "reader may open",
+    )
     # The C extensions (tracevault/native.py): read from the variable when the modules that
     # use them are imported; a field so that the variable is known and validated.
     no_c: bool = Field(

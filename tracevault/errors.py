@@ -16,6 +16,8 @@ for something that cannot work": a supervisor or script can act on the code alon
     5     fenced: the broker says another process took this instance's id; fenced again after
           a restart means two deployments share an id
     6     refused by retention: a lock, a legal hold or the legal minimum protects the evidence
+    7     no content key: the run's content is encrypted under a tenant key this reader does not
+          hold (another tenant's, or an erased one); its metadata and integrity stay readable
     130   interrupted (Ctrl-C)
 
     TraceVaultError                      2  misuse of the API (a Recorder reused, Publisher closed)
@@ -35,7 +37,8 @@ for something that cannot work": a supervisor or script can act on the code alon
     ├── NotFoundError                    3  run, topic or object does not exist
     ├── ArchiveError                     4  the archive's objects are inconsistent or unwritable
     ├── FencedError                      5  a service stopped: another took its transactional id
-    └── RetentionError                   6  a delete or overwrite refused by retention or a hold
+    ├── RetentionError                   6  a delete or overwrite refused by retention or a hold
+    └── ContentKeyError                  7  the run's content key cannot be unwrapped here
 
 Why these codes: SchemaError is 1, not 2, because the CLI meets unreadable bytes only in data
 it was asked to check (a topic, an archive, a bundle), so they are evidence that does not hold.
@@ -57,6 +60,7 @@ __all__ = [
     "BadMagicError",
     "ChainError",
     "ConfigError",
+    "ContentKeyError",
     "FencedError",
     "ForkRefusalError",
     "LogError",
@@ -244,3 +248,16 @@ class FencedError(TraceVaultError):
     """
 
     exit_code = 5
+
+
+class ContentKeyError(TraceVaultError):
+    """A run's content is encrypted and this reader cannot unwrap its data key.
+
+    The run belongs to another tenant than the one configured here, the key provider refuses
+    (no grant, a destroyed key), or a ciphertext does not open under the run's key (moved to
+    another run, seq or field). Its own code, 7: nothing was proven false (not 1), retrying
+    does not help (not 3), and the integrity of the run still verifies without any content key
+    (docs/confidentiality.md).
+    """
+
+    exit_code = 7

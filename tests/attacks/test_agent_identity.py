@@ -203,9 +203,8 @@ def test_forged_agent_id_with_a_key_allowed_only_for_another_agent_fails(
     res = _export(settings, log_vkey, rid, tmp_path / "bundle")
     assert res.exit_code == 0, res.output
     cmd = ["replay", "verify", "--bundle", str(tmp_path / "bundle"), "--json"]
-    res = CliRunner().invoke(
-        tracevault, [*cmd, "--agent-key", pair], env={"TRACEVAULT_LOG_VKEYS": log_vkey}
-    )
+    env = {"TRACEVAULT_LOG_VKEYS": log_vkey, "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix}
+    res = CliRunner().invoke(tracevault, [*cmd, "--agent-key", pair], env=env)
     out = json.loads(res.output)
     assert res.exit_code == 1 and out["seq"] == 0 and "'payroll-bot'" in out["error"], out
     # the genuine agent's own run, same key, verifies; a run without a key only warns

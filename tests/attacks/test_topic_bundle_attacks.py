@@ -52,7 +52,8 @@ def writer(settings: Settings) -> SignedSealedWriter:
 
 
 def _replay(settings: Settings | None, *args: str) -> tuple[int, dict]:
-    """``tracevault replay ... --json``; offline (no broker settings) when ``settings`` is None."""
+    """``tracevault replay ... --json`` for ``settings``' deployment (its prefix fixes the
+    origin a checkpoint must name, even for a bundle); no settings at all when None."""
     env = {} if settings is None else cli_env(settings)
     res = CliRunner().invoke(tracevault, ["replay", *args, "--json"], env=env)
     return res.exit_code, json.loads(res.output)
@@ -184,9 +185,12 @@ def test_a_bundle_with_one_event_altered_and_every_hash_recomputed_fails_l2(
     raws = _raws(root)
     raws[4] = _refund_4800(raws[4])
     _rewrite(root, raws)
-    code, out = _replay(None, "verify", "--bundle", str(root))
-    assert code == 0 and out["log_checked"] is False  # the chain alone is fooled
-    code, out = _replay(None, "verify", "--bundle", str(root), "--trusted-key", writer.vkey)
+    # the chain alone is fooled, but not the bundle's own proofs (B4), and without a key the
+    # bundle would be "unverified" anyway (exit 1)
+    code, out = _replay(settings, "verify", "--bundle", str(root))
+    assert code == 1 and out["seq"] == 4 and out["object"] == "log/000000000004.tlog-proof"
+    assert "check B4 proofs at seq 4" in out["error"]
+    code, out = _replay(settings, "verify", "--bundle", str(root), "--trusted-key", writer.vkey)
     assert code == 1 and out["seq"] == 4 and out["object"] == "log/000000000004.tlog-proof"
     assert out["error"].startswith("L2 inclusion: run run-atk-b-edit seq 4")
 
@@ -213,7 +217,7 @@ def test_a_bundle_rewritten_and_re_signed_by_another_key_fails_l1(
         for i in range(len(leaves))
     }
     _rewrite(root, raws, proofs)
-    code, out = _replay(None, "verify", "--bundle", str(root), "--trusted-key", writer.vkey)
+    code, out = _replay(settings, "verify", "--bundle", str(root), "--trusted-key", writer.vkey)
     assert code == 1 and out["checkpoint"] == "log/checkpoint"
     assert out["error"].startswith("L1 signature: log/checkpoint") and "unknown key" in out["error"]
 
@@ -225,8 +229,8 @@ def test_a_bundle_with_its_tail_removed_fails_l3(
     raws = _raws(root)
     assert decode_event(raws[-1]).kind is EventKind.RUN_FINISHED
     _rewrite(root, raws[:-3])
-    code, out = _replay(None, "verify", "--bundle", str(root))
-    assert code == 0 and out["finished"] is False  # the chain alone: "unfinished"
-    code, out = _replay(None, "verify", "--bundle", str(root), "--trusted-key", writer.vkey)
+    code, out = _replay(settings, "verify", "--bundle", str(root), "--no-log-check")
+    assert code == 1 and "check F finished" in out["error"]  # the chain alone: no end either
+    code, out = _replay(settings, "verify", "--bundle", str(root), "--trusted-key", writer.vkey)
     assert code == 1 and out["seq"] == len(raws) - 4
     assert out["error"].startswith("L3 end: run run-atk-b-tail has no RUN_FINISHED")

@@ -41,11 +41,19 @@ def fresh_settings(bootstrap: str, base: Path, stem: str, *, partitions: int = 1
 
 
 def record_live(
-    settings: Settings, agent: Callable[..., Any], agent_input: Any, run_id: str
+    settings: Settings,
+    agent: Callable[..., Any],
+    agent_input: Any,
+    run_id: str,
+    *,
+    model: Callable[..., Any] = agents.fake_model,
+    tools: dict[str, Any] | None = None,
+    **recorder: Any,
 ) -> Any:
     """Run ``agent`` under the real Recorder, publishing to ``<prefix>.raw``; returns its output.
 
     An agent that raises is recorded (ERROR, RUN_FINISHED) and its exception returned.
+    ``recorder``: more Recorder arguments (``subject=``, ``tenant=``).
     """
     publisher = Publisher(settings)
     try:
@@ -53,9 +61,10 @@ def record_live(
             publisher=publisher,
             agent_id="replayer-golden",
             agent_version="1.0.0",
-            model=agents.fake_model,
-            tools=agents.TOOLS,
+            model=model,
+            tools=agents.TOOLS if tools is None else tools,
             run_id=run_id,
+            **recorder,
         )
         try:
             if inspect.iscoroutinefunction(agent):

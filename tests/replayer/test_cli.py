@@ -63,12 +63,14 @@ def test_show_prints_the_timeline_and_json_lines(archive) -> None:
 
 
 def test_verify_ok_and_json(archive) -> None:
-    res = _run(archive, "verify", "run-a")
+    # these archives carry no signed log: only the chain can be checked, and only when asked
+    res = _run(archive, "verify", "run-a", "--no-log-check")
     assert res.exit_code == 0, res.output
-    assert "verified" in res.output and "A2 receipts" in res.output
-    res = _run(archive, "verify", "run-a", "--json")
+    assert "chain only" in res.output and "A2 receipts" in res.output
+    res = _run(archive, "verify", "run-a", "--json", "--no-log-check")
     out = json.loads(res.output)
     assert out["ok"] and out["finished"] and out["count"] == 11
+    assert (out["status"], out["chain_only"], out["log_checked"]) == ("chain only", True, False)
 
 
 def test_verify_failure_exits_1_naming_seq_and_object(archive) -> None:
@@ -143,9 +145,12 @@ def test_export_and_verify_bundle(archive, tmp_path: Path) -> None:
     res = _run(archive, "export", "run-a", "-o", str(out))
     assert res.exit_code == 0, res.output
     assert (out / "README.md").is_file() and len(list((out / "raw").iterdir())) == 11
-    res = CliRunner().invoke(tracevault, ["replay", "verify", "--bundle", str(out), "--json"])
+    args = ["replay", "verify", "--bundle", str(out), "--json"]
+    res = CliRunner().invoke(tracevault, [*args, "--no-log-check"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["checks"][0].startswith("B1")
+    res = CliRunner().invoke(tracevault, args)  # no key: fail closed
+    assert res.exit_code == 1 and json.loads(res.output)["status"] == "unverified"
 
 
 def test_batch_over_a_day_reports_each_run(archive) -> None:
@@ -196,22 +201,30 @@ def test_replay_reaches_s3_through_the_endpoint_flag(s3_endpoint: str) -> None:
     store.close()
     flags = ["replay", "--archive-url", url, "--s3-endpoint-url", s3_endpoint]
     env: dict[str, str | None] = {"TRACEVAULT_S3_ENDPOINT_URL": None}
-    res = CliRunner().invoke(tracevault, [*flags, "verify", "on-s3", "--json"], env=env)
+    args = [*flags, "verify", "on-s3", "--json", "--no-log-check"]
+    res = CliRunner().invoke(tracevault, args, env=env)
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["count"] == 11
     res = CliRunner().invoke(tracevault, [*flags, "show", "on-s3", "--json"], env=env)
     assert res.exit_code == 0 and len(res.output.splitlines()) == 11
 
 
-def test_verify_archive_without_a_key_warns_and_with_one_fails_l1(archive) -> None:
-    """Legacy archives (no log evidence) still verify without a key, with the warning; a
-    trusted key asks for the signed log, which they do not carry (docs/log.md)."""
+def test_verify_archive_without_a_key_is_unverified_and_with_one_fails_l1(archive) -> None:
+    """Legacy archives (no log evidence): without a key verify fails closed (unverified,
+    exit 1), --no-log-check checks their chain and says what that does not prove; a trusted
+    key asks for the signed log, which they do not carry (docs/log.md)."""
     from tracevault.log import Ed25519Signer
 
     res = _run(archive, "verify", "run-a")
-    assert res.exit_code == 0 and "signed log was NOT checked" in " ".join(res.output.split())
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1 and "unverified: no trusted log key" in text, res.output
     out = json.loads(_run(archive, "verify", "run-a", "--json").output)
-    assert out["log_checked"] is False
+    assert (out["ok"], out["status"], out["log_checked"]) == (False, "unverified", False)
+    assert out["error"].startswith("unverified: no trusted log key")
+    res = _run(archive, "verify", "run-a", "--no-log-check")
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0 and "the signed log was NOT checked" in text
+    assert "proves nothing against whoever can write the store" in text
     vkey = Ed25519Signer.generate("tv.test-log").verifier.vkey
     res = _run(archive, "verify", "run-a", "--json", "--trusted-key", vkey)
     out = json.loads(res.output)

@@ -10,7 +10,7 @@ def test_replayer_exports() -> None:
         "Agent", "AsyncAgent", "RecordedError", "ReplayDivergence", "areplay", "replay",
         "DivergenceReport", "LoadedRun", "ReplayResult", "SegmentInfo", "StepSummary",
         "VerifyReport",
-        "ChainError", "RECORD_CHECKS", "load_run", "verify",
+        "ChainError", "RECORD_CHECKS", "EndRule", "LogPolicy", "load_run", "verify",
         "RunDiff", "RunDiffSide", "diff_runs", "json_diff",
         "FieldDiff", "RunAlignment", "StepDiff", "align_runs",
         "RunNode", "TreeReplay", "replay_tree", "run_tree",

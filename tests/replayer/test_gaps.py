@@ -20,8 +20,9 @@ def _with_gap(events):
 
 
 def test_a_run_with_gaps_verifies_and_reports_them(events) -> None:
-    report = verify(LoadedRun.of(_with_gap(events)))
-    assert report.gaps == (5, 6) and report.status == "verified, with gaps"
+    assert verify(LoadedRun.of(_with_gap(events))).status == "unverified"  # no log: fail closed
+    report = verify(LoadedRun.of(_with_gap(events)), chain_only=True)
+    assert report.gaps == (5, 6) and report.status == "chain only, with gaps"
     assert any("GAP" in w for w in report.warnings)
 
 

@@ -8,19 +8,12 @@ replay edges that would break old records fails here.
 from __future__ import annotations
 
 import asyncio
-import json
-from io import BytesIO
-from pathlib import Path
 
-import fastavro
 import pytest
 
-from tracevault.replayer import LoadedRun, areplay, replay, verify
+from tests.replayer.golden_runs import NAMES, golden_run
+from tracevault.replayer import areplay, replay, verify
 from tracevault.replayer._batch import load_agent
-from tracevault.replayer._records import SealedRows
-
-GOLDEN = Path(__file__).with_name("golden")
-NAMES = sorted(p.stem for p in GOLDEN.glob("*.json"))
 
 
 def test_the_golden_corpus_is_there() -> None:
@@ -29,12 +22,7 @@ def test_the_golden_corpus_is_there() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_golden_run_verifies_and_replays(name: str) -> None:
-    meta = json.loads((GOLDEN / f"{name}.json").read_text())
-    rows = list(fastavro.reader(BytesIO((GOLDEN / f"{name}.avro").read_bytes())))
-    run = LoadedRun(
-        run_id=meta["run_id"], source="memory", records=SealedRows(rows),
-        objects=[f"golden/{name}.avro"] * len(rows),
-    )  # fmt: skip
+    meta, run = golden_run(name)
     report = verify(run, require_finished=True)
     assert (report.count, report.head) == (meta["count"], meta["head"])
     agent = load_agent(meta["agent"])

@@ -15,7 +15,7 @@ from tests.replayer import agents
 from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
 from tracevault.consumer.archive import Archiver
 from tracevault.errors import ReplayDivergence
-from tracevault.replayer import load_run, replay, verify
+from tracevault.replayer import LogPolicy, load_run, replay, verify
 
 
 def test_recorded_sequenced_archived_run_replays_from_topic_and_archive(settings_factory) -> None:
@@ -55,7 +55,8 @@ def test_gap_markers_from_the_real_sequencer_are_reported(settings_factory, even
     assert producer.flush(30) == 0
     with sequencer_running(settings):
         wait_sealed(settings, "run-a")
-    report = verify(load_run(settings, "run-a", source="topic"))
+    run = load_run(settings, "run-a", source="topic", with_log=True)
+    report = verify(run, log=LogPolicy.of(settings))  # the session's log key
     assert report.gaps == (5,) and report.status == "verified, with gaps"
     result = replay(report.events, agents.research_agent, raise_on_divergence=False)
     assert result.divergence is not None and result.divergence.seq == 5

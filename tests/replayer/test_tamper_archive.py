@@ -193,7 +193,7 @@ def test_an_unfinished_archived_run_verifies_as_unfinished(tmp_path: Path, seale
     store = open_store(f"file://{tmp_path / 'a'}")
     write_run(store, sealed[:8], per_segment=4)
     report = _verify(Settings(archive_url=f"file://{tmp_path / 'a'}"))
-    assert not report.finished and report.status == "verified, unfinished"
+    assert not report.finished and report.status == "chain only, unfinished"
 
 
 def test_a_receipt_that_is_not_json_any_more(archived) -> None:

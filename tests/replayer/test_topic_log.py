@@ -72,7 +72,9 @@ def test_a_run_over_three_transactions_verifies_against_the_signed_log(settings,
                log=_policy(settings, stranger.verifier.vkey))  # fmt: skip
 
 
-def test_cli_verify_from_topic_lists_l1_to_l4_and_warns_without_a_key(settings, writer) -> None:
+def test_cli_verify_from_topic_lists_l1_to_l4_and_is_unverified_without_a_key(
+    settings, writer
+) -> None:
     writer.publish(seal(recorded("run-log-cli")), batches=2)
     res = _cli(settings, "verify", "run-log-cli", "--from", "topic", "--json",
                "--trusted-key", writer.vkey)  # fmt: skip
@@ -82,8 +84,11 @@ def test_cli_verify_from_topic_lists_l1_to_l4_and_warns_without_a_key(settings, 
     assert [c[:2] for c in out["checks"][:4]] == ["L1", "L2", "L3", "L4"]
     res = _cli(settings, "verify", "run-log-cli", "--from", "topic", "--json")
     out = json.loads(res.output)
-    assert res.exit_code == 0 and out["log_checked"] is False and out["checks"][0][:2] == "1 "
+    assert res.exit_code == 1 and out["log_checked"] is False and out["checks"][0][:2] == "1 "
+    assert (out["ok"], out["status"]) == (False, "unverified")
     res = _cli(settings, "verify", "run-log-cli", "--from", "topic")
+    assert res.exit_code == 1 and "unverified: no trusted log key" in " ".join(res.output.split())
+    res = _cli(settings, "verify", "run-log-cli", "--from", "topic", "--no-log-check")
     assert res.exit_code == 0 and "signed log was NOT checked" in " ".join(res.output.split())
 
 
@@ -114,15 +119,17 @@ def test_a_bundle_from_the_topic_carries_tlog_proofs_checked_offline(
     assert proof.endswith((out / "log" / "checkpoint").read_text())
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["log"]["origin"].startswith(settings.log_origin)
-    # offline: a fresh CLI with no broker settings at all
-    res = CliRunner().invoke(main, ["replay", "verify", "--bundle", str(out), "--json",
+    # offline: a fresh CLI with no broker settings, only the deployment's prefix (which
+    # fixes the origin its checkpoint must name)
+    prefix = ["--prefix", settings.topic_prefix]
+    res = CliRunner().invoke(main, [*prefix, "replay", "verify", "--bundle", str(out), "--json",
                                     "--trusted-key", writer.vkey])  # fmt: skip
     got = json.loads(res.output)
     assert res.exit_code == 0, res.output
     assert got["log_checked"] is True and got["checks"][1].startswith("L1 signature")
     # a witness: the checkpoint must carry its cosignature
     wit = CosignatureSigner.generate("witness.example")
-    res = CliRunner().invoke(main, ["replay", "verify", "--bundle", str(out), "--json",
+    res = CliRunner().invoke(main, [*prefix, "replay", "verify", "--bundle", str(out), "--json",
                                     "--trusted-key", writer.vkey,
                                     "--witness-key", wit.verifier.vkey])  # fmt: skip
     assert res.exit_code == 1 and "0 trusted witness cosignature(s), 1 required" in res.output
@@ -133,7 +140,7 @@ def test_a_bundle_from_the_topic_carries_tlog_proofs_checked_offline(
     res = _cli(settings, "export", "run-log-bundle", "--from", "topic", "-o",
                str(tmp_path / "b2"), "--cosigned", str(cos))  # fmt: skip
     assert res.exit_code == 0, res.output
-    res = CliRunner().invoke(main, ["replay", "verify", "--bundle", str(tmp_path / "b2"),
+    res = CliRunner().invoke(main, [*prefix, "replay", "verify", "--bundle", str(tmp_path / "b2"),
                                     "--json", "--trusted-key", writer.vkey,
                                     "--witness-key", wit.verifier.vkey])  # fmt: skip
     assert res.exit_code == 0, res.output

@@ -67,7 +67,7 @@ def test_event_moved_in_from_another_run_and_rechained(sealed) -> None:
 
 def test_unfinished_run_verifies_but_says_so(sealed) -> None:
     report = _verify(sealed[:6])
-    assert not report.finished and report.status == "verified, unfinished"
+    assert not report.finished and report.status == "chain only, unfinished"
     with pytest.raises(ChainError) as info:
         verify(LoadedRun.of(sealed[:6]), require_finished=True)
     assert "unfinished" in str(info.value)

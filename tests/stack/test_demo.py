@@ -58,6 +58,12 @@ def test_the_demo_signs_with_its_own_key(demo_run: DemoRun, log_vkey: str) -> No
     assert key_file.stat().st_mode & 0o777 == 0o600
     vkey = demo_run.summary["log_vkey"]
     assert load_signer(key_file).verifier.vkey == vkey != log_vkey  # not the suite's key
+    # its public half is where the printed commands read it: none verifies without a key
+    vkey_file = demo_run.summary["log_vkey_file"]
+    assert (demo_run.cwd / vkey_file).read_text().strip() == vkey
+    verifying = [c for c in demo_run.summary["commands"] if " verify " in c]
+    assert len(verifying) >= 2
+    assert all(f"--trusted-key @{vkey_file}" in c for c in verifying), verifying
     settings = Settings(bootstrap_servers=demo_run.bootstrap, topic_prefix=demo_run.prefix)
     cps = assert_signed_log(settings, [parse_vkey(vkey)])
     assert sum(len(c) for c in cps.values()) > 0

@@ -188,8 +188,9 @@ def test_export_with_the_witness_store_verifies_offline(
                    "--from", source, "-o", str(out), "--trusted-key", log_vkey,
                    "--witness-key", w1, "--witness-store", wit.urls[0])  # fmt: skip
         assert res.exit_code == 0, res.output
-        # offline: no broker, no store settings at all
-        res = CliRunner().invoke(main, ["replay", "verify", "--bundle", str(out), "--json",
+        # offline: no broker, no store settings, only the deployment's prefix (its origin)
+        res = CliRunner().invoke(main, ["--prefix", settings.topic_prefix,
+                                        "replay", "verify", "--bundle", str(out), "--json",
                                         "--trusted-key", log_vkey, "--witness-key", w1,
                                         "--min-witnesses", "1"])  # fmt: skip
         assert res.exit_code == 0, res.output

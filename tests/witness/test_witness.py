@@ -28,6 +28,7 @@ from tracevault.log import (
     leaf_hash,
     open_note,
     sign_note,
+    with_cosignatures,
 )
 from tracevault.witness import cosigned_checkpoint, cosigned_sizes
 from tracevault.witness._core import (
@@ -36,9 +37,9 @@ from tracevault.witness._core import (
     Witness,
     checkpoint_key,
     origin_prefix,
-    prefix_root,
 )
 from tracevault.witness._follow import WitnessFollower
+from tracevault.witness._known import prefix_root
 
 SETTINGS = Settings(topic_prefix="wt", log_origin="tv.test")
 ORIGIN = "tv.test/wt/0"
@@ -93,7 +94,7 @@ def test_cosigns_each_extension_and_stores_it(
     stored = store.get(checkpoint_key(ORIGIN, 16)).decode()
     _, good = open_note(stored, [log.signer.verifier, follower.witness.signer.verifier])
     assert len(good) == 2
-    assert [o.key.rsplit("/", 1)[1] for o in store.list(origin_prefix(ORIGIN))] == [
+    assert [o.key.rsplit("/", 1)[1] for o in store.list(origin_prefix(ORIGIN) + "checkpoint/")] == [
         f"{s:020d}" for s in (3, 4, 8, 16)
     ]
 
@@ -106,7 +107,7 @@ def test_a_poll_of_chained_records_costs_one_cosignature(
     batch = [(0, log.batch(n)) for n in (3, 1, 4)]
     [got] = follower.handle_batch(batch)
     assert isinstance(got, Cosigned) and got.new and got.size == 10
-    assert [o.key.rsplit("/", 1)[1] for o in store.list(origin_prefix(ORIGIN))] == [
+    assert [o.key.rsplit("/", 1)[1] for o in store.list(origin_prefix(ORIGIN) + "checkpoint/")] == [
         f"{s:020d}" for s in (2, 10)
     ]
     # a fork in the middle of a poll ends the chain: it is refused, the genuine ones cosigned
@@ -125,11 +126,15 @@ def test_a_reread_record_is_not_cosigned_again(
 ) -> None:
     follower, log, store = env
     first = log.batch(2)
-    follower.handle(0, first)
-    follower.handle(0, log.batch(3))
-    again = follower.handle(0, first)
+    follower.handle(0, first, 0)
+    follower.handle(0, log.batch(3), 1)
+    again = follower.handle(0, first, 0)  # at its own offset: a re-read (rebalance, seek)
     assert isinstance(again, Cosigned) and not again.new and again.size == 2
     assert _refusals(store) == []
+    # the same bytes appended after the newest: an old note replayed, a rollback
+    replayed = follower.handle(0, first, 2)
+    assert isinstance(replayed, Refused) and replayed.kind == "rollback"
+    assert [r["kind"] for r in _refusals(store)] == ["rollback"]
 
 
 def test_state_survives_a_restart(
@@ -340,3 +345,16 @@ def _root_at_leaves(leaves: list[bytes], size: int) -> bytes:
     t = CompactTree()
     t.extend(leaves[:size])
     return t.root()
+
+
+def test_a_forked_cosigned_checkpoint_names_both_roots() -> None:
+    """Verify merging a witness's copy of another root at the run's size: the message names
+    the two roots, not ``…@42, not the run's …@42``."""
+    key = Ed25519Signer.generate("tv.test/log")
+    ours = sign_note(Checkpoint(ORIGIN, 42, b"\x01" * 32).body(), [key])
+    theirs = sign_note(Checkpoint(ORIGIN, 42, b"\x02" * 32).body(), [key])
+    with pytest.raises(LogError) as err:
+        with_cosignatures(ours, theirs)
+    msg = str(err.value)
+    roots = [base64.b64encode(bytes([b]) * 32).decode() for b in (1, 2)]
+    assert all(r in msg for r in roots) and f"{ORIGIN}@42" in msg and "fork" in msg, msg

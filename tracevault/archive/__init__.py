@@ -17,6 +17,16 @@ needs none (docs/design.md, "Layout"). Keys and receipts are defined in
 
 from typing import TYPE_CHECKING
 
+from tracevault.archive._freshness import (
+    Freshness,
+    Rollback,
+    SignedSize,
+    TopicTail,
+    archive_freshness,
+    check_freshness,
+    deployment_origins,
+    freshest_cosigned,
+)
 from tracevault.archive._holds import HoldReport, hold_run
 from tracevault.archive._holes import (
     HOLE_KINDS,
@@ -93,6 +103,15 @@ __all__ = [
     "check_run",
     "list_run",
     "read_run_objects",
+    # freshness: the archive against witnesses and the topic (docs/log.md)
+    "Freshness",
+    "Rollback",
+    "SignedSize",
+    "TopicTail",
+    "archive_freshness",
+    "check_freshness",
+    "deployment_origins",
+    "freshest_cosigned",
     # holes: leaves the archived tree holds but no run history (docs/log.md)
     "HOLE_KINDS",
     "LOST",

@@ -303,7 +303,12 @@ def read_log_run(
         # a few elements of a few proofs (docs/log.md, "Verifying a run")
         return LazyProof(leaf, size, node, edge)
 
-    proofs = LeafProofs(seqs, leaves, objects, proof)
+    def proof_at(leaf: int, in_size: int) -> LazyProof:
+        # only after L2 failed: the leaf's proof in an older checkpoint's tree, to name
+        # the first rewritten seq (docs/log.md, "Verifying a run")
+        return LazyProof(leaf, in_size, node, edge_source(in_size, node))
+
+    proofs = LeafProofs(seqs, leaves, objects, proof, proof_at)
     unindexed: list[tuple[int, int, str]] = []
     fin = [i for i in indexes if i.finished]
     # The unindexed-tail scan looks for leaves of the run that no index lists, past its

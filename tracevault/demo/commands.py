@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
-from tracevault.demo.run import DemoOptions, run_demo
+from tracevault.demo.run import DemoOptions, DemoSummary, run_demo
 
 __all__ = ["demo"]
 
@@ -103,6 +103,29 @@ def demo(
     if as_json:
         echo_json(summary.to_json())
         return
+    stdout.print(_table(summary))
+    stdout.print("\n[bold]Inspect one run:[/]")
+    for cmd in summary.commands:
+        stdout.print(f"  {cmd}", soft_wrap=True, highlight=False)
+    stdout.print(
+        f"\nverify trusts only the log's public key: the demo's is in {summary.log_vkey_file} "
+        f"(`export TRACEVAULT_LOG_VKEYS=@{Path(summary.log_vkey_file).resolve()}` makes it the "
+        "default; "
+        "without a key verify says `unverified` and exits 1).",
+        soft_wrap=True,
+        highlight=False,
+    )
+    if summary.commands and not summary.commands[0].startswith("tracevault "):
+        stdout.print(
+            "\n[bold]tracevault is not on PATH:[/] `. .venv/bin/activate` puts it there "
+            "(dev/demo installed it into .venv).",
+            soft_wrap=True,
+            highlight=False,
+        )
+
+
+def _table(summary: DemoSummary) -> Table:
+    """What the demo did, one row a stage, readable at 80 columns."""
     table = Table(title="tracevault demo", show_header=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -121,14 +144,4 @@ def demo(
         )
     table.add_row("archive", summary.archive)
     table.add_row("topics", f"{summary.prefix}.* at {summary.bootstrap_servers}")
-    stdout.print(table)
-    stdout.print("\n[bold]Inspect one run:[/]")
-    for cmd in summary.commands:
-        stdout.print(f"  {cmd}", soft_wrap=True, highlight=False)
-    if summary.commands and not summary.commands[0].startswith("tracevault "):
-        stdout.print(
-            "\n[bold]tracevault is not on PATH:[/] `. .venv/bin/activate` puts it there "
-            "(dev/demo installed it into .venv).",
-            soft_wrap=True,
-            highlight=False,
-        )
+    return table

@@ -35,7 +35,7 @@ from tracevault.heads import fingerprint, heads_partition_count, read_state
 from tracevault.kafka import ensure_topics
 from tracevault.log import Ed25519Signer, load_signer, write_private_key
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import load_run, replay, verify
+from tracevault.replayer import LogPolicy, load_run, replay, verify
 
 __all__ = ["DemoOptions", "DemoSummary", "run_demo"]
 
@@ -81,6 +81,7 @@ class DemoSummary:
     commands: list[str] = field(default_factory=list)
     log_key_file: str = ""
     log_vkey: str = ""
+    log_vkey_file: str = ""
 
     @property
     def events_per_s(self) -> float:
@@ -108,6 +109,7 @@ class DemoSummary:
             "commands": self.commands,
             "log_key_file": self.log_key_file,
             "log_vkey": self.log_vkey,
+            "log_vkey_file": self.log_vkey_file,
         }
 
 
@@ -255,8 +257,10 @@ def _check_samples(
     for source in ("archive", "topic"):
         task = progress.add_task(f"verify+replay ({source})", total=len(sample))
         summary.sampled[source] = sample
+        policy = LogPolicy.of(settings)  # the demo's vkey: never a keyless "verified"
         for run_id in sample:
-            report = verify(load_run(settings, run_id, source=source))  # raises ChainError
+            run = load_run(settings, run_id, source=source, with_log=True)
+            report = verify(run, log=policy)  # raises ChainError / LogError
             summary.verified[source] += 1
             result = replay(report.events, support_agent)  # raises ReplayDivergence
             if result.matched:
@@ -276,12 +280,26 @@ def _cli_name() -> str:
 
 def demo_log_key(work_dir: Path) -> tuple[Path, str]:
     """The demo's log key file under its state dir (created once, mode 0600) and its vkey:
-    the sequencer signs with it, the archiver and verify trust the vkey (docs/log.md)."""
+    the sequencer signs with it, the archiver and verify trust the vkey (docs/log.md).
+
+    The vkey (public) is written beside it, to ``log.vkey``, every time: the commands the
+    demo prints verify with ``--trusted-key @<work_dir>/log.vkey``, and
+    ``TRACEVAULT_LOG_VKEYS=@<that file>`` makes it the default of every later command.
+    """
     path = work_dir / "log.key"
     if not path.exists():
         work_dir.mkdir(parents=True, exist_ok=True)
         write_private_key(path, Ed25519Signer.generate("tracevault-demo"))
-    return path, load_signer(path).verifier.vkey
+    vkey = load_signer(path).verifier.vkey
+    public = demo_vkey_file(work_dir)
+    if not public.exists() or public.read_text(encoding="utf-8").strip() != vkey:
+        public.write_text(vkey + "\n", encoding="utf-8")
+    return path, vkey
+
+
+def demo_vkey_file(work_dir: Path) -> Path:
+    """Where the demo keeps its log's public key (what verify trusts)."""
+    return work_dir / "log.vkey"
 
 
 def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSummary:
@@ -291,49 +309,11 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
         prefix=settings.topic_prefix,
         bootstrap_servers=settings.bootstrap_servers,
     )
-    tag = uuid.uuid4().hex[:8]
-    logs = opts.work_dir / "demo-logs"
-    common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
     key_file, vkey = demo_log_key(opts.work_dir)
     summary.log_key_file, summary.log_vkey = str(key_file), vkey
-    trusted = {"TRACEVAULT_LOG_VKEYS": vkey}
     with _broker(settings, opts, console):
         ensure_topics(settings)
-        services = [
-            Service(
-                "sequencer",
-                [
-                    *common,
-                    "sequencer",
-                    # Stable per host (the default): a demo run again reclaims the same
-                    # static group membership at once instead of waiting out the last one's.
-                    "--instance-id",
-                    f"demo-{socket.gethostname()}",
-                    "--gap-timeout",
-                    "10",
-                    "--batch-wait-ms",
-                    "20",
-                    "--log-key-file",
-                    str(key_file),
-                ],
-                logs / f"sequencer-{tag}.log",
-            ),
-            Service(
-                "archiver",
-                [
-                    *common,
-                    "archiver",
-                    "--archive",
-                    settings.archive_url,
-                    "--instance-id",
-                    f"demo-{socket.gethostname()}",
-                    "--segment-max-age",
-                    "2",
-                ],
-                logs / f"archiver-{tag}.log",
-                trusted,
-            ),
-        ]
+        services = _services(settings, opts.work_dir, key_file, vkey)
         summary.logs = {s.name: str(s.log_path) for s in services}
         try:
             for svc in services:
@@ -351,14 +331,64 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
             raise ServiceUnavailableError(
                 f"services did not shut down cleanly: {bad}; see {summary.logs}"
             )
-    one = summary.run_ids[0]
+    summary.log_vkey_file = str(demo_vkey_file(opts.work_dir))
+    summary.commands = _commands(settings, opts.work_dir, summary.run_ids[0])
+    return summary
+
+
+def _services(settings: Settings, work_dir: Path, key_file: Path, vkey: str) -> list[Service]:
+    """The sequencer (signing with the demo's log key) and the archiver (trusting its vkey)."""
+    tag = uuid.uuid4().hex[:8]
+    logs = work_dir / "demo-logs"
+    common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
+    trusted = {"TRACEVAULT_LOG_VKEYS": vkey}
+    return [
+        Service(
+            "sequencer",
+            [
+                *common,
+                "sequencer",
+                # Stable per host (the default): a demo run again reclaims the same
+                # static group membership at once instead of waiting out the last one's.
+                "--instance-id",
+                f"demo-{socket.gethostname()}",
+                "--gap-timeout",
+                "10",
+                "--batch-wait-ms",
+                "20",
+                "--log-key-file",
+                str(key_file),
+            ],
+            logs / f"sequencer-{tag}.log",
+        ),
+        Service(
+            "archiver",
+            [
+                *common,
+                "archiver",
+                "--archive",
+                settings.archive_url,
+                "--instance-id",
+                f"demo-{socket.gethostname()}",
+                "--segment-max-age",
+                "2",
+            ],
+            logs / f"archiver-{tag}.log",
+            trusted,
+        ),
+    ]
+
+
+def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
+    """The "Inspect one run" commands, each verifying with the demo's vkey."""
     pre = f"{_cli_name()} --prefix {settings.topic_prefix}"
     arch = f"--archive-url {settings.archive_url}"
-    summary.commands = [
+    key = f"--trusted-key @{demo_vkey_file(work_dir)}"
+    return [
         f"{pre} replay {arch} show {one} --from archive",
-        f"{pre} replay {arch} verify {one} --from archive",
+        f"{pre} replay {arch} verify {one} --from archive {key}",
         f"{pre} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive",
-        f"{pre} replay {arch} export {one} -o evidence/{one}",
+        f"{pre} replay {arch} export {one} -o evidence/{one} {key}",
+        f"{pre} replay verify --bundle evidence/{one} {key}",
         f"{_cli_name()} archive ls --archive {settings.archive_url}",
     ]
-    return summary

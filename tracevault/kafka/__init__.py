@@ -1,10 +1,13 @@
 """The thin typed layer between tracevault and confluent-kafka: partitioning and topics."""
 
+from tracevault.kafka._archived_tail import ArchivedTail, archived_tails
 from tracevault.kafka._generation import sealed_generation
 from tracevault.kafka._partitioner import murmur2, partition_for
 from tracevault.kafka._topics import TopicReport, describe_topics, ensure_topics, topic_specs
 
 __all__ = [
+    "ArchivedTail",
+    "archived_tails",
     "sealed_generation",
     "TopicReport",
     "describe_topics",

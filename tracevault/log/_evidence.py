@@ -17,7 +17,7 @@ from tracevault.errors import LogError
 from tracevault.log._checkpoint import Checkpoint
 from tracevault.log._lazyproof import proof_from
 from tracevault.log._leaf import leaf_hashes
-from tracevault.log._merkle import hash_children, verify_consistency
+from tracevault.log._merkle import hash_children, root_from_inclusion, verify_consistency
 from tracevault.log._note import NoteVerifier, open_note
 
 __all__ = [
@@ -93,10 +93,12 @@ class LeafProofs(Sequence[LeafProof]):
     Why not a tuple of :class:`LeafProof`: a source places every event of a 100,000-event
     run, and ``check_run_log`` proves consecutive leaves as ranges, reading one proof per
     range; one object per event (and its proof) cost more than the checks themselves.
-    ``proof(index)`` gives leaf ``index``'s inclusion proof against the checkpoint.
+    ``proof(index)`` gives leaf ``index``'s inclusion proof against the checkpoint;
+    ``proof_at(index, size)``, when the source can build one (the archive's tiles), its proof
+    in the tree of ``size`` leaves: read only to name the first changed seq after L2 failed.
     """
 
-    __slots__ = ("_proof", "indexes", "objs", "seqs")
+    __slots__ = ("_proof", "indexes", "objs", "proof_at", "seqs")
 
     def __init__(
         self,
@@ -104,10 +106,12 @@ class LeafProofs(Sequence[LeafProof]):
         indexes: Sequence[int],
         objs: Sequence[str | None],
         proof: Callable[[int], Sequence[bytes]],
+        proof_at: Callable[[int, int], Sequence[bytes]] | None = None,
     ) -> None:
         if not len(seqs) == len(indexes) == len(objs):
             raise LogError("leaf proofs: seqs, indexes and objects differ in length")
         self.seqs, self.indexes, self.objs, self._proof = seqs, indexes, objs, proof
+        self.proof_at = proof_at
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -218,6 +222,7 @@ def _check_inclusion(  # noqa: PLR0917 - private, one call site
     cp: Checkpoint,
     where: str,
     leaves: Sequence[bytes] | None,
+    older: Callable[[], list[Checkpoint]] = list,
 ) -> None:
     """L2: every event's leaf reaches the signed root.
 
@@ -279,9 +284,80 @@ def _check_inclusion(  # noqa: PLR0917 - private, one call site
                     known.update(path)
             if not ok:
                 for m in range(k, k + (1 << level)):
-                    _check_leaf(run_id, events[m], got[at[m]], leaves[m], cp, where, known)
+                    try:
+                        _check_leaf(run_id, events[m], got[at[m]], leaves[m], cp, where, known)
+                    except LogError as e:
+                        found = _first_unproven(got, at, index, leaves, m, older())
+                        if found is None:
+                            raise
+                        j, old = found
+                        raise _rewritten(run_id, events, got[at[j]], m, j, old, where) from e
             pos += 1 << level
         i += n
+
+
+def _first_unproven(  # noqa: PLR0917 - private, one call site
+    got: Sequence[LeafProof],
+    at: Sequence[int],
+    index: Sequence[int],
+    leaves: Sequence[bytes],
+    m: int,
+    older: list[Checkpoint],
+) -> tuple[int, Checkpoint] | None:
+    """After leaf ``m`` failed: the first position from ``m`` on that no older trusted
+    checkpoint proves either, and the checkpoint that proved the ones before it.
+
+    Why: the proofs come from the source's own hashes (the archive's tiles). A store admin
+    who rewrites seq ``k`` rewrites those hashes too, so every leaf sharing a subtree with
+    ``k`` leads to another root, and the first one (seq 0) would be named. A leaf that an
+    older signed checkpoint still proves (its proof in that smaller tree holds only leaves
+    before it) is genuine; the first that none proves is where the rewrite starts. None when
+    the source cannot build such proofs, or no older checkpoint proves leaf ``m``.
+    """
+    proof_at = getattr(got, "proof_at", None)
+    if proof_at is None or not older:
+        return None
+    last: Checkpoint | None = None
+    for j in range(m, len(index)):
+        i = index[j]
+        proven = None
+        for old in older:
+            if old.size > i:
+                try:
+                    if root_from_inclusion(i, old.size, leaves[j], proof_at(i, old.size)) == (
+                        old.root
+                    ):
+                        proven = old
+                        break
+                except LogError:
+                    continue
+        if proven is None:
+            return None if last is None else (j, last)
+        last = proven
+    return None
+
+
+def _rewritten(  # noqa: PLR0917 - private, one call site
+    run_id: str,
+    events: Sequence[RunEvent],
+    p: LeafProof,
+    m: int,
+    j: int,
+    old: Checkpoint,
+    where: str,
+) -> LogError:
+    seq = events[j].seq
+    return LogError(
+        f"L2 inclusion: run {run_id} seq {seq}"
+        + (f" in {p.obj}" if p.obj else "")
+        + f" is not leaf {p.index} of {where}: seqs {events[m].seq}..{events[j - 1].seq} "
+        f"before it are leaves of the older signed checkpoint {old.origin}@{old.size}, so "
+        f"the log's hashes were rewritten from seq {seq} on",
+        run=run_id,
+        seq=seq,
+        obj=p.obj,
+        checkpoint=where,
+    )
 
 
 def _check_leaf(  # noqa: PLR0917 - private, one call site
@@ -311,6 +387,22 @@ def _check_leaf(  # noqa: PLR0917 - private, one call site
         obj=p.obj,
         checkpoint=where,
     )
+
+
+def _older(
+    evidence: RunLogEvidence, keys: Sequence[NoteVerifier], cp: Checkpoint
+) -> list[Checkpoint]:
+    """The other checkpoints seen that a trusted key signed, smaller than ``cp``, smallest
+    first (a failed one is L4's to name)."""
+    out = []
+    for note, _ in evidence.others:
+        try:
+            other, _ = _open(note, keys, evidence.origin, "another checkpoint")
+        except LogError:
+            continue
+        if other.size < cp.size:
+            out.append(other)
+    return sorted(out, key=lambda c: c.size)
 
 
 def check_run_log(
@@ -344,7 +436,9 @@ def check_run_log(
             f"{min_witnesses} required (of {', '.join(sorted({w.name for w in witnesses}))})",
             checkpoint=where,
         )
-    _check_inclusion(run_id, events, evidence, cp, where, leaves)
+    _check_inclusion(
+        run_id, events, evidence, cp, where, leaves, lambda: _older(evidence, keys, cp)
+    )
     if require_finished and not (events and events[-1].finishes):
         last = events[-1].seq if events else None
         raise LogError(

@@ -83,10 +83,16 @@ def with_cosignatures(note: str, cosigned: str, what: str = "cosigned checkpoint
     text, sigs = split_note(note)
     other_text, other_sigs = split_note(cosigned)
     if other_text != text:
-        first = other_text.split("\n", 2)[:2]
+        theirs, ours = (t.split("\n", 3)[:3] + ["?"] * 3 for t in (other_text, text))
+        if theirs[:2] != ours[:2]:
+            raise LogError(
+                f"{what} is of checkpoint {'@'.join(theirs[:2])}, not the run's "
+                f"{'@'.join(ours[:2])}"
+            )
+        # one origin and size, two roots: name both, or the two look the same
         raise LogError(
-            f"{what} is of checkpoint {'@'.join(first)}, not the run's "
-            f"{'@'.join(text.split(chr(10), 2)[:2])}"
+            f"{what} {'@'.join(theirs[:2])} has root {theirs[2]}, the run's checkpoint "
+            f"of that size has root {ours[2]}: the log showed two histories (a fork)"
         )
     have = {(s.name, s.key_id, s.signature) for s in sigs}
     extra = [s for s in other_sigs if (s.name, s.key_id, s.signature) not in have]

@@ -31,7 +31,7 @@ from tracevault.log import (
 from tracevault.producer._wire import EventFields
 from tracevault.schemas import EventKind
 
-__all__ = ["Attestor", "settings_signer"]
+__all__ = ["Attestor", "attested", "settings_signer"]
 
 _FINISHED = EventKind.RUN_FINISHED
 _EVENT = hashlib.sha256(EVENT_DOMAIN)  # chain.link's prefix, absorbed once
@@ -54,6 +54,27 @@ def settings_signer(settings: Settings) -> NoteSigner | None:
     if settings.agent_key_file is None and secret is None:
         return None
     return _cached_signer(settings.agent_key_file, secret)
+
+
+def attested(
+    settings: Settings,
+    run_id: str,
+    encode: Callable[[EventFields], bytes],
+    agent_key: NoteSigner | None,
+) -> tuple[Callable[[EventFields], bytes], Attestor | None, NoteSigner | None]:
+    """The run's encoder, wrapped by an :class:`Attestor` when there is an agent key
+    (``agent_key``, else the deployment's): (encoder, attestor or None, the key or None)."""
+    key = agent_key or settings_signer(settings)
+    if key is None:
+        return encode, None, None
+    att = Attestor(
+        run_id,
+        encode,
+        key,
+        every=settings.agent_attest_every,
+        interval_s=settings.agent_attest_interval_s,
+    )
+    return att.encode_fields, att, key
 
 
 class Attestor:

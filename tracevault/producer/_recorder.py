@@ -54,7 +54,8 @@ from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
 from tracevault.log import NoteSigner
 from tracevault.model_ids import check_model_id
-from tracevault.producer._attest import Attestor, settings_signer
+from tracevault.producer._attest import attested
+from tracevault.producer._content import confidential
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -182,6 +183,13 @@ class Recorder:
     ``agent_attest_every`` events or ``agent_attest_interval_s`` seconds, and in
     RUN_FINISHED, so verify can tell every event this agent wrote (docs/identity.md).
     Sub-agent runs sign with the same key: list it for their agent ids too.
+
+    With a key provider configured (``TRACEVAULT_KEY_PROVIDER``), every content field is
+    encrypted under a data key of this run, wrapped by the key of ``tenant`` (default
+    ``TRACEVAULT_TENANT``) or of the data ``subject`` the agent names; metadata stays in clear
+    (docs/confidentiality.md). ``redact`` rules (``"card"``, ``"email"``, ``"path:$.request..."``,
+    ``"regex:..."``) replace matched values with a keyed fingerprint before anything is
+    recorded, the agent included in what it is handed back.
     """
 
     def __init__(
@@ -199,6 +207,9 @@ class Recorder:
         model_allow: Iterable[str] | None = None,
         input: JSON = _MISSING,
         clock: Callable[[str], float] | None = None,
+        tenant: str | None = None,
+        subject: str | None = None,
+        redact: Iterable[str] | None = None,
         agent_key: NoteSigner | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
@@ -243,20 +254,14 @@ class Recorder:
         self._enc = EventEncoder(
             run_id, AgentInfo(agent_id, agent_version, _HOST, harness, __version__)
         )
-        self._encode = self._enc.encode_fields
-        # Agent identity (docs/identity.md): with an agent key, the run's chain is signed now
-        # and then, on the Publisher's thread, where the exact bytes are made.
-        self._agent_key = agent_key or settings_signer(publisher.settings)
-        self.attestor: Attestor | None = None
-        if self._agent_key is not None:
-            self.attestor = Attestor(
-                run_id,
-                self._encode,
-                self._agent_key,
-                every=publisher.settings.agent_attest_every,
-                interval_s=publisher.settings.agent_attest_interval_s,
-            )
-            self._encode = self.attestor.encode_fields
+        self._encode, self._content, self._redactor = confidential(
+            publisher.settings, self._enc, attrs, tenant=tenant, subject=subject, redact=redact
+        )
+        # Agent identity (docs/identity.md): the attestor wraps the final encoder (it signs
+        # the exact bytes published, ciphertext included), on the Publisher's thread.
+        self._encode, self.attestor, self._agent_key = attested(
+            publisher.settings, run_id, self._encode, agent_key
+        )
         self._ident = id(self)
         self._lock = threading.Lock()
         self._next_seq = 0
@@ -412,6 +417,8 @@ class Recorder:
 
     # -- plumbing ---------------------------------------------------------------------------
     def _payload(self, value: JSON, field: str) -> bytes:
+        if self._redactor is not None:  # before anything is recorded (docs/confidentiality.md)
+            value = self._redactor.apply(value, field)
         data = canonical_json(value, field=field)
         if len(data) > self._max:
             raise PayloadError(
@@ -760,6 +767,9 @@ class Recorder:
             attributes={PARENT_RUN: self._run_id, PARENT_SEQ: str(op.seq)},
             model_allow=self._model_allow,
             clock=self._clock,
+            tenant=None if self._content is None else self._content.tenant,
+            subject=None if self._content is None else self._content.subject,
+            redact=None if self._redactor is None else self._redactor.rules,
             agent_key=self._agent_key,
         )
         return op, child

@@ -2,10 +2,11 @@
 
 Import from here, never from the private modules::
 
-    from tracevault.replayer import load_run, verify, replay
+    from tracevault.replayer import LogPolicy, load_run, verify, replay
 
     run = load_run(settings, "run-42", source="archive")
-    report = verify(run)                         # raises ChainError naming seq and object
+    report = verify(run, log=LogPolicy.of(settings))  # raises ChainError/LogError: seq, object
+    assert report.log_checked                    # without a trusted key: "unverified"
     result = replay(report.events, my_agent)     # raises ReplayDivergence at the first difference
     every = replay(report.events, my_agent, keep_going=True).divergences   # all of them
 
@@ -22,6 +23,7 @@ from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._checks import RECORD_CHECKS
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._load import load_run
+from tracevault.replayer._log import EndRule, LogPolicy
 from tracevault.replayer._replay import Agent, AsyncAgent, areplay, replay
 from tracevault.replayer._results import (
     DivergenceReport,
@@ -53,6 +55,8 @@ __all__ = [
     # loading and verification
     "ChainError",
     "RECORD_CHECKS",
+    "EndRule",
+    "LogPolicy",
     "load_run",
     "verify",
     # diff

@@ -34,6 +34,7 @@ from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._batch_report import BatchItem, BatchReport
+from tracevault.replayer._opened import opened
 from tracevault.replayer._replay import areplay, replay
 from tracevault.replayer._results import ReplayResult
 from tracevault.replayer._verify import verify
@@ -145,6 +146,12 @@ class ArchiveAccess:
     s3_region: str = "us-east-1"
     lock_mode: Literal["COMPLIANCE", "GOVERNANCE"] = "COMPLIANCE"
     credentials: S3Credentials | None = None
+    # the key provider that opens encrypted runs (docs/confidentiality.md): names, no keys
+    key_provider: Literal["none", "keyring", "kms"] = "none"
+    keyring_path: str = "./.tracevault/keyring.json"
+    kms_endpoint_url: str | None = None
+    kms_region: str = "us-east-1"
+    tenant: str = "default"
 
     @classmethod
     def of(cls, settings: Settings, *, ship_credentials: bool = False) -> ArchiveAccess:
@@ -155,6 +162,21 @@ class ArchiveAccess:
             settings.s3_region,
             settings.lock_mode,
             S3Credentials.resolve() if ship_credentials and s3 else None,
+            settings.key_provider,
+            settings.keyring_path,
+            settings.kms_endpoint_url,
+            settings.kms_region,
+            settings.tenant,
+        )
+
+    def content_settings(self) -> Settings:
+        """Settings naming the key provider a worker opens encrypted runs with."""
+        return Settings(
+            key_provider=self.key_provider,
+            keyring_path=self.keyring_path,
+            kms_endpoint_url=self.kms_endpoint_url,
+            kms_region=self.kms_region,
+            tenant=self.tenant,
         )
 
     def open(self) -> ObjectStore:
@@ -198,7 +220,9 @@ def _failed(run_id: str, exc: BaseException, started: float) -> BatchItem:
     return BatchItem(run_id, "error", detail=f"{type(exc).__name__}: {exc}", seconds=took)
 
 
-def _replay_one(store: ObjectStore, run_id: str, agent: Callable[..., Any]) -> BatchItem:
+def _replay_one(
+    store: ObjectStore, run_id: str, agent: Callable[..., Any], keys: Settings
+) -> BatchItem:
     """Load, verify and re-run one run; every failure becomes an item, never an exception."""
     started = time.perf_counter()
     try:
@@ -210,7 +234,7 @@ def _replay_one(store: ObjectStore, run_id: str, agent: Callable[..., Any]) -> B
             return BatchItem(
                 run_id, "verify_failed", len(run), 0, exc.seq, exc.obj, str(exc), seconds=took
             )
-        result = replay_with(report.events, agent, None)
+        result = replay_with(opened(keys, report.events), agent, None)
     except Exception as exc:  # an agent bug must not take the batch down
         return _failed(run_id, exc, started)
     except (SystemExit, GeneratorExit) as exc:  # an agent calling sys.exit() neither
@@ -237,7 +261,8 @@ def replay_chunk(access: ArchiveAccess, run_ids: Sequence[str], agent_spec: str)
     except Exception as exc:
         return [_failed(rid, exc, started) for rid in run_ids]
     try:
-        return [_replay_one(store, rid, agent) for rid in run_ids]
+        keys = access.content_settings()
+        return [_replay_one(store, rid, agent, keys) for rid in run_ids]
     finally:
         store.close()
 

@@ -19,8 +19,10 @@ archive checks (A1-A3) over ``archive/`` as if it were the store, checks the hea
 ``events.jsonl`` is what the raw bytes decode to with the bundled schemas, and every file's
 hash; the first failure is a ChainError naming the seq and the file. With trusted keys, the
 signed log's checks L1-L4 run over ``log/`` first, with public keys only (docs/log.md,
-"Verify and bundles"); a bundle exported before the signed log has no ``log/`` and fails L1
-then, and verifies as before without keys.
+"Verify and bundles"), the checkpoint's origin held to the configured deployment's; a
+bundle exported before the signed log has no ``log/`` and fails L1 then. Without keys the
+report is ``unverified`` (fail closed), and still every event's own tlog-proof must lead to
+``log/checkpoint``'s root (B4): a bundle whose events contradict its proofs fails, key or not.
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ from tracevault.log import (
     LeafProof,
     RunLogEvidence,
     TlogProof,
+    leaf_hash,
+    root_from_inclusion,
     split_note,
     with_cosignatures,
 )
 from tracevault.replayer._archive import ReadableStore, load_from_archive
 from tracevault.replayer._checks import fail
-from tracevault.replayer._log import LogPolicy, run_evidence
+from tracevault.replayer._log import EndRule, LogPolicy, run_evidence
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer._verify import verify
@@ -67,7 +71,14 @@ Exported by tracevault {version} at {created} from the {source}. It holds {count
 
 ## Check it with tracevault (no Kafka, no object store needed)
 
-    tracevault replay verify --bundle .
+    tracevault replay verify --bundle . --trusted-key <log vkey or @file>
+
+The log's public key (vkey) comes from the deployment that sealed the run, never from this
+folder: its operator publishes it (`tracevault keys show log.key` prints it from the private
+key; the demo writes it to `.tracevault/log.vkey`). Without a trusted key verify says
+`unverified` and exits 1; `--no-log-check` checks the chain alone, which proves nothing
+against whoever could rewrite this folder. Give `--prefix` (or `TRACEVAULT_TOPIC_PREFIX`)
+of the deployment the bundle claims to come from: the checkpoint's origin must be its.
 
 ## Check it by hand
 
@@ -89,7 +100,7 @@ _LOG_NOTE = """
 `log/checkpoint` is the signed checkpoint of log `{origin}` (size {size}); each
 `log/<seq>.tlog-proof` is a C2SP tlog-proof (c2sp.org/tlog-proof) that the event's leaf,
 SHA-256(0x00 + "tracevault/v1/leaf\\0" + u16 len + run_id + u64 seq + hash), is in it.
-Check them with the log's public key:
+Check them with the log's public key (and any witness's, `--witness-key`):
 
     tracevault replay verify --bundle . --trusted-key <vkey or @file>
 """
@@ -324,6 +335,45 @@ def _event_line(ev: TraceEvent) -> bytes:
     return _json_line(EventModel.from_event(ev).model_dump(mode="json"))
 
 
+def _check_own_proofs(run_id: str, rows: Sequence[dict[str, Any]], evidence: RunLogEvidence) -> str:
+    """B4, without a trusted key: each event's tlog-proof leads to ``log/checkpoint``'s root.
+
+    Proves no authorship (the checkpoint's signature is not checked: no key is trusted),
+    but a bundle whose events were changed after export contradicts its own proofs, and
+    is named by its first changed seq rather than passed as ``unverified`` only.
+    """
+    try:
+        cp = Checkpoint.parse(split_note(evidence.checkpoint)[0])
+    except LogError as exc:
+        raise fail("B4 proofs", None, "log/checkpoint", f"unreadable ({exc})") from None
+    if cp.origin != evidence.origin:
+        raise fail(
+            "B4 proofs",
+            None,
+            "log/checkpoint",
+            f"the checkpoint is for log {cp.origin!r}, manifest.json says {evidence.origin!r}",
+        )
+    for p, row in zip(evidence.leaves, rows, strict=True):
+        leaf = leaf_hash(run_id, p.seq, row["hash"])
+        try:
+            ok = root_from_inclusion(p.index, cp.size, leaf, p.proof) == cp.root
+        except LogError:
+            ok = False
+        if not ok:
+            raise fail(
+                "B4 proofs",
+                p.seq,
+                p.obj,
+                f"the event's own tlog-proof (leaf {p.index}) does not lead to the root of "
+                f"log/checkpoint ({cp.origin}@{cp.size}): the event or its proof was changed "
+                "after export",
+            )
+    return (
+        "B4 proofs: every event's own tlog-proof leads to log/checkpoint's root (its "
+        "signature unchecked: no trusted key)"
+    )
+
+
 class _BundleStore:
     """``archive/`` of a bundle read as if it were the object store."""
 
@@ -364,12 +414,19 @@ def _read_manifest(root: Path) -> dict[str, Any]:
 
 
 def verify_bundle(
-    root: Path, *, log: LogPolicy | None = None, agents: AgentKeys | None = None
+    root: Path,
+    *,
+    log: LogPolicy | None = None,
+    end: EndRule | None = None,
+    chain_only: bool = False,
+    agents: AgentKeys | None = None,
 ) -> VerifyReport:
     """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
 
     With ``log`` (public keys only) the bundle's tlog-proofs and checkpoint are checked
-    first (L1-L4, ``LogError``); with ``agents``, check I too (docs/identity.md).
+    first (L1-L4, ``LogError``); without, they are still held to the events (B4) and the
+    report is ``unverified``. ``end``, ``chain_only``: as ``verify``'s (a bundle's run must
+    end anyway). With ``agents``, check I too (docs/identity.md).
     """
     manifest = _read_manifest(root)
     run_id = str(manifest["run_id"])
@@ -415,13 +472,12 @@ def verify_bundle(
         expected_last_seq=head.get("last_seq"),
         expected_finished=head.get("finished"),
         expected_head=bytes.fromhex(head["last_hash"]) if head.get("last_hash") else None,
-        # read only when asked to check it: without keys the bundle verifies as before
-        log_evidence=None
-        if log is None
-        else _bundle_evidence(root, manifest, [int(c["seq"]) for c in chain]),
+        log_evidence=_bundle_evidence(root, manifest, [int(c["seq"]) for c in chain]),
     )
-    report = verify(run, log=log, agents=agents)
+    report = verify(run, log=log, end=end, chain_only=chain_only, agents=agents)
     checks.extend(report.checks)
+    if log is None and run.log_evidence is not None:
+        checks.append(_check_own_proofs(run_id, rows, run.log_evidence))
     if report.head != manifest.get("head") or report.count != manifest.get("count"):
         raise fail(
             "B1 manifest",
@@ -465,4 +521,5 @@ def verify_bundle(
         log_checked=report.log_checked,
         checkpoint=report.checkpoint,
         log_evidence=report.log_evidence,
+        chain_only=report.chain_only,
     )

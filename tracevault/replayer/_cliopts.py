@@ -16,20 +16,24 @@ from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.log import AgentKeys
 from tracevault.replayer._load import load_run
-from tracevault.replayer._log import LogPolicy
+from tracevault.replayer._log import EndRule, LogPolicy
 from tracevault.replayer._results import LoadedRun
 
 __all__ = [
     "AGENT_KEY",
     "FROM",
     "JSON",
+    "NO_LOG_CHECK",
     "WITNESS_STORE",
     "agent_keys",
+    "end_options",
+    "end_rule",
     "load",
     "log_options",
     "log_policy",
     "parse_day",
     "settings_of",
+    "verify_policy",
     "witness_stores_need",
 ]
 
@@ -94,6 +98,58 @@ AGENT_KEY = click.option(
 def agent_keys(settings: Settings, pairs: tuple[str, ...]) -> AgentKeys:
     """The trusted agent vkeys: the deployment's ``agent_vkeys`` plus ``--agent-key``."""
     return AgentKeys.from_setting(settings.agent_vkeys).merged(AgentKeys.from_pairs(pairs))
+
+
+NO_LOG_CHECK = click.option(
+    "--no-log-check",
+    is_flag=True,
+    help="Check the hash chain alone, without a trusted log key (exit 0 if it holds). It "
+    "proves nothing against whoever can write the store: without a key (and without this) "
+    "verify fails closed, `unverified`, exit 1.",
+)
+
+
+def end_options(f: Any) -> Any:
+    """--allow-unfinished and --require-finished: when a run without RUN_FINISHED fails."""
+    f = click.option(
+        "--require-finished",
+        is_flag=True,
+        help="Fail (exit 1) on any unfinished run, even one the sequencer still has open.",
+    )(f)
+    return click.option(
+        "--allow-unfinished",
+        is_flag=True,
+        help="Accept a run still in progress (no RUN_FINISHED yet). By default an unfinished "
+        "run fails L3 unless the sequencer's head says it is open and its last event is "
+        "younger than sequencer_idle_close_s (--from topic).",
+    )(f)
+
+
+def end_rule(settings: Settings, *, allow_unfinished: bool, required: bool) -> EndRule:
+    """The CLI's rule for a run without RUN_FINISHED (``_log.EndRule``)."""
+    if allow_unfinished and required:
+        raise click.UsageError("--allow-unfinished and --require-finished contradict each other")
+    if allow_unfinished:
+        return EndRule()
+    return EndRule(required, settings.sequencer_idle_close_s, settings.sequencer_clock_skew_s)
+
+
+def verify_policy(
+    settings: Settings,
+    trusted: tuple[str, ...],
+    witness: tuple[str, ...],
+    least: int | None,
+    *,
+    no_log_check: bool,
+) -> LogPolicy | None:
+    """The keys ``verify`` trusts; none with ``--no-log-check`` (which takes no key flag)."""
+    if not no_log_check:
+        return log_policy(settings, trusted, witness, least)
+    if trusted or witness or least:
+        raise click.UsageError(
+            "--no-log-check skips the signed log: drop it, or drop --trusted-key/--witness-key"
+        )
+    return None
 
 
 def log_policy(

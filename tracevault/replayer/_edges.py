@@ -38,6 +38,7 @@ from tracevault.replayer._cancel import abandoned, cancelled, raise_cancelled, u
 from tracevault.replayer._diff import json_diff
 from tracevault.replayer._interleave import Interleaver, interleaved
 from tracevault.replayer._mismatch import StopReplay, gap_reason, loads, mismatch
+from tracevault.replayer._redaction import run_redactor
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.replayer._subagents import note_child, serve_subagent
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
@@ -65,6 +66,16 @@ class ReplayCursor:
         self.stopped = False
         # a record whose crossings overlapped is served in its recorded interleaving
         self.interleave = self._interleaver(events) if interleaved(events) else None
+        self.redactor = run_redactor(events)
+
+    def redacted(self, crossing: Crossing) -> Crossing:
+        """The crossing as the Recorder would have recorded it: the run's redaction rules
+        applied to its request (docs/confidentiality.md, "Redaction")."""
+        if self.redactor is None:
+            return crossing
+        return dataclasses.replace(
+            crossing, request=self.redactor.apply(crossing.request, "request")
+        )
 
     def _interleaver(self, events: Sequence[TraceEvent]) -> Interleaver:
         return Interleaver(self, events)
@@ -129,11 +140,12 @@ class ReplayCursor:
     async def aexpect(self, crossing: Crossing) -> TraceEvent:
         """:meth:`expect` for async edges: awaits its turn in a concurrent record."""
         if self.interleave is not None:
-            return await self.interleave.aexpect(crossing)
+            return await self.interleave.aexpect(self.redacted(crossing))
         return self.expect(crossing)
 
     def expect(self, crossing: Crossing) -> TraceEvent:
         """Match ``crossing`` against the next recorded event and consume it, or diverge."""
+        crossing = self.redacted(crossing)
         if self.interleave is not None:
             return self.interleave.expect(crossing)
         self.raise_if_diverged()

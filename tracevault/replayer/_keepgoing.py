@@ -83,6 +83,7 @@ class KeepGoingCursor(ReplayCursor):
         return report
 
     def expect(self, crossing: Crossing) -> TraceEvent:
+        crossing = self.redacted(crossing)
         if self.interleave is not None:
             return self.interleave.expect(crossing)
         site = call_site()
@@ -164,7 +165,7 @@ class KeepGoingCursor(ReplayCursor):
     async def aexpect(self, crossing: Crossing) -> TraceEvent:
         """Async edges align the same way; in a concurrent record they await their turn."""
         if self.interleave is not None:
-            return await self.interleave.aexpect(crossing)
+            return await self.interleave.aexpect(self.redacted(crossing))
         return self.expect(crossing)
 
     def extra_call(

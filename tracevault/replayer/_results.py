@@ -192,10 +192,12 @@ class LoadedRun:
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
-    """A run that verified: the numbered checks that passed and what the run is.
+    """A run whose checks passed: the numbered checks and what the run is.
 
     ``finished`` is False for a run still in progress (or cut short): it verifies, but it is
     reported as unfinished. ``gaps`` lists the seqs of GAP markers the sequencer sealed in.
+    Without ``log_checked`` (no trusted log key) the status is ``unverified`` unless the
+    caller waived the log (``chain_only``): docs/log.md, "Verify fails closed".
     """
 
     run_id: str
@@ -212,18 +214,32 @@ class VerifyReport:
     log_checked: bool = False
     checkpoint: str | None = None
     log_evidence: RunLogEvidence | None = field(default=None, repr=False, compare=False)
+    #: The caller waived the signed log (``--no-log-check``): the chain alone was checked.
+    chain_only: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the report may be called a pass: the log held, or the caller waived it.
+
+        Without a trusted log key the chain proves nothing against whoever can write the
+        store (anyone can recompute SHA-256), so such a report is ``unverified``: fail closed.
+        """
+        return self.log_checked or self.chain_only
 
     @property
     def status(self) -> str:
+        if not self.ok:
+            return "unverified"
+        what = "verified" if self.log_checked else "chain only"
         if self.gaps:
-            return "verified, with gaps"
-        return "verified" if self.finished else "verified, unfinished"
+            return f"{what}, with gaps"
+        return what if self.finished else f"{what}, unfinished"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "source": self.source,
-            "ok": True,
+            "ok": self.ok,
             "status": self.status,
             "count": self.count,
             "last_seq": self.last_seq,
@@ -233,6 +249,7 @@ class VerifyReport:
             "checks": list(self.checks),
             "warnings": list(self.warnings),
             "log_checked": self.log_checked,
+            "chain_only": self.chain_only,
             "checkpoint": self.checkpoint,
         }
 

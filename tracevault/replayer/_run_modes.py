@@ -18,6 +18,7 @@ from tracevault.config import Settings
 from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.replayer._batch import load_agent, replay_with
 from tracevault.replayer._load import load_run
+from tracevault.replayer._opened import opened
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._replay import areplay
 from tracevault.replayer._replay import replay as replay_events
@@ -131,7 +132,10 @@ def loader(settings: Settings, source: str, no_verify: bool) -> Any:
 
     def load(rid: str) -> Any:
         run = load_run(settings, rid, source=kind)
-        return LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
+        events = (
+            LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
+        )
+        return opened(settings, events)
 
     return load
 

@@ -3,8 +3,9 @@
 With trusted keys the signed log's checks L1-L4 (``_log``) come first. The numbered checks
 are listed in ``_checks`` (1-6, every record), ``_verify_archive``
 (A1-A3: segments and receipts) and here (T1: the topic's committed head; F: finished, when
-required). A run with no RUN_FINISHED verifies but is reported as unfinished; GAP markers
-(one per missing seq, sealed by the sequencer) are reported as warnings.
+the log was not checked and the run must end). A run with no RUN_FINISHED passes only while
+``_log.EndRule`` allows it (the CLI: while it can still be live) and is reported as
+unfinished; GAP markers (one per missing seq, sealed by the sequencer) are warnings.
 
 Rebuilding (``rebuild=True``) decodes every event once, inside the checks, and does **not**
 re-check that ``request``/``response`` are canonical JSON: the chain proves these are the
@@ -14,12 +15,14 @@ sealing it. Events read lazily (the default) still go through ``decode_event``'s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from tracevault.errors import ConfigError
 from tracevault.log import AgentKeys, NoteVerifier
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
 from tracevault.replayer._identity import check_identity
-from tracevault.replayer._log import LogPolicy, check_log
+from tracevault.replayer._log import EndRule, LogPolicy, check_log, end_missing, last_event
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
@@ -85,30 +88,39 @@ def verify(
     rebuild: bool = False,
     log: LogPolicy | None = None,
     keys: Sequence[NoteVerifier] = (),
+    end: EndRule | None = None,
+    chain_only: bool = False,
     agents: AgentKeys | None = None,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
     With ``log`` (the trusted keys; ``keys=`` alone is short for a policy of just those)
-    the signed log's checks L1-L4 run first and raise
-    :class:`LogError`; without, the report says ``log_checked=False``. With
-    ``require_finished`` an unfinished run fails too (check "finished"). With
-    ``rebuild`` every event is decoded into a :class:`TraceEvent` during the checks and
+    the signed log's checks L1-L4 run first and raise :class:`LogError`; without, the
+    report says ``log_checked=False`` and its status is ``unverified`` (fail closed), unless
+    the caller waives the log with ``chain_only`` (``--no-log-check``: the chain alone,
+    which proves nothing against whoever can write the store). ``end``
+    says when a run without RUN_FINISHED fails (L3, or F without the log); the default
+    lets one pass with a warning, ``require_finished`` always fails it. With ``rebuild``
+    every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
     ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md).
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
+    if chain_only and log is not None:
+        raise ConfigError("chain_only (--no-log-check) skips the signed log: give no keys")
+    rule = end or EndRule()
+    if require_finished:
+        rule = EndRule(True, rule.idle_close_s, rule.skew_s)
     with gc_paused():
-        return _verify(
-            run, require_finished=require_finished, rebuild=rebuild, log=log, agents=agents
-        )
+        report = _verify(run, end=rule, rebuild=rebuild, log=log, agents=agents)
+    return dataclasses.replace(report, chain_only=True) if chain_only else report
 
 
 def _verify(
     run: LoadedRun,
     *,
-    require_finished: bool,
+    end: EndRule,
     rebuild: bool,
     log: LogPolicy | None,
     agents: AgentKeys | None = None,
@@ -124,9 +136,7 @@ def _verify(
     checkpoint: str | None = None
     evidence = None
     if log is not None:
-        checks, warnings, cp, evidence = check_log(
-            run, log, require_finished=require_finished, columns=columns
-        )
+        checks, warnings, cp, evidence = check_log(run, log, end=end, columns=columns)
         checkpoint = f"{cp.origin}@{cp.size}"
     legacy = run.source == "archive" and run.log_evidence is None
     if legacy:
@@ -150,15 +160,17 @@ def _verify(
     )
     checks.extend(i_checks)
     warnings.extend(i_warnings)
-    if require_finished:
-        checks.append("F finished: the run ends with RUN_FINISHED")
-        if not summary.finished:
+    if log is None:  # with the log, L3 decided this
+        reason = None if summary.finished else end.reason(run, last_event(run, columns))
+        if end.required or reason is not None:
+            checks.append("F finished: the run ends with RUN_FINISHED")
+        if reason is not None:
             raise fail(
                 "F finished",
                 count,
                 None,
-                f"the run is unfinished: its last event is seq {count - 1} "
-                f"{summary.kinds[-1]}, not RUN_FINISHED",
+                f"the run is unfinished: {end_missing(run, count - 1, reason, 'its records')}; "
+                f"its last event is seq {count - 1} {summary.kinds[-1]}",
             )
     if summary.gaps:
         warnings.append(

@@ -18,7 +18,7 @@ from rich.tree import Tree
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.replayer._aligndiff import RunAlignment
 from tracevault.replayer._diff import short_json
-from tracevault.replayer._log import NOT_CHECKED
+from tracevault.replayer._log import CHAIN_ONLY, UNVERIFIED
 from tracevault.replayer._results import (
     DivergenceReport,
     ReplayResult,
@@ -78,8 +78,12 @@ def verify_table(report: VerifyReport) -> Table:
 
 
 def print_verified(report: VerifyReport, as_json: bool) -> None:
+    """The report; an ``unverified`` one (no trusted log key) says why, in text and JSON."""
     if as_json:
-        echo_json(report.to_json())
+        out = report.to_json()
+        if not report.ok:
+            out["error"] = UNVERIFIED
+        echo_json(out)
         return
     stdout.print(verify_table(report))
     stdout.print(
@@ -90,8 +94,10 @@ def print_verified(report: VerifyReport, as_json: bool) -> None:
         stdout.print(f"signed log: checkpoint {report.checkpoint}")
     for w in report.warnings:
         stdout.print(f"[yellow]warning:[/] {w}")
-    if not report.log_checked:
-        stdout.print(f"[yellow bold]warning:[/] {NOT_CHECKED}")
+    if report.chain_only:
+        stdout.print(f"[yellow bold]chain only:[/] {CHAIN_ONLY}")
+    elif not report.log_checked:
+        stdout.print(f"[red bold]{UNVERIFIED}[/]")
 
 
 def divergence_panel(d: DivergenceReport) -> None:

@@ -11,6 +11,7 @@ import click
 
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.archive import open_store
+from tracevault.content import metadata_only
 from tracevault.errors import ChainError, ConfigError, LogError
 from tracevault.replayer import _run_modes as run_modes
 from tracevault.replayer._aligndiff import align_runs, parse_ignore
@@ -22,16 +23,22 @@ from tracevault.replayer._cliopts import (
     AGENT_KEY,
     FROM,
     JSON,
+    NO_LOG_CHECK,
     WITNESS_STORE,
     agent_keys,
+    end_options,
+    end_rule,
     load,
     log_options,
     log_policy,
     parse_day,
     settings_of,
+    verify_policy,
     witness_stores_need,
 )
+from tracevault.replayer._freshness import load_fresh
 from tracevault.replayer._load import load_run
+from tracevault.replayer._opened import opened
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import (
     StepSummary,
@@ -70,20 +77,22 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
     \b
     Examples:
       tracevault replay show run-42 --from topic
-      tracevault replay verify run-42 --from archive
+      tracevault replay verify run-42 --from archive --trusted-key @log.vkey
       tracevault replay --archive-url s3://audit/tv \\
-          --s3-endpoint-url http://minio:9000 verify run-42
+          --s3-endpoint-url http://minio:9000 \\
+          verify run-42 --trusted-key @log.vkey
       tracevault replay run run-42 --agent myagents.support:run --until 12
       tracevault replay run run-42 --agent myagents.support:run --keep-going
       tracevault replay diff run-42 run-43 --ignore clock,random
       tracevault replay show run-42 --tree
       tracevault replay export run-42 -o evidence/run-42
-      tracevault replay verify --bundle evidence/run-42
+      tracevault replay verify --bundle evidence/run-42 --trusted-key @log.vkey
       tracevault replay batch --agent myagents.support:run --since 2026-11-01
 
     \b
-    Exit codes: 0 ok, 1 verification failure or divergence, 2 usage error,
-    3 not found or unreachable (every code: `tracevault --help`).
+    Exit codes: 0 ok, 1 verification failure, unverified (no trusted log key) or
+    divergence, 2 usage error, 3 not found or unreachable (every code:
+    `tracevault --help`).
     """
     ctx.find_root().meta["replay.archive_url"] = archive_url
     ctx.find_root().meta["replay.s3_endpoint_url"] = s3_endpoint_url
@@ -93,15 +102,25 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
 @replay.command("show")
 @click.argument("run_id")
 @click.option("--tree", "as_tree", is_flag=True, help="The run and its sub-agent runs, as a tree.")
+@click.option(
+    "--metadata",
+    "metadata",
+    is_flag=True,
+    help="An encrypted run's timeline without its key: content shown as <encrypted>.",
+)
 @FROM
 @JSON
 @click.pass_context
-def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: bool) -> None:
+def show(
+    ctx: click.Context, run_id: str, as_tree: bool, metadata: bool, source: str, as_json: bool
+) -> None:
     """The run's timeline: seq, kind, time, model, short request and response.
 
     Not verified (use `verify`); --json prints one full event per line (JSON lines).
-    --tree draws the run and every sub-agent run below it (verified), each under the
-    parent's crossing that started it; with --json, one nested object.
+    --tree draws the run and every sub-agent run below it (their chains checked; only
+    `verify` checks the signed log), each under the parent's crossing that started it;
+    with --json, one nested object. An encrypted run needs its tenant's key (exit 7
+    without it); --metadata shows its timeline without one.
 
     \b
     Example:
@@ -109,6 +128,8 @@ def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: b
           | jq 'select(.kind=="TOOL_CALL")'
       tracevault replay show run-42 --tree
     """
+    if as_tree and metadata:
+        raise click.UsageError("--metadata shows one run's timeline: drop --tree")
     if as_tree:
         load_run_by_id = run_modes.loader(settings_of(ctx), source, no_verify=False)
         node = run_tree(load_run_by_id, run_id, load_run_by_id(run_id))
@@ -117,8 +138,9 @@ def show(ctx: click.Context, run_id: str, as_tree: bool, source: str, as_json: b
         else:
             stdout.print(run_tree_view(node))
         return
-    _, run = load(ctx, run_id, source)
-    events = LazyEvents([r["raw"] for r in run.records.rows])
+    settings, run = load(ctx, run_id, source)
+    raw_events = LazyEvents([r["raw"] for r in run.records.rows])
+    events = metadata_only(raw_events) if metadata else opened(settings, raw_events)
     if as_json:
         for ev in events:
             click.echo(EventModel.from_event(ev).model_dump_json())
@@ -150,7 +172,8 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Check an exported evidence bundle instead (no Kafka, no object store).",
 )
-@click.option("--require-finished", is_flag=True, help="Fail (exit 1) on an unfinished run.")
+@end_options
+@NO_LOG_CHECK
 @log_options
 @AGENT_KEY
 @WITNESS_STORE
@@ -162,7 +185,9 @@ def verify_cmd(
     run_id: str | None,
     source: str,
     bundle: Path | None,
+    allow_unfinished: bool,
     require_finished: bool,
+    no_log_check: bool,
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
@@ -172,22 +197,33 @@ def verify_cmd(
 ) -> None:
     """Check the signed log, recompute the chain, check what the source offers.
 
-    With a trusted key (--trusted-key or TRACEVAULT_LOG_VKEYS), first the signed
-    log: L1 checkpoint signature (and witnesses), L2 every event in the log, L3
-    RUN_FINISHED in the log, L4 checkpoints consistent. Without one, a warning
-    says the log was not checked. Then records: run, seq contiguity, links,
-    hashes, content, shape. Archive: segments, receipts, final receipt. Topic:
-    the sequencer's committed head. Exit 1 names the first bad seq and object.
+    First the signed log, with the trusted keys (--trusted-key or
+    TRACEVAULT_LOG_VKEYS): L1 checkpoint signature, this deployment's origin (and
+    witnesses), L2 every event in the log, L3 RUN_FINISHED in the log, L4
+    checkpoints consistent. Then records: run, seq contiguity, links, hashes,
+    content, shape. Archive: segments, receipts, final receipt. Topic: the
+    sequencer's committed head. Exit 1 names the first bad seq and object.
+
+    Fails closed: with no trusted key the result is `unverified`, exit 1;
+    --no-log-check checks the chain alone (exit 0 if it holds), which proves
+    nothing against whoever can write the store. A run without RUN_FINISHED fails
+    L3 unless it can still be live (the sequencer's head says it is open, and its
+    last event is younger than sequencer_idle_close_s); --allow-unfinished
+    accepts a run in progress from any source.
 
     \b
     Examples:
       tracevault replay verify run-42 --from topic --trusted-key @log.vkey
-      tracevault replay verify run-42 --from archive
+      tracevault replay verify run-42 --from archive --trusted-key @log.vkey
       tracevault replay verify --bundle evidence/run-42 --trusted-key @log.vkey \\
           --witness-key @witness.vkey --json
     """
     try:
-        policy = log_policy(settings_of(ctx), trusted_keys, witness_keys, min_witnesses)
+        settings = settings_of(ctx)
+        policy = verify_policy(
+            settings, trusted_keys, witness_keys, min_witnesses, no_log_check=no_log_check
+        )
+        end = end_rule(settings, allow_unfinished=allow_unfinished, required=require_finished)
         witness_stores_need(policy, witness_stores)
         if bundle is not None:
             if run_id is not None:
@@ -199,24 +235,28 @@ def verify_cmd(
                 )
             with stderr.status(f"checking bundle {bundle}…"):
                 report = verify_bundle(
-                    bundle, log=policy, agents=agent_keys(settings_of(ctx), agent_key_pairs)
+                    bundle,
+                    log=policy,
+                    end=end,
+                    chain_only=no_log_check,
+                    agents=agent_keys(settings_of(ctx), agent_key_pairs),
                 )
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
-            settings, run = load(ctx, run_id, source, with_log=policy is not None)
+            settings, run, fresh = load_fresh(ctx, run_id, source, policy, witness_stores)
             run = with_witness_stores(settings, run, policy, witness_stores)
             with stderr.status(f"verifying {len(run)} events…"):
-                report = verify(
-                    run,
-                    require_finished=require_finished,
-                    log=policy,
-                    agents=agent_keys(settings, agent_key_pairs),
+                agents = agent_keys(settings, agent_key_pairs)
+                report = fresh.annotate(
+                    verify(run, log=policy, end=end, chain_only=no_log_check, agents=agents)
                 )
     except (ChainError, LogError) as exc:
         _chain_failure(exc, as_json)
         return
     print_verified(report, as_json)
+    if not report.ok:  # no trusted key: unverified, fail closed
+        raise click.exceptions.Exit(1)
 
 
 # -- run ------------------------------------------------------------------------------------
@@ -305,6 +345,7 @@ def run_cmd(
         events: Any = LazyEvents([r["raw"] for r in run.records.rows])
     else:
         events = verify(run).events
+    events = opened(settings, events)
     if then is not None and until is not None:
         run_modes.fork(settings, events, agent, agent_spec, until,
                        live_spec=live_spec, as_json=as_json, live_tools=tools_live)  # fmt: skip
@@ -366,9 +407,14 @@ def diff_cmd(
     kinds = parse_ignore(ignore)  # refuse a bad flag before loading anything
     sides: list[Any] = []
     for rid in (run_a, run_b):
-        _, run = load(ctx, rid, source)
+        settings, run = load(ctx, rid, source)
         sides.append(
-            LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
+            opened(
+                settings,
+                LazyEvents([r["raw"] for r in run.records.rows])
+                if no_verify
+                else verify(run).events,
+            )
         )
     result = align_runs(sides[0], sides[1], ignore=kinds, ignore_paths=ignore_paths)
     if as_json:
@@ -439,7 +485,7 @@ def export_cmd(
     \b
     Example:
       tracevault replay export run-42 -o evidence/run-42
-      tracevault replay verify --bundle evidence/run-42
+      tracevault replay verify --bundle evidence/run-42 --trusted-key @log.vkey
       tracevault replay export run-42 --otel --endpoint http://localhost:4318
       tracevault replay export --otel --since 2026-11-01 -o november.json
     """
@@ -514,11 +560,13 @@ def _export_otel(
     todo, seen = list(run_ids), set(run_ids)
     while todo:  # each run, then the sub-agent runs it started: one trace per tree
         run_id = todo.pop(0)
-        _, loaded = load(ctx, run_id, source)
+        settings, loaded = load(ctx, run_id, source)
         report = verify(loaded)
         hashes = {r.seq: r.hash for r in loaded.records}
-        runs.append(ExportedRun(run_id, report.events, hashes, report.head, report.status))
-        children = [c for c in child_runs(report.events) if c not in seen]
+        # Content is exported only with --content: only then does it need the run's key.
+        events = opened(settings, report.events) if content else metadata_only(report.events)
+        runs.append(ExportedRun(run_id, events, hashes, report.head, report.status))
+        children = [c for c in child_runs(events) if c not in seen]
         seen.update(children)
         todo.extend(children)
     request = otlp_request(runs, content=content)

@@ -15,6 +15,8 @@ verifiers too, so it lives in :mod:`tracevault.archive.witness_layout`)::
 
     witness/<quoted origin>/checkpoint/<size, 20 digits>   the cosigned checkpoint note
     witness/<quoted origin>/refusal/<time>-<kind>-<size>   JSON: why, and the note refused
+    witness/<quoted origin>/head/<size, 20 digits>         JSON: the checkpoint record behind
+                                                           a cosigned size and its offset
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -39,24 +41,27 @@ from tracevault.archive.witness_layout import (
 )
 from tracevault.errors import LogError, NotFoundError
 from tracevault.log import (
-    EMPTY_ROOT,
     Checkpoint,
-    CompactTree,
+    CheckpointRecord,
     CosignatureSigner,
     NoteVerifier,
     add_cosignature,
-    hash_children,
+    is_partition_origin,
     open_note,
+    split_note,
     verify_consistency,
 )
+from tracevault.witness._known import Known, head_key
 
 __all__ = [
     "ALERT_KINDS",
     "Cosigned",
+    "Known",
     "Refused",
     "Witness",
     "WitnessMetrics",
     "checkpoint_key",
+    "deployment_origins",
     "cosigned_checkpoint",
     "cosigned_sizes",
     "origin_prefix",
@@ -64,12 +69,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+
+def _b64(h: bytes) -> str:
+    """A root as the checkpoint's own line shows it."""
+    return base64.b64encode(h).decode()
+
+
 ALERT_KINDS = ("fork", "rollback")
 
 
 class Refused(Exception):
-    """The witness did not cosign. ``kind``: signature, conflict, old, proof, fork, rollback,
-    gap.
+    """The witness did not cosign. ``kind``: unknown (an origin it does not witness),
+    signature, conflict, old, proof, fork, rollback, gap.
 
     ``fork`` and ``rollback`` are alerts (the log key signed two histories); the others are
     bad or unusable input (``old``: a checkpoint below the witness's size that nothing shows
@@ -125,29 +136,15 @@ class WitnessMetrics:
         )
 
 
-def prefix_root(tree: CompactTree, size: int) -> bytes | None:
-    """The root of the first ``size`` leaves of ``tree`` when it follows from its compact
-    hashes alone (``size`` is a sum of its leading subtrees), else None.
+def deployment_origins(base: str, prefix: str) -> Callable[[str], bool]:
+    """Whether an origin is a partition log of ``<base>/<prefix>`` (any generation): what
+    a witness of one deployment witnesses (docs/log.md)."""
 
-    Why: a compact tree of ``n`` is the roots of the perfect subtrees of ``[0, n)``; a smaller
-    tree ending on one of their boundaries is those leading subtrees, so its root is known and
-    whether a checkpoint of that size is a prefix of ``n`` is decided without any other node.
-    """
-    if size == 0:
-        return EMPTY_ROOT
-    end, count = 0, 0
-    for level in reversed(range(tree.size.bit_length())):
-        if end == size:
-            break
-        if tree.size >> level & 1:
-            end += 1 << level
-            count += 1
-    if end != size or count == 0:
-        return None
-    root = tree.hashes[count - 1]
-    for h in reversed(tree.hashes[: count - 1]):
-        root = hash_children(h, root)
-    return root
+    def ours(origin: str) -> bool:
+        tail = origin.rpartition("/")[2]
+        return tail.isdigit() and is_partition_origin(origin, base, prefix, int(tail))
+
+    return ours
 
 
 class Witness:
@@ -166,6 +163,7 @@ class Witness:
         *,
         retention: timedelta,
         metrics: WitnessMetrics | None = None,
+        origins: Callable[[str], bool] | None = None,
     ) -> None:
         if not log_keys:
             raise LogError("a witness needs at least one trusted log key to check signatures")
@@ -173,11 +171,14 @@ class Witness:
         self.signer = signer
         self.log_keys = list(log_keys)
         self.retention = retention
+        # which logs it witnesses (None: any its log keys sign); another origin gets the
+        # spec's 404, before any signature is checked
+        self.origins = origins
         self.metrics = metrics or WitnessMetrics()
         self._latest: dict[str, tuple[int, bytes]] = {}
-        # the compact tree at the latest size, when a checkpoint record showed it: what lets
-        # an older checkpoint be shown inconsistent (``prefix_root``); memory only
-        self._trees: dict[str, CompactTree] = {}
+        # the record behind the latest size, when a checkpoint record showed it: what lets
+        # an older checkpoint be shown inconsistent, or presented after it (``Known``)
+        self._known: dict[str, Known] = {}
         self._lock = threading.Lock()
 
     def latest(self, origin: str) -> tuple[int, bytes] | None:
@@ -190,6 +191,15 @@ class Witness:
         cp = self._stored(origin, sizes[-1])
         assert cp is not None
         self._latest[origin] = (cp.size, cp.root)
+        try:
+            known = Known.from_json(self.store.get(head_key(origin, cp.size)))
+        except NotFoundError:
+            pass  # cosigned over HTTP (no record), or by a witness before head/ was kept
+        except (ValueError, KeyError, LogError) as e:
+            log.warning("witness head object of %s@%s ignored: %s", origin, cp.size, e)
+        else:
+            if known.rec.end == cp.size and known.tree().root() == cp.root:
+                self._known[origin] = known
         return self._latest[origin]
 
     def _stored(self, origin: str, size: int) -> Checkpoint | None:
@@ -209,8 +219,9 @@ class Witness:
         *,
         proof_from_log: bool = False,
         evidence: bytes | None = None,
-        tree: CompactTree | None = None,
         head_before: int = 0,
+        record: CheckpointRecord | None = None,
+        offset: int | None = None,
     ) -> Cosigned:
         """Cosign ``note`` if it extends the last cosigned checkpoint; else :class:`Refused`.
 
@@ -222,12 +233,27 @@ class Witness:
         A checkpoint smaller than the witness's size that it never cosigned is, as C2SP
         tlog-witness says, a 409 with the witness's size (kind ``old``, no alert): a genuine
         old checkpoint (a witness that joined late and re-reads the log) looks just like it.
-        It is a ``rollback`` (an alert) only when shown to be one: ``tree`` (the compact tree
-        at the checkpoint's size, from a verified record) at the witness's size proves it is
-        not a prefix, or ``head_before`` says the log showed a larger head before presenting
-        this one as its newest (the follower's view of the topic).
+        It is a ``rollback`` (an alert) only when shown to be one: the record behind the
+        witness's size (``Known``) gives another root for the checkpoint's size, or the log
+        presented it as its newest after a larger head: ``head_before`` (the follower's view
+        of this session) or an ``offset`` above the one of the record the witness cosigned.
+        A copy of a checkpoint it cosigned, presented so, is a rollback too (an old note
+        replayed); shown at a lower offset it is a re-read.
+
+        ``record`` (the checked record ending at the note's size) and ``offset`` (its offset
+        in the partition) are kept with a cosignature, so this holds across a restart.
         """
         with self._lock:
+            if self.origins is not None:
+                try:
+                    origin = Checkpoint.parse(split_note(note)[0]).origin
+                except LogError:
+                    origin = ""  # not a checkpoint: refused below, as unsigned
+                if origin and not self.origins(origin):
+                    self.metrics.refused.labels(origin, "unknown").inc()
+                    raise Refused(
+                        "unknown", origin, f"this witness does not witness {origin}", 0, 404
+                    )
             try:
                 text, _ = open_note(note, self.log_keys)
                 cp = Checkpoint.parse(text)
@@ -242,8 +268,9 @@ class Witness:
                 proof,
                 proof_from_log=proof_from_log,
                 evidence=evidence,
-                tree=tree,
                 head_before=head_before,
+                record=record,
+                offset=offset,
             )
 
     def _decide(
@@ -255,31 +282,15 @@ class Witness:
         *,
         proof_from_log: bool,
         evidence: bytes | None,
-        tree: CompactTree | None,
         head_before: int,
+        record: CheckpointRecord | None,
+        offset: int | None,
     ) -> Cosigned:
         latest = self.latest(cp.origin)
         size, root = latest if latest is not None else (0, b"")
         where = f"{cp.origin}@{cp.size}"
-        if latest is not None and cp.size <= size:
-            seen = self._stored(cp.origin, cp.size)
-            if seen is not None and seen.root == cp.root:
-                if cp.size == size and tree is not None:  # a re-read shows its compact tree
-                    self._trees.setdefault(cp.origin, tree)
-                stored = self.store.get(checkpoint_key(cp.origin, cp.size)).decode()
-                return Cosigned(cp.origin, cp.size, stored, new=False)
-            if seen is not None:
-                raise self._refuse(
-                    "fork",
-                    cp.origin,
-                    size,
-                    f"{where} has root {cp.root.hex()[:16]}…, this witness cosigned "
-                    f"{seen.root.hex()[:16]}… for that size: the log forked",
-                    note,
-                    evidence=evidence,
-                )
-            raise self._older(cp, note, size, head_before, evidence)
-        if old_size > cp.size:
+        if old_size > cp.size and not proof_from_log:
+            # a caller's request (the follower passes its own size, above an older record's)
             raise Refused(
                 "conflict",
                 cp.origin,
@@ -287,6 +298,11 @@ class Witness:
                 size,
                 400,
             )
+        if latest is not None and cp.size <= size:
+            return self._not_newer(
+                cp, note, size, evidence=evidence, head_before=head_before, record=record,
+                offset=offset,
+            )  # fmt: skip
         if old_size != size:
             raise self._refuse(
                 "conflict",
@@ -309,45 +325,127 @@ class Witness:
                 status=422,
                 evidence=evidence,
             ) from None
+        return self._cosign(cp, note, record, offset)
+
+    def _not_newer(
+        self,
+        cp: Checkpoint,
+        note: str,
+        size: int,
+        *,
+        evidence: bytes | None,
+        head_before: int,
+        record: CheckpointRecord | None,
+        offset: int | None,
+    ) -> Cosigned:
+        """A checkpoint no larger than the newest cosigned: a re-read of one already
+        cosigned, or a replay, a fork or an older one, each refused (docs/log.md, "Witness")."""
+        where = f"{cp.origin}@{cp.size}"
+        seen = self._stored(cp.origin, cp.size)
+        if seen is not None and seen.root == cp.root:
+            if cp.size < size:
+                shown = self._shown_after(cp, size, head_before, offset)
+                if shown:
+                    raise self._refuse(
+                        "rollback",
+                        cp.origin,
+                        size,
+                        f"{where} (root {_b64(cp.root)}), a checkpoint this witness "
+                        f"cosigned before {cp.origin}@{size}, was presented again as the "
+                        f"log's newest {shown}: an old checkpoint replayed, the log "
+                        f"rolled back from {size} to {cp.size} leaves",
+                        note,
+                        evidence=evidence,
+                    )
+            elif record is not None and cp.origin not in self._known:
+                self._known[cp.origin] = Known.of(record, offset)  # a re-read shows it
+            stored = self.store.get(checkpoint_key(cp.origin, cp.size)).decode()
+            return Cosigned(cp.origin, cp.size, stored, new=False)
+        if seen is not None:
+            raise self._refuse(
+                "fork",
+                cp.origin,
+                size,
+                f"{where} has root {_b64(cp.root)}, this witness cosigned "
+                f"{cp.origin}@{cp.size} with root {_b64(seen.root)}: the log forked",
+                note,
+                evidence=evidence,
+            )
+        raise self._older(cp, note, size, head_before=head_before, offset=offset, evidence=evidence)
+
+    def _cosign(
+        self, cp: Checkpoint, note: str, record: CheckpointRecord | None, offset: int | None
+    ) -> Cosigned:
+        """Cosign a checkpoint found consistent, and keep it (with its head) before it counts."""
         cosigned = add_cosignature(note, self.signer)
+        known = Known.of(record, offset) if record is not None and record.end == cp.size else None
+        if known is not None:  # first: a checkpoint object always finds its head beside it
+            self.store.put(
+                head_key(cp.origin, cp.size), known.to_json(), retain_until=self._until()
+            )
         self.store.put(
             checkpoint_key(cp.origin, cp.size), cosigned.encode(), retain_until=self._until()
         )
         self._latest[cp.origin] = (cp.size, cp.root)
-        if tree is not None and tree.size == cp.size:
-            self._trees[cp.origin] = tree
+        if known is not None:
+            self._known[cp.origin] = known
         else:
-            self._trees.pop(cp.origin, None)
+            self._known.pop(cp.origin, None)
         self.metrics.cosigned.labels(cp.origin).inc()
         self.metrics.size.labels(cp.origin).set(cp.size)
         log.info("cosigned %s@%s", cp.origin, cp.size)
         return Cosigned(cp.origin, cp.size, cosigned, new=True)
 
+    def _shown_after(self, cp: Checkpoint, size: int, head_before: int, offset: int | None) -> str:
+        """How the log presented ``cp`` (below ``size``) as newer than a larger head, or ""."""
+        if head_before > cp.size:
+            return f"after {cp.origin}@{head_before}"
+        known = self._known.get(cp.origin)
+        if (
+            offset is not None
+            and known is not None
+            and known.offset is not None
+            and offset > known.offset
+        ):
+            return (
+                f"at offset {offset}, after the record of {cp.origin}@{size} at offset "
+                f"{known.offset}"
+            )
+        return ""
+
     def _older(
-        self, cp: Checkpoint, note: str, size: int, head_before: int, evidence: bytes | None
+        self,
+        cp: Checkpoint,
+        note: str,
+        size: int,
+        *,
+        head_before: int,
+        offset: int | None,
+        evidence: bytes | None,
     ) -> Refused:
         """A checkpoint below the witness's size that it never cosigned: old, or a rollback."""
         where = f"{cp.origin}@{cp.size}"
-        mine = self._trees.get(cp.origin)
-        expect = prefix_root(mine, cp.size) if mine is not None else None
+        known = self._known.get(cp.origin)
+        expect = known.root_at(cp.size) if known is not None else None
         if expect is not None and expect != cp.root:
             return self._refuse(
                 "rollback",
                 cp.origin,
                 size,
-                f"{where} is not a prefix of {cp.origin}@{size}, the last checkpoint this "
-                f"witness cosigned (its first {cp.size} leaves have root "
-                f"{expect.hex()[:16]}…): the log was rolled back to another history",
+                f"{where} has root {_b64(cp.root)}, but the first {cp.size} leaves of "
+                f"{cp.origin}@{size}, the last checkpoint this witness cosigned, have root "
+                f"{_b64(expect)}: the log was rolled back to another history",
                 note,
                 evidence=evidence,
             )
-        if head_before > cp.size:
+        shown = self._shown_after(cp, size, head_before, offset)
+        if shown:
             return self._refuse(
                 "rollback",
                 cp.origin,
                 size,
-                f"{where} was presented as the log's newest checkpoint after "
-                f"{cp.origin}@{head_before}: the log was rolled back (this witness is at {size})",
+                f"{where} (root {_b64(cp.root)}) was presented as the log's newest checkpoint "
+                f"{shown}: the log was rolled back (this witness is at {size})",
                 note,
                 evidence=evidence,
             )

@@ -16,10 +16,11 @@ poll that chain are joined first, see :meth:`WitnessFollower.handle_batch`):
   the log's; counted, warned, skipped (anyone with write access to the topic can append
   such a record);
 - ending at or before the witness's size: the same checkpoint seen again (re-read after a
-  restart) is fine; another root for a size it cosigned is a fork; a smaller size it never
-  cosigned is ``old`` (a late joiner re-reading the log: no alert) unless it is shown to be a
-  rollback: not a prefix of the witness's tree, or newer in the partition than a larger head
-  it does not extend (the log presented a smaller size as its newest);
+  restart, at a lower offset) is fine; another root for a size it cosigned is a fork; a
+  smaller size is ``old`` (a late joiner re-reading the log: no alert) unless it is shown to
+  be a rollback: not a prefix of the witness's tree, or newer in the partition (a higher
+  offset) than the record of the witness's size or a larger head it does not extend (the
+  log presented a smaller size as its newest), even an exact copy of one it cosigned;
 - ending after it: proof from the witness's size, then ``add_checkpoint`` (a bad proof is a
   fork). The record proves from any size that ends on a subtree of its start tree; across a
   wider gap (records gone from the topic) the missing nodes come from the archive's tiles if
@@ -102,6 +103,7 @@ class _Range:
     rec: CheckpointRecord
     tree: CompactTree
     head_before: int
+    offset: int | None  # of the range's last record
 
 
 class WitnessFollower:
@@ -177,7 +179,8 @@ class WitnessFollower:
             if checked is None:
                 continue
             rec, tree = checked
-            head_before = self._advance(partition, rec, tree, offsets[i] if offsets else None)
+            offset = offsets[i] if offsets else None
+            head_before = self._advance(partition, rec, tree, offset)
             cur = pending.get(partition)
             if (
                 cur is not None
@@ -187,11 +190,11 @@ class WitnessFollower:
                 joined = CheckpointRecord(
                     rec.note, cur.rec.start, cur.rec.prefix, cur.rec.leaves + rec.leaves
                 )
-                pending[partition] = _Range(joined, tree, cur.head_before)
+                pending[partition] = _Range(joined, tree, cur.head_before, offset)
                 continue
             if cur is not None:
                 out.append(self._decide(partition, cur))
-            pending[partition] = _Range(rec, tree, head_before)
+            pending[partition] = _Range(rec, tree, head_before, offset)
         out.extend(self._decide(p, r) for p, r in pending.items())
         return out
 
@@ -251,8 +254,9 @@ class WitnessFollower:
                 proof,
                 proof_from_log=from_log,
                 evidence=rec.encode(),
-                tree=r.tree,
                 head_before=r.head_before,
+                record=rec,
+                offset=r.offset,
             )
         except Refused as refused:
             return refused

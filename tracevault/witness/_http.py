@@ -3,7 +3,8 @@
 For a log that pushes its checkpoints (a tracevault archive, another tlog) rather than one
 the witness follows in Kafka. Request body: ``old <size>\\n``, at most 63 base64 proof lines,
 a blank line, the signed checkpoint. Answers: 200 with the cosignature line; 400 malformed;
-403 not signed by a trusted log key; 409 ``text/x.tlog.size`` with the witness's size (old
+404 an origin this witness does not witness (not a partition log of its deployment); 403
+not signed by a trusted log key; 409 ``text/x.tlog.size`` with the witness's size (old
 size is not its size, a different root for its size, a rollback); 422 the proof failed.
 The witness's lock makes check-and-persist atomic, as the spec requires (c2sp.org/tlog-witness).
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote
 
 import click
@@ -14,7 +14,13 @@ from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
-from tracevault.log import CosignatureSigner, load_verifiers, load_witness_signer
+from tracevault.log import (
+    CosignatureSigner,
+    Ed25519Verifier,
+    load_verifiers,
+    load_witness_signer,
+    load_witness_verifiers,
+)
 
 __all__ = ["witness"]
 
@@ -22,6 +28,25 @@ _STORE_HELP = (
     "The witness's own store: file:///DIR or s3://BUCKET/PREFIX, not the archive "
     "[env TRACEVAULT_WITNESS_STORE_URL]."
 )
+
+
+_LOG_VKEYS = click.option(
+    "--log-vkey",
+    "log_vkeys",
+    metavar="VKEY",
+    multiple=True,
+    help="Trusted log vkey (repeat, or @FILE) [default TRACEVAULT_LOG_VKEYS].",
+)
+
+
+def _log_keys(settings: Settings, log_vkeys: tuple[str, ...]) -> list[Ed25519Verifier]:
+    keys = load_verifiers(log_vkeys or [k for k in settings.log_vkeys.split(",") if k.strip()])
+    if not keys:
+        raise ConfigError(
+            "no trusted log key: pass --log-vkey or set TRACEVAULT_LOG_VKEYS to the "
+            "sequencer's vkey (tracevault keys show <log key file>)"
+        )
+    return keys
 
 
 def _signer(settings: Settings) -> CosignatureSigner:
@@ -63,6 +88,9 @@ def witness() -> None:
           --store file:///var/lib/tracevault-witness
     A log can also push checkpoints with a consistency proof: add
     --listen-port PORT (C2SP tlog-witness POST /add-checkpoint).
+    A witness we did not write (litewitness, any C2SP tlog-witness):
+      tracevault witness push --archive URL --witness-url URL \\
+          --witness-key VKEY --store URL
     Records gone from the topic before it read them (a gap) stall it
     until a later checkpoint proves consistency; --archive URL lets it
     read the missing nodes from the archive's tiles.
@@ -79,13 +107,7 @@ def witness() -> None:
     "or the key itself in TRACEVAULT_WITNESS_KEY].",
 )
 @click.option("--store", "store_url", metavar="URL", help=_STORE_HELP)
-@click.option(
-    "--log-vkey",
-    "log_vkeys",
-    metavar="VKEY",
-    multiple=True,
-    help="Trusted log vkey (repeat, or @FILE) [default TRACEVAULT_LOG_VKEYS].",
-)
+@_LOG_VKEYS
 @click.option(
     "--metrics-port",
     type=int,
@@ -130,7 +152,7 @@ def run(
     """
     from tracevault.runtime.liveness import Health, serve, stop_on_signals  # noqa: PLC0415
     from tracevault.witness._archive import ArchiveTiles  # noqa: PLC0415
-    from tracevault.witness._core import Witness  # noqa: PLC0415
+    from tracevault.witness._core import Witness, deployment_origins  # noqa: PLC0415
     from tracevault.witness._follow import WitnessFollower  # noqa: PLC0415 - Kafka import
     from tracevault.witness._http import serve_add_checkpoint  # noqa: PLC0415
 
@@ -143,15 +165,16 @@ def run(
         witness_metrics_port=metrics_port,
         witness_archive_url=archive_url,
     )
-    keys = load_verifiers(log_vkeys or [k for k in settings.log_vkeys.split(",") if k.strip()])
-    if not keys:
-        raise ConfigError(
-            "no trusted log key: pass --log-vkey or set TRACEVAULT_LOG_VKEYS to the "
-            "sequencer's vkey (tracevault keys show <log key file>)"
-        )
+    keys = _log_keys(settings, log_vkeys)
     signer = _signer(settings)
     store = open_store(_store_url(settings), settings)
-    w = Witness(store, signer, keys, retention=timedelta(days=settings.retention_days))
+    w = Witness(
+        store,
+        signer,
+        keys,
+        retention=timedelta(days=settings.retention_days),
+        origins=deployment_origins(settings.log_origin, settings.topic_prefix),
+    )
     archive = None
     if settings.witness_archive_url:
         archive = ArchiveTiles(
@@ -217,3 +240,81 @@ def status(ctx: click.Context, store_url: str | None, as_json: bool) -> None:
         kinds = ", ".join(sorted({str(r["kind"]) for r in refusals})) or "-"
         table.add_row(origin, str(row["size"] or "-"), f"{len(refusals)} ({kinds})")
     stdout.print(table)
+
+
+@witness.command()
+@click.option("--archive", "archive_url", metavar="URL", required=True, help="The archive.")
+@click.option(
+    "--witness-url",
+    metavar="URL",
+    required=True,
+    help="The witness's submission prefix (POST <URL>/add-checkpoint, C2SP tlog-witness).",
+)
+@click.option(
+    "--witness-key", metavar="VKEY", required=True, help="The witness's vkey (cosignature/v1)."
+)
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    help="Where to keep its cosignatures for `replay verify --witness-store` "
+    "[env TRACEVAULT_WITNESS_STORE_URL].",
+)
+@_LOG_VKEYS
+@click.option(
+    "--partition",
+    "partitions",
+    type=int,
+    multiple=True,
+    help="Partition to push (repeat) [all of the topic's].",
+)
+@click.option("--generation", help="The log's generation (docs/log.md) [the topic's now].")
+@click.pass_context
+def push(
+    ctx: click.Context,
+    archive_url: str,
+    witness_url: str,
+    witness_key: str,
+    store_url: str | None,
+    log_vkeys: tuple[str, ...],
+    partitions: tuple[int, ...],
+    generation: str | None,
+) -> None:
+    """Have a C2SP tlog-witness cosign each partition's newest archived checkpoint.
+
+    \b
+    For a witness that does not read the sealed topic (litewitness, any
+    tlog-witness): the checkpoint goes to POST /add-checkpoint with a
+    consistency proof from the witness's size, built from the archive's
+    tiles; the cosigned checkpoint is written to --store, where
+      tracevault replay verify RUN --witness-key VKEY --witness-store URL
+    finds it. 403/404 from the witness: it does not know the log (exit 3).
+    """
+    from tracevault.archive.tlog import checkpoint_prefix, log_prefix  # noqa: PLC0415
+    from tracevault.kafka import sealed_generation  # noqa: PLC0415 - Kafka import
+    from tracevault.witness._archive import ArchiveTiles  # noqa: PLC0415
+    from tracevault.witness._client import WitnessClient, push_archived  # noqa: PLC0415
+
+    settings = settings_from(ctx, witness_store_url=store_url)
+    keys = _log_keys(settings, log_vkeys)
+    wkey = load_witness_verifiers([witness_key])[0]
+    gen = sealed_generation(settings) if generation is None else generation
+    tiles = ArchiveTiles(open_store(archive_url, settings), settings.topic_prefix)
+    store = open_store(_store_url(settings), settings)
+    client = WitnessClient(witness_url)
+    until = datetime.now(UTC) + timedelta(days=settings.retention_days)
+    try:
+        for p in partitions or range(settings.partitions):
+            log = log_prefix(settings.topic_prefix, p, gen)
+            if not tiles.store.list(checkpoint_prefix(log)):
+                stderr.print(f"partition {p}: nothing archived yet under {log}")
+                continue
+            note = push_archived(
+                tiles, p, gen, client=client, witness_key=wkey, store=store,
+                log_keys=keys, retain_until=until,
+            )  # fmt: skip
+            first = note.split("\n", 2)
+            stderr.print(f"cosigned {first[0]}@{first[1]} by {wkey.name}")
+    finally:
+        store.close()
+        tiles.store.close()

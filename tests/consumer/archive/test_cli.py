@@ -145,7 +145,7 @@ def test_replay_verify_from_the_archive_checks_the_log_with_trusted_keys(
     _archive(url, "legacy", 4)
     keyfile = tmp_path / "vkeys"
     keyfile.write_text(f"# trusted\n{signer.verifier.vkey}\n")
-    base = ("replay", "--archive-url", url, "verify")
+    base = ("--prefix", "pfx", "replay", "--archive-url", url, "verify")  # the log's deployment
     code, out = _run(*base, "tiled", "--trusted-key", f"@{keyfile}", "--json")
     assert code == 0, out
     assert json.loads(out)["checks"][0].startswith("L1 signature")
@@ -154,14 +154,21 @@ def test_replay_verify_from_the_archive_checks_the_log_with_trusted_keys(
     doc = json.loads(out)
     assert code == 1 and not doc["ok"] and "L1 signature" in doc["error"]
     assert doc["object"].startswith("log/pfx/0/checkpoint/")
-    # a legacy archive has no log evidence: with a key it fails L1, without one it verifies
+    # another deployment's prefix: the same key, but not this deployment's origin
+    other_base = ("--prefix", "other", *base[2:])
+    code, out = _run(*other_base, "tiled", "--trusted-key", signer.verifier.vkey, "--json")
+    assert code == 1 and json.loads(out)["error"].startswith("L1 origin")
+    # a legacy archive has no log evidence: with a key it fails L1, without one it is
+    # unverified; --no-log-check checks its chain alone
     code, out = _run(*base, "legacy", "--trusted-key", signer.verifier.vkey, "--json")
     assert code == 1 and "no signed-log evidence" in json.loads(out)["error"]
     code, out = _run(*base, "legacy", "--json")
-    assert code == 0, out
-    # without a key the log run verifies its chain and says the log was not checked
+    assert code == 1 and json.loads(out)["status"] == "unverified"
+    code, out = _run(*base, "legacy", "--json", "--no-log-check")
+    assert code == 0 and json.loads(out)["status"] == "chain only", out
+    # without a key the log run is unverified, fail closed (exit 1)
     code, out = _run(*base, "tiled", "--json")
-    assert code == 0 and json.loads(out)["log_checked"] is False
+    assert code == 1 and json.loads(out)["log_checked"] is False
 
 
 def test_release_names_the_held_runs_that_keep_shared_log_objects(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ and checkpoints at different sizes of the same log).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import struct
@@ -83,9 +84,11 @@ from tracevault.errors import (
 from tracevault.kafka import sealed_generation
 from tracevault.log import (
     HASH_SIZE,
+    Checkpoint,
     CheckpointRecord,
     CompactTree,
     NoteVerifier,
+    VerifiedCheckpoint,
     is_checkpoint_record,
     leaf_data,
     leaf_prefix,
@@ -673,20 +676,9 @@ class Archiver(HolePlacer):
             vc = cpr.verify(self.verifiers)
             if vc.checkpoint.origin != plog.origin:
                 plog = self._switch(part, vc.checkpoint.origin)
+            self._not_stale(part, vc.checkpoint, msg.offset() or 0)
             size = plog.size
-            if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
-                raise LogError(
-                    f"its tree at {vc.start} leaves is not the one this partition's log has "
-                    "(the log forked)"
-                )
-            if vc.start < size <= vc.checkpoint.size:  # re-read after a restart: must match
-                tree = plog.tree.copy()
-                tree.extend(vc.leaves[size - vc.start :])
-                if tree.root() != vc.checkpoint.root:
-                    raise LogError(
-                        f"the archived log of {size} leaves is not a prefix of it (the log "
-                        "forked, or the archive was changed)"
-                    )
+            _continues(plog, cpr, vc)
             matched, unmatched = _match(part.pending, vc.leaves, vc.start)
         except LogError as exc:
             detail = (
@@ -694,7 +686,7 @@ class Archiver(HolePlacer):
                 f"{len(part.pending)} record(s) read since the last verified checkpoint stay "
                 "pending (never archived unless a verified checkpoint lists them)"
             )
-            if "forked" in str(exc):
+            if "forked" in str(exc) or "rolled back" in str(exc):
                 log.error("ALERT archiver: %s", detail)
             self._refuse(msg, Why.BAD_CHECKPOINT, detail)
             return
@@ -739,6 +731,25 @@ class Archiver(HolePlacer):
             part.durable_offset = part.ready_offset
         elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
             self._flush(part)
+
+    @staticmethod
+    def _not_stale(part: _Part, cp: Checkpoint, offset: int) -> None:
+        """Refuse a checkpoint smaller than one the partition presented before it.
+
+        Why: a genuine log only grows, so a record later in the partition that signs a
+        smaller size (an exact copy of an old checkpoint record, or another, smaller tree)
+        is the log key's holder presenting an older view as the newest: a rollback. Nothing
+        of it would be archived anyway; this makes it an ALERT rather than a silent no-op."""
+        head = part.head
+        if head is not None and head[0] == cp.origin and offset > head[1] and cp.size < head[2]:
+            raise LogError(
+                f"it signs {cp.origin}@{cp.size} (root "
+                f"{base64.b64encode(cp.root).decode()}) at offset {offset}, after the "
+                f"checkpoint record of {cp.origin}@{head[2]} at offset {head[1]}: an old "
+                "checkpoint replayed, or the log rolled back"
+            )
+        if head is None or head[0] != cp.origin or offset > head[1]:
+            part.head = (cp.origin, offset, cp.size)
 
     def _flush_due(self, *, caught_up: bool = False) -> None:
         """Flush what is old enough, or everything once a poll came back empty: the
@@ -872,3 +883,23 @@ def _match(
 
 def _days(n: int) -> timedelta:
     return timedelta(days=n)
+
+
+def _continues(plog: PartitionLog, cpr: CheckpointRecord, vc: VerifiedCheckpoint) -> None:
+    """A verified checkpoint extends the partition's log as archived, or ``LogError``: its
+    tree at its start is the log's, and one the archive already passed (a re-read after a
+    restart) has the archived log as a prefix."""
+    size = plog.size
+    if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
+        raise LogError(
+            f"its tree at {vc.start} leaves is not the one this partition's log has "
+            "(the log forked)"
+        )
+    if vc.start < size <= vc.checkpoint.size:
+        tree = plog.tree.copy()
+        tree.extend(vc.leaves[size - vc.start :])
+        if tree.root() != vc.checkpoint.root:
+            raise LogError(
+                f"the archived log of {size} leaves is not a prefix of it (the log "
+                "forked, or the archive was changed)"
+            )

@@ -51,6 +51,10 @@ class Part:
     # (offset, reason, quarantine key) of those without one (undecodable)
     marked: dict[int, tuple[str, str]] = field(default_factory=dict)
     prev: PartitionLog | None = None  # the log of the partition before the last switch
+    # (origin, offset, size) of the newest checkpoint record verified in this session: a
+    # smaller one at a higher offset was presented after it, an ALERT (docs/log.md,
+    # "Archive"); a re-read after a rebalance comes at a lower offset
+    head: tuple[str, int, int] | None = None
     opaque: list[tuple[int, str, str]] = field(default_factory=list)
     opened: float = 0.0  # when the first unflushed leaf was verified
     # flushes taken and not yet accounted for, oldest first: (future of (objects written,

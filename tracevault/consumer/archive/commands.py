@@ -374,10 +374,37 @@ def _day_time(iso: str | None) -> str:
 
 @archive.command("retention-report")
 @_archive_option
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    multiple=True,
+    metavar="VKEY|@FILE",
+    help="A log key (repeatable) [env TRACEVAULT_LOG_VKEYS]: checks freshness too.",
+)
+@click.option(
+    "--witness-key",
+    "witness_keys",
+    multiple=True,
+    metavar="VKEY|@FILE",
+    help="A witness key whose cosigned sizes the archive must reach (repeatable).",
+)
+@click.option(
+    "--witness-store",
+    "witness_stores",
+    multiple=True,
+    metavar="URL",
+    help="A witness's store (repeatable) [env TRACEVAULT_WITNESS_STORES, comma-separated].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (every object of every run).")
 @click.pass_context
 def retention_report_cmd(
-    ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | None, as_json: bool
+    ctx: click.Context,
+    archive_url: str | None,
+    s3_endpoint_url: str | None,
+    trusted_keys: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+    witness_stores: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """For every archived run: its objects' locks, checked against its receipts and the index.
 
@@ -385,18 +412,24 @@ def retention_report_cmd(
     written (EU AI Act Art. 19); a store lock that disagrees with the retain-until its
     receipt states; objects missing (against the final receipt, the receipts and the day
     index) or extra; and on S3 delete markers and later versions over a locked original.
-    Exits 1 when anything is flagged, with or without --json: use it as an audit check.
+    With a log key, freshness too: each partition's archived log against the sizes the
+    witness stores cosigned and the sealed topic's checkpoint the archiver committed past
+    (when Kafka answers); a smaller archive is a rollback. Exits 1 when anything is flagged,
+    with or without --json: use it as an audit check.
 
     \b
     Examples:
       tracevault archive retention-report
       tracevault archive retention-report --json > retention-evidence.json
+      tracevault archive retention-report --trusted-key @log.vkey \\
+          --witness-key @witness.vkey --witness-store file:///srv/witness
     """
     from tracevault.archive import retention_report  # noqa: PLC0415
 
     settings, store = _store(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     with _progress("reading locks and receipts", not as_json) as progress:
         runs = retention_report(store, retention_days=settings.retention_days, progress=progress)
+    fresh = _freshness(settings, trusted_keys, witness_keys, witness_stores)
     if as_json:
         echo_json([{**asdict(r), "ok": r.ok} for r in runs])
     else:
@@ -420,7 +453,44 @@ def retention_report_cmd(
                 "yes" if r.held else "",
             )
         stdout.print(t)
+    if fresh is not None:  # on stderr: --json keeps its list of runs
+        for line in () if as_json else fresh["notes"]:
+            stderr.print(f"[yellow]freshness:[/] {line}")
+        for line in fresh["rollbacks"]:
+            stderr.print(f"[red]rollback:[/] {line}")
     bad = [r.run_id for r in runs if not r.ok]
     if bad:
         stderr.print(f"[red]{len(bad)} run(s) flagged: {bad[:5]}[/]")
+    if bad or (fresh is not None and not fresh["ok"]):
         ctx.exit(1)
+
+
+def _freshness(
+    settings: Settings, trusted: tuple[str, ...], witness: tuple[str, ...], urls: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The archive's freshness (docs/log.md, "Freshness") as one JSON object, or None without
+    a trusted log key (no size could be trusted)."""
+    from tracevault.archive import archive_freshness  # noqa: PLC0415
+    from tracevault.kafka import archived_tails  # noqa: PLC0415
+    from tracevault.log import load_verifiers, load_witness_verifiers  # noqa: PLC0415
+
+    conf = settings.log_vkeys.strip()
+    vkeys = [] if not conf else [conf] if conf.startswith("@") else conf.split(",")
+    vkeys = [v.strip() for v in [*vkeys, *trusted] if v.strip()]
+    if not vkeys:
+        return None
+    stores = list(urls) or [u.strip() for u in settings.witness_stores.split(",") if u.strip()]
+    got = archive_freshness(
+        settings,
+        keys=load_verifiers(vkeys),
+        witnesses=load_witness_verifiers(witness),
+        witness_urls=stores,
+        tails=archived_tails(settings, timeout=3.0),
+    )
+    return {
+        "freshness": True,
+        "ok": got.ok,
+        "rollbacks": [r.describe() for r in got.rollbacks],
+        "compared": got.compared,
+        "notes": got.notes,
+    }

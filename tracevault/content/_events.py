@@ -1,0 +1,126 @@
+"""A run's events with their content opened: the one place readers decrypt.
+
+``replay show/run/diff``, ``export --otel --content`` and ``batch`` pass the events they
+loaded (and verified: verify reads the ciphertext, never the plaintext) through
+:func:`readable`. A run recorded in clear, before encryption or without a provider, is
+returned as it is. An encrypted run's data key is unwrapped once, through the provider the
+settings name, and its events are opened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from tracevault.content._cipher import RunCipher
+from tracevault.content._provider import KeyProvider
+from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey
+from tracevault.errors import ContentKeyError
+from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, check_canonical
+
+__all__ = ["is_encrypted", "metadata_only", "open_event", "readable", "wrapped_key_of"]
+
+
+def wrapped_key_of(events: Sequence[TraceEvent]) -> WrappedKey | None:
+    """The run's wrapped data key from its RUN_STARTED, or None for a run in clear."""
+    if not len(events):
+        return None
+    first = events[0]
+    if first.kind is not EventKind.RUN_STARTED:
+        return None
+    text = first.attributes.get(KEY_ATTRIBUTE)
+    return None if text is None else WrappedKey.from_attribute(text, run_id=first.run_id)
+
+
+def is_encrypted(events: Sequence[TraceEvent]) -> bool:
+    return wrapped_key_of(events) is not None
+
+
+def readable(
+    events: Sequence[TraceEvent], provider: KeyProvider | None, tenant: str
+) -> Sequence[TraceEvent]:
+    """``events`` with content in clear; ContentKeyError when this reader may not open them.
+
+    Refused, naming the run's tenant and provider: no provider configured here, a provider of
+    another kind, a run of another tenant than ``tenant`` (the reader's grant), or a provider
+    that will not unwrap the run's key (no grant, an erased key).
+    """
+    wrapped = wrapped_key_of(events)
+    if wrapped is None:
+        return events
+    run_id = events[0].run_id
+    if provider is None:
+        raise ContentKeyError(
+            f"run {run_id} is encrypted under {wrapped.describe()}; no key provider is "
+            "configured here (TRACEVAULT_KEY_PROVIDER): its content cannot be read. "
+            "`replay verify` needs no key; `replay show --metadata` shows the timeline"
+        )
+    if wrapped.tenant != tenant:
+        raise ContentKeyError(
+            f"run {run_id} belongs to tenant {wrapped.tenant!r} (provider {wrapped.provider}); "
+            f"this reader holds the keys of tenant {tenant!r} (TRACEVAULT_TENANT): refused"
+        )
+    if wrapped.provider != provider.name:
+        raise ContentKeyError(
+            f"run {run_id} is encrypted under {wrapped.describe()}; the provider configured "
+            f"here is {provider.name}"
+        )
+    key = provider.unwrap(wrapped, run_id)
+    cipher = RunCipher(run_id, key)
+    # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
+    return [open_event(ev, cipher) for ev in events]
+
+
+def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:
+    seq = ev.seq
+    if ev.kind is EventKind.GAP:  # written by the sequencer, never encrypted
+        return ev
+    err = ev.error
+    if err is not None:
+        msg = cipher.open(seq, "error", err.message.encode("utf-8")).decode("utf-8")
+        err = ErrorInfo(err.type, msg)
+    request = cipher.open(seq, "request", ev.request)
+    response = cipher.open(seq, "response", ev.response)
+    # The sequencer could check only the envelopes: the plaintext's canonical JSON is
+    # checked here, where it is first seen (NonCanonicalJSONError naming run, seq and field).
+    where = f"run {ev.run_id} seq {seq}: $."
+    check_canonical(request, field=where + "request")
+    check_canonical(response, field=where + "response")
+    return dataclasses.replace(ev, request=request, response=response, error=err)
+
+
+_HIDDEN = b'"<encrypted>"'
+
+
+def metadata_only(events: Sequence[TraceEvent]) -> Sequence[TraceEvent]:
+    """An encrypted run's events for a timeline without its key: content as ``"<encrypted>"``
+    (a TOOL_CALL request keeps its tool name, as its envelope does); a run in clear as is."""
+    if wrapped_key_of(events) is None:
+        return events
+    out = []
+    for ev in events:
+        if ev.kind is EventKind.GAP:
+            out.append(ev)
+            continue
+        request = _HIDDEN
+        tool = _clear_tool(ev.request)
+        if tool is not None:
+            request = b'{"args":"<encrypted>","tool":' + tool + b"}"
+        err = ev.error
+        out.append(
+            dataclasses.replace(
+                ev,
+                request=request,
+                response=_HIDDEN,
+                error=None if err is None else ErrorInfo(err.type, "<encrypted>"),
+            )
+        )
+    return out
+
+
+def _clear_tool(envelope: bytes) -> bytes | None:
+    """The tool name's JSON literal an envelope carries in clear, or None."""
+    at = envelope.rfind(b'","tool":')
+    if at < 0 or not envelope.endswith(b',"v":1}'):
+        return None
+    return envelope[at + 9 : -len(b',"v":1}')]

@@ -1,0 +1,144 @@
+"""The Recorder's encryption hook: a run's content sealed on the Publisher's thread.
+
+``content_hook`` is the one call the Recorder makes (docs/confidentiality.md). When the
+settings name a key provider, it asks the provider for the run's data key (once, in the
+agent, before anything is published: an unreachable provider fails the run's start, nothing
+goes out in clear), returns the RUN_STARTED attribute carrying the wrapped key, and wraps
+the run's ``encode_fields`` so that request, response and error message are sealed right
+before the Avro bytes are made, off the agent's thread. Everything the Recorder checks
+(canonical JSON, sizes, model ids) it has already checked on the plaintext.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from tracevault.config import Settings
+from tracevault.content import (
+    KEY_ATTRIBUTE,
+    REDACT_ATTRIBUTE,
+    KeyProvider,
+    Redactor,
+    RunCipher,
+    open_provider,
+    subject_ref,
+)
+from tracevault.errors import ConfigError
+from tracevault.producer._wire import EventEncoder, EventFields
+from tracevault.schemas import ErrorInfo, EventKind
+
+__all__ = ["ContentHook", "confidential", "content_hook", "redactor"]
+
+Encode = Callable[[EventFields], bytes]
+_TOOL = EventKind.TOOL_CALL
+_TENANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _is_str(value: object) -> bool:
+    # Callers are typed, agents are not: a runtime check of what the annotation promises.
+    return isinstance(value, str)
+
+
+class ContentHook:
+    """One run's sealing: the attribute for RUN_STARTED and the wrapped encoder."""
+
+    __slots__ = ("attributes", "cipher", "provider", "subject", "tenant")
+
+    def __init__(
+        self, provider: KeyProvider, run_id: str, tenant: str, subject: str | None
+    ) -> None:
+        self.provider, self.tenant, self.subject = provider, tenant, subject
+        ref = subject_ref(tenant, subject)
+        data_key, wrapped = provider.generate(tenant, ref, run_id)
+        self.cipher = RunCipher(run_id, data_key)
+        self.attributes = {KEY_ATTRIBUTE: wrapped.to_attribute()}
+
+    def wrap(self, encode: Encode) -> Encode:
+        seal, seal_tool = self.cipher.seal, self.cipher.seal_tool_request
+
+        def sealed(fields: EventFields) -> bytes:
+            seq, kind, at, request, response, model, seed, error, key, parent, extra, il = fields
+            req = seal_tool(seq, request) if kind is _TOOL else seal(seq, "request", request)
+            if error is not None:
+                text = seal(seq, "error", error.message.encode("utf-8")).decode("ascii")
+                error = ErrorInfo(error.type, text)
+            return encode(
+                (
+                    seq,
+                    kind,
+                    at,
+                    req,
+                    seal(seq, "response", response),
+                    model,
+                    seed,
+                    error,
+                    key,
+                    parent,
+                    extra,
+                    il,
+                )
+            )
+
+        return sealed
+
+
+def content_hook(
+    settings: Settings,
+    run_id: str,
+    *,
+    tenant: str | None,
+    subject: str | None,
+) -> ContentHook | None:
+    """The run's hook, or None when no key provider is configured (content in clear).
+
+    ``subject`` without a provider is refused: the agent asked for erasable content and
+    would get plaintext.
+    """
+    if subject is not None and (not _is_str(subject) or not subject):
+        raise ConfigError(f"Recorder(subject=...) must be a non-empty str, got {subject!r}")
+    if tenant is not None and (not _is_str(tenant) or not _TENANT.fullmatch(tenant)):
+        raise ConfigError(
+            f"Recorder(tenant=...) must be 1 to 64 of A-Z a-z 0-9 _ -, got {tenant!r}"
+        )
+    provider = open_provider(settings)
+    if provider is None:
+        if subject is not None or tenant is not None:
+            raise ConfigError(
+                "Recorder(subject=/tenant=) asks for encrypted content, but no key provider "
+                "is configured: set TRACEVAULT_KEY_PROVIDER (keyring or kms)"
+            )
+        return None
+    return ContentHook(provider, run_id, tenant or settings.tenant, subject)
+
+
+def redactor(settings: Settings, rules: Iterable[str] | None) -> Redactor | None:
+    """``Recorder(redact=...)``'s rules with the deployment's key, or None without rules."""
+    if not rules:
+        return None
+    if isinstance(rules, str):
+        raise ConfigError(f"Recorder(redact=...) takes a list of rules, got the string {rules!r}")
+    key = settings.redaction_key
+    return Redactor(rules, b"" if key is None else key.get_secret_value().encode())
+
+
+def confidential(
+    settings: Settings,
+    encoder: EventEncoder,
+    attributes: dict[str, str],
+    *,
+    tenant: str | None,
+    subject: str | None,
+    redact: Iterable[str] | None,
+) -> tuple[Encode, ContentHook | None, Redactor | None]:
+    """The Recorder's one call: its encoder (sealing content when a key provider is set), the
+    hook, and the redactor; the RUN_STARTED ``attributes`` get the wrapped key and the rules."""
+    encode: Encode = encoder.encode_fields
+    hook = content_hook(settings, encoder.run_id, tenant=tenant, subject=subject)
+    if hook is not None:
+        encode = hook.wrap(encode)
+        attributes.update(hook.attributes)
+    r = redactor(settings, redact)
+    if r is not None:
+        attributes[REDACT_ATTRIBUTE] = r.attribute()
+    return encode, hook, r
