@@ -145,6 +145,21 @@ def _allow_list(ids: Iterable[str] | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def _tool_table(tools: Mapping[str, Callable[..., Any] | Tool] | None) -> dict[str, Tool]:
+    """``Recorder(tools=...)`` checked, every entry a :class:`Tool`."""
+    out: dict[str, Tool] = {}
+    for name, fn in (tools or {}).items():
+        if not _is_text(name) or not name:
+            raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
+        if not isinstance(fn, Tool) and not callable(fn):
+            raise ConfigError(
+                f"Recorder(tools={{{name!r}: ...}}) must be the tool's function or a "
+                f"Tool(fn, side_effect=...), got a {type(fn).__name__}: {fn!r:.80}"
+            )
+        out[name] = fn if isinstance(fn, Tool) else Tool(fn)
+    return out
+
+
 def _check_seed(seed: object, path: str = "$.seed") -> None:
     if seed is None:
         return
@@ -221,16 +236,7 @@ class Recorder:
         run_id = check_run_id(
             str(uuid.uuid4()) if run_id is None else run_id, what="Recorder(run_id=...)"
         )
-        self._tools: dict[str, Tool] = {}
-        for name, fn in (tools or {}).items():
-            if not _is_text(name) or not name:
-                raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
-            if not isinstance(fn, Tool) and not callable(fn):
-                raise ConfigError(
-                    f"Recorder(tools={{{name!r}: ...}}) must be the tool's function or a "
-                    f"Tool(fn, side_effect=...), got a {type(fn).__name__}: {fn!r:.80}"
-                )
-            self._tools[name] = fn if isinstance(fn, Tool) else Tool(fn)
+        self._tools = _tool_table(tools)
         if model is not None and not callable(model):
             raise ConfigError("Recorder(model=...) must be callable")
         self._model_allow = publisher.settings.allowed_models | _allow_list(model_allow)
