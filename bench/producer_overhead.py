@@ -11,10 +11,19 @@ Against a live broker (``--bootstrap``, default ``$KAFKA_BOOTSTRAP_SERVERS`` or
    (``publisher.flush``), against raw confluent-kafka ``produce`` of the very same encoded
    bytes with the same producer settings, also until acknowledged; rounds alternate.
 
+3. one raw produce: the median time of one confluent-kafka ``produce`` call of an encoded
+   event of the same bytes, timed in the same alternation, so ``overhead_vs_produce`` is the
+   Recorder's median overhead in units of that call.
+
+With ``--agent-identity`` every Recorder signs its chain with an agent key (docs/identity.md):
+the note every ``--attest-every`` events (default 64), in RUN_STARTED and RUN_FINISHED.
+
 Prints progress lines as JSON, and last one JSON object with ``median_overhead_us``,
-``p99_overhead_us``, ``events_per_s``, ``baseline_events_per_s``, ``throughput_ratio``.
+``p99_overhead_us``, ``events_per_s``, ``baseline_events_per_s``, ``throughput_ratio``,
+``produce_median_us`` and ``overhead_vs_produce``.
 
     .venv/bin/python bench/producer_overhead.py [--calls 20000] [--events 30000] [--rounds 5]
+    .venv/bin/python bench/producer_overhead.py --agent-identity
 """
 
 from __future__ import annotations
@@ -35,7 +44,9 @@ from confluent_kafka.admin import AdminClient
 
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
+from tracevault.log import Ed25519Signer
 from tracevault.producer import Publisher, Recorder, producer_config
+from tracevault.schemas import EventKind, canonical_json
 
 PAYLOAD = 1536
 VARIANTS = 512
@@ -73,17 +84,39 @@ def quantile(xs: list[int], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000.0
 
 
-def bench_latency(publisher: Publisher, calls: int) -> dict[str, float]:
-    rec = Recorder(
-        publisher=publisher, agent_id="bench", agent_version="1", tools={"t": tool}, input=None
+AGENT_KEY: list[Ed25519Signer] = []  # set by --agent-identity
+
+
+def _recorder(publisher: Publisher) -> Recorder:
+    return Recorder(
+        publisher=publisher,
+        agent_id="bench",
+        agent_version="1",
+        tools={"t": tool},
+        input=None,
+        agent_key=AGENT_KEY[0] if AGENT_KEY else None,
     )
+
+
+def bench_latency(publisher: Publisher, calls: int) -> dict[str, float]:
+    rec = _recorder(publisher)
+    raw = Producer(producer_config(publisher.settings))
+    topic = publisher.settings.topics.raw
+    value = rec._enc.encode(
+        1, EventKind.TOOL_CALL, time.time_ns() // 1000, canonical_json(ARGS[0]),
+        canonical_json(tool(ARGS[0])), attributes={"duration_us": "3"},
+    )  # fmt: skip
+    key = rec.run_id.encode()
     bare: list[int] = []
     edge: list[int] = []
+    produce: list[int] = []
     clock = time.perf_counter_ns
     with rec:
         for i in range(2000):  # warm up: producer connected, caches hot
             rec.tool("t", ARGS[i % VARIANTS])
             tool(ARGS[i % VARIANTS])
+            raw.produce(topic, value, key)
+            raw.poll(0)
         for i in range(calls):
             args = ARGS[i % VARIANTS]
             t0 = clock()
@@ -91,10 +124,16 @@ def bench_latency(publisher: Publisher, calls: int) -> dict[str, float]:
             t1 = clock()
             rec.tool("t", args)
             t2 = clock()
+            raw.produce(topic, value, key)
+            t3 = clock()
+            raw.poll(0)
             bare.append(t1 - t0)
             edge.append(t2 - t1)
+            produce.append(t3 - t2)
     publisher.flush(60)
+    raw.flush(60)
     return {
+        "produce_median_us": quantile(produce, 0.5),
         "bare_median_us": quantile(bare, 0.5),
         "edge_median_us": quantile(edge, 0.5),
         "edge_p99_us": quantile(edge, 0.99),
@@ -106,9 +145,7 @@ def bench_latency(publisher: Publisher, calls: int) -> dict[str, float]:
 def recorder_round(publisher: Publisher, events: int) -> tuple[float, list[tuple[bytes, bytes]]]:
     """Events/s through the edge until acknowledged; also returns the bytes it produced."""
     captured: list[tuple[bytes, bytes]] = []
-    rec = Recorder(
-        publisher=publisher, agent_id="bench", agent_version="1", tools={"t": tool}, input=None
-    )
+    rec = _recorder(publisher)
     t0 = time.perf_counter()
     with rec:
         for i in range(events - 2):
@@ -118,8 +155,6 @@ def recorder_round(publisher: Publisher, events: int) -> tuple[float, list[tuple
     elapsed = time.perf_counter() - t0
     # The same bytes for the baseline: re-encode this run's events outside the timed part.
     enc = rec._enc
-    from tracevault.schemas import EventKind, canonical_json
-
     at = time.time_ns() // 1000
     for seq in range(events):
         args = ARGS[seq % VARIANTS]
@@ -156,11 +191,15 @@ def options(doc: str) -> argparse.Namespace:
     ap.add_argument("--calls", type=int, default=20_000, help="latency samples")
     ap.add_argument("--events", type=int, default=30_000, help="events per throughput round")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--agent-identity", action="store_true", help="Recorders sign their chain")
+    ap.add_argument("--attest-every", type=int, default=64, help="events per agent note")
     return ap.parse_args()
 
 
 def main() -> None:
     opts = options(__doc__ or "")
+    if opts.agent_identity:
+        AGENT_KEY.append(Ed25519Signer.generate("bench.agents.example"))
 
     with tempfile.TemporaryDirectory() as spool:
         settings = Settings(
@@ -168,6 +207,7 @@ def main() -> None:
             topic_prefix=f"bench-producer-{uuid.uuid4().hex[:8]}",
             partitions=3,
             spool_dir=spool,
+            agent_attest_every=opts.attest_every,
         )
         ensure_topics(settings)
         try:
@@ -212,6 +252,11 @@ def main() -> None:
                 "events_per_s": round(events_per_s),
                 "baseline_events_per_s": round(baseline),
                 "throughput_ratio": round(events_per_s / baseline, 3),
+                "produce_median_us": round(latency["produce_median_us"], 2),
+                "overhead_vs_produce": round(
+                    latency["median_overhead_us"] / latency["produce_median_us"], 3
+                ),
+                "agent_identity": bool(AGENT_KEY),
                 "rounds": opts.rounds,
                 "events_per_round": opts.events,
                 "undelivered": report.undelivered,

@@ -14,9 +14,14 @@ while this process produces new runs at a steady rate (default 5,000 events/s) a
 becomes readable minus the moment its raw event was handed to the producer (carried in the
 event's ``at`` field). The first second is a warm-up and is not counted.
 
+With ``--agent-identity`` the throughput phase's runs are signed as a Recorder with an agent
+key signs them (a note in RUN_STARTED, every 64 events and in RUN_FINISHED, docs/identity.md),
+and the sequencer trusts that key (``agent_vkeys``), so it checks every note as it seals it.
+
 Usage::
 
     .venv/bin/python bench/sequencer_throughput.py [--events 100000] [--rate 5000]
+    .venv/bin/python bench/sequencer_throughput.py --agent-identity
 
 The last output line is one JSON object with ``events_per_s``, ``baseline_events_per_s``,
 ``ratio``, ``latency_p50_ms``, ``latency_p99_ms`` (and the parameters used).
@@ -45,6 +50,7 @@ from tracevault.consumer.sequencer._rules import BatchOutput
 from tracevault.content import RunCipher
 from tracevault.kafka import ensure_topics
 from tracevault.log import LOG_KEY_ENV, Ed25519Signer, is_checkpoint_record
+from tracevault.producer._attest import Attestor
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -101,6 +107,35 @@ def event(run_id: str, seq: int, last: int, at: int) -> bytes:
     )
 
 
+AGENT_KEY: list[Ed25519Signer] = []  # set by --agent-identity
+
+
+def signed_runs(plan: list[tuple[str, int, int]], now: int) -> dict[tuple[str, int], bytes]:
+    """Each run's events as the Recorder's attestor writes them (notes every 64 events)."""
+    out: dict[tuple[str, int], bytes] = {}
+    attestors: dict[str, Attestor] = {}
+    for run, seq, last in sorted(plan, key=lambda x: (x[0], x[1])):
+        att = attestors.get(run)
+        if att is None:
+            att = attestors[run] = Attestor(
+                run, _fields_encoder(run), AGENT_KEY[0], every=64, interval_s=1e9
+            )
+        plain = decode_event(event(run, seq, last, now), check_json=False)
+        fields = (seq, plain.kind, now, plain.request, plain.response, *(None,) * 5, {}, None)
+        out[run, seq] = att.encode_fields(fields)  # type: ignore[arg-type]
+    return out
+
+
+def _fields_encoder(run: str) -> Any:
+    def encode(f: Any) -> bytes:
+        return encode_event(
+            TraceEvent(run_id=run, seq=f[0], kind=f[1], at=f[2], agent=AGENT, request=f[3],
+                       response=f[4], attributes=dict(f[10] or {})),
+        )  # fmt: skip
+
+    return encode
+
+
 def interleaved(n_events: int, n_runs: int, stem: str) -> list[tuple[str, int, int]]:
     """(run_id, seq, last) round-robin over runs, so every batch touches many runs."""
     per_run = n_events // n_runs
@@ -116,10 +151,12 @@ def producer(settings: Settings) -> Producer:
 def produce_all(settings: Settings, plan: list[tuple[str, int, int]]) -> None:
     p = producer(settings)
     now = time.time_ns() // 1000
+    signed = signed_runs(plan, now) if AGENT_KEY else {}
     for run, seq, last in plan:
+        value = signed[run, seq] if signed else event(run, seq, last, now)
         while True:
             try:
-                p.produce(settings.topics.raw, event(run, seq, last, now), run)
+                p.produce(settings.topics.raw, value, run)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -305,6 +342,7 @@ def _fresh(args: argparse.Namespace, admin: AdminClient) -> tuple[Settings, str]
         partitions=args.partitions,
         sequencer_batch_size=args.batch_size,
         sequencer_batch_wait_ms=20,
+        agent_vkeys=json.dumps({AGENT.agent_id: [AGENT_KEY[0].verifier.vkey]}) if AGENT_KEY else "",
     )
     ensure_topics(settings)
     out_topic = f"{prefix}.passthrough"
@@ -335,10 +373,13 @@ def main() -> None:
     )
     ap.add_argument("--rate", type=int, default=5_000, help="events/s for the latency phase")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--agent-identity", action="store_true", help="runs signed by an agent key")
     ap.add_argument(
         "--encrypted", action="store_true", help="payloads sealed as with a key provider"
     )
     args = ap.parse_args()
+    if args.agent_identity:
+        AGENT_KEY.append(Ed25519Signer.generate("bench.agents.example"))
     if args.encrypted:
         global CIPHERS  # noqa: PLW0603 - one switch for the event maker
         CIPHERS = {}
@@ -383,6 +424,7 @@ def main() -> None:
                 "events_per_s": round(seq, 1),
                 "baseline_events_per_s": round(base, 1),
                 "ratio": round(seq / base, 3),
+                "agent_identity": bool(AGENT_KEY),
                 **lat,
             }
         )

@@ -27,7 +27,12 @@ Timed, in the same process and on the same files, best of ``--reps`` each:
   record iterated (the read the target is set against). ``bundle_baseline`` (extra): fastavro
   ``schemaless_reader`` over every value of the archive's data bundles.
 
+With ``--agent-identity`` the run is signed as a Recorder with an agent key signs it (a note
+in RUN_STARTED, every 64 events, in RUN_FINISHED; docs/identity.md) and every verify trusts
+that key (check I: one signature per note; the digests are read only where a chain differs).
+
     .venv/bin/python bench/verify_throughput.py [--events 100000] [--reps 5]
+    .venv/bin/python bench/verify_throughput.py --agent-identity
 
 Last line: {"events", "seconds", "ratio" (best over best), "ratio_per_rep_median", ...}.
 Target: ratio >= 0.45.
@@ -46,15 +51,18 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import fastavro
 from replay_throughput import RUN, archive, baseline, make_run
 
 from tracevault.archive import open_store
 from tracevault.archive.tlog import data_key, log_prefix
+from tracevault.chain import genesis, link
 from tracevault.consumer.archive._logwriter import LeafRecord, PartitionLog
 from tracevault.log import (
     TILE_WIDTH,
+    AgentKeys,
     CheckpointRecord,
     CompactTree,
     Ed25519Signer,
@@ -64,14 +72,41 @@ from tracevault.log import (
     log_origin,
     tile_width,
 )
+from tracevault.producer._attest import Attestor
 from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._log import LogPolicy
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer._verify import verify
-from tracevault.schemas import SealedEvent, default_schemas, encode_sealed
+from tracevault.schemas import (
+    SealedEvent,
+    decode_event,
+    default_schemas,
+    encode_event,
+    encode_sealed,
+)
 
 PREFIX = "bench"
 ORIGIN = log_origin("tracevault", PREFIX, 0)
+
+
+AGENTS: list[AgentKeys | None] = [None]  # set by --agent-identity
+
+
+def signed_run(sealed: list[SealedEvent], key: Ed25519Signer) -> list[SealedEvent]:
+    """``sealed``'s events as a Recorder with ``key`` writes them, chained again."""
+
+    def encode(f: Any) -> bytes:
+        return encode_event(dataclasses.replace(events[f[0]], attributes=dict(f[10] or {})))
+
+    events = [decode_event(s.raw, check_json=False) for s in sealed]
+    att = Attestor(RUN, encode, key, every=64, interval_s=1e9)
+    prev, out = genesis(RUN), []
+    for s, ev in zip(sealed, events, strict=True):
+        raw = att.encode_fields((ev.seq, ev.kind, *(None,) * 8, {}, None))  # type: ignore[arg-type]
+        h = link(prev, raw)
+        out.append(dataclasses.replace(s, prev_hash=prev, hash=h, raw=raw))
+        prev = h
+    return out
 
 
 def checkpoints(
@@ -129,8 +164,9 @@ def ours(
     run = load_from_archive(store, RUN)
     if found:  # the topic's evidence: checkpoint records beside the records
         run = dataclasses.replace(run, log_origin=ORIGIN, log_checkpoints=found)
-    report = verify(run, require_finished=True, rebuild=True, log=keys)
+    report = verify(run, require_finished=True, rebuild=True, log=keys, agents=AGENTS[0])
     dt = time.perf_counter() - t
+    assert AGENTS[0] is None or any(c.startswith("I identity") for c in report.checks)
     store.close()
     assert report.finished and report.count == len(run)
     assert isinstance(report.events, list) and len(report.events) == report.count
@@ -169,13 +205,19 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="events per checkpoint record")
     ap.add_argument("--flush-events", type=int, default=10_000, help="leaves per archive flush")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--agent-identity", action="store_true", help="the run signed by its agent")
     args = ap.parse_args()
+    agent = Ed25519Signer.generate("bench.agents.example") if args.agent_identity else None
     key = Ed25519Signer.generate("bench.log")
     policy = LogPolicy((key.verifier,))
     with tempfile.TemporaryDirectory(prefix="tv-verify-bench-") as tmp:
         segs, tiled = Path(tmp) / "segments", Path(tmp) / "tiled"
         t = time.perf_counter()
         sealed = make_run(args.events)
+        if agent is not None:
+            sealed = signed_run(sealed, agent)
+            agent_id = decode_event(sealed[0].raw, check_json=False).agent.agent_id
+            AGENTS[0] = AgentKeys({agent_id: [agent.verifier]})
         paths = archive(segs, sealed, args.per_segment)
         cps = checkpoints(sealed, args.batch, key)
         flushes = archive_log(tiled, cps, key, args.flush_events)
@@ -222,6 +264,7 @@ def main() -> None:
         "bundle_baseline_seconds": round(best["bundle_baseline"], 4),
         "ratio_vs_bundle_baseline": round(best["bundle_baseline"] / best["archive"], 3),
         "targets": {"ratio": 0.45},
+        "agent_identity": agent is not None,
     }
     print(json.dumps(result))
 

@@ -175,6 +175,31 @@ class Settings(BaseSettings):
         description="trusted log verifier keys (name+id+key), comma-separated, or @FILE",
     )
 
+    # Agent identity (docs/identity.md): an agent's Recorder signs its run's chain with the
+    # agent key; the sequencer and verify accept only the vkeys listed for the run's agent_id.
+    agent_key: SecretStr | None = Field(
+        default=None, description="the agent's private key (PRIVATE+KEY+...), for secret managers"
+    )
+    agent_key_file: str | None = Field(
+        default=None, description="file (mode 0600) holding the agent's private key"
+    )
+    agent_vkeys: str = Field(
+        default="",
+        description='which agent vkeys may record under which agent_id: JSON {"agent_id": '
+        '["name+id+key", ...]}, or @FILE holding it',
+    )
+    agent_attest_every: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="a Recorder with an agent key signs its chain at least every this many events",
+    )
+    agent_attest_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="... and at the first event after this many seconds without a signature",
+    )
+
     # The witness (docs/log.md, "Witness"): its own cosignature/v1 key and its own store.
     witness_key: SecretStr | None = Field(
         default=None, description="the witness's private key (PRIVATE+KEY+...), for secret managers"

@@ -36,6 +36,7 @@ from tracevault.log import (
 __all__ = ["keys"]
 
 _TYPES = {
+    "agent": "Ed25519 (0x01), signs an agent's runs",
     "log": "Ed25519 (0x01), signs checkpoints",
     "witness": "cosignature/v1 (0x04)",
     "recipient": "X25519, reads bundles revealed to it (HPKE)",
@@ -47,9 +48,10 @@ def keys() -> None:
     """Make the log's and witnesses' signing keys and recipients' keys; print public keys.
 
     \b
-    Three kinds of key, one role each (docs/log.md, "Keys"):
+    Four kinds of key, one role each (docs/log.md "Keys", docs/identity.md):
       log        the sequencer signs every checkpoint with it
       witness    a witness cosigns checkpoints it checked (cosignature/v1)
+      agent      an agent's Recorder signs its runs' chains with it
       recipient  an auditor reads bundles exported --reveal-to its public key
 
     \b
@@ -61,6 +63,10 @@ def keys() -> None:
     The sequencer reads its private file: TRACEVAULT_LOG_KEY_FILE=<file>;
     a witness its own: tracevault witness run --key-file <file>; a recipient
     its own: tracevault replay show --bundle DIR --recipient-key <file>.
+    An agent reads TRACEVAULT_AGENT_KEY_FILE=<file> (or TRACEVAULT_AGENT_KEY);
+    the sequencer and verify list its vkey for its agent_id:
+      TRACEVAULT_AGENT_VKEYS='{"<agent_id>": ["<agent vkey>"]}'
+      replay verify --agent-key <agent_id>=<agent vkey>
 
     \b
     Rotation: generate a new key, give verifiers BOTH vkeys, then switch
@@ -88,8 +94,9 @@ def keys() -> None:
     type=click.Choice(sorted(_TYPES)),
     default="log",
     show_default=True,
-    help="log: signs checkpoints. witness: cosigns them (cosignature/v1). recipient: "
-    "reads bundles exported --reveal-to it (X25519).",
+    help="log: signs checkpoints. witness: cosigns them (cosignature/v1). "
+    "agent: signs an agent's runs (docs/identity.md). recipient: reads bundles exported "
+    "--reveal-to it (X25519).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print name, key id, vkey as JSON.")
 def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
@@ -100,6 +107,8 @@ def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
       tracevault keys generate --name tv.example/log --out log.key
       tracevault keys generate --type witness --name w1.example \\
           --out witness.key
+      tracevault keys generate --type agent --name triage-bot.example \\
+          --out agent.key
       tracevault keys generate --type recipient --name auditor.example \\
           --out auditor.key
     """

@@ -4,6 +4,14 @@ Beneath ``consumer`` (the sequencer signs, the archiver checks) and ``replayer``
 bundles); imports neither, nor any Kafka client. Design: docs/log.md.
 """
 
+from tracevault.log._agentnote import (
+    ATTEST_ATTRIBUTE,
+    ATTEST_MARK,
+    AgentKeys,
+    AgentNote,
+    open_agent_note,
+    sign_agent_note,
+)
 from tracevault.log._checkpoint import (
     Checkpoint,
     is_partition_origin,
@@ -38,8 +46,10 @@ from tracevault.log._gather import (
     run_log_evidence,
 )
 from tracevault.log._keys import (
+    AGENT_KEY_ENV,
     LOG_KEY_ENV,
     WITNESS_KEY_ENV,
+    load_agent_signer,
     load_signer,
     load_verifiers,
     load_witness_signer,
@@ -112,6 +122,14 @@ from tracevault.log._tiles import (
 from tracevault.log._tlogproof import TLOG_PROOF_HEADER, TlogProof, with_cosignatures
 
 __all__ = [
+    "AGENT_KEY_ENV",
+    "ATTEST_ATTRIBUTE",
+    "ATTEST_MARK",
+    "AgentKeys",
+    "AgentNote",
+    "load_agent_signer",
+    "open_agent_note",
+    "sign_agent_note",
     "FoundCheckpoint",
     "RunLeaf",
     "TLOG_PROOF_HEADER",

@@ -19,8 +19,10 @@ from tracevault.log._cosignature import CosignatureSigner, parse_witness_vkey
 from tracevault.log._note import Ed25519Signer, Ed25519Verifier, NoteVerifier, parse_vkey
 
 __all__ = [
+    "AGENT_KEY_ENV",
     "LOG_KEY_ENV",
     "WITNESS_KEY_ENV",
+    "load_agent_signer",
     "load_signer",
     "load_verifiers",
     "load_witness_signer",
@@ -30,6 +32,7 @@ __all__ = [
 
 LOG_KEY_ENV = "TRACEVAULT_LOG_KEY"
 WITNESS_KEY_ENV = "TRACEVAULT_WITNESS_KEY"
+AGENT_KEY_ENV = "TRACEVAULT_AGENT_KEY"
 
 
 def _read_private(path: str | Path | None, env: str, what: str) -> str:
@@ -55,6 +58,11 @@ def _read_private(path: str | Path | None, env: str, what: str) -> str:
 def load_signer(path: str | Path | None = None, env: str = LOG_KEY_ENV) -> Ed25519Signer:
     """The log key from ``path`` (mode 0600) or else the environment variable ``env``."""
     return Ed25519Signer.from_skey(_read_private(path, env, "log key"))
+
+
+def load_agent_signer(path: str | Path | None = None, env: str = AGENT_KEY_ENV) -> Ed25519Signer:
+    """An agent's key (signs its runs' notes, docs/identity.md) from ``path`` or ``env``."""
+    return Ed25519Signer.from_skey(_read_private(path, env, "agent key"))
 
 
 def load_witness_signer(

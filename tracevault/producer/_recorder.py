@@ -52,7 +52,9 @@ from tracevault.edges import (
 )
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
+from tracevault.log import NoteSigner
 from tracevault.model_ids import check_model_id
+from tracevault.producer._attest import attested
 from tracevault.producer._content import confidential
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
@@ -143,6 +145,21 @@ def _allow_list(ids: Iterable[str] | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def _tool_table(tools: Mapping[str, Callable[..., Any] | Tool] | None) -> dict[str, Tool]:
+    """``Recorder(tools=...)`` checked, every entry a :class:`Tool`."""
+    out: dict[str, Tool] = {}
+    for name, fn in (tools or {}).items():
+        if not _is_text(name) or not name:
+            raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
+        if not isinstance(fn, Tool) and not callable(fn):
+            raise ConfigError(
+                f"Recorder(tools={{{name!r}: ...}}) must be the tool's function or a "
+                f"Tool(fn, side_effect=...), got a {type(fn).__name__}: {fn!r:.80}"
+            )
+        out[name] = fn if isinstance(fn, Tool) else Tool(fn)
+    return out
+
+
 def _check_seed(seed: object, path: str = "$.seed") -> None:
     if seed is None:
         return
@@ -176,6 +193,12 @@ class Recorder:
     (``tracevault.runid``, docs/design.md "Run ids"); any other id raises ``ConfigError``
     here, in the agent, before anything is published.
 
+    ``agent_key`` (default: the deployment's ``agent_key_file`` or ``TRACEVAULT_AGENT_KEY``,
+    if set) is the agent's signer: the run's chain is then signed in RUN_STARTED, every
+    ``agent_attest_every`` events or ``agent_attest_interval_s`` seconds, and in
+    RUN_FINISHED, so verify can tell every event this agent wrote (docs/identity.md).
+    Sub-agent runs sign with the same key: list it for their agent ids too.
+
     With a key provider configured (``TRACEVAULT_KEY_PROVIDER``), every content field is
     encrypted under a data key of this run, wrapped by the key of ``tenant`` (default
     ``TRACEVAULT_TENANT``) or of the data ``subject`` the agent names; metadata stays in clear
@@ -202,6 +225,7 @@ class Recorder:
         tenant: str | None = None,
         subject: str | None = None,
         redact: Iterable[str] | None = None,
+        agent_key: NoteSigner | None = None,
     ) -> None:
         if not isinstance(publisher, Publisher):
             raise ConfigError(f"Recorder(publisher=...) must be a Publisher, got {publisher!r}")
@@ -212,16 +236,7 @@ class Recorder:
         run_id = check_run_id(
             str(uuid.uuid4()) if run_id is None else run_id, what="Recorder(run_id=...)"
         )
-        self._tools: dict[str, Tool] = {}
-        for name, fn in (tools or {}).items():
-            if not _is_text(name) or not name:
-                raise ConfigError(f"tool names must be non-empty strings, got {name!r}")
-            if not isinstance(fn, Tool) and not callable(fn):
-                raise ConfigError(
-                    f"Recorder(tools={{{name!r}: ...}}) must be the tool's function or a "
-                    f"Tool(fn, side_effect=...), got a {type(fn).__name__}: {fn!r:.80}"
-                )
-            self._tools[name] = fn if isinstance(fn, Tool) else Tool(fn)
+        self._tools = _tool_table(tools)
         if model is not None and not callable(model):
             raise ConfigError("Recorder(model=...) must be callable")
         self._model_allow = publisher.settings.allowed_models | _allow_list(model_allow)
@@ -247,6 +262,11 @@ class Recorder:
         )
         self._encode, self._content, self._redactor = confidential(
             publisher.settings, self._enc, attrs, tenant=tenant, subject=subject, redact=redact
+        )
+        # Agent identity (docs/identity.md): the attestor wraps the final encoder (it signs
+        # the exact bytes published, ciphertext included), on the Publisher's thread.
+        self._encode, self.attestor, self._agent_key = attested(
+            publisher.settings, run_id, self._encode, agent_key
         )
         self._ident = id(self)
         self._lock = threading.Lock()
@@ -756,6 +776,7 @@ class Recorder:
             tenant=None if self._content is None else self._content.tenant,
             subject=None if self._content is None else self._content.subject,
             redact=None if self._redactor is None else self._redactor.rules,
+            agent_key=self._agent_key,
         )
         return op, child
 

@@ -42,6 +42,7 @@ from tracevault.archive import ObjectInfo
 from tracevault.errors import ConfigError, LogError, NotFoundError
 from tracevault.log import (
     TLOG_PROOF_HEADER,
+    AgentKeys,
     Checkpoint,
     LeafProof,
     RunLogEvidence,
@@ -434,13 +435,14 @@ def verify_bundle(
     log: LogPolicy | None = None,
     end: EndRule | None = None,
     chain_only: bool = False,
+    agents: AgentKeys | None = None,
 ) -> VerifyReport:
     """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
 
     With ``log`` (public keys only) the bundle's tlog-proofs and checkpoint are checked
     first (L1-L4, ``LogError``); without, they are still held to the events (B4) and the
     report is ``unverified``. ``end``, ``chain_only``: as ``verify``'s (a bundle's run must
-    end anyway).
+    end anyway). With ``agents``, check I too (docs/identity.md).
     """
     manifest = _read_manifest(root)
     run_id = str(manifest["run_id"])
@@ -488,7 +490,7 @@ def verify_bundle(
         expected_head=bytes.fromhex(head["last_hash"]) if head.get("last_hash") else None,
         log_evidence=_bundle_evidence(root, manifest, [int(c["seq"]) for c in chain]),
     )
-    report = verify(run, log=log, end=end, chain_only=chain_only)
+    report = verify(run, log=log, end=end, chain_only=chain_only, agents=agents)
     checks.extend(report.checks)
     if log is None and run.log_evidence is not None:
         checks.append(_check_own_proofs(run_id, rows, run.log_evidence))

@@ -14,15 +14,18 @@ import click
 from tracevault._clitools import settings_from, stderr
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
+from tracevault.log import AgentKeys
 from tracevault.replayer._load import load_run
 from tracevault.replayer._log import EndRule, LogPolicy
 from tracevault.replayer._results import LoadedRun
 
 __all__ = [
+    "AGENT_KEY",
     "FROM",
     "JSON",
     "NO_LOG_CHECK",
     "WITNESS_STORE",
+    "agent_keys",
     "end_options",
     "end_rule",
     "load",
@@ -80,6 +83,21 @@ WITNESS_STORE = click.option(
     help="A witness's store (file:// or s3://) to read its cosigned checkpoint of the "
     "run from (repeatable) [env TRACEVAULT_WITNESS_STORES, comma-separated].",
 )
+
+
+AGENT_KEY = click.option(
+    "--agent-key",
+    "agent_key_pairs",
+    multiple=True,
+    metavar="AGENT_ID=VKEY",
+    help="An agent key allowed to record as AGENT_ID (repeatable; adds to "
+    "TRACEVAULT_AGENT_VKEYS): check I names every event its run's agent did not write.",
+)
+
+
+def agent_keys(settings: Settings, pairs: tuple[str, ...]) -> AgentKeys:
+    """The trusted agent vkeys: the deployment's ``agent_vkeys`` plus ``--agent-key``."""
+    return AgentKeys.from_setting(settings.agent_vkeys).merged(AgentKeys.from_pairs(pairs))
 
 
 NO_LOG_CHECK = click.option(

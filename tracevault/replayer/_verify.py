@@ -19,8 +19,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from tracevault.errors import ConfigError
-from tracevault.log import NoteVerifier
+from tracevault.log import AgentKeys, NoteVerifier
 from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
+from tracevault.replayer._identity import check_identity
 from tracevault.replayer._log import EndRule, LogPolicy, check_log, end_missing, last_event
 from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import LazyEvents
@@ -89,6 +90,7 @@ def verify(
     keys: Sequence[NoteVerifier] = (),
     end: EndRule | None = None,
     chain_only: bool = False,
+    agents: AgentKeys | None = None,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -101,6 +103,7 @@ def verify(
     lets one pass with a warning, ``require_finished`` always fails it. With ``rebuild``
     every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
+    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md).
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
@@ -110,11 +113,18 @@ def verify(
     if require_finished:
         rule = EndRule(True, rule.idle_close_s, rule.skew_s)
     with gc_paused():
-        report = _verify(run, end=rule, rebuild=rebuild, log=log)
+        report = _verify(run, end=rule, rebuild=rebuild, log=log, agents=agents)
     return dataclasses.replace(report, chain_only=True) if chain_only else report
 
 
-def _verify(run: LoadedRun, *, end: EndRule, rebuild: bool, log: LogPolicy | None) -> VerifyReport:
+def _verify(
+    run: LoadedRun,
+    *,
+    end: EndRule,
+    rebuild: bool,
+    log: LogPolicy | None,
+    agents: AgentKeys | None = None,
+) -> VerifyReport:
     # a rebuild reads a source's values in one walk (columns and events), where it can
     columns = run.records.columns() if rebuild else None
     rows = run.records.rows if columns is None else ()
@@ -139,6 +149,17 @@ def _verify(run: LoadedRun, *, end: EndRule, rebuild: bool, log: LogPolicy | Non
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
+    i_checks, i_warnings = check_identity(
+        run.run_id,
+        columns.raws if columns is not None else [r["raw"] for r in rows],
+        columns.hashes if columns is not None else [r["hash"] for r in rows],
+        summary.kinds,
+        agents,
+        finished=summary.finished,
+        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
+    )
+    checks.extend(i_checks)
+    warnings.extend(i_warnings)
     if log is None:  # with the log, L3 decided this
         reason = None if summary.finished else end.reason(run, last_event(run, columns))
         if end.required or reason is not None:

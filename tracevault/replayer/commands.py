@@ -21,10 +21,12 @@ from tracevault.replayer._batch import load_agent, runs_between
 from tracevault.replayer._batch_cmd import batch_cmd
 from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._cliopts import (
+    AGENT_KEY,
     FROM,
     JSON,
     NO_LOG_CHECK,
     WITNESS_STORE,
+    agent_keys,
     end_options,
     end_rule,
     load,
@@ -189,6 +191,7 @@ def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
 @end_options
 @NO_LOG_CHECK
 @log_options
+@AGENT_KEY
 @WITNESS_STORE
 @JSON
 @click.pass_context
@@ -204,6 +207,7 @@ def verify_cmd(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
+    agent_key_pairs: tuple[str, ...],
     witness_stores: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -246,14 +250,23 @@ def verify_cmd(
                     "carries its cosignatures (export --witness-store)"
                 )
             with stderr.status(f"checking bundle {bundle}…"):
-                report = verify_bundle(bundle, log=policy, end=end, chain_only=no_log_check)
+                report = verify_bundle(
+                    bundle,
+                    log=policy,
+                    end=end,
+                    chain_only=no_log_check,
+                    agents=agent_keys(settings_of(ctx), agent_key_pairs),
+                )
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
             settings, run, fresh = load_fresh(ctx, run_id, source, policy, witness_stores)
             run = with_witness_stores(settings, run, policy, witness_stores)
             with stderr.status(f"verifying {len(run)} events…"):
-                report = fresh.annotate(verify(run, log=policy, end=end, chain_only=no_log_check))
+                agents = agent_keys(settings, agent_key_pairs)
+                report = fresh.annotate(
+                    verify(run, log=policy, end=end, chain_only=no_log_check, agents=agents)
+                )
     except (ChainError, LogError) as exc:
         _chain_failure(exc, as_json)
         return

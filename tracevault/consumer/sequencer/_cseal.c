@@ -9,7 +9,7 @@
  * What ``take`` may do, and nothing more: for each message from ``start`` on, the common case
  * only (no error, a v2 value the Python walk reads, both payloads canonical by the strict
  * subset below, a run the book already holds on this partition and keyed as its run id, the
- * run's next seq, nothing held, neither GAP nor RUN_FINISHED), it does what
+ * run's next seq, nothing held, neither GAP nor RUN_FINISHED, no agent note), it does what
  * ``RunBook._apply`` then ``_seal`` do: link the chain, append the ``SealOut``, move the run's
  * head, mark it touched. At the first message that is anything else it stops and returns that
  * message's index, and the Python rules handle it (new runs, gaps, duplicates, the DLQ, ends
@@ -197,7 +197,13 @@ typedef struct {
     Py_ssize_t run_id_len, request_len, response_len;
     int64_t seq;
     Py_ssize_t kind;
+    int attest; /* an attribute is the agent's signed note (tracevault.attest) */
 } Peek;
+
+/* The Avro-encoded attribute key of an agent note (tracevault.log.ATTEST_MARK): an event
+ * that carries one is left to the Python rules, which check the note (docs/identity.md). */
+static const char ATTEST_MARK[] = "\x22tracevault.attest"; /* 18 bytes and a NUL */
+#define ATTEST_MARK_LEN ((Py_ssize_t)sizeof ATTEST_MARK - 1)
 
 /* A string at *pos: its length, bounds and UTF-8, as ``_string`` reads it. */
 static int skip_string(const uint8_t *v, Py_ssize_t n, Py_ssize_t *pos) {
@@ -232,6 +238,7 @@ static int branch(const uint8_t *v, Py_ssize_t n, Py_ssize_t *pos) {
 /* peek_event's walk: 1 and ``f`` filled, 0 where it returns None. */
 static int peek(const uint8_t *v, Py_ssize_t n, const uint8_t *header, Py_ssize_t nkinds,
                 Peek *f) {
+    f->attest = 0;
     if (n < 11 || memcmp(v, header, 10) != 0)
         return 0;
     Py_ssize_t pos = 10;
@@ -276,9 +283,16 @@ static int peek(const uint8_t *v, Py_ssize_t n, const uint8_t *header, Py_ssize_
                 return 0;
             count = -count;
         }
-        for (int64_t i = 0; i < count; i++)
-            if (!skip_string(v, n, &pos) || !skip_string(v, n, &pos))
+        for (int64_t i = 0; i < count; i++) {
+            Py_ssize_t key = pos;
+            if (!skip_string(v, n, &pos))
                 return 0;
+            if (pos - key == ATTEST_MARK_LEN &&
+                memcmp(v + key, ATTEST_MARK, (size_t)ATTEST_MARK_LEN) == 0)
+                f->attest = 1;
+            if (!skip_string(v, n, &pos))
+                return 0;
+        }
     }
     if ((opt = branch(v, n, &pos)) < 0) /* interleave */
         return 0;
@@ -374,7 +388,7 @@ static int take_one(PyObject *msg, const void *ctx) {
     Py_ssize_t vlen = PyBytes_GET_SIZE(value);
     if (vlen > c->max_raw || !peek(v, vlen, c->header, c->nkinds, &f))
         goto done;
-    if (f.seq < 0 || f.kind == c->gap || f.kind == c->finished ||
+    if (f.seq < 0 || f.attest || f.kind == c->gap || f.kind == c->finished ||
         f.run_id_len != PyBytes_GET_SIZE(key) ||
         memcmp(f.run_id, PyBytes_AS_STRING(key), (size_t)f.run_id_len) != 0)
         goto done;

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from tracevault.chain import link
+from tracevault.consumer.sequencer._attest import AttestRules
 from tracevault.consumer.sequencer._finished import FinishedRuns
 from tracevault.consumer.sequencer._records import (
     DlqReason,
@@ -22,6 +23,7 @@ from tracevault.consumer.sequencer._records import (
 from tracevault.consumer.sequencer._state import BatchOutput, SealOut, _new_tuple, _Run
 from tracevault.errors import SchemaError
 from tracevault.heads import GapRange, HeldEvent
+from tracevault.log import ATTEST_MARK
 from tracevault.schemas import EventKind, decode_event
 from tracevault.schemas.fast import peek_event
 
@@ -36,7 +38,7 @@ MAX_HELD_BYTES = 256 * 1024
 _FINISHED = EventKind.RUN_FINISHED
 
 
-class GapRules:
+class GapRules(AttestRules):
     """Seal, hold, drain and close gaps over the book's runs (a base of ``RunBook``)."""
 
     raw_topic: str
@@ -61,6 +63,9 @@ class GapRules:
         source_offset: int,
         finishes: bool,
     ) -> None:
+        if ATTEST_MARK in raw:  # the agent's signed note (docs/identity.md)
+            for rec, s, value, fin in self._check_note(out, run, seq, raw):
+                self._seal(out, rec, s, value, source_partition, -1, fin)
         prev = run.last_hash
         h = link(prev, raw)
         out.sealed.append(

@@ -89,7 +89,7 @@ from tracevault.errors import (
     TopicMismatchError,
 )
 from tracevault.heads import prove_state, read_state
-from tracevault.log import NoteSigner
+from tracevault.log import AgentKeys, NoteSigner
 from tracevault.runtime.liveness import (
     BlockingCalls,
     Broken,
@@ -488,6 +488,7 @@ class Sequencer:
             gap_timeout_us=int(s.sequencer_gap_timeout_s * 1_000_000),
             max_gap=s.sequencer_max_gap,
             history=self._history,
+            agents=AgentKeys.from_setting(s.agent_vkeys),
             horizon_us=int(s.sequencer_finished_horizon_s * 1_000_000),
             skew_us=int(s.sequencer_clock_skew_s * 1_000_000),
             idle_close_us=int(s.sequencer_idle_close_s * 1_000_000),
@@ -621,6 +622,7 @@ class Sequencer:
         m.duplicates.inc(out.duplicates)
         m.gap_markers.inc(out.gap_markers)
         m.closed_idle.inc(out.closed_idle)
+        m.contested.inc(out.contested)
         for rec in out.dlq:
             m.dlq(rec.reason)
 

@@ -41,6 +41,7 @@ class SequencerMetrics:
             ["instance_id", "reason"],
             registry=r,
         )
+        self.contested = _counter(r, labels, "contested", "agent notes not matching their run")
         self.gap_markers = Counter(
             "tracevault_sequencer_gap_markers",
             "GAP markers sealed for seqs that never arrived",
@@ -143,3 +144,10 @@ class SequencerMetrics:
                 )
                 out[f"{s.name}{{{extra}}}" if extra else s.name] = s.value
         return out
+
+
+def _counter(r: CollectorRegistry, labels: dict[str, str], name: str, doc: str) -> Any:
+    """A ``tracevault_sequencer_<name>`` counter of this instance (docs/design.md, Metrics)."""
+    return Counter(f"tracevault_sequencer_{name}", doc, ["instance_id"], registry=r).labels(
+        **labels
+    )

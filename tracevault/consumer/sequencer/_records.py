@@ -47,6 +47,7 @@ __all__ = [
     "sealed_v1",
     "sealed_v1_header",
     "sealed_value",
+    "sequencer_event",
 ]
 
 GAP_AGENT_ID = "tracevault-sequencer"
@@ -141,6 +142,10 @@ def _sequencer_event(
         **extra,
     )
     return encode_event(ev)
+
+
+#: The same, for the sequencer's other records (the contested record, ``_attest``).
+sequencer_event = _sequencer_event
 
 
 def gap_event(

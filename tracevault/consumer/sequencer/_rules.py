@@ -39,6 +39,7 @@ import logging
 from collections.abc import Collection, Iterable
 
 from tracevault.chain import genesis, link
+from tracevault.consumer.sequencer._attest import CONTESTED_PREFIX
 from tracevault.consumer.sequencer._finished import FinishedRuns, Known
 from tracevault.consumer.sequencer._gaps import GapRules
 from tracevault.consumer.sequencer._records import (
@@ -55,6 +56,7 @@ from tracevault.consumer.sequencer._state import (
 from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
 from tracevault.heads import FinishedChunk, Head, fingerprint
 from tracevault.kafka import partition_for
+from tracevault.log import AgentKeys
 from tracevault.runid import run_id_problem
 from tracevault.schemas import EventKind, check_canonical, decode_event
 from tracevault.schemas.fast import event_time, peek_event
@@ -103,6 +105,7 @@ class RunBook(GapRules):
         gap_timeout_us: int,
         max_gap: int,
         history: HistoryLoader,
+        agents: AgentKeys | None = None,
         horizon_us: int = 172_800_000_000,
         skew_us: int = 300_000_000,
         idle_close_us: int = 86_400_000_000,
@@ -113,6 +116,7 @@ class RunBook(GapRules):
         self.gap_timeout_us = gap_timeout_us
         self.max_gap = max_gap
         self._history = history
+        self.agents = agents if agents is not None else AgentKeys({})
         self.horizon_us = horizon_us
         self.skew_us = skew_us
         self.idle_close_us = idle_close_us
@@ -371,6 +375,8 @@ class RunBook(GapRules):
         if run is None and (problem := run_id_problem(run_id)) is not None:
             where = f"{self.raw_topic}[{partition}]@{offset} seq {seq}"
             why = f"{where}: {problem}"
+        elif run is None and run_id.startswith(CONTESTED_PREFIX):
+            why = f"run ids {CONTESTED_PREFIX}* are the sequencer's own records"
         elif key is None or key != (run.key if run is not None else run_id.encode("utf-8")):
             why = f"key {key!r} is not the event's run_id; producers must key by run_id"
         elif seq < 0:

@@ -21,6 +21,7 @@ class _Run:
     """Mutable state of one run (the in-memory form of a :class:`Head`)."""
 
     __slots__ = (
+        "agent_key",
         "enc",
         "finished",
         "first_offset",
@@ -41,6 +42,9 @@ class _Run:
 
     def __init__(self, head: Head) -> None:
         self.run_id = head.run_id
+        # (name, key id) of the agent key that signed seq 0 (None: none did); a run restored
+        # past seq 0 learns it from its next note (``_attest``, docs/identity.md)
+        self.agent_key: tuple[str, bytes] | None = None if head.next_seq == 0 else ("", b"")
         self.key = head.run_id.encode("utf-8")  # the Kafka key of its records
         # the writer's per-run cache of encoded pieces (opaque here; None until first use)
         self.enc: tuple[bytes, bytes] | None = None
@@ -122,6 +126,8 @@ class BatchOutput:
     #: (key, partition) of finished-run chunks past the horizon: tombstoned in heads
     expired: list[tuple[bytes, int]] = field(default_factory=list)
     closed_idle: int = 0
+    #: agent notes that did not match their run (``_attest``): each an ALERT and a record
+    contested: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.sealed or self.dlq or self.touched or self.duplicates or self.expired)

@@ -1,0 +1,123 @@
+"""The sequencer's check of agent notes as they are sealed (pure rules; the live hijack is in
+tests/attacks/test_agent_identity.py): a matching note is quiet, every mismatch contests."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+
+from tests.conftest import NOW_US
+from tests.consumer.sequencer.test_rules import PARTS, RAW, feed
+from tests.native import extension
+from tests.replayer.test_identity import EVIL, KEY, RUN, _event, _signed
+from tracevault.config import Settings
+from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
+from tracevault.consumer.sequencer._loop import Sequencer
+from tracevault.kafka import partition_for
+from tracevault.log import AgentKeys, Ed25519Signer
+from tracevault.schemas import decode_event, encode_event
+
+
+def _book(agents: AgentKeys) -> RunBook:
+    def no_history(*_: Any) -> dict[int, bytes]:
+        raise AssertionError("history must not be needed here")
+
+    return RunBook(
+        raw_topic=RAW, partitions=PARTS, sequencer_id="t", gap_timeout_us=1_000, max_gap=100,
+        history=no_history, agents=agents,
+    )  # fmt: skip
+
+
+def _feed_all(b: RunBook, raws: list[bytes]) -> list[Any]:
+    outs = []
+    for i, raw in enumerate(raws):
+        out = feed(b, RUN, raw, offset=i)
+        assert not out.dlq, out.dlq
+        outs.append(out)
+    return outs
+
+
+def _contested(outs: list[Any]) -> list[dict[str, Any]]:
+    return [
+        json.loads(decode_event(s.raw).request)
+        for out in outs
+        for s in out.sealed
+        if s.run.run_id.startswith("tracevault.contested:") and s.seq == 0
+    ]
+
+
+def test_a_genuine_signed_run_is_sealed_without_a_contest() -> None:
+    outs = _feed_all(_book(AgentKeys({"bot": [KEY.verifier]})), _signed(11))
+    assert sum(o.contested for o in outs) == 0 and _contested(outs) == []
+    assert sum(len(o.sealed) for o in outs) == 11
+
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("hijack", "not the sealed one"),
+        ("other_key", "the run was started under"),
+        ("untrusted", "which agent_vkeys does not list"),
+        ("not_allowed", "may not record as agent_id 'bot'"),
+    ],
+)
+def test_a_note_that_does_not_match_its_run_contests_it(
+    case: str, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    agents = AgentKeys({"bot": [KEY.verifier], "evil": [EVIL.verifier]})
+    raws = _signed(11)
+    if case == "hijack":  # someone else's seq 3 sealed first: the note at 4 no longer matches
+        raws[3] = encode_event(_event(3, 10, attrs={"refund": "approved"}))
+    elif case == "other_key":
+        raws[4] = _signed(11, key=EVIL)[4]
+    elif case == "untrusted":
+        agents = AgentKeys({"bot": [KEY.verifier]})
+        raws[4] = _signed(11, key=EVIL)[4]
+    else:
+        raws = _signed(11, key=EVIL)  # evil's key, claiming agent 'bot' from seq 0
+    caplog.set_level(logging.ERROR)
+    b = _book(agents)
+    outs = _feed_all(b, raws)
+    contested = _contested(outs)
+    assert contested and contested[0]["run_id"] == RUN and why in contested[0]["reason"]
+    assert sum(o.contested for o in outs) >= 1
+    assert any("ALERT" in r.getMessage() and "contested" in r.getMessage() for r in caplog.records)
+    # the agent's events are all sealed still: the chain keeps every seq
+    assert sum(1 for o in outs for s in o.sealed if s.run.run_id == RUN) == 11
+
+
+def test_a_producer_may_not_write_the_sequencers_contested_records() -> None:
+    b = _book(AgentKeys({}))
+    rid = "tracevault.contested:abc:0"
+    raw = encode_event(dataclasses.replace(_event(0, 1), run_id=rid))
+    out = feed(b, rid, raw)
+    assert [d.reason for d in out.dlq] == [DlqReason.INVALID] and not out.sealed
+
+
+def test_the_c_path_leaves_an_event_carrying_a_note_to_these_rules() -> None:
+    """``_cseal.take`` seals a plain next event itself and declines one that carries a note
+    (the ``tracevault.attest`` attribute key), whatever its kind, so it is checked here."""
+    cseal = extension("tracevault.consumer.sequencer._cseal")
+    s = Sequencer(
+        Settings(topic_prefix="attest", partitions=PARTS),
+        signer=Ed25519Signer.generate("t"),
+        instance_id="attest-1",
+    )
+    assert s._native is not None, "the sequencer does not use its C path"
+    raws = _signed(11)  # notes at 0, 4, 8 and 10
+    book = s._book = _book(AgentKeys({"bot": [KEY.verifier]}))
+    _feed_all(book, raws[:3])  # the run is open, its next seq is 3
+    part = partition_for(RUN.encode(), PARTS)
+
+    def msg(seq: int) -> Message:
+        return Message(topic=RAW, partition=part, offset=seq, key=RUN.encode(), value=raws[seq])
+
+    out = BatchOutput()
+    ctx = (book.runs, out.sealed, out.touched, NOW_US, *s._native)
+    assert cseal.take([msg(3), msg(4)], 0, ctx) == 1  # seq 3 sealed in C, seq 4 declined
+    assert [r.seq for r in out.sealed] == [3]

@@ -1,0 +1,274 @@
+"""Check I (agent identity): every sealed event of a run was written by the key that started it.
+
+The Recorder of an agent with a key signs its run's chain in RUN_STARTED, every N events or
+T seconds, and in RUN_FINISHED (docs/identity.md). Here, with the deployment's trusted agent
+vkeys (``agent_vkeys``, ``--agent-key AGENT_ID=VKEY``):
+
+- seq 0 carries a note over the genesis, signed by a trusted key that the run's ``agent_id``
+  is allowed; that key is the run's key;
+- every later note is by the run's key, for this run and the seq before its event; where its
+  chain hash is the sealed chain's, every event before it is the producer's; where it is not,
+  the producer's own chain hashes in the note name each seq whose sealed bytes it did not
+  write (raw ``i`` is the producer's when ``link(P_{i-1}, raw_i) == P_i``);
+- every event claims the run's ``agent_id``;
+- an event no note covers is named: a finished run fails, an unfinished one is warned about
+  (its tail is signed by the next note).
+
+The work, for a run its producer wrote alone, is two signature checks (seq 0 and the last
+note, whose chain hash then vouches for every byte before it); only where that fails is every
+note checked, and only where a chain hash differs is one SHA-256 taken per event of its stretch.
+A run with no note at all was recorded before agent identity (or without a key): with
+trusted agent vkeys a warning says so; it is not a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tracevault.chain import genesis, link
+from tracevault.errors import LogError, SchemaError
+from tracevault.log import (
+    ATTEST_ATTRIBUTE,
+    ATTEST_MARK,
+    AgentKeys,
+    Ed25519Verifier,
+    open_agent_note,
+)
+from tracevault.replayer._checks import fail
+from tracevault.schemas import EventKind, decode_event, read_long
+
+__all__ = ["IDENTITY_CHECK", "SEQUENCER_AGENT_ID", "check_identity"]
+
+IDENTITY_CHECK = "I identity: every event was written by the agent key that started the run"
+_GAP = EventKind.GAP.value
+#: The agent id of the markers the sequencer seals itself (GAP, the idle close): not another
+#: agent's claim. The tools read no service, so the sequencer's constant is spelled here too
+#: (tests/replayer/test_identity.py pins the two equal).
+SEQUENCER_AGENT_ID = "tracevault-sequencer"
+_NONE = (
+    "no agent identity: the run carries no agent signature (recorded before agent identity, "
+    "or by a Recorder without an agent key), so who wrote its events is not checked"
+)
+
+
+def _agent_id(raw: bytes) -> str | None:
+    """The ``agent.agent_id`` of an encoded TraceEvent (v1 and v2 start alike), or None."""
+    try:
+        n, pos = read_long(raw, 10)  # past C3 01 and the fingerprint: the run id
+        _seq, pos = read_long(raw, pos + n)
+        _kind, pos = read_long(raw, pos)
+        _at, pos = read_long(raw, pos)
+        n, pos = read_long(raw, pos)
+        return raw[pos : pos + n].decode("utf-8")
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _names(seqs: Sequence[int]) -> str:
+    shown = ", ".join(str(s) for s in seqs[:20])
+    return shown + (f" (+{len(seqs) - 20} more)" if len(seqs) > 20 else "")
+
+
+def _note_at(raw: bytes) -> str | None:
+    """The agent note event ``raw`` carries, or None (the byte search first: it is cheap)."""
+    if ATTEST_MARK not in raw:
+        return None
+    try:
+        return decode_event(raw, check_json=False).attributes.get(ATTEST_ATTRIBUTE)
+    except SchemaError:
+        return None  # checks 1-6 read every event: not reached
+
+
+def check_identity(
+    run_id: str,
+    raws: Sequence[bytes],
+    hashes: Sequence[bytes],
+    kinds: Sequence[str],
+    agents: AgentKeys | None,
+    *,
+    finished: bool,
+    agent_ids: Sequence[str | None] | None = None,
+) -> tuple[list[str], list[str]]:
+    """(checks, warnings) for the run; raises :class:`ChainError` naming the seqs.
+
+    ``agent_ids`` are the events' ``agent.agent_id`` where the caller decoded them already
+    (a rebuild); else they are read from the bytes. The common case costs two signature
+    checks: seq 0's note and the last one, whose chain hash is the sealed chain's (then every
+    event before it, earlier notes included, is the producer's own bytes).
+    """
+    n = len(raws)
+    if agent_ids is None:
+        agent_ids = [_agent_id(raw) for raw in raws]
+    run_agent = agent_ids[0]
+    mixed = [
+        i
+        for i, a in enumerate(agent_ids)
+        if a != run_agent and kinds[i] != _GAP and a != SEQUENCER_AGENT_ID
+    ]
+    last = next((i for i in range(n - 1, -1, -1) if _note_at(raws[i]) is not None), None)
+    if mixed and (last is None or not agents):
+        raise fail(
+            "I identity",
+            mixed[0],
+            None,
+            f"seq(s) {_names(mixed)} claim agent_id {agent_ids[mixed[0]]!r}, the run's seq 0 "
+            f"claims {run_agent!r}: one run is one agent's",
+        )
+    if last is None:
+        # said where the deployment uses agent identity; elsewhere there is nothing to say
+        return [], [_NONE] if agents else []
+    if not agents:
+        return [], [
+            "agent identity not checked: the run is signed by its agent, but no agent vkey "
+            "is trusted (--agent-key AGENT_ID=VKEY or TRACEVAULT_AGENT_VKEYS)"
+        ]
+    run_key = _run_key(run_id, _note_at(raws[0]), agents, run_agent)
+    upto, covered, bad = _coverage(run_id, raws, hashes, kinds, run_key, last)
+    for i in mixed:
+        bad.setdefault(i, f"it claims agent_id {agent_ids[i]!r}, the run's is {run_agent!r}")
+    if bad:
+        first = min(bad)
+        raise fail(
+            "I identity",
+            first,
+            None,
+            f"seq(s) {_names(sorted(bad))} of run {run_id} were not written by the run's "
+            f"producer (agent {run_agent!r}, key {run_key.name}+{run_key.key_id.hex()}); "
+            f"seq {first}: {bad[first]}",
+        )
+    loose = [i for i in range(upto, n) if i not in covered and kinds[i] != _GAP]
+    checks = [IDENTITY_CHECK]
+    if loose and finished:
+        raise fail(
+            "I identity",
+            loose[0],
+            None,
+            f"seq(s) {_names(loose)} of run {run_id} are covered by no signature of the run's "
+            f"agent key {run_key.name}: its producer's last note does not reach them",
+        )
+    if loose:
+        return checks, [
+            f"seq(s) {_names(loose)} are not yet covered by the agent's signature (the run is "
+            "unfinished: its next note or RUN_FINISHED signs them)"
+        ]
+    return checks, []
+
+
+def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them
+    run_id: str,
+    raws: Sequence[bytes],
+    hashes: Sequence[bytes],
+    kinds: Sequence[str],
+    run_key: Ed25519Verifier,
+    last: int,
+) -> tuple[int, set[int], dict[int, str]]:
+    """(every seq below this is the producer's, these are too, these are not: why).
+
+    The last note first: where it holds and its chain hash is the sealed one, that is all.
+    Else every note, in order: where a chain hash differs, the producer's hashes name the seqs.
+    """
+    value = _note_at(raws[last])
+    assert value is not None  # found so by the caller
+    if last == 0 or (
+        _bad_note(value, run_id, last, run_key) is None
+        and open_agent_note(value)[0].chain_hash == hashes[last - 1]
+    ):
+        return last, {last}, {}
+    bad: dict[int, str] = {}
+    upto = 0
+    covered: set[int] = {0}
+    # a GAP marker (the producer's event never reached the sequencer) changes the chain from
+    # its seq on: from there a chain mismatch alone names nothing, the producer's hashes do
+    first_gap = next((i for i, k in enumerate(kinds) if k == _GAP), len(kinds))
+    for j in range(1, last + 1):
+        value = _note_at(raws[j])
+        if value is None:
+            continue
+        why = _bad_note(value, run_id, j, run_key)
+        if why is not None:
+            bad[j] = why
+            continue
+        note = open_agent_note(value)[0]
+        covered.add(j)
+        if note.chain_hash == hashes[j - 1]:
+            upto = j
+            continue
+        for i in note.covers:
+            if i >= len(raws) or i < upto or i in covered or kinds[i] == _GAP:
+                continue
+            before, after = note.around(i)
+            if link(before, raws[i]) == after:
+                covered.add(i)
+            else:
+                bad.setdefault(
+                    i,
+                    f"its bytes are not those the run's agent key {run_key.name} signed for "
+                    f"seq {i} in the note of seq {j}",
+                )
+        if not bad and first_gap >= j:
+            # the chain differs from a point where it matched, yet every raw links as the
+            # producer's hashes say (checks 1-6 make that a collision): never trust the stretch
+            bad[note.first] = (
+                f"the note of seq {j} signs a chain hash at seq {j - 1} that is not the "
+                f"sealed one, though seqs {note.first}..{j - 1} link as its hashes say"
+            )
+    return upto, covered, bad
+
+
+def _run_key(
+    run_id: str, note0: str | None, agents: AgentKeys, agent_id: str | None
+) -> Ed25519Verifier:
+    """The key that started the run: seq 0's note over the genesis, trusted for its agent."""
+    if note0 is None:
+        raise fail(
+            "I identity",
+            0,
+            None,
+            f"run {run_id} carries agent signatures, but its seq 0 has none: seq 0 was not "
+            "written by the agent that signs the rest",
+        )
+    try:
+        note, sig, msg = open_agent_note(note0)
+    except LogError as exc:
+        raise fail("I identity", 0, None, f"seq 0's agent note is malformed: {exc}") from None
+    key = agents.key(sig)
+    if key is None:
+        raise fail(
+            "I identity",
+            0,
+            None,
+            f"run {run_id} was started under agent key {sig.name}+{sig.key_id.hex()}, which "
+            "no trusted agent vkey is (--agent-key, TRACEVAULT_AGENT_VKEYS)",
+        )
+    if not key.verify(msg, sig.signature) or note.run_id != run_id or note.seq != -1:
+        raise fail("I identity", 0, None, f"seq 0's note does not verify for run {run_id}")
+    if note.chain_hash != genesis(run_id):
+        raise fail("I identity", 0, None, "seq 0's note does not sign the run's genesis")
+    if agent_id is None or not agents.allows(agent_id, key):
+        allowed = ", ".join(repr(a) for a in agents.agents_of(key)) or "none"
+        raise fail(
+            "I identity",
+            0,
+            None,
+            f"run {run_id} claims agent_id {agent_id!r}, but its agent key {key.name} may "
+            f"record only as {allowed}",
+        )
+    return key
+
+
+def _bad_note(value: str, run_id: str, seq: int, run_key: Ed25519Verifier) -> str | None:
+    """Why the note in event ``seq`` is not the run's producer's, or None when it is."""
+    try:
+        note, sig, msg = open_agent_note(value)
+    except LogError as exc:
+        return f"its agent note is malformed ({exc})"
+    if (sig.name, sig.key_id) != (run_key.name, run_key.key_id):
+        return (
+            f"its note is signed by {sig.name}+{sig.key_id.hex()}, the run was started under "
+            f"{run_key.name}+{run_key.key_id.hex()}"
+        )
+    if not run_key.verify(msg, sig.signature):
+        return "its note's signature does not verify"
+    if note.run_id != run_id or note.seq != seq - 1:
+        return f"its note is for {note.run_id} seq {note.seq}, not this run's seq {seq - 1}"
+    return None
