@@ -8,14 +8,17 @@ columns (tests/test_narrow_terminal.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
 from tracevault._clitools import echo_json, stderr, stdout
+from tracevault.errors import ChainError, LogError
 from tracevault.replayer._aligndiff import RunAlignment
 from tracevault.replayer._diff import short_json
 from tracevault.replayer._log import CHAIN_ONLY, UNVERIFIED
@@ -28,8 +31,11 @@ from tracevault.replayer._results import (
 from tracevault.replayer._rundiff import RunDiffSide
 from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._tree import RunNode, TreeReplay
+from tracevault.schemas import EventModel, TraceEvent
 
 __all__ = [
+    "chain_failure",
+    "print_events",
     "differences_table",
     "divergence_panel",
     "divergences_table",
@@ -240,3 +246,29 @@ def progress_bar() -> Progress:
         console=stderr,
         transient=True,
     )
+
+
+def print_events(run_id: str, events: Sequence[TraceEvent], source: str, as_json: bool) -> None:
+    """A run's timeline: one JSON event per line, or the steps table."""
+    if as_json:
+        for ev in events:
+            click.echo(EventModel.from_event(ev).model_dump_json())
+        return
+    day = StepSummary.of(events[0]).at_iso[:10] if len(events) else ""
+    title = f"run {run_id}: {len(events)} events from the {source}, started {day} (UTC)"
+    steps = (StepSummary.of(ev) for ev in events)
+    stdout.print(steps_table(steps, title=title, width=stdout.width))
+
+
+def chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
+    """A failed check as --json (exit 1, naming the seq and object) or raised for the CLI's
+    error handler."""
+    if as_json:
+        out = {"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)}
+        if isinstance(exc, LogError):
+            out["checkpoint"] = exc.checkpoint
+            # a failed signature or proof is the checkpoint's fault: name its object
+            out["object"] = exc.obj or exc.checkpoint
+        echo_json(out)
+        raise click.exceptions.Exit(1)
+    raise exc

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,20 +40,19 @@ from tracevault.replayer._freshness import load_fresh
 from tracevault.replayer._load import load_run
 from tracevault.replayer._opened import opened
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._results import StepSummary
 from tracevault.replayer._reveal import bundle_events, reveal_hook
-from tracevault.replayer._timeline import steps_table
 from tracevault.replayer._tree import run_tree
 from tracevault.replayer._verify import verify
 from tracevault.replayer._views import (
+    chain_failure,
     differences_table,
+    print_events,
     print_verified,
     progress_bar,
     run_tree_view,
     summary_table,
 )
 from tracevault.replayer._witnessed import with_witness_stores
-from tracevault.schemas import EventModel, TraceEvent
 
 __all__ = ["replay"]
 
@@ -139,7 +137,7 @@ def show(ctx: click.Context, run_id: str | None, as_tree: bool, metadata: bool, 
         raise click.UsageError("give RUN_ID or --bundle DIR (--recipient-key: with --bundle)")
     if bundle is not None:
         report, events = bundle_events(settings_of(ctx), bundle, recipient_key, metadata=metadata)
-        _print_events(report.run_id, events, "bundle", as_json)
+        print_events(report.run_id, events, "bundle", as_json)
         return
     assert run_id is not None
     if as_tree:
@@ -153,33 +151,10 @@ def show(ctx: click.Context, run_id: str | None, as_tree: bool, metadata: bool, 
     settings, run = load(ctx, run_id, source)
     raw_events = LazyEvents([r["raw"] for r in run.records.rows])
     events = metadata_only(raw_events) if metadata else opened(settings, raw_events)
-    _print_events(run_id, events, source, as_json)
-
-
-def _print_events(run_id: str, events: Sequence[TraceEvent], source: str, as_json: bool) -> None:
-    if as_json:
-        for ev in events:
-            click.echo(EventModel.from_event(ev).model_dump_json())
-        return
-    day = StepSummary.of(events[0]).at_iso[:10] if len(events) else ""
-    title = f"run {run_id}: {len(events)} events from the {source}, started {day} (UTC)"
-    steps = (StepSummary.of(ev) for ev in events)
-    stdout.print(steps_table(steps, title=title, width=stdout.width))
+    print_events(run_id, events, source, as_json)
 
 
 # -- verify ---------------------------------------------------------------------------------
-def _chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
-    if as_json:
-        out = {"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)}
-        if isinstance(exc, LogError):
-            out["checkpoint"] = exc.checkpoint
-            # a failed signature or proof is the checkpoint's fault: name its object
-            out["object"] = exc.obj or exc.checkpoint
-        echo_json(out)
-        raise click.exceptions.Exit(1)
-    raise exc
-
-
 @replay.command("verify")
 @click.argument("run_id", required=False)
 @FROM
@@ -268,7 +243,7 @@ def verify_cmd(
                     verify(run, log=policy, end=end, chain_only=no_log_check, agents=agents)
                 )
     except (ChainError, LogError) as exc:
-        _chain_failure(exc, as_json)
+        chain_failure(exc, as_json)
         return
     print_verified(report, as_json)
     if not report.ok:  # no trusted key: unverified, fail closed
