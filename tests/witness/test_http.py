@@ -26,6 +26,7 @@ from tests.witness.topiclog import post_add_checkpoint as _post
 from tests.witness.topiclog import witness_process
 from tracevault.archive import open_store
 from tracevault.config import Settings
+from tracevault.errors import NotFoundError
 from tracevault.log import (
     Checkpoint,
     CosignatureSigner,
@@ -38,7 +39,7 @@ from tracevault.log import (
     tree_root,
     write_private_key,
 )
-from tracevault.witness._client import UnknownLog, WitnessClient
+from tracevault.witness._client import WitnessClient
 from tracevault.witness._core import Witness, deployment_origins
 from tracevault.witness._http import MAX_BODY, serve_add_checkpoint
 
@@ -134,7 +135,7 @@ def test_refuses_bad_requests(served: tuple[str, Witness, Ed25519Signer]) -> Non
             assert _post(url, 0, [], other)[0] == 404
     # our client takes a 404 (ours, the spec's) as it takes litewitness's 403: an unknown log
     client = WitnessClient(url.removesuffix("/add-checkpoint"))
-    with pytest.raises(UnknownLog, match="404"):
+    with pytest.raises(NotFoundError, match="404"):
         client.cosign(other, lambda old: [])
     # "The old size MUST be equal to or lower than the checkpoint size. Otherwise, the
     # witness MUST respond with a "400 Bad Request" HTTP status code."

@@ -40,6 +40,7 @@ from tests.replayer.pipeline import fresh_settings, record_live, sequencer_runni
 from tracevault.archive import open_store
 from tracevault.cli import tracevault as main
 from tracevault.config import Settings
+from tracevault.errors import NotFoundError
 from tracevault.kafka import sealed_generation
 from tracevault.log import (
     EMPTY_ROOT,
@@ -50,7 +51,7 @@ from tracevault.log import (
     sign_note,
 )
 from tracevault.witness import cosigned_sizes
-from tracevault.witness._client import UnknownLog, WitnessClient
+from tracevault.witness._client import WitnessClient
 
 VERSION = "v0.6.1"
 NAME = "lw.test/witness"
@@ -237,5 +238,5 @@ def test_litewitness_cosigns_our_live_log_and_verify_accepts_it(
     # a log litewitness does not know (another deployment's origin): 403 or 404, told so
     other = log_origin(settings.log_origin, settings.topic_prefix + "x", 0, gen)
     note = sign_note(Checkpoint(other, 0, EMPTY_ROOT).body(), [log_signer])
-    with pytest.raises(UnknownLog, match="does not witness"):
+    with pytest.raises(NotFoundError, match="does not witness"):
         WitnessClient(litewitness.url).cosign(note, lambda old: [])

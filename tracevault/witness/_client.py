@@ -33,15 +33,11 @@ from tracevault.errors import ConfigError, LogError, NotFoundError, ServiceUnava
 from tracevault.log import Checkpoint, NoteVerifier, consistency_proof, open_note, split_note
 from tracevault.witness._archive import ArchiveTiles
 
-__all__ = ["UnknownLog", "WitnessAnswer", "WitnessClient", "push_archived", "store_cosigned"]
+__all__ = ["WitnessAnswer", "WitnessClient", "push_archived", "store_cosigned"]
 
 log = logging.getLogger(__name__)
 
 _TIMEOUT_S = 10.0
-
-
-class UnknownLog(NotFoundError):
-    """The witness answered 403 or 404: it does not witness this origin or key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +102,8 @@ class WitnessClient:
                 self._sizes[cp.origin] = old
                 continue
             if got.status in (403, 404):
-                raise UnknownLog(
+                # 403 or 404: the witness does not witness this origin or key (exit 3)
+                raise NotFoundError(
                     f"witness {self.url} does not witness {cp.origin} ({got.status}: "
                     f"{got.body.strip()[:200]}); add the log and its vkey there"
                 )
