@@ -24,6 +24,7 @@ cseal = extension("tracevault.consumer.sequencer._cseal")
 ctake = extension("tracevault.consumer.archive._ctake")
 cmerkle = extension("tracevault.log._cmerkle")
 cput = extension("tracevault.archive._cput")
+csign = extension("tracevault.log._csign")
 
 H = hashlib.sha256(b"leaf").digest()
 I64_MAX = 2**63 - 1
@@ -361,6 +362,41 @@ def cput_put_batch_negative_mode() -> object:
 def cput_put_batch_ok() -> object:
     d = _dir()
     return cput.put_batch([(d, "a", b"1"), (d, "b", b"2"), (d, "a", b"1")], 0o444, 0, TMPFILE, 2)
+
+
+# -- _csign: a 32-byte seed, a key that key() made -----------------------------------------
+
+
+@case
+def csign_key_short_seed() -> object:
+    return csign.key(b"\x01" * 31)
+
+
+@case
+def csign_key_of_an_int() -> object:
+    return csign.key(32)
+
+
+@case
+def csign_sign_not_a_key() -> object:
+    return csign.sign(b"\x01" * 32, b"message")
+
+
+@case
+def csign_sign_another_capsule() -> object:
+    import datetime
+
+    return csign.sign(datetime.datetime_CAPI, b"message")  # type: ignore[attr-defined]
+
+
+@case
+def csign_sign_a_memoryview() -> object:
+    return len(csign.sign(csign.key(bytearray(32)), memoryview(b"message")[1:]))
+
+
+@case
+def csign_sign_empty_message() -> object:
+    return len(csign.sign(csign.key(b"\x07" * 32), b""))
 
 
 # -- the runner ----------------------------------------------------------------------------

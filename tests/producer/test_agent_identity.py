@@ -144,14 +144,15 @@ def test_recorder_signs_the_chain_of_the_exact_bytes_it_wrote(
             tools={"t": lambda a: a}, input={"x": 1}, agent_key=key,
         )  # fmt: skip
         with rec as edges:
-            for i in range(9):
-                edges.tool("t", {"i": i})
+            for i in range(9):  # values past 2,048 bytes are hashed in pieces (_GIL_FREE)
+                edges.tool("t", {"i": i, "pad": "x" * (1000 * i)})
             edges.finish("done")
         assert publisher.flush(30)
     finally:
         publisher.close()
     raws = _raws(settings, rid, 11)
     assert len(raws) == 11
+    assert max(len(raw) for raw in raws) > 3 * 2048
     chain = [genesis(rid)]
     for raw in raws:
         chain.append(link(chain[-1], raw))

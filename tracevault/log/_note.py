@@ -19,6 +19,7 @@ import binascii
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import ClassVar, Protocol, Self
 
 from cryptography.exceptions import InvalidSignature
@@ -33,6 +34,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
+from tracevault import native
 from tracevault.errors import ConfigError, LogError
 
 __all__ = [
@@ -178,18 +180,28 @@ class SeedKey:
         return f"PRIVATE+KEY+{self._name}+{self.key_id.hex()}+{blob}"
 
 
+#: libcrypto's Ed25519 holding the GIL (``_csign.c``): the Recorder's Publisher thread signs
+#: agent notes beside a busy agent thread, where ``cryptography``'s sign, which releases the
+#: GIL, cost 5 ms each to get it back (docs/identity.md, "What identity costs").
+_csign: ModuleType | None = native.load("tracevault.log._csign")
+
+
 class Ed25519Signer(SeedKey):
     """An Ed25519 signer from a 32-byte seed (the file or environment key)."""
 
     def __init__(self, name: str, seed: bytes) -> None:
         super().__init__(name, seed)
         self._verifier = Ed25519Verifier(name, self._public)
+        self._ckey = None if _csign is None else _csign.key(seed)
 
     @property
     def verifier(self) -> Ed25519Verifier:
         return self._verifier
 
     def sign(self, message: bytes) -> bytes:
+        if self._ckey is not None:
+            sig: bytes = _csign.sign(self._ckey, message)  # type: ignore[union-attr]
+            return sig
         return self._key.sign(message)
 
 

@@ -36,6 +36,11 @@ __all__ = ["Attestor", "attested", "settings_signer"]
 _FINISHED = EventKind.RUN_FINISHED
 _EVENT = hashlib.sha256(EVENT_DOMAIN)  # chain.link's prefix, absorbed once
 _monotonic = time.monotonic
+#: hashlib releases the GIL to hash this many bytes or more at once. Beside a busy agent
+#: thread each release costs the Publisher's thread the interpreter's switch interval (5 ms)
+#: to get it back, so a value is hashed in pieces below it (docs/identity.md, "What identity
+#: costs"); the digest is the same.
+_GIL_FREE = 2048
 
 
 @functools.lru_cache(maxsize=8)
@@ -119,7 +124,7 @@ class Attestor:
         """The event's exact bytes, with a note when one is due; the chain moves past it.
 
         ``chain.link`` inlined on purpose: it runs once per event on the Publisher's thread,
-        whose time bounds a busy agent's throughput.
+        whose time bounds a busy agent's throughput, and it must keep the GIL (``_GIL_FREE``).
         """
         seq = fields[0]
         if (
@@ -132,7 +137,12 @@ class Attestor:
         raw = self._encode(fields)
         h = _EVENT.copy()
         h.update(self._prev)
-        h.update(raw)
+        if len(raw) < _GIL_FREE:
+            h.update(raw)
+        else:
+            view = memoryview(raw)
+            for i in range(0, len(raw), _GIL_FREE - 1):
+                h.update(view[i : i + _GIL_FREE - 1])
         self._prev = h.digest()
         self._chain += self._prev
         return raw
