@@ -17,7 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracevault.errors import NonCanonicalJSONError, PayloadError
-from tracevault.schemas import canonical_json, canonical_json_like, check_canonical, loads_canonical
+from tracevault.schemas import (
+    canonical_json,
+    canonical_json_like,
+    canonical_json_plain,
+    check_canonical,
+    loads_canonical,
+)
 from tracevault.schemas._jcs import MAX_SAFE_INTEGER, jcs_number
 
 # RFC 8785 Appendix B: IEEE-754 bit patterns and their JCS text.
@@ -319,3 +325,56 @@ def test_nan_and_infinity_are_refused_wherever_they_are(bad: float) -> None:
         with pytest.raises(PayloadError, match="not a JSON number") as info:
             canonical_json(value)
         assert info.value.path == path
+
+
+def _typed(value: Any) -> Any:
+    """``value`` with every scalar paired with its type: equal only if the types are too."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value), value)
+
+
+_BIG_INTS = st.sampled_from(
+    [10**17, 10**18, 10**19, -(10**19), 10**20, -(10**20)]
+)  # exact; four past 2**63
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.recursive(
+    st.one_of(_SCALARS, _BIG_INTS),
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(_KEYS, inner, max_size=5)),
+    max_leaves=25,
+))  # fmt: skip
+def test_plain_values_read_back_through_orjson_as_json_reads_them(value: Any) -> None:
+    """The Recorder hands the agent ``orjson.loads`` of a plain answer (canonical_json_plain)
+    instead of ``json.loads``: only where the two give the same values of the same types."""
+    data, plain = canonical_json_plain(value)
+    assert data == canonical_json(value)
+    if plain:
+        assert _typed(orjson.loads(data)) == _typed(json.loads(data))
+    else:  # a float or an int past 64 bits, where orjson differs (it reads 10**20 as 1e20),
+        # or a key past U+FFFF, which the pure-Python encoder writes
+        assert any(
+            type(x) is float or (type(x) is int and not -(2**63) <= x < 2**63) or _astral(x)
+            for x in _leaves_and_keys(value)
+        )
+
+
+def _astral(x: Any) -> bool:
+    return type(x) is str and any(ord(c) > 0xFFFF for c in x)
+
+
+def _leaves_and_keys(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [*value, *(n for v in value.values() for n in _leaves_and_keys(v))]
+    if isinstance(value, list):
+        return [n for v in value for n in _leaves_and_keys(v)]
+    return [value]
+
+
+def test_orjson_would_read_a_long_int_as_a_float() -> None:
+    """Why the check: the case the plain flag keeps from the agent."""
+    data, plain = canonical_json_plain({"n": 10**20})
+    assert not plain and type(orjson.loads(data)["n"]) is float and json.loads(data)["n"] == 10**20

@@ -36,6 +36,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tracevault import __version__
 from tracevault.callsite import SITE_ATTRIBUTE, call_site, sited
 from tracevault.edges import (
@@ -60,7 +62,13 @@ from tracevault.producer._publisher import Publisher
 from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
 from tracevault.runid import check_run_id
-from tracevault.schemas import AgentInfo, ErrorInfo, EventKind, canonical_json
+from tracevault.schemas import (
+    AgentInfo,
+    ErrorInfo,
+    EventKind,
+    canonical_json,
+    canonical_json_plain,
+)
 
 __all__ = ["Recorder"]
 
@@ -423,9 +431,13 @@ class Recorder:
 
     # -- plumbing ---------------------------------------------------------------------------
     def _payload(self, value: JSON, field: str) -> bytes:
+        return self._encoded(value, field)[0]
+
+    def _encoded(self, value: JSON, field: str) -> tuple[bytes, bool]:
+        """The canonical bytes, and whether orjson reads them back (``canonical_json_plain``)."""
         if self._redactor is not None:  # before anything is recorded (docs/confidentiality.md)
             value = self._redactor.apply(value, field)
-        data = canonical_json(value, field=field)
+        data, plain = canonical_json_plain(value, field=field)
         if len(data) > self._max:
             raise PayloadError(
                 f"$.{field} is {len(data)} bytes of canonical JSON, over max_payload_bytes="
@@ -433,7 +445,7 @@ class Recorder:
                 "bulk, or raise TRACEVAULT_MAX_PAYLOAD_BYTES",
                 f"$.{field}",
             )
-        return data
+        return data, plain
 
     def _alloc(self, final: bool = False) -> int:
         with self._lock:
@@ -524,7 +536,7 @@ class Recorder:
 
     def _respond(self, op: _Open, result: Any) -> Any:
         try:
-            response = self._payload(result, "response")
+            response, plain = self._encoded(result, "response")
         except PayloadError as exc:
             # The call happened: record it with the refusal so the seq stays contiguous.
             self._record(op, _NULL, _error_info(exc))
@@ -543,7 +555,9 @@ class Recorder:
         # Hand the agent the recorded form, not the callee's object: replay can only serve
         # what the record holds (sorted keys, lists for tuples), so live must see the same
         # or an agent that iterates a dict or formats it would diverge under replay.
-        return json.loads(response)
+        # orjson where it reads the bytes as json does (no float, no int past 64 bits): a
+        # quarter of json's time for a 1.5 KB answer, on every recorded call.
+        return orjson.loads(response) if plain else json.loads(response)
 
     def _call(self, crossing: Crossing, invoke: Callable[[str | None], Any], effect: bool) -> Any:
         op = self._open(crossing, effect)

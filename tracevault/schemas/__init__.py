@@ -9,6 +9,7 @@ from tracevault.schemas._binary import avro_bytes, avro_long
 from tracevault.schemas._canonical import (
     canonical_json,
     canonical_json_like,
+    canonical_json_plain,
     check_canonical,
     loads_canonical,
 )
@@ -58,6 +59,7 @@ __all__ = [
     # canonical JSON
     "canonical_json",
     "canonical_json_like",
+    "canonical_json_plain",
     "check_canonical",
     "loads_canonical",
     # schema versions

@@ -26,7 +26,13 @@ import orjson
 from tracevault.errors import NonCanonicalJSONError, PayloadError
 from tracevault.schemas import _jcs
 
-__all__ = ["canonical_json", "canonical_json_like", "check_canonical", "loads_canonical"]
+__all__ = [
+    "canonical_json",
+    "canonical_json_like",
+    "canonical_json_plain",
+    "check_canonical",
+    "loads_canonical",
+]
 
 _legacy_encoder = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -65,8 +71,14 @@ _PARSE_ERRORS = (
 
 def canonical_json(value: Any, *, field: str = "payload") -> bytes:
     """RFC 8785 bytes of ``value``, or :class:`PayloadError` naming the JSON path and cause."""
+    return canonical_json_plain(value, field=field)[0]
+
+
+def canonical_json_plain(value: Any, *, field: str = "payload") -> tuple[bytes, bool]:
+    """:func:`canonical_json`, and whether ``orjson.loads`` reads the bytes back as
+    ``json.loads`` does (no float, no int past 64 bits: ``_jcs.encode_plain``)."""
     try:
-        return _jcs.encode(value)
+        return _jcs.encode_plain(value)
     except (_jcs.Unencodable, orjson.JSONEncodeError, UnicodeEncodeError, RecursionError):
         # Only the failure path walks the value a second time, to name what is wrong.
         path, why = _jcs.explain(value, f"$.{field}")

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "Unencodable",
     "encode",
+    "encode_plain",
     "exact_int",
     "explain",
     "jcs_number",
@@ -98,14 +99,21 @@ def jcs_number(f: float) -> str:
 def encode(value: Any) -> bytes:
     """The RFC 8785 bytes of ``value``; raises :class:`Unencodable` (or orjson's or
     ``UnicodeEncodeError`` for lone surrogates) when it has none."""
+    return encode_plain(value)[0]
+
+
+def encode_plain(value: Any) -> tuple[bytes, bool]:
+    """:func:`encode`, and whether ``value`` was plain (:func:`plain`): no float and no int
+    past 64 bits, so ``orjson.loads`` of the bytes gives back what ``json.loads`` does (it
+    reads a longer int as a float) in a quarter of the time."""
     flags = _scan(value, 0)
     if flags == 0:
-        return orjson.dumps(value, option=_SORT_KEYS)
+        return orjson.dumps(value, option=_SORT_KEYS), True
     if flags == _FLOATS:
-        return orjson.dumps(_numbers(value), option=_SORT_KEYS)
+        return orjson.dumps(_numbers(value), option=_SORT_KEYS), False
     out: list[str] = []
     _write(value, out, 0)
-    return "".join(out).encode("utf-8")
+    return "".join(out).encode("utf-8"), False
 
 
 def exact_int(n: int) -> bool:
