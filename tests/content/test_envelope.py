@@ -3,8 +3,10 @@ and opened only at its own run, seq and field."""
 
 from __future__ import annotations
 
+import binascii
 import os
 
+import pybase64
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,3 +79,21 @@ def test_a_non_canonical_plaintext_inside_an_envelope_is_refused_when_opened() -
     )  # fmt: skip
     with pytest.raises(NonCanonicalJSONError, match=r"run run-n seq 1: \$\.request"):
         open_event(ev, cipher)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.binary(max_size=3000), cut=st.integers(0, 4100), junk=st.binary(max_size=3))
+def test_pybase64_writes_binasciis_base64_and_reads_no_more_than_its_strict_mode(
+    data: bytes, cut: int, junk: bytes
+) -> None:
+    """The envelopes' base64 is pybase64's (SIMD): the same text as binascii's, and a decoder
+    that accepts only what binascii's strict mode accepts, with the same bytes."""
+    text = pybase64.b64encode(data)
+    assert text == binascii.b2a_base64(data, newline=False)
+    assert pybase64.b64decode(text, validate=True) == data
+    mutated = text[:cut] + junk + text[cut:]
+    try:
+        got = pybase64.b64decode(mutated, validate=True)
+    except binascii.Error:
+        return
+    assert got == binascii.a2b_base64(mutated, strict_mode=True)
