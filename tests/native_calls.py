@@ -25,6 +25,7 @@ ctake = extension("tracevault.consumer.archive._ctake")
 cmerkle = extension("tracevault.log._cmerkle")
 cput = extension("tracevault.archive._cput")
 csign = extension("tracevault.log._csign")
+copen = extension("tracevault.content._copen")
 
 H = hashlib.sha256(b"leaf").digest()
 I64_MAX = 2**63 - 1
@@ -397,6 +398,74 @@ def csign_sign_a_memoryview() -> object:
 @case
 def csign_sign_empty_message() -> object:
     return len(csign.sign(csign.key(b"\x07" * 32), b""))
+
+
+# -- _copen: a 32-byte key, a bounded AAD prefix, a list of events --------------------------
+
+
+class _Ev:
+    def __init__(self, seq: object, request: object, response: object) -> None:
+        self.seq, self.request, self.response = seq, request, response
+
+
+_ENV = b'{"enc":"' + b"A" * 40 + b'","v":1}'
+
+
+@case
+def copen_short_key() -> object:
+    return copen.open_pairs(b"k" * 31, b"", [])
+
+
+@case
+def copen_prefix_too_long() -> object:
+    return copen.open_pairs(b"k" * 32, b"p" * 5000, [])
+
+
+@case
+def copen_not_a_list() -> object:
+    return copen.open_pairs(b"k" * 32, b"", (_Ev(1, _ENV, _ENV),))
+
+
+@case
+def copen_event_without_seq() -> object:
+    return copen.open_pairs(b"k" * 32, b"", [object()])
+
+
+@case
+def copen_seq_past_int64_and_not_bytes() -> object:
+    return copen.open_pairs(
+        b"k" * 32, b"", [_Ev(2**70, _ENV, _ENV), _Ev(1, "s", _ENV), _Ev(1, _ENV, _ENV)]
+    )
+
+
+@case
+def copen_envelope_too_short_for_a_tag() -> object:
+    return copen.open_pairs(b"k" * 32, b"", [_Ev(1, b'{"enc":"AAAA","v":1}', _ENV)])
+
+
+@case
+def copen_tool_shape_cut_short() -> object:
+    return copen.open_pairs(
+        b"k" * 32,
+        b"",
+        [_Ev(1, b'{"enc":"AAAA","tool":"', _ENV), _Ev(1, b'{"enc":"AAAA","tool":","v":1}', _ENV)],
+    )
+
+
+@case
+def copen_list_cleared_while_read() -> object:
+    events: list[object] = []
+
+    class Clearing:
+        seq, response = 1, _ENV
+
+        @property
+        def request(self) -> bytes:
+            events.clear()
+            return _ENV
+
+    events += [Clearing(), _Ev(1, _ENV, _ENV), _Ev(2, _ENV, _ENV)]
+    return copen.open_pairs(b"k" * 32, b"", events)
 
 
 # -- the runner ----------------------------------------------------------------------------

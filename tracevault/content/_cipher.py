@@ -73,6 +73,11 @@ class RunCipher:
 
     __slots__ = ("_aad", "_count", "_gcm", "_salt", "run_id")
 
+    @property
+    def aad_prefix(self) -> bytes:
+        """The AAD before the seq and the field: ``tracevault/v1/content\\0<run id>\\0``."""
+        return self._aad
+
     def __init__(self, run_id: str, data_key: bytes) -> None:
         self.run_id = run_id
         self._gcm = AESGCM(data_key)

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from types import ModuleType
 
+from tracevault import native
 from tracevault.content._cipher import RunCipher
 from tracevault.content._keystore import RunKeyStore
 from tracevault.content._provider import KeyProvider
 from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey
 from tracevault.errors import ContentKeyError
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, check_canonical
+from tracevault.schemas.fast import with_content
+
+#: The opener in C (``_copen.c``): a run's fields opened in one call, about 4 x quicker.
+_copen: ModuleType | None = native.load("tracevault.content._copen")
 
 __all__ = [
     "data_key_of",
@@ -65,7 +71,23 @@ def opened_with(events: Sequence[TraceEvent], key: bytes) -> Sequence[TraceEvent
     open."""
     cipher = RunCipher(events[0].run_id, key)
     # Opened all at once: every reader of the run (show, replay, diff, export) reads it all.
-    return [open_event(ev, cipher) for ev in events]
+    if _copen is None:
+        return [open_event(ev, cipher) for ev in events]
+    listed = events if isinstance(events, list) else list(events)
+    out: list[TraceEvent] = []
+    append, gap, rebuilt = out.append, EventKind.GAP, with_content
+    # The C opens what RunCipher wrote (None: this event's fields are left to open_event,
+    # which opens other shapes or names the field that does not open); its plaintext is
+    # checked by the canonical subset, and what the subset declines by check_canonical.
+    for ev, pair in zip(listed, _copen.open_pairs(key, cipher.aad_prefix, listed), strict=True):
+        if pair is None or ev.error is not None or ev.kind is gap:
+            append(open_event(ev, cipher))
+            continue
+        request, response, canonical = pair
+        if not canonical:
+            _check_plaintext(ev, request, response)
+        append(rebuilt(ev, request, response))
+    return out
 
 
 def data_key_of(
@@ -120,15 +142,19 @@ def open_event(ev: TraceEvent, cipher: RunCipher) -> TraceEvent:
         msg = cipher.open(seq, "error", err.message.encode("utf-8")).decode("utf-8")
         err = ErrorInfo(err.type, msg)
     request, response = cipher.open_pair(seq, ev.request, ev.response)
-    # The sequencer could check only the envelopes: the plaintext's canonical JSON is
-    # checked here, where it is first seen (NonCanonicalJSONError naming run, seq and field).
-    where = f"run {ev.run_id} seq {seq}: $."
-    check_canonical(request, field=where + "request")
-    check_canonical(response, field=where + "response")
+    _check_plaintext(ev, request, response)
     # The constructor, not dataclasses.replace: a third of the cost of opening an event.
     return TraceEvent(ev.run_id, seq, ev.kind, ev.at, ev.agent, request, response, ev.model,
                       ev.seed, err, ev.idempotency_key, ev.parent_seq, ev.attributes,
                       ev.interleave)  # fmt: skip
+
+
+def _check_plaintext(ev: TraceEvent, request: bytes, response: bytes) -> None:
+    """The sequencer could check only the envelopes: the plaintext's canonical JSON is
+    checked here, where it is first seen (NonCanonicalJSONError naming run, seq and field)."""
+    where = f"run {ev.run_id} seq {ev.seq}: $."
+    check_canonical(request, field=where + "request")
+    check_canonical(response, field=where + "response")
 
 
 _HIDDEN = b'"<encrypted>"'

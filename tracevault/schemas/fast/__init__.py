@@ -37,6 +37,7 @@ from tracevault.schemas.fast._event import (
     event_time,
     fast_decode_event,
     peek_event,
+    with_content,
 )
 from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V2, Pin, stale
 from tracevault.schemas.fast._sealed import sealed_fields, sealed_rows, segment_rows
@@ -66,6 +67,7 @@ __all__ = [
     "sealed_fields",
     "sealed_rows",
     "segment_rows",
+    "with_content",
     # the guard
     "PINS",
     "SEALED_EVENT_V1",

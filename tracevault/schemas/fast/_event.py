@@ -37,7 +37,14 @@ from tracevault.schemas._registry import default_schemas
 from tracevault.schemas.fast._guard import DECLINE, TRACE_EVENT_V2, armed_header
 from tracevault.schemas.fast._varint import CONT7, CONT8, VarintError, read_long
 
-__all__ = ["Peeked", "event_kind", "event_time", "fast_decode_event", "peek_event"]
+__all__ = [
+    "Peeked",
+    "event_kind",
+    "event_time",
+    "fast_decode_event",
+    "peek_event",
+    "with_content",
+]
 
 _AGENT_CACHE_MAX = 256
 _agents: dict[bytes, AgentInfo] = {}
@@ -85,6 +92,30 @@ def _layout_twin() -> Any:
 _TWIN = _layout_twin()
 _new = object.__new__
 _u64 = struct.Struct("<Q").unpack_from
+
+
+def with_content(ev: TraceEvent, request: bytes, response: bytes) -> TraceEvent:
+    """``ev`` with other request and response bytes (an encrypted run's event opened), built
+    as the walk builds events (:func:`_layout_twin`): a fifth of the constructor's time."""
+    if _TWIN is None:
+        return dataclasses.replace(ev, request=request, response=response)
+    new = _new(_TWIN)
+    new.run_id = ev.run_id
+    new.seq = ev.seq
+    new.kind = ev.kind
+    new.at = ev.at
+    new.agent = ev.agent
+    new.request = request
+    new.response = response
+    new.model = ev.model
+    new.seed = ev.seed
+    new.error = ev.error
+    new.idempotency_key = ev.idempotency_key
+    new.parent_seq = ev.parent_seq
+    new.attributes = ev.attributes
+    new.interleave = ev.interleave
+    new.__class__ = TraceEvent
+    return new  # type: ignore[no-any-return]  # a TraceEvent now (see _layout_twin)
 
 
 def _string(d: bytes, p: int, end: int) -> tuple[str, int]:
