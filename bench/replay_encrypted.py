@@ -40,9 +40,9 @@ from tracevault.archive import open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE, KeyringProvider, RunCipher
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._opened import opened
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.opened import opened
+from tracevault.replayer.load.verify import verify
 from tracevault.schemas import EventKind, SealedEvent, decode_event, encode_event
 
 TENANT = "bench"

@@ -32,10 +32,10 @@ from tracevault.content import (
     seal_for,
 )
 from tracevault.errors import ConfigError, ContentKeyError
-from tracevault.replayer._bundle import REVEAL_FILE, verify_bundle
-from tracevault.replayer._opened import opened, run_data_key
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
+from tracevault.replayer.export.bundle import REVEAL_FILE, verify_bundle
+from tracevault.replayer.load.opened import opened, run_data_key
 from tracevault.schemas import TraceEvent
 
 __all__ = ["bundle_events", "recipient_of", "reveal_hook", "reveal_json", "revealed_events"]
