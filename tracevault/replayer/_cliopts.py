@@ -126,7 +126,7 @@ def end_options(f: Any) -> Any:
 
 
 def end_rule(settings: Settings, *, allow_unfinished: bool, required: bool) -> EndRule:
-    """The CLI's rule for a run without RUN_FINISHED (``_log.EndRule``)."""
+    """The CLI's rule for a run without RUN_FINISHED (``log_policy.EndRule``)."""
     if allow_unfinished and required:
         raise click.UsageError("--allow-unfinished and --require-finished contradict each other")
     if allow_unfinished:

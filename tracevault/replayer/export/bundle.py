@@ -151,7 +151,7 @@ def export_bundle(
 
     The bundle holds what the run holds: an encrypted run's ciphertext only. ``reveal``
     makes ``reveal.json`` from the verified report (the data key sealed for one recipient,
-    ``_reveal.reveal_json``).
+    ``reveal.reveal_json``).
 
     ``store`` is where an archive-sourced run's segments and receipts are copied from. With
     ``log`` the signed log is checked first; the run's log evidence, when its source has

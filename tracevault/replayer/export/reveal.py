@@ -1,7 +1,7 @@
 """A bundle's content revealed to one recipient: ``reveal.json`` written, and read back.
 
 ``export --reveal-to KEY`` adds ``reveal.json`` to a bundle: the run's data key, obtained
-through the configured provider as every reader obtains it (``_opened.run_data_key``), sealed
+through the configured provider as every reader obtains it (``load.opened.run_data_key``), sealed
 for the recipient with HPKE and bound to this bundle's run, chain head and last seq
 (``tracevault.content.seal_for``). The bundle itself stays ciphertext: ``verify --bundle``
 needs no key, and without ``reveal.json`` (or without the recipient's private key) nothing in

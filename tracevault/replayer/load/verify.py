@@ -4,7 +4,7 @@ With trusted keys the signed log's checks L1-L4 (``log_policy``) come first. The
 are listed in ``checks`` (1-6, every record), ``_verify_archive``
 (A1-A3: segments and receipts) and here (T1: the topic's committed head; F: finished, when
 the log was not checked and the run must end). A run with no RUN_FINISHED passes only while
-``_log.EndRule`` allows it (the CLI: while it can still be live) and is reported as
+``log_policy.EndRule`` allows it (the CLI: while it can still be live) and is reported as
 unfinished; GAP markers (one per missing seq, sealed by the sequencer) are warnings.
 
 Rebuilding (``rebuild=True``) decodes every event once, inside the checks, and does **not**

@@ -62,7 +62,7 @@ _BRANCH: ContextVar[tuple[int, int] | None] = ContextVar("tracevault_replay_bran
 
 
 class _Cursor(Protocol):
-    """What the interleaver reads of ``_edges.ReplayCursor``: named here, not imported, as
+    """What the interleaver reads of ``edges.ReplayCursor``: named here, not imported, as
     the cursor's module imports this one (no cycle, docs/design.md "Layout")."""
 
     pos: int
