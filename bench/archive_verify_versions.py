@@ -29,8 +29,8 @@ import boto3
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.consumer.archive.sealed_factory import s3_log_among_others
 from tracevault.archive._s3store import S3Store
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 
 
 class Wire:

@@ -48,9 +48,9 @@ from tests.replayer.dask_cluster import LocalDaskCluster
 from tests.replayer.recording import T0, record, seal
 from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.replayer._batch import Engine, LocalEngine, run_batch, runs_between
-from tracevault.replayer._batch_report import BatchReport
-from tracevault.replayer._dask import DaskEngine
+from tracevault.replayer.batch._dask import DaskEngine
+from tracevault.replayer.batch._report import BatchReport
+from tracevault.replayer.batch.jobs import Engine, LocalEngine, run_batch, runs_between
 from tracevault.schemas import micros_to_datetime
 
 AGENT = "tests.replayer.agents:research_agent"

@@ -10,7 +10,7 @@ the same files:
 * **tracevault** (the headline): what ``replay run`` does before the agent sees an event:
   ``load_from_archive`` (one listing, every segment and receipt read, SHA-256 taken) +
   ``verify(rebuild=True)`` (checks 1-6 and A1-A3 over every record, every event decoded in
-  the same walk, as ``replay_throughput.py``) + ``_opened.opened`` (the data key unwrapped
+  the same walk, as ``replay_throughput.py``) + ``opened.opened`` (the data key unwrapped
   once through the keyring provider, every field opened, its plaintext checked as canonical
   JSON: the sequencer could check only the envelope).
 * **plain** (extra fields): the same read of the same run recorded in clear (nothing to
@@ -40,9 +40,9 @@ from tracevault.archive import open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE, KeyringProvider, RunCipher
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._opened import opened
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.opened import opened
+from tracevault.replayer.load.verify import verify
 from tracevault.schemas import EventKind, SealedEvent, decode_event, encode_event
 
 TENANT = "bench"

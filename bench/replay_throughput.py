@@ -37,8 +37,8 @@ from tracevault.archive._filestore import FileStore
 from tracevault.chain import genesis, link
 from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 from tracevault.schemas import (
     AgentInfo,
     EventKind,

@@ -73,10 +73,10 @@ from tracevault.log import (
     tile_width,
 )
 from tracevault.producer._attest import Attestor
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._log import LogPolicy
 from tracevault.replayer._results import LoadedRun
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.log_policy import LogPolicy
+from tracevault.replayer.load.verify import verify
 from tracevault.schemas import (
     SealedEvent,
     decode_event,

@@ -74,7 +74,7 @@ def _cycle_from(graph: dict[str, set[str]], start: str) -> list[str] | None:
 
 def test_no_module_is_in_an_import_cycle() -> None:
     """A cycle hidden behind a function-level or a type-only import is still a cycle (it was
-    _store ↔ stores, then replayer._edges ↔ _interleave). Package ``__init__`` files count: a
+    _store ↔ stores, then replayer.rerun.edges ↔ _interleave). Package ``__init__`` files count: a
     module that imports its own package's ``__init__`` is in a cycle with it."""
     graph = _imports()
     cycles = [" -> ".join(c) for name in sorted(graph) if (c := _cycle_from(graph, name))]
@@ -135,7 +135,7 @@ def _loaded_by(code: str) -> list[str]:
 
 def test_a_provider_adapter_loads_nothing_of_the_replayer() -> None:
     """Wrapping an OpenAI or Anthropic client records; it needs no replayer (it loaded 75
-    modules of ours, replayer._batch among them, for the one class ``RecordedError``)."""
+    modules of ours, replayer.batch.jobs among them, for the one class ``RecordedError``)."""
     for adapter in ("openai", "anthropic"):
         loaded = _loaded_by(f"import tracevault.integrations.{adapter}")
         assert f"tracevault.integrations.{adapter}" in loaded

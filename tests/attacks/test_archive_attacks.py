@@ -27,8 +27,8 @@ from tracevault.consumer.archive import Archiver, ArchiverStats
 from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.errors import ChainError, LogError
 from tracevault.log import Ed25519Signer
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 from tracevault.schemas import decode_sealed
 
 

@@ -70,7 +70,7 @@ from tracevault.log import (
     leaf_hash,
     log_origin,
 )
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import Codec, decode_event
 from tracevault.schemas.fast import armed_walks, peek_event
 from tracevault.schemas.fast import sealed_fields as walk_sealed

@@ -41,7 +41,7 @@ from tests.kafka_harness import LocalBroker, free_port
 from tracevault.archive import archived_run, open_store
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from tests.replayer.golden_runs import NAMES, golden_run
 from tracevault.config import Settings
 from tracevault.content import is_encrypted
 from tracevault.replayer import areplay, replay, verify
-from tracevault.replayer._batch import load_agent
-from tracevault.replayer._opened import opened
+from tracevault.replayer.batch.jobs import load_agent
+from tracevault.replayer.load.opened import opened
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -39,7 +39,7 @@ from tracevault.archive.layout import run_prefix
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
-from tracevault.replayer._batch import chunked
+from tracevault.replayer.batch.jobs import chunked
 from tracevault.schemas import micros_to_datetime
 
 AGENT = "tests.replayer.agents:research_agent"
@@ -272,7 +272,7 @@ def test_chunks_hold_every_run_once_in_order() -> None:
 def test_an_unreachable_scheduler_is_exit_3_naming_the_address() -> None:
     from tests.kafka_harness import free_port
     from tracevault.errors import ServiceUnavailableError
-    from tracevault.replayer._dask import DaskEngine
+    from tracevault.replayer.batch._dask import DaskEngine
 
     address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
     with (
@@ -334,8 +334,8 @@ def test_a_large_window_lists_only_the_runs_that_did_not_match() -> None:
 
     from rich.console import Console
 
-    from tracevault.replayer._batch_report import BatchItem, BatchReport
-    from tracevault.replayer._batch_view import print_batch
+    from tracevault.replayer.batch._report import BatchItem, BatchReport
+    from tracevault.replayer.batch._view import print_batch
 
     seed = {"expected": "MODEL_CALL", "actual": "MODEL_CALL", "diff": ["$.seed: expected 8, got 7"]}
     items = [BatchItem(f"run-{i:04d}", "ok", 11, 11) for i in range(150)]

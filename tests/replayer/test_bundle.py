@@ -11,7 +11,7 @@ from tests.replayer.archiving import write_run
 from tracevault.archive import open_store
 from tracevault.errors import ChainError, ConfigError
 from tracevault.replayer import export_bundle, verify_bundle
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 
 
 @pytest.fixture

@@ -24,9 +24,10 @@ from tracevault.config import Settings
 from tracevault.edges import CANCELLED_ATTRIBUTE
 from tracevault.errors import ReplayDivergence
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import _interleave, areplay, verify
-from tracevault.replayer._interleave import interleaved
-from tracevault.replayer.fork import fork_run
+from tracevault.replayer import areplay, verify
+from tracevault.replayer.investigate.fork import fork_run
+from tracevault.replayer.rerun import _interleave
+from tracevault.replayer.rerun._interleave import interleaved
 from tracevault.schemas import EventKind, TraceEvent
 
 RECORDINGS = 10

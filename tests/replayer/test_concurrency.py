@@ -28,9 +28,10 @@ from tracevault.consumer.archive import Archiver
 from tracevault.errors import ReplayDivergence
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import LoadedRun, _interleave, areplay, replay, verify
-from tracevault.replayer._interleave import interleaved
+from tracevault.replayer import LoadedRun, areplay, replay, verify
 from tracevault.replayer._records import SealedRows
+from tracevault.replayer.rerun import _interleave
+from tracevault.replayer.rerun._interleave import interleaved
 from tracevault.schemas import EventKind, TraceEvent, default_schemas
 
 RECORDINGS = 20
@@ -204,7 +205,7 @@ def test_v1_runs_recorded_before_v2_still_replay(name: str) -> None:
                     objects=[f"golden/{name}.avro"] * len(rows))  # fmt: skip
     events = list(verify(run, require_finished=True).events)
     assert all(ev.interleave is None for ev in events) and not interleaved(events)
-    from tracevault.replayer._batch import load_agent
+    from tracevault.replayer.batch.jobs import load_agent
 
     agent = load_agent(meta["agent"])
     if asyncio.iscoroutinefunction(agent):

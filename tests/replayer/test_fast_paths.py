@@ -16,8 +16,8 @@ from tracevault.archive import ObjectStore
 from tracevault.archive._segment import encode_segment, sealed_body
 from tracevault.chain import genesis, link
 from tracevault.errors import ChainError
-from tracevault.replayer._archive import read_segment_rows
-from tracevault.replayer._nogc import gc_paused
+from tracevault.replayer.load._nogc import gc_paused
+from tracevault.replayer.load.archive import read_segment_rows
 from tracevault.schemas import SealedEvent, default_schemas, encode_sealed
 from tracevault.schemas.fast import SEALED_EVENT_V1, segment_rows
 

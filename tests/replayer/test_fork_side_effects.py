@@ -16,7 +16,7 @@ from tests.replayer.pipeline import replay_cli, sequencer_running, wait_sealed
 from tracevault.config import Settings
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import load_run, verify
-from tracevault.replayer.fork import SERVED_FROM
+from tracevault.replayer.investigate.fork import SERVED_FROM
 from tracevault.schemas import EventKind
 
 AGENT = "tests.replayer.cancel_agents:mail_agent"

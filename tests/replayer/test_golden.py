@@ -13,7 +13,7 @@ import pytest
 
 from tests.replayer.golden_runs import NAMES, golden_run
 from tracevault.replayer import areplay, replay, verify
-from tracevault.replayer._batch import load_agent
+from tracevault.replayer.batch.jobs import load_agent
 
 
 def test_the_golden_corpus_is_there() -> None:

@@ -13,7 +13,7 @@ from tracevault.chain import genesis, link
 from tracevault.errors import ChainError
 from tracevault.log import AgentKeys, Ed25519Signer
 from tracevault.producer._attest import Attestor
-from tracevault.replayer._identity import SEQUENCER_AGENT_ID, check_identity
+from tracevault.replayer.load._identity import SEQUENCER_AGENT_ID, check_identity
 from tracevault.schemas import AgentInfo, EventKind, TraceEvent, canonical_json, encode_event
 
 RUN = "run-identity"

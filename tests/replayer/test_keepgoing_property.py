@@ -24,8 +24,9 @@ from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import _interleave, areplay, replay, verify
-from tracevault.replayer._interleave import interleaved
+from tracevault.replayer import areplay, replay, verify
+from tracevault.replayer.rerun import _interleave
+from tracevault.replayer.rerun._interleave import interleaved
 from tracevault.schemas import TraceEvent
 
 Finding = tuple[int, str | None, str | None]

@@ -22,9 +22,9 @@ from tracevault.archive import open_store
 from tracevault.errors import TraceVaultError
 from tracevault.log import Ed25519Signer
 from tracevault.replayer import LoadedRun, verify
-from tracevault.replayer._archive import load_from_archive, sealed_reader
-from tracevault.replayer._log import LogPolicy
 from tracevault.replayer._records import SealedRows
+from tracevault.replayer.load.archive import load_from_archive, sealed_reader
+from tracevault.replayer.load.log_policy import LogPolicy
 from tracevault.schemas import Codec, avro_long, decode_sealed
 from tracevault.schemas.fast import sealed_columns
 

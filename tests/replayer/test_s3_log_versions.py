@@ -23,9 +23,9 @@ from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix
 from tracevault.config import Settings
 from tracevault.errors import ChainError
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
-from tracevault.replayer._witnessed import _reanchor
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
+from tracevault.replayer.load.witnessed import _reanchor
 
 
 @dataclass

@@ -29,8 +29,9 @@ from tests.replayer.pipeline import (
 from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.config import Settings
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer import _interleave, areplay, load_run, verify
-from tracevault.replayer._interleave import interleaved
+from tracevault.replayer import areplay, load_run, verify
+from tracevault.replayer.rerun import _interleave
+from tracevault.replayer.rerun._interleave import interleaved
 from tracevault.schemas import EventKind, TraceEvent
 
 _MOD = "tests.replayer.site_agents"

@@ -23,7 +23,7 @@ from tracevault.log import (
     split_note,
 )
 from tracevault.replayer import export_bundle, load_run, verify, verify_bundle
-from tracevault.replayer._log import LogPolicy
+from tracevault.replayer.load.log_policy import LogPolicy
 
 # These tests name their trusted keys themselves (the session's vkey is not one).
 pytestmark = pytest.mark.usefixtures("only_keys_given_here")

@@ -10,7 +10,7 @@ from tests.replayer.conftest import recorded
 from tracevault.errors import ConfigError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN
 from tracevault.replayer import run_tree
-from tracevault.replayer.fork import live_edges_from
+from tracevault.replayer.investigate.fork import live_edges_from
 
 
 def _linked(parent_seq_in_child: str):

@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.replayer.archiving import write_run
 from tracevault.archive import open_store
 from tracevault.replayer import export_bundle
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import SealedEvent
 
 _VERIFY = """
@@ -24,7 +24,7 @@ import json, sys
 from pathlib import Path
 from tracevault.archive import open_store
 from tracevault.replayer import verify, verify_bundle
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 import tracevault.replayer.commands  # the CLI's room for `replay verify`
 
 run = load_from_archive(open_store(sys.argv[1]), "run-a")

@@ -14,7 +14,7 @@ from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE
 from tracevault.demo.run import _TICKETS
 from tracevault.log import load_signer, parse_vkey
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import decode_event
 
 

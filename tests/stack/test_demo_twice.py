@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.kafka_harness import ROOT, free_port
 from tracevault.archive import open_store
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 
 
 def test_the_demo_twice_in_one_directory(tmp_path: Path) -> None:

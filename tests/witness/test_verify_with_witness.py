@@ -38,9 +38,9 @@ from tracevault.log import (
     sign_note,
 )
 from tracevault.replayer import LoadedRun
-from tracevault.replayer._log import LogPolicy
 from tracevault.replayer._records import SealedRows
-from tracevault.replayer._witnessed import pick_witnessed_size, witnessed
+from tracevault.replayer.load.log_policy import LogPolicy
+from tracevault.replayer.load.witnessed import pick_witnessed_size, witnessed
 from tracevault.witness import checkpoint_key, cosigned_sizes
 from tracevault.witness._core import Witness
 from tracevault.witness._follow import WitnessFollower

@@ -1,6 +1,6 @@
 """Reading a run back, verifying it, re-running it deterministically, diffing two runs.
 
-Import from here, never from the private modules::
+Import from here, never from the modules of its rooms::
 
     from tracevault.replayer import LogPolicy, load_run, verify, replay
 
@@ -12,19 +12,20 @@ Import from here, never from the private modules::
 
 The same as commands: ``tracevault replay show|verify|run|diff|export|batch``. A fork
 (``replay run --until N --then live``) records a new run, so it lives apart, in
-``tracevault.replayer.fork`` (it imports the producer and the Kafka client; this does not).
+``tracevault.replayer.investigate.fork`` (it imports the producer and the Kafka client; this
+does not).
+
+The rooms, by job (docs/design.md, "The replayer's rooms"): ``load/`` (read and verify a run),
+``rerun/`` (re-run agent code against it), ``investigate/`` (run diffs, trees, forks),
+``batch/`` (every run of a window) and ``export/`` (evidence bundles). Beneath them all, at
+this level: the typed results (``_results``), the record views (``_records``) and the JSON
+diff of two payloads (``_json_diff``); above them: the ``tracevault replay`` and ``erase``
+commands with their options (``_cliopts``), modes (``_run_modes``, ``_freshness``) and views.
 """
 
 from tracevault.errors import ChainError, ReplayDivergence
 from tracevault.recorded_error import RecordedError
-from tracevault.replayer._aligndiff import FieldDiff, RunAlignment, StepDiff, align_runs
-from tracevault.replayer._batch import BatchItem, BatchReport, run_batch
-from tracevault.replayer._bundle import export_bundle, verify_bundle
-from tracevault.replayer._checks import RECORD_CHECKS
-from tracevault.replayer._diff import json_diff
-from tracevault.replayer._load import load_run
-from tracevault.replayer._log import EndRule, LogPolicy
-from tracevault.replayer._replay import Agent, AsyncAgent, areplay, replay
+from tracevault.replayer._json_diff import json_diff
 from tracevault.replayer._results import (
     DivergenceReport,
     LoadedRun,
@@ -33,9 +34,21 @@ from tracevault.replayer._results import (
     StepSummary,
     VerifyReport,
 )
-from tracevault.replayer._rundiff import RunDiff, RunDiffSide, diff_runs
-from tracevault.replayer._tree import RunNode, TreeReplay, replay_tree, run_tree
-from tracevault.replayer._verify import verify
+from tracevault.replayer.batch.jobs import BatchItem, BatchReport, run_batch
+from tracevault.replayer.export.bundle import export_bundle, verify_bundle
+from tracevault.replayer.investigate.aligned_diff import (
+    FieldDiff,
+    RunAlignment,
+    StepDiff,
+    align_runs,
+)
+from tracevault.replayer.investigate.run_diff import RunDiff, RunDiffSide, diff_runs
+from tracevault.replayer.investigate.tree import RunNode, TreeReplay, replay_tree, run_tree
+from tracevault.replayer.load.checks import RECORD_CHECKS
+from tracevault.replayer.load.log_policy import EndRule, LogPolicy
+from tracevault.replayer.load.source import load_run
+from tracevault.replayer.load.verify import verify
+from tracevault.replayer.rerun.replay import Agent, AsyncAgent, areplay, replay
 
 __all__ = [
     # re-run

@@ -15,9 +15,9 @@ from tracevault._clitools import settings_from, stderr
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.log import AgentKeys
-from tracevault.replayer._load import load_run
-from tracevault.replayer._log import EndRule, LogPolicy
 from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.log_policy import EndRule, LogPolicy
+from tracevault.replayer.load.source import load_run
 
 __all__ = [
     "AGENT_KEY",
@@ -126,7 +126,7 @@ def end_options(f: Any) -> Any:
 
 
 def end_rule(settings: Settings, *, allow_unfinished: bool, required: bool) -> EndRule:
-    """The CLI's rule for a run without RUN_FINISHED (``_log.EndRule``)."""
+    """The CLI's rule for a run without RUN_FINISHED (``log_policy.EndRule``)."""
     if allow_unfinished and required:
         raise click.UsageError("--allow-unfinished and --require-finished contradict each other")
     if allow_unfinished:

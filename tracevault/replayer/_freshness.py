@@ -31,8 +31,8 @@ from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, TraceVaultError
 from tracevault.log import Checkpoint, split_note
 from tracevault.replayer._cliopts import load, settings_of
-from tracevault.replayer._log import LogPolicy
 from tracevault.replayer._results import LoadedRun, VerifyReport
+from tracevault.replayer.load.log_policy import LogPolicy
 
 __all__ = ["CHECK", "Fresh", "load_fresh", "topic_tails"]
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from tracevault.archive.layout import FinalReceipt, SegmentReceipt
 from tracevault.log import FoundCheckpoint, RunLogEvidence
-from tracevault.replayer._diff import short_json
+from tracevault.replayer._json_diff import short_json
 from tracevault.replayer._records import SealedRows
 from tracevault.schemas import (
     ErrorInfo,

@@ -16,21 +16,21 @@ from rich.text import Text
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, ReplayDivergence
-from tracevault.replayer._batch import load_agent, replay_with
-from tracevault.replayer._load import load_run
-from tracevault.replayer._opened import opened
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._replay import areplay
-from tracevault.replayer._replay import replay as replay_events
 from tracevault.replayer._results import ReplayResult, event_json
-from tracevault.replayer._tree import replay_tree
-from tracevault.replayer._verify import verify
 from tracevault.replayer._views import (
     divergence_panel,
     divergences_table,
     replay_tree_view,
     state_at,
 )
+from tracevault.replayer.batch.jobs import load_agent, replay_with
+from tracevault.replayer.investigate.tree import replay_tree
+from tracevault.replayer.load.opened import opened
+from tracevault.replayer.load.source import load_run
+from tracevault.replayer.load.verify import verify
+from tracevault.replayer.rerun.replay import areplay
+from tracevault.replayer.rerun.replay import replay as replay_events
 
 __all__ = ["fork", "keep_going", "loader", "plain", "recurse"]
 
@@ -65,7 +65,7 @@ def fork(
     """``--until N --then live``: the record up to N, then the live edges, as a new run."""
     # the fork records through the producer (the Kafka client): imported only when asked for
     from tracevault.producer import Publisher  # noqa: PLC0415
-    from tracevault.replayer.fork import fork_run, live_edges_from  # noqa: PLC0415
+    from tracevault.replayer.investigate.fork import fork_run, live_edges_from  # noqa: PLC0415
 
     spec = live_spec or f"{agent_spec.partition(':')[0]}:live_edges"
     try:

@@ -19,18 +19,18 @@ from rich.tree import Tree
 
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.errors import ChainError, LogError
-from tracevault.replayer._aligndiff import RunAlignment
-from tracevault.replayer._diff import short_json
-from tracevault.replayer._log import CHAIN_ONLY, UNVERIFIED
+from tracevault.replayer._json_diff import short_json
 from tracevault.replayer._results import (
     DivergenceReport,
     ReplayResult,
     StepSummary,
     VerifyReport,
 )
-from tracevault.replayer._rundiff import RunDiffSide
 from tracevault.replayer._timeline import steps_table
-from tracevault.replayer._tree import RunNode, TreeReplay
+from tracevault.replayer.investigate.aligned_diff import RunAlignment
+from tracevault.replayer.investigate.run_diff import RunDiffSide
+from tracevault.replayer.investigate.tree import RunNode, TreeReplay
+from tracevault.replayer.load.log_policy import CHAIN_ONLY, UNVERIFIED
 from tracevault.schemas import EventModel, TraceEvent
 
 __all__ = [

@@ -14,11 +14,6 @@ from tracevault.archive import open_store
 from tracevault.content import metadata_only
 from tracevault.errors import ChainError, ConfigError, LogError
 from tracevault.replayer import _run_modes as run_modes
-from tracevault.replayer._aligndiff import align_runs, parse_ignore
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._batch import load_agent, runs_between
-from tracevault.replayer._batch_cmd import batch_cmd
-from tracevault.replayer._bundle import export_bundle, verify_bundle
 from tracevault.replayer._cliopts import (
     AGENT_KEY,
     FROM,
@@ -37,12 +32,7 @@ from tracevault.replayer._cliopts import (
     witness_stores_need,
 )
 from tracevault.replayer._freshness import load_fresh
-from tracevault.replayer._load import load_run
-from tracevault.replayer._opened import opened
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._reveal import bundle_events, reveal_hook
-from tracevault.replayer._tree import run_tree
-from tracevault.replayer._verify import verify
 from tracevault.replayer._views import (
     chain_failure,
     differences_table,
@@ -52,7 +42,17 @@ from tracevault.replayer._views import (
     run_tree_view,
     summary_table,
 )
-from tracevault.replayer._witnessed import with_witness_stores
+from tracevault.replayer.batch.command import batch_cmd
+from tracevault.replayer.batch.jobs import load_agent, runs_between
+from tracevault.replayer.export.bundle import export_bundle, verify_bundle
+from tracevault.replayer.export.reveal import bundle_events, reveal_hook
+from tracevault.replayer.investigate.aligned_diff import align_runs, parse_ignore
+from tracevault.replayer.investigate.tree import run_tree
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.opened import opened
+from tracevault.replayer.load.source import load_run
+from tracevault.replayer.load.verify import verify
+from tracevault.replayer.load.witnessed import with_witness_stores
 
 __all__ = ["replay"]
 

@@ -44,8 +44,8 @@ from tracevault.content import (
 from tracevault.errors import ConfigError, NotFoundError
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer._cliopts import FROM, JSON
-from tracevault.replayer._load import load_run
 from tracevault.replayer._records import LazyEvents
+from tracevault.replayer.load.source import load_run
 
 __all__ = ["ERASE_AGENT", "erase"]
 

@@ -28,8 +28,8 @@ from tracevault.consumer.archive import Archiver, ArchiverStats
 from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.errors import ConfigError
 from tracevault.log import decode_bundle, leaf_data, leaf_hash, tile_width
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 
 
 def _archive(settings: Settings, until: Callable[[Archiver], bool]) -> ArchiverStats:

@@ -29,8 +29,8 @@ from tracevault.consumer.archive import Archiver, ArchiverStats
 from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.consumer.sequencer import _loop
 from tracevault.log import NoteVerifier, parse_vkey
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 from tracevault.runid import RUN_ID_RULE
 
 BAD = [".", "..", "中" * 85, "x" * 255]

@@ -23,8 +23,8 @@ from tracevault.config import Settings
 from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.log import Ed25519Signer
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 
 
 def _archive(url: str, run_id: str, n: int = 8) -> None:

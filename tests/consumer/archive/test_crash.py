@@ -41,8 +41,8 @@ from tracevault.log import (
     tree_root,
     verify_consistency,
 )
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 from tracevault.schemas import decode_sealed
 
 RUNS = 40

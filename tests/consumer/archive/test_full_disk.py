@@ -22,8 +22,8 @@ from tests.consumer.archive.helpers import SealedLog
 from tests.consumer.archive.sealed_factory import sealed_values
 from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from tracevault.archive._retention import runs_on_day
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import parse_run_index_key
 from tracevault.log import Ed25519Signer
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 
 OLD, NEW = "g" + "1" * 16, "g" + "2" * 16
 

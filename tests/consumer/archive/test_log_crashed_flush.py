@@ -21,8 +21,8 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.tlog import checkpoint_key, log_prefix
 from tracevault.errors import ChainError
 from tracevault.log import CheckpointRecord, CompactTree, Ed25519Signer
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
 
 LOG = log_prefix("pfx", 0)
 

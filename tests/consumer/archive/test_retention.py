@@ -49,7 +49,7 @@ from tracevault.consumer.archive import ArchiveWriter
 from tracevault.consumer.archive._sealed import parse_sealed
 from tracevault.errors import ServiceUnavailableError
 from tracevault.replayer import verify
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import encode_sealed
 
 NOW = datetime.now(UTC)

@@ -39,7 +39,7 @@ from tracevault.config import Settings
 from tracevault.consumer.archive import Archiver
 from tracevault.consumer.archive._quarantine import Quarantined
 from tracevault.kafka import partition_for
-from tracevault.replayer._archive import load_from_archive
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import decode_sealed
 
 

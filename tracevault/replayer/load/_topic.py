@@ -32,9 +32,9 @@ from tracevault.log import (
     log_origin,
     split_note,
 )
-from tracevault.replayer._checks import fail
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.checks import fail
 from tracevault.schemas import Codec
 
 __all__ = ["load_from_topic"]

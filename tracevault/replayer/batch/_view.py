@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracevault.replayer._batch_report import BatchReport
+from tracevault.replayer.batch._report import BatchReport
 
 __all__ = ["print_batch"]
 

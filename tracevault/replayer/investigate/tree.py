@@ -26,9 +26,9 @@ from tracevault.links import (
     SUBAGENT_RUN,
     link_of,
 )
-from tracevault.replayer._replay import areplay, replay
 from tracevault.replayer._results import ReplayResult
-from tracevault.replayer._subagents import collect_children
+from tracevault.replayer.rerun.replay import areplay, replay
+from tracevault.replayer.rerun.subagents import collect_children
 from tracevault.schemas import EventKind, TraceEvent
 
 __all__ = ["RunNode", "TreeReplay", "children_of", "replay_tree", "run_tree"]

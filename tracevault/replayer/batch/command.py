@@ -12,12 +12,12 @@ import click
 
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.errors import ConfigError
-from tracevault.replayer._batch import run_batch
-from tracevault.replayer._batch_view import print_batch
 from tracevault.replayer._cliopts import JSON, parse_day, settings_of
-from tracevault.replayer._dask import DaskEngine
-from tracevault.replayer._junit import junit_xml
 from tracevault.replayer._views import progress_bar
+from tracevault.replayer.batch._dask import DaskEngine
+from tracevault.replayer.batch._junit import junit_xml
+from tracevault.replayer.batch._view import print_batch
+from tracevault.replayer.batch.jobs import run_batch
 
 __all__ = ["batch_cmd"]
 

@@ -42,9 +42,9 @@ from tracevault.edges import JSON, tool_crossing
 from tracevault.errors import ConfigError, ForkRefusalError, ReplayDivergence
 from tracevault.links import FORKED_FROM_RUN, FORKED_FROM_SEQ
 from tracevault.producer import Publisher, Recorder, Tool
-from tracevault.replayer._diff import json_diff
-from tracevault.replayer._edges import ReplayCursor, ReplayEdges, _response
+from tracevault.replayer._json_diff import json_diff
 from tracevault.replayer._results import DivergenceReport
+from tracevault.replayer.rerun.edges import ReplayCursor, ReplayEdges, _response
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
 __all__ = [

@@ -13,7 +13,7 @@ Checks on every record, in seq order (the first failing one is raised as a
 6. **shape** — seq 0 is RUN_STARTED and nothing follows RUN_FINISHED.
 
 Then the source's own evidence (archive: A1-A3 in ``_verify_archive``; topic: T1, the
-sequencer's committed head, in ``_verify``).
+sequencer's committed head, in ``verify``).
 
 Verifiers raise, they never return False (sigstore's rule).
 """

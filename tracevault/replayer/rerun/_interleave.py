@@ -42,8 +42,8 @@ from typing import Any, NoReturn, Protocol
 
 from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
-from tracevault.replayer._cancel import abandoned, never_cancelled, ran_for_s
-from tracevault.replayer._mismatch import StopReplay, gap_reason, mismatch
+from tracevault.replayer.rerun._cancel import abandoned, never_cancelled, ran_for_s
+from tracevault.replayer.rerun._mismatch import StopReplay, gap_reason, mismatch
 from tracevault.schemas import EventKind, TraceEvent, canonical_json
 
 __all__ = ["STALL_TIMEOUT_S", "Interleaver", "interleaved"]
@@ -62,7 +62,7 @@ _BRANCH: ContextVar[tuple[int, int] | None] = ContextVar("tracevault_replay_bran
 
 
 class _Cursor(Protocol):
-    """What the interleaver reads of ``_edges.ReplayCursor``: named here, not imported, as
+    """What the interleaver reads of ``edges.ReplayCursor``: named here, not imported, as
     the cursor's module imports this one (no cycle, docs/design.md "Layout")."""
 
     pos: int

@@ -29,11 +29,11 @@ from typing import Any
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.recorded_error import type_name
-from tracevault.replayer._diff import json_diff
-from tracevault.replayer._edges import ReplayCursor, ReplayEdges, StopReplay
-from tracevault.replayer._keepgoing import KeepGoingCursor
+from tracevault.replayer._json_diff import json_diff
 from tracevault.replayer._results import ReplayResult
-from tracevault.replayer._until import UntilCursor
+from tracevault.replayer.rerun._keepgoing import KeepGoingCursor
+from tracevault.replayer.rerun._until import UntilCursor
+from tracevault.replayer.rerun.edges import ReplayCursor, ReplayEdges, StopReplay
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["Agent", "AsyncAgent", "areplay", "replay"]

@@ -1,10 +1,10 @@
 """``verify``: the record checks, then the source's own evidence; the first failure raised.
 
-With trusted keys the signed log's checks L1-L4 (``_log``) come first. The numbered checks
-are listed in ``_checks`` (1-6, every record), ``_verify_archive``
+With trusted keys the signed log's checks L1-L4 (``log_policy``) come first. The numbered checks
+are listed in ``checks`` (1-6, every record), ``_verify_archive``
 (A1-A3: segments and receipts) and here (T1: the topic's committed head; F: finished, when
 the log was not checked and the run must end). A run with no RUN_FINISHED passes only while
-``_log.EndRule`` allows it (the CLI: while it can still be live) and is reported as
+``log_policy.EndRule`` allows it (the CLI: while it can still be live) and is reported as
 unfinished; GAP markers (one per missing seq, sealed by the sequencer) are warnings.
 
 Rebuilding (``rebuild=True``) decodes every event once, inside the checks, and does **not**
@@ -20,13 +20,19 @@ from collections.abc import Sequence
 
 from tracevault.errors import ConfigError
 from tracevault.log import AgentKeys, NoteVerifier
-from tracevault.replayer._checks import RECORD_CHECKS, RecordsSummary, check_records, fail
-from tracevault.replayer._identity import check_identity
-from tracevault.replayer._log import EndRule, LogPolicy, check_log, end_missing, last_event
-from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
-from tracevault.replayer._verify_archive import check_archive, check_archive_structure
+from tracevault.replayer.load._identity import check_identity
+from tracevault.replayer.load._nogc import gc_paused
+from tracevault.replayer.load._verify_archive import check_archive, check_archive_structure
+from tracevault.replayer.load.checks import RECORD_CHECKS, RecordsSummary, check_records, fail
+from tracevault.replayer.load.log_policy import (
+    EndRule,
+    LogPolicy,
+    check_log,
+    end_missing,
+    last_event,
+)
 
 __all__ = ["verify"]
 

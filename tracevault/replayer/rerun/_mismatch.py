@@ -1,6 +1,6 @@
 """How a call differs from the recorded crossing it should be: shared by every way of serving.
 
-The plain cursor (``_edges``) and the Interleaver (``_interleave``) report a difference in the
+The plain cursor (``edges``) and the Interleaver (``_interleave``) report a difference in the
 same words, so a concurrent run diverges with today's report.
 """
 
@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from tracevault.edges import Crossing
-from tracevault.replayer._diff import json_diff, short_json
+from tracevault.replayer._json_diff import json_diff, short_json
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["StopReplay", "gap_reason", "loads", "mismatch", "seed_differs"]

@@ -52,18 +52,18 @@ from tracevault.log import (
     split_note,
     with_cosignatures,
 )
-from tracevault.replayer._archive import ReadableStore, load_from_archive
-from tracevault.replayer._checks import fail
-from tracevault.replayer._log import EndRule, LogPolicy, run_evidence
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, VerifyReport
-from tracevault.replayer._verify import verify
+from tracevault.replayer.load.archive import ReadableStore, load_from_archive
+from tracevault.replayer.load.checks import fail
+from tracevault.replayer.load.log_policy import EndRule, LogPolicy, run_evidence
+from tracevault.replayer.load.verify import verify
 from tracevault.schemas import Codec, EventModel, SchemaSet, TraceEvent, default_schemas
 
 __all__ = ["BUNDLE_FORMAT", "REVEAL_FILE", "export_bundle", "verify_bundle"]
 
 BUNDLE_FORMAT = "tracevault-bundle/1"
-#: the file of a bundle that holds its data key revealed to one recipient (``_reveal``)
+#: the file of a bundle that holds its data key revealed to one recipient (``reveal``)
 REVEAL_FILE = "reveal.json"
 
 _README = """# Evidence bundle: run {run_id}
@@ -151,7 +151,7 @@ def export_bundle(
 
     The bundle holds what the run holds: an encrypted run's ciphertext only. ``reveal``
     makes ``reveal.json`` from the verified report (the data key sealed for one recipient,
-    ``_reveal.reveal_json``).
+    ``reveal.reveal_json``).
 
     ``store`` is where an archive-sourced run's segments and receipts are copied from. With
     ``log`` the signed log is checked first; the run's log evidence, when its source has

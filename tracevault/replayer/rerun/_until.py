@@ -12,8 +12,8 @@ from typing import Any
 
 from tracevault.callsite import call_site
 from tracevault.edges import Crossing
-from tracevault.replayer._edges import ReplayCursor
 from tracevault.replayer._results import NextCall
+from tracevault.replayer.rerun.edges import ReplayCursor
 from tracevault.schemas import TraceEvent
 
 __all__ = ["UntilCursor"]

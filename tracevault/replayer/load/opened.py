@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from tracevault.config import Settings
 from tracevault.content import data_key_of, open_key_store, open_provider, readable
-from tracevault.replayer._nogc import gc_paused
+from tracevault.replayer.load._nogc import gc_paused
 from tracevault.schemas import TraceEvent
 
 __all__ = ["opened", "run_data_key"]

@@ -6,7 +6,7 @@ never lists the whole archive. Runs are cut into chunks; each chunk is one task 
 own store from plain :class:`ArchiveAccess` settings (never a pickled client), loads the agent
 once, and loads, verifies and re-runs each of its runs, sending back plain :class:`BatchItem`
 values. The engine that runs the tasks is the local process pool (``--workers``, the default)
-or a Dask cluster (``tracevault.replayer._dask``); the task is the same on both
+or a Dask cluster (``tracevault.replayer.batch._dask``); the task is the same on both
 (docs/replay-batch.md).
 """
 
@@ -32,12 +32,12 @@ from urllib.parse import urlsplit
 from tracevault.archive import ObjectStore, open_store, runs_on_day
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError
-from tracevault.replayer._archive import load_from_archive
-from tracevault.replayer._batch_report import BatchItem, BatchReport
-from tracevault.replayer._opened import opened
-from tracevault.replayer._replay import areplay, replay
 from tracevault.replayer._results import ReplayResult
-from tracevault.replayer._verify import verify
+from tracevault.replayer.batch._report import BatchItem, BatchReport
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.opened import opened
+from tracevault.replayer.load.verify import verify
+from tracevault.replayer.rerun.replay import areplay, replay
 
 __all__ = [
     "ArchiveAccess",

@@ -5,7 +5,7 @@ installed against Ray's 80 MB wheel and its C++ raylet and GCS processes), insta
 seconds in CI's fresh virtualenv, and a real cluster is two commands (``dask scheduler``,
 ``dask worker ADDRESS``) that start in a few seconds on a 2-core machine with no Docker.
 
-The client sends each task by reference to :func:`tracevault.replayer._batch.replay_chunk`
+The client sends each task by reference to :func:`tracevault.replayer.batch.jobs.replay_chunk`
 with plain arguments, so every worker needs tracevault (same version) and the agent's module
 importable; the job runs unchanged against ``tcp://127.0.0.1:8786`` or a remote scheduler.
 ``distributed`` is imported only when this engine is asked for (the ``dask`` extra).
@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from tracevault.errors import ConfigError, ServiceUnavailableError
-from tracevault.replayer._batch import ArchiveAccess, BatchItem, load_agent, lost, replay_chunk
+from tracevault.replayer.batch.jobs import ArchiveAccess, BatchItem, load_agent, lost, replay_chunk
 
 __all__ = ["DaskEngine"]
 

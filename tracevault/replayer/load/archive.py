@@ -45,10 +45,10 @@ from tracevault.archive.layout import (
 )
 from tracevault.archive.tlog import RunIndex, checkpoint_prefix, parse_checkpoint_key
 from tracevault.errors import ArchiveError, ChainError, NotFoundError, SchemaError
-from tracevault.replayer._checks import fail
-from tracevault.replayer._nogc import gc_paused
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, SegmentInfo
+from tracevault.replayer.load._nogc import gc_paused
+from tracevault.replayer.load.checks import fail
 from tracevault.schemas import Codec
 from tracevault.schemas.fast import sealed_columns, sealed_rows, segment_rows
 

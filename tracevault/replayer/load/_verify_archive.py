@@ -1,6 +1,6 @@
 """The archive's own evidence: segments, their receipts and the final receipt.
 
-Checks (run around the record checks of ``_verify``):
+Checks (run around the record checks of ``verify``):
 
 A1. **segments** — segment seq ranges (from their names) are contiguous from 0, each segment
     holds exactly the records its name says, and the final receipt lists exactly the
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from tracevault.archive.layout import SegmentReceipt, parse_segment_key
 from tracevault.errors import ArchiveError
-from tracevault.replayer._checks import RecordsSummary, fail
 from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.checks import RecordsSummary, fail
 
 __all__ = ["check_archive", "check_archive_structure"]
 

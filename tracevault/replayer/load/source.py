@@ -7,8 +7,8 @@ from typing import Literal
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
-from tracevault.replayer._archive import load_from_archive
 from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.archive import load_from_archive
 
 __all__ = ["load_run"]
 
@@ -30,7 +30,7 @@ def load_run(
     if source == "topic":
         # Only the topic needs a Kafka client; reading an archive or a bundle must not import
         # one (docs/design.md, "Layout").
-        from tracevault.replayer._topic import load_from_topic  # noqa: PLC0415
+        from tracevault.replayer.load._topic import load_from_topic  # noqa: PLC0415
 
         return load_from_topic(settings, run_id, with_log=with_log)
     if source == "archive":

@@ -14,7 +14,7 @@ import socket
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
-from tracevault.replayer._batch_report import BatchItem, BatchReport
+from tracevault.replayer.batch._report import BatchItem, BatchReport
 
 __all__ = ["junit_xml"]
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracevault.replayer._diff import json_diff, short_json
-from tracevault.replayer._edges import NEXT_SHOWN
+from tracevault.replayer._json_diff import json_diff, short_json
 from tracevault.replayer._results import DivergenceReport, StepSummary
+from tracevault.replayer.rerun.edges import NEXT_SHOWN
 from tracevault.schemas import EventKind, TraceEvent
 
 __all__ = ["RunDiff", "RunDiffSide", "diff_runs", "summarize_run"]

@@ -33,9 +33,9 @@ from tracevault.log import (
     split_note,
     with_cosignatures,
 )
-from tracevault.replayer._archive import originals
-from tracevault.replayer._log import LogPolicy, run_evidence
 from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.archive import originals
+from tracevault.replayer.load.log_policy import LogPolicy, run_evidence
 
 __all__ = ["pick_witnessed_size", "with_witness_stores", "witnessed"]
 
@@ -126,7 +126,7 @@ def _reanchor(settings: Settings, run: LoadedRun) -> Reanchor:
 
     def topic(size: int, _note: str) -> LoadedRun:
         # Only the topic needs a Kafka client (docs/design.md, "Layout").
-        from tracevault.replayer._topic import load_from_topic  # noqa: PLC0415
+        from tracevault.replayer.load._topic import load_from_topic  # noqa: PLC0415
 
         return load_from_topic(settings, run.run_id, with_log=True, log_until=size)
 

@@ -1,7 +1,7 @@
 """``replay(..., keep_going=True)``: every divergence of a re-run, not only the first.
 
 The re-run's crossings are aligned with the record by kind, call site and ordinal
-(``_align``) instead of by position, so one inserted or removed call is reported once and
+(``align``) instead of by position, so one inserted or removed call is reported once and
 the calls after it still match. Each crossing that aligns is answered with its recorded
 response, even when its request changed, so the agent goes on as it went live; a crossing
 with no recorded counterpart is *extra*: a decision is let through (it needs no answer), a
@@ -34,11 +34,11 @@ from tracevault.callsite import call_site
 from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
 from tracevault.recorded_error import type_name
-from tracevault.replayer._align import Probe, RecordIndex, event_site, is_crossing
-from tracevault.replayer._diff import MISSING, json_diff, short_json
-from tracevault.replayer._edges import ReplayCursor
-from tracevault.replayer._interleave import _BRANCH, Interleaver
+from tracevault.replayer._json_diff import MISSING, json_diff, short_json
 from tracevault.replayer._results import DivergenceReport, StepSummary
+from tracevault.replayer.rerun._interleave import _BRANCH, Interleaver
+from tracevault.replayer.rerun.align import Probe, RecordIndex, event_site, is_crossing
+from tracevault.replayer.rerun.edges import ReplayCursor
 from tracevault.schemas import EventKind, TraceEvent, canonical_json, canonical_json_like
 
 __all__ = ["KeepGoingCursor", "KeepGoingInterleaver"]

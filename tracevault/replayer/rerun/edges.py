@@ -33,14 +33,14 @@ from tracevault.edges import (
 from tracevault.errors import ReplayDivergence
 from tracevault.links import subagent_crossing
 from tracevault.recorded_error import raise_recorded
-from tracevault.replayer import _interleave
-from tracevault.replayer._cancel import abandoned, cancelled, raise_cancelled, until_cancelled
-from tracevault.replayer._diff import json_diff
-from tracevault.replayer._interleave import Interleaver, interleaved
-from tracevault.replayer._mismatch import StopReplay, gap_reason, loads, mismatch
-from tracevault.replayer._redaction import run_redactor
+from tracevault.replayer._json_diff import json_diff
 from tracevault.replayer._results import DivergenceReport, StepSummary
-from tracevault.replayer._subagents import note_child, serve_subagent
+from tracevault.replayer.rerun import _interleave
+from tracevault.replayer.rerun._cancel import abandoned, cancelled, raise_cancelled, until_cancelled
+from tracevault.replayer.rerun._interleave import Interleaver, interleaved
+from tracevault.replayer.rerun._mismatch import StopReplay, gap_reason, loads, mismatch
+from tracevault.replayer.rerun._redaction import run_redactor
+from tracevault.replayer.rerun.subagents import note_child, serve_subagent
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
 __all__ = ["NEXT_SHOWN", "ReplayCursor", "ReplayEdges", "StopReplay", "gap_reason", "mismatch"]

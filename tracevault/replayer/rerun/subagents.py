@@ -4,7 +4,7 @@ Replaying a parent serves each ``edges.subagent(name, agent, input)`` the child'
 output without running the child. To replay the child as well, the agent callable the parent
 passed is noted against the child run id found in the crossing's attributes
 (``tracevault.links``), in a context variable that :func:`collect_children` opens around a
-re-run; ``replay_tree`` (``_tree``) then re-runs each child with it.
+re-run; ``replay_tree`` (``investigate.tree``) then re-runs each child with it.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from tracevault.log import (
     Ed25519Verifier,
     open_agent_note,
 )
-from tracevault.replayer._checks import fail
+from tracevault.replayer.load.checks import fail
 from tracevault.schemas import EventKind, decode_event, read_long
 
 __all__ = ["IDENTITY_CHECK", "SEQUENCER_AGENT_ID", "check_identity"]

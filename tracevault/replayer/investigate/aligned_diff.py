@@ -2,7 +2,7 @@
 
 Two honest runs of one agent on one input differ at every clock read and random draw; compared
 position by position they "diverge" at seq 1 and the real difference (a decision twenty
-steps later) is never shown. So the runs are aligned like a keep-going re-run (``_align``: by
+steps later) is never shown. So the runs are aligned like a keep-going re-run (``rerun.align``: by
 kind, call site and ordinal), and what the investigator declares noise is skipped:
 ``ignore`` drops whole kinds of crossing (``clock``, ``random``, ``state``) from both runs,
 ``ignore_paths`` drops the fields under JSON paths (``$.response.output.took``;
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracevault.errors import ConfigError
-from tracevault.replayer._align import Probe, RecordIndex, event_site, is_crossing
-from tracevault.replayer._diff import MISSING, json_leaves, leaf_line, short_json
+from tracevault.replayer._json_diff import MISSING, json_leaves, leaf_line, short_json
 from tracevault.replayer._results import DivergenceReport
-from tracevault.replayer._rundiff import RunDiffSide, summarize_run
+from tracevault.replayer.investigate.run_diff import RunDiffSide, summarize_run
+from tracevault.replayer.rerun.align import Probe, RecordIndex, event_site, is_crossing
 from tracevault.schemas import EventKind, TraceEvent
 
 __all__ = ["IGNORABLE", "FieldDiff", "RunAlignment", "StepDiff", "align_runs", "parse_ignore"]

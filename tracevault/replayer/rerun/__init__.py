@@ -1,0 +1,1 @@
+"""Re-running agent code against a record: the replay edges, interleaving, keep-going, until."""
