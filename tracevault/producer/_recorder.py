@@ -599,7 +599,7 @@ class Recorder:
         """Add an attribute to the crossing whose callee is running (on its task or thread).
 
         For a callee that knows more than the Recorder, e.g. a fork's tool answered from the
-        record names the recorded call (``tracevault.replayer.fork``).
+        record names the recorded call (``tracevault.replayer.investigate.fork``).
         """
         cur = _CURRENT.get()
         if cur is not None and cur[0] == self._ident:
