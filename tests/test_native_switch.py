@@ -24,6 +24,8 @@ _USERS = (
     "tracevault.consumer.archive._archiver",
     "tracevault.archive._filestore",
     "tracevault.log._merkle",
+    "tracevault.log._note",
+    "tracevault.content._events",
 )
 _PROBE = (
     "import importlib, json, sys\n"
@@ -31,7 +33,7 @@ _PROBE = (
     "from tracevault import native\n"
     "print(json.dumps({'imported': sorted(m for m in native.EXTENSIONS if m in sys.modules),\n"
     "    'used': [getattr(m, n) is not None for m, n in zip(mods, "
-    "('_cseal', '_ctake', '_cput', '_cmerkle'))]}))\n"
+    "('_cseal', '_ctake', '_cput', '_cmerkle', '_csign', '_copen'))]}))\n"
 )
 
 
@@ -46,12 +48,12 @@ def _probe(**env: str) -> dict[str, list[object]]:
 
 
 def test_no_c_imports_no_extension_and_every_user_runs_python() -> None:
-    assert _probe(TRACEVAULT_NO_C="1") == {"imported": [], "used": [False] * 4}
+    assert _probe(TRACEVAULT_NO_C="1") == {"imported": [], "used": [False] * len(_USERS)}
 
 
 def test_without_the_switch_every_extension_is_used() -> None:
     got = _probe()
-    assert got == {"imported": sorted(native.EXTENSIONS), "used": [True] * 4}
+    assert got == {"imported": sorted(native.EXTENSIONS), "used": [True] * len(_USERS)}
     assert _probe(TRACEVAULT_NO_C="0") == got
 
 
