@@ -25,7 +25,7 @@ ctake = extension("tracevault.consumer.archive._ctake")
 cmerkle = extension("tracevault.log._cmerkle")
 cput = extension("tracevault.archive._cput")
 csign = extension("tracevault.log._csign")
-copen = extension("tracevault.content._copen")
+cfields = extension("tracevault.content._cfields")
 
 H = hashlib.sha256(b"leaf").digest()
 I64_MAX = 2**63 - 1
@@ -400,7 +400,7 @@ def csign_sign_empty_message() -> object:
     return len(csign.sign(csign.key(b"\x07" * 32), b""))
 
 
-# -- _copen: a 32-byte key, a bounded AAD prefix, a list of events --------------------------
+# -- _cfields: a 32-byte key, a bounded AAD prefix, a list of events --------------------------
 
 
 class _Ev:
@@ -412,40 +412,40 @@ _ENV = b'{"enc":"' + b"A" * 40 + b'","v":1}'
 
 
 @case
-def copen_short_key() -> object:
-    return copen.open_pairs(b"k" * 31, b"", [])
+def cfields_short_key() -> object:
+    return cfields.open_pairs(b"k" * 31, b"", [])
 
 
 @case
-def copen_prefix_too_long() -> object:
-    return copen.open_pairs(b"k" * 32, b"p" * 5000, [])
+def cfields_prefix_too_long() -> object:
+    return cfields.open_pairs(b"k" * 32, b"p" * 5000, [])
 
 
 @case
-def copen_not_a_list() -> object:
-    return copen.open_pairs(b"k" * 32, b"", (_Ev(1, _ENV, _ENV),))
+def cfields_not_a_list() -> object:
+    return cfields.open_pairs(b"k" * 32, b"", (_Ev(1, _ENV, _ENV),))
 
 
 @case
-def copen_event_without_seq() -> object:
-    return copen.open_pairs(b"k" * 32, b"", [object()])
+def cfields_event_without_seq() -> object:
+    return cfields.open_pairs(b"k" * 32, b"", [object()])
 
 
 @case
-def copen_seq_past_int64_and_not_bytes() -> object:
-    return copen.open_pairs(
+def cfields_seq_past_int64_and_not_bytes() -> object:
+    return cfields.open_pairs(
         b"k" * 32, b"", [_Ev(2**70, _ENV, _ENV), _Ev(1, "s", _ENV), _Ev(1, _ENV, _ENV)]
     )
 
 
 @case
-def copen_envelope_too_short_for_a_tag() -> object:
-    return copen.open_pairs(b"k" * 32, b"", [_Ev(1, b'{"enc":"AAAA","v":1}', _ENV)])
+def cfields_envelope_too_short_for_a_tag() -> object:
+    return cfields.open_pairs(b"k" * 32, b"", [_Ev(1, b'{"enc":"AAAA","v":1}', _ENV)])
 
 
 @case
-def copen_tool_shape_cut_short() -> object:
-    return copen.open_pairs(
+def cfields_tool_shape_cut_short() -> object:
+    return cfields.open_pairs(
         b"k" * 32,
         b"",
         [_Ev(1, b'{"enc":"AAAA","tool":"', _ENV), _Ev(1, b'{"enc":"AAAA","tool":","v":1}', _ENV)],
@@ -453,7 +453,7 @@ def copen_tool_shape_cut_short() -> object:
 
 
 @case
-def copen_list_cleared_while_read() -> object:
+def cfields_list_cleared_while_read() -> object:
     events: list[object] = []
 
     class Clearing:
@@ -465,7 +465,7 @@ def copen_list_cleared_while_read() -> object:
             return _ENV
 
     events += [Clearing(), _Ev(1, _ENV, _ENV), _Ev(2, _ENV, _ENV)]
-    return copen.open_pairs(b"k" * 32, b"", events)
+    return cfields.open_pairs(b"k" * 32, b"", events)
 
 
 # -- the runner ----------------------------------------------------------------------------

@@ -56,16 +56,16 @@ EXPECTED = {
     "csign_sign_another_capsule": "TypeError",
     "csign_sign_a_memoryview": "ok 64",
     "csign_sign_empty_message": "ok 64",
-    # _copen: the key is 32 bytes, the prefix bounded, events a list whose items have a seq;
+    # _cfields: the key is 32 bytes, the prefix bounded, events a list whose items have a seq;
     # anything it does not open is None (the Python opener decides), never a crash
-    "copen_short_key": "ValueError",
-    "copen_prefix_too_long": "ValueError",
-    "copen_not_a_list": "TypeError",
-    "copen_event_without_seq": "AttributeError",
-    "copen_seq_past_int64_and_not_bytes": "ok [None, None, None]",
-    "copen_envelope_too_short_for_a_tag": "ok [None]",
-    "copen_tool_shape_cut_short": "ok [None, None]",
-    "copen_list_cleared_while_read": "ok [None, None, None]",
+    "cfields_short_key": "ValueError",
+    "cfields_prefix_too_long": "ValueError",
+    "cfields_not_a_list": "TypeError",
+    "cfields_event_without_seq": "AttributeError",
+    "cfields_seq_past_int64_and_not_bytes": "ok [None, None, None]",
+    "cfields_envelope_too_short_for_a_tag": "ok [None]",
+    "cfields_tool_shape_cut_short": "ok [None, None]",
+    "cfields_list_cleared_while_read": "ok [None, None, None]",
     # _cput: a file mode, a lock time after the epoch, only the O_TMPFILE bits, tuples
     "cput_put_negative_mode": "ValueError",
     "cput_put_mode_past_07777": "ValueError",

@@ -33,7 +33,7 @@ _PROBE = (
     "from tracevault import native\n"
     "print(json.dumps({'imported': sorted(m for m in native.EXTENSIONS if m in sys.modules),\n"
     "    'used': [getattr(m, n) is not None for m, n in zip(mods, "
-    "('_cseal', '_ctake', '_cput', '_cmerkle', '_csign', '_copen'))]}))\n"
+    "('_cseal', '_ctake', '_cput', '_cmerkle', '_csign', '_cfields'))]}))\n"
 )
 
 

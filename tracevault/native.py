@@ -28,7 +28,7 @@ EXTENSIONS = {
     "tracevault.archive._cput": "the file store's put without the GIL",
     "tracevault.log._cmerkle": "the log's tree hashing",
     "tracevault.log._csign": "note signatures that keep the GIL",
-    "tracevault.content._copen": "an encrypted run's content opened",
+    "tracevault.content._cfields": "an encrypted run's content opened",
 }
 
 # pydantic's false words (Settings reads the same variable as a bool and refuses others);

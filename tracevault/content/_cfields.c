@@ -1,5 +1,5 @@
 /*
- * An encrypted run's requests and responses opened in C, a whole run in one call.
+ * A run's content fields opened in C: an encrypted run's requests and responses, in one call.
  *
  * Why C: every reader of an encrypted run (replay show/run/diff, export, batch) opens two
  * envelopes per event, and in Python each costs a slice of the envelope, a base64 decode, an
@@ -19,7 +19,7 @@
  * handles that event: it names the field that does not open, or opens a shape written
  * otherwise. Like the sequencer's take, it never decides that something is wrong.
  *
- * tests/content/test_copen.py pins it to ``RunCipher.open_pair`` and ``check_canonical``.
+ * tests/content/test_cfields.py pins it to ``RunCipher.open_pair`` and ``check_canonical``.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -251,11 +251,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_copen",
-                                    "An encrypted run's content opened in C (see _copen.c).",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cfields",
+                                    "An encrypted run's content opened in C (see _cfields.c).",
                                     -1, methods};
 
-PyMODINIT_FUNC PyInit__copen(void) {
+PyMODINIT_FUNC PyInit__cfields(void) {
     b64_init();
     if ((S_seq = PyUnicode_InternFromString("seq")) == NULL ||
         (S_request = PyUnicode_InternFromString("request")) == NULL ||

@@ -1,4 +1,4 @@
-"""Types of the content opener in C (``_copen.c``)."""
+"""Types of the content opener in C (``_cfields.c``)."""
 
 from collections.abc import Sequence
 from typing import Protocol

@@ -1,4 +1,4 @@
-"""The content opener in C (``tracevault/content/_copen.c``) is the Python opener, or declines.
+"""The content opener in C (``tracevault/content/_cfields.c``) is the Python opener, or declines.
 
 For each event ``open_pairs`` gives the plaintexts ``RunCipher.open_pair`` gives and whether
 both are in the canonical subset, or None, and then the Python opener decides: it must never
@@ -30,7 +30,7 @@ from tracevault.schemas import (
     check_canonical,
 )
 
-_copen = extension("tracevault.content._copen")
+_cfields = extension("tracevault.content._cfields")
 
 AGENT = AgentInfo("a", "1", "h", "python", "0")
 _SCALAR = st.one_of(
@@ -71,7 +71,7 @@ def _event(seq: int, req: bytes, resp: bytes, kind: EventKind = EventKind.MODEL_
 
 
 def _agrees(cipher: RunCipher, key: bytes, ev: TraceEvent) -> None:
-    [got] = _copen.open_pairs(key, cipher.aad_prefix, [ev])
+    [got] = _cfields.open_pairs(key, cipher.aad_prefix, [ev])
     want = _python(cipher, ev.seq, ev.request, ev.response)
     if got is None:
         return  # declined: the Python opener decides
@@ -99,7 +99,7 @@ def test_the_c_opens_what_runcipher_sealed_as_python_does(
     else:
         sealed_req = cipher.seal(seq, "request", req)
     ev = _event(seq, sealed_req, cipher.seal(seq, "response", resp))
-    [got] = _copen.open_pairs(key, cipher.aad_prefix, [ev])
+    [got] = _cfields.open_pairs(key, cipher.aad_prefix, [ev])
     simple_name = tool is None or (
         tool.isascii() and tool.isprintable() and "\\" not in tool and '"' not in tool
     )
@@ -110,14 +110,14 @@ def test_the_c_opens_what_runcipher_sealed_as_python_does(
         if got[2]:
             assert _canonical(req) and _canonical(resp)
     # another seq, another run's key, the fields swapped: nothing opens
-    assert _copen.open_pairs(
+    assert _cfields.open_pairs(
         key, cipher.aad_prefix, [_event(seq ^ 1, ev.request, ev.response)]
     ) == [None]
-    assert _copen.open_pairs(os.urandom(32), cipher.aad_prefix, [ev]) == [None]
-    assert _copen.open_pairs(key, cipher.aad_prefix, [_event(seq, ev.response, ev.request)]) == [
+    assert _cfields.open_pairs(os.urandom(32), cipher.aad_prefix, [ev]) == [None]
+    assert _cfields.open_pairs(key, cipher.aad_prefix, [_event(seq, ev.response, ev.request)]) == [
         None
     ]
-    assert _copen.open_pairs(key, b"tracevault/v1/content\0run-d\0", [ev]) == [None]
+    assert _cfields.open_pairs(key, b"tracevault/v1/content\0run-d\0", [ev]) == [None]
 
 
 @settings(max_examples=examples(400), deadline=None)
@@ -192,14 +192,14 @@ def test_a_whole_run_opens_the_same_with_and_without_the_c(monkeypatch: pytest.M
         run[43], response=run[43].response.replace(b'","v":1}', b'", "v": 1}')
     )
     with_c = opened_with(run[:43], key)
-    monkeypatch.setattr(events_module, "_copen", None)
+    monkeypatch.setattr(events_module, "_cfields", None)
     without = opened_with(run[:43], key)
     assert with_c == without
     assert type(with_c[5]) is TraceEvent and with_c[5].request == b'{"args":{"i":5},"tool":"t"}'
     assert with_c[40].error == ErrorInfo("ValueError", "boom")
     assert with_c[41] is run[41]
     assert with_c[42].request == b'{"a":1.5}'  # floats: canonical, decided by check_canonical
-    monkeypatch.setattr(events_module, "_copen", _copen)
+    monkeypatch.setattr(events_module, "_cfields", _cfields)
     # an envelope of another spacing: declined by the C, parsed by Python, the same answer
     assert opened_with(run, key)[43].response == b'{"enc":1}'
 
@@ -211,7 +211,7 @@ def test_both_openers_name_what_does_not_open_or_is_not_canonical(
     key = os.urandom(32)
     cipher = RunCipher("run-c", key)
     if not c:
-        monkeypatch.setattr(events_module, "_copen", None)
+        monkeypatch.setattr(events_module, "_cfields", None)
     run = _run(cipher)[:40]
     moved = run[:]
     moved[7] = dataclasses.replace(run[7], response=run[8].response)
