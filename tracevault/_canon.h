@@ -1,13 +1,13 @@
 /*
  * A strict subset of canonical JSON (RFC 8785), checked in C: what the sequencer's take checks
- * on every payload (``_cseal.c``) and the content opener on every plaintext (``_copen.c``).
+ * on every payload (``_cseal.c``) and the content opener on every plaintext (``_cfields.c``).
  *
  * It accepts no white space, integers of at most 15 digits, no floats, strings of valid UTF-8
  * with only the escapes every canonical form writes, object keys without escapes or
  * characters past U+FFFF in strictly increasing byte order (the UTF-16 order of such keys).
  * ``canonical`` says 1 only for bytes ``check_canonical`` accepts; 0 means "let Python
  * decide", never "not canonical". tests/consumer/sequencer/test_cseal.py and
- * tests/content/test_copen.py pin it to ``check_canonical``.
+ * tests/content/test_cfields.py pin it to ``check_canonical``.
  */
 #ifndef TRACEVAULT_CANON_H
 #define TRACEVAULT_CANON_H
