@@ -20,7 +20,7 @@ from tracevault.content._events import (
 from tracevault.content._keyring import KeyringProvider
 from tracevault.content._keystore import FileRunKeyStore, RunKeyStore, S3RunKeyStore, entry_name
 from tracevault.content._kms import KmsProvider
-from tracevault.content._open import open_key_store, open_provider
+from tracevault.content._open import open_key_store, open_provider, open_run, run_data_key
 from tracevault.content._provider import DATA_KEY_BYTES, KeyProvider
 from tracevault.content._recipient import (
     REVEAL_SUITE,
@@ -58,6 +58,8 @@ __all__ = [
     "REDACT_ATTRIBUTE",
     "Redactor",
     # reading
+    "open_run",
+    "run_data_key",
     "data_key_of",
     "is_encrypted",
     "metadata_only",

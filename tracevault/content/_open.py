@@ -1,18 +1,22 @@
 """The key provider the settings name (``key_provider``), or None: content stays in clear;
-and the run-key store (``run_key_store``) where each run's wrapped data key lives."""
+the run-key store (``run_key_store``) where each run's wrapped data key lives; and a loaded
+run opened through both (:func:`open_run`), the one call every reader makes."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from tracevault.config import Settings
+from tracevault.content._events import data_key_of, readable
 from tracevault.content._keyring import KeyringProvider
 from tracevault.content._keystore import FileRunKeyStore, RunKeyStore, S3RunKeyStore
 from tracevault.content._kms import KmsProvider
 from tracevault.content._provider import KeyProvider
+from tracevault.schemas import TraceEvent
 
-__all__ = ["open_key_store", "open_provider"]
+__all__ = ["open_key_store", "open_provider", "open_run", "run_data_key"]
 
 # One provider per configuration and process: a KMS client costs tens of ms to build and
 # keeps its connections, and every Recorder (every sub-agent) of a process asks for one.
@@ -56,3 +60,20 @@ def open_key_store(settings: Settings) -> RunKeyStore:
                 store = FileRunKeyStore(url.removeprefix("file://"))
             _STORES[key] = store
     return store
+
+
+def open_run(settings: Settings, events: Sequence[TraceEvent]) -> Sequence[TraceEvent]:
+    """``events`` with content in clear, through the provider and run-key store the settings
+    name (:func:`readable`); a run in clear is returned as is; ContentKeyError (exit 7), naming
+    the run's tenant and provider, when this reader may not open it."""
+    provider = open_provider(settings)
+    store = None if provider is None else open_key_store(settings)
+    return readable(events, provider, settings.tenant, store)
+
+
+def run_data_key(settings: Settings, events: Sequence[TraceEvent]) -> bytes | None:
+    """The run's data key through the configured provider (``export --reveal-to``), None for a
+    run in clear; refused (exit 7) as :func:`open_run` is."""
+    provider = open_provider(settings)
+    store = None if provider is None else open_key_store(settings)
+    return data_key_of(events, provider, settings.tenant, store)

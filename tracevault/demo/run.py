@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tracevault.archive import archived_run, open_store
 from tracevault.config import Settings
-from tracevault.content import open_key_store, open_provider, readable
+from tracevault.content import open_run
 from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
 from tracevault.demo.services import LocalBroker, Service, broker_answers
 from tracevault.errors import ServiceUnavailableError
@@ -272,8 +272,7 @@ def _check_samples(
             run = load_run(settings, run_id, source=source, with_log=True)
             report = verify(run, log=policy)  # raises ChainError / LogError
             summary.verified[source] += 1
-            keys = open_provider(settings), settings.tenant, open_key_store(settings)
-            events = readable(report.events, *keys)
+            events = open_run(settings, report.events)
             result = replay(events, support_agent)  # raises ReplayDivergence
             if result.matched:
                 summary.replayed[source] += 1

@@ -1,7 +1,7 @@
 """A bundle's content revealed to one recipient: ``reveal.json`` written, and read back.
 
 ``export --reveal-to KEY`` adds ``reveal.json`` to a bundle: the run's data key, obtained
-through the configured provider as every reader obtains it (``load.opened.run_data_key``), sealed
+through the configured provider as every reader obtains it (``content.run_data_key``), sealed
 for the recipient with HPKE and bound to this bundle's run, chain head and last seq
 (``tracevault.content.seal_for``). The bundle itself stays ciphertext: ``verify --bundle``
 needs no key, and without ``reveal.json`` (or without the recipient's private key) nothing in
@@ -29,13 +29,14 @@ from tracevault.content import (
     metadata_only,
     open_for,
     opened_with,
+    run_data_key,
     seal_for,
 )
 from tracevault.errors import ConfigError, ContentKeyError
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer.export.bundle import REVEAL_FILE, verify_bundle
-from tracevault.replayer.load.opened import opened, run_data_key
+from tracevault.replayer.load.opened import opened
 from tracevault.schemas import TraceEvent
 
 __all__ = ["bundle_events", "recipient_of", "reveal_hook", "reveal_json", "revealed_events"]
