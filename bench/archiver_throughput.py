@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient
 from tracevault.archive import open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.kafka import ensure_topics
 from tracevault.schemas import (
     AgentInfo,
@@ -55,7 +55,7 @@ from tracevault.schemas import (
 # The sealed records are made as the sequencer makes them (with its checkpoint records) by the
 # tests' SealedLog, so the bench and the tests share one maker of the contract's format.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.consumer.archive.helpers import SealedLog
+from tests.consumer.archiver.helpers import SealedLog
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 

@@ -35,8 +35,8 @@ import fastavro
 from tracevault.archive import open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.chain import genesis, link
-from tracevault.consumer.archive import ArchiveWriter
-from tracevault.consumer.archive._sealed import parse_sealed
+from tracevault.consumer.archiver import ArchiveWriter
+from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
 from tracevault.schemas import (

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from tests.native import extension
 
 cseal = extension("tracevault.consumer.sequencer._cseal")
-ctake = extension("tracevault.consumer.archive._ctake")
+ctake = extension("tracevault.consumer.archiver._ctake")
 cmerkle = extension("tracevault.log._cmerkle")
 cput = extension("tracevault.archive._cput")
 csign = extension("tracevault.log._csign")
@@ -135,8 +135,8 @@ def _sealed_value(raw: bytes, *, seq: int = 1) -> bytes:
 
 def _take_ctx(parts: dict[int, Any]) -> tuple[object, ...]:
     from tests.consumer.hostile import sealed_header, trace_header
-    from tracevault.consumer.archive._archiver import _Pending
-    from tracevault.consumer.archive._logwriter import LeafRecord
+    from tracevault.consumer.archiver._archiver import _Pending
+    from tracevault.consumer.archiver._logwriter import LeafRecord
     from tracevault.log import leaf_prefix
     from tracevault.schemas import EventKind
     from tracevault.schemas.fast import armed_walks

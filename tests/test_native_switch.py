@@ -21,7 +21,7 @@ from tracevault.doctor._checks import _native
 
 _USERS = (
     "tracevault.consumer.sequencer._loop",
-    "tracevault.consumer.archive._archiver",
+    "tracevault.consumer.archiver._archiver",
     "tracevault.archive._filestore",
     "tracevault.log._merkle",
     "tracevault.log._note",

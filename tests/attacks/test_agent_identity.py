@@ -20,14 +20,14 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from tests.consumer.archive.helpers import finished_runs
-from tests.consumer.archive.helpers import running as archiver_running
+from tests.consumer.archiver.helpers import finished_runs
+from tests.consumer.archiver.helpers import running as archiver_running
 from tests.consumer.sequencer.support import read_sealed_events, wait_until
 from tests.consumer.sequencer.support import running as sequencer_running
 from tests.replayer.pipeline import wait_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.log import Ed25519Signer
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import (

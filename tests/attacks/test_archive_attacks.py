@@ -16,15 +16,15 @@ import boto3
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.archive.helpers import SealedLog, running, wait_for
-from tests.consumer.archive.sealed_factory import sealed_values
+from tests.consumer.archiver.helpers import SealedLog, running, wait_for
+from tests.consumer.archiver.sealed_factory import sealed_values
 from tracevault.archive import open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import log_prefix, parse_run_index_key
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver, ArchiverStats
-from tracevault.consumer.archive._quarantine import Quarantined
+from tracevault.consumer.archiver import Archiver, ArchiverStats
+from tracevault.consumer.archiver._quarantine import Quarantined
 from tracevault.errors import ChainError, LogError
 from tracevault.log import Ed25519Signer
 from tracevault.replayer.load.archive import load_from_archive

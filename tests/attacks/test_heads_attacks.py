@@ -23,8 +23,8 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from tests.consumer.archive.helpers import running as archiving
-from tests.consumer.archive.helpers import wait_for
+from tests.consumer.archiver.helpers import running as archiving
+from tests.consumer.archiver.helpers import wait_for
 from tests.consumer.sequencer.support import (
     assert_chain,
     assert_signed_log,
@@ -37,7 +37,7 @@ from tests.consumer.sequencer.support import (
 )
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.heads import FINISHED_KEY_PREFIX, Head, HeldEvent, encode_head, find_head
 from tracevault.kafka import partition_for
 from tracevault.log import RECORD_HEADER, TREE_KEY, Ed25519Signer

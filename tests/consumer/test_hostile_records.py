@@ -51,9 +51,9 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.chain import link
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver, _archiver
-from tracevault.consumer.archive._quarantine import Quarantined, unarchivable
-from tracevault.consumer.archive._sealed import parse_sealed
+from tracevault.consumer.archiver import Archiver, _archiver
+from tracevault.consumer.archiver._quarantine import Quarantined, unarchivable
+from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _loop
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.errors import ChainError, LogError, SchemaError

@@ -42,7 +42,7 @@ from tests.content.stack import (
 from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.content import (
     KEY_ATTRIBUTE,
     open_key_store,

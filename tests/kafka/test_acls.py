@@ -14,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from tests.consumer.archive.helpers import finished_runs
-from tests.consumer.archive.helpers import running as archiving
+from tests.consumer.archiver.helpers import finished_runs
+from tests.consumer.archiver.helpers import running as archiving
 from tests.consumer.sequencer.support import raw_event, read_all, wait_until
 from tests.consumer.sequencer.support import running as sequencing
 from tests.kafka.conftest import ROLES, Deployment, grant, sasl_env
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.log import CHECKPOINT_KEY
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import decode_sealed

@@ -21,7 +21,7 @@ from tracevault.log import _merkle
 from tracevault.log._merkle import CompactTree, hash_children, list_source, tree_root
 from tracevault.log._tiles import TileState
 
-_ctake = extension("tracevault.consumer.archive._ctake")
+_ctake = extension("tracevault.consumer.archiver._ctake")
 _cmerkle = extension("tracevault.log._cmerkle")
 
 

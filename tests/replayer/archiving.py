@@ -7,8 +7,8 @@ RUN_FINISHED) and the day index, exactly as the running archiver does.
 from __future__ import annotations
 
 from tracevault.archive import ObjectStore
-from tracevault.consumer.archive import ArchiveWriter
-from tracevault.consumer.archive._sealed import parse_sealed
+from tracevault.consumer.archiver import ArchiveWriter
+from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.schemas import SealedEvent, encode_sealed
 
 

@@ -38,7 +38,7 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.replayer.batch.jobs import chunked
 from tracevault.schemas import micros_to_datetime
 

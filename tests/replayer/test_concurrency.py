@@ -24,7 +24,7 @@ from tests.replayer import concurrent_agents as ca
 from tests.replayer.pipeline import load_all, sequencer_running, wait_all_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.errors import ReplayDivergence
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder

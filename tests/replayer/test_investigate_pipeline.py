@@ -14,7 +14,7 @@ from tests.replayer import agents, lead_agents
 from tests.replayer.pipeline import replay_cli, sequencer_running, wait_sealed
 from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.links import (
     FORKED_FROM_RUN,
     FORKED_FROM_SEQ,

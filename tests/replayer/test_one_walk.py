@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.archive.sealed_factory import write_log_run
+from tests.consumer.archiver.sealed_factory import write_log_run
 from tracevault.archive import open_store
 from tracevault.errors import TraceVaultError
 from tracevault.log import Ed25519Signer

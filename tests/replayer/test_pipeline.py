@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import NOW_US
 from tests.replayer import agents
 from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer import LogPolicy, load_run, replay, verify
 

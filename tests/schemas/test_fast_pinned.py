@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.schemas import fast_values as fv
 from tracevault.archive._segment import encode_segment
-from tracevault.consumer.archive._sealed import parse_sealed
+from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.schemas import EventKind, TraceEvent
 from tracevault.schemas.fast import (
     event_kind,

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import unique_name
-from tests.consumer.archive.sealed_factory import sealed_run
+from tests.consumer.archiver.sealed_factory import sealed_run
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import set_topic_config
 from tests.log.signed_sealed import SignedSealedWriter
@@ -21,7 +21,7 @@ from tracevault.archive import open_store
 from tracevault.archive.layout import segment_key
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
+from tracevault.consumer.archiver import Archiver
 from tracevault.kafka import ensure_topics
 from tracevault.log import Ed25519Signer
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from tests.consumer.archive.helpers import finished_runs
-from tests.consumer.archive.helpers import running as archiver_running
+from tests.consumer.archiver.helpers import finished_runs
+from tests.consumer.archiver.helpers import running as archiver_running
 from tests.consumer.hostile import (
     event_fields,
     event_value,
@@ -36,8 +36,8 @@ from tests.consumer.sequencer.support import (
 )
 from tests.consumer.sequencer.support import running as sequencer_running
 from tracevault.config import Settings
-from tracevault.consumer.archive import Archiver
-from tracevault.consumer.archive._quarantine import Quarantined
+from tracevault.consumer.archiver import Archiver
+from tracevault.consumer.archiver._quarantine import Quarantined
 from tracevault.kafka import partition_for
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import decode_sealed

@@ -1,0 +1,905 @@
+"""The archiver: ``<prefix>.sealed`` (read_committed) into the archive, verified first.
+
+Per partition, in offset order (docs/log.md, "Archive"):
+
+1. a sealed event is parsed and its leaf hash computed; it is *pending*;
+2. a checkpoint record is decoded and verified (a trusted log key's signature, the origin of
+   this partition's log, the listed leaves growing the compact tree to the signed root). The
+   pending records are matched greedily, in order, against the listed leaf hashes: matched
+   ones become leaves of the archived log; any other one (appended by another producer, even
+   a chain-valid one) is quarantined ``not-in-log`` and never archived;
+3. a checkpoint that fails verification is quarantined ``bad-checkpoint`` and the pending
+   records stay pending (never archived unless a later verified checkpoint lists them);
+   a verified one whose leaves were not all read here (records gone from the topic, or
+   quarantined when read) still extends the tree: the leaves are recorded as holes
+   (``tracevault.archive._holes``; docs/log.md, "Holes"), so no record stops the log;
+   a checkpoint of another generation of the partition's log (a new cluster is a new log)
+   switches to that log;
+4. when enough leaves are verified (``archive_segment_max_events`` or ``_max_bytes`` of
+   sealed values), they are old enough (``archive_segment_max_age_s``) or a poll comes back
+   empty (caught up), the partition's log is flushed (``_logwriter``): bundles, tiles,
+   per-run index objects, day batches, then the checkpoint object;
+5. offsets are committed only up to the record after the last *flushed* checkpoint record (or
+   all consumed, once nothing is pending or unflushed): pending records are re-read after a
+   restart, which resumes from the archive's newest checkpoint (re-verified).
+
+Without trusted log keys (``log_vkeys``) the archiver refuses to start: it must not archive
+what it cannot check. No record can stop it: anything it cannot archive is quarantined
+(``_quarantine``: an immutable object, an ALERT log line, counted by reason). Errors of the
+object store stop it (after boto3's retries): run it under a supervisor.
+
+Liveness (docs/liveness.md): offset commits run with a deadline and transient commit errors
+are retried with backoff. A commit past its deadline, a fatal consumer error, or a fencing
+right after a broker outage ends the Kafka session: every partition's unflushed state is
+forgotten as on a revocation, and a new consumer resumes from the committed offsets.
+
+Known limit: pending records are held in memory until a checkpoint resolves them. A genuine
+transaction brings its checkpoint with it (read_committed delivers both), so only records
+appended by another producer can pile up, and only while the sequencer writes nothing to
+that partition; the next checkpoint quarantines them all.
+
+Known limit: object stores have no fencing, so an archiver that stalls past
+``max.poll.interval.ms`` without noticing it lost its partitions could still flush after the
+new owner did; both write the same leaves, so the objects agree (same bytes, or partial tiles
+and checkpoints at different sizes of the same log).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from prometheus_client import CollectorRegistry, Gauge
+
+from tracevault import native
+from tracevault.archive import ObjectStore, open_store, utc_now
+from tracevault.config import MIN_RETENTION_DAYS, Settings
+from tracevault.consumer.archiver._holeplace import HolePlacer
+from tracevault.consumer.archiver._logwriter import FlushJob, LeafRecord, PartitionLog
+from tracevault.consumer.archiver._quarantine import MAX_SEALED_AT as _MAX_AT
+from tracevault.consumer.archiver._quarantine import MIN_SEALED_AT as _MIN_AT
+from tracevault.consumer.archiver._quarantine import QuarantineReason as Why
+from tracevault.consumer.archiver._quarantine import quarantine, unarchivable
+from tracevault.consumer.archiver._sealed import leaf_fields
+from tracevault.consumer.archiver._state import ArchiverStats
+from tracevault.consumer.archiver._state import Part as _Part
+from tracevault.consumer.archiver._state import Pending as _Pending
+from tracevault.errors import (
+    ConfigError,
+    LogError,
+    RetentionError,
+    SchemaError,
+    ServiceUnavailableError,
+)
+from tracevault.kafka import sealed_generation
+from tracevault.log import (
+    HASH_SIZE,
+    Checkpoint,
+    CheckpointRecord,
+    CompactTree,
+    NoteVerifier,
+    VerifiedCheckpoint,
+    is_checkpoint_record,
+    leaf_data,
+    leaf_prefix,
+    load_verifiers,
+    log_origin,
+)
+from tracevault.runtime.liveness import (
+    BlockingCalls,
+    Health,
+    KafkaWatch,
+    OffsetCommits,
+    Restart,
+    Sessions,
+    close_quietly,
+    consumer_lag,
+    raise_for,
+)
+from tracevault.schemas import EventKind
+from tracevault.schemas.fast import armed_walks
+
+# the per-event path in C: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
+_ctake: ModuleType | None = native.load("tracevault.consumer.archiver._ctake")
+
+__all__ = ["Archiver", "ArchiverStats", "trusted_log_keys"]
+
+log = logging.getLogger(__name__)
+
+_REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
+_WRITERS = 8  # I/O-bound (fsync, S3 PUT latency): a flush's objects are written in parallel
+_COMMIT_S = 15.0  # a synchronous offset commit taking longer ends the Kafka session
+# Offsets go at most this often (and at the end); a crash re-reads at most this much more,
+# and the leaves the archive already holds are skipped.
+_COMMIT_EVERY_S = 0.5
+_CLOSE_S = 3.0  # on stop; a session being replaced waits longer
+_REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
+_LAG_EVERY_S = 1.0
+_POLL_S = 0.2  # a poll's wait; an empty one means caught up: what is unflushed is flushed
+_POLL_BUSY_S = 0.02  # ... while a flush is written and nothing is unflushed (_poll_s)
+_FLUSHERS = 4
+_BACKLOG = 4  # flushes of a partition taken and not yet written before the archiver waits
+_RUN_IDS = 100_000  # run ids remembered as storable (then each new one is checked again)
+_U64 = struct.Struct(">Q")
+_U64_MAX = (1 << 64) - 1
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (once per event)
+_sha256 = hashlib.sha256
+
+
+def trusted_log_keys(settings: Settings) -> list[NoteVerifier]:
+    """The vkeys the archiver trusts; ``ConfigError`` when there are none."""
+    items = [x.strip() for x in settings.log_vkeys.split(",") if x.strip()]
+    keys: list[NoteVerifier] = list(load_verifiers(items))
+    if not keys:
+        raise ConfigError(
+            "the archiver needs the log's verifier key to check what it archives: set "
+            "TRACEVAULT_LOG_VKEYS (or log_vkeys) to the vkey `tracevault keys show` prints, "
+            "or @FILE of vkeys; it will not archive what it cannot check"
+        )
+    return keys
+
+
+class Archiver(HolePlacer):
+    """Consume the sealed topic and archive what the signed log lists; ``run()`` until
+    ``stop()``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: ObjectStore | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        verifiers: list[NoteVerifier] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.verifiers = verifiers if verifiers is not None else trusted_log_keys(settings)
+        if not self.verifiers:
+            raise ConfigError("the archiver needs at least one trusted log key")
+        if settings.retention_days < MIN_RETENTION_DAYS:
+            raise RetentionError(
+                f"retention_days={settings.retention_days} is under {MIN_RETENTION_DAYS} "
+                "days; EU AI Act Art. 19 requires automatically generated logs to be kept at "
+                "least six months"
+            )
+        self.store = store or open_store(settings.archive_url, settings)
+        self.clock = clock
+        self.retention = _days(settings.retention_days)
+        self.topic = settings.topics.sealed
+        self.group_id = settings.archiver_group_id
+        self.stats = ArchiverStats()
+        self._stop = threading.Event()
+        self._parts: dict[int, _Part] = {}
+        # run id -> its leaf prefix, once its archive path was checked (bounded: _RUN_IDS)
+        self._prefixes: dict[str, bytes] = {}
+        self._pool = ThreadPoolExecutor(_WRITERS, thread_name_prefix="archive-put")
+        # Flushes are written in the background (one per partition at a time) while the main
+        # thread goes on reading and verifying; offsets follow only once a flush is durable.
+        self._flusher = ThreadPoolExecutor(_FLUSHERS, thread_name_prefix="archive-flush")
+        self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
+        self._committed: dict[int, int] = {}
+        self._ctx = self._native_context()
+        self._assigned_at: float | None = None  # idle time counts from the first assignment
+        self._max_events = settings.archive_segment_max_events
+        self._max_bytes = settings.archive_segment_max_bytes
+        self._calls = BlockingCalls("archiver", self._stop)
+        self.watch = KafkaWatch("archiver")
+        self.health = Health("archiver", settings.health_stall_s)
+        self.health.watch = self.watch
+        self.registry = self._metrics()
+        self._sessions = Sessions("archiver", self._stop, self.health)
+        self._commits = OffsetCommits(
+            "archiver",
+            self._calls,
+            self.watch,
+            self._kafka_error,
+            deadline_s=_COMMIT_S,
+            every_s=_COMMIT_EVERY_S,
+        )
+        self._live: Consumer | None = None
+        self._assigned = False  # an assignment (maybe empty) came in this session
+        self._lost = False
+        self._session_started = 0.0
+        self._generation = ""  # of the sealed topic (the log origins'), learnt per session
+
+    def _native_context(self) -> tuple[object, ...] | None:
+        """What the C path reads and fills (the same dicts as ``_take_one``), or None when it
+        is not built or the fast walks are off (a newer schema: only Python reads it)."""
+        walks = armed_walks()
+        if _ctake is None or walks is None:
+            log.info("archiver: the per-event path runs in Python (no C path here)")
+            return None
+        sealed, trace, kinds = walks
+        return (
+            self._consumed,
+            self._parts,
+            self._prefixes,
+            _MIN_AT,
+            _MAX_AT,
+            LeafRecord,
+            _Pending,
+            sealed,
+            trace,
+            kinds.index(EventKind.RUN_FINISHED),
+            len(kinds),
+        )
+
+    def _metrics(self) -> CollectorRegistry:
+        """A private registry read from the counters at scrape time (``--metrics-port``)."""
+        r = CollectorRegistry(auto_describe=True)
+        st = self.stats
+        for name, doc, fn in (
+            ("events_archived", "events written to the archive", lambda: st.events_archived),
+            ("events_skipped", "events the archive already held", lambda: st.events_skipped),
+            ("segments_written", "log flushes written", lambda: st.segments_written),
+            ("runs_finished", "runs archived with their end", lambda: st.runs_finished),
+            (
+                "checkpoints_verified",
+                "checkpoint records whose signature and root held",
+                lambda: st.checkpoints_verified,
+            ),
+            (
+                "records_quarantined",
+                "sealed records refused (any reason, not-in-log included)",
+                lambda: st.events_quarantined,
+            ),
+            (
+                "records_not_in_log",
+                "sealed records no signed checkpoint lists (injected)",
+                lambda: st.quarantined.get(Why.NOT_IN_LOG.value, 0),
+            ),
+            (
+                "checkpoints_refused",
+                "checkpoint records that failed verification",
+                lambda: st.quarantined.get(Why.BAD_CHECKPOINT.value, 0),
+            ),
+            (
+                "holes",
+                "holes recorded: sealed records gone before the archiver read them",
+                lambda: st.holes,
+            ),
+            ("leaves_lost", "leaves of the log in holes", lambda: st.leaves_lost),
+            (
+                "leaves_quarantined",
+                "leaves of the log whose records are quarantined, not run history",
+                lambda: st.leaves_quarantined,
+            ),
+            ("session_restarts", "Kafka sessions replaced", lambda: self.health.restarts),
+            ("consumer_lag", "sealed records not yet consumed", lambda: self.health.lag or 0),
+        ):
+            Gauge(f"tracevault_archiver_{name}", doc, registry=r).set_function(fn)
+        return r
+
+    def stop(self) -> None:
+        """Ask ``run()`` to flush, commit and return (safe from a signal handler)."""
+        self.health.state = "stopping"
+        self._stop.set()
+
+    # -- Kafka ------------------------------------------------------------------------------
+
+    def _consumer(self) -> Consumer:
+        conf: dict[str, Any] = {
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            # Bigger fetches: segments are written in bulk, and librdkafka's 1 MiB default
+            # per partition made fetch round trips the archiver's bottleneck.
+            "max.partition.fetch.bytes": 8 * 1024 * 1024,
+            "session.timeout.ms": self.settings.archive_session_timeout_ms,
+            "log_level": 3,
+            **self.watch.client_config(),
+        }
+        if self.settings.archive_instance_id:
+            conf["group.instance.id"] = self.settings.archive_instance_id
+        return Consumer(self.settings.kafka_config(**conf))
+
+    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        self._assigned_at = time.monotonic()
+        self._assigned = consumer is self._live
+        log.info("archiver assigned %s", [p.partition for p in parts])
+
+    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        if consumer is not self._live:
+            return  # an abandoned session's consumer closing late: its state is gone already
+        self._forget({p.partition for p in parts})
+
+    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        if consumer is not self._live:
+            return
+        self._forget({p.partition for p in parts})
+        # The group session expired (a broker outage): a static member would come back
+        # fenced and its commits were seen to hang; the session loop starts a new consumer.
+        self._lost = True
+        self.watch.trouble()
+
+    def _forget(self, gone: set[int] | None) -> None:
+        """Drop what was read of ``gone`` (None: every partition); flushes are synchronous,
+        so nothing of ours is written after this. Unflushed and pending records are not
+        committed: the next owner re-reads them and resumes from the archive's checkpoint."""
+        if gone is None:
+            gone = set(self._parts) | set(self._consumed)
+        for p in gone:
+            part = self._parts.get(p)
+            if part is not None:
+                self._wait(part)  # nothing of ours is written after the partition moves on
+        for p in gone:
+            self._parts.pop(p, None)
+            self._consumed.pop(p, None)
+            self._committed.pop(p, None)
+        log.info("archiver revoked %s", sorted(gone))
+
+    def run(self, *, until_idle: float | None = None) -> ArchiverStats:
+        """Archive until ``stop()`` (or ``until_idle`` seconds without a message).
+
+        A Kafka session that cannot go on is replaced by a new one (docs/liveness.md)."""
+        log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
+        try:
+            self._sessions.run(
+                self._start_session,
+                lambda consumer: self._session(consumer, until_idle),
+                self._end_session,
+                # the new consumer resumes from the committed offsets
+                on_restart=lambda: self._forget(None),
+            )
+        finally:
+            self._flusher.shutdown(wait=True)
+            self._pool.shutdown(wait=True)
+            self._calls.close()
+        self._log_stats("stopped")
+        return self.stats
+
+    def _start_session(self) -> Consumer:
+        consumer = self._live = self._consumer()
+        consumer.subscribe(
+            [self.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        self._lost = self._assigned = False
+        self._session_started = time.monotonic()
+        return consumer
+
+    def _end_session(self, consumer: Consumer) -> None:
+        self._live = None
+        self._close_consumer(consumer)
+
+    def _session(self, consumer: Consumer, until_idle: float | None) -> None:
+        try:
+            self._generation = sealed_generation(self.settings)
+        except ServiceUnavailableError as exc:
+            raise Restart(str(exc)) from exc
+        self.health.state = "running"
+        last_msg: float | None = None
+        next_report = time.monotonic() + _REPORT_EVERY_S
+        next_lag = 0.0
+        while not self._stop.is_set():
+            try:
+                # What is queued, at once; only when nothing is, wait (up to _poll_s) for
+                # the first record: a batch short of 1000 does not wait out the timeout,
+                # and a poll is still empty only after that long without any record.
+                msgs = consumer.consume(num_messages=1000, timeout=0)
+                if not msgs:
+                    msgs = consumer.consume(num_messages=1, timeout=self._poll_s())
+            except KafkaException as exc:
+                self._kafka_error(exc.args[0])
+                log.warning("Kafka consumer: %s", exc.args[0].str())
+                msgs = []
+            if self._lost:
+                raise Restart("the consumer lost its partitions (group session expired)")
+            self.watch.check_session(
+                self._session_started, self.settings.archive_session_timeout_ms
+            )
+            if msgs and self.stats.first_message_at is None:
+                self.stats.first_message_at = time.monotonic()
+            if msgs:
+                self._take_all(msgs)
+                last_msg = time.monotonic()
+                self.health.progressed()
+                self._sessions.progressed()
+            self._flush_due(caught_up=not msgs)
+            self._reap()
+            self._commit(consumer)
+            now = time.monotonic()
+            if now >= next_lag:
+                next_lag = now + _LAG_EVERY_S
+                self._update_lag(consumer)
+            if now >= next_report:
+                next_report = now + _REPORT_EVERY_S
+                self._log_stats("archiving")
+            if until_idle is not None and self._idle(consumer, last_msg, until_idle):
+                break
+        for part in self._parts.values():
+            self._flush(part)
+        for part in self._parts.values():
+            self._wait(part)
+        self._commit(consumer, final=True)
+
+    def _poll_s(self) -> float:
+        """How long a poll may wait: briefly while a flush is being written and nothing is
+        unflushed.
+
+        A written flush is accounted for (offsets, counters) after a poll returns, so a long
+        wait then only delays the commit. With leaves unflushed the wait stays: an empty
+        poll is how the archiver knows it caught up and flushes them, and a shorter one
+        would flush smaller pieces of a slow stream (more objects per run)."""
+        busy = False
+        for part in self._parts.values():
+            if part.log.unflushed:
+                return _POLL_S
+            busy = busy or bool(part.flights)
+        return _POLL_BUSY_S if busy else _POLL_S
+
+    def _close_consumer(self, consumer: Consumer) -> None:
+        close_s = _CLOSE_S if self._stop.is_set() else _REPLACE_CLOSE_S
+        close_quietly(self._calls, "archiver consumer close", consumer.close, close_s)
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        try:
+            self.health.set_lag(consumer_lag(consumer, self._assigned))
+        except KafkaException as exc:
+            log.debug("lag not updated: %s", exc)
+
+    def _log_stats(self, state: str) -> None:
+        st = self.stats
+        log.info(
+            "archiver %s: %d events archived, %d skipped, %d quarantined, %d checkpoints "
+            "verified, %d flushes (%d objects), %d runs finished, %d records pending",
+            state,
+            st.events_archived,
+            st.events_skipped,
+            st.events_quarantined,
+            st.checkpoints_verified,
+            st.segments_written,
+            st.objects_written,
+            st.runs_finished,
+            sum(len(p.pending) for p in self._parts.values()),
+        )
+
+    def _idle(self, consumer: Consumer, last_msg: float | None, until_idle: float) -> bool:
+        """Nothing unflushed, no message for ``until_idle`` s, and every assigned partition
+        fetched at least once (so a slow first fetch is not taken for idleness). Pending
+        records (no checkpoint yet) do not keep it busy: only a checkpoint resolves them."""
+        since = last_msg or self._assigned_at
+        if since is None or time.monotonic() - since < until_idle:
+            return False
+        if any(p.log.unflushed or p.flights for p in self._parts.values()):
+            return False
+        for tp in consumer.assignment():
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0:
+                return False
+        return True
+
+    def _kafka_error(self, err: KafkaError) -> None:
+        """A fencing or fatal error ends the session (or stops: a rival); others are logged
+        (a commit error is logged once, where it is deferred)."""
+        raise_for(
+            err,
+            self.watch,
+            max(60.0, 3 * self.settings.archive_session_timeout_ms / 1000.0),
+            f"the archiver was fenced: another archiver runs with --instance-id "
+            f"{self.settings.archive_instance_id}; this one stopped. Give each archiver its "
+            "own --instance-id",
+        )
+
+    def _commit(self, consumer: Consumer, *, final: bool = False) -> None:
+        offsets = []
+        for p, consumed in self._consumed.items():
+            part = self._parts.get(p)
+            upto: int | None = consumed
+            if part is not None and (part.pending or part.log.unflushed or part.flights):
+                upto = part.durable_offset
+            if upto is not None and self._committed.get(p) != upto:
+                offsets.append(TopicPartition(self.topic, p, upto))
+        if not offsets or not self._commits.commit(consumer, offsets, final=final):
+            return
+        self.health.progressed()
+        self._sessions.progressed()
+        for tp in offsets:
+            self._committed[tp.partition] = tp.offset
+
+    # -- the log ----------------------------------------------------------------------------
+
+    def _part(self, partition: int) -> _Part:
+        part = self._parts.get(partition)
+        if part is None:
+            prefix = self.settings.topic_prefix
+            part = _Part(
+                PartitionLog.open(
+                    self.store,
+                    prefix,
+                    log_origin(self.settings.log_origin, prefix, partition, self._generation),
+                    partition,
+                    self.verifiers,
+                )
+            )
+            self._parts[partition] = part
+        return part
+
+    def _take_all(self, msgs: list[Message]) -> None:
+        """Sort one consumed batch into pending events and checkpoint records.
+
+        The common case (a v1 sealed event of a run already admitted) goes through the C
+        path (``_ctake.c``) when it is built; it stops at the first message that is not
+        that case, which ``_take_one`` handles, and goes on after it."""
+        ctx = self._ctx
+        if ctx is None:
+            for msg in msgs:
+                self._take_one(msg)
+            return
+        assert _ctake is not None  # a context is made only when it is built
+        i, n, take = 0, len(msgs), _ctake.take
+        while i < n:
+            i = take(msgs, i, ctx)
+            if i < n and not self._admitted(msgs[i], ctx):
+                self._take_one(msgs[i])
+                i += 1
+
+    def _admitted(self, msg: Message, ctx: tuple[object, ...]) -> bool:
+        """True when ``msg`` is the common case but for its run or partition, now admitted or
+        opened: the C path then takes it (a run's first record is not walked in Python)."""
+        value, partition = msg.value(), msg.partition()
+        if value is None or partition is None or msg.headers() or msg.error() is not None:
+            return False
+        assert _ctake is not None
+        if partition not in self._parts:
+            self._part(partition)  # a partition's first record: its log is opened here
+            return True
+        fields = _ctake.leaf_fields(value, ctx)
+        if fields is None:
+            return False
+        run_id, _seq, _h, _fin, sealed_at = fields
+        if run_id in self._prefixes or not _MIN_AT <= sealed_at <= _MAX_AT:
+            return False  # declined for another reason: the Python path says which
+        # remembered only while the cache has room; otherwise the Python path takes it
+        return isinstance(self._admit(run_id, sealed_at), bytes) and run_id in self._prefixes
+
+    def _take_one(self, msg: Message) -> None:
+        """One consumed message, in Python: every case, the reference for the C path.
+
+        The per-event path is flat on purpose (without the C path it bounds the archiver's
+        throughput): the value is read by the v1 fast path without building a ``Sealed``,
+        and the leaf hash appends ``u64 seq ‖ hash`` to the run's leaf prefix, built once
+        per run."""
+        err = msg.error()
+        if err is not None:
+            self._kafka_error(err)
+            log.warning("Kafka consumer: %s", err.str())
+            return
+        partition, offset, value = msg.partition(), msg.offset(), msg.value()
+        if partition is None or offset is None:
+            return  # only error events lack a position
+        self._consumed[partition] = offset + 1
+        part = self._part(partition)
+        headers = msg.headers()
+        if headers and is_checkpoint_record(headers):
+            self._checkpoint(part, msg)
+            return
+        if value is None:
+            qkey = self._refuse(msg, Why.UNDECODABLE, "the record has no value (a tombstone)")
+            part.opaque.append((offset, Why.UNDECODABLE.value, qkey))
+            return
+        try:
+            run_id, seq, h, fin, sealed_at = leaf_fields(value)
+        except Exception as exc:  # SchemaError, or whatever the parser did not foresee
+            why = Why.UNDECODABLE if isinstance(exc, SchemaError) else Why.INTERNAL
+            qkey = self._refuse(msg, why, f"{type(exc).__name__}: {exc}")  # names where it was
+            part.opaque.append((offset, why.value, qkey))
+            return
+        pfx = self._prefixes.get(run_id)
+        if pfx is None or not _MIN_AT <= sealed_at <= _MAX_AT:
+            got = self._admit(run_id, sealed_at)
+            if isinstance(got, str):
+                self._unarchivable(part, msg, got, run_id, seq, h, fin, sealed_at)
+                return
+            pfx = got
+        if len(h) != HASH_SIZE or not 0 <= seq <= _U64_MAX:
+            try:
+                leaf_data(run_id, seq, h)  # names what does not fit
+                problem = f"run {run_id!r} seq {seq} does not fit a leaf"
+            except LogError as exc:
+                problem = str(exc)
+            qkey = self._refuse(msg, Why.INVALID, problem, run_id, seq)
+            part.opaque.append((offset, Why.INVALID.value, qkey))
+            return
+        hashed = pfx + _U64.pack(seq) + h  # 0x00 ‖ leaf data: RFC 6962's leaf hash input
+        rec = _new_tuple(
+            LeafRecord,
+            (run_id, seq, h, fin, sealed_at, hashed[1:], _sha256(hashed).digest(), value),
+        )
+        part.pending.append(_new_tuple(_Pending, (offset, msg.key(), rec)))
+
+    def _unarchivable(  # noqa: PLR0917 - the fields leaf_fields read, as read
+        self,
+        part: _Part,
+        msg: Message,
+        problem: str,
+        run_id: str,
+        seq: int,
+        h: bytes,
+        fin: bool,
+        sealed_at: int,
+    ) -> None:
+        """Quarantine a record that reads but is no run history the archive can hold, and
+        keep it pending: when a checkpoint lists its leaf, the leaf still enters the
+        archived tree (the signed root includes it) as a ``quarantined`` hole."""
+        qkey = self._refuse(msg, Why.INVALID, problem, run_id, seq)
+        offset = msg.offset()
+        assert offset is not None  # a consumed record has one
+        try:
+            leaf = leaf_data(run_id, seq, h)
+        except LogError:
+            part.opaque.append((offset, Why.INVALID.value, qkey))
+            return
+        rec = LeafRecord(
+            run_id, seq, h, fin, sealed_at, leaf, _sha256(b"\x00" + leaf).digest(), b""
+        )
+        part.pending.append(_Pending(offset, msg.key(), rec))
+        part.marked[offset] = (Why.INVALID.value, qkey)
+
+    def _admit(self, run_id: str, sealed_at: int) -> bytes | str:
+        """The run's leaf prefix (remembered) if the record can be archived, else why not."""
+        problem = unarchivable(run_id, sealed_at)
+        if problem is not None:
+            return problem
+        try:
+            pfx = leaf_prefix(run_id)
+        except LogError as exc:  # a run id too long for a leaf
+            return str(exc)
+        if len(self._prefixes) < _RUN_IDS:
+            self._prefixes[run_id] = pfx
+        return pfx
+
+    def _checkpoint(self, part: _Part, msg: Message) -> None:
+        """Verify one checkpoint record and resolve the pending records against it.
+
+        Nothing it lists stops the log (docs/log.md, "Holes"): leaves before its start that
+        were never read (records gone from the topic) become a ``gone`` hole and the log
+        goes on from the compact tree it carries; listed leaves no record read has become
+        an ``unread`` hole, or the leaves of quarantined records."""
+        plog = part.log
+        where = f"{self.topic}[{plog.partition}]@{msg.offset()}"
+        try:
+            cpr = CheckpointRecord.decode(msg.value() or b"")
+            vc = cpr.verify(self.verifiers)
+            if vc.checkpoint.origin != plog.origin:
+                plog = self._switch(part, vc.checkpoint.origin)
+            self._not_stale(part, vc.checkpoint, msg.offset() or 0)
+            size = plog.size
+            _continues(plog, cpr, vc)
+            matched, unmatched = _match(part.pending, vc.leaves, vc.start)
+        except LogError as exc:
+            detail = (
+                f"checkpoint record {where} failed verification: {exc}; the "
+                f"{len(part.pending)} record(s) read since the last verified checkpoint stay "
+                "pending (never archived unless a verified checkpoint lists them)"
+            )
+            if "forked" in str(exc) or "rolled back" in str(exc):
+                log.error("ALERT archiver: %s", detail)
+            self._refuse(msg, Why.BAD_CHECKPOINT, detail)
+            return
+        self.stats.checkpoints_verified += 1
+        marked = part.marked
+        for p in unmatched:
+            r = p.rec
+            if p.offset in marked:
+                continue  # quarantined when read, with its own reason
+            self._refuse(
+                msg,
+                Why.NOT_IN_LOG,
+                f"run {r.run_id!r} seq {r.seq} (leaf hash {r.leaf_hash.hex()[:16]}…) is not "
+                f"listed by the signed checkpoint {vc.checkpoint.origin}@{vc.checkpoint.size} "
+                f"(record {where}) that covers it: another producer appended it; it is never "
+                "archived as run history",
+                r.run_id,
+                r.seq,
+                offset=p.offset,
+                key=p.key,
+                value=r.value,
+            )
+        new = [(i, p) for i, p in matched if i >= size]
+        self.stats.events_skipped += len(matched) - len(new)
+        end = vc.checkpoint.size
+        if end > size and not plog.unflushed:
+            part.opened = time.monotonic()
+        if not marked and vc.start <= size and [i for i, _ in new] == list(range(size, end)):
+            plog.extend([p.rec for _, p in new])  # the common case: every listed leaf read
+        elif end > size:
+            self._holes(part, vc, CompactTree(vc.start, list(cpr.prefix)), new, where)
+        part.pending = []
+        part.marked = {}
+        part.opaque = []
+        part.ready_offset = (msg.offset() or 0) + 1
+        if end > plog.archived or plog.note is None:
+            plog.note, plog.note_size = vc.note, end
+        if end > size:
+            plog.root = vc.checkpoint.root
+            plog.tree = vc.tree
+        if not plog.unflushed and not part.flights:
+            part.durable_offset = part.ready_offset
+        elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
+            self._flush(part)
+
+    @staticmethod
+    def _not_stale(part: _Part, cp: Checkpoint, offset: int) -> None:
+        """Refuse a checkpoint smaller than one the partition presented before it.
+
+        Why: a genuine log only grows, so a record later in the partition that signs a
+        smaller size (an exact copy of an old checkpoint record, or another, smaller tree)
+        is the log key's holder presenting an older view as the newest: a rollback. Nothing
+        of it would be archived anyway; this makes it an ALERT rather than a silent no-op."""
+        head = part.head
+        if head is not None and head[0] == cp.origin and offset > head[1] and cp.size < head[2]:
+            raise LogError(
+                f"it signs {cp.origin}@{cp.size} (root "
+                f"{base64.b64encode(cp.root).decode()}) at offset {offset}, after the "
+                f"checkpoint record of {cp.origin}@{head[2]} at offset {head[1]}: an old "
+                "checkpoint replayed, or the log rolled back"
+            )
+        if head is None or head[0] != cp.origin or offset > head[1]:
+            part.head = (cp.origin, offset, cp.size)
+
+    def _flush_due(self, *, caught_up: bool = False) -> None:
+        """Flush what is old enough, or everything once a poll came back empty: the
+        archiver has caught up with the topic, and waiting longer only adds latency."""
+        deadline = time.monotonic() - self.settings.archive_segment_max_age_s
+        for part in self._parts.values():
+            if part.log.unflushed and (caught_up or part.opened <= deadline):
+                self._flush(part)
+
+    def _flush(self, part: _Part) -> None:
+        """Hand the partition's verified leaves to a background flush, written after the
+        partition's previous one (the checkpoint objects go in order).
+
+        The main thread does not wait for the previous one to be written (on a disk where
+        creating files is dear that wait was a fifth of the archiver's time), only when
+        ``_BACKLOG`` flushes of the partition are already queued. A flush is taken at the
+        same points as when it waited, so a flush redone after a crash ends at the same
+        size and writes the same objects."""
+        plog = part.log
+        if not plog.unflushed:
+            return
+        while len(part.flights) >= _BACKLOG:
+            self._wait_oldest(part)
+        job = plog.take_flush(self.clock() + self.retention)
+        before = part.flights[-1][0] if part.flights else None
+        fut = self._flusher.submit(_after, before, job, self._pool)
+        part.flights.append((fut, job, part.ready_offset))
+
+    def _reap(self) -> None:
+        for part in self._parts.values():
+            while part.flights and part.flights[0][0].done():
+                self._wait_oldest(part)
+
+    def _wait(self, part: _Part) -> None:
+        """Wait for every flush of the partition taken so far (an error is raised)."""
+        while part.flights:
+            self._wait_oldest(part)
+
+    def _wait_oldest(self, part: _Part) -> None:
+        """Wait for the partition's oldest flush in flight; account for it."""
+        fut, job, offset = part.flights[0]
+        try:
+            objects, written_at = fut.result()
+        except BaseException:
+            part.flights.clear()  # the later ones failed with it (_after)
+            raise
+        part.flights.pop(0)
+        done = not part.log.unflushed and not part.flights
+        part.durable_offset = part.ready_offset if done else offset
+        st = self.stats
+        st.events_archived += job.leaves
+        st.segments_written += 1
+        st.objects_written += objects
+        st.runs_finished += job.finished
+        st.last_write_at = written_at
+
+    def _refuse(
+        self,
+        msg: Message,
+        why: Why,
+        detail: str,
+        run_id: str | None = None,
+        seq: int | None = None,
+        *,
+        offset: int | None = None,
+        key: bytes | None = None,
+        value: bytes | None = None,
+    ) -> str:
+        """Quarantine one record (durably, before its offset can be committed) and go on;
+        the quarantine object's key."""
+        partition = msg.partition()
+        at = msg.offset() if offset is None else offset
+        assert partition is not None and at is not None  # a consumed record has both
+        qkey = quarantine(
+            self.store,
+            self.clock() + self.retention,
+            why,
+            detail,
+            self.topic,
+            partition,
+            at,
+            msg.key() if offset is None else key,
+            msg.value() if offset is None else value,
+            run_id,
+            seq,
+        )
+        st = self.stats
+        st.events_quarantined += 1
+        st.quarantined[why.value] = st.quarantined.get(why.value, 0) + 1
+        return qkey
+
+
+def _after(
+    before: Future[tuple[int, float]] | None, job: FlushJob, pool: ThreadPoolExecutor
+) -> tuple[int, float]:
+    """Write ``job`` once the partition's previous flush is written (its error stops this
+    one too, before any of its objects: the checkpoints never skip one); the objects
+    written and when the last one was (``last_write_at``: not when the main thread next
+    looks)."""
+    if before is not None:
+        before.result()
+    return job.write(pool), time.monotonic()
+
+
+def _match(
+    pending: list[_Pending], leaves: tuple[bytes, ...], start: int
+) -> tuple[list[tuple[int, _Pending]], list[_Pending]]:
+    """Greedy in-order matching of pending records to listed leaf hashes.
+
+    Each record takes the next listed leaf at or after the last match with its hash; listed
+    leaves skipped over are ones this reader did not see (read before a restart); a record
+    with no such leaf is not in the log.
+    """
+    matched: list[tuple[int, _Pending]] = []
+    unmatched: list[_Pending] = []
+    j = 0
+    for p in pending:
+        h = p.rec.leaf_hash
+        if j < len(leaves) and leaves[j] == h:
+            k = j
+        else:
+            try:
+                k = leaves.index(h, j)
+            except ValueError:
+                unmatched.append(p)
+                continue
+        matched.append((start + k, p))
+        j = k + 1
+    return matched, unmatched
+
+
+def _days(n: int) -> timedelta:
+    return timedelta(days=n)
+
+
+def _continues(plog: PartitionLog, cpr: CheckpointRecord, vc: VerifiedCheckpoint) -> None:
+    """A verified checkpoint extends the partition's log as archived, or ``LogError``: its
+    tree at its start is the log's, and one the archive already passed (a re-read after a
+    restart) has the archived log as a prefix."""
+    size = plog.size
+    if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
+        raise LogError(
+            f"its tree at {vc.start} leaves is not the one this partition's log has "
+            "(the log forked)"
+        )
+    if vc.start < size <= vc.checkpoint.size:
+        tree = plog.tree.copy()
+        tree.extend(vc.leaves[size - vc.start :])
+        if tree.root() != vc.checkpoint.root:
+            raise LogError(
+                f"the archived log of {size} leaves is not a prefix of it (the log "
+                "forked, or the archive was changed)"
+            )
