@@ -33,7 +33,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "seal raw events into per-run hash chains, exactly once (service)",
     ),
     "archiver": ("tracevault.consumer.archiver.commands:archiver", "archive sealed runs (service)"),
-    "archive": ("tracevault.consumer.archiver.commands:archive", "list, hold, purge archived runs"),
+    "archive": ("tracevault.archive.commands:archive", "list, hold, purge archived runs"),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
     "erase": (

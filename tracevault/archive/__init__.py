@@ -12,7 +12,9 @@ Import from here::
 This package sits beneath the archiver (``tracevault.consumer.archiver``, which writes it) and
 the replayer (which reads it) and imports no Kafka client: verifying an archive or a bundle
 needs none (docs/design.md, "Layout"). Keys and receipts are defined in
-:mod:`tracevault.archive.layout`.
+:mod:`tracevault.archive.layout`. The storage commands (``tracevault archive ls``, ``hold``,
+``release``, ``purge``, ``retention-report``) are :mod:`tracevault.archive.commands`, which
+this package does not import; only ``retention-report`` with a log key asks Kafka, lazily.
 """
 
 from typing import TYPE_CHECKING

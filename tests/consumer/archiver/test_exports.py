@@ -5,8 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import click
+
 import tracevault.archive
+import tracevault.archive.commands
 import tracevault.consumer.archiver
+import tracevault.consumer.archiver.commands
+from tracevault.cli import tracevault as cli
 
 
 def test_archiver_exports() -> None:
@@ -15,6 +20,16 @@ def test_archiver_exports() -> None:
     }  # fmt: skip
     for name in tracevault.consumer.archiver.__all__:
         assert getattr(tracevault.consumer.archiver, name) is not None
+
+
+def test_the_storage_commands_live_with_the_storage_and_the_service_with_the_service() -> None:
+    """``tracevault archive ...`` operates on storage; ``tracevault archiver`` is the service:
+    each is mounted from its own room (one package named archive, one archiver)."""
+    ctx = click.Context(cli)
+    assert cli.get_command(ctx, "archive") is tracevault.archive.commands.archive
+    assert cli.get_command(ctx, "archiver") is tracevault.consumer.archiver.commands.archiver
+    assert tracevault.consumer.archiver.commands.__all__ == ["archiver"]
+    assert not hasattr(tracevault.consumer.archiver.commands, "archive")
 
 
 def test_archive_exports() -> None:
