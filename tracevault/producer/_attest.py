@@ -38,8 +38,8 @@ _EVENT = hashlib.sha256(EVENT_DOMAIN)  # chain.link's prefix, absorbed once
 _monotonic = time.monotonic
 #: hashlib releases the GIL to hash this many bytes or more at once. Beside a busy agent
 #: thread each release costs the Publisher's thread the interpreter's switch interval (5 ms)
-#: to get it back, so a value is hashed in pieces below it (docs/identity.md, "What identity
-#: costs"); the digest is the same.
+#: to get it back, so a value is hashed in pieces below it; the digest is the same
+#: (docs/identity.md, "What identity costs").
 _GIL_FREE = 2048
 
 
