@@ -16,7 +16,10 @@ Against a live broker (``--bootstrap``, default ``$KAFKA_BOOTSTRAP_SERVERS`` or
    Recorder's median overhead in units of that call.
 
 With ``--agent-identity`` every Recorder signs its chain with an agent key (docs/identity.md):
-the note every ``--attest-every`` events (default 64), in RUN_STARTED and RUN_FINISHED.
+the note every ``--attest-every`` events (default 64), in RUN_STARTED and RUN_FINISHED. The
+same Recorder without the key is measured too, in the same process, its throughput rounds
+alternating with the keyed ones: ``added_by_identity_us`` (median overhead with the key minus
+without, also in units of one raw produce call) and ``identity_vs_without``.
 
 Prints progress lines as JSON, and last one JSON object with ``median_overhead_us``,
 ``p99_overhead_us``, ``events_per_s``, ``baseline_events_per_s``, ``throughput_ratio``,
@@ -214,24 +217,28 @@ def main() -> None:
             publisher = Publisher(settings)
             latency = bench_latency(publisher, opts.calls)
             print(json.dumps({"phase": "latency", **latency}), flush=True)
+            keys = list(AGENT_KEY)
+            if keys:  # the same Recorder without the key, in the same process and minutes
+                AGENT_KEY.clear()
+                plain_latency = bench_latency(publisher, opts.calls)
+                AGENT_KEY.extend(keys)
+                print(json.dumps({"phase": "latency without identity", **plain_latency}))
             rec_rates: list[float] = []
             base_rates: list[float] = []
+            plain_rates: list[float] = []
             for r in range(opts.rounds):
                 rate, values = recorder_round(publisher, opts.events)
                 rec_rates.append(rate)
                 base = baseline_round(settings, values)
                 base_rates.append(base)
-                print(
-                    json.dumps(
-                        {
-                            "phase": "throughput",
-                            "round": r,
-                            "events_per_s": round(rate),
-                            "baseline_events_per_s": round(base),
-                        }
-                    ),
-                    flush=True,
-                )
+                row = {"phase": "throughput", "round": r, "events_per_s": round(rate),
+                       "baseline_events_per_s": round(base)}  # fmt: skip
+                if keys:
+                    AGENT_KEY.clear()
+                    plain_rates.append(recorder_round(publisher, opts.events)[0])
+                    AGENT_KEY.extend(keys)
+                    row["without_identity_events_per_s"] = round(plain_rates[-1])
+                print(json.dumps(row), flush=True)
             report = publisher.close(timeout=30)
         finally:
             admin = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0})
@@ -241,6 +248,7 @@ def main() -> None:
                 except Exception as exc:
                     print(json.dumps({"cleanup_error": str(exc)}))
     events_per_s = statistics.median(rec_rates)
+    added = latency["median_overhead_us"] - plain_latency["median_overhead_us"] if keys else 0.0
     baseline = statistics.median(base_rates)
     print(
         json.dumps(
@@ -257,6 +265,23 @@ def main() -> None:
                     latency["median_overhead_us"] / latency["produce_median_us"], 3
                 ),
                 "agent_identity": bool(AGENT_KEY),
+                **(
+                    {
+                        "without_identity_median_overhead_us": round(
+                            plain_latency["median_overhead_us"], 2
+                        ),
+                        "added_by_identity_us": round(added, 2),
+                        "added_by_identity_vs_produce": round(
+                            added / latency["produce_median_us"], 3
+                        ),
+                        "without_identity_events_per_s": round(statistics.median(plain_rates)),
+                        "identity_vs_without": round(
+                            events_per_s / statistics.median(plain_rates), 3
+                        ),
+                    }
+                    if keys
+                    else {}
+                ),
                 "rounds": opts.rounds,
                 "events_per_round": opts.events,
                 "undelivered": report.undelivered,
