@@ -20,7 +20,6 @@ MODULES_OVER: dict[str, str] = {
     "consumer/sequencer/_loop.py": "session loop and rebalance: the one-runtime branch moves them",
     "producer/_publisher.py": "the spool and the delivery thread share one class: not split yet",
     "producer/_recorder.py": "the Recorder and its edges: not split yet",
-    "runtime/liveness.py": "the supervisor lands here on the one-runtime branch: split then",
     "schemas/fast/_event.py": "the hand-unrolled v2 walks: one per layout, not split yet",
 }
 
