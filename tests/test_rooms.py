@@ -25,8 +25,6 @@ MODULES_OVER: dict[str, str] = {
 
 #: "module:function" -> why it is still over MAX_FUNCTION_LINES
 FUNCTIONS_OVER: dict[str, str] = {
-    "replayer/export/bundle.py:export_bundle": "writes every bundle file in order: not split yet",
-    "replayer/export/bundle.py:verify_bundle": "checks every bundle file in order: not split yet",
     "replayer/load/_topic.py:load_from_topic": "one read of sealed and heads: not split yet",
     "schemas/fast/_event.py:fast_decode_event": (
         "the replayer's per-event decode: a Python call costs ~4% of its 2.5 µs, and a split "
