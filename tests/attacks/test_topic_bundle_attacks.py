@@ -134,7 +134,7 @@ def _export(settings: Settings, writer: SignedSealedWriter, rid: str, out: Path)
 
 def _rewrite(root: Path, raws: list[bytes], proofs: dict[int, str] | None = None) -> None:
     """Make the bundle hold exactly ``raws``, consistently: every file, hash and claim."""
-    from tracevault.replayer.export.bundle import _event_line  # the bundle's own line format
+    from tracevault.replayer.export._format import _event_line  # the bundle's own line format
 
     manifest = json.loads((root / "manifest.json").read_text())
     rid = manifest["run_id"]

@@ -44,6 +44,7 @@ from tracevault.archive._holes import (
 )
 from tracevault.archive._logread import LogRun, read_log_run, run_index_keys, run_log_keys
 from tracevault.archive._open import open_store
+from tracevault.archive._purge import PurgeReport, purge
 from tracevault.archive._reader import (
     RunListing,
     RunObjects,
@@ -52,17 +53,8 @@ from tracevault.archive._reader import (
     list_run,
     read_run_objects,
 )
-from tracevault.archive._retention import (
-    ObjectRetention,
-    PurgeReport,
-    RunRetention,
-    RunSummary,
-    archived_run,
-    list_runs,
-    purge,
-    retention_report,
-    runs_on_day,
-)
+from tracevault.archive._retention import ObjectRetention, RunRetention, retention_report
+from tracevault.archive._runs import RunSummary, archived_run, list_runs, runs_on_day
 from tracevault.archive._segment import (
     CODEC,
     encode_segment,

@@ -5,7 +5,7 @@ reading and verifying it needs (``run_log_keys``: the data and entry bundles of 
 the hash tiles of its proofs, its checkpoints). Those log objects are shared between runs,
 so each hold and release is recorded (``legal-holds/<run>/``, immutable) with the objects it
 covered, and a release clears only the objects no other held run needs (docs/log.md,
-"Legal hold"). A run with any held object is never purged (``_retention.purge``).
+"Legal hold"). A run with any held object is never purged (``_purge.purge``).
 """
 
 from __future__ import annotations

@@ -1,179 +1,45 @@
-"""Operating a retained archive: list runs, purge, and the retention report.
+"""The retention report: each run's objects checked against what its receipts state.
 
-Legal holds are in ``_holds`` (a run with any held object is never purged: purge is all of a
-run or nothing, so a segment written after the hold still cannot go while the hold stands).
-
-Purge writes its record (``purges/…``, itself retained) *before* deleting, and deletes a run's
-final receipt first, so a crash mid-purge never leaves a run that claims to be complete; the
-next purge finishes the job.
+Flags, per run, objects unlocked or retained too briefly, a store lock that disagrees with
+its receipt, missing and extra objects, and on S3 what is layered over a locked original.
+Purge (``_purge``) reads the same evidence (``_read_content``, ``_object_retention``,
+``_versions``) before it deletes anything; listing runs is ``_runs``.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
+from tracevault.archive._runs import (
+    Progress,
+    _day_batch_runs,
+    _day_index_runs,
+    _noop,
+    _RunIds,
+)
 from tracevault.archive._segment import read_segment
-from tracevault.archive._store import ObjectInfo, ObjectStore, ObjectVersion, utc_now
+from tracevault.archive._store import ObjectInfo, ObjectStore, ObjectVersion
 from tracevault.archive.layout import (
     DAY_BATCH_ROOT,
     FinalReceipt,
     SegmentReceipt,
-    day_batch_prefix,
-    day_batch_runs,
-    day_prefix,
     final_key,
     parse_segment_key,
-    purge_record_key,
     receipt_key,
-    run_id_from_key,
     run_prefix,
 )
-from tracevault.archive.tlog import RunIndex, parse_run_index_key
+from tracevault.archive.tlog import parse_run_index_key
 from tracevault.config import MIN_RETENTION_DAYS
-from tracevault.errors import ArchiveError, NotFoundError, RetentionError, TraceVaultError
+from tracevault.errors import ArchiveError, NotFoundError, TraceVaultError
 from tracevault.schemas import EventKind, decode_event
 
 __all__ = [
     "ObjectRetention",
-    "PurgeReport",
     "RunRetention",
-    "RunSummary",
-    "archived_run",
-    "list_runs",
-    "purge",
     "retention_report",
 ]
-
-log = logging.getLogger(__name__)
-
-Progress = Callable[[int, int], None]
-
-
-def _noop(done: int, total: int) -> None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class RunSummary:
-    """One run as ``archive ls`` shows it (from keys alone: nothing is fetched)."""
-
-    run_id: str
-    segments: int
-    events: int
-    complete: bool
-
-
-class _RunIds:
-    """The run id of each ``runs/`` or ``index/days/`` key. A mapped ``<run>`` segment
-    (``layout.run_segment``: a run id too long or odd to be named readably) does not give it
-    back: it is read once from the run's own content (a run index, a receipt, the marker)."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self._store = store
-        self._mapped: dict[str, str] = {}
-
-    def __call__(self, key: str) -> str:
-        rid = run_id_from_key(key)
-        if rid is not None:
-            return rid
-        parts = key.split("/")
-        seg = parts[1] if parts[0] == "runs" else parts[3]
-        got = self._mapped.get(seg)
-        if got is None:
-            got = self._mapped[seg] = self._read(seg, key)
-        return got
-
-    def _read(self, seg: str, key: str) -> str:
-        store = self._store
-        keys = [key] if key.startswith("index/days/") else []
-        keys += [i.key for i in store.list(f"runs/{seg}/")]
-        for k in keys:
-            try:
-                data = store.get(k)
-                if k.startswith("index/days/"):
-                    if data:
-                        return data.decode("utf-8")
-                elif parse_run_index_key(k) is not None:
-                    return RunIndex.from_json(data, k).run_id
-                elif k.endswith(".receipt.json"):
-                    rid = json.loads(data)["run_id"]
-                    if isinstance(rid, str):
-                        return rid
-            except (TraceVaultError, ValueError, KeyError, TypeError):
-                continue
-        return f"runs/{seg}/"  # nothing names it: the report names the prefix instead
-
-
-def _summaries(store: ObjectStore, keys: Iterable[str]) -> list[RunSummary]:
-    runs: dict[str, list[str]] = {}
-    run_of = _RunIds(store)
-    for key in keys:
-        runs.setdefault(run_of(key), []).append(key)
-    out = []
-    for run_id, ks in sorted(runs.items()):
-        idx = [k for k in ks if parse_run_index_key(k) is not None]
-        if idx:  # the static log: one read per index object (a run has few)
-            read = [RunIndex.from_json(store.get(k), k) for k in idx]
-            seqs = {s for i in read for _, s in i.leaves}
-            out.append(RunSummary(run_id, len(idx), len(seqs), any(i.finished for i in read)))
-            continue
-        ranges = [r for r in map(parse_segment_key, ks) if r is not None]
-        last = max((r[1] for r in ranges), default=-1)
-        out.append(RunSummary(run_id, len(ranges), last + 1, final_key(run_id) in ks))
-    return out
-
-
-def _day_batch_runs(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
-    """run -> day-batch keys listing it (the static log's day index; shared, never purged)."""
-    out: dict[str, list[str]] = {}
-    for i in store.list(prefix):
-        for rid in day_batch_runs(store.get(i.key)):
-            out.setdefault(rid, []).append(i.key)
-    return out
-
-
-def runs_on_day(store: ObjectStore, day: date) -> list[str]:
-    """The run ids the day index lists for ``day`` (UTC): the segment layout's markers, then
-    the static log's per-flush batches, each run once, in that order."""
-    seen: dict[str, None] = {}
-    run_of = _RunIds(store)
-    for m in store.list(day_prefix(day)):
-        seen.setdefault(run_of(m.key), None)
-    for rid in _day_batch_runs(store, day_batch_prefix(day)):
-        seen.setdefault(rid, None)
-    return list(seen)
-
-
-def list_runs(
-    store: ObjectStore, *, day: date | None = None, run_id: str | None = None
-) -> list[RunSummary]:
-    """Every archived run, the runs seen on ``day`` (UTC), or the one ``run_id``."""
-    if run_id is not None:
-        keys = [i.key for i in store.list(run_prefix(run_id))]
-        if not keys:
-            raise NotFoundError(f"run {run_id!r} is not in the archive {store.url}")
-        return _summaries(store, keys)
-    if day is None:
-        return _summaries(store, (i.key for i in store.list("runs/")))
-    out = []
-    for rid in sorted(runs_on_day(store, day)):
-        out.extend(_summaries(store, (i.key for i in store.list(run_prefix(rid)))))
-    return out
-
-
-def archived_run(store: ObjectStore, run_id: str) -> tuple[bool, int] | None:
-    """(archived to its end, events archived) of ``run_id`` in either layout, or None when
-    nothing of it is archived yet: :func:`list_runs` of the one run, for progress displays."""
-    try:
-        (summary,) = list_runs(store, run_id=run_id)
-    except NotFoundError:
-        return None
-    return summary.complete, summary.events
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,19 +327,6 @@ def _versions(history: list[ObjectVersion]) -> tuple[list[str], list[str]]:
     return sorted(markers), sorted(later)
 
 
-def _run_ids(store: ObjectStore) -> list[str]:
-    run_of = _RunIds(store)
-    return sorted({run_of(i.key) for i in store.list("runs/")})
-
-
-def _day_index_runs(store: ObjectStore) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    run_of = _RunIds(store)
-    for m in store.list("index/days/"):
-        out.setdefault(run_of(m.key), []).append(m.key)
-    return out
-
-
 def _check_run(
     store: ObjectStore,
     run_id: str,
@@ -547,149 +400,3 @@ def retention_report(
         )
         progress(n, len(run_ids))
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeReport:
-    """What a purge deleted (or, dry, would delete), and which runs it kept and why.
-
-    ``refused``: runs the store itself would not delete (its own clock says the lock holds);
-    they are not in ``deleted`` and a second record says so.
-    """
-
-    at: str
-    dry_run: bool
-    deleted: dict[str, list[str]]
-    kept: dict[str, str]
-    record: str | None
-    refused: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
-
-
-def _delete_order(keys: list[str], run_id: str) -> list[str]:
-    """Final receipt first, then each segment before its receipt, then anything else.
-
-    The final receipt first: a purge that dies half-way never leaves a run that looks
-    complete. Each receipt after its segment: whatever is left still has a receipt stating
-    its retention, so the next purge can finish the job from content alone.
-    """
-    fk = final_key(run_id)
-    present = set(keys)
-    order = [fk] if fk in present else []
-    for key in sorted(keys):
-        rng = parse_segment_key(key)
-        if rng is not None:
-            order.append(key)
-            if (rk := receipt_key(run_id, *rng)) in present:
-                order.append(rk)
-    return order + sorted(present - set(order))
-
-
-def _why_kept(
-    store: ObjectStore, run_id: str, at: datetime, *, retention_days: int
-) -> tuple[str | None, list[str]]:
-    """(why the run must stay, or None; its keys). Retention comes from the receipts.
-
-    The store's lock is checked against them, never used instead: a lock that disagrees with
-    its receipt (a file's mtime reset with ``touch``, say) keeps the run and names the object.
-    """
-    keys = [i.key for i in store.list(run_prefix(run_id))]
-    if any(parse_run_index_key(k) is not None for k in keys):
-        # A run of the static log shares its bundles and tiles with the runs archived with
-        # it: deleting its index alone would hide it, not remove it (docs/log.md, "Archive").
-        return "its events are in the shared static log: it goes with its partition log", keys
-    content = _read_content(store, run_id, keys, retention_days)
-    infos = [store.head(k) for k in keys]
-    held = [i.key for i in infos if i.legal_hold]
-    if held:
-        return f"legal hold on {len(held)} object(s)", keys
-    if content.problems:
-        return f"its receipts cannot be read: {content.problems[0]}", keys
-    markers, later = _versions(store.history(run_prefix(run_id)))
-    if markers or later:
-        # What is read now may not be what was locked: leave it for an investigation.
-        return f"objects were layered over their locked originals: {(markers + later)[0]}", keys
-    bad = [
-        p
-        for i in infos
-        for p in _object_retention(i, content, MIN_RETENTION_DAYS).problems
-        if "disagree" in p or "shortened" in p or "no receipt states" in p or "not locked" in p
-    ]
-    if bad:
-        return f"retention facts disagree, refusing to delete: {bad[0]}", keys
-    untils = [u for k in keys if (u := content.until.get(k)) is not None]
-    untils += [i.retain_until for i in infos if i.retain_until is not None]
-    until = max(untils, default=None)
-    if until is not None and at < until:
-        return f"retained until {until.isoformat()}", keys
-    return None, keys
-
-
-def purge(
-    store: ObjectStore,
-    *,
-    now: datetime | None = None,
-    dry_run: bool = False,
-    retention_days: int = MIN_RETENTION_DAYS,
-    progress: Progress = _noop,
-) -> PurgeReport:
-    """Delete every run whose receipts say it is past retain-until, unheld, and undisputed.
-
-    A run is deleted only when every object's retain-until, as its receipt states it, has
-    passed at ``now`` and the store's locks agree with the receipts (docs/design.md,
-    "Archive"). ``now`` is injectable; on S3 the store's own clock has the last word, and a
-    run it refuses is reported in ``refused``.
-    """
-    at = now or utc_now()
-    deleted: dict[str, list[str]] = {}
-    kept: dict[str, str] = {}
-    run_ids = _run_ids(store)
-    for n, run_id in enumerate(run_ids, 1):
-        why, keys = _why_kept(store, run_id, at, retention_days=retention_days)
-        if why is not None:
-            kept[run_id] = why
-        else:
-            deleted[run_id] = _delete_order(keys, run_id)
-        progress(n, len(run_ids))
-    if deleted:
-        markers = _day_index_runs(store)
-        for rid, keys in deleted.items():
-            keys.extend(markers.get(rid, []))
-    record = None
-    purge_id = uuid.uuid4().hex[:12]
-    if deleted and not dry_run:
-        record = purge_record_key(at, purge_id)
-    report = PurgeReport(at.isoformat(), dry_run, deleted, kept, record)
-    if record is None:
-        return report
-    # The record first: a purge that dies half-way is still on file, and is finished by
-    # the next purge (the run is still expired and unheld).
-    # Retained from whichever is later, the purge's clock or the wall clock: a store refuses
-    # a retain-until in the past.
-    until = max(at, utc_now()) + timedelta(days=retention_days)
-    store.put(record, report.to_json(), retain_until=until)
-    refused: dict[str, str] = {}
-    for rid, keys in deleted.items():
-        try:
-            for key in keys:
-                store.delete(key, now=at)
-        except RetentionError as exc:
-            refused[rid] = str(exc)
-            log.warning("purge of run %s refused by the store: %s", rid, exc)
-            continue
-        log.info("purged run %s (%d objects)", rid, len(keys))
-    if not refused:
-        return report
-    report = PurgeReport(
-        at.isoformat(),
-        dry_run,
-        {r: k for r, k in deleted.items() if r not in refused},
-        kept,
-        purge_record_key(at, f"{purge_id}-refused"),
-        refused,
-    )
-    # A second record: the first said what this purge set out to delete.
-    store.put(report.record or record, report.to_json(), retain_until=until)
-    return report

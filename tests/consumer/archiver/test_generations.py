@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.consumer.archiver.sealed_factory import LogWriter, sealed_run
+from tracevault.archive import runs_on_day
 from tracevault.archive._filestore import FileStore
-from tracevault.archive._retention import runs_on_day
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import parse_run_index_key
 from tracevault.log import Ed25519Signer

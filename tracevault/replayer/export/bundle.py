@@ -23,48 +23,48 @@ signed log's checks L1-L4 run over ``log/`` first, with public keys only (docs/l
 bundle exported before the signed log has no ``log/`` and fails L1 then. Without keys the
 report is ``unverified`` (fail closed), and still every event's own tlog-proof must lead to
 ``log/checkpoint``'s root (B4): a bundle whose events contradict its proofs fails, key or not.
+
+Writing is here; checking is ``_check`` (imported from here), and what both agree on (file
+names, line formats) is ``_format``.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from tracevault import __version__
-from tracevault.archive import ObjectInfo
-from tracevault.errors import ConfigError, LogError, NotFoundError
+from tracevault.errors import ConfigError
 from tracevault.log import (
     TLOG_PROOF_HEADER,
-    AgentKeys,
     Checkpoint,
-    LeafProof,
     RunLogEvidence,
     TlogProof,
-    leaf_hash,
-    root_from_inclusion,
     split_note,
     with_cosignatures,
 )
-from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, VerifyReport
-from tracevault.replayer.load.archive import ReadableStore, load_from_archive
-from tracevault.replayer.load.checks import fail
-from tracevault.replayer.load.log_policy import EndRule, LogPolicy, run_evidence
+from tracevault.replayer.export._check import verify_bundle
+from tracevault.replayer.export._format import (
+    BUNDLE_FORMAT,
+    REVEAL_FILE,
+    _event_line,
+    _json_line,
+    _proof_name,
+    _raw_name,
+    _sha,
+)
+from tracevault.replayer.load.archive import ReadableStore
+from tracevault.replayer.load.log_policy import LogPolicy, run_evidence
 from tracevault.replayer.load.verify import verify
-from tracevault.schemas import Codec, EventModel, SchemaSet, TraceEvent, default_schemas
+from tracevault.schemas import default_schemas
 
 __all__ = ["BUNDLE_FORMAT", "REVEAL_FILE", "export_bundle", "verify_bundle"]
-
-BUNDLE_FORMAT = "tracevault-bundle/1"
-#: the file of a bundle that holds its data key revealed to one recipient (``reveal``)
-REVEAL_FILE = "reveal.json"
 
 _README = """# Evidence bundle: run {run_id}
 
@@ -113,14 +113,6 @@ Check them with the log's public key (and any witness's, `--witness-key`):
 """
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _raw_name(seq: int) -> str:
-    return f"raw/{seq:012d}.bin"
-
-
 class _Writer:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -131,10 +123,6 @@ class _Writer:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         self.files[rel] = _sha(data)
-
-
-def _proof_name(seq: int) -> str:
-    return f"log/{seq:012d}.tlog-proof"
 
 
 def export_bundle(
@@ -161,7 +149,23 @@ def export_bundle(
     verify.
     """
     report = verify(run, log=log)
-    evidence = report.log_evidence or run_evidence(run, ())
+    evidence = _cosign(report.log_evidence or run_evidence(run, ()), cosigned)
+    _make_empty(out_dir)
+    w = _Writer(out_dir)
+    _put_records(w, run, report, progress)
+    _put_sources(w, run, store)
+    if evidence is not None:
+        _put_log(w, run, evidence)
+    if reveal is not None:
+        w.put(REVEAL_FILE, reveal(report))
+    created = datetime.now(UTC).isoformat()
+    _put_readme(w, run, report, evidence, created)
+    _write_manifest(w, run, report, evidence, created, revealed=reveal is not None)
+    return report
+
+
+def _cosign(evidence: RunLogEvidence | None, cosigned: Sequence[str]) -> RunLogEvidence | None:
+    """``evidence`` with the witnesses' ``cosigned`` copies' cosignatures added."""
     if cosigned:
         if evidence is None:
             raise ConfigError("cosignatures given, but the run has no signed-log evidence")
@@ -169,12 +173,22 @@ def export_bundle(
         for c in cosigned:
             note = with_cosignatures(note, c)
         evidence = dataclasses.replace(evidence, checkpoint=note)
+    return evidence
+
+
+def _make_empty(out_dir: Path) -> None:
+    """``out_dir``, new or empty: evidence is never overwritten."""
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(
             f"{out_dir} is not empty; export into a new folder (evidence is never overwritten)"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    w = _Writer(out_dir)
+
+
+def _put_records(
+    w: _Writer, run: LoadedRun, report: VerifyReport, progress: Callable[[int], None] | None
+) -> None:
+    """``raw/``, one file per seq, and ``chain.jsonl`` and ``events.jsonl`` beside it."""
     chain_lines: list[bytes] = []
     event_lines: list[bytes] = []
     for i, sealed in enumerate(run.records):
@@ -199,6 +213,10 @@ def export_bundle(
             progress(1)
     w.put("chain.jsonl", b"".join(chain_lines))
     w.put("events.jsonl", b"".join(event_lines))
+
+
+def _put_sources(w: _Writer, run: LoadedRun, store: ReadableStore | None) -> None:
+    """``schemas/``, and what the run was checked against: ``archive/`` or ``head.json``."""
     for v in default_schemas().all():
         w.put(f"schemas/{v.path.name}", v.path.read_bytes())
     if run.source == "archive" and store is not None:
@@ -220,11 +238,15 @@ def export_bundle(
                 }
             ),
         )
-    if evidence is not None:
-        _put_log(w, run, evidence)
-    if reveal is not None:
-        w.put(REVEAL_FILE, reveal(report))
-    created = datetime.now(UTC).isoformat()
+
+
+def _put_readme(
+    w: _Writer,
+    run: LoadedRun,
+    report: VerifyReport,
+    evidence: RunLogEvidence | None,
+    created: str,
+) -> None:
     note = (
         "`archive/` holds the archived segments and receipts byte for byte, under their keys."
         if run.source == "archive"
@@ -250,6 +272,18 @@ def export_bundle(
             ),
         ).encode(),
     )
+
+
+def _write_manifest(
+    w: _Writer,
+    run: LoadedRun,
+    report: VerifyReport,
+    evidence: RunLogEvidence | None,
+    created: str,
+    *,
+    revealed: bool,
+) -> None:
+    """``manifest.json``, last: it lists every file written before it with its SHA-256."""
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "run_id": run.run_id,
@@ -263,7 +297,7 @@ def export_bundle(
         "tracevault": __version__,
         "files": dict(sorted(w.files.items())),
     }
-    if reveal is not None:
+    if revealed:
         manifest["reveal"] = REVEAL_FILE
     if evidence is not None:
         manifest["log"] = {
@@ -272,10 +306,9 @@ def export_bundle(
             "checkpoint_object": evidence.checkpoint_obj,
             "proof_format": TLOG_PROOF_HEADER,
         }
-    (out_dir / "manifest.json").write_bytes(
+    (w.root / "manifest.json").write_bytes(
         json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
     )
-    return report
 
 
 def _put_log(w: _Writer, run: LoadedRun, evidence: RunLogEvidence) -> None:
@@ -294,248 +327,4 @@ def _put_log(w: _Writer, run: LoadedRun, evidence: RunLogEvidence) -> None:
             _json_line({"checkpoint": note, "proof": [base64.b64encode(h).decode() for h in proof]})
             for note, proof in evidence.others
         ),
-    )
-
-
-def _bundle_evidence(
-    root: Path, manifest: dict[str, Any], seqs: Sequence[int]
-) -> RunLogEvidence | None:
-    """The run's log evidence from ``log/``: None for a bundle exported before the log."""
-    meta = manifest.get("log")
-    if not isinstance(meta, dict):
-        return None
-    try:
-        note = (root / "log" / "checkpoint").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LogError(
-            f"L1 signature: log/checkpoint is unreadable ({exc})", checkpoint="log/checkpoint"
-        ) from None
-    leaves: list[LeafProof] = []
-    for seq in seqs:
-        rel = _proof_name(seq)
-        try:
-            text = (root / rel).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            raise LogError(
-                f"L2 inclusion: seq {seq} has no readable tlog-proof {rel}", seq=seq, obj=rel
-            ) from None
-        proof = TlogProof.parse(text, rel)
-        if proof.checkpoint != note:
-            raise LogError(
-                f"L1 signature: {rel} proves seq {seq} against another checkpoint than "
-                "log/checkpoint",
-                seq=seq,
-                obj=rel,
-                checkpoint="log/checkpoint",
-            )
-        leaves.append(LeafProof(seq, proof.index, proof.hashes, rel))
-    others: list[tuple[str, tuple[bytes, ...]]] = []
-    path = root / "log" / "consistency.jsonl"
-    if path.is_file():
-        for line in path.read_bytes().splitlines():
-            if line:
-                o = json.loads(line)
-                others.append(
-                    (str(o["checkpoint"]), tuple(base64.b64decode(h) for h in o["proof"]))
-                )
-    return RunLogEvidence(str(meta["origin"]), note, tuple(leaves), tuple(others), "log/checkpoint")
-
-
-def _json_line(obj: dict[str, Any]) -> bytes:
-    return (
-        json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-    )
-
-
-def _event_line(ev: TraceEvent) -> bytes:
-    return _json_line(EventModel.from_event(ev).model_dump(mode="json"))
-
-
-def _check_own_proofs(run_id: str, rows: Sequence[dict[str, Any]], evidence: RunLogEvidence) -> str:
-    """B4, without a trusted key: each event's tlog-proof leads to ``log/checkpoint``'s root.
-
-    Proves no authorship (the checkpoint's signature is not checked: no key is trusted),
-    but a bundle whose events were changed after export contradicts its own proofs, and
-    is named by its first changed seq rather than passed as ``unverified`` only.
-    """
-    try:
-        cp = Checkpoint.parse(split_note(evidence.checkpoint)[0])
-    except LogError as exc:
-        raise fail("B4 proofs", None, "log/checkpoint", f"unreadable ({exc})") from None
-    if cp.origin != evidence.origin:
-        raise fail(
-            "B4 proofs",
-            None,
-            "log/checkpoint",
-            f"the checkpoint is for log {cp.origin!r}, manifest.json says {evidence.origin!r}",
-        )
-    for p, row in zip(evidence.leaves, rows, strict=True):
-        leaf = leaf_hash(run_id, p.seq, row["hash"])
-        try:
-            ok = root_from_inclusion(p.index, cp.size, leaf, p.proof) == cp.root
-        except LogError:
-            ok = False
-        if not ok:
-            raise fail(
-                "B4 proofs",
-                p.seq,
-                p.obj,
-                f"the event's own tlog-proof (leaf {p.index}) does not lead to the root of "
-                f"log/checkpoint ({cp.origin}@{cp.size}): the event or its proof was changed "
-                "after export",
-            )
-    return (
-        "B4 proofs: every event's own tlog-proof leads to log/checkpoint's root (its "
-        "signature unchecked: no trusted key)"
-    )
-
-
-class _BundleStore:
-    """``archive/`` of a bundle read as if it were the object store."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    @property
-    def url(self) -> str:
-        return f"bundle://{self.root}"
-
-    def get(self, key: str) -> bytes:
-        try:
-            return (self.root / key).read_bytes()
-        except FileNotFoundError:
-            raise NotFoundError(f"bundle file archive/{key} is missing") from None
-
-    def list(self, prefix: str) -> Sequence[ObjectInfo]:
-        out: list[ObjectInfo] = []
-        for dirpath, _, names in os.walk(self.root):
-            for name in names:
-                rel = (Path(dirpath) / name).relative_to(self.root).as_posix()
-                if rel.startswith(prefix):
-                    out.append(ObjectInfo(rel, (Path(dirpath) / name).stat().st_size))
-        return sorted(out, key=lambda o: o.key)
-
-
-def _read_manifest(root: Path) -> dict[str, Any]:
-    path = root / "manifest.json"
-    if not path.is_file():
-        raise NotFoundError(f"{root} is not an evidence bundle: manifest.json is missing")
-    try:
-        manifest = json.loads(path.read_bytes())
-    except ValueError as exc:
-        raise fail("B1 manifest", None, "manifest.json", f"not JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
-        raise fail("B1 manifest", None, "manifest.json", f"not a {BUNDLE_FORMAT} manifest")
-    return manifest
-
-
-def verify_bundle(
-    root: Path,
-    *,
-    log: LogPolicy | None = None,
-    end: EndRule | None = None,
-    chain_only: bool = False,
-    agents: AgentKeys | None = None,
-) -> VerifyReport:
-    """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
-
-    With ``log`` (public keys only) the bundle's tlog-proofs and checkpoint are checked
-    first (L1-L4, ``LogError``); without, they are still held to the events (B4) and the
-    report is ``unverified``. ``end``, ``chain_only``: as ``verify``'s (a bundle's run must
-    end anyway). With ``agents``, check I too (docs/identity.md).
-    """
-    manifest = _read_manifest(root)
-    run_id = str(manifest["run_id"])
-    checks = ["B1 manifest: every file listed is present with its SHA-256"]
-    files: dict[str, str] = manifest.get("files", {})
-    for rel, digest in files.items():
-        path = root / rel
-        if not path.is_file():
-            raise fail("B1 manifest", None, rel, "the file is listed in manifest.json but missing")
-        if _sha(path.read_bytes()) != digest:
-            raise fail("B1 manifest", None, rel, "the file's SHA-256 differs from manifest.json")
-    chain = [json.loads(line) for line in (root / "chain.jsonl").read_bytes().splitlines() if line]
-    rows: list[dict[str, Any]] = []
-    objects: list[str] = []
-    for i, c in enumerate(chain):
-        rel = _raw_name(int(c["seq"]))
-        try:
-            raw = (root / rel).read_bytes()
-        except FileNotFoundError:
-            raise fail("2 seq", i, rel, "the raw file of this seq is missing") from None
-        rows.append(
-            {
-                "run_id": run_id,
-                "seq": c["seq"],
-                "prev_hash": bytes.fromhex(c["prev_hash"]),
-                "hash": bytes.fromhex(c["hash"]),
-                "raw": raw,
-                "sealed_at": c["sealed_at"],
-                "source_partition": c["source_partition"],
-                "source_offset": c["source_offset"],
-                "sequencer_id": c["sequencer_id"],
-            }
-        )
-        objects.append(rel)
-    head: dict[str, Any] = {}
-    if (root / "head.json").is_file():
-        head = json.loads((root / "head.json").read_bytes())
-    run = LoadedRun(
-        run_id=run_id,
-        source="bundle",
-        records=SealedRows(rows),
-        objects=objects,
-        expected_last_seq=head.get("last_seq"),
-        expected_finished=head.get("finished"),
-        expected_head=bytes.fromhex(head["last_hash"]) if head.get("last_hash") else None,
-        log_evidence=_bundle_evidence(root, manifest, [int(c["seq"]) for c in chain]),
-    )
-    report = verify(run, log=log, end=end, chain_only=chain_only, agents=agents)
-    checks.extend(report.checks)
-    if log is None and run.log_evidence is not None:
-        checks.append(_check_own_proofs(run_id, rows, run.log_evidence))
-    if report.head != manifest.get("head") or report.count != manifest.get("count"):
-        raise fail(
-            "B1 manifest",
-            report.last_seq,
-            "manifest.json",
-            f"the manifest says head {manifest.get('head')} / {manifest.get('count')} events, "
-            f"the chain has {report.head} / {report.count}",
-        )
-    if (root / "archive").is_dir():
-        archived = verify(load_from_archive(_BundleStore(root / "archive"), run_id))
-        checks.extend(c for c in archived.checks if c.startswith("A"))
-        if archived.head != report.head or archived.count != report.count:
-            raise fail(
-                "B2 archive",
-                None,
-                "archive/",
-                "the archived segments hold a different chain than raw/",
-            )
-    checks.append("B3 events: events.jsonl is what raw/ decodes to with the bundled schemas")
-    codec = Codec("TraceEvent", SchemaSet(root / "schemas"))
-    lines = (root / "events.jsonl").read_bytes().splitlines()
-    if len(lines) != len(rows):
-        raise fail("B3 events", None, "events.jsonl", f"{len(lines)} lines for {len(rows)} events")
-    for i, line in enumerate(lines):
-        ev = TraceEvent.from_avro(codec.decode(rows[i]["raw"], what=objects[i]))
-        if line + b"\n" != _event_line(ev):
-            raise fail(
-                "B3 events", i, "events.jsonl", "the line differs from the decoded raw event"
-            )
-    return VerifyReport(
-        run_id=run_id,
-        source="bundle",
-        count=report.count,
-        last_seq=report.last_seq,
-        head=report.head,
-        finished=report.finished,
-        checks=tuple(checks),
-        gaps=report.gaps,
-        warnings=report.warnings,
-        events=report.events,
-        log_checked=report.log_checked,
-        checkpoint=report.checkpoint,
-        log_evidence=report.log_evidence,
-        chain_only=report.chain_only,
     )

@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
-from tracevault.heads import find_head
+from tracevault.heads import Head, find_head
 from tracevault.kafka import watermarks
 from tracevault.log import (
     Checkpoint,
@@ -66,6 +67,36 @@ def load_from_topic(
     transaction), for ``verify`` to gather the run's log evidence (docs/log.md); with
     ``log_until``, on through the first one whose tree reaches that size (a witness's).
     """
+    head = _find_head(settings, run_id, timeout)
+    topic = settings.topics.sealed
+    consumer = _consumer(settings)
+    scan = _Scan(topic, head, run_id.encode("utf-8"), _codec(), with_log, log_until)
+    deadline = time.monotonic() + timeout
+    try:
+        _check_kept(consumer, topic, head, run_id, timeout)
+        _read(consumer, scan, deadline, timeout)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} failed reading {topic} ({exc})"
+        ) from exc
+    finally:
+        consumer.close()
+    return LoadedRun(
+        run_id=run_id,
+        source="topic",
+        records=SealedRows(scan.rows),
+        objects=scan.objects,
+        expected_last_seq=head.last_seq,
+        expected_finished=head.finished,
+        expected_head=head.last_hash,
+        expected_gaps=tuple((g.missing_from, g.missing_to) for g in head.gaps),
+        log_origin=_origin(settings, head.partition, scan.found) if with_log else None,
+        log_checkpoints=tuple(scan.found),
+    )
+
+
+def _find_head(settings: Settings, run_id: str, timeout: float) -> Head:
+    """Step 1: the run's committed head, or ``NotFoundError`` saying where else to look."""
     head = find_head(settings, run_id, timeout=timeout)
     if head is None or head.first_offset < 0:
         raise NotFoundError(
@@ -74,8 +105,12 @@ def load_from_topic(
             "from the archive (--from archive): a run finished longer ago than the "
             "sequencer's horizon is found there only"
         )
-    topic = settings.topics.sealed
-    consumer = Consumer(
+    return head
+
+
+def _consumer(settings: Settings) -> Consumer:
+    """A consumer of its own group that commits nothing and sees committed records only."""
+    return Consumer(
         settings.kafka_config(
             **{
                 "group.id": f"tracevault-replayer-{uuid.uuid4().hex[:8]}",
@@ -87,86 +122,88 @@ def load_from_topic(
             }
         )
     )
-    key = run_id.encode("utf-8")
-    codec = _codec()
-    rows: list[dict[str, Any]] = []
-    objects: list[str] = []
-    found: list[FoundCheckpoint] = []
-    deadline = time.monotonic() + timeout
-    try:
-        low, _high = watermarks(
-            consumer, TopicPartition(topic, head.partition), time.monotonic() + min(timeout, 10.0)
-        )
-        if low > head.first_offset:
-            raise NotFoundError(
-                f"run {run_id!r}: its sealed records (from offset {head.first_offset} of "
-                f"{topic}[{head.partition}]) have expired from the topic (it now starts at "
-                f"{low}); read the run from the archive (--from archive)"
-            )
-        log.debug(
-            "reading run %s from %s[%d] offsets %d..%d",
-            run_id,
-            topic,
-            head.partition,
-            head.first_offset,
-            head.last_offset,
-        )
-        consumer.assign([TopicPartition(topic, head.partition, head.first_offset)])
-        done = False
-        while not done:
-            if time.monotonic() > deadline:
-                raise ServiceUnavailableError(
-                    f"reading {topic}[{head.partition}] from offset {head.first_offset} did not "
-                    f"reach offset {head.last_offset} within {timeout:.0f}s; check the broker"
-                )
-            for msg in consumer.consume(1000, timeout=0.5):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        done = True
-                        break
-                    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        raise NotFoundError(f"topic {topic} does not exist")
-                    continue
-                off = msg.offset() or 0
-                if with_log and _is_checkpoint(msg.headers()):
-                    where = f"{topic}[{head.partition}]@{off}"
-                    found.append(_checkpoint(msg.value() or b"", where))
-                    if off > head.last_offset and found[-1].record.end >= log_until:
-                        done = True
-                        break
-                    continue
-                if msg.key() == key:
-                    where = f"{topic}[{head.partition}]@{off}"
-                    value = msg.value() or b""
-                    try:
-                        rows.append(codec.decode(value, what=where))
-                    except SchemaError as exc:
-                        raise fail(
-                            "1 run", len(rows), where, f"not a readable SealedEvent ({exc})"
-                        ) from exc
-                    objects.append(where)
-                if off >= head.last_offset and not with_log:
-                    done = True
-                    break
-    except KafkaException as exc:
-        raise ServiceUnavailableError(
-            f"Kafka at {settings.bootstrap_servers} failed reading {topic} ({exc})"
-        ) from exc
-    finally:
-        consumer.close()
-    return LoadedRun(
-        run_id=run_id,
-        source="topic",
-        records=SealedRows(rows),
-        objects=objects,
-        expected_last_seq=head.last_seq,
-        expected_finished=head.finished,
-        expected_head=head.last_hash,
-        expected_gaps=tuple((g.missing_from, g.missing_to) for g in head.gaps),
-        log_origin=_origin(settings, head.partition, found) if with_log else None,
-        log_checkpoints=tuple(found),
+
+
+def _check_kept(consumer: Consumer, topic: str, head: Head, run_id: str, timeout: float) -> None:
+    """``NotFoundError`` when the topic no longer holds the run's first record."""
+    low, _high = watermarks(
+        consumer, TopicPartition(topic, head.partition), time.monotonic() + min(timeout, 10.0)
     )
+    if low > head.first_offset:
+        raise NotFoundError(
+            f"run {run_id!r}: its sealed records (from offset {head.first_offset} of "
+            f"{topic}[{head.partition}]) have expired from the topic (it now starts at "
+            f"{low}); read the run from the archive (--from archive)"
+        )
+    log.debug(
+        "reading run %s from %s[%d] offsets %d..%d",
+        run_id,
+        topic,
+        head.partition,
+        head.first_offset,
+        head.last_offset,
+    )
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What one read of the run's sealed partition keeps: the run's records (and, with the
+    log, the partition's checkpoint records), message by message."""
+
+    topic: str
+    head: Head
+    key: bytes
+    codec: Codec
+    with_log: bool
+    log_until: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    objects: list[str] = field(default_factory=list)
+    found: list[FoundCheckpoint] = field(default_factory=list)
+
+    def take(self, msg: Message) -> bool:
+        """Keep ``msg`` if it is the run's, or a checkpoint record with the log; True once
+        the read is done (the partition's end, or past the head's last offset)."""
+        topic, head = self.topic, self.head
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return True
+            if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise NotFoundError(f"topic {topic} does not exist")
+            return False
+        off = msg.offset() or 0
+        if self.with_log and _is_checkpoint(msg.headers()):
+            where = f"{topic}[{head.partition}]@{off}"
+            self.found.append(_checkpoint(msg.value() or b"", where))
+            return off > head.last_offset and self.found[-1].record.end >= self.log_until
+        if msg.key() == self.key:
+            where = f"{topic}[{head.partition}]@{off}"
+            value = msg.value() or b""
+            try:
+                self.rows.append(self.codec.decode(value, what=where))
+            except SchemaError as exc:
+                raise fail(
+                    "1 run", len(self.rows), where, f"not a readable SealedEvent ({exc})"
+                ) from exc
+            self.objects.append(where)
+        return off >= head.last_offset and not self.with_log
+
+
+def _read(consumer: Consumer, scan: _Scan, deadline: float, timeout: float) -> None:
+    """Step 2: the sealed partition from the head's first offset until ``scan`` is done."""
+    topic, head = scan.topic, scan.head
+    consumer.assign([TopicPartition(topic, head.partition, head.first_offset)])
+    done = False
+    while not done:
+        if time.monotonic() > deadline:
+            raise ServiceUnavailableError(
+                f"reading {topic}[{head.partition}] from offset {head.first_offset} did not "
+                f"reach offset {head.last_offset} within {timeout:.0f}s; check the broker"
+            )
+        for msg in consumer.consume(1000, timeout=0.5):
+            if scan.take(msg):
+                done = True
+                break
 
 
 def _origin(settings: Settings, partition: int, found: list[FoundCheckpoint]) -> str:
