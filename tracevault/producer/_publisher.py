@@ -36,6 +36,9 @@ tests/producer/test_spool_kill.py; the figures are in docs/design.md, "The spool
 Segments left by a process that died are adopted at start and drained the same way (their
 runs are unrelated to this process's, so order is unaffected). ``close(timeout)`` delivers
 what it can within ``timeout`` and spools the rest, returning a :class:`CloseReport`.
+
+This module is the agent's side, librdkafka's callbacks, the thread's loop and the ``direct``
+state, and close; the ``spooling`` state's work is ``_spooling``'s (the Publisher's base).
 """
 
 from __future__ import annotations
@@ -56,27 +59,20 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
-from tracevault.producer._drain import drain_batch, rejected_sink
+from tracevault.producer._drain import rejected_sink
 from tracevault.producer._shadow import Shadow
-from tracevault.producer._spool import SpoolSegment, SpoolWriter, list_segments
-from tracevault.producer._wire import read_run_seq
+from tracevault.producer._spool import SpoolSegment, SpoolWriter
+from tracevault.producer._spooling import Item, SpoolSide, _Probe
 
 __all__ = ["SPOOL_DURABLE_MS", "Publisher"]
 
 logger = logging.getLogger(__name__)
 
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
-_RETRY_S = 1.0
-_DRAIN_BATCH = 5000
 _POLL_EVERY = 500
 #: An accepted event Kafka has not acknowledged is on disk (fsync'd) within this many ms.
 SPOOL_DURABLE_MS = 100
-#: Events encoded and fsync'd per spool write, so the oldest are durable first.
-_SPOOL_CHUNK = 1000
 _SPOOL_NAP_S = 0.01
-_PROBE_S = 2.0
-
-Item = tuple[bytes, Callable[..., bytes], tuple[Any, ...]]
 
 
 def _same(value: bytes) -> bytes:
@@ -93,31 +89,7 @@ def _close_live_publishers() -> None:  # pragma: no cover - runs at interpreter 
             pub.close(timeout=5.0)
 
 
-class _Probe:
-    """One metadata request on its own thread: does the broker answer?
-
-    ``list_topics`` waits up to its timeout while the broker is away; on the background
-    thread that wait would leave the agent's events in memory, unspooled, for seconds.
-    """
-
-    def __init__(self, producer: Producer, topic: str) -> None:
-        self.done = threading.Event()
-        self.ok = False
-        threading.Thread(
-            target=self._run, args=(producer, topic), name="tracevault-probe", daemon=True
-        ).start()
-
-    def _run(self, producer: Producer, topic: str) -> None:
-        try:
-            producer.list_topics(topic, timeout=_PROBE_S)
-            self.ok = True
-        except KafkaException:
-            self.ok = False
-        finally:
-            self.done.set()
-
-
-class Publisher:
+class Publisher(SpoolSide):
     """One per process: a shared, thread-safe producer of TraceEvents to ``<prefix>.raw``.
 
     Creating it opens nothing; the producer and its background thread start with the first
@@ -293,19 +265,6 @@ class Publisher:
                 if self._stalled():
                     return
 
-    def _pump_to_spool(self) -> None:
-        """Write the queue to the spool, oldest first, one fsync per ``_SPOOL_CHUNK``."""
-        queue = self._queue
-        while queue:
-            records: list[tuple[bytes, bytes]] = []
-            while queue and len(records) < _SPOOL_CHUNK:
-                item = queue.popleft()
-                value = self._encode(item)
-                self._handled += 1
-                if value is not None:
-                    records.append((item[0], value))
-            self._append(records)
-
     def _stalled(self) -> bool:
         producer = self._producer
         assert producer is not None
@@ -336,186 +295,6 @@ class Publisher:
         producer = self._producer
         inside = len(producer) if producer is not None and self._direct else 0
         return max(0, self._produced - self._errored - inside)
-
-    def _enter_spool(self) -> None:
-        producer = self._producer
-        assert producer is not None
-        self._spool_requested = False
-        if self._direct:
-            logger.warning(
-                "Kafka is away (every broker down, or no acknowledgement for %.1fs); "
-                "spooling to %s",
-                self._spool_after,
-                self._spool_dir,
-            )
-        self._direct = False
-        producer.purge(in_queue=True, in_flight=True)
-        deadline = time.monotonic() + 5.0
-        while len(producer) > 0 and time.monotonic() < deadline:
-            producer.poll(0.01)
-        if len(producer) > 0:
-            logger.warning(
-                "%s events were still inside the Kafka client 5s after the purge; if they are "
-                "reported later they are spooled after newer ones (the sequencer reorders)",
-                len(producer),
-            )
-        lost = self._lost
-        self._spool_purged()
-        carry, self._carry = self._carry, []
-        self._append(carry)
-        self._shadow.recent.clear()
-        if self._lost == lost:
-            self._shadow.drop()  # what it copied is in the spool now, durably
-        self._busy_since = None
-        self._next_drain = time.monotonic() + _RETRY_S
-
-    def _spool_purged(self) -> None:
-        if not self._purged:
-            return
-        purged, self._purged = self._purged, []
-        # Per run (key) in seq order: librdkafka may report in-flight and queued separately.
-        purged.sort(key=lambda kv: (kv[0], read_run_seq(kv[1])[1]))
-        self._append(purged)
-
-    def _append(self, records: list[tuple[bytes, bytes]]) -> None:
-        if not records:
-            return
-        try:
-            if self._writer.full:
-                self._writer.close()
-            self._writer.append(records)
-        except OSError as exc:
-            self._lost += len(records)
-            logger.error(
-                "could not write %s events to the spool %s (%s): they are lost; free disk "
-                "space or fix TRACEVAULT_SPOOL_DIR",
-                len(records),
-                self._spool_dir,
-                exc,
-            )
-            return
-        self._spooled += len(records)
-        path = self._writer.path
-        assert path is not None
-        if not self._backlog or self._backlog[-1].path != path:
-            seg = SpoolSegment(path)
-            seg.read_header()
-            self._backlog.append(seg)
-            self._own_paths.add(path)
-
-    def _adopt_orphans(self) -> None:
-        """Take over segments whose writer died, so this process delivers them."""
-        for seg in list_segments(self._spool_dir):
-            try:
-                if not seg.try_lock():
-                    continue
-                seg.read_header()
-            except (OSError, ValueError) as exc:
-                logger.error("cannot adopt spool segment %s: %s", seg.path, exc)
-                seg.unlock()
-                continue
-            if seg.topic != self.topic:
-                seg.unlock()  # another deployment's spool in the same directory
-                continue
-            try:
-                seg.repair_tail()  # a writer killed mid-append; logged as a warning
-            except OSError as exc:
-                logger.error("cannot cut the torn tail of spool segment %s: %s", seg.path, exc)
-            self._backlog.append(seg)
-            self._direct = False
-        if self._backlog:
-            logger.warning(
-                "found %s spool segment(s) from an earlier process; delivering them first",
-                len(self._backlog),
-            )
-
-    def _spool_tick(self) -> None:
-        self._spool_purged()
-        self._pump_to_spool()
-        now = time.monotonic()
-        if now < self._next_drain:
-            return
-        answered = self._broker_answers(wait=False)
-        if answered is None:
-            return  # the probe is still out: spool on, look again next tick
-        if not answered:
-            self._next_drain = time.monotonic() + _RETRY_S
-            return
-        progressed = self._drain_once(timeout=max(self._spool_after, 5.0))
-        # Trust the broker for the next batch only while batches are acknowledged.
-        self._answered = progressed
-        if not self._backlog and not self._queue and not self._spool_requested:
-            self._direct = True
-            self._answered = False
-            logger.warning("Kafka is back: spool delivered, publishing directly again")
-            return
-        self._next_drain = now if progressed else time.monotonic() + _RETRY_S
-
-    def _broker_answers(self, *, wait: bool) -> bool | None:
-        """Whether the broker answered a metadata request; None while one is out.
-
-        Asked before sending from the spool: while the broker is away nothing is produced,
-        so nothing has to be purged later (a purged record that Kafka did write becomes a
-        duplicate when it is sent again). The request runs on a :class:`_Probe` thread.
-        """
-        if self._answered:
-            return True
-        producer = self._producer
-        assert producer is not None
-        if self._probe is None:
-            self._probe = _Probe(producer, self.topic)
-        if wait:
-            self._probe.done.wait(_PROBE_S + 1.0)
-        if not self._probe.done.is_set():
-            return None
-        ok, self._probe = self._probe.ok, None
-        return ok
-
-    def _drain_once(self, timeout: float) -> bool:
-        """Send one batch of the oldest spooled events; True if any were delivered."""
-        producer = self._producer
-        assert producer is not None
-        if not self._backlog:
-            return False
-        seg = self._backlog[0]
-        own = seg.path == self._writer.path
-        start = self._offsets.get(seg.path)
-        if start is None:
-            start = seg.cursor()
-        result = drain_batch(
-            producer,
-            seg,
-            start=start,
-            end=self._writer.size if own else None,
-            batch=_DRAIN_BATCH,
-            timeout=timeout,
-            between=self._pump_to_spool,
-            too_old=self._too_old,
-        )
-        self._offsets[seg.path] = result.offset
-        self._drained += result.delivered
-        if seg.path in self._own_paths:
-            self._drained_own += result.delivered
-        if result.reached_end or seg.corruption is not None:
-            if seg.corruption is not None:
-                logger.error(
-                    "spool segment %s is corrupt at byte %s (%s); events after it are left "
-                    "there for `tracevault spool status`",
-                    seg.path,
-                    seg.corruption.offset,
-                    seg.corruption.reason,
-                )
-            # The writer's segment is finished only if nothing was appended meanwhile.
-            if not own or result.offset >= self._writer.size:
-                if own:
-                    self._writer.close()
-                if seg.corruption is None:
-                    seg.remove()
-                else:
-                    seg.unlock()
-                self._offsets.pop(seg.path, None)
-                self._backlog.popleft()
-        return result.delivered > 0
 
     def _shutdown(self) -> None:
         producer = self._producer

@@ -1,7 +1,7 @@
 """What one transaction produces: sealed records, checkpoints and trees, DLQ, heads.
 
 Only the produce calls live here; the transaction around them (begin, flush, offsets,
-commit) is the loop's (``_loop``). Every call names its partition: leaf i of a partition's
+commit) is ``_transaction``'s. Every call names its partition: leaf i of a partition's
 log is the i-th event record produced to it here (one idempotent producer, explicit
 partitions: produce order is offset order).
 """
