@@ -44,8 +44,8 @@ from confluent_kafka import Producer
 
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
-from tracevault.log import Ed25519Signer
 from tracevault.schemas import AgentInfo, EventKind, TraceEvent, canonical_json, encode_event
+from tracevault.transparency import Ed25519Signer
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 _RESTORED = re.compile(r"restored (\d+) open run heads and (\d+) finished runs")

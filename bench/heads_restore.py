@@ -29,8 +29,8 @@ from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.heads import prove_state, read_state
 from tracevault.kafka import ensure_topics
-from tracevault.log import Ed25519Signer
 from tracevault.schemas import AgentInfo, EventKind, TraceEvent, canonical_json, encode_event
+from tracevault.transparency import Ed25519Signer
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 PARTITIONS = 6

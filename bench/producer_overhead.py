@@ -47,9 +47,9 @@ from confluent_kafka.admin import AdminClient
 
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
-from tracevault.log import Ed25519Signer
 from tracevault.producer import Publisher, Recorder, producer_config
 from tracevault.schemas import EventKind, canonical_json
+from tracevault.transparency import Ed25519Signer
 
 PAYLOAD = 1536
 VARIANTS = 512

@@ -49,7 +49,6 @@ from tracevault.consumer.sequencer import Sequencer
 from tracevault.consumer.sequencer._rules import BatchOutput
 from tracevault.content import RunCipher
 from tracevault.kafka import ensure_topics
-from tracevault.log import LOG_KEY_ENV, Ed25519Signer, is_checkpoint_record
 from tracevault.producer._attest import Attestor
 from tracevault.schemas import (
     AgentInfo,
@@ -60,6 +59,7 @@ from tracevault.schemas import (
     decode_sealed,
     encode_event,
 )
+from tracevault.transparency import LOG_KEY_ENV, Ed25519Signer, is_checkpoint_record
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 SIGNER = Ed25519Signer.generate("bench-log")

@@ -60,18 +60,6 @@ from tracevault.archive import open_store
 from tracevault.archive.tlog import data_key, log_prefix
 from tracevault.chain import genesis, link
 from tracevault.consumer.archiver._logwriter import LeafRecord, PartitionLog
-from tracevault.log import (
-    TILE_WIDTH,
-    AgentKeys,
-    CheckpointRecord,
-    CompactTree,
-    Ed25519Signer,
-    FoundCheckpoint,
-    hash_leaf,
-    leaf_data,
-    log_origin,
-    tile_width,
-)
 from tracevault.producer._attest import Attestor
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.archive import load_from_archive
@@ -83,6 +71,18 @@ from tracevault.schemas import (
     default_schemas,
     encode_event,
     encode_sealed,
+)
+from tracevault.transparency import (
+    TILE_WIDTH,
+    AgentKeys,
+    CheckpointRecord,
+    CompactTree,
+    Ed25519Signer,
+    FoundCheckpoint,
+    hash_leaf,
+    leaf_data,
+    log_origin,
+    tile_width,
 )
 
 PREFIX = "bench"

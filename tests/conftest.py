@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.kafka_harness import LocalBroker, find_or_start_kafka
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
-from tracevault.log import LOG_KEY_ENV, Ed25519Signer
+from tracevault.transparency import LOG_KEY_ENV, Ed25519Signer
 
 _VKEYS_ENV = "TRACEVAULT_LOG_VKEYS"
 

@@ -22,9 +22,9 @@ from tests.native import extension
 
 cseal = extension("tracevault.consumer.sequencer._cseal")
 ctake = extension("tracevault.consumer.archiver._ctake")
-cmerkle = extension("tracevault.log._cmerkle")
+cmerkle = extension("tracevault.transparency._cmerkle")
 cput = extension("tracevault.archive._cput")
-csign = extension("tracevault.log._csign")
+csign = extension("tracevault.transparency._csign")
 cfields = extension("tracevault.content._cfields")
 
 H = hashlib.sha256(b"leaf").digest()
@@ -137,9 +137,9 @@ def _take_ctx(parts: dict[int, Any]) -> tuple[object, ...]:
     from tests.consumer.hostile import sealed_header, trace_header
     from tracevault.consumer.archiver._archiver import _Pending
     from tracevault.consumer.archiver._logwriter import LeafRecord
-    from tracevault.log import leaf_prefix
     from tracevault.schemas import EventKind
     from tracevault.schemas.fast import armed_walks
+    from tracevault.transparency import leaf_prefix
 
     walks = armed_walks()
     assert walks is not None

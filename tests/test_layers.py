@@ -111,7 +111,7 @@ def test_shared_layers_import_no_service() -> None:
     shared = (
         "tracevault.archive",
         "tracevault.heads",
-        "tracevault.log",
+        "tracevault.transparency",
         "tracevault.kafka",
         "tracevault.schemas",
         "tracevault.runtime",

@@ -1,6 +1,6 @@
 """Generated and mutated arguments at every C entry point, against its Python reference.
 
-The C pinning tests (tests/log/test_cmerkle.py, tests/consumer/archiver/test_ctake.py,
+The C pinning tests (tests/transparency/test_cmerkle.py, tests/consumer/archiver/test_ctake.py,
 tests/consumer/sequencer/test_cseal.py) feed the walks generated and corrupted values; these
 tests fuzz the arguments around them: tree states that are not compact trees, starts outside
 the batch, batches of hostile messages, file modes and flags out of range. The oracle is the
@@ -25,12 +25,12 @@ from tests.native import examples, extension
 from tracevault.consumer.archiver._archiver import _Pending
 from tracevault.consumer.archiver._logwriter import LeafRecord
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut
-from tracevault.log import leaf_prefix
-from tracevault.log._merkle import CompactTree, list_source, tree_root
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks, peek_event
+from tracevault.transparency import leaf_prefix
+from tracevault.transparency._merkle import CompactTree, list_source, tree_root
 
-_cmerkle = extension("tracevault.log._cmerkle")
+_cmerkle = extension("tracevault.transparency._cmerkle")
 _ctake = extension("tracevault.consumer.archiver._ctake")
 _cseal = extension("tracevault.consumer.sequencer._cseal")
 _cput = extension("tracevault.archive._cput")

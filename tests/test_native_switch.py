@@ -23,8 +23,8 @@ _USERS = (
     "tracevault.consumer.sequencer._loop",
     "tracevault.consumer.archiver._archiver",
     "tracevault.archive._filestore",
-    "tracevault.log._merkle",
-    "tracevault.log._note",
+    "tracevault.transparency._merkle",
+    "tracevault.transparency._note",
     "tracevault.content._events",
 )
 _PROBE = (

@@ -21,7 +21,7 @@ import click
 from tracevault._clitools import echo_json
 from tracevault.content import Recipient, RecipientKey
 from tracevault.errors import ConfigError
-from tracevault.log import (
+from tracevault.transparency import (
     ALG_COSIGNATURE_V1,
     ALG_ED25519,
     CosignatureSigner,

@@ -26,8 +26,8 @@ EXTENSIONS = {
     "tracevault.consumer.sequencer._cseal": "the sequencer's per-event path",
     "tracevault.consumer.archiver._ctake": "the archiver's per-event path",
     "tracevault.archive._cput": "the file store's put without the GIL",
-    "tracevault.log._cmerkle": "the log's tree hashing",
-    "tracevault.log._csign": "note signatures that keep the GIL",
+    "tracevault.transparency._cmerkle": "the log's tree hashing",
+    "tracevault.transparency._csign": "note signatures that keep the GIL",
     "tracevault.content._cfields": "an encrypted run's content opened",
 }
 

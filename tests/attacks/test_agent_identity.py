@@ -28,7 +28,6 @@ from tests.replayer.pipeline import wait_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
-from tracevault.log import Ed25519Signer
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import (
     AgentInfo,
@@ -39,6 +38,7 @@ from tracevault.schemas import (
     decode_sealed,
     encode_event,
 )
+from tracevault.transparency import Ed25519Signer
 
 
 def _tool(args: Any) -> Any:

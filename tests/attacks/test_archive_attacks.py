@@ -26,10 +26,10 @@ from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver, ArchiverStats
 from tracevault.consumer.archiver._quarantine import Quarantined
 from tracevault.errors import ChainError, LogError
-from tracevault.log import Ed25519Signer
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
 from tracevault.schemas import decode_sealed
+from tracevault.transparency import Ed25519Signer
 
 
 def _archive(settings: Settings, until: Callable[[Archiver], bool]) -> ArchiverStats:

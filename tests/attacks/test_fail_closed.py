@@ -28,14 +28,14 @@ from tests.conftest import NOW_US
 from tests.consumer.archiver.helpers import SealedLog, running, wait_for
 from tests.consumer.archiver.sealed_factory import sealed_run, sealed_values
 from tests.kafka_harness import free_port
-from tests.log.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal, seal_raws
+from tests.transparency.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
-from tracevault.log import Ed25519Signer
 from tracevault.schemas import canonical_json, decode_event, encode_event, encode_sealed
+from tracevault.transparency import Ed25519Signer
 
 # Every key here is named by the test: the session's vkey must not make anything pass.
 pytestmark = pytest.mark.usefixtures("only_keys_given_here")

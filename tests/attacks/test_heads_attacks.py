@@ -40,7 +40,7 @@ from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
 from tracevault.heads import FINISHED_KEY_PREFIX, Head, HeldEvent, encode_head, find_head
 from tracevault.kafka import partition_for
-from tracevault.log import RECORD_HEADER, TREE_KEY, Ed25519Signer
+from tracevault.transparency import RECORD_HEADER, TREE_KEY, Ed25519Signer
 
 #: what an attack writes to heads: key, value, headers
 Headers = list[tuple[str, str | bytes | None]]

@@ -36,14 +36,14 @@ from tracevault.cli import tracevault as main
 from tracevault.config import Settings
 from tracevault.heads import locate_run
 from tracevault.kafka import sealed_generation
-from tracevault.log import (
+from tracevault.producer import Publisher, Recorder
+from tracevault.transparency import (
     CosignatureSigner,
     Ed25519Signer,
     load_witness_verifiers,
     log_origin,
     tile_width,
 )
-from tracevault.producer import Publisher, Recorder
 from tracevault.witness import cosigned_sizes
 from tracevault.witness._core import Witness
 from tracevault.witness._follow import WitnessFollower

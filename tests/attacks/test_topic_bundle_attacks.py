@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.log.signed_sealed import SignedSealedWriter, cli_env, fresh_settings, inject
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal, seal_raws
+from tests.transparency.signed_sealed import SignedSealedWriter, cli_env, fresh_settings, inject
 from tracevault.chain import genesis, link
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.log import (
+from tracevault.schemas import EventKind, TraceEvent, canonical_json, decode_event, encode_event
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     Checkpoint,
     CheckpointRecord,
@@ -35,7 +36,6 @@ from tracevault.log import (
     split_note,
     tree_root,
 )
-from tracevault.schemas import EventKind, TraceEvent, canonical_json, decode_event, encode_event
 
 # These tests name their trusted keys themselves (the session's vkey is not one).
 pytestmark = pytest.mark.usefixtures("only_keys_given_here")

@@ -29,7 +29,7 @@ from tests.witness.topiclog import chain as _chain
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 from tracevault.errors import LogError
-from tracevault.log import (
+from tracevault.transparency import (
     CosignatureSigner,
     Ed25519Signer,
     LeafProof,

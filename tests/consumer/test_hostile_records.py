@@ -58,7 +58,11 @@ from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _loop
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.errors import ChainError, LogError, SchemaError
 from tracevault.kafka import partition_for
-from tracevault.log import (
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.schemas import Codec, decode_event
+from tracevault.schemas.fast import armed_walks, peek_event
+from tracevault.schemas.fast import sealed_fields as walk_sealed
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,
@@ -70,10 +74,6 @@ from tracevault.log import (
     leaf_hash,
     log_origin,
 )
-from tracevault.replayer.load.archive import load_from_archive
-from tracevault.schemas import Codec, decode_event
-from tracevault.schemas.fast import armed_walks, peek_event
-from tracevault.schemas.fast import sealed_fields as walk_sealed
 
 PARTS = 3
 RUNS = ["r0", "r1", "ü-run"]

@@ -34,7 +34,7 @@ from tests.consumer.test_outage import LONG_OUTAGE_S, Service, outage, wait_for
 from tests.kafka_harness import LocalBroker
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
-from tracevault.log import CosignatureSigner
+from tracevault.transparency import CosignatureSigner
 
 pytestmark = pytest.mark.slow
 

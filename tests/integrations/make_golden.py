@@ -26,8 +26,8 @@ from tracevault.archive import encode_segment
 from tracevault.config import Settings
 from tracevault.demo.provider import provider_server
 from tracevault.kafka import ensure_topics
-from tracevault.log import LOG_KEY_ENV, Ed25519Signer
 from tracevault.replayer import load_run, verify
+from tracevault.transparency import LOG_KEY_ENV, Ed25519Signer
 
 
 def main() -> None:

@@ -22,9 +22,9 @@ from tests.kafka.conftest import ROLES, Deployment, grant, sasl_env
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
-from tracevault.log import CHECKPOINT_KEY
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import decode_sealed
+from tracevault.transparency import CHECKPOINT_KEY
 
 
 def _produce_as(settings: Settings, topic: str, value: bytes, **conf: Any) -> KafkaError | None:

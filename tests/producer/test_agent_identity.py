@@ -21,7 +21,9 @@ from tracevault.chain import genesis, link
 from tracevault.cli import tracevault
 from tracevault.config import Settings, load_settings
 from tracevault.errors import ConfigError, LogError
-from tracevault.log import (
+from tracevault.producer import Publisher, Recorder
+from tracevault.schemas import decode_event
+from tracevault.transparency import (
     ATTEST_ATTRIBUTE,
     ATTEST_MARK,
     AgentKeys,
@@ -32,8 +34,6 @@ from tracevault.log import (
     parse_vkey,
     sign_agent_note,
 )
-from tracevault.producer import Publisher, Recorder
-from tracevault.schemas import decode_event
 
 
 def test_note_round_trips_and_says_what_it_covers() -> None:

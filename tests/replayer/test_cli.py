@@ -213,7 +213,7 @@ def test_verify_archive_without_a_key_is_unverified_and_with_one_fails_l1(archiv
     """Legacy archives (no log evidence): without a key verify fails closed (unverified,
     exit 1), --no-log-check checks their chain and says what that does not prove; a trusted
     key asks for the signed log, which they do not carry (docs/log.md)."""
-    from tracevault.log import Ed25519Signer
+    from tracevault.transparency import Ed25519Signer
 
     res = _run(archive, "verify", "run-a")
     text = " ".join(res.output.split())

@@ -11,10 +11,10 @@ import pytest
 from tests.conftest import NOW_US
 from tracevault.chain import genesis, link
 from tracevault.errors import ChainError
-from tracevault.log import AgentKeys, Ed25519Signer
 from tracevault.producer._attest import Attestor
 from tracevault.replayer.load._identity import SEQUENCER_AGENT_ID, check_identity
 from tracevault.schemas import AgentInfo, EventKind, TraceEvent, canonical_json, encode_event
+from tracevault.transparency import AgentKeys, Ed25519Signer
 
 RUN = "run-identity"
 KEY = Ed25519Signer.generate("bot.agents.example")

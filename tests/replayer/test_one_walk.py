@@ -20,13 +20,13 @@ import pytest
 from tests.consumer.archiver.sealed_factory import write_log_run
 from tracevault.archive import open_store
 from tracevault.errors import TraceVaultError
-from tracevault.log import Ed25519Signer
 from tracevault.replayer import LoadedRun, verify
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer.load.archive import load_from_archive, sealed_reader
 from tracevault.replayer.load.log_policy import LogPolicy
 from tracevault.schemas import Codec, avro_long, decode_sealed
 from tracevault.schemas.fast import sealed_columns
+from tracevault.transparency import Ed25519Signer
 
 RUN = "one-walk-run"
 N = 5

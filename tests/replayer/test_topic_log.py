@@ -8,13 +8,15 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.log.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
 from tests.replayer.topic_writer import publish
+from tests.transparency.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tracevault.cli import tracevault as main
 from tracevault.errors import LogError
-from tracevault.log import (
+from tracevault.replayer import export_bundle, load_run, verify, verify_bundle
+from tracevault.replayer.load.log_policy import LogPolicy
+from tracevault.transparency import (
     LOG_CHECKS,
     CosignatureSigner,
     Ed25519Signer,
@@ -22,8 +24,6 @@ from tracevault.log import (
     sign_note,
     split_note,
 )
-from tracevault.replayer import export_bundle, load_run, verify, verify_bundle
-from tracevault.replayer.load.log_policy import LogPolicy
 
 # These tests name their trusted keys themselves (the session's vkey is not one).
 pytestmark = pytest.mark.usefixtures("only_keys_given_here")

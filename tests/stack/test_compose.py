@@ -35,7 +35,7 @@ from tests.conftest import unique_name
 from tests.kafka_harness import free_port
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.log import load_verifiers
+from tracevault.transparency import load_verifiers
 
 ROOT = Path(__file__).resolve().parents[2]
 # Official images the stack is built from (docs/design.md: Apache Kafka's official image, MinIO).

@@ -13,9 +13,9 @@ from tracevault.archive import list_runs, open_store
 from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE
 from tracevault.demo.run import _TICKETS
-from tracevault.log import load_signer, parse_vkey
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import decode_event
+from tracevault.transparency import load_signer, parse_vkey
 
 
 def test_small_demo_summary_matches_the_archive(demo_run: DemoRun) -> None:

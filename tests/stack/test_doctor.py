@@ -14,16 +14,16 @@ from tests.conftest import unique_name
 from tests.consumer.archiver.sealed_factory import sealed_run
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import set_topic_config
-from tests.log.signed_sealed import SignedSealedWriter
-from tests.log.signed_sealed import fresh_settings as signed_settings
 from tests.stack.conftest import DemoRun
+from tests.transparency.signed_sealed import SignedSealedWriter
+from tests.transparency.signed_sealed import fresh_settings as signed_settings
 from tracevault.archive import open_store
 from tracevault.archive.layout import segment_key
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
 from tracevault.kafka import ensure_topics
-from tracevault.log import Ed25519Signer
+from tracevault.transparency import Ed25519Signer
 
 
 def _doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, dict[str, str]]]:

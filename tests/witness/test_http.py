@@ -27,7 +27,7 @@ from tests.witness.topiclog import witness_process
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import NotFoundError
-from tracevault.log import (
+from tracevault.transparency import (
     Checkpoint,
     CosignatureSigner,
     Ed25519Signer,

@@ -34,15 +34,15 @@ import pytest
 from click.testing import CliRunner
 
 from tests.kafka_harness import free_port
-from tests.log.signed_sealed import cli_env
 from tests.replayer import agents
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
+from tests.transparency.signed_sealed import cli_env
 from tracevault.archive import open_store
 from tracevault.cli import tracevault as main
 from tracevault.config import Settings
 from tracevault.errors import NotFoundError
 from tracevault.kafka import sealed_generation
-from tracevault.log import (
+from tracevault.transparency import (
     EMPTY_ROOT,
     Checkpoint,
     CosignatureSigner,

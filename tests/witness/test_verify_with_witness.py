@@ -18,15 +18,19 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.log.signed_sealed import cli_env
 from tests.replayer import agents
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
+from tests.transparency.signed_sealed import cli_env
 from tracevault.archive import ObjectStore, open_store
 from tracevault.cli import tracevault as main
 from tracevault.config import Settings
 from tracevault.errors import LogError
 from tracevault.kafka import sealed_generation
-from tracevault.log import (
+from tracevault.replayer import LoadedRun
+from tracevault.replayer._records import SealedRows
+from tracevault.replayer.load.log_policy import LogPolicy
+from tracevault.replayer.load.witnessed import pick_witnessed_size, witnessed
+from tracevault.transparency import (
     Checkpoint,
     CosignatureSigner,
     Ed25519Signer,
@@ -37,10 +41,6 @@ from tracevault.log import (
     open_note,
     sign_note,
 )
-from tracevault.replayer import LoadedRun
-from tracevault.replayer._records import SealedRows
-from tracevault.replayer.load.log_policy import LogPolicy
-from tracevault.replayer.load.witnessed import pick_witnessed_size, witnessed
 from tracevault.witness import checkpoint_key, cosigned_sizes
 from tracevault.witness._core import Witness
 from tracevault.witness._follow import WitnessFollower

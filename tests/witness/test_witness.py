@@ -19,7 +19,7 @@ from tracevault.archive import ObjectStore, open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, LogError
-from tracevault.log import (
+from tracevault.transparency import (
     Checkpoint,
     CheckpointRecord,
     CompactTree,

@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 
 from tracevault.config import Settings
 from tracevault.kafka import sealed_generation
-from tracevault.log import (
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,

@@ -29,7 +29,7 @@ from tracevault.archive.witness_layout import checkpoint_key as witness_checkpoi
 from tracevault.archive.witness_layout import cosigned_sizes
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError
-from tracevault.log import (
+from tracevault.transparency import (
     Checkpoint,
     NoteVerifier,
     is_partition_origin,

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tracevault.errors import ArchiveError, LogError
-from tracevault.log import CompactTree, NodeSource, compact_positions, hash_children
+from tracevault.transparency import CompactTree, NodeSource, compact_positions, hash_children
 
 __all__ = [
     "HOLE_KINDS",

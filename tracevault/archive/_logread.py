@@ -35,7 +35,7 @@ from tracevault.archive.tlog import (
     tile_key,
 )
 from tracevault.errors import ArchiveError, LogError, NotFoundError
-from tracevault.log import (
+from tracevault.transparency import (
     HASH_SIZE,
     TILE_WIDTH,
     Checkpoint,

@@ -374,7 +374,7 @@ def _freshness(
     a trusted log key (no size could be trusted)."""
     from tracevault.archive import archive_freshness  # noqa: PLC0415
     from tracevault.kafka import archived_tails  # noqa: PLC0415
-    from tracevault.log import load_verifiers, load_witness_verifiers  # noqa: PLC0415
+    from tracevault.transparency import load_verifiers, load_witness_verifiers  # noqa: PLC0415
 
     conf = settings.log_vkeys.strip()
     vkeys = [] if not conf else [conf] if conf.startswith("@") else conf.split(",")

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import quote
 
 from tracevault.errors import ArchiveError
-from tracevault.log import entries_path, tile_path
+from tracevault.transparency import entries_path, tile_path
 
 __all__ = [
     "RunIndex",

@@ -40,9 +40,9 @@ from tracevault.demo.services import LocalBroker, Service, broker_answers
 from tracevault.errors import ServiceUnavailableError
 from tracevault.heads import fingerprint, heads_partition_count, read_state
 from tracevault.kafka import ensure_topics
-from tracevault.log import Ed25519Signer, load_signer, write_private_key
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import LogPolicy, load_run, replay, verify
+from tracevault.transparency import Ed25519Signer, load_signer, write_private_key
 
 __all__ = ["DemoOptions", "DemoSummary", "run_demo"]
 

@@ -32,7 +32,7 @@ from tracevault.archive import LOST, ObjectStore, open_store, parse_hole_key, re
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.kafka import TopicReport, describe_topics, watermarks
-from tracevault.log import is_checkpoint_record
+from tracevault.transparency import is_checkpoint_record
 
 __all__ = ["Check", "run_checks"]
 

@@ -46,7 +46,9 @@ from tracevault.heads._finished import fingerprint
 from tracevault.heads._read import HeadsState
 from tracevault.heads._record import GapRange, Head
 from tracevault.kafka import partition_for, watermarks
-from tracevault.log import (
+from tracevault.schemas import EventKind, SealedEvent, decode_event, decode_sealed
+from tracevault.schemas.fast import event_kind, sealed_fields
+from tracevault.transparency import (
     TREE_KEY,
     Checkpoint,
     CheckpointRecord,
@@ -58,8 +60,6 @@ from tracevault.log import (
     log_origin,
     split_note,
 )
-from tracevault.schemas import EventKind, SealedEvent, decode_event, decode_sealed
-from tracevault.schemas.fast import event_kind, sealed_fields
 
 __all__ = ["ProvenState", "Rejection", "prove_state"]
 

@@ -21,7 +21,7 @@ from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnava
 from tracevault.heads._finished import FinishedChunk, is_finished_key
 from tracevault.heads._record import GapRange, Head, decode_head
 from tracevault.kafka import partition_for, watermarks
-from tracevault.log import TREE_KEY, CompactTree, is_tree_record
+from tracevault.transparency import TREE_KEY, CompactTree, is_tree_record
 
 __all__ = [
     "HeadsState",

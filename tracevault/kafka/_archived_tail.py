@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tracevault.config import Settings
 from tracevault.errors import LogError
 from tracevault.kafka._watermarks import watermarks
-from tracevault.log import Checkpoint, CheckpointRecord, is_checkpoint_record, split_note
+from tracevault.transparency import Checkpoint, CheckpointRecord, is_checkpoint_record, split_note
 
 __all__ = ["ArchivedTail", "archived_tails"]
 

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from tracevault.config import Settings
 from tracevault.errors import ServiceUnavailableError
-from tracevault.log import log_generation
+from tracevault.transparency import log_generation
 
 __all__ = ["sealed_generation"]
 

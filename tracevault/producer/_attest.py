@@ -20,7 +20,9 @@ from typing import Any
 
 from tracevault.chain import EVENT_DOMAIN, genesis
 from tracevault.config import Settings
-from tracevault.log import (
+from tracevault.producer._wire import EventFields
+from tracevault.schemas import EventKind
+from tracevault.transparency import (
     ATTEST_ATTRIBUTE,
     AgentNote,
     Ed25519Signer,
@@ -28,8 +30,6 @@ from tracevault.log import (
     load_agent_signer,
     sign_agent_note,
 )
-from tracevault.producer._wire import EventFields
-from tracevault.schemas import EventKind
 
 __all__ = ["Attestor", "attested", "settings_signer"]
 

@@ -37,7 +37,6 @@ from tracevault.callsite import call_site, sited
 from tracevault.edges import JSON
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.links import PARENT_RUN, PARENT_SEQ, SUBAGENT_RUN, subagent_crossing
-from tracevault.log import NoteSigner
 from tracevault.producer._attest import attested
 from tracevault.producer._content import confidential
 from tracevault.producer._crossing import _NULL, _error_info, _now_us, _Open, _with_site
@@ -47,6 +46,7 @@ from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
 from tracevault.runid import check_run_id
 from tracevault.schemas import AgentInfo, EventKind
+from tracevault.transparency import NoteSigner
 
 __all__ = ["Recorder"]
 

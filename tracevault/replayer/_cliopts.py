@@ -14,10 +14,10 @@ import click
 from tracevault._clitools import settings_from, stderr
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
-from tracevault.log import AgentKeys
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.log_policy import EndRule, LogPolicy
 from tracevault.replayer.load.source import load_run
+from tracevault.transparency import AgentKeys
 
 __all__ = [
     "AGENT_KEY",

@@ -29,10 +29,10 @@ from tracevault.archive import (
 from tracevault.archive.layout import quarantine_key
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, TraceVaultError
-from tracevault.log import Checkpoint, split_note
 from tracevault.replayer._cliopts import load, settings_of
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer.load.log_policy import LogPolicy
+from tracevault.transparency import Checkpoint, split_note
 
 __all__ = ["CHECK", "Fresh", "load_fresh", "topic_tails"]
 

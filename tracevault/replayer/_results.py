@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tracevault.archive.layout import FinalReceipt, SegmentReceipt
-from tracevault.log import FoundCheckpoint, RunLogEvidence
 from tracevault.replayer._json_diff import short_json
 from tracevault.replayer._records import SealedRows
 from tracevault.schemas import (
@@ -23,6 +22,7 @@ from tracevault.schemas import (
     TraceEvent,
     micros_to_datetime,
 )
+from tracevault.transparency import FoundCheckpoint, RunLogEvidence
 
 __all__ = [
     "DivergenceReport",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from tracevault.archive import ObjectStore
 from tracevault.archive.tlog import checkpoint_prefix, log_prefix, tile_key
 from tracevault.errors import LogError, NotFoundError
-from tracevault.log import NodeSource, tile_node_source
+from tracevault.transparency import NodeSource, tile_node_source
 
 __all__ = ["ArchiveTiles"]
 

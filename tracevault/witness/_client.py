@@ -30,7 +30,13 @@ from tracevault.archive.tlog import checkpoint_key as archive_checkpoint_key
 from tracevault.archive.tlog import log_prefix
 from tracevault.archive.witness_layout import checkpoint_key
 from tracevault.errors import ConfigError, LogError, NotFoundError, ServiceUnavailableError
-from tracevault.log import Checkpoint, NoteVerifier, consistency_proof, open_note, split_note
+from tracevault.transparency import (
+    Checkpoint,
+    NoteVerifier,
+    consistency_proof,
+    open_note,
+    split_note,
+)
 from tracevault.witness._archive import ArchiveTiles
 
 __all__ = ["WitnessAnswer", "WitnessClient", "push_archived", "store_cosigned"]

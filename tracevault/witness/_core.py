@@ -40,7 +40,7 @@ from tracevault.archive.witness_layout import (
     origin_prefix,
 )
 from tracevault.errors import LogError, NotFoundError
-from tracevault.log import (
+from tracevault.transparency import (
     Checkpoint,
     CheckpointRecord,
     CosignatureSigner,

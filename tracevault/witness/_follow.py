@@ -45,20 +45,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from tracevault.config import Settings
 from tracevault.errors import LogError, TraceVaultError
-from tracevault.log import (
-    Checkpoint,
-    CheckpointRecord,
-    CompactTree,
-    NodeSource,
-    compact_range_source,
-    consistency_proof,
-    is_checkpoint_record,
-    is_partition_origin,
-    log_origin,
-    origin_generation,
-    split_note,
-    verify_consistency,
-)
 from tracevault.runtime.liveness import (
     BlockingCalls,
     CallDeadline,
@@ -71,6 +57,20 @@ from tracevault.runtime.liveness import (
     close_quietly,
     consumer_lag,
     raise_for,
+)
+from tracevault.transparency import (
+    Checkpoint,
+    CheckpointRecord,
+    CompactTree,
+    NodeSource,
+    compact_range_source,
+    consistency_proof,
+    is_checkpoint_record,
+    is_partition_origin,
+    log_origin,
+    origin_generation,
+    split_note,
+    verify_consistency,
 )
 from tracevault.witness._archive import ArchiveTiles
 from tracevault.witness._core import Cosigned, Refused, Witness

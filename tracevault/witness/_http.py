@@ -21,7 +21,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from tracevault.errors import LogError, TraceVaultError
-from tracevault.log import split_note
+from tracevault.transparency import split_note
 from tracevault.witness._core import Refused, Witness
 
 __all__ = ["MAX_BODY", "BadRequest", "parse_add_checkpoint", "serve_add_checkpoint"]

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 from tracevault.archive.witness_layout import origin_prefix
-from tracevault.log import EMPTY_ROOT, CheckpointRecord, CompactTree, hash_children
+from tracevault.transparency import EMPTY_ROOT, CheckpointRecord, CompactTree, hash_children
 
 __all__ = ["Known", "head_key", "prefix_root"]
 

@@ -14,7 +14,7 @@ from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
-from tracevault.log import (
+from tracevault.transparency import (
     CosignatureSigner,
     Ed25519Verifier,
     load_verifiers,

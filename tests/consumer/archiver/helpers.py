@@ -15,7 +15,8 @@ from confluent_kafka import Producer
 from tracevault.archive import ObjectStore, archived_run
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver, ArchiverStats
-from tracevault.log import (
+from tracevault.schemas import decode_sealed
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,
@@ -25,7 +26,6 @@ from tracevault.log import (
     leaf_hash,
     log_origin,
 )
-from tracevault.schemas import decode_sealed
 
 
 def produce_sealed(settings: Settings, runs: dict[str, list[bytes]]) -> int:

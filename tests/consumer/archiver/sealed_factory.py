@@ -25,8 +25,6 @@ from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
 from tracevault.consumer.archiver._logwriter import LeafRecord, PartitionLog
-from tracevault.log import CheckpointRecord, CompactTree, Ed25519Signer, leaf_data, log_origin
-from tracevault.log._merkle import hash_leaf
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -36,6 +34,14 @@ from tracevault.schemas import (
     encode_event,
     encode_sealed,
 )
+from tracevault.transparency import (
+    CheckpointRecord,
+    CompactTree,
+    Ed25519Signer,
+    leaf_data,
+    log_origin,
+)
+from tracevault.transparency._merkle import hash_leaf
 
 AGENT = AgentInfo("agent-a", "1.0.0", "host-1", "pytest", "0.1.0")
 T0_MICROS = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z

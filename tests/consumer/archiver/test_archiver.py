@@ -27,9 +27,9 @@ from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver, ArchiverStats
 from tracevault.consumer.archiver._quarantine import Quarantined
 from tracevault.errors import ConfigError
-from tracevault.log import decode_bundle, leaf_data, leaf_hash, tile_width
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
+from tracevault.transparency import decode_bundle, leaf_data, leaf_hash, tile_width
 
 
 def _archive(settings: Settings, until: Callable[[Archiver], bool]) -> ArchiverStats:

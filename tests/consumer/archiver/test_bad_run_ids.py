@@ -28,10 +28,10 @@ from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver, ArchiverStats
 from tracevault.consumer.archiver._quarantine import Quarantined
 from tracevault.consumer.sequencer import _loop
-from tracevault.log import NoteVerifier, parse_vkey
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
 from tracevault.runid import RUN_ID_RULE
+from tracevault.transparency import NoteVerifier, parse_vkey
 
 BAD = [".", "..", "中" * 85, "x" * 255]
 GOOD = ["before", "after-0", "after-1", "after-2"]

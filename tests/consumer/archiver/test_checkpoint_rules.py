@@ -13,7 +13,8 @@ from tracevault.archive._holes import Hole
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
 from tracevault.consumer.archiver._quarantine import Quarantined
-from tracevault.log import (
+from tracevault.schemas import encode_sealed
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,
@@ -23,7 +24,6 @@ from tracevault.log import (
     leaf_hash,
     log_origin,
 )
-from tracevault.schemas import encode_sealed
 
 SIGNER = Ed25519Signer.generate("rules-log")
 

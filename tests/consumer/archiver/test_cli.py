@@ -22,9 +22,9 @@ from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archiver import ArchiveWriter
 from tracevault.consumer.archiver._sealed import parse_sealed
-from tracevault.log import Ed25519Signer
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
+from tracevault.transparency import Ed25519Signer
 
 
 def _archive(url: str, run_id: str, n: int = 8) -> None:

@@ -32,7 +32,10 @@ from tracevault.archive.tlog import (
     tile_key,
 )
 from tracevault.config import Settings
-from tracevault.log import (
+from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.verify import verify
+from tracevault.schemas import decode_sealed
+from tracevault.transparency import (
     Checkpoint,
     consistency_proof,
     open_note,
@@ -41,9 +44,6 @@ from tracevault.log import (
     tree_root,
     verify_consistency,
 )
-from tracevault.replayer.load.archive import load_from_archive
-from tracevault.replayer.load.verify import verify
-from tracevault.schemas import decode_sealed
 
 RUNS = 40
 EVENTS_PER_RUN = 500  # 40 x 500 = 20,000 sealed events, the number

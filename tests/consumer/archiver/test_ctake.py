@@ -30,7 +30,9 @@ from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
 from tracevault.consumer.archiver._sealed import leaf_fields
 from tracevault.errors import SchemaError
-from tracevault.log import (
+from tracevault.schemas import EventKind, SealedEvent, encode_sealed
+from tracevault.schemas.fast import armed_walks
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,
@@ -40,8 +42,6 @@ from tracevault.log import (
     leaf_hash,
     log_origin,
 )
-from tracevault.schemas import EventKind, SealedEvent, encode_sealed
-from tracevault.schemas.fast import armed_walks
 
 _ctake = extension("tracevault.consumer.archiver._ctake")
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import RunIndex, run_index_key
 from tracevault.consumer.archiver._logwriter import LeafRecord, PartitionLog
-from tracevault.log import TileState, hash_leaf, leaf_data
+from tracevault.transparency import TileState, hash_leaf, leaf_data
 
 _text = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
     ['run-"quoted"', "back\\slash", "ünïcødé-run", "tab\there", "emoji-\U0001f600", "\x00\x1f"]

@@ -18,7 +18,7 @@ from tracevault.archive import _filestore, open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.config import Settings
 from tracevault.errors import ArchiveError, ConfigError
-from tracevault.log import Ed25519Signer
+from tracevault.transparency import Ed25519Signer
 
 FUTURE = datetime.now(UTC) + timedelta(days=183)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.consumer.archiver.sealed_factory import sealed_run
-from tests.log.signed_sealed import SignedSealedWriter, fresh_settings
+from tests.transparency.signed_sealed import SignedSealedWriter, fresh_settings
 from tracevault.archive import open_store
 from tracevault.consumer.archiver import Archiver
 from tracevault.consumer.archiver._quarantine import Quarantined

@@ -19,9 +19,9 @@ from tracevault.archive import runs_on_day
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import parse_run_index_key
-from tracevault.log import Ed25519Signer
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
+from tracevault.transparency import Ed25519Signer
 
 OLD, NEW = "g" + "1" * 16, "g" + "2" * 16
 

@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.consumer.sequencer.support import produce_raw, raw_event, running, wait_until
 from tests.kafka_harness import LocalBroker, set_topic_config
-from tests.log.signed_sealed import cli_env
 from tests.replayer.pipeline import fresh_settings
+from tests.transparency.signed_sealed import cli_env
 from tracevault.archive import hold_run, open_store
 from tracevault.archive._holes import Hole
 from tracevault.cli import tracevault as main

@@ -20,9 +20,9 @@ from tracevault.archive import ObjectStore
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.tlog import checkpoint_key, log_prefix
 from tracevault.errors import ChainError
-from tracevault.log import CheckpointRecord, CompactTree, Ed25519Signer
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
+from tracevault.transparency import CheckpointRecord, CompactTree, Ed25519Signer
 
 LOG = log_prefix("pfx", 0)
 

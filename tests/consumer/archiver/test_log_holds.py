@@ -17,9 +17,9 @@ from tracevault.archive import ObjectStore, hold_run
 from tracevault.archive._store import utc_now
 from tracevault.archive.tlog import RunIndex, checkpoint_key, parse_run_index_key
 from tracevault.errors import ArchiveError, NotFoundError, RetentionError
-from tracevault.log import Ed25519Signer
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
+from tracevault.transparency import Ed25519Signer
 
 
 def _verified_reads(store: ObjectStore, run_id: str, signer: Ed25519Signer) -> set[str]:

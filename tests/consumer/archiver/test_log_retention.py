@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from tests.consumer.archiver.sealed_factory import sealed_run, write_log_run, write_segment_objects
 from tracevault.archive import ObjectStore, list_runs, purge, retention_report, runs_on_day
-from tracevault.log import (
+from tracevault.transparency import (
     Ed25519Signer,
 )
 

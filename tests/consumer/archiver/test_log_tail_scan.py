@@ -18,9 +18,9 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import log_prefix, run_index_key
 from tracevault.errors import ChainError
-from tracevault.log import Ed25519Signer
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
+from tracevault.transparency import Ed25519Signer
 
 ENTRIES = log_prefix("pfx", 0) + "tile/entries/"
 

@@ -19,7 +19,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from tests.consumer.archiver.sealed_factory import sealed_run
-from tests.log.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
+from tests.transparency.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tracevault.archive import open_store
 from tracevault.archive._holes import Hole
 from tracevault.cli import tracevault as main

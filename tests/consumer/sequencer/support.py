@@ -23,7 +23,16 @@ from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.errors import LogError
 from tracevault.kafka import sealed_generation
-from tracevault.log import (
+from tracevault.schemas import (
+    AgentInfo,
+    EventKind,
+    SealedEvent,
+    TraceEvent,
+    canonical_json,
+    decode_sealed,
+    encode_event,
+)
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     TREE_KEY,
@@ -36,15 +45,6 @@ from tracevault.log import (
     list_source,
     log_origin,
     verify_consistency,
-)
-from tracevault.schemas import (
-    AgentInfo,
-    EventKind,
-    SealedEvent,
-    TraceEvent,
-    canonical_json,
-    decode_sealed,
-    encode_event,
 )
 
 AGENT = AgentInfo("test-agent", "1.0.0", "test-host", "pytest", "0.1.0")

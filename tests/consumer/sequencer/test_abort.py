@@ -27,7 +27,7 @@ from tests.consumer.sequencer.support import (
 )
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import _loop
-from tracevault.log import Ed25519Signer
+from tracevault.transparency import Ed25519Signer
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ from tracevault.config import Settings
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.kafka import partition_for
-from tracevault.log import AgentKeys, Ed25519Signer
 from tracevault.schemas import decode_event, encode_event
+from tracevault.transparency import AgentKeys, Ed25519Signer
 
 
 def _book(agents: AgentKeys) -> RunBook:

@@ -31,7 +31,7 @@ from tests.consumer.sequencer.support import (
 )
 from tests.consumer.sequencer.support import producer as raw_producer
 from tracevault.config import Settings
-from tracevault.log import Ed25519Signer
+from tracevault.transparency import Ed25519Signer
 
 RUNS, EVENTS_PER_RUN, KILLS = 100, 200, 5
 TOTAL = RUNS * EVENTS_PER_RUN

@@ -40,7 +40,6 @@ from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut, _Run
 from tracevault.errors import NonCanonicalJSONError, PayloadError
 from tracevault.heads import GapRange, Head, HeldEvent
 from tracevault.kafka import partition_for
-from tracevault.log import Ed25519Signer, leaf_hash
 from tracevault.schemas import (
     EventKind,
     SealedEvent,
@@ -52,6 +51,7 @@ from tracevault.schemas import (
     encode_sealed,
 )
 from tracevault.schemas.fast import armed_walks, peek_event
+from tracevault.transparency import Ed25519Signer, leaf_hash
 
 _cseal = extension("tracevault.consumer.sequencer._cseal")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from tests.consumer.sequencer.support import produce_raw, raw_event, running, wait_until
 from tracevault.config import Settings
 from tracevault.heads import prove_state, read_state
-from tracevault.log import Ed25519Signer
+from tracevault.transparency import Ed25519Signer
 
 
 def test_every_head_a_sequencer_commits_proves_itself(

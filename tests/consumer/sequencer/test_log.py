@@ -31,8 +31,8 @@ from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
 from tracevault.errors import ConfigError
 from tracevault.heads import find_head, locate_run, read_state
-from tracevault.log import Ed25519Signer, parse_vkey, write_private_key
 from tracevault.schemas import EventKind, decode_event
+from tracevault.transparency import Ed25519Signer, parse_vkey, write_private_key
 
 
 def test_each_transaction_signs_its_partitions_and_a_restart_continues_the_log(

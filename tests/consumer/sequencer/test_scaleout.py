@@ -21,7 +21,7 @@ from tests.consumer.sequencer.support import (
 from tests.consumer.sequencer.support import producer as raw_producer
 from tracevault.config import Settings
 from tracevault.errors import FencedError
-from tracevault.log import Ed25519Signer
+from tracevault.transparency import Ed25519Signer
 
 
 def _expected(items: list[tuple[str, bytes]]) -> dict[str, list[bytes]]:

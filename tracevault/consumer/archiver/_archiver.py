@@ -82,19 +82,6 @@ from tracevault.errors import (
     ServiceUnavailableError,
 )
 from tracevault.kafka import sealed_generation
-from tracevault.log import (
-    HASH_SIZE,
-    Checkpoint,
-    CheckpointRecord,
-    CompactTree,
-    NoteVerifier,
-    VerifiedCheckpoint,
-    is_checkpoint_record,
-    leaf_data,
-    leaf_prefix,
-    load_verifiers,
-    log_origin,
-)
 from tracevault.runtime.liveness import (
     BlockingCalls,
     Health,
@@ -108,6 +95,19 @@ from tracevault.runtime.liveness import (
 )
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
+from tracevault.transparency import (
+    HASH_SIZE,
+    Checkpoint,
+    CheckpointRecord,
+    CompactTree,
+    NoteVerifier,
+    VerifiedCheckpoint,
+    is_checkpoint_record,
+    leaf_data,
+    leaf_prefix,
+    load_verifiers,
+    log_origin,
+)
 
 # the per-event path in C: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
 _ctake: ModuleType | None = native.load("tracevault.consumer.archiver._ctake")

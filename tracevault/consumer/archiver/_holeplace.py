@@ -22,7 +22,12 @@ from tracevault.consumer.archiver._state import ArchiverStats
 from tracevault.consumer.archiver._state import Part as _Part
 from tracevault.consumer.archiver._state import Pending as _Pending
 from tracevault.errors import LogError, NotFoundError
-from tracevault.log import CompactTree, NoteVerifier, VerifiedCheckpoint, is_partition_origin
+from tracevault.transparency import (
+    CompactTree,
+    NoteVerifier,
+    VerifiedCheckpoint,
+    is_partition_origin,
+)
 
 __all__ = ["HolePlacer"]
 

@@ -46,7 +46,7 @@ from tracevault.archive.tlog import (
     tile_key,
 )
 from tracevault.errors import ArchiveError, LogError, NotFoundError
-from tracevault.log import (
+from tracevault.transparency import (
     TILE_WIDTH,
     Checkpoint,
     CompactTree,

@@ -30,8 +30,8 @@ from tracevault.consumer.sequencer._state import BatchOutput, _Run
 from tracevault.errors import LogError, SchemaError
 from tracevault.heads import Head
 from tracevault.kafka import partition_for
-from tracevault.log import ATTEST_ATTRIBUTE, AgentKeys, open_agent_note
 from tracevault.schemas import EventKind, decode_event
+from tracevault.transparency import ATTEST_ATTRIBUTE, AgentKeys, open_agent_note
 
 __all__ = ["CONTESTED_PREFIX", "UNKNOWN_KEY", "AttestRules", "ToSeal"]
 

@@ -44,7 +44,7 @@ typedef struct {
     int attest; /* an attribute is the agent's signed note (tracevault.attest) */
 } Peek;
 
-/* The Avro-encoded attribute key of an agent note (tracevault.log.ATTEST_MARK): an event
+/* The Avro-encoded attribute key of an agent note (tracevault.transparency.ATTEST_MARK): an event
  * that carries one is left to the Python rules, which check the note (docs/identity.md). */
 static const char ATTEST_MARK[] = "\x22tracevault.attest"; /* 18 bytes and a NUL */
 #define ATTEST_MARK_LEN ((Py_ssize_t)sizeof ATTEST_MARK - 1)

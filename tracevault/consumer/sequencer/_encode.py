@@ -21,8 +21,8 @@ from tracevault.consumer.sequencer._records import (
 )
 from tracevault.consumer.sequencer._rules import BatchOutput
 from tracevault.heads import head_v1_header, plain_head_value
-from tracevault.log import leaf_prefix
 from tracevault.schemas import avro_long
+from tracevault.transparency import leaf_prefix
 
 __all__ = ["encode_values", "head_values", "leaves", "run_enc", "run_leaf"]
 
@@ -128,7 +128,7 @@ def run_enc(run: Any) -> tuple[bytes, bytes]:
 
 
 def run_leaf(run: Any) -> bytes:
-    """The run's leaf prefix (tracevault.log.leaf_prefix), cached on the run."""
+    """The run's leaf prefix (tracevault.transparency.leaf_prefix), cached on the run."""
     lp: bytes = leaf_prefix(run.run_id)
     run.leaf = lp
     return lp

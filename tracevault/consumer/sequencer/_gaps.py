@@ -23,9 +23,9 @@ from tracevault.consumer.sequencer._records import (
 from tracevault.consumer.sequencer._state import BatchOutput, SealOut, _new_tuple, _Run
 from tracevault.errors import SchemaError
 from tracevault.heads import GapRange, HeldEvent
-from tracevault.log import ATTEST_MARK
 from tracevault.schemas import EventKind, decode_event
 from tracevault.schemas.fast import peek_event
+from tracevault.transparency import ATTEST_MARK
 
 __all__ = ["MAX_HELD_BYTES", "GapRules"]
 

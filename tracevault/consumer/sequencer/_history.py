@@ -27,8 +27,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import ServiceUnavailableError
-from tracevault.log import is_checkpoint_record
 from tracevault.schemas import decode_sealed
+from tracevault.transparency import is_checkpoint_record
 
 __all__ = ["SealedHistory"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.kafka import sealed_generation
-from tracevault.log import (
+from tracevault.transparency import (
     CheckpointRecord,
     CompactTree,
     Ed25519Signer,

@@ -70,7 +70,6 @@ from tracevault.consumer.sequencer._records import now_micros
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, BatchOutput, RunBook, SealOut
 from tracevault.consumer.sequencer._transaction import Transactions
 from tracevault.errors import ServiceUnavailableError
-from tracevault.log import AgentKeys, NoteSigner
 from tracevault.runtime.liveness import (
     BlockingCalls,
     Broken,
@@ -84,6 +83,7 @@ from tracevault.runtime.liveness import (
 )
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
+from tracevault.transparency import AgentKeys, NoteSigner
 
 # the per-event path in C: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
 _cseal: ModuleType | None = native.load("tracevault.consumer.sequencer._cseal")

@@ -16,7 +16,7 @@ from tracevault.config import TopicNames
 from tracevault.consumer.sequencer._log import SignedBatch
 from tracevault.consumer.sequencer._rules import BatchOutput
 from tracevault.heads import FINISHED_KEY_PREFIX, FinishedChunk, Head, encode_head
-from tracevault.log import (
+from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
     RECORD_HEADER_CHECKPOINT,

@@ -56,10 +56,10 @@ from tracevault.consumer.sequencer._state import (
 from tracevault.errors import NonCanonicalJSONError, SchemaError, ServiceUnavailableError
 from tracevault.heads import FinishedChunk, Head, fingerprint
 from tracevault.kafka import partition_for
-from tracevault.log import AgentKeys
 from tracevault.runid import run_id_problem
 from tracevault.schemas import EventKind, check_canonical, decode_event
 from tracevault.schemas.fast import event_time, peek_event
+from tracevault.transparency import AgentKeys
 
 __all__ = ["BatchOutput", "HistoryLoader", "RunBook", "SealOut"]
 

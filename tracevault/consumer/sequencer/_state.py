@@ -48,7 +48,7 @@ class _Run:
         self.key = head.run_id.encode("utf-8")  # the Kafka key of its records
         # the writer's per-run cache of encoded pieces (opaque here; None until first use)
         self.enc: tuple[bytes, bytes] | None = None
-        # the writer's cached start of the run's log leaves (tracevault.log.leaf_prefix)
+        # the writer's cached start of the run's log leaves (tracevault.transparency.leaf_prefix)
         self.leaf: bytes | None = None
         self.partition = head.partition
         self.next_seq = head.next_seq

@@ -18,16 +18,6 @@ from typing import Any
 
 from tracevault.archive import ObjectInfo
 from tracevault.errors import LogError, NotFoundError
-from tracevault.log import (
-    AgentKeys,
-    Checkpoint,
-    LeafProof,
-    RunLogEvidence,
-    TlogProof,
-    leaf_hash,
-    root_from_inclusion,
-    split_note,
-)
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer.export._format import (
@@ -42,6 +32,16 @@ from tracevault.replayer.load.checks import fail
 from tracevault.replayer.load.log_policy import EndRule, LogPolicy
 from tracevault.replayer.load.verify import verify
 from tracevault.schemas import Codec, SchemaSet, TraceEvent
+from tracevault.transparency import (
+    AgentKeys,
+    Checkpoint,
+    LeafProof,
+    RunLogEvidence,
+    TlogProof,
+    leaf_hash,
+    root_from_inclusion,
+    split_note,
+)
 
 __all__ = ["verify_bundle"]
 

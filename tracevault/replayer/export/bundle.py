@@ -40,14 +40,6 @@ from typing import Any
 
 from tracevault import __version__
 from tracevault.errors import ConfigError
-from tracevault.log import (
-    TLOG_PROOF_HEADER,
-    Checkpoint,
-    RunLogEvidence,
-    TlogProof,
-    split_note,
-    with_cosignatures,
-)
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer.export._check import verify_bundle
 from tracevault.replayer.export._format import (
@@ -63,6 +55,14 @@ from tracevault.replayer.load.archive import ReadableStore
 from tracevault.replayer.load.log_policy import LogPolicy, run_evidence
 from tracevault.replayer.load.verify import verify
 from tracevault.schemas import default_schemas
+from tracevault.transparency import (
+    TLOG_PROOF_HEADER,
+    Checkpoint,
+    RunLogEvidence,
+    TlogProof,
+    split_note,
+    with_cosignatures,
+)
 
 __all__ = ["BUNDLE_FORMAT", "REVEAL_FILE", "export_bundle", "verify_bundle"]
 

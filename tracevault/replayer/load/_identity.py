@@ -27,15 +27,15 @@ from collections.abc import Sequence
 
 from tracevault.chain import genesis, link
 from tracevault.errors import LogError, SchemaError
-from tracevault.log import (
+from tracevault.replayer.load.checks import fail
+from tracevault.schemas import EventKind, decode_event, read_long
+from tracevault.transparency import (
     ATTEST_ATTRIBUTE,
     ATTEST_MARK,
     AgentKeys,
     Ed25519Verifier,
     open_agent_note,
 )
-from tracevault.replayer.load.checks import fail
-from tracevault.schemas import EventKind, decode_event, read_long
 
 __all__ = ["IDENTITY_CHECK", "SEQUENCER_AGENT_ID", "check_identity"]
 

@@ -24,7 +24,11 @@ from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads import Head, find_head
 from tracevault.kafka import watermarks
-from tracevault.log import (
+from tracevault.replayer._records import SealedRows
+from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.checks import fail
+from tracevault.schemas import Codec
+from tracevault.transparency import (
     Checkpoint,
     CheckpointRecord,
     FoundCheckpoint,
@@ -33,10 +37,6 @@ from tracevault.log import (
     log_origin,
     split_note,
 )
-from tracevault.replayer._records import SealedRows
-from tracevault.replayer._results import LoadedRun
-from tracevault.replayer.load.checks import fail
-from tracevault.schemas import Codec
 
 __all__ = ["load_from_topic"]
 

@@ -20,7 +20,10 @@ from dataclasses import dataclass
 
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, LogError, SchemaError
-from tracevault.log import (
+from tracevault.replayer._results import LoadedRun
+from tracevault.schemas import EventKind, TraceEvent, decode_event
+from tracevault.schemas.fast import SealedColumns
+from tracevault.transparency import (
     LOG_CHECKS,
     Checkpoint,
     NoteVerifier,
@@ -34,9 +37,6 @@ from tracevault.log import (
     load_witness_verifiers,
     run_log_evidence,
 )
-from tracevault.replayer._results import LoadedRun
-from tracevault.schemas import EventKind, TraceEvent, decode_event
-from tracevault.schemas.fast import SealedColumns
 
 __all__ = [
     "CHAIN_ONLY",

@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Sequence
 
 from tracevault.errors import ConfigError
-from tracevault.log import AgentKeys, NoteVerifier
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
 from tracevault.replayer.load._identity import check_identity
@@ -33,6 +32,7 @@ from tracevault.replayer.load.log_policy import (
     end_missing,
     last_event,
 )
+from tracevault.transparency import AgentKeys, NoteVerifier
 
 __all__ = ["verify"]
 

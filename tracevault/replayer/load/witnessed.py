@@ -26,16 +26,16 @@ from tracevault.archive import ObjectStore, open_store, read_log_run
 from tracevault.archive.witness_layout import checkpoint_key, cosigned_sizes
 from tracevault.config import Settings
 from tracevault.errors import LogError
-from tracevault.log import (
+from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.archive import originals
+from tracevault.replayer.load.log_policy import LogPolicy, run_evidence
+from tracevault.transparency import (
     Checkpoint,
     LeafProofs,
     RunLogEvidence,
     split_note,
     with_cosignatures,
 )
-from tracevault.replayer._results import LoadedRun
-from tracevault.replayer.load.archive import originals
-from tracevault.replayer.load.log_policy import LogPolicy, run_evidence
 
 __all__ = ["pick_witnessed_size", "with_witness_stores", "witnessed"]
 

@@ -1,0 +1,81 @@
+"""``tracevault keys generate|show``: the files it writes, what it prints, what it refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tracevault.cli import tracevault
+from tracevault.transparency import (
+    CosignatureSigner,
+    Ed25519Signer,
+    load_signer,
+    load_witness_signer,
+    load_witness_verifiers,
+    parse_vkey,
+    parse_witness_vkey,
+)
+
+
+def _run(*args: str, stdin: str | None = None) -> tuple[int, str]:
+    res = CliRunner().invoke(tracevault, list(args), input=stdin)
+    return res.exit_code, res.stdout
+
+
+def test_generate_writes_an_owner_only_key_and_prints_its_vkey(tmp_path: Path) -> None:
+    out = tmp_path / "log.key"
+    code, printed = _run("keys", "generate", "--name", "tv.example/log", "--out", str(out))
+    assert code == 0, printed
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    signer = load_signer(out)
+    assert printed.strip() == signer.verifier.vkey
+    assert parse_vkey(printed) == signer.verifier
+    # never overwritten: the first key stays
+    before = out.read_text()
+    code, _ = _run("keys", "generate", "--name", "other", "--out", str(out))
+    assert code == 2 and out.read_text() == before
+    code, _ = _run("keys", "generate", "--name", "tv", "--out", str(tmp_path / "no" / "k"))
+    assert code == 2  # a clear error, not a traceback
+
+
+def test_show_prints_the_vkey_of_a_file_or_stdin_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "log.key"
+    _run("keys", "generate", "--name", "tv", "--out", str(out))
+    signer = Ed25519Signer.from_skey(out.read_text())
+    code, printed = _run("keys", "show", str(out))
+    assert code == 0 and printed.strip() == signer.verifier.vkey
+    code, printed = _run("keys", "show", "-", "--json", stdin=out.read_text())
+    assert code == 0
+    assert json.loads(printed) == {
+        "name": "tv",
+        "key_id": signer.key_id.hex(),
+        "type": "log",
+        "vkey": signer.verifier.vkey,
+    }
+    # a vkey shows as itself
+    code, printed = _run("keys", "show", "-", stdin=signer.verifier.vkey)
+    assert code == 0 and printed.strip() == signer.verifier.vkey
+    code, _ = _run("keys", "show", str(tmp_path / "missing.key"))
+    assert code == 2
+    code, _ = _run("keys", "show", "-", stdin="PRIVATE+KEY+tv+00000000+AAAA")
+    assert code == 2
+
+
+def test_witness_keys_have_type_0x04_and_their_own_id(tmp_path: Path) -> None:
+    out = tmp_path / "w.key"
+    code, printed = _run(
+        "keys", "generate", "--type", "witness", "--name", "w1.example", "--out", str(out)
+    )
+    assert code == 0
+    assert os.stat(out).st_mode & 0o077 == 0
+    signer = load_witness_signer(out)
+    assert isinstance(signer, CosignatureSigner)
+    assert parse_witness_vkey(printed) == signer.verifier
+    assert load_witness_verifiers([printed.strip()]) == [signer.verifier]
+    code, printed = _run("keys", "show", str(out), "--json")
+    doc = json.loads(printed)
+    assert doc["type"] == "witness" and doc["key_id"] == signer.key_id.hex()
