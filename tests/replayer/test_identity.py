@@ -12,7 +12,7 @@ from tests.conftest import NOW_US
 from tracevault.chain import genesis, link
 from tracevault.errors import ChainError
 from tracevault.producer._attest import Attestor
-from tracevault.replayer.load._identity import SEQUENCER_AGENT_ID, check_identity
+from tracevault.replayer.load._identity import SEQUENCER_AGENT_ID, _last_note, check_identity
 from tracevault.schemas import AgentInfo, EventKind, TraceEvent, canonical_json, encode_event
 from tracevault.transparency import AgentKeys, Ed25519Signer
 
@@ -139,3 +139,17 @@ def test_a_gap_marker_in_a_signed_run_is_no_identity_failure() -> None:
     kinds = ["TOOL_CALL"] * 5 + ["GAP"] + ["TOOL_CALL"] * 4 + ["RUN_FINISHED"]
     checks, warnings = check_identity(RUN, raws, hashes, kinds, AGENTS, finished=True)
     assert checks and warnings == []
+
+
+@pytest.mark.parametrize("where", [0, 4095, 4096, 9000, 9999])
+def test_the_last_note_is_found_past_the_chunked_search(where: int) -> None:
+    """``_last_note`` rules a run out a chunk of joined bytes at a time; a note anywhere, on
+    either side of a chunk's edge, is still the one found, and a run without one has none."""
+    plain = [encode_event(_event(s, 9999)) for s in range(10_000)]
+    assert _last_note(plain) is None
+    signed = _signed(2)
+    raws = [*plain]
+    raws[where] = signed[0]  # seq 0's raw, which carries a note
+    assert _last_note(raws) == where
+    raws[min(where + 3, 9999)] = signed[1]  # RUN_FINISHED's note, later
+    assert _last_note(raws) == min(where + 3, 9999)

@@ -79,6 +79,28 @@ def _note_at(raw: bytes) -> str | None:
         return None  # checks 1-6 read every event: not reached
 
 
+_CHUNK = 4096  # events searched at once for a note's mark
+
+
+def _last_note(raws: Sequence[bytes]) -> int | None:
+    """The index of the last event that carries an agent note, or None.
+
+    Most runs carry none (recorded without an agent key): a search of the joined bytes, a
+    chunk of events at a time, rules them out in one pass in C instead of one call per event
+    (0.12 s of a 100,000-event verify). A mark found in a chunk (or across two events' bytes)
+    sends that chunk, and every later one, to the event-by-event search from the end.
+    """
+    n = len(raws)
+    first = None
+    for start in range(0, n, _CHUNK):
+        if ATTEST_MARK in b"".join(raws[start : start + _CHUNK]):
+            first = start
+            break
+    if first is None:
+        return None
+    return next((i for i in range(n - 1, first - 1, -1) if _note_at(raws[i]) is not None), None)
+
+
 def check_identity(
     run_id: str,
     raws: Sequence[bytes],
@@ -105,7 +127,7 @@ def check_identity(
         for i, a in enumerate(agent_ids)
         if a != run_agent and kinds[i] != _GAP and a != SEQUENCER_AGENT_ID
     ]
-    last = next((i for i in range(n - 1, -1, -1) if _note_at(raws[i]) is not None), None)
+    last = _last_note(raws)
     if mixed and (last is None or not agents):
         raise fail(
             "I identity",
