@@ -69,9 +69,15 @@ _PARSE_ERRORS = (
 )
 
 
+_ENCODE_ERRORS = (_jcs.Unencodable, orjson.JSONEncodeError, UnicodeEncodeError, RecursionError)
+
+
 def canonical_json(value: Any, *, field: str = "payload") -> bytes:
     """RFC 8785 bytes of ``value``, or :class:`PayloadError` naming the JSON path and cause."""
-    return canonical_json_plain(value, field=field)[0]
+    try:
+        return _jcs.encode(value)
+    except _ENCODE_ERRORS:
+        raise _refused(value, field) from None
 
 
 def canonical_json_plain(value: Any, *, field: str = "payload") -> tuple[bytes, bool]:
@@ -79,10 +85,14 @@ def canonical_json_plain(value: Any, *, field: str = "payload") -> tuple[bytes, 
     ``json.loads`` does (no float, no int past 64 bits: ``_jcs.encode_plain``)."""
     try:
         return _jcs.encode_plain(value)
-    except (_jcs.Unencodable, orjson.JSONEncodeError, UnicodeEncodeError, RecursionError):
-        # Only the failure path walks the value a second time, to name what is wrong.
-        path, why = _jcs.explain(value, f"$.{field}")
-        raise PayloadError(f"{path} cannot be recorded: {why}", path=path) from None
+    except _ENCODE_ERRORS:
+        raise _refused(value, field) from None
+
+
+def _refused(value: Any, field: str) -> PayloadError:
+    # Only the failure path walks the value a second time, to name what is wrong.
+    path, why = _jcs.explain(value, f"$.{field}")
+    return PayloadError(f"{path} cannot be recorded: {why}", path=path)
 
 
 def _legacy(value: Any) -> bytes | None:

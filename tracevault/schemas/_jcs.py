@@ -99,7 +99,7 @@ def jcs_number(f: float) -> str:
 def encode(value: Any) -> bytes:
     """The RFC 8785 bytes of ``value``; raises :class:`Unencodable` (or orjson's or
     ``UnicodeEncodeError`` for lone surrogates) when it has none."""
-    return encode_plain(value)[0]
+    return _written(value, _scan(value, 0))
 
 
 def encode_plain(value: Any) -> tuple[bytes, bool]:
@@ -107,13 +107,18 @@ def encode_plain(value: Any) -> tuple[bytes, bool]:
     past 64 bits, so ``orjson.loads`` of the bytes gives back what ``json.loads`` does (it
     reads a longer int as a float) in a quarter of the time."""
     flags = _scan(value, 0)
+    return _written(value, flags), flags == 0
+
+
+def _written(value: Any, flags: int) -> bytes:
+    """The bytes of a value :func:`_scan` found ``flags`` in, by the encoder they call for."""
     if flags == 0:
-        return orjson.dumps(value, option=_SORT_KEYS), True
+        return orjson.dumps(value, option=_SORT_KEYS)
     if flags == _FLOATS:
-        return orjson.dumps(_numbers(value), option=_SORT_KEYS), False
+        return orjson.dumps(_numbers(value), option=_SORT_KEYS)
     out: list[str] = []
     _write(value, out, 0)
-    return "".join(out).encode("utf-8"), False
+    return "".join(out).encode("utf-8")
 
 
 def exact_int(n: int) -> bool:
