@@ -28,10 +28,10 @@ what it cannot check. No record can stop it: anything it cannot archive is quara
 (``_quarantine``: an immutable object, an ALERT log line, counted by reason). Errors of the
 object store stop it (after boto3's retries): run it under a supervisor.
 
-Liveness (docs/liveness.md): offset commits run with a deadline and transient commit errors
-are retried with backoff. A commit past its deadline, a fatal consumer error, or a fencing
-right after a broker outage ends the Kafka session: every partition's unflushed state is
-forgotten as on a revocation, and a new consumer resumes from the committed offsets.
+This module holds the per-event path (step 1) and the flushes (4); the checkpoint admission
+(2, 3) is in ``_admission``, the holes it places in ``_holeplace``, and the Kafka session
+(the consumer, its poll loop, rebalances and offset commits: 5, and liveness,
+docs/liveness.md) in ``_session``.
 
 Known limit: pending records are held in memory until a checkpoint resolves them. A genuine
 transaction brings its checkpoint with it (read_committed delivers both), so only records
@@ -46,7 +46,6 @@ and checkpoints at different sizes of the same log).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 import struct
@@ -56,52 +55,31 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from types import ModuleType
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, Message
 from prometheus_client import CollectorRegistry, Gauge
 
 from tracevault import native
 from tracevault.archive import ObjectStore, open_store, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
-from tracevault.consumer.archiver._holeplace import HolePlacer
+from tracevault.consumer.archiver._admission import CheckpointAdmission
 from tracevault.consumer.archiver._logwriter import FlushJob, LeafRecord, PartitionLog
 from tracevault.consumer.archiver._quarantine import MAX_SEALED_AT as _MAX_AT
 from tracevault.consumer.archiver._quarantine import MIN_SEALED_AT as _MIN_AT
 from tracevault.consumer.archiver._quarantine import QuarantineReason as Why
-from tracevault.consumer.archiver._quarantine import quarantine, unarchivable
+from tracevault.consumer.archiver._quarantine import unarchivable
 from tracevault.consumer.archiver._sealed import leaf_fields
+from tracevault.consumer.archiver._session import KafkaSession
 from tracevault.consumer.archiver._state import ArchiverStats
 from tracevault.consumer.archiver._state import Part as _Part
 from tracevault.consumer.archiver._state import Pending as _Pending
-from tracevault.errors import (
-    ConfigError,
-    LogError,
-    RetentionError,
-    SchemaError,
-    ServiceUnavailableError,
-)
-from tracevault.kafka import sealed_generation
-from tracevault.runtime.liveness import (
-    BlockingCalls,
-    Health,
-    KafkaWatch,
-    OffsetCommits,
-    Restart,
-    Sessions,
-    close_quietly,
-    consumer_lag,
-    raise_for,
-)
+from tracevault.errors import ConfigError, LogError, RetentionError, SchemaError
+from tracevault.runtime.liveness import BlockingCalls, Health, KafkaWatch, OffsetCommits, Sessions
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
 from tracevault.transparency import (
     HASH_SIZE,
-    Checkpoint,
-    CheckpointRecord,
-    CompactTree,
     NoteVerifier,
-    VerifiedCheckpoint,
     is_checkpoint_record,
     leaf_data,
     leaf_prefix,
@@ -116,15 +94,11 @@ __all__ = ["Archiver", "ArchiverStats", "trusted_log_keys"]
 
 log = logging.getLogger(__name__)
 
-_REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
 _WRITERS = 8  # I/O-bound (fsync, S3 PUT latency): a flush's objects are written in parallel
 _COMMIT_S = 15.0  # a synchronous offset commit taking longer ends the Kafka session
 # Offsets go at most this often (and at the end); a crash re-reads at most this much more,
 # and the leaves the archive already holds are skipped.
 _COMMIT_EVERY_S = 0.5
-_CLOSE_S = 3.0  # on stop; a session being replaced waits longer
-_REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
-_LAG_EVERY_S = 1.0
 _POLL_S = 0.2  # a poll's wait; an empty one means caught up: what is unflushed is flushed
 _POLL_BUSY_S = 0.02  # ... while a flush is written and nothing is unflushed (_poll_s)
 _FLUSHERS = 4
@@ -149,7 +123,7 @@ def trusted_log_keys(settings: Settings) -> list[NoteVerifier]:
     return keys
 
 
-class Archiver(HolePlacer):
+class Archiver(CheckpointAdmission, KafkaSession):
     """Consume the sealed topic and archive what the signed log lists; ``run()`` until
     ``stop()``."""
 
@@ -286,59 +260,6 @@ class Archiver(HolePlacer):
 
     # -- Kafka ------------------------------------------------------------------------------
 
-    def _consumer(self) -> Consumer:
-        conf: dict[str, Any] = {
-            "group.id": self.group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            # Bigger fetches: segments are written in bulk, and librdkafka's 1 MiB default
-            # per partition made fetch round trips the archiver's bottleneck.
-            "max.partition.fetch.bytes": 8 * 1024 * 1024,
-            "session.timeout.ms": self.settings.archive_session_timeout_ms,
-            "log_level": 3,
-            **self.watch.client_config(),
-        }
-        if self.settings.archive_instance_id:
-            conf["group.instance.id"] = self.settings.archive_instance_id
-        return Consumer(self.settings.kafka_config(**conf))
-
-    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        self._assigned_at = time.monotonic()
-        self._assigned = consumer is self._live
-        log.info("archiver assigned %s", [p.partition for p in parts])
-
-    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        if consumer is not self._live:
-            return  # an abandoned session's consumer closing late: its state is gone already
-        self._forget({p.partition for p in parts})
-
-    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        if consumer is not self._live:
-            return
-        self._forget({p.partition for p in parts})
-        # The group session expired (a broker outage): a static member would come back
-        # fenced and its commits were seen to hang; the session loop starts a new consumer.
-        self._lost = True
-        self.watch.trouble()
-
-    def _forget(self, gone: set[int] | None) -> None:
-        """Drop what was read of ``gone`` (None: every partition); flushes are synchronous,
-        so nothing of ours is written after this. Unflushed and pending records are not
-        committed: the next owner re-reads them and resumes from the archive's checkpoint."""
-        if gone is None:
-            gone = set(self._parts) | set(self._consumed)
-        for p in gone:
-            part = self._parts.get(p)
-            if part is not None:
-                self._wait(part)  # nothing of ours is written after the partition moves on
-        for p in gone:
-            self._parts.pop(p, None)
-            self._consumed.pop(p, None)
-            self._committed.pop(p, None)
-        log.info("archiver revoked %s", sorted(gone))
-
     def run(self, *, until_idle: float | None = None) -> ArchiverStats:
         """Archive until ``stop()`` (or ``until_idle`` seconds without a message).
 
@@ -359,73 +280,6 @@ class Archiver(HolePlacer):
         self._log_stats("stopped")
         return self.stats
 
-    def _start_session(self) -> Consumer:
-        consumer = self._live = self._consumer()
-        consumer.subscribe(
-            [self.topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
-        self._lost = self._assigned = False
-        self._session_started = time.monotonic()
-        return consumer
-
-    def _end_session(self, consumer: Consumer) -> None:
-        self._live = None
-        self._close_consumer(consumer)
-
-    def _session(self, consumer: Consumer, until_idle: float | None) -> None:
-        try:
-            self._generation = sealed_generation(self.settings)
-        except ServiceUnavailableError as exc:
-            raise Restart(str(exc)) from exc
-        self.health.state = "running"
-        last_msg: float | None = None
-        next_report = time.monotonic() + _REPORT_EVERY_S
-        next_lag = 0.0
-        while not self._stop.is_set():
-            try:
-                # What is queued, at once; only when nothing is, wait (up to _poll_s) for
-                # the first record: a batch short of 1000 does not wait out the timeout,
-                # and a poll is still empty only after that long without any record.
-                msgs = consumer.consume(num_messages=1000, timeout=0)
-                if not msgs:
-                    msgs = consumer.consume(num_messages=1, timeout=self._poll_s())
-            except KafkaException as exc:
-                self._kafka_error(exc.args[0])
-                log.warning("Kafka consumer: %s", exc.args[0].str())
-                msgs = []
-            if self._lost:
-                raise Restart("the consumer lost its partitions (group session expired)")
-            self.watch.check_session(
-                self._session_started, self.settings.archive_session_timeout_ms
-            )
-            if msgs and self.stats.first_message_at is None:
-                self.stats.first_message_at = time.monotonic()
-            if msgs:
-                self._take_all(msgs)
-                last_msg = time.monotonic()
-                self.health.progressed()
-                self._sessions.progressed()
-            self._flush_due(caught_up=not msgs)
-            self._reap()
-            self._commit(consumer)
-            now = time.monotonic()
-            if now >= next_lag:
-                next_lag = now + _LAG_EVERY_S
-                self._update_lag(consumer)
-            if now >= next_report:
-                next_report = now + _REPORT_EVERY_S
-                self._log_stats("archiving")
-            if until_idle is not None and self._idle(consumer, last_msg, until_idle):
-                break
-        for part in self._parts.values():
-            self._flush(part)
-        for part in self._parts.values():
-            self._wait(part)
-        self._commit(consumer, final=True)
-
     def _poll_s(self) -> float:
         """How long a poll may wait: briefly while a flush is being written and nothing is
         unflushed.
@@ -440,16 +294,6 @@ class Archiver(HolePlacer):
                 return _POLL_S
             busy = busy or bool(part.flights)
         return _POLL_BUSY_S if busy else _POLL_S
-
-    def _close_consumer(self, consumer: Consumer) -> None:
-        close_s = _CLOSE_S if self._stop.is_set() else _REPLACE_CLOSE_S
-        close_quietly(self._calls, "archiver consumer close", consumer.close, close_s)
-
-    def _update_lag(self, consumer: Consumer) -> None:
-        try:
-            self.health.set_lag(consumer_lag(consumer, self._assigned))
-        except KafkaException as exc:
-            log.debug("lag not updated: %s", exc)
 
     def _log_stats(self, state: str) -> None:
         st = self.stats
@@ -466,49 +310,6 @@ class Archiver(HolePlacer):
             st.runs_finished,
             sum(len(p.pending) for p in self._parts.values()),
         )
-
-    def _idle(self, consumer: Consumer, last_msg: float | None, until_idle: float) -> bool:
-        """Nothing unflushed, no message for ``until_idle`` s, and every assigned partition
-        fetched at least once (so a slow first fetch is not taken for idleness). Pending
-        records (no checkpoint yet) do not keep it busy: only a checkpoint resolves them."""
-        since = last_msg or self._assigned_at
-        if since is None or time.monotonic() - since < until_idle:
-            return False
-        if any(p.log.unflushed or p.flights for p in self._parts.values()):
-            return False
-        for tp in consumer.assignment():
-            _low, high = consumer.get_watermark_offsets(tp, cached=True)
-            if high < 0:
-                return False
-        return True
-
-    def _kafka_error(self, err: KafkaError) -> None:
-        """A fencing or fatal error ends the session (or stops: a rival); others are logged
-        (a commit error is logged once, where it is deferred)."""
-        raise_for(
-            err,
-            self.watch,
-            max(60.0, 3 * self.settings.archive_session_timeout_ms / 1000.0),
-            f"the archiver was fenced: another archiver runs with --instance-id "
-            f"{self.settings.archive_instance_id}; this one stopped. Give each archiver its "
-            "own --instance-id",
-        )
-
-    def _commit(self, consumer: Consumer, *, final: bool = False) -> None:
-        offsets = []
-        for p, consumed in self._consumed.items():
-            part = self._parts.get(p)
-            upto: int | None = consumed
-            if part is not None and (part.pending or part.log.unflushed or part.flights):
-                upto = part.durable_offset
-            if upto is not None and self._committed.get(p) != upto:
-                offsets.append(TopicPartition(self.topic, p, upto))
-        if not offsets or not self._commits.commit(consumer, offsets, final=final):
-            return
-        self.health.progressed()
-        self._sessions.progressed()
-        for tp in offsets:
-            self._committed[tp.partition] = tp.offset
 
     # -- the log ----------------------------------------------------------------------------
 
@@ -662,95 +463,6 @@ class Archiver(HolePlacer):
             self._prefixes[run_id] = pfx
         return pfx
 
-    def _checkpoint(self, part: _Part, msg: Message) -> None:
-        """Verify one checkpoint record and resolve the pending records against it.
-
-        Nothing it lists stops the log (docs/log.md, "Holes"): leaves before its start that
-        were never read (records gone from the topic) become a ``gone`` hole and the log
-        goes on from the compact tree it carries; listed leaves no record read has become
-        an ``unread`` hole, or the leaves of quarantined records."""
-        plog = part.log
-        where = f"{self.topic}[{plog.partition}]@{msg.offset()}"
-        try:
-            cpr = CheckpointRecord.decode(msg.value() or b"")
-            vc = cpr.verify(self.verifiers)
-            if vc.checkpoint.origin != plog.origin:
-                plog = self._switch(part, vc.checkpoint.origin)
-            self._not_stale(part, vc.checkpoint, msg.offset() or 0)
-            size = plog.size
-            _continues(plog, cpr, vc)
-            matched, unmatched = _match(part.pending, vc.leaves, vc.start)
-        except LogError as exc:
-            detail = (
-                f"checkpoint record {where} failed verification: {exc}; the "
-                f"{len(part.pending)} record(s) read since the last verified checkpoint stay "
-                "pending (never archived unless a verified checkpoint lists them)"
-            )
-            if "forked" in str(exc) or "rolled back" in str(exc):
-                log.error("ALERT archiver: %s", detail)
-            self._refuse(msg, Why.BAD_CHECKPOINT, detail)
-            return
-        self.stats.checkpoints_verified += 1
-        marked = part.marked
-        for p in unmatched:
-            r = p.rec
-            if p.offset in marked:
-                continue  # quarantined when read, with its own reason
-            self._refuse(
-                msg,
-                Why.NOT_IN_LOG,
-                f"run {r.run_id!r} seq {r.seq} (leaf hash {r.leaf_hash.hex()[:16]}…) is not "
-                f"listed by the signed checkpoint {vc.checkpoint.origin}@{vc.checkpoint.size} "
-                f"(record {where}) that covers it: another producer appended it; it is never "
-                "archived as run history",
-                r.run_id,
-                r.seq,
-                offset=p.offset,
-                key=p.key,
-                value=r.value,
-            )
-        new = [(i, p) for i, p in matched if i >= size]
-        self.stats.events_skipped += len(matched) - len(new)
-        end = vc.checkpoint.size
-        if end > size and not plog.unflushed:
-            part.opened = time.monotonic()
-        if not marked and vc.start <= size and [i for i, _ in new] == list(range(size, end)):
-            plog.extend([p.rec for _, p in new])  # the common case: every listed leaf read
-        elif end > size:
-            self._holes(part, vc, CompactTree(vc.start, list(cpr.prefix)), new, where)
-        part.pending = []
-        part.marked = {}
-        part.opaque = []
-        part.ready_offset = (msg.offset() or 0) + 1
-        if end > plog.archived or plog.note is None:
-            plog.note, plog.note_size = vc.note, end
-        if end > size:
-            plog.root = vc.checkpoint.root
-            plog.tree = vc.tree
-        if not plog.unflushed and not part.flights:
-            part.durable_offset = part.ready_offset
-        elif plog.unflushed >= self._max_events or plog.unflushed_bytes >= self._max_bytes:
-            self._flush(part)
-
-    @staticmethod
-    def _not_stale(part: _Part, cp: Checkpoint, offset: int) -> None:
-        """Refuse a checkpoint smaller than one the partition presented before it.
-
-        Why: a genuine log only grows, so a record later in the partition that signs a
-        smaller size (an exact copy of an old checkpoint record, or another, smaller tree)
-        is the log key's holder presenting an older view as the newest: a rollback. Nothing
-        of it would be archived anyway; this makes it an ALERT rather than a silent no-op."""
-        head = part.head
-        if head is not None and head[0] == cp.origin and offset > head[1] and cp.size < head[2]:
-            raise LogError(
-                f"it signs {cp.origin}@{cp.size} (root "
-                f"{base64.b64encode(cp.root).decode()}) at offset {offset}, after the "
-                f"checkpoint record of {cp.origin}@{head[2]} at offset {head[1]}: an old "
-                "checkpoint replayed, or the log rolled back"
-            )
-        if head is None or head[0] != cp.origin or offset > head[1]:
-            part.head = (cp.origin, offset, cp.size)
-
     def _flush_due(self, *, caught_up: bool = False) -> None:
         """Flush what is old enough, or everything once a poll came back empty: the
         archiver has caught up with the topic, and waiting longer only adds latency."""
@@ -806,41 +518,6 @@ class Archiver(HolePlacer):
         st.runs_finished += job.finished
         st.last_write_at = written_at
 
-    def _refuse(
-        self,
-        msg: Message,
-        why: Why,
-        detail: str,
-        run_id: str | None = None,
-        seq: int | None = None,
-        *,
-        offset: int | None = None,
-        key: bytes | None = None,
-        value: bytes | None = None,
-    ) -> str:
-        """Quarantine one record (durably, before its offset can be committed) and go on;
-        the quarantine object's key."""
-        partition = msg.partition()
-        at = msg.offset() if offset is None else offset
-        assert partition is not None and at is not None  # a consumed record has both
-        qkey = quarantine(
-            self.store,
-            self.clock() + self.retention,
-            why,
-            detail,
-            self.topic,
-            partition,
-            at,
-            msg.key() if offset is None else key,
-            msg.value() if offset is None else value,
-            run_id,
-            seq,
-        )
-        st = self.stats
-        st.events_quarantined += 1
-        st.quarantined[why.value] = st.quarantined.get(why.value, 0) + 1
-        return qkey
-
 
 def _after(
     before: Future[tuple[int, float]] | None, job: FlushJob, pool: ThreadPoolExecutor
@@ -854,52 +531,5 @@ def _after(
     return job.write(pool), time.monotonic()
 
 
-def _match(
-    pending: list[_Pending], leaves: tuple[bytes, ...], start: int
-) -> tuple[list[tuple[int, _Pending]], list[_Pending]]:
-    """Greedy in-order matching of pending records to listed leaf hashes.
-
-    Each record takes the next listed leaf at or after the last match with its hash; listed
-    leaves skipped over are ones this reader did not see (read before a restart); a record
-    with no such leaf is not in the log.
-    """
-    matched: list[tuple[int, _Pending]] = []
-    unmatched: list[_Pending] = []
-    j = 0
-    for p in pending:
-        h = p.rec.leaf_hash
-        if j < len(leaves) and leaves[j] == h:
-            k = j
-        else:
-            try:
-                k = leaves.index(h, j)
-            except ValueError:
-                unmatched.append(p)
-                continue
-        matched.append((start + k, p))
-        j = k + 1
-    return matched, unmatched
-
-
 def _days(n: int) -> timedelta:
     return timedelta(days=n)
-
-
-def _continues(plog: PartitionLog, cpr: CheckpointRecord, vc: VerifiedCheckpoint) -> None:
-    """A verified checkpoint extends the partition's log as archived, or ``LogError``: its
-    tree at its start is the log's, and one the archive already passed (a re-read after a
-    restart) has the archived log as a prefix."""
-    size = plog.size
-    if vc.start == size and CompactTree(vc.start, list(cpr.prefix)).root() != plog.root:
-        raise LogError(
-            f"its tree at {vc.start} leaves is not the one this partition's log has "
-            "(the log forked)"
-        )
-    if vc.start < size <= vc.checkpoint.size:
-        tree = plog.tree.copy()
-        tree.extend(vc.leaves[size - vc.start :])
-        if tree.root() != vc.checkpoint.root:
-            raise LogError(
-                f"the archived log of {size} leaves is not a prefix of it (the log "
-                "forked, or the archive was changed)"
-            )

@@ -1,4 +1,4 @@
-"""The archiver's state per partition and its counters (``_archiver``, ``_holeplace``)."""
+"""The archiver's state per partition and its counters (``_archiver`` and its mixins)."""
 
 from __future__ import annotations
 
