@@ -468,6 +468,130 @@ def cfields_list_cleared_while_read() -> object:
     return cfields.open_pairs(b"k" * 32, b"", events)
 
 
+# -- _cwire: bytes, a (kinds, ErrorInfo, fallback) layout, a 12-tuple; a 32-byte prev -------
+
+cwire = extension("tracevault.producer._cwire")
+
+
+def _wire_encoder() -> Any:
+    from tracevault.producer._wire import _KIND_ORDER, EventEncoder
+    from tracevault.schemas import AgentInfo, ErrorInfo
+
+    enc = EventEncoder("run-1", AgentInfo("a", "1", "h", "x", "0"))
+    return enc, (_KIND_ORDER, ErrorInfo, enc.encode_fields_python)
+
+
+def _wire_fields(**changes: object) -> tuple[object, ...]:
+    from tracevault.schemas import EventKind
+
+    base: dict[str, object] = dict(seq=1, kind=EventKind.MODEL_CALL, at=5, request=b"{}",
+                                   response=b"{}", model=None, seed=None, error=None, key=None,
+                                   parent=None, extra=None, il=None)  # fmt: skip
+    return tuple({**base, **changes}.values())
+
+
+def _cwire_encode(fields: object) -> object:
+    enc, layout = _wire_encoder()
+    return cwire.encode(enc._prefix, enc._agent_bytes, layout, fields)
+
+
+@case
+def cwire_encode_prefix_a_str() -> object:
+    enc, layout = _wire_encoder()
+    return cwire.encode("prefix", enc._agent_bytes, layout, _wire_fields())
+
+
+@case
+def cwire_encode_three_arguments() -> object:
+    enc, layout = _wire_encoder()
+    return cwire.encode(enc._prefix, enc._agent_bytes, layout)
+
+
+@case
+def cwire_encode_nine_kinds() -> object:
+    enc, layout = _wire_encoder()
+    return cwire.encode(enc._prefix, enc._agent_bytes, (layout[0][:9], *layout[1:]), _wire_fields())
+
+
+@case
+def cwire_encode_fallback_not_callable() -> object:
+    enc, layout = _wire_encoder()
+    return cwire.encode(enc._prefix, enc._agent_bytes, (*layout[:2], None), _wire_fields())
+
+
+@case
+def cwire_encode_eleven_fields() -> object:
+    return _cwire_encode(_wire_fields()[:11])
+
+
+@case
+def cwire_encode_not_a_tuple() -> object:
+    return _cwire_encode(None)
+
+
+@case
+def cwire_encode_seq_a_str() -> object:
+    return _cwire_encode(_wire_fields(seq="1"))
+
+
+@case
+def cwire_encode_seq_past_int64_as_python() -> object:
+    enc, _ = _wire_encoder()
+    fields = _wire_fields(seq=2**64, seed=-(2**63) - 1, parent=I64_MAX + 1)
+    return _cwire_encode(fields) == enc.encode_fields_python(fields)
+
+
+@case
+def cwire_encode_int64_edges() -> object:
+    enc, _ = _wire_encoder()
+    fields = _wire_fields(seq=I64_MAX, at=-(2**63), seed=-1, extra=-(2**63), il=(I64_MAX, 0, -1))
+    return _cwire_encode(fields) == enc.encode_fields_python(fields)
+
+
+@case
+def cwire_encode_duration_with_5000_digits() -> object:
+    return _cwire_encode(_wire_fields(extra=10**5000))  # str() refuses it, as in Python
+
+
+@case
+def cwire_encode_lone_surrogate_attribute() -> object:
+    return _cwire_encode(_wire_fields(extra={"k": "\ud800"}))
+
+
+@case
+def cwire_encode_error_with_an_int_message() -> object:
+    from tracevault.schemas import ErrorInfo
+
+    return _cwire_encode(_wire_fields(error=ErrorInfo("E", 5)))  # type: ignore[arg-type]
+
+
+@case
+def cwire_encode_16_mib_payload_and_10k_attributes() -> object:
+    big = b"x" * (16 << 20)
+    attrs = {f"k{i}": "v" * (i % 50) for i in range(10_000)}
+    return len(_cwire_encode(_wire_fields(request=big, response=big, extra=attrs))) > 32 << 20
+
+
+@case
+def cwire_link_short_prev() -> object:
+    return cwire.link(H[:31], b"raw")
+
+
+@case
+def cwire_link_long_prev() -> object:
+    return cwire.link(H + b"\x00", b"raw")
+
+
+@case
+def cwire_link_raw_a_str() -> object:
+    return cwire.link(H, "raw")
+
+
+@case
+def cwire_link_empty_raw() -> object:
+    return len(cwire.link(H, b""))
+
+
 # -- the runner ----------------------------------------------------------------------------
 
 

@@ -76,6 +76,25 @@ EXPECTED = {
     "cput_put_batch_short_tuple": "TypeError",
     "cput_put_batch_negative_mode": "ValueError",
     "cput_put_batch_ok": "ok [1, 1, 0]",
+    # _cwire: prefix and agent bytes, a sound layout, else TypeError; fields the C does not
+    # write exactly go to the Python encoder (its bytes or its exception); prev is 32 bytes
+    "cwire_encode_prefix_a_str": "TypeError",
+    "cwire_encode_three_arguments": "TypeError",
+    "cwire_encode_nine_kinds": "TypeError",
+    "cwire_encode_fallback_not_callable": "TypeError",
+    "cwire_encode_eleven_fields": "ValueError",
+    "cwire_encode_not_a_tuple": "TypeError",
+    "cwire_encode_seq_a_str": "TypeError",
+    "cwire_encode_seq_past_int64_as_python": "ok True",
+    "cwire_encode_int64_edges": "ok True",
+    "cwire_encode_duration_with_5000_digits": "ValueError",
+    "cwire_encode_lone_surrogate_attribute": "UnicodeEncodeError",
+    "cwire_encode_error_with_an_int_message": "AttributeError",
+    "cwire_encode_16_mib_payload_and_10k_attributes": "ok True",
+    "cwire_link_short_prev": "ValueError",
+    "cwire_link_long_prev": "ValueError",
+    "cwire_link_raw_a_str": "TypeError",
+    "cwire_link_empty_raw": "ok 32",
 }
 
 

@@ -29,6 +29,7 @@ EXTENSIONS = {
     "tracevault.transparency._cmerkle": "the log's tree hashing",
     "tracevault.transparency._csign": "note signatures that keep the GIL",
     "tracevault.content._cfields": "an encrypted run's content opened",
+    "tracevault.producer._cwire": "the Recorder's event bytes",
 }
 
 # pydantic's false words (Settings reads the same variable as a bool and refuses others);
