@@ -58,8 +58,9 @@ def link_python(prev: bytes, raw: bytes) -> bytes:
 
 
 _cwire = native.load("tracevault.producer._cwire")
-#: The link each event pays: the C (libcrypto, the GIL held, ~0.3 µs less per 1.5 KB event)
-#: where it is built, else ``link_python``; the same hash (tests/producer/test_cwire.py).
+#: The link each event pays: the C (libcrypto, the GIL held, 1-2 µs less per event with two
+#: 1.5 KB payloads) where it is built, else ``link_python``; the same hash
+#: (tests/producer/test_cwire.py).
 _link: Callable[[bytes, bytes], bytes] = link_python if _cwire is None else _cwire.link
 
 
