@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -161,6 +163,38 @@ def test_link_is_the_chain_link(prev: bytes, raw: bytes) -> None:
     want = chain.link(prev, raw)
     assert cwire.link(prev, raw) == want
     assert link_python(prev, raw) == want
+
+
+def test_link_keeps_the_gil_while_it_hashes() -> None:
+    """A thread spinning beside it never runs during a 16 MiB link; it does during hashlib's,
+    which gives the GIL up (the release the C exists to avoid, docs/identity.md)."""
+    big, prev = b"x" * (16 << 20), hashlib.sha256(b"p").digest()
+    count, stop, spinning = [0], threading.Event(), threading.Event()
+
+    def spin() -> None:
+        spinning.set()
+        while not stop.is_set():
+            count[0] += 1
+
+    def ran_during(fn: Any) -> int:
+        before = count[0]
+        fn()
+        return count[0] - before
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)  # this thread keeps the GIL for a second unless it gives it up
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        assert spinning.wait(30)
+        in_c = ran_during(lambda: cwire.link(prev, big))
+        in_hashlib = ran_during(lambda: hashlib.sha256(big).digest())
+    finally:
+        stop.set()
+        spinner.join(30)
+        sys.setswitchinterval(old)
+    assert in_c == 0
+    assert in_hashlib > 0  # the probe does see a thread that gives the GIL up
 
 
 def test_the_attestor_links_with_the_c_as_with_python(monkeypatch: pytest.MonkeyPatch) -> None:
