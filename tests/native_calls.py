@@ -573,6 +573,16 @@ def cwire_encode_16_mib_payload_and_10k_attributes() -> object:
 
 
 @case
+def cwire_encode_fallback_that_calls_encode_again() -> object:
+    enc, layout = _wire_encoder()
+
+    def again(fields: object) -> object:
+        return cwire.encode(enc._prefix, enc._agent_bytes, (*layout[:2], again), fields)
+
+    return again(_wire_fields(seq=True))  # declined each time: Python's recursion limit
+
+
+@case
 def cwire_link_short_prev() -> object:
     return cwire.link(H[:31], b"raw")
 

@@ -91,6 +91,7 @@ EXPECTED = {
     "cwire_encode_lone_surrogate_attribute": "UnicodeEncodeError",
     "cwire_encode_error_with_an_int_message": "AttributeError",
     "cwire_encode_16_mib_payload_and_10k_attributes": "ok True",
+    "cwire_encode_fallback_that_calls_encode_again": "RecursionError",
     "cwire_link_short_prev": "ValueError",
     "cwire_link_long_prev": "ValueError",
     "cwire_link_raw_a_str": "TypeError",
