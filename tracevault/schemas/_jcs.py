@@ -112,7 +112,9 @@ def encode_plain(value: Any) -> tuple[bytes, bool]:
     past 64 bits, so ``orjson.loads`` of the bytes gives back what ``json.loads`` does (it
     reads a longer int as a float) in a quarter of the time."""
     flags = _flags(value)
-    return _written(value, flags), flags == 0
+    if flags == 0:  # the Recorder's common case, one call fewer
+        return orjson.dumps(value, option=_SORT_KEYS), True
+    return _written(value, flags), False
 
 
 def _written(value: Any, flags: int) -> bytes:
