@@ -26,6 +26,7 @@ cmerkle = extension("tracevault.transparency._cmerkle")
 cput = extension("tracevault.archive._cput")
 csign = extension("tracevault.transparency._csign")
 cfields = extension("tracevault.content._cfields")
+cjcs = extension("tracevault.schemas._cjcs")
 
 H = hashlib.sha256(b"leaf").digest()
 I64_MAX = 2**63 - 1
@@ -466,6 +467,103 @@ def cfields_list_cleared_while_read() -> object:
 
     events += [Clearing(), _Ev(1, _ENV, _ENV), _Ev(2, _ENV, _ENV)]
     return cfields.open_pairs(b"k" * 32, b"", events)
+
+
+# -- _cjcs: any object; nesting, cycles and size bounded by MAX_DEPTH, not the C stack --------
+
+
+def _jcs_scan(value: object) -> object:
+    from tracevault.schemas import _jcs
+
+    cjcs.init(_jcs.Unencodable, _jcs._scan, _jcs.MAX_DEPTH)
+    return cjcs.scan(value)
+
+
+def _nested(depth: int, leaf: object) -> object:
+    value = leaf
+    for i in range(depth):
+        value = [value] if i % 3 == 0 else ({"k": value} if i % 3 == 1 else (value,))
+    return value
+
+
+@case
+def cjcs_nested_a_million_deep() -> object:
+    return _jcs_scan(_nested(10**6, 0))
+
+
+@case
+def cjcs_nested_at_max_depth() -> object:
+    from tracevault.schemas._jcs import MAX_DEPTH
+
+    return _jcs_scan(_nested(MAX_DEPTH, 1.5)), _one(lambda: _jcs_scan(_nested(MAX_DEPTH + 1, 1.5)))
+
+
+@case
+def cjcs_cyclic_list() -> object:
+    cyclic: list[object] = [1, 2.0]
+    cyclic.append(cyclic)
+    return _jcs_scan(cyclic)
+
+
+@case
+def cjcs_cyclic_dict_through_a_tuple() -> object:
+    cyclic: dict[str, object] = {}
+    cyclic["a"] = ({"b": cyclic},)
+    return _jcs_scan(cyclic)
+
+
+@case
+def cjcs_huge_list() -> object:
+    return _jcs_scan([0, "s", None, True, 0.5] * 2_000_000)
+
+
+@case
+def cjcs_huge_dict() -> object:
+    return _jcs_scan({str(i): [i, 1.0] for i in range(500_000)})
+
+
+@case
+def cjcs_deep_subclass_left_to_python() -> object:
+    import enum
+
+    return _jcs_scan(_nested(150, enum.IntEnum("E", "A").A))
+
+
+@case
+def cjcs_python_walk_raises() -> object:
+    def broken(value: object, depth: int) -> int:
+        raise KeyError(depth)
+
+    cjcs.init(ValueError, broken, 10)
+    return cjcs.scan([{"x": 2**60}])
+
+
+@case
+def cjcs_python_walk_returns_a_str() -> object:
+    cjcs.init(ValueError, lambda value, depth: "two", 10)
+    return cjcs.scan(object())
+
+
+@case
+def cjcs_init_not_an_exception() -> object:
+    return cjcs.init(int, print, 10)
+
+
+@case
+def cjcs_init_depth_negative() -> object:
+    return cjcs.init(ValueError, print, -1)
+
+
+@case
+def cjcs_scan_of_odd_objects() -> object:
+    class Weird:
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("compared")
+
+        __hash__ = object.__hash__
+
+    odd = ({Weird(): 1}, [Weird()], {"a": {1, 2}}, {(1,): 2}, {None: 1}, b"x", {"a": print})
+    return [_one(lambda v=v: _jcs_scan(v)) for v in odd]  # type: ignore[misc]
 
 
 # -- _cwire: bytes, a (kinds, ErrorInfo, fallback) layout, a 12-tuple; a 32-byte prev -------

@@ -76,6 +76,20 @@ EXPECTED = {
     "cput_put_batch_short_tuple": "TypeError",
     "cput_put_batch_negative_mode": "ValueError",
     "cput_put_batch_ok": "ok [1, 1, 0]",
+    # _cjcs: any object; MAX_DEPTH (not the C stack) ends deep nesting and cycles; what it
+    # leaves to the Python walk comes back checked (an int) or as that walk's error
+    "cjcs_nested_a_million_deep": "Unencodable",
+    "cjcs_nested_at_max_depth": "ok (0, 'Unencodable')",
+    "cjcs_cyclic_list": "Unencodable",
+    "cjcs_cyclic_dict_through_a_tuple": "Unencodable",
+    "cjcs_huge_list": "ok 0",
+    "cjcs_huge_dict": "ok 1",
+    "cjcs_deep_subclass_left_to_python": "ok 2",
+    "cjcs_python_walk_raises": "KeyError",
+    "cjcs_python_walk_returns_a_str": "TypeError",
+    "cjcs_init_not_an_exception": "TypeError",
+    "cjcs_init_depth_negative": "ValueError",
+    "cjcs_scan_of_odd_objects": "ok " + repr(["Unencodable"] * 7),
     # _cwire: prefix and agent bytes, a sound layout, else TypeError; fields the C does not
     # write exactly go to the Python encoder (its bytes or its exception); prev is 32 bytes
     "cwire_encode_prefix_a_str": "TypeError",

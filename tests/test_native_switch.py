@@ -26,6 +26,7 @@ _USERS = (
     "tracevault.transparency._merkle",
     "tracevault.transparency._note",
     "tracevault.content._events",
+    "tracevault.schemas._jcs",
     "tracevault.producer._wire",
 )
 _PROBE = (
@@ -34,7 +35,7 @@ _PROBE = (
     "from tracevault import native\n"
     "print(json.dumps({'imported': sorted(m for m in native.EXTENSIONS if m in sys.modules),\n"
     "    'used': [getattr(m, n) is not None for m, n in zip(mods, "
-    "('_cseal', '_ctake', '_cput', '_cmerkle', '_csign', '_cfields', '_cwire'))]}))\n"
+    "('_cseal', '_ctake', '_cput', '_cmerkle', '_csign', '_cfields', '_cjcs', '_cwire'))]}))\n"
 )
 
 

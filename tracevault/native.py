@@ -1,6 +1,6 @@
 """The optional C extensions, each imported here so that one switch turns every one off.
 
-``pip install`` builds six extensions where a C compiler, the Python headers and OpenSSL's
+``pip install`` builds its extensions where a C compiler, the Python headers and OpenSSL's
 headers are there (pyproject.toml; docs/design.md, "Sequencer speed"; docs/log.md,
 "Archiver speed"). Each has a Python twin that gives the same bytes, so a build without them
 only runs slower. ``TRACEVAULT_NO_C=1`` makes every module that would use one run its Python
@@ -29,6 +29,7 @@ EXTENSIONS = {
     "tracevault.transparency._cmerkle": "the log's tree hashing",
     "tracevault.transparency._csign": "note signatures that keep the GIL",
     "tracevault.content._cfields": "an encrypted run's content opened",
+    "tracevault.schemas._cjcs": "canonical JSON checked on the agent's path",
     "tracevault.producer._cwire": "the Recorder's event bytes",
 }
 

@@ -33,6 +33,7 @@ from tracevault.schemas.fast import (
     SEALED_EVENT_V1,
     TRACE_EVENT_V2,
     _event,
+    _peek,
     _sealed,
     event_kind,
     fast_decode_event,
@@ -121,6 +122,7 @@ def test_under_a_new_version_the_v1_walks_decline_and_the_codec_reads(
     v2_value = encode_event(ev)  # written with v2 before the switch
     monkeypatch.setattr(registry, "_DEFAULT", trace_event_next)
     monkeypatch.setattr(_event, "_header", None)
+    monkeypatch.setattr(_peek, "_header", None)
     monkeypatch.setattr(_sealed, "_header", None)
     _event._arm.cache_clear()
     try:

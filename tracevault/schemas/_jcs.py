@@ -6,13 +6,16 @@ double), strings as UTF-8 with only ``"``, ``\\`` and control characters escaped
 space. See docs/design.md ("The event").
 
 Speed matters on the agent's thread (the Recorder encodes every request and response), so
-one pass over the value in Python checks what orjson cannot (NaN and Infinity, which it
+one pass over the value (:func:`_scan`) checks what orjson cannot (NaN and Infinity, which it
 writes as ``null``; integers a double does not hold; nesting) and notes what orjson writes
 differently from JCS (floats; keys with characters past U+FFFF, which orjson sorts by code
-point). Values without either go straight to orjson, whose string escaping and compact
-layout are JCS's; floats become pre-formatted ``orjson.Fragment`` numbers; anything else
-(astral keys, subclasses such as ``IntEnum`` or ``OrderedDict``) takes a pure-Python
-encoder. ``tests/schemas/test_jcs.py`` compares all three with the ``rfc8785`` package.
+point). That pass runs in C where ``tracevault/schemas/_cjcs.c`` is built (``_flags``): the
+C leaves subclasses and ints past 2**53 - 1 to the Python walk, ``TRACEVAULT_NO_C=1`` runs
+only the Python one, and ``tests/schemas/test_cjcs.py`` pins the two to each other. Values
+without either go straight to orjson, whose string escaping and compact layout are JCS's;
+floats become pre-formatted ``orjson.Fragment`` numbers; anything else (astral keys,
+subclasses such as ``IntEnum`` or ``OrderedDict``) takes a pure-Python encoder.
+``tests/schemas/test_jcs.py`` compares all three with the ``rfc8785`` package.
 
 A refusal is explained by a second, slower walk (:func:`explain`) that names the JSON path
 and the cause; the fast pass only has to notice that something is wrong.
@@ -26,6 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+
+from tracevault import native
 
 __all__ = [
     "MAX_DEPTH",
@@ -99,15 +104,17 @@ def jcs_number(f: float) -> str:
 def encode(value: Any) -> bytes:
     """The RFC 8785 bytes of ``value``; raises :class:`Unencodable` (or orjson's or
     ``UnicodeEncodeError`` for lone surrogates) when it has none."""
-    return _written(value, _scan(value, 0))
+    return _written(value, _flags(value))
 
 
 def encode_plain(value: Any) -> tuple[bytes, bool]:
     """:func:`encode`, and whether ``value`` was plain (:func:`plain`): no float and no int
     past 64 bits, so ``orjson.loads`` of the bytes gives back what ``json.loads`` does (it
     reads a longer int as a float) in a quarter of the time."""
-    flags = _scan(value, 0)
-    return _written(value, flags), flags == 0
+    flags = _flags(value)
+    if flags == 0:  # the Recorder's common case, one call fewer
+        return orjson.dumps(value, option=_SORT_KEYS), True
+    return _written(value, flags), False
 
 
 def _written(value: Any, flags: int) -> bytes:
@@ -133,7 +140,7 @@ def plain(value: Any) -> bool:
     """Whether ``orjson.dumps(value, option=OPT_SORT_KEYS)`` is the RFC 8785 form of
     ``value``: no float orjson writes differently, no key past U+FFFF, no subclass."""
     try:
-        return _scan(value, 0) == 0
+        return _flags(value) == 0
     except Unencodable:
         return False
 
@@ -206,6 +213,18 @@ def _scan(value: Any, depth: int) -> int:
     if isinstance(value, (list, tuple)):
         return _SLOW | _scan(list(value), depth)
     raise Unencodable
+
+
+def _python_flags(value: Any) -> int:
+    return _scan(value, 0)
+
+
+_cjcs = native.load("tracevault.schemas._cjcs")
+if _cjcs is not None:
+    _cjcs.init(Unencodable, _scan, MAX_DEPTH)
+#: :func:`_scan` of a whole value: the C walk where it is built (it runs the Python one itself
+#: for what it leaves to it), else the Python walk.
+_flags: Callable[[Any], int] = _python_flags if _cjcs is None else _cjcs.scan
 
 
 def _number(f: float) -> Any:

@@ -6,9 +6,9 @@ archiver and the replayer do with it, so their hot paths walk the bytes directly
 ==========================  =========================================  =====================
 reader                      used by                                    module
 ==========================  =========================================  =====================
-:func:`peek_event`          the sequencer's rules, once per raw event   ``_event.py``
+:func:`peek_event`          the sequencer's rules, once per raw event   ``_peek.py``
 :func:`fast_decode_event`   ``decode_event`` and the replayer's rebuild ``_event.py``
-:func:`event_kind`          the archiver (does a value finish its run)  ``_event.py``
+:func:`event_kind`          the archiver (does a value finish its run)  ``_peek.py``
 :func:`sealed_fields`       the archiver, once per sealed event         ``_sealed.py``
 :func:`sealed_rows`         the replayer, per data bundle of the log    ``_sealed.py``
 :func:`sealed_columns`      the replayer's verify + rebuild: one walk   ``_columns.py``
@@ -31,15 +31,9 @@ turns a fast path off.
 from tracevault.schemas._events import EventKind
 from tracevault.schemas.fast import _event, _sealed
 from tracevault.schemas.fast._columns import SealedColumns, sealed_columns
-from tracevault.schemas.fast._event import (
-    Peeked,
-    event_kind,
-    event_time,
-    fast_decode_event,
-    peek_event,
-    with_content,
-)
+from tracevault.schemas.fast._event import fast_decode_event, with_content
 from tracevault.schemas.fast._guard import PINS, SEALED_EVENT_V1, TRACE_EVENT_V2, Pin, stale
+from tracevault.schemas.fast._peek import Peeked, event_kind, event_time, peek_event
 from tracevault.schemas.fast._sealed import sealed_fields, sealed_rows, segment_rows
 from tracevault.schemas.fast._varint import VarintError, read_long
 

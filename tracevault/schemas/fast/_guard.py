@@ -58,7 +58,10 @@ class Pin:
 
 
 TRACE_EVENT_V2 = Pin(
-    "TraceEvent", 2, bytes.fromhex("507a36026c006d8d"), "tracevault/schemas/fast/_event.py"
+    "TraceEvent",
+    2,
+    bytes.fromhex("507a36026c006d8d"),
+    "tracevault/schemas/fast/_event.py and _peek.py",
 )
 SEALED_EVENT_V1 = Pin(
     "SealedEvent", 1, bytes.fromhex("56e7e7d30b5c62aa"), "tracevault/schemas/fast/_sealed.py"
