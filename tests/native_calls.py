@@ -9,6 +9,7 @@ imports the extensions once; a fork per case keeps one crash from hiding the nex
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -698,6 +699,156 @@ def cwire_link_raw_a_str() -> object:
 @case
 def cwire_link_empty_raw() -> object:
     return len(cwire.link(H, b""))
+
+
+# -- _cfields.Sealer: key 32 bytes, salt 4, start within 64 bits; seq int64, FIELDS only ---
+
+
+def _sealer(start: int = 0) -> Any:
+    return cfields.Sealer(b"k" * 32, b"tracevault/v1/content\0r\0", b"salt", start)
+
+
+def _counter(envelope: bytes) -> int:
+    import base64
+
+    return int.from_bytes(base64.b64decode(envelope[8 : envelope.index(b'"', 8)])[4:12], "big")
+
+
+@case
+def csealer_short_key() -> object:
+    return cfields.Sealer(b"k" * 31, b"", b"salt")
+
+
+@case
+def csealer_long_salt() -> object:
+    return cfields.Sealer(b"k" * 32, b"", b"salt!")
+
+
+@case
+def csealer_start_negative() -> object:
+    return cfields.Sealer(b"k" * 32, b"", b"salt", -1)
+
+
+@case
+def csealer_start_past_64_bits() -> object:
+    return cfields.Sealer(b"k" * 32, b"", b"salt", 2**64)
+
+
+@case
+def csealer_key_of_a_str() -> object:
+    return cfields.Sealer("k" * 32, b"", b"salt")
+
+
+@case
+def csealer_not_a_base() -> object:
+    class Sub(cfields.Sealer):  # type: ignore[misc,name-defined]
+        pass
+
+    return Sub
+
+
+@case
+def csealer_init_again_keeps_the_counter() -> object:
+    s = _sealer()
+    s.seal(1, "request", b"{}")
+    with contextlib.suppress(TypeError):  # object's __init__: it has nothing to reset
+        s.__init__(b"k" * 32, b"", b"salt")
+    return _counter(s.seal(1, "request", b"{}"))
+
+
+@case
+def csealer_seal_seq_past_int64() -> object:
+    return _sealer().seal(2**63, "request", b"{}")
+
+
+@case
+def csealer_seal_seq_of_a_float() -> object:
+    return _sealer().seal(1.0, "request", b"{}")
+
+
+@case
+def csealer_seal_unknown_field() -> object:
+    return _sealer().seal(1, "payload", b"{}")
+
+
+@case
+def csealer_seal_field_not_a_str() -> object:
+    return _sealer().seal(1, None, b"{}")
+
+
+@case
+def csealer_seal_plaintext_of_a_str() -> object:
+    return _sealer().seal(1, "error", "boom")
+
+
+@case
+def csealer_seal_empty_plaintext() -> object:
+    return len(_sealer().seal(-(2**63), "response", b""))
+
+
+@case
+def csealer_seal_the_last_counter_then_refuses() -> object:
+    s = _sealer(2**64 - 1)
+    first = _counter(s.seal(1, "request", b"{}")) == 2**64 - 1
+    try:
+        s.seal(1, "request", b"{}")
+    except OverflowError:
+        return first, "refused"
+    return first, "sealed again"
+
+
+@case
+def csealer_event_with_one_counter_left() -> object:
+    return _sealer(2**64 - 1).seal_event(1, False, b"{}", b"{}")
+
+
+@case
+def csealer_tool_shortest_shape() -> object:
+    return _sealer().seal_tool_request(1, b',"tool":"}').endswith(b'","tool":","v":1}')
+
+
+@case
+def csealer_tool_empty_request() -> object:
+    return _sealer().seal_tool_request(1, b"").endswith(b'","v":1}')
+
+
+@case
+def csealer_tool_key_without_closing() -> object:
+    env = _sealer().seal_tool_request(1, b',"tool":')
+    return env.endswith(b'","v":1}') and b"tool" not in env
+
+
+@case
+def csealer_event_bool_that_raises() -> object:
+    class Bad:
+        def __bool__(self) -> bool:
+            raise ZeroDivisionError
+
+    return _sealer().seal_event(1, Bad(), b"{}", b"{}")
+
+
+@case
+def csealer_event_bool_that_seals_on_the_same_sealer() -> object:
+    s = _sealer()
+    inner: list[bytes] = []
+
+    class Sealing:
+        def __bool__(self) -> bool:
+            inner.append(s.seal(1, "error", b"x"))
+            return True
+
+    a, b = s.seal_event(1, Sealing(), b'{"args":1,"tool":"t"}', b"{}")
+    return sorted(_counter(e) for e in [*inner, a, b])
+
+
+@case
+def csealer_event_response_not_bytes() -> object:
+    return _sealer().seal_event(1, False, b"{}", 5)
+
+
+@case
+def csealer_seal_a_large_field() -> object:
+    return len(_sealer().seal(1, "response", b"x" * 100_000))
 
 
 # -- the runner ----------------------------------------------------------------------------

@@ -65,30 +65,17 @@ class ContentHook:
         self.attributes = {KEY_ATTRIBUTE: wrapped.to_reference()}
 
     def wrap(self, encode: Encode) -> Encode:
-        seal, seal_tool = self.cipher.seal, self.cipher.seal_tool_request
+        # one call per event seals request and response, in C where it is built
+        # (docs/confidentiality.md, "What encryption costs")
+        seal, seal_event = self.cipher.seal, self.cipher.event_sealer
 
         def sealed(fields: EventFields) -> bytes:
             seq, kind, at, request, response, model, seed, error, key, parent, extra, il = fields
-            req = seal_tool(seq, request) if kind is _TOOL else seal(seq, "request", request)
+            req, resp = seal_event(seq, kind is _TOOL, request, response)
             if error is not None:
                 text = seal(seq, "error", error.message.encode("utf-8")).decode("ascii")
                 error = ErrorInfo(error.type, text)
-            return encode(
-                (
-                    seq,
-                    kind,
-                    at,
-                    req,
-                    seal(seq, "response", response),
-                    model,
-                    seed,
-                    error,
-                    key,
-                    parent,
-                    extra,
-                    il,
-                )
-            )
+            return encode((seq, kind, at, req, resp, model, seed, error, key, parent, extra, il))
 
         return sealed
 
