@@ -12,9 +12,10 @@ nonces never repeat across any mix of its seals, from one thread or several (one
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -123,10 +124,16 @@ class _Ev:
     start=st.one_of(st.integers(0, 2**64 - 64), st.just(2**32 - 3)),
     run_id=st.text(min_size=1, max_size=20),
     ops=st.lists(OP, min_size=1, max_size=12),
+    simd=st.booleans(),
 )
 def test_c_envelopes_are_the_python_envelopes_and_open_both_ways(
-    salt: bytes, start: int, run_id: str, ops: list[tuple[Any, ...]]
+    salt: bytes, start: int, run_id: str, ops: list[tuple[Any, ...]], simd: bool
 ) -> None:
+    with _base64(simd):
+        _sealed_alike(salt, start, run_id, ops)
+
+
+def _sealed_alike(salt: bytes, start: int, run_id: str, ops: list[tuple[Any, ...]]) -> None:
     c, py = _pair(salt, start, run_id)
     n = 0
     for op in ops:
@@ -165,10 +172,29 @@ def test_the_tool_form_keeps_the_name_literal_or_falls_back_to_a_plain_seal(
     assert c3.event_sealer(seq, False, req, b"{}")[0] == c4.seal(seq, "request", req)
 
 
-def test_base64_is_standard_and_padded_for_every_length() -> None:
-    """Blob lengths 28 .. 327 (every residue mod 3): the C's base64 is the stdlib's."""
-    c, py = _pair(b"\xff\xfe\xfd\xfc", 2**64 - 301)
-    for n in range(300):
+@contextlib.contextmanager
+def _base64(simd: bool) -> Iterator[None]:
+    """The sealer's base64 with AVX2 (where the CPU has it) or a character pair at a time."""
+    if simd and not _cfields._base64_simd(True):
+        pytest.fail("this CPU has no AVX2: the SIMD base64 is not tested here")
+    _cfields._base64_simd(simd)
+    try:
+        yield
+    finally:
+        _cfields._base64_simd(True)
+
+
+@pytest.mark.parametrize("simd", [True, False], ids=["avx2", "scalar"])
+def test_base64_is_standard_and_padded_for_every_length(simd: bool) -> None:
+    """Blob lengths 28 .. 627 (every residue mod 3 and mod 24, one SIMD step and many):
+    the C's base64 is the stdlib's."""
+    with _base64(simd):
+        _every_length()
+
+
+def _every_length() -> None:
+    c, py = _pair(b"\xff\xfe\xfd\xfc", 2**64 - 601)
+    for n in range(600):
         plain = os.urandom(n)
         env = c.seal(n, "response", plain)
         assert env == py.seal(n, "response", plain)
@@ -180,7 +206,7 @@ def test_base64_is_standard_and_padded_for_every_length() -> None:
 def test_a_large_field_seals_the_same() -> None:
     """Past the C's stack buffer (4 KB): the heap path."""
     c, py = _pair(b"abcd", 7)
-    for n in (4067, 4068, 4069, 70_000):
+    for n in (4067, 4068, 4069, 4070, 70_000, 70_001, 70_002):
         plain = os.urandom(n)
         assert c.event_sealer(3, False, plain, plain) == py.event_sealer(3, False, plain, plain)
 

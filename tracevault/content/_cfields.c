@@ -27,6 +27,9 @@
 
 #include <openssl/evp.h>
 #include <stdint.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <string.h>
 
 #include "_avro.h"
@@ -277,8 +280,7 @@ static const char TOOL_KEY[] = ",\"tool\":"; /* ,"tool":  as seal_tool_request f
 #define STACK_BLOB 4096
 
 /* Two base64 characters for each 12-bit value (built at import): three bytes become four
- * characters in two lookups and one store, about four times quicker than a lookup per
- * character (a 1.5 KB field's base64 took 1.4 us that way, longer than its encryption). */
+ * characters in two lookups and one store, where the AVX2 path is not there. */
 static uint16_t b64_pairs[4096];
 
 static void b64_pairs_init(void) {
@@ -288,9 +290,69 @@ static void b64_pairs_init(void) {
     }
 }
 
-/* Standard, padded base64 (RFC 4648 section 4) of n bytes: 4 * ceil(n / 3) characters. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define B64_AVX2 1
+
+/* Muła and Lemire's AVX2 base64 ("Faster Base64 Encoding and Decoding using AVX2
+ * Instructions", 2018): 24 bytes to 32 characters per step. Each 128-bit lane takes 12 input
+ * bytes, in groups of three [a b c] shuffled to the 32-bit word [b a c b]; two multiplies move
+ * the four 6-bit indices into the word's four bytes; a 16-entry table adds each index's offset
+ * to its ASCII character. ``in[-4 .. -1]`` must be readable (the first load starts there so
+ * that lane 0's twelve bytes sit at its positions 4..15); the bytes encoded, a multiple of 24,
+ * are returned, the rest left to the scalar loop. */
+__attribute__((target("avx2"))) static Py_ssize_t b64_encode_avx2(const uint8_t *in, Py_ssize_t n,
+                                                                  uint8_t *out) {
+    const __m256i shuffle = _mm256_set_epi8(10, 11, 9, 10, 7, 8, 6, 7, 4, 5, 3, 4, 1, 2, 0, 1, 14,
+                                            15, 13, 14, 11, 12, 10, 11, 8, 9, 7, 8, 5, 6, 4, 5);
+    const __m256i offsets = _mm256_setr_epi8(65, 71, -4, -4, -4, -4, -4, -4, -4, -4, -4, -4, -19,
+                                             -16, 0, 0, 65, 71, -4, -4, -4, -4, -4, -4, -4, -4, -4,
+                                             -4, -19, -16, 0, 0);
+    Py_ssize_t i = 0;
+    /* every load reads in[i - 4 .. i + 27]: within the input while n - i >= 28 */
+    for (; n - i >= 28; i += 24, out += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(in + i - 4));
+        v = _mm256_shuffle_epi8(v, shuffle);
+        __m256i t0 = _mm256_and_si256(v, _mm256_set1_epi32(0x0fc0fc00));
+        __m256i t1 = _mm256_mulhi_epu16(t0, _mm256_set1_epi32(0x04000040));
+        __m256i t2 = _mm256_and_si256(v, _mm256_set1_epi32(0x003f03f0));
+        __m256i t3 = _mm256_mullo_epi16(t2, _mm256_set1_epi32(0x01000010));
+        __m256i idx = _mm256_or_si256(t1, t3);
+        __m256i sel = _mm256_subs_epu8(idx, _mm256_set1_epi8(51));
+        sel = _mm256_sub_epi8(sel, _mm256_cmpgt_epi8(idx, _mm256_set1_epi8(25)));
+        v = _mm256_add_epi8(idx, _mm256_shuffle_epi8(offsets, sel));
+        _mm256_storeu_si256((__m256i *)(void *)out, v);
+    }
+    return i;
+}
+#endif
+
+static int b64_avx2; /* whether this CPU has AVX2 (read at import) */
+
+/* _base64_simd(on) -> whether the AVX2 base64 now runs: the tests pin both paths to the
+ * same bytes (on where the CPU has AVX2; off always). */
+static PyObject *base64_simd(PyObject *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+#ifdef B64_AVX2
+    b64_avx2 = on && __builtin_cpu_supports("avx2");
+    return PyBool_FromLong(b64_avx2);
+#else
+    return Py_NewRef(Py_False);
+#endif
+}
+
+/* Standard, padded base64 (RFC 4648 section 4) of n bytes: 4 * ceil(n / 3) characters.
+ * ``in[-4 .. -1]`` must be readable (the AVX2 path's first load). A 1.5 KB field's base64
+ * takes 0.07 us with AVX2, 0.9 us a character at a time: longer than its encryption. */
 static void b64_encode(const uint8_t *restrict in, Py_ssize_t n, uint8_t *restrict out) {
     Py_ssize_t i = 0;
+#ifdef B64_AVX2
+    if (b64_avx2) {
+        i = b64_encode_avx2(in, n, out);
+        out += i / 3 * 4;
+    }
+#endif
     for (; n - i >= 3; i += 3, out += 4) {
         uint32_t v = ((uint32_t)in[i] << 16) | ((uint32_t)in[i + 1] << 8) | (uint32_t)in[i + 2];
         uint16_t quad[2] = {b64_pairs[v >> 12], b64_pairs[v & 0xfff]};
@@ -449,10 +511,13 @@ static PyObject *seal_one(Sealer *s, long long seq, const char *field, uint64_t 
     Py_ssize_t total = envelope_len(plain->len, extra);
     if (total < 0)
         return NULL;
-    uint8_t stack[STACK_BLOB], *blob = stack;
-    if (blob_len > STACK_BLOB && (blob = PyMem_Malloc((size_t)blob_len)) == NULL)
+    /* four bytes before the blob: base64's first AVX2 load reads them (and ignores them) */
+    uint8_t stack[4 + STACK_BLOB], *base = stack;
+    if (blob_len > STACK_BLOB && (base = PyMem_Malloc((size_t)blob_len + 4)) == NULL)
         return PyErr_NoMemory();
+    uint8_t *blob = base + 4;
     PyObject *out = NULL;
+    memset(base, 0, 4);
     memcpy(blob, s->salt, 4);
     for (int b = 0; b < 8; b++) {
         blob[4 + b] = (uint8_t)(counter >> (56 - 8 * b));
@@ -485,8 +550,8 @@ static PyObject *seal_one(Sealer *s, long long seq, const char *field, uint64_t 
         memcpy(w + TOOL_LEN + name_len, V1, V1_LEN);
     }
 done:
-    if (blob != stack)
-        PyMem_Free(blob);
+    if (base != stack)
+        PyMem_Free(base);
     return out;
 }
 
@@ -612,6 +677,8 @@ static PyTypeObject SealerType = {
 static PyMethodDef methods[] = {
     {"open_pairs", open_pairs, METH_VARARGS,
      "open_pairs(key, aad_prefix, events) -> [(request, response, canonical) or None]"},
+    {"_base64_simd", base64_simd, METH_O,
+     "_base64_simd(on) -> whether the sealer's AVX2 base64 runs (for the tests of both paths)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -623,6 +690,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cfields",
 PyMODINIT_FUNC PyInit__cfields(void) {
     b64_init();
     b64_pairs_init();
+#ifdef B64_AVX2
+    b64_avx2 = __builtin_cpu_supports("avx2");
+#endif
     if ((S_seq = PyUnicode_InternFromString("seq")) == NULL ||
         (S_request = PyUnicode_InternFromString("request")) == NULL ||
         (S_response = PyUnicode_InternFromString("response")) == NULL)
