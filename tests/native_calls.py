@@ -847,6 +847,13 @@ def csealer_event_response_not_bytes() -> object:
 
 
 @case
+def csealer_copy_would_clone_the_counter() -> object:
+    import copy
+
+    return copy.deepcopy(_sealer())
+
+
+@case
 def csealer_seal_a_large_field() -> object:
     return len(_sealer().seal(1, "response", b"x" * 100_000))
 

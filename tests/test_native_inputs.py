@@ -132,6 +132,7 @@ EXPECTED = {
     "csealer_event_bool_that_raises": "ZeroDivisionError",
     "csealer_event_bool_that_seals_on_the_same_sealer": "ok [0, 1, 2]",
     "csealer_event_response_not_bytes": "TypeError",
+    "csealer_copy_would_clone_the_counter": "TypeError",
     "csealer_seal_a_large_field": "ok 133388",
 }
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -398,3 +400,21 @@ def test_without_the_c_the_cipher_seals_in_python(monkeypatch: pytest.MonkeyPatc
     assert cipher._sealer is None
     envs = _mixed(cipher, 1)
     assert [int.from_bytes(_nonce(e)[4:], "big") for e in envs] == list(range(7))
+
+
+_PROBE = (
+    "from tracevault.content import RunCipher\n"
+    "c = RunCipher('r', bytes(32))\n"
+    "print(c._sealer is not None, c.event_sealer == c._seal_event)\n"
+)
+
+
+@pytest.mark.parametrize(("no_c", "want"), [("1", "False True"), ("0", "True False")])
+def test_tracevault_no_c_turns_the_c_sealer_off(no_c: str, want: str) -> None:
+    """The switch that turns every C path off (tracevault/native.py) turns this one off too."""
+    env = {**os.environ, "TRACEVAULT_NO_C": no_c}
+    res = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=60,
+        check=True,
+    )  # fmt: skip
+    assert res.stdout.strip() == want
