@@ -19,16 +19,15 @@ from tracevault.replayer._cliopts import (
     JSON,
     NO_LOG_CHECK,
     WITNESS_STORE,
+    Trust,
     end_options,
     load,
     log_options,
-    log_policy,
     no_verify_option,
     parse_day,
     settings_of,
     trust,
     trust_options,
-    witness_stores_need,
 )
 from tracevault.replayer._freshness import (
     the_record,
@@ -480,6 +479,7 @@ def diff_cmd(
 @click.pass_context
 def export_cmd(
     ctx: click.Context,
+    /,
     run_ids: tuple[str, ...],
     out_dir: Path | None,
     otel: bool,
@@ -491,12 +491,8 @@ def export_cmd(
     reveal_to: str | None,
     no_verify: bool,
     source: str,
-    trusted_keys: tuple[str, ...],
-    witness_keys: tuple[str, ...],
-    min_witnesses: int | None,
-    agent_key_pairs: tuple[str, ...],
-    witness_stores: tuple[str, ...],
     as_json: bool,
+    **trust_flags: Any,
 ) -> None:
     """Write a self-contained evidence bundle: raw bytes, events, chain, receipts, schemas.
 
@@ -516,46 +512,20 @@ def export_cmd(
       tracevault replay export run-42 --otel --endpoint http://localhost:4318
       tracevault replay export --otel --since 2026-11-01 -o november.json
     """
+    settings = settings_of(ctx)
+    checks = trust(settings, no_verify=no_verify, **trust_flags)
     if otel:
-        if reveal_to:
-            raise ConfigError("--reveal-to adds a key to a bundle: drop --otel")
-        first = parse_day(since, "--since")
-        if first is not None:
-            last = parse_day(until_, "--until") or datetime.now(UTC).date()
-            run_ids = (*run_ids, *runs_between(settings_of(ctx), first, last))
-        if not run_ids:
-            raise ConfigError("--otel needs RUN_ID... or --since DAY (no run to export)")
-        checks = trust(
-            settings_of(ctx),
-            trusted_keys=trusted_keys,
-            witness_keys=witness_keys,
-            min_witnesses=min_witnesses,
-            agent_key_pairs=agent_key_pairs,
-            witness_stores=witness_stores,
-            no_verify=no_verify,
-        )
-        try:
-            export_otel(
-                lambda rid: the_record(ctx, rid, source, checks, "exports"),
-                run_ids,
-                out=out_dir,
-                endpoint=endpoint,
-                content=content,
-                as_json=as_json,
-            )
-        except (ChainError, LogError) as exc:
-            chain_failure(exc, as_json)
+        _otel(ctx, run_ids, (since, until_), source, checks, out=out_dir, endpoint=endpoint,
+              content=content, reveal_to=reveal_to, as_json=as_json)  # fmt: skip
         return
     if (
         len(run_ids) != 1 or out_dir is None or endpoint or content or since or until_
-        or no_verify or agent_key_pairs
+        or no_verify or trust_flags["agent_key_pairs"]
     ):  # fmt: skip
         raise ConfigError("export writes one run's bundle: RUN_ID -o DIR (--endpoint, "
                           "--content, --since, --no-verify, --agent-key need --otel)")  # fmt: skip
     (run_id,) = run_ids
-    settings = settings_of(ctx)
-    policy = log_policy(settings, trusted_keys, witness_keys, min_witnesses)
-    witness_stores_need(policy, witness_stores)
+    policy, witness_stores = checks.policy, checks.witness_stores
     store = open_store(settings.archive_url, settings) if source == "archive" else None
     try:
         with stderr.status(f"loading {run_id} from the {source}…"):
@@ -584,6 +554,42 @@ def export_cmd(
         echo_json({**report.to_json(), "bundle": str(out_dir)})
     else:
         stdout.print(f"[green]exported[/] {report.count} events of {run_id} to {out_dir}")
+
+
+def _otel(
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    window: tuple[str | None, str | None],
+    source: str,
+    checks: Trust,
+    *,
+    out: Path | None,
+    endpoint: str | None,
+    content: bool,
+    reveal_to: str | None,
+    as_json: bool,
+) -> None:
+    """``export --otel``: the runs named and those archived in ``window`` (``--since``,
+    ``--until``), each taken as the record (``the_record``: verified, or ``--no-verify``)."""
+    if reveal_to:
+        raise ConfigError("--reveal-to adds a key to a bundle: drop --otel")
+    first = parse_day(window[0], "--since")
+    if first is not None:
+        last = parse_day(window[1], "--until") or datetime.now(UTC).date()
+        run_ids = (*run_ids, *runs_between(settings_of(ctx), first, last))
+    if not run_ids:
+        raise ConfigError("--otel needs RUN_ID... or --since DAY (no run to export)")
+    try:
+        export_otel(
+            lambda rid: the_record(ctx, rid, source, checks, "exports"),
+            run_ids,
+            out=out,
+            endpoint=endpoint,
+            content=content,
+            as_json=as_json,
+        )
+    except (ChainError, LogError) as exc:
+        chain_failure(exc, as_json)
 
 
 replay.add_command(batch_cmd)
