@@ -21,7 +21,7 @@ import pytest
 from rich.cells import cell_len
 
 from tests.conftest import unique_name
-from tests.replayer.archiving import write_run
+from tests.replayer.archiving import write_signed_run
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
@@ -71,7 +71,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"file://{tmp_path_factory.mktemp('narrow') / 'archive'}"
     store = open_store(url, Settings())
     for name in ("research", "tool_error_handled"):
-        write_run(store, golden_sealed(name))
+        write_signed_run(store, golden_sealed(name))
     return url
 
 

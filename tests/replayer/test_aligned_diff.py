@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.replayer import agents
-from tests.replayer.archiving import write_run
+from tests.replayer.archiving import write_signed_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import LiveEdges, _begin, _end, record, seal
 from tracevault.archive import open_store
@@ -99,7 +99,7 @@ def test_cli_diff_side_by_side_at_80_columns_and_json(tmp_path, two_runs) -> Non
     url = f"file://{tmp_path / 'archive'}"
     store = open_store(url)
     for run in two_runs:
-        write_run(store, seal(run))
+        write_signed_run(store, seal(run))
     args = ["replay", "--archive-url", url, "diff", "mood-a", "mood-b", "--ignore", "clock",
             "--ignore", "random", "--ignore-path", "$.response.output"]  # fmt: skip
     res = CliRunner().invoke(tracevault, args, terminal_width=80)

@@ -28,7 +28,7 @@ from rich.cells import cell_len
 
 from tests.conftest import unique_name
 from tests.replayer import agents
-from tests.replayer.archiving import write_run
+from tests.replayer.archiving import write_signed_run
 from tests.replayer.conftest import recorded
 from tests.replayer.dask_cluster import ROOT, LocalDaskCluster
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_all_sealed
@@ -50,6 +50,7 @@ PROMPT_PATH = "$.request.messages[0].content"
 @dataclass(frozen=True)
 class PipelineArchive:
     url: str
+    prefix: str  # the deployment's topic prefix: its log's origin, which batch checks (L1)
     ok: tuple[str, ...]
     prompt: tuple[str, ...]
     seed: tuple[str, ...]
@@ -82,7 +83,7 @@ def pipeline_archive(
                 record_live(settings, agent, agents.INPUT, rid)
         wait_all_sealed(settings, [r for rs in ids.values() for r in rs])
     Archiver(settings).run(until_idle=1.0)
-    return PipelineArchive(settings.archive_url, **ids)
+    return PipelineArchive(settings.archive_url, settings.topic_prefix, **ids)
 
 
 def _window() -> list[str]:
@@ -90,8 +91,12 @@ def _window() -> list[str]:
     return ["--since", (today - timedelta(days=1)).isoformat(), "--until", today.isoformat()]
 
 
-def _batch(url: str, *args: str, agent: str = AGENT, s3: str | None = None) -> Any:
+def _batch(
+    url: str, *args: str, agent: str = AGENT, s3: str | None = None, prefix: str | None = None
+) -> Any:
     flags = ["replay", "--archive-url", url]
+    if prefix is not None:  # a pipeline of its own (else the default, as write_signed_run)
+        flags = ["--prefix", prefix, *flags]
     if s3 is not None:
         flags += ["--s3-endpoint-url", s3]
     res = CliRunner().invoke(tracevault, [*flags, "batch", "--agent", agent, *args])
@@ -113,7 +118,8 @@ def test_dask_batch_finds_and_groups_what_the_agent_does_differently(
     arch = pipeline_archive
     junit = tmp_path / "replay.xml"
     res = _batch(arch.url, "--engine", "dask", "--address", dask_cluster.address,
-                 "--chunk-size", "3", "--junit", str(junit), "--json", *_window())  # fmt: skip
+                 "--chunk-size", "3", "--junit", str(junit), "--json", *_window(),
+                 prefix=arch.prefix)  # fmt: skip
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
     assert out["engine"].startswith(f"dask ({dask_cluster.address}")
@@ -146,9 +152,11 @@ def test_local_workers_and_dask_give_the_same_report(
     pipeline_archive: PipelineArchive, dask_cluster: LocalDaskCluster
 ) -> None:
     arch = pipeline_archive
-    local = json.loads(_batch(arch.url, "--workers", "2", "--json", *_window()).output)
+    local = json.loads(
+        _batch(arch.url, "--workers", "2", "--json", *_window(), prefix=arch.prefix).output
+    )
     dask = json.loads(_batch(arch.url, "--engine", "dask", "--address", dask_cluster.address,
-                             "--json", *_window()).output)  # fmt: skip
+                             "--json", *_window(), prefix=arch.prefix).output)  # fmt: skip
     assert local["engine"] == "local (2 workers)"
 
     def strip(report: dict[str, Any]) -> Any:
@@ -162,7 +170,8 @@ def test_summary_table_reads_at_80_columns(
 ) -> None:
     env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "tracevault", "replay", "--archive-url", pipeline_archive.url,
+        [sys.executable, "-m", "tracevault", "--prefix", pipeline_archive.prefix,
+         "replay", "--archive-url", pipeline_archive.url,
          "batch", "--agent", AGENT, "--engine", "dask", "--address", dask_cluster.address,
          *_window()],
         check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
@@ -195,7 +204,8 @@ def test_unreadable_run_and_exiting_agent_are_errors_not_crashes(
     url = f"file://{copy}"
     junit = tmp_path / "broken.xml"
     addr = ["--engine", "dask", "--address", dask_cluster.address]
-    res = _batch(url, *addr, "--junit", str(junit), "--json", *_window())
+    res = _batch(url, *addr, "--junit", str(junit), "--json", *_window(),
+                 prefix=pipeline_archive.prefix)  # fmt: skip
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
     by_run = {r["run_id"]: r for r in out["runs"]}
@@ -208,7 +218,8 @@ def test_unreadable_run_and_exiting_agent_are_errors_not_crashes(
 
     junit = tmp_path / "exits.xml"
     agent = "tests.replayer.batch_agents:exiting_agent"
-    res = _batch(url, *addr, "--junit", str(junit), "--json", *_window(), agent=agent)
+    res = _batch(url, *addr, "--junit", str(junit), "--json", *_window(), agent=agent,
+                 prefix=pipeline_archive.prefix)  # fmt: skip
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
     assert out["totals"]["runs"] == 7 and out["totals"]["ok"] == 0
@@ -224,7 +235,8 @@ def test_an_agent_the_workers_cannot_import_is_a_usage_error(
     # importable here (this directory is the client's working directory), not on the workers
     (tmp_path / "only_here.py").write_text("def agent(i, edges):\n    return None\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "tracevault", "replay", "--archive-url", pipeline_archive.url,
+        [sys.executable, "-m", "tracevault", "--prefix", pipeline_archive.prefix,
+         "replay", "--archive-url", pipeline_archive.url,
          "batch", "--agent", "only_here:agent", "--engine", "dask", "--address",
          dask_cluster.address, *_window()],
         check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120,
@@ -245,7 +257,7 @@ def test_s3_credentials_and_endpoint_travel_as_settings(
     url = f"s3://{bucket}/archive"
     store = open_store(url, Settings(s3_endpoint_url=s3_endpoint))
     for rid in ("s3-a", "s3-b"):
-        write_run(store, seal(recorded(rid)))
+        write_signed_run(store, seal(recorded(rid)))
     store.close()
     day = micros_to_datetime(T0).date().isoformat()
     args = ["--engine", "dask", "--address", dask_cluster.address, "--json",
@@ -299,7 +311,7 @@ def test_a_run_that_kills_its_worker_is_an_error_and_spares_its_chunk(
     for rid, agent_input in inputs.items():
         events = record(agents.research_agent, agent_input, run_id=rid, model_fn=agents.fake_model,
                         tools=agents.TOOLS, states=agents.STATES)  # fmt: skip
-        write_run(store, seal(events))
+        write_signed_run(store, seal(events))
     store.close()
     day = micros_to_datetime(T0).date().isoformat()
     how = (["--engine", "dask", "--address", dask_cluster.address] if engine == "dask"

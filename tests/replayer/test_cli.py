@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.replayer import agents
-from tests.replayer.archiving import write_run
+from tests.replayer.archiving import write_run, write_signed_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import T0, record, seal
 from tracevault.archive import open_store
@@ -46,6 +46,40 @@ def archive(tmp_path: Path) -> str:
     )  # fmt: skip
     write_run(store, seal(other))
     return url
+
+
+@pytest.fixture
+def signed(tmp_path: Path, log_vkey: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The same runs archived as the archiver does now (a static log signed by the session's
+    log key), and its vkey trusted, as a deployment's TRACEVAULT_LOG_VKEYS: what ``replay
+    run``/``diff``/``batch`` verify before they take a run as the record."""
+    url = f"file://{tmp_path / 'signed'}"
+    store = open_store(url)
+    for run_id in ("run-a", "run-b"):
+        write_signed_run(store, seal(recorded(run_id)))
+    other = record(
+        agents.changed_prompt_agent, agents.INPUT, run_id="run-c",
+        model_fn=agents.fake_model, tools=agents.TOOLS, states=agents.STATES,
+    )  # fmt: skip
+    write_signed_run(store, seal(other))
+    monkeypatch.setenv("TRACEVAULT_LOG_VKEYS", log_vkey)
+    return url
+
+
+def _corrupt_entries(url: str, run_id: str) -> None:
+    """Change a recorded tool argument of ``run_id`` in every entry bundle of the log that
+    holds it (a partial tile's bundle is rewritten whole at each flush), as a careless editor
+    of the store would: no hash recomputed."""
+    root = Path(url.removeprefix("file://")) / "objects" / "log"
+    changed = 0
+    for p in root.glob("*/0/data/**/*"):
+        data = p.read_bytes() if p.is_file() else b""
+        at = data.find(b"2000 m", max(data.find(run_id.encode()), 0))
+        if run_id.encode() in data and at >= 0:
+            p.chmod(0o644)
+            p.write_bytes(data[:at] + b"3000 m" + data[at + 6 :])
+            changed += 1
+    assert changed
 
 
 def _run(url: str, *args: str):
@@ -105,32 +139,33 @@ def test_usage_errors_exit_2(archive) -> None:
     assert _run(archive, "run", "run-a", "--agent", "tests.replayer.agents:nope").exit_code == 2
 
 
-def test_run_matches_and_until(archive) -> None:
-    res = _run(archive, "run", "run-a", "--agent", AGENT)
+def test_run_matches_and_until(signed) -> None:
+    res = _run(signed, "run", "run-a", "--agent", AGENT)
     assert res.exit_code == 0, res.output
     assert "matched the record" in res.output
-    res = _run(archive, "run", "run-a", "--agent", AGENT, "--until", "4", "--json")
+    res = _run(signed, "run", "run-a", "--agent", AGENT, "--until", "4", "--json")
     out = json.loads(res.output)
     assert out["matched"] and out["stopped"] and out["steps"] == 5
 
 
-def test_run_divergence_exits_1_with_the_report(archive) -> None:
-    res = _run(archive, "run", "run-c", "--agent", AGENT)
+def test_run_divergence_exits_1_with_the_report(signed) -> None:
+    res = _run(signed, "run", "run-c", "--agent", AGENT)
     assert res.exit_code == 1
     assert "diverged at seq 3" in res.output and "what the record says came next" in res.output
-    out = json.loads(_run(archive, "run", "run-c", "--agent", AGENT, "--json").output)
+    out = json.loads(_run(signed, "run", "run-c", "--agent", AGENT, "--json").output)
     assert out["divergence"]["seq"] == 3
     assert out["divergence"]["diff"][0].startswith("$.request.messages[0].content")
 
 
-def test_run_refuses_a_run_that_does_not_verify(archive) -> None:
-    os.remove(_file(archive, segment_key("run-a", 4, 7)))
-    res = _run(archive, "run", "run-a", "--agent", AGENT)
-    assert res.exit_code == 1 and "check A1 segments" in res.output
+def test_run_refuses_a_run_that_does_not_verify(signed) -> None:
+    _corrupt_entries(signed, "run-a")
+    res = _run(signed, "run", "run-a", "--agent", AGENT)
+    assert res.exit_code == 1 and "matched" not in res.output, res.output
+    assert "check 4 hash at seq 0" in res.output, res.output
 
 
-def test_diff_of_two_runs(archive) -> None:
-    res = _run(archive, "diff", "run-a", "run-c", "--json")
+def test_diff_of_two_runs(signed) -> None:
+    res = _run(signed, "diff", "run-a", "run-c", "--json")
     assert res.exit_code == 1
     out = json.loads(res.output)
     assert out["divergence"]["seq"] == 3  # run-c was recorded with a changed prompt
@@ -153,10 +188,10 @@ def test_export_and_verify_bundle(archive, tmp_path: Path) -> None:
     assert res.exit_code == 1 and json.loads(res.output)["status"] == "unverified"
 
 
-def test_batch_over_a_day_reports_each_run(archive) -> None:
+def test_batch_over_a_day_reports_each_run(signed) -> None:
     day = micros_to_datetime(T0).date().isoformat()  # the runs were sealed that day
     res = _run(
-        archive,
+        signed,
         "batch",
         "--agent",
         AGENT,
@@ -176,16 +211,16 @@ def test_batch_over_a_day_reports_each_run(archive) -> None:
     assert out["totals"] == {"runs": 3, "ok": 2, "diverged": 1, "verify_failed": 0, "error": 0}
 
 
-def test_batch_reports_a_run_that_does_not_verify(archive) -> None:
-    os.remove(_file(archive, segment_key("run-b", 4, 7)))
+def test_batch_reports_a_run_that_does_not_verify(signed) -> None:
+    _corrupt_entries(signed, "run-b")
     day = micros_to_datetime(T0).date().isoformat()
-    res = _run(archive, "batch", "--agent", AGENT, "--since", day, "--until", day)
+    res = _run(signed, "batch", "--agent", AGENT, "--since", day, "--until", day)
     assert res.exit_code == 1
     assert "verify_failed" in res.output and "ok=1" in res.output and "diverged=1" in res.output
 
 
-def test_batch_over_an_empty_window_is_ok(archive) -> None:
-    res = _run(archive, "batch", "--agent", AGENT, "--since", "2020-01-01", "--until", "2020-01-02")
+def test_batch_over_an_empty_window_is_ok(signed) -> None:
+    res = _run(signed, "batch", "--agent", AGENT, "--since", "2020-01-01", "--until", "2020-01-02")
     assert res.exit_code == 0 and "runs=0" in res.output
 
 

@@ -63,12 +63,18 @@ def archive_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
+def prefix() -> str:
+    """The deployment's topic prefix: its log's origin, which the CLI's settings must name."""
+    return unique_name("tv")
+
+
+@pytest.fixture(scope="module")
 def runs(
-    kafka_bootstrap: str, archive_url: str, tmp_path_factory: pytest.TempPathFactory
+    kafka_bootstrap: str, archive_url: str, prefix: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Runs]:
     """20 async and 20 thread-pool runs, each recorded live once, read back from the archive."""
     base = tmp_path_factory.mktemp("concurrency")
-    settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("tv"),
+    settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
                         partitions=2, archive_url=archive_url,
                         spool_dir=str(base / "spool"))  # fmt: skip
     ensure_topics(settings)
@@ -278,10 +284,11 @@ def test_keep_going_reports_changes_in_two_thread_branches_each_at_its_seq(runs:
         _expect_both_perturbations(events, result, output)
 
 
-def test_cli_keep_going_on_a_concurrent_run(runs: Runs, archive_url: str) -> None:
+def test_cli_keep_going_on_a_concurrent_run(runs: Runs, archive_url: str, prefix: str) -> None:
     """``replay run --keep-going`` from the archive: both changes, then a clean re-run."""
     events, _ = runs["async"][0]
-    base = ["replay", "--archive-url", archive_url, "run", events[0].run_id, "--keep-going"]
+    base = ["--prefix", prefix, "replay", "--archive-url", archive_url, "run", events[0].run_id,
+            "--keep-going"]  # fmt: skip
     agent = "tests.replayer.concurrent_agents:async_twice_perturbed_agent"
     res = CliRunner().invoke(tracevault, [*base, "--agent", agent, "--json"])
     assert res.exit_code == 1, res.output

@@ -8,7 +8,7 @@ import json
 from click.testing import CliRunner
 
 from tests.replayer import agents
-from tests.replayer.archiving import write_run
+from tests.replayer.archiving import write_signed_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import record, seal
 from tracevault.archive import open_store
@@ -84,7 +84,7 @@ def test_async_agents_keep_going_too() -> None:
 
 def test_cli_keep_going_prints_every_divergence_and_json(tmp_path, events) -> None:
     url = f"file://{tmp_path / 'archive'}"
-    write_run(open_store(url), seal(events))
+    write_signed_run(open_store(url), seal(events))
     agent = "tests.replayer.agents:four_changes_agent"
     runner = CliRunner()
     res = runner.invoke(tracevault, ["replay", "--archive-url", url, "run", "run-a",

@@ -124,9 +124,10 @@ def test_cli_show_and_verify_from_the_topic(settings) -> None:
     )
     assert res.exit_code == 0 and len(res.output.splitlines()) == 11
     agent = "tests.replayer.agents:extra_clock_agent"
-    res = runner.invoke(
-        tracevault, [*base, "replay", "run", "run-topic-cli", "--from", "topic", "--agent", agent]
-    )
+    rerun = [*base, "replay", "run", "run-topic-cli", "--from", "topic", "--agent", agent]
+    res = runner.invoke(tracevault, rerun)  # a re-run takes the run as the record: verified
+    assert res.exit_code == 1 and "unverified: run run-topic-cli" in res.output, res.output
+    res = runner.invoke(tracevault, [*rerun, "--no-verify"])
     assert res.exit_code == 1 and "diverged at seq 4" in res.output
 
 

@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from tests.replayer import agents
-from tests.replayer.archiving import write_run
+from tests.replayer.archiving import write_signed_run
 from tests.replayer.recording import seal
 from tracevault.archive import open_store
 from tracevault.cli import tracevault
@@ -37,7 +37,7 @@ def test_until_past_the_last_crossing_shows_the_agent_returning(events) -> None:
 
 def test_cli_until_prints_the_state_and_json(tmp_path, events) -> None:
     url = f"file://{tmp_path / 'archive'}"
-    write_run(open_store(url), seal(events))
+    write_signed_run(open_store(url), seal(events))
     args = ["replay", "--archive-url", url, "run", "run-a", "--agent",
             "tests.replayer.agents:research_agent", "--until", "4"]  # fmt: skip
     res = CliRunner().invoke(tracevault, args, terminal_width=80)

@@ -409,8 +409,9 @@ def _services(settings: Settings, work_dir: Path, key_file: Path, vkey: str) -> 
 
 
 def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
-    """The "Inspect one run" commands, each verifying with the demo's vkey; the ones that
-    read content name the demo's keyring (verify and export need no content key)."""
+    """The "Inspect one run" commands, each verifying with the demo's vkey (``replay run``
+    too: it re-runs only a run that verifies); the ones that read content name the demo's
+    keyring (verify and export need no content key)."""
     pre = f"{_cli_name()} --prefix {settings.topic_prefix}"
     arch = f"--archive-url {settings.archive_url}"
     key = f"--trusted-key @{demo_vkey_file(work_dir)}"
@@ -424,7 +425,8 @@ def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
         f"{pre} replay {arch} show {one} --from archive --metadata",
         f"{pre} replay {arch} verify {one} --from archive {key}",
         f"{reader} replay {arch} show {one} --from archive",
-        f"{reader} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive",
+        f"{reader} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive "
+        f"{key}",
         f"{pre} replay {arch} export {one} -o evidence/{one} {key}",
         f"{pre} replay verify --bundle evidence/{one} {key}",
         f"{_cli_name()} archive ls --archive {settings.archive_url}",

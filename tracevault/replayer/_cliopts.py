@@ -6,6 +6,8 @@ same way (tests/test_cli_help.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -25,6 +27,7 @@ __all__ = [
     "JSON",
     "NO_LOG_CHECK",
     "WITNESS_STORE",
+    "Trust",
     "agent_keys",
     "end_options",
     "end_rule",
@@ -32,7 +35,10 @@ __all__ = [
     "log_options",
     "log_policy",
     "parse_day",
+    "no_verify_option",
     "settings_of",
+    "trust",
+    "trust_options",
     "verify_policy",
     "witness_stores_need",
 ]
@@ -156,6 +162,66 @@ def log_policy(
     settings: Settings, trusted: tuple[str, ...], witness: tuple[str, ...], least: int | None
 ) -> LogPolicy | None:
     return LogPolicy.of(settings, trusted, witness, least)
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """How a command checks a run before it takes it as the record: ``verify``'s options.
+
+    ``policy`` None: no trusted log key, so the run is ``unverified`` (fail closed), unless
+    ``chain_only`` (``verify --no-log-check``) waived the signed log. ``skip``: the command's
+    ``--no-verify``, nothing checked (and said so)."""
+
+    policy: LogPolicy | None
+    end: EndRule
+    agents: AgentKeys
+    witness_stores: tuple[str, ...] = ()
+    chain_only: bool = False
+    skip: bool = False
+
+
+def trust(
+    settings: Settings,
+    *,
+    trusted_keys: tuple[str, ...] = (),
+    witness_keys: tuple[str, ...] = (),
+    min_witnesses: int | None = None,
+    agent_key_pairs: tuple[str, ...] = (),
+    witness_stores: tuple[str, ...] = (),
+    allow_unfinished: bool = False,
+    require_finished: bool = False,
+    no_log_check: bool = False,
+    no_verify: bool = False,
+) -> Trust:
+    """The :class:`Trust` of ``verify``'s options (the flags of :func:`trust_options`), as
+    ``verify`` builds it: the deployment's settings plus the flags."""
+    policy = verify_policy(
+        settings, trusted_keys, witness_keys, min_witnesses, no_log_check=no_log_check
+    )
+    end = end_rule(settings, allow_unfinished=allow_unfinished, required=require_finished)
+    witness_stores_need(policy, witness_stores)
+    agents = agent_keys(settings, agent_key_pairs)
+    return Trust(policy, end, agents, witness_stores, no_log_check, no_verify)
+
+
+def trust_options(f: Any) -> Any:
+    """``verify``'s trust flags, for the commands that take a run as the record (``run``,
+    ``diff``, ``batch``): the end rule, the log's and witnesses' keys, agent keys, witness
+    stores. Without a trusted log key such a command refuses the run (``unverified``)."""
+    for option in (WITNESS_STORE, AGENT_KEY, log_options, end_options):
+        f = option(f)
+    return f
+
+
+def no_verify_option(doing: str) -> Callable[[Any], Any]:
+    """``--no-verify``: take the run as it is, unverified; ``doing``: what the command does."""
+    return click.option(
+        "--no-verify",
+        is_flag=True,
+        help=f"{doing} without verifying: no trusted log key needed, nothing checked (said on "
+        "stderr). By default the run must verify as `verify` checks it, or it is refused "
+        "(exit 1, `unverified` without a trusted key).",
+    )
 
 
 def witness_stores_need(policy: LogPolicy | None, stores: tuple[str, ...]) -> None:

@@ -8,6 +8,10 @@ cosignature in every given witness store and to the sealed topic's newest checkp
 archiver committed past (when Kafka answers; else it says the topic was not compared). A run
 the archive does not hold is reported as *removed* when the topic's head places it below
 what the archiver committed, or when its log was rolled back, instead of "not found".
+
+:func:`verified_run` is the whole of ``replay verify``'s check (this, the witness stores,
+then ``verify``), shared by every command that takes a run as the record (``run``, ``diff``,
+``export --otel``): one without a trusted log key is refused as ``unverified`` (fail closed).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import click
+from rich.text import Text
 
+from tracevault._clitools import stderr
 from tracevault.archive import (
     LOST,
     Freshness,
@@ -29,12 +35,22 @@ from tracevault.archive import (
 from tracevault.archive.layout import quarantine_key
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, TraceVaultError
-from tracevault.replayer._cliopts import load, settings_of
-from tracevault.replayer._results import LoadedRun, VerifyReport
-from tracevault.replayer.load.log_policy import LogPolicy
+from tracevault.replayer._cliopts import Trust, load, settings_of
+from tracevault.replayer._records import LazyEvents
+from tracevault.replayer._results import LoadedRun, Record, VerifyReport
+from tracevault.replayer.load.log_policy import NOT_VERIFIED, LogPolicy, unverified_record
+from tracevault.replayer.load.verify import verify
+from tracevault.replayer.load.witnessed import with_witness_stores
 from tracevault.transparency import Checkpoint, split_note
 
-__all__ = ["CHECK", "Fresh", "load_fresh", "topic_tails"]
+__all__ = [
+    "CHECK",
+    "Fresh",
+    "load_fresh",
+    "the_record",
+    "topic_tails",
+    "verified_run",
+]
 
 CHECK = "L5 fresh"
 _LINE = (
@@ -106,6 +122,55 @@ def load_fresh(
             checkpoint=f"{rb.origin}@{rb.archived}",
         )
     return settings, run, Fresh(checked=True, notes=tuple(fresh.notes))
+
+
+def verified_run(
+    ctx: click.Context,
+    run_id: str,
+    source: str,
+    trust: Trust,
+    *,
+    doing: str | None = None,
+    rebuild: bool = False,
+) -> tuple[Settings, LoadedRun, VerifyReport]:
+    """Load ``run_id`` and verify it as ``replay verify`` does: L5 (``load_fresh``), the
+    witness stores' cosignatures, then ``verify`` with the log policy, end rule and agent
+    keys, in its one walk (``rebuild``: the events decoded there, ``report.events``).
+
+    ``doing`` (what ``--no-verify`` would do instead, e.g. ``"re-runs"``): the caller takes
+    the run as the record, so one with no trusted log key is refused, ``unverified``
+    (:class:`LogError`, exit 1), before anything is loaded. None (``verify``): such a run
+    is reported ``unverified``. A failed check raises ``ChainError``/``LogError``.
+    """
+    if doing is not None and trust.policy is None and not trust.chain_only:
+        raise unverified_record(run_id, doing)
+    settings, run, fresh = load_fresh(ctx, run_id, source, trust.policy, trust.witness_stores)
+    run = with_witness_stores(settings, run, trust.policy, trust.witness_stores)
+    with stderr.status(f"verifying {len(run)} events…"):
+        report = verify(
+            run,
+            rebuild=rebuild,
+            log=trust.policy,
+            end=trust.end,
+            chain_only=trust.chain_only,
+            agents=trust.agents,
+        )
+    return settings, run, fresh.annotate(report)
+
+
+def the_record(ctx: click.Context, run_id: str, source: str, trust: Trust, doing: str) -> Record:
+    """The run as the record: verified as ``verify`` does and decoded in its one walk
+    (:func:`verified_run`; ``doing`` names what ``--no-verify`` does instead), or, with
+    ``trust.skip`` (``--no-verify``), read lazily and unchecked, which stderr says."""
+    if not trust.skip:
+        settings, run, report = verified_run(ctx, run_id, source, trust, doing=doing, rebuild=True)
+        return Record(settings, run, report.events, report.head, report.status)
+    settings, run = load(ctx, run_id, source)
+    stderr.print(Text(NOT_VERIFIED.format(run=run_id), style="yellow bold"))
+    rows = run.records.rows
+    head = rows[-1]["hash"].hex() if rows else ""
+    events = LazyEvents([r["raw"] for r in rows])
+    return Record(settings, run, events, head, "not verified (--no-verify)")
 
 
 def _signed_origin(run: LoadedRun) -> str | None:

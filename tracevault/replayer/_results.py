@@ -28,6 +28,7 @@ __all__ = [
     "DivergenceReport",
     "LoadedRun",
     "NextCall",
+    "Record",
     "ReplayResult",
     "SegmentInfo",
     "StepSummary",
@@ -252,6 +253,21 @@ class VerifyReport:
             "chain_only": self.chain_only,
             "checkpoint": self.checkpoint,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A run a command takes as the record (``replay run``, ``diff``, ``export --otel``):
+    ``events`` decoded in ``verify``'s one walk, or read lazily and unchecked under
+    ``--no-verify``; ``head`` the chain's last hash (hex), ``status`` the verify report's
+    (``verified``, ...) or ``not verified (--no-verify)``. ``settings`` are the
+    ``Settings`` it was read with (they open its content)."""
+
+    settings: Any
+    run: LoadedRun
+    events: Sequence[TraceEvent]
+    head: str
+    status: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -107,17 +108,13 @@ def fork(
 
 
 def recurse(
-    settings: Settings,
-    run_id: str,
-    events: Any,
-    agent: Any,
-    source: str,
-    *,
-    no_verify: bool,
-    as_json: bool,
+    run_id: str, events: Any, agent: Any, load_child: Callable[[str], Any], *, as_json: bool
 ) -> None:
-    """``--recurse``: the run, then each sub-agent run it served, against its own record."""
-    tree = replay_tree(loader(settings, source, no_verify), events, agent)
+    """``--recurse``: the run, then each sub-agent run it served, against its own record.
+
+    ``load_child`` reads a sub-agent run's events by id, checked as the command checked
+    the run itself (``commands.run_cmd``: verified, or ``--no-verify``)."""
+    tree = replay_tree(load_child, events, agent)
     if as_json:
         echo_json(tree.to_json())
     else:
@@ -127,7 +124,8 @@ def recurse(
 
 
 def loader(settings: Settings, source: str, no_verify: bool) -> Any:
-    """Each run by id, from ``source``, verified unless ``no_verify``."""
+    """Each run by id, from ``source``, its chain checked unless ``no_verify`` (``show
+    --tree``, which says that only ``verify`` checks the signed log)."""
     kind: Any = "topic" if source == "topic" else "archive"
 
     def load(rid: str) -> Any:

@@ -264,7 +264,10 @@ def chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
     """A failed check as --json (exit 1, naming the seq and object) or raised for the CLI's
     error handler."""
     if as_json:
-        out = {"ok": False, "seq": exc.seq, "object": exc.obj, "error": str(exc)}
+        out: dict[str, object] = {"ok": False, "seq": exc.seq, "object": exc.obj}
+        if str(exc).startswith("unverified:"):  # no trusted key (log_policy.unverified_record)
+            out["status"] = "unverified"
+        out["error"] = str(exc)
         if isinstance(exc, LogError):
             out["checkpoint"] = exc.checkpoint
             # a failed signature or proof is the checkpoint's fault: name its object

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,18 +19,20 @@ from tracevault.replayer._cliopts import (
     JSON,
     NO_LOG_CHECK,
     WITNESS_STORE,
-    agent_keys,
+    Trust,
     end_options,
-    end_rule,
     load,
     log_options,
-    log_policy,
+    no_verify_option,
     parse_day,
     settings_of,
-    verify_policy,
-    witness_stores_need,
+    trust,
+    trust_options,
 )
-from tracevault.replayer._freshness import load_fresh
+from tracevault.replayer._freshness import (
+    the_record,
+    verified_run,
+)
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._views import (
     chain_failure,
@@ -45,13 +46,13 @@ from tracevault.replayer._views import (
 from tracevault.replayer.batch.command import batch_cmd
 from tracevault.replayer.batch.jobs import load_agent, runs_between
 from tracevault.replayer.export.bundle import export_bundle, verify_bundle
+from tracevault.replayer.export.otel import export_otel
 from tracevault.replayer.export.reveal import bundle_events, reveal_hook
 from tracevault.replayer.investigate.aligned_diff import align_runs, parse_ignore
 from tracevault.replayer.investigate.tree import run_tree
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.opened import opened
 from tracevault.replayer.load.source import load_run
-from tracevault.replayer.load.verify import verify
 from tracevault.replayer.load.witnessed import with_witness_stores
 
 __all__ = ["replay"]
@@ -211,11 +212,17 @@ def verify_cmd(
     """
     try:
         settings = settings_of(ctx)
-        policy = verify_policy(
-            settings, trusted_keys, witness_keys, min_witnesses, no_log_check=no_log_check
+        checks = trust(
+            settings,
+            trusted_keys=trusted_keys,
+            witness_keys=witness_keys,
+            min_witnesses=min_witnesses,
+            agent_key_pairs=agent_key_pairs,
+            witness_stores=witness_stores,
+            allow_unfinished=allow_unfinished,
+            require_finished=require_finished,
+            no_log_check=no_log_check,
         )
-        end = end_rule(settings, allow_unfinished=allow_unfinished, required=require_finished)
-        witness_stores_need(policy, witness_stores)
         if bundle is not None:
             if run_id is not None:
                 raise click.UsageError("give RUN_ID or --bundle, not both")
@@ -227,21 +234,15 @@ def verify_cmd(
             with stderr.status(f"checking bundle {bundle}…"):
                 report = verify_bundle(
                     bundle,
-                    log=policy,
-                    end=end,
+                    log=checks.policy,
+                    end=checks.end,
                     chain_only=no_log_check,
-                    agents=agent_keys(settings_of(ctx), agent_key_pairs),
+                    agents=checks.agents,
                 )
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
-            settings, run, fresh = load_fresh(ctx, run_id, source, policy, witness_stores)
-            run = with_witness_stores(settings, run, policy, witness_stores)
-            with stderr.status(f"verifying {len(run)} events…"):
-                agents = agent_keys(settings, agent_key_pairs)
-                report = fresh.annotate(
-                    verify(run, log=policy, end=end, chain_only=no_log_check, agents=agents)
-                )
+            _, _, report = verified_run(ctx, run_id, source, checks)
     except (ChainError, LogError) as exc:
         chain_failure(exc, as_json)
         return
@@ -281,12 +282,14 @@ def verify_cmd(
     "served their recorded result, or refused (exit 2) when the request differs.",
 )
 @click.option("--recurse", is_flag=True, help="Replay the sub-agent runs it served too.")
-@click.option("--no-verify", is_flag=True, help="Re-run even if the run does not verify.")
+@no_verify_option("Re-run the record")
 @FROM
+@trust_options
 @JSON
 @click.pass_context
 def run_cmd(
     ctx: click.Context,
+    /,
     *,
     run_id: str,
     agent_spec: str,
@@ -299,12 +302,17 @@ def run_cmd(
     no_verify: bool,
     source: str,
     as_json: bool,
+    **trust_flags: Any,
 ) -> None:
     """Re-run the agent with edges that serve the recorded responses; never the network.
 
     Exit 0 when the re-run matches the record (up to --until); exit 1 with a divergence
     report (seq, expected vs actual kind, JSON-path diff, what the record had next).
-    A run that does not verify is refused unless --no-verify.
+
+    The run is verified first, as `verify` does (the signed log with the trusted keys:
+    --trusted-key or TRACEVAULT_LOG_VKEYS, then the chain), in the same walk that decodes
+    it; one that does not verify is refused, exit 1 naming the check, and so is one with
+    no trusted key (`unverified`). --no-verify re-runs it unverified, knowingly.
 
     --keep-going reports every divergence. --until N shows the events served up to N and
     the call the agent asked for next. --until N --then live forks: the record up to N,
@@ -331,19 +339,28 @@ def run_cmd(
     if recurse and (until is not None or keep_going):
         raise click.UsageError("--recurse replays whole runs: drop --until/--keep-going")
     agent = load_agent(agent_spec)
-    settings, run = load(ctx, run_id, source)
-    if no_verify:
-        events: Any = LazyEvents([r["raw"] for r in run.records.rows])
-    else:
-        events = verify(run, rebuild=True).events  # decoded in verify's one walk (bench/)
-    events = opened(settings, events)
+    checks = trust(settings_of(ctx), no_verify=no_verify, **trust_flags)
+    try:
+        # verified and decoded in verify's one walk (bench/)
+        record = the_record(ctx, run_id, source, checks, "re-runs")
+    except (ChainError, LogError) as exc:
+        chain_failure(exc, as_json)
+        return
+    settings, events = record.settings, opened(record.settings, record.events)
     if then is not None and until is not None:
         run_modes.fork(settings, events, agent, agent_spec, until,
                        live_spec=live_spec, as_json=as_json, live_tools=tools_live)  # fmt: skip
         return
     if recurse:
-        run_modes.recurse(settings, run_id, events, agent, source,
-                          no_verify=no_verify, as_json=as_json)  # fmt: skip
+
+        def child(rid: str) -> Any:  # each sub-agent run checked as the run was
+            sub = the_record(ctx, rid, source, checks, "re-runs")
+            return opened(sub.settings, sub.events)
+
+        try:
+            run_modes.recurse(run_id, events, agent, child, as_json=as_json)
+        except (ChainError, LogError) as exc:
+            chain_failure(exc, as_json)
         return
     if keep_going:
         run_modes.keep_going(run_id, events, agent, as_json=as_json)
@@ -369,12 +386,14 @@ def run_cmd(
     metavar="PATH",
     help="Skip fields under this JSON path, e.g. '$.response.output.took' ([*] any index).",
 )
-@click.option("--no-verify", is_flag=True, help="Compare even if a run does not verify.")
+@no_verify_option("Compare the records")
 @FROM
+@trust_options
 @JSON
 @click.pass_context
 def diff_cmd(
     ctx: click.Context,
+    /,
     *,
     run_a: str,
     run_b: str,
@@ -383,6 +402,7 @@ def diff_cmd(
     no_verify: bool,
     source: str,
     as_json: bool,
+    **trust_flags: Any,
 ) -> None:
     """Every difference between two runs, aligned by kind, call site and ordinal.
 
@@ -390,23 +410,25 @@ def diff_cmd(
     and random draws differ between any two honest runs: --ignore them, and --ignore-path
     the fields they feed. Exit 0 when nothing else differs, 1 when something does.
 
+    Both runs are verified first, as `verify` does (with the trusted log keys); a run that
+    does not verify, or has no trusted key (`unverified`), is refused, exit 1 naming it.
+    --no-verify compares them unverified, knowingly.
+
     \b
     Example:
       tracevault replay diff run-42 run-43 --ignore clock,random \\
           --ignore-path '$.response.output.took'
     """
     kinds = parse_ignore(ignore)  # refuse a bad flag before loading anything
+    checks = trust(settings_of(ctx), no_verify=no_verify, **trust_flags)
     sides: list[Any] = []
-    for rid in (run_a, run_b):
-        settings, run = load(ctx, rid, source)
-        sides.append(
-            opened(
-                settings,
-                LazyEvents([r["raw"] for r in run.records.rows])
-                if no_verify
-                else verify(run, rebuild=True).events,
-            )
-        )
+    try:
+        for rid in (run_a, run_b):
+            record = the_record(ctx, rid, source, checks, "compares")
+            sides.append(opened(record.settings, record.events))
+    except (ChainError, LogError) as exc:
+        chain_failure(exc, as_json)
+        return
     result = align_runs(sides[0], sides[1], ignore=kinds, ignore_paths=ignore_paths)
     if as_json:
         echo_json(result.to_json())
@@ -446,13 +468,18 @@ def diff_cmd(
 @click.option("--reveal-to", metavar="KEY|@FILE",
               help="Add the run's data key sealed for this one recipient (keys generate "
               "--type recipient); without it the bundle is ciphertext only.")  # fmt: skip
+@click.option("--no-verify", is_flag=True,
+              help="With --otel: export the runs unverified (said on stderr); by default each "
+              "must verify with a trusted log key, or it is refused (exit 1).")  # fmt: skip
 @FROM
 @log_options
+@AGENT_KEY
 @WITNESS_STORE
 @JSON
 @click.pass_context
 def export_cmd(
     ctx: click.Context,
+    /,
     run_ids: tuple[str, ...],
     out_dir: Path | None,
     otel: bool,
@@ -462,12 +489,10 @@ def export_cmd(
     until_: str | None,
     cosigned: tuple[Path, ...],
     reveal_to: str | None,
+    no_verify: bool,
     source: str,
-    trusted_keys: tuple[str, ...],
-    witness_keys: tuple[str, ...],
-    min_witnesses: int | None,
-    witness_stores: tuple[str, ...],
     as_json: bool,
+    **trust_flags: Any,
 ) -> None:
     """Write a self-contained evidence bundle: raw bytes, events, chain, receipts, schemas.
 
@@ -475,8 +500,10 @@ def export_cmd(
     a C2SP tlog-proof per event and the checkpoint when the source has them. Check the
     bundle anywhere with `verify --bundle DIR --trusted-key K`. An encrypted run's bundle is
     ciphertext only; --reveal-to KEY adds its data key sealed for one recipient (`show
-    --bundle DIR --recipient-key FILE`). With --otel, verified runs become OpenTelemetry
-    GenAI spans to --endpoint or -o FILE (README "Seeing runs in Phoenix or Jaeger").
+    --bundle DIR --recipient-key FILE`). With --otel, runs become OpenTelemetry GenAI
+    spans to --endpoint or -o FILE (README "Seeing runs in Phoenix or Jaeger"), each
+    verified first as `verify` does: one that does not verify, or has no trusted log key
+    (`unverified`), is refused, exit 1; --no-verify exports them unverified, knowingly.
 
     \b
     Example:
@@ -485,24 +512,20 @@ def export_cmd(
       tracevault replay export run-42 --otel --endpoint http://localhost:4318
       tracevault replay export --otel --since 2026-11-01 -o november.json
     """
-    if otel:
-        if reveal_to:
-            raise ConfigError("--reveal-to adds a key to a bundle: drop --otel")
-        first = parse_day(since, "--since")
-        if first is not None:
-            last = parse_day(until_, "--until") or datetime.now(UTC).date()
-            run_ids = (*run_ids, *runs_between(settings_of(ctx), first, last))
-        if not run_ids:
-            raise ConfigError("--otel needs RUN_ID... or --since DAY (no run to export)")
-        _export_otel(ctx, run_ids, out_dir, endpoint, content, source, as_json)
-        return
-    if len(run_ids) != 1 or out_dir is None or endpoint or content or since or until_:
-        raise ConfigError("export writes one run's bundle: RUN_ID -o DIR (--endpoint, "
-                          "--content, --since need --otel)")  # fmt: skip
-    (run_id,) = run_ids
     settings = settings_of(ctx)
-    policy = log_policy(settings, trusted_keys, witness_keys, min_witnesses)
-    witness_stores_need(policy, witness_stores)
+    checks = trust(settings, no_verify=no_verify, **trust_flags)
+    if otel:
+        _otel(ctx, run_ids, (since, until_), source, checks, out=out_dir, endpoint=endpoint,
+              content=content, reveal_to=reveal_to, as_json=as_json)  # fmt: skip
+        return
+    if (
+        len(run_ids) != 1 or out_dir is None or endpoint or content or since or until_
+        or no_verify or trust_flags["agent_key_pairs"]
+    ):  # fmt: skip
+        raise ConfigError("export writes one run's bundle: RUN_ID -o DIR (--endpoint, "
+                          "--content, --since, --no-verify, --agent-key need --otel)")  # fmt: skip
+    (run_id,) = run_ids
+    policy, witness_stores = checks.policy, checks.witness_stores
     store = open_store(settings.archive_url, settings) if source == "archive" else None
     try:
         with stderr.status(f"loading {run_id} from the {source}…"):
@@ -533,53 +556,40 @@ def export_cmd(
         stdout.print(f"[green]exported[/] {report.count} events of {run_id} to {out_dir}")
 
 
-def _export_otel(
+def _otel(
     ctx: click.Context,
     run_ids: tuple[str, ...],
+    window: tuple[str | None, str | None],
+    source: str,
+    checks: Trust,
+    *,
     out: Path | None,
     endpoint: str | None,
     content: bool,
-    source: str,
+    reveal_to: str | None,
     as_json: bool,
 ) -> None:
-    """Verify each run, then send or write one OTLP request holding all of them."""
-    if (out is None) == (endpoint is None):
-        raise ConfigError("--otel needs exactly one of --endpoint URL or -o FILE.json")
-    # The exporter needs the `otel` extra: imported only when asked for.
-    from tracevault.integrations.otel import (  # noqa: PLC0415
-        ExportedRun,
-        child_runs,
-        otlp_json,
-        otlp_request,
-        send_otlp,
-    )
-
-    runs = []
-    todo, seen = list(run_ids), set(run_ids)
-    while todo:  # each run, then the sub-agent runs it started: one trace per tree
-        run_id = todo.pop(0)
-        settings, loaded = load(ctx, run_id, source)
-        report = verify(loaded)
-        hashes = {r.seq: r.hash for r in loaded.records}
-        # Content is exported only with --content: only then does it need the run's key.
-        events = opened(settings, report.events) if content else metadata_only(report.events)
-        runs.append(ExportedRun(run_id, events, hashes, report.head, report.status))
-        children = [c for c in child_runs(events) if c not in seen]
-        seen.update(children)
-        todo.extend(children)
-    request = otlp_request(runs, content=content)
-    spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-    if endpoint is not None:
-        target = send_otlp(request, endpoint)
-    else:
-        assert out is not None
-        out.write_text(json.dumps(otlp_json(request), indent=1) + "\n", encoding="utf-8")
-        target = str(out)
-    if as_json:
-        exported = [r.run_id for r in runs]
-        echo_json({"runs": exported, "spans": spans, "to": target, "content": content})
-    else:
-        stdout.print(f"[green]exported[/] {spans} spans of {len(runs)} run(s) to {target}")
+    """``export --otel``: the runs named and those archived in ``window`` (``--since``,
+    ``--until``), each taken as the record (``the_record``: verified, or ``--no-verify``)."""
+    if reveal_to:
+        raise ConfigError("--reveal-to adds a key to a bundle: drop --otel")
+    first = parse_day(window[0], "--since")
+    if first is not None:
+        last = parse_day(window[1], "--until") or datetime.now(UTC).date()
+        run_ids = (*run_ids, *runs_between(settings_of(ctx), first, last))
+    if not run_ids:
+        raise ConfigError("--otel needs RUN_ID... or --since DAY (no run to export)")
+    try:
+        export_otel(
+            lambda rid: the_record(ctx, rid, source, checks, "exports"),
+            run_ids,
+            out=out,
+            endpoint=endpoint,
+            content=content,
+            as_json=as_json,
+        )
+    except (ChainError, LogError) as exc:
+        chain_failure(exc, as_json)
 
 
 replay.add_command(batch_cmd)

@@ -7,17 +7,29 @@ from __future__ import annotations
 import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
+from rich.text import Text
 
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.errors import ConfigError
-from tracevault.replayer._cliopts import JSON, parse_day, settings_of
-from tracevault.replayer._views import progress_bar
+from tracevault.replayer._cliopts import (
+    AGENT_KEY,
+    JSON,
+    end_options,
+    log_options,
+    no_verify_option,
+    parse_day,
+    settings_of,
+    trust,
+)
+from tracevault.replayer._views import chain_failure, progress_bar
 from tracevault.replayer.batch._dask import DaskEngine
 from tracevault.replayer.batch._junit import junit_xml
 from tracevault.replayer.batch._view import print_batch
-from tracevault.replayer.batch.jobs import run_batch
+from tracevault.replayer.batch.jobs import BatchChecks, run_batch
+from tracevault.replayer.load.log_policy import NOT_VERIFIED, unverified_record
 
 __all__ = ["batch_cmd"]
 
@@ -58,10 +70,15 @@ __all__ = ["batch_cmd"]
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write JUnit XML: a test per run.",
 )
+@no_verify_option("Re-run the records")
+@end_options
+@log_options
+@AGENT_KEY
 @JSON
 @click.pass_context
 def batch_cmd(
     ctx: click.Context,
+    /,
     *,
     agent_spec: str,
     source: str,
@@ -73,7 +90,9 @@ def batch_cmd(
     chunk_size: int | None,
     ship_credentials: bool,
     junit_file: Path | None,
+    no_verify: bool,
     as_json: bool,
+    **trust_flags: Any,
 ) -> None:
     """Replay every run archived in a window; exit 1 if any diverged.
 
@@ -81,6 +100,12 @@ def batch_cmd(
     by their first divergence (kind, JSON path). Workers read the archive directly
     (no Kafka); on a Dask cluster each worker needs tracevault and the agent's
     module importable (docs/replay-batch.md).
+
+    Each run is verified first, as `verify` does, with the trusted log keys
+    (--trusted-key or TRACEVAULT_LOG_VKEYS): one that does not verify is
+    `verify_failed`. Without a trusted key the batch is refused (`unverified`, exit 1);
+    --no-verify re-runs the records unverified, knowingly. Witness cosignatures are
+    not read here (`verify --witness-store` reads them).
 
     \b
     Examples:
@@ -97,6 +122,11 @@ def batch_cmd(
         raise ConfigError("--engine dask needs --address tcp://HOST:PORT and takes no --workers")
     if engine == "local" and address is not None:
         raise ConfigError("--address needs --engine dask")
+    checks = trust(settings, no_verify=no_verify, **trust_flags)
+    if checks.policy is None and not no_verify:
+        chain_failure(unverified_record(None, "re-runs"), as_json)
+    if no_verify:
+        stderr.print(Text(NOT_VERIFIED.format(run="of the batch"), style="yellow bold"))
     with contextlib.ExitStack() as stack:
         runner = None
         if engine == "dask":
@@ -116,6 +146,7 @@ def batch_cmd(
             ship_credentials=ship_credentials,
             on_item=lambda _: progress.advance(task, 1),
             on_total=lambda n: progress.update(task, total=n),
+            checks=BatchChecks(checks.policy, checks.end, checks.agents, skip=no_verify),
         )
     if junit_file is not None:
         junit_file.write_bytes(junit_xml(report))

@@ -31,16 +31,20 @@ from urllib.parse import urlsplit
 
 from tracevault.archive import ObjectStore, open_store, runs_on_day
 from tracevault.config import Settings
-from tracevault.errors import ChainError, ConfigError
+from tracevault.errors import ChainError, ConfigError, LogError
+from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import ReplayResult
 from tracevault.replayer.batch._report import BatchItem, BatchReport
 from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.log_policy import EndRule, LogPolicy, unverified_record
 from tracevault.replayer.load.opened import opened
 from tracevault.replayer.load.verify import verify
 from tracevault.replayer.rerun.replay import areplay, replay
+from tracevault.transparency import AgentKeys
 
 __all__ = [
     "ArchiveAccess",
+    "BatchChecks",
     "BatchItem",
     "BatchReport",
     "Engine",
@@ -133,6 +137,19 @@ class S3Credentials:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchChecks:
+    """How a worker verifies each run before re-running it: ``replay verify``'s policy, end
+    rule and agent keys (they pickle: public keys and plain values), or nothing
+    (``skip``, ``--no-verify``). ``log`` None without ``skip`` never reaches a worker: the
+    batch is refused as ``unverified`` first (``batch.command``)."""
+
+    log: LogPolicy | None = None
+    end: EndRule = field(default_factory=EndRule)
+    agents: AgentKeys | None = None
+    skip: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ArchiveAccess:
     """Everything a worker needs to open the archive, as plain values that travel anywhere.
 
@@ -152,9 +169,16 @@ class ArchiveAccess:
     kms_endpoint_url: str | None = None
     kms_region: str = "us-east-1"
     tenant: str = "default"
+    checks: BatchChecks = field(default_factory=BatchChecks)
 
     @classmethod
-    def of(cls, settings: Settings, *, ship_credentials: bool = False) -> ArchiveAccess:
+    def of(
+        cls,
+        settings: Settings,
+        *,
+        ship_credentials: bool = False,
+        checks: BatchChecks | None = None,
+    ) -> ArchiveAccess:
         s3 = urlsplit(settings.archive_url).scheme == "s3"
         return cls(
             settings.archive_url,
@@ -167,6 +191,7 @@ class ArchiveAccess:
             settings.kms_endpoint_url,
             settings.kms_region,
             settings.tenant,
+            checks or BatchChecks(),
         )
 
     def content_settings(self) -> Settings:
@@ -215,26 +240,42 @@ def lost(run_ids: Sequence[str], exc: BaseException, where: str) -> list[BatchIt
 
 def _failed(run_id: str, exc: BaseException, started: float) -> BatchItem:
     took = time.perf_counter() - started
-    if isinstance(exc, ChainError):
+    if isinstance(exc, ChainError | LogError):
         return BatchItem(run_id, "verify_failed", 0, 0, exc.seq, exc.obj, str(exc), seconds=took)
     return BatchItem(run_id, "error", detail=f"{type(exc).__name__}: {exc}", seconds=took)
 
 
 def _replay_one(
-    store: ObjectStore, run_id: str, agent: Callable[..., Any], keys: Settings
+    store: ObjectStore,
+    run_id: str,
+    agent: Callable[..., Any],
+    keys: Settings,
+    checks: BatchChecks,
 ) -> BatchItem:
-    """Load, verify and re-run one run; every failure becomes an item, never an exception."""
+    """Load, verify (as ``replay verify`` does, with ``checks``) and re-run one run; every
+    failure becomes an item, never an exception."""
     started = time.perf_counter()
     try:
         run = load_from_archive(store, run_id)
-        try:
-            report = verify(run)
-        except ChainError as exc:
-            took = time.perf_counter() - started
-            return BatchItem(
-                run_id, "verify_failed", len(run), 0, exc.seq, exc.obj, str(exc), seconds=took
-            )
-        result = replay_with(opened(keys, report.events), agent, None)
+        if checks.skip:
+            events: Any = LazyEvents([r["raw"] for r in run.records.rows])
+            count = len(run)
+        else:
+            try:
+                report = verify(
+                    run, rebuild=True, log=checks.log, end=checks.end, agents=checks.agents
+                )
+            except (ChainError, LogError) as exc:
+                took = time.perf_counter() - started
+                return BatchItem(
+                    run_id, "verify_failed", len(run), 0, exc.seq, exc.obj, str(exc), seconds=took
+                )
+            if not report.ok:  # no trusted key: refused by the command before any worker
+                took = time.perf_counter() - started
+                detail = str(unverified_record(run_id, "re-runs"))
+                return BatchItem(run_id, "verify_failed", len(run), detail=detail, seconds=took)
+            events, count = report.events, report.count
+        result = replay_with(opened(keys, events), agent, None)
     except Exception as exc:  # an agent bug must not take the batch down
         return _failed(run_id, exc, started)
     except (SystemExit, GeneratorExit) as exc:  # an agent calling sys.exit() neither
@@ -243,9 +284,9 @@ def _replay_one(
     if result.divergence is not None:
         d = result.divergence
         return BatchItem(
-            run_id, "diverged", report.count, result.steps, d.seq, None, d.reason, d.to_json(), took
+            run_id, "diverged", count, result.steps, d.seq, None, d.reason, d.to_json(), took
         )
-    return BatchItem(run_id, "ok", report.count, result.steps, seconds=took)
+    return BatchItem(run_id, "ok", count, result.steps, seconds=took)
 
 
 def replay_chunk(access: ArchiveAccess, run_ids: Sequence[str], agent_spec: str) -> list[BatchItem]:
@@ -262,7 +303,7 @@ def replay_chunk(access: ArchiveAccess, run_ids: Sequence[str], agent_spec: str)
         return [_failed(rid, exc, started) for rid in run_ids]
     try:
         keys = access.content_settings()
-        return [_replay_one(store, rid, agent, keys) for rid in run_ids]
+        return [_replay_one(store, rid, agent, keys, access.checks) for rid in run_ids]
     finally:
         store.close()
 
@@ -364,14 +405,20 @@ def run_batch(
     ship_credentials: bool = False,
     on_item: Callable[[BatchItem], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    checks: BatchChecks | None = None,
 ) -> BatchReport:
     """Replay every run archived between ``since`` and ``until`` (UTC days, inclusive).
 
     ``engine`` runs the tasks (default: :class:`LocalEngine` with ``workers`` processes).
+    ``checks``: how each run is verified first (default: the deployment's trusted log keys,
+    ``LogPolicy.of(settings)``; without one every run is ``verify_failed``, unverified).
     """
     load_agent(agent_spec)  # a bad --agent is a usage error before any worker starts
     eng: Engine = engine if engine is not None else LocalEngine(workers)
-    access = ArchiveAccess.of(settings, ship_credentials=ship_credentials)
+    if checks is None:
+        agents = AgentKeys.from_setting(settings.agent_vkeys)
+        checks = BatchChecks(LogPolicy.of(settings), agents=agents)
+    access = ArchiveAccess.of(settings, ship_credentials=ship_credentials, checks=checks)
     run_ids = runs_between(settings, since, until)
     chunks = chunked(run_ids, eng.parallelism, chunk_size)
     log.info(

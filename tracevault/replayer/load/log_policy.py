@@ -40,6 +40,7 @@ from tracevault.transparency import (
 
 __all__ = [
     "CHAIN_ONLY",
+    "NOT_VERIFIED",
     "UNVERIFIED",
     "EndRule",
     "LogPolicy",
@@ -47,6 +48,7 @@ __all__ = [
     "check_origin",
     "last_event",
     "run_evidence",
+    "unverified_record",
 ]
 
 #: Why a verify without a trusted log key fails (exit 1, status ``unverified``).
@@ -56,11 +58,36 @@ UNVERIFIED = (
     "Give --trusted-key VKEY|@FILE or set TRACEVAULT_LOG_VKEYS (`tracevault keys show "
     "log.key` prints the vkey); --no-log-check checks the chain alone"
 )
+
+
+def unverified_record(run_id: str | None, doing: str) -> LogError:
+    """Why ``replay run``/``diff``/``batch``/``export --otel`` refuse a run no trusted log key
+    checked (the run's status is ``unverified``, exit 1): ``doing`` is what ``--no-verify``
+    then does (``"re-runs"``, ``"compares"``, ``"exports"``). ``run_id`` None: every run
+    (a batch)."""
+    what = f"run {run_id} was" if run_id is not None else "the runs were"
+    return LogError(
+        f"unverified: {what} not checked against the signed log (no trusted log key was "
+        "given), so it is not the record: anyone who can write the store or the topic can "
+        "rewrite a run and re-chain it. Give --trusted-key VKEY|@FILE or set "
+        "TRACEVAULT_LOG_VKEYS (`tracevault keys show log.key` prints the vkey); --no-verify "
+        f"{doing} it unverified, knowingly",
+        run=run_id,
+    )
+
+
 #: What ``--no-log-check`` means, printed every time it is used.
 CHAIN_ONLY = (
     "--no-log-check: the signed log was NOT checked. Only the hash chain was: it shows the "
     "records agree with each other, and proves nothing against whoever can write the store "
     "or the topic (altered, removed or added events re-chain with plain SHA-256)"
+)
+
+#: What ``--no-verify`` (``replay run``, ``diff``, ``batch``, ``export --otel``) means, printed
+#: every time it is used; ``{run}`` is the run id.
+NOT_VERIFIED = (
+    "--no-verify: run {run} was NOT verified: neither its signed log nor its hash chain was "
+    "checked, so it is taken as the store holds it, which is not evidence of what happened"
 )
 
 
