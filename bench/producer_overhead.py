@@ -17,9 +17,13 @@ Against a live broker (``--bootstrap``, default ``$KAFKA_BOOTSTRAP_SERVERS`` or
 
 With ``--agent-identity`` every Recorder signs its chain with an agent key (docs/identity.md):
 the note every ``--attest-every`` events (default 64), in RUN_STARTED and RUN_FINISHED. The
-same Recorder without the key is measured too, in the same process, its throughput rounds
-alternating with the keyed ones: ``added_by_identity_us`` (median overhead with the key minus
-without, also in units of one raw produce call) and ``identity_vs_without``.
+same Recorder without the key is measured too, in the same process: its calls alternate call
+by call with the keyed ones, each Recorder on its own Publisher, for ``added_by_identity_us``
+(median with the key minus without, also in units of one raw produce call; before 12-02 the
+two were timed in two phases, one after the other, and the drift between them read as
+identity's cost); ``publisher_added_us`` is what identity adds per event to the Publisher's
+thread (the encoder timed alone); its throughput rounds alternate with the keyed ones for
+``identity_vs_without``.
 
 Prints progress lines as JSON, and last one JSON object with ``median_overhead_us``,
 ``p99_overhead_us``, ``events_per_s``, ``baseline_events_per_s``, ``throughput_ratio``,
@@ -90,15 +94,82 @@ def quantile(xs: list[int], q: float) -> float:
 AGENT_KEY: list[Ed25519Signer] = []  # set by --agent-identity
 
 
-def _recorder(publisher: Publisher) -> Recorder:
+def _recorder(publisher: Publisher, keyed: bool | None = None) -> Recorder:
+    """A Recorder of the bench's tool; with the agent key when ``--agent-identity`` (or
+    ``keyed`` says so)."""
+    key = AGENT_KEY[0] if AGENT_KEY and keyed is not False else None
     return Recorder(
         publisher=publisher,
         agent_id="bench",
         agent_version="1",
         tools={"t": tool},
         input=None,
-        agent_key=AGENT_KEY[0] if AGENT_KEY else None,
+        agent_key=key,
     )
+
+
+def bench_identity_latency(pub_id: Publisher, pub_plain: Publisher, calls: int) -> dict[str, float]:
+    """The Recorder with and without the agent key, alternating call by call, each with its
+    own Publisher (as ``recorder_encrypted.py`` compares encrypted and plain): what identity
+    adds on the agent's thread, free of the drift between two phases. What it adds on the
+    Publisher's thread (the chain link, a note every ``--attest-every`` events) is timed
+    apart, per event, through each Recorder's encoder."""
+    keyed, plain = _recorder(pub_id, True), _recorder(pub_plain, False)
+    bare: list[int] = []
+    edge: list[int] = []
+    edge_plain: list[int] = []
+    clock = time.perf_counter_ns
+    with keyed, plain:
+        for i in range(2000):  # warm up
+            keyed.tool("t", ARGS[i % VARIANTS])
+            plain.tool("t", ARGS[i % VARIANTS])
+        for i in range(calls):
+            # which of the two goes first swaps every call: the second of two calls in a
+            # row finds more of the first's state in the caches
+            first, second, out1, out2 = (
+                (keyed, plain, edge, edge_plain) if i & 1 else (plain, keyed, edge_plain, edge)
+            )
+            args = ARGS[i % VARIANTS]
+            t0 = clock()
+            tool(args)
+            t1 = clock()
+            first.tool("t", args)
+            t2 = clock()
+            second.tool("t", args)
+            t3 = clock()
+            bare.append(t1 - t0)
+            out1.append(t2 - t1)
+            out2.append(t3 - t2)
+    pub_id.flush(60)
+    pub_plain.flush(60)
+    return {
+        "median_overhead_us": quantile(edge, 0.5) - quantile(bare, 0.5),
+        "without_identity_median_overhead_us": quantile(edge_plain, 0.5) - quantile(bare, 0.5),
+        "added_by_identity_us": quantile(edge, 0.5) - quantile(edge_plain, 0.5),
+        "publisher_added_us": _encode_us(pub_id.settings, True)
+        - _encode_us(pub_id.settings, False),
+    }
+
+
+def _encode_us(settings: Settings, keyed: bool, n: int = 6400) -> float:
+    """µs per event of a fresh Recorder's encoder (what its Publisher's thread runs), notes
+    included; median of 5 passes over ``n`` events, the run started afresh each pass."""
+    at = time.time_ns() // 1000
+    passes = []
+    for _ in range(5):
+        rec = _recorder(Publisher(settings), keyed)  # never started: only its encoder runs
+        encode = rec._encode
+        items = []
+        for seq in range(n):
+            args = ARGS[seq % VARIANTS]
+            req = canonical_json({"tool": "t", "args": args})
+            resp = canonical_json(tool(args))
+            items.append((seq, EventKind.TOOL_CALL, at, req, resp, *(None,) * 5, 3, None))
+        t0 = time.perf_counter_ns()
+        for f in items:
+            encode(f)
+        passes.append((time.perf_counter_ns() - t0) / n / 1000)
+    return statistics.median(passes)
 
 
 def bench_latency(publisher: Publisher, calls: int) -> dict[str, float]:
@@ -218,11 +289,10 @@ def main() -> None:
             latency = bench_latency(publisher, opts.calls)
             print(json.dumps({"phase": "latency", **latency}), flush=True)
             keys = list(AGENT_KEY)
-            if keys:  # the same Recorder without the key, in the same process and minutes
-                AGENT_KEY.clear()
-                plain_latency = bench_latency(publisher, opts.calls)
-                AGENT_KEY.extend(keys)
-                print(json.dumps({"phase": "latency without identity", **plain_latency}))
+            if keys:  # the same Recorder without the key, call by call, in the same minutes
+                with Publisher(settings) as pub_plain:
+                    identity = bench_identity_latency(publisher, pub_plain, opts.calls)
+                print(json.dumps({"phase": "identity latency, alternating", **identity}))
             rec_rates: list[float] = []
             base_rates: list[float] = []
             plain_rates: list[float] = []
@@ -248,7 +318,6 @@ def main() -> None:
                 except Exception as exc:
                     print(json.dumps({"cleanup_error": str(exc)}))
     events_per_s = statistics.median(rec_rates)
-    added = latency["median_overhead_us"] - plain_latency["median_overhead_us"] if keys else 0.0
     baseline = statistics.median(base_rates)
     print(
         json.dumps(
@@ -268,12 +337,13 @@ def main() -> None:
                 **(
                     {
                         "without_identity_median_overhead_us": round(
-                            plain_latency["median_overhead_us"], 2
+                            identity["without_identity_median_overhead_us"], 2
                         ),
-                        "added_by_identity_us": round(added, 2),
+                        "added_by_identity_us": round(identity["added_by_identity_us"], 2),
                         "added_by_identity_vs_produce": round(
-                            added / latency["produce_median_us"], 3
+                            identity["added_by_identity_us"] / latency["produce_median_us"], 3
                         ),
+                        "publisher_added_us": round(identity["publisher_added_us"], 2),
                         "without_identity_events_per_s": round(statistics.median(plain_rates)),
                         "identity_vs_without": round(
                             events_per_s / statistics.median(plain_rates), 3
