@@ -30,7 +30,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from producer_overhead import ARGS, VARIANTS, options, quantile, tool
+from producer_overhead import ARGS, VARIANTS, options, paired_calls, quantile, tool
 
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
@@ -51,31 +51,8 @@ def bench_latency(pub_enc: Publisher, pub_plain: Publisher, calls: int) -> dict[
     """Bare call, plaintext edge and encrypted edge, alternating call by call; and what
     sealing adds to an event's encoding on the Publisher's thread (encrypted minus plain)."""
     enc, plain = _recorder(pub_enc), _recorder(pub_plain)
-    bare: list[int] = []
-    edge: list[int] = []
-    edge_plain: list[int] = []
-    clock = time.perf_counter_ns
     with enc, plain:
-        for i in range(2000):  # warm up
-            enc.tool("t", ARGS[i % VARIANTS])
-            plain.tool("t", ARGS[i % VARIANTS])
-        for i in range(calls):
-            # which of the two goes first swaps every call: the second of two calls in a
-            # row finds more of the first's state in the caches
-            first, second, out1, out2 = (
-                (enc, plain, edge, edge_plain) if i & 1 else (plain, enc, edge_plain, edge)
-            )
-            args = ARGS[i % VARIANTS]
-            t0 = clock()
-            tool(args)
-            t1 = clock()
-            first.tool("t", args)
-            t2 = clock()
-            second.tool("t", args)
-            t3 = clock()
-            bare.append(t1 - t0)
-            out1.append(t2 - t1)
-            out2.append(t3 - t2)
+        bare, edge, edge_plain = paired_calls(enc, plain, calls)
         encode_enc, encode_plain = _encode_ns(enc), _encode_ns(plain)
     pub_enc.flush(60)
     pub_plain.flush(60)
