@@ -106,6 +106,11 @@ class RunKeyStore(abc.ABC):
             )
         return wrapped
 
+    def is_erased(self, run_id: str, ref: WrappedKey) -> bool:
+        """True when ``run_id``'s entry is a tombstone (erased before); False otherwise."""
+        data = self._get(entry_name(ref.tenant, ref.subject, run_id))
+        return data is not None and b'"erased"' in data
+
     def erase(
         self, tenant: str, subject: str | None, run_id: str | None, *, when: str, reason: str
     ) -> list[str]:

@@ -13,6 +13,13 @@ Runs recorded by format 1 (the wrapped key inline in RUN_STARTED) go only with t
 wraps them: ``--run`` of such a run under a subject destroys that subject's KEK (the output
 says so), and under the tenant's own KEK is refused (exit 2, naming ``--tenant``).
 
+``--run`` binds to evidence first (docs/confidentiality.md, "Erasure binds to a verified
+run"): the run must verify as ``replay verify`` checks it (trusted log key, agent keys, fail
+closed: ``unverified`` is refused, exit 1), and its wrapped data key must open under the very
+key about to be destroyed (the subject's or the tenant's KEK, through the run-key store for
+format 2): a run anyone wrote to ``raw`` naming another tenant's or subject's reference would
+otherwise aim the erasure at them. Refused, nothing is destroyed.
+
 The erasure is evidence too: an **erasure record**, a run of its own (agent ``tracevault-erase``,
 recorded in clear) naming what was erased (tenant, subject reference, run, KEK ids, run-key
 entries, provider), when, why (``--reason``) and by whom (``--by``), published to ``raw`` like
@@ -41,11 +48,11 @@ from tracevault.content import (
     subject_ref,
     wrapped_key_of,
 )
-from tracevault.errors import ConfigError, NotFoundError
+from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError, NotFoundError
 from tracevault.producer import Publisher, Recorder
-from tracevault.replayer._cliopts import FROM, JSON
+from tracevault.replayer._cliopts import FROM, JSON, trust
+from tracevault.replayer._freshness import verified_run
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer.load.source import load_run
 
 __all__ = ["ERASE_AGENT", "erase"]
 
@@ -54,7 +61,13 @@ ERASE_AGENT = "tracevault-erase"
 
 
 def _target(
-    settings: Settings, run_id: str | None, subject: str | None, tenant: str | None, source: str
+    ctx: click.Context,
+    settings: Settings,
+    run_id: str | None,
+    subject: str | None,
+    tenant: str | None,
+    *,
+    source: str,
 ) -> tuple[str, str | None, WrappedKey | None]:
     """(tenant, subject reference or None, the run's key reference for --run)."""
     given = [n for n, v in (("--run", run_id), ("--subject", subject)) if v is not None]
@@ -63,8 +76,7 @@ def _target(
     if run_id is not None:
         if tenant is not None:
             raise ConfigError("erase --run finds the run's tenant in its record: drop --tenant")
-        run = load_run(settings, run_id, source="topic" if source == "topic" else "archive")
-        wrapped = wrapped_key_of(LazyEvents([r["raw"] for r in run.records.rows[:1]]))
+        wrapped = _verified_reference(ctx, settings, run_id, source)
         if wrapped is None:
             raise ConfigError(
                 f"run {run_id} was recorded in clear (no key provider): there is no key whose "
@@ -81,6 +93,54 @@ def _target(
         return wrapped.tenant, wrapped.subject, wrapped
     t = tenant or settings.tenant
     return t, None if subject is None else subject_ref(t, subject), None
+
+
+def _verified_reference(
+    ctx: click.Context, settings: Settings, run_id: str, source: str
+) -> WrappedKey | None:
+    """The key reference of ``run_id``'s RUN_STARTED, once the run verifies as ``replay
+    verify`` checks it (the deployment's trusted log key and agent keys): an unverified run
+    is refused (exit 1) before anything is destroyed, for its RUN_STARTED names the keys."""
+    checks = trust(settings)
+    if checks.policy is None:
+        raise LogError(
+            f"erase refused: run {run_id} is unverified (no trusted log key: set "
+            "TRACEVAULT_LOG_VKEYS): its RUN_STARTED, which names the tenant and subject whose "
+            "key would be destroyed, is not proven to be the record; nothing was erased",
+            run=run_id,
+        )
+    meta = ctx.find_root().meta
+    meta.setdefault("replay.archive_url", settings.archive_url)
+    meta.setdefault("replay.s3_endpoint_url", settings.s3_endpoint_url)
+    try:
+        _, run, _ = verified_run(ctx, run_id, source, checks, doing="erases")
+    except (ChainError, LogError) as exc:
+        raise LogError(
+            f"erase refused: run {run_id} does not verify ({exc}); nothing was erased", run=run_id
+        ) from None
+    return wrapped_key_of(LazyEvents([r["raw"] for r in run.records.rows[:1]]))
+
+
+def _opens(provider: KeyProvider, store: RunKeyStore, run_id: str, wrapped: WrappedKey) -> None:
+    """Refuse unless ``run_id``'s wrapped data key opens under the key ``erase`` destroys.
+
+    A RUN_STARTED is only a claim about which tenant and subject a run belongs to: the proof is
+    that the subject's (or tenant's) KEK unwraps the run's data key for this run. A format-2
+    entry already erased is left to ``_destroy`` (nothing live: "already erased", exit 3).
+    """
+    who = f"run {run_id} ({wrapped.describe()})"
+    try:
+        if wrapped.stored:
+            if store.is_erased(run_id, wrapped):
+                return
+            wrapped = store.get(run_id, wrapped)
+        provider.unwrap(wrapped, run_id)
+    except ContentKeyError as exc:
+        raise ContentKeyError(
+            f"erase refused: {who}: its wrapped data key does not open under the key it names, "
+            f"so the run is not proven to belong to that tenant or subject ({exc}); nothing "
+            "was erased"
+        ) from None
 
 
 def _record(settings: Settings, erasure: dict[str, Any]) -> str:
@@ -176,9 +236,11 @@ def erase(
         raise ConfigError(
             "erase needs the key provider that holds the keys: set TRACEVAULT_KEY_PROVIDER"
         )
-    target = _target(settings, run_id, subject, tenant, source)
-    tenant_of, ref, _ = target
+    target = _target(ctx, settings, run_id, subject, tenant, source=source)
+    tenant_of, ref, wrapped = target
     store = open_key_store(settings)
+    if run_id is not None and wrapped is not None:
+        _opens(provider, store, run_id, wrapped)
     when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     keks, entries = _destroy(provider, store, target, run_id, when=when, reason=reason)
     erasure = {
