@@ -43,6 +43,10 @@ _TYPES = {
 }
 
 
+#: ``keys show``'s type of an Ed25519 key: a log's and an agent's look alike
+ED25519 = "ed25519"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def keys() -> None:
     """Make the log's and witnesses' signing keys and recipients' keys; print public keys.
@@ -171,9 +175,11 @@ def _parse_any(text: str, source: str) -> tuple[str, Ed25519Verifier | Cosignatu
             return "witness", CosignatureSigner.from_skey(text).verifier
         return "witness", parse_witness_vkey(text)
     if alg == bytes([ALG_ED25519]):
+        # A log key and an agent key are the same kind of Ed25519 key: the bytes do not say
+        # which role a deployment gave it, so neither is named (docs/log.md, "Keys").
         if private:
-            return "log", Ed25519Signer.from_skey(text).verifier
-        return "log", parse_vkey(text)
+            return ED25519, Ed25519Signer.from_skey(text).verifier
+        return ED25519, parse_vkey(text)
     raise ConfigError(f"{source} holds no Ed25519 log (0x01) or witness (0x04) key")
 
 
@@ -191,4 +197,5 @@ def _print(
         )
         return
     click.echo(verifier.vkey)
-    click.echo(f"# {kind} key {verifier.name} id {verifier.key_id.hex()} from {source}", err=True)
+    what = f"{kind} key" if kind != ED25519 else "Ed25519 key (a log or an agent key)"
+    click.echo(f"# {what} {verifier.name} id {verifier.key_id.hex()} from {source}", err=True)

@@ -131,3 +131,17 @@ def test_a_run_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
     entry.chmod(0o644)
     with pytest.raises(ConfigError, match="chmod 600"):
         store.get("r", _ref(w))
+
+
+def test_the_store_and_every_folder_in_it_are_the_owners_only(tmp_path: Path) -> None:
+    # run-keys/, run-keys/<tenant>/ and run-keys/<tenant>/<subject>/ are 0700 (docs say so):
+    # mkdir(parents=True) made the parents 0755, listing tenants and subjects to anyone
+    old = os.umask(0o022)
+    try:
+        FileRunKeyStore(tmp_path / "rk").put("r", _wrapped("t7", subject_ref("t7", "s")))
+    finally:
+        os.umask(old)
+    folders = [tmp_path / "rk", *(p for p in (tmp_path / "rk").rglob("*") if p.is_dir())]
+    assert len(folders) == 3
+    for folder in folders:
+        assert folder.stat().st_mode & 0o777 == 0o700, folder

@@ -53,7 +53,7 @@ def test_show_prints_the_vkey_of_a_file_or_stdin_and_json(tmp_path: Path) -> Non
     assert json.loads(printed) == {
         "name": "tv",
         "key_id": signer.key_id.hex(),
-        "type": "log",
+        "type": "ed25519",  # a log key's bytes are an agent key's: the role is not in them
         "vkey": signer.verifier.vkey,
     }
     # a vkey shows as itself
@@ -79,3 +79,12 @@ def test_witness_keys_have_type_0x04_and_their_own_id(tmp_path: Path) -> None:
     code, printed = _run("keys", "show", str(out), "--json")
     doc = json.loads(printed)
     assert doc["type"] == "witness" and doc["key_id"] == signer.key_id.hex()
+
+
+def test_show_never_calls_an_agent_key_a_log_key(tmp_path: Path) -> None:
+    out = tmp_path / "agent.key"
+    code, _ = _run("keys", "generate", "--type", "agent", "--name", "pay-bot", "--out", str(out))
+    assert code == 0
+    res = CliRunner().invoke(tracevault, ["keys", "show", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "log key" not in res.stderr and "Ed25519 key (a log or an agent key)" in res.stderr

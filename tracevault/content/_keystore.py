@@ -141,7 +141,7 @@ class FileRunKeyStore(RunKeyStore):
     def _put(self, name: str, data: bytes) -> None:
         target = self.root / name
         try:
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._private_dirs(target.parent)
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:
@@ -151,6 +151,16 @@ class FileRunKeyStore(RunKeyStore):
             os.replace(tmp, target)
         except OSError as exc:
             raise ServiceUnavailableError(f"run-key store {self.where}: {exc}") from None
+
+    def _private_dirs(self, folder: Path) -> None:
+        """``folder`` and every folder between it and the root (the root too), each made
+        0700: ``mkdir(parents=True)`` would give the parents the umask's 0755, and the
+        tenant and subject names are the store's to hide (docs/confidentiality.md)."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self.root
+        for part in folder.relative_to(self.root).parts:
+            path = path / part
+            path.mkdir(mode=0o700, exist_ok=True)
 
     def _get(self, name: str) -> bytes | None:
         path = self.root / name

@@ -19,6 +19,7 @@ from tracevault.config import Settings
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.kafka import partition_for
+from tracevault.producer._attest import Attestor
 from tracevault.schemas import decode_event, encode_event
 from tracevault.transparency import AgentKeys, Ed25519Signer
 
@@ -121,3 +122,38 @@ def test_the_c_path_leaves_an_event_carrying_a_note_to_these_rules() -> None:
     ctx = (book.runs, out.sealed, out.touched, NOW_US, *s._native)
     assert cseal.take([msg(3), msg(4)], 0, ctx) == 1  # seq 3 sealed in C, seq 4 declined
     assert [r.seq for r in out.sealed] == [3]
+
+
+def _for_another_run_at_seq_0() -> list[bytes]:
+    """Bot's genuine run whose seq 0 is replaced by the seq 0 of bot's run "other-run" (its
+    note names that run), re-posted under this run's id."""
+    raws = _signed(11)
+    other = Attestor("other-run", lambda f: encode_event(_event(f[0], 10, attrs=dict(f[10] or {}))),
+                     KEY, every=4, interval_s=1e9)  # fmt: skip
+    first = other.encode_fields((0, _event(0, 10).kind, *(None,) * 8, {}, None))  # type: ignore[arg-type]
+    raws[0] = encode_event(dataclasses.replace(decode_event(first), run_id=RUN))
+    return raws
+
+
+def test_the_alerts_name_what_is_wrong_in_words_that_hold(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A note for another run names that run (not "seq -1, not seq -1"), and the later
+    genuine notes of a run whose seq 0 note was contested say so (not "started without an
+    agent key": it was started with one)."""
+    caplog.set_level(logging.ERROR)
+    outs = _feed_all(_book(AgentKeys({"bot": [KEY.verifier]})), _for_another_run_at_seq_0())
+    reasons = [c["reason"] for c in _contested(outs)]
+    assert reasons[0] == "its note is for another run, 'other-run' (seq -1)", reasons
+    assert reasons[1:] and all("seq 0 note was contested" in r for r in reasons[1:]), reasons
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "not seq -1" not in text and "started without an agent key" not in text
+
+
+def test_a_run_whose_seq_0_carries_no_note_says_so() -> None:
+    raws = _signed(11)
+    plain = decode_event(raws[0])
+    raws[0] = encode_event(dataclasses.replace(plain, attributes={}))
+    outs = _feed_all(_book(AgentKeys({"bot": [KEY.verifier]})), raws)
+    reasons = [c["reason"] for c in _contested(outs)]
+    assert reasons and reasons[0].startswith("the run's seq 0 carried no agent note"), reasons

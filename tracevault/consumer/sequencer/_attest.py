@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 CONTESTED_PREFIX = "tracevault.contested:"
 #: A restored run's key before its next note names it (its seq 0 was sealed earlier).
 UNKNOWN_KEY: tuple[str, bytes] = ("", b"")
+#: A run whose seq 0 carried a note that was contested: it has no key to hold later notes to.
+CONTESTED_START: tuple[str, bytes] = ("?", b"?")
 #: (run, seq, raw value, finishes) of a record the sequencer writes itself
 ToSeal = tuple[_Run, int, bytes, bool]
 
@@ -64,7 +66,11 @@ class AttestRules:
         if value is None:
             return []
         why = self._note_problem(run, seq, value, ev.agent.agent_id)
-        return [] if why is None else self._contest(out, run, seq, why)
+        if why is None:
+            return []
+        if seq == 0 and run.agent_key is None:
+            run.agent_key = CONTESTED_START
+        return self._contest(out, run, seq, why)
 
     def _note_problem(self, run: _Run, seq: int, value: str, agent_id: str) -> str | None:
         try:
@@ -79,8 +85,10 @@ class AttestRules:
                 return f"its note is signed by {named}, which agent_vkeys does not list"
             if not key.verify(msg, sig.signature):
                 return f"its note's signature by {named} does not verify"
-        if note.run_id != run.run_id or note.seq != seq - 1:
-            return f"its note is for {note.run_id} seq {note.seq}, not seq {seq - 1}"
+        if note.run_id != run.run_id:
+            return f"its note is for another run, {note.run_id!r} (seq {note.seq})"
+        if note.seq != seq - 1:
+            return f"its note covers seq {note.seq}, not seq {seq - 1} (the seq before it)"
         started = run.agent_key
         if seq == 0 or started == UNKNOWN_KEY:
             if (
@@ -91,7 +99,12 @@ class AttestRules:
                 return f"its key {named} may not record as agent_id {agent_id!r}"
             run.agent_key = started = signer
         if started is None:
-            return f"the run was started without an agent key; seq {seq} is signed by {named}"
+            return f"the run's seq 0 carried no agent note; seq {seq} is signed by {named}"
+        if started == CONTESTED_START:
+            return (
+                f"the run's seq 0 note was contested, so the run has no agent key to hold this "
+                f"one to; seq {seq} is signed by {named}"
+            )
         if started != signer:
             return (
                 f"its note is signed by {named}, the run was started under "
