@@ -278,6 +278,17 @@ class Settings(BaseSettings):
         default=None, description="for a KMS-compatible endpoint other than AWS's"
     )
     kms_region: str = "us-east-1"
+    # Bounded KMS calls (docs/confidentiality.md, "Key providers"): a KMS that
+    # accepts and never answers fails a run's start within attempts x (connect + read) + backoff.
+    kms_connect_timeout_s: float = Field(
+        default=2.0, gt=0, le=60, description="seconds to connect to KMS, per attempt"
+    )
+    kms_read_timeout_s: float = Field(
+        default=5.0, gt=0, le=120, description="seconds to wait for KMS's answer, per attempt"
+    )
+    kms_max_attempts: int = Field(
+        default=2, ge=1, le=10, description="attempts per KMS call, the first one included"
+    )
     run_key_store: str | None = Field(
         default=None,
         description="where each run's wrapped data key lives, deletable so that one run can "

@@ -9,11 +9,20 @@ Destroying a KEK disables it at once and schedules its deletion (KMS's minimum w
 disabled, it opens nothing from the first second). Access per tenant is IAM's: grant an
 investigator ``kms:Decrypt`` on its tenant's aliases only. The endpoint is configurable
 (``kms_endpoint_url``) for a KMS-compatible service; the tests use moto's server over HTTP.
+
+Every call is bounded in time: connect and read timeouts and a number of attempts (settings
+``kms_connect_timeout_s``, ``kms_read_timeout_s``, ``kms_max_attempts``), so a KMS that
+accepts and never answers fails a run's start within attempts x (connect + read) plus
+botocore's backoff, naming the endpoint, instead of botocore's 60 s read timeout per attempt
+(docs/confidentiality.md, "Key providers"). A tenant's alias is resolved at
+every run's start (one ``DescribeKey``), never kept for the process: a tenant key erased or
+re-created by another process is seen by the next run, without a restart, even under a
+KMS-compatible service that would still generate under a disabled key (moto does); and a
+refusal of ``GenerateDataKey`` (the alias moved between the two calls) resolves it once more.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import boto3
@@ -56,16 +65,27 @@ class KmsProvider(KeyProvider):
 
     name = "kms"
 
-    def __init__(self, *, endpoint_url: str | None = None, region: str = "us-east-1") -> None:
+    def __init__(
+        self,
+        *,
+        endpoint_url: str | None = None,
+        region: str = "us-east-1",
+        connect_timeout: float = 2.0,
+        read_timeout: float = 5.0,
+        max_attempts: int = 2,
+    ) -> None:
         self.endpoint_url = endpoint_url
         self._client: Any = boto3.client(
             "kms",
             endpoint_url=endpoint_url,
             region_name=region,
-            config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5),
+            config=Config(
+                retries={"total_max_attempts": max_attempts, "mode": "standard"},
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                tcp_keepalive=True,
+            ),
         )
-        self._ids: dict[str, str] = {}
-        self._lock = threading.Lock()
 
     def _where(self) -> str:
         return self.endpoint_url or "AWS KMS"
@@ -80,9 +100,6 @@ class KmsProvider(KeyProvider):
 
     def _key_id(self, tenant: str, subject: str | None, *, create: bool) -> str | None:
         alias = _alias(tenant, subject)
-        with self._lock:
-            if alias in self._ids:
-                return self._ids[alias]
         try:
             meta = self._call("DescribeKey", self._client.describe_key, KeyId=alias)["KeyMetadata"]
             key_id = str(meta["KeyId"])
@@ -97,8 +114,6 @@ class KmsProvider(KeyProvider):
             if not create:
                 return None
             key_id = self._create(alias, tenant, subject)
-        with self._lock:
-            self._ids[alias] = key_id
         return key_id
 
     def _create(self, alias: str, tenant: str, subject: str | None) -> str:
@@ -137,18 +152,27 @@ class KmsProvider(KeyProvider):
 
     # -- KeyProvider ------------------------------------------------------------------------
     def generate(self, tenant: str, subject: str | None, context: str) -> tuple[bytes, WrappedKey]:
+        try:
+            return self._generate(tenant, subject, context)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in _REFUSED:
+                raise self._refused(exc, f"a data key of tenant {tenant!r}") from None
+        # the alias moved to a re-created key between DescribeKey and GenerateDataKey: once more
+        try:
+            return self._generate(tenant, subject, context)
+        except ClientError as exc:
+            raise self._refused(exc, f"a data key of tenant {tenant!r}") from None
+
+    def _generate(self, tenant: str, subject: str | None, context: str) -> tuple[bytes, WrappedKey]:
         key_id = self._key_id(tenant, subject, create=True)
         assert key_id is not None
-        try:
-            out = self._call(
-                "GenerateDataKey",
-                self._client.generate_data_key,
-                KeyId=key_id,
-                NumberOfBytes=DATA_KEY_BYTES,
-                EncryptionContext=_context(tenant, subject, context),
-            )
-        except ClientError as exc:
-            raise self._refused(exc, f"a data key of tenant {tenant!r} (key {key_id})") from None
+        out = self._call(
+            "GenerateDataKey",
+            self._client.generate_data_key,
+            KeyId=key_id,
+            NumberOfBytes=DATA_KEY_BYTES,
+            EncryptionContext=_context(tenant, subject, context),
+        )
         return bytes(out["Plaintext"]), WrappedKey(
             self.name, tenant, subject, key_id, bytes(out["CiphertextBlob"])
         )
@@ -238,6 +262,4 @@ class KmsProvider(KeyProvider):
                 if exc.response["Error"]["Code"] != "KMSInvalidStateException":  # already pending
                     raise self._refused(exc, f"deleting key {key_id}") from None
             gone.append(key_id)
-        with self._lock:
-            self._ids.clear()
         return gone

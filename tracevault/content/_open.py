@@ -20,7 +20,7 @@ __all__ = ["open_key_store", "open_provider", "open_run", "run_data_key"]
 
 # One provider per configuration and process: a KMS client costs tens of ms to build and
 # keeps its connections, and every Recorder (every sub-agent) of a process asks for one.
-_OPEN: dict[tuple[str, str | None, str], KeyProvider] = {}
+_OPEN: dict[tuple[object, ...], KeyProvider] = {}
 _STORES: dict[tuple[str, str | None], RunKeyStore] = {}
 _LOCK = threading.Lock()
 
@@ -32,7 +32,14 @@ def open_provider(settings: Settings) -> KeyProvider | None:
     if kind == "none":
         return None
     where = settings.keyring_path if kind == "keyring" else settings.kms_endpoint_url
-    key = (kind, where, settings.kms_region)
+    key = (
+        kind,
+        where,
+        settings.kms_region,
+        settings.kms_connect_timeout_s,
+        settings.kms_read_timeout_s,
+        settings.kms_max_attempts,
+    )
     with _LOCK:
         provider = _OPEN.get(key)
         if provider is None:
@@ -40,7 +47,11 @@ def open_provider(settings: Settings) -> KeyProvider | None:
                 provider = KeyringProvider(settings.keyring_path)
             else:
                 provider = KmsProvider(
-                    endpoint_url=settings.kms_endpoint_url, region=settings.kms_region
+                    endpoint_url=settings.kms_endpoint_url,
+                    region=settings.kms_region,
+                    connect_timeout=settings.kms_connect_timeout_s,
+                    read_timeout=settings.kms_read_timeout_s,
+                    max_attempts=settings.kms_max_attempts,
                 )
             _OPEN[key] = provider
     return provider
