@@ -43,6 +43,28 @@ def log_key(log_signer: Ed25519Signer) -> Iterator[str]:
             os.environ[k] = v
 
 
+@pytest.fixture(scope="session")
+def operator_signer() -> Ed25519Signer:
+    """The session's operator key: ``tracevault erase`` signs its erasure records with it."""
+    return Ed25519Signer.generate("tracevault-test-operator")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def operator_key(operator_signer: Ed25519Signer) -> Iterator[str]:
+    """The operator key in TRACEVAULT_OPERATOR_KEY and its vkey in TRACEVAULT_OPERATOR_VKEYS,
+    as for the log key: every erase of the suite signs, every verify trusts it."""
+    names = ("TRACEVAULT_OPERATOR_KEY", "TRACEVAULT_OPERATOR_VKEYS")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ[names[0]] = operator_signer.skey
+    os.environ[names[1]] = operator_signer.verifier.vkey
+    yield operator_signer.skey
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture
 def only_keys_given_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """For modules whose tests name their trusted keys themselves, or verify data sealed

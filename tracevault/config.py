@@ -175,6 +175,20 @@ class Settings(BaseSettings):
         description="trusted log verifier keys (name+id+key), comma-separated, or @FILE",
     )
 
+    # Erasure records (docs/confidentiality.md, "Erasure records are signed"): `erase` signs
+    # its record with the operator key; verify holds a tracevault-erase run to these vkeys.
+    operator_key: SecretStr | None = Field(
+        default=None, description="the operator's private key (PRIVATE+KEY+...), signs erasures"
+    )
+    operator_key_file: str | None = Field(
+        default=None, description="file (mode 0600) holding the operator's private key"
+    )
+    operator_vkeys: str = Field(
+        default="",
+        description="operator verifier keys trusted to sign erasure records (name+id+key), "
+        "comma-separated, or @FILE",
+    )
+
     # Agent identity (docs/identity.md): an agent's Recorder signs its run's chain with the
     # agent key; the sequencer and verify accept only the vkeys listed for the run's agent_id.
     agent_key: SecretStr | None = Field(

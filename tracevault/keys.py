@@ -38,6 +38,7 @@ __all__ = ["keys"]
 _TYPES = {
     "agent": "Ed25519 (0x01), signs an agent's runs",
     "log": "Ed25519 (0x01), signs checkpoints",
+    "operator": "Ed25519 (0x01), signs erasure records (tracevault erase)",
     "witness": "cosignature/v1 (0x04)",
     "recipient": "X25519, reads bundles revealed to it (HPKE)",
 }
@@ -52,10 +53,11 @@ def keys() -> None:
     """Make the log's and witnesses' signing keys and recipients' keys; print public keys.
 
     \b
-    Four kinds of key, one role each (docs/log.md "Keys", docs/identity.md):
+    Five kinds of key, one role each (docs/log.md "Keys", docs/identity.md):
       log        the sequencer signs every checkpoint with it
       witness    a witness cosigns checkpoints it checked (cosignature/v1)
       agent      an agent's Recorder signs its runs' chains with it
+      operator   tracevault erase signs its erasure records with it
       recipient  an auditor reads bundles exported --reveal-to its public key
 
     \b
@@ -71,6 +73,8 @@ def keys() -> None:
     the sequencer and verify list its vkey for its agent_id:
       TRACEVAULT_AGENT_VKEYS='{"<agent_id>": ["<agent vkey>"]}'
       replay verify --agent-key <agent_id>=<agent vkey>
+    erase reads TRACEVAULT_OPERATOR_KEY_FILE=<file>; verify trusts
+      TRACEVAULT_OPERATOR_VKEYS=<operator vkey>[,<old vkey>]
 
     \b
     Rotation: generate a new key, give verifiers BOTH vkeys, then switch
@@ -99,7 +103,8 @@ def keys() -> None:
     default="log",
     show_default=True,
     help="log: signs checkpoints. witness: cosigns them (cosignature/v1). "
-    "agent: signs an agent's runs (docs/identity.md). recipient: reads bundles exported "
+    "agent: signs an agent's runs (docs/identity.md). operator: signs erasure records "
+    "(tracevault erase). recipient: reads bundles exported "
     "--reveal-to it (X25519).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print name, key id, vkey as JSON.")
@@ -113,6 +118,8 @@ def generate(name: str, out: Path, kind: str, as_json: bool) -> None:
           --out witness.key
       tracevault keys generate --type agent --name triage-bot.example \\
           --out agent.key
+      tracevault keys generate --type operator --name dpo.example \\
+          --out operator.key
       tracevault keys generate --type recipient --name auditor.example \\
           --out auditor.key
     """
@@ -197,5 +204,5 @@ def _print(
         )
         return
     click.echo(verifier.vkey)
-    what = f"{kind} key" if kind != ED25519 else "Ed25519 key (a log or an agent key)"
+    what = f"{kind} key" if kind != ED25519 else "Ed25519 key (a log, agent or operator key)"
     click.echo(f"# {what} {verifier.name} id {verifier.key_id.hex()} from {source}", err=True)

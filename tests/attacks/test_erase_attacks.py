@@ -1,4 +1,5 @@
-"""Aiming ``tracevault erase`` at someone else, through the real broker and sequencer.
+"""Aiming ``tracevault erase`` at someone else, and forging its records, through the real
+broker and sequencer.
 
 The attacker can write ``raw`` with no key at all (a compromised agent host), and reads the
 clear metadata of genuine runs (the tenant and the subject reference of bob's runs are in
@@ -8,6 +9,12 @@ reference, with a wrapped key of their own making, and wait for an operator to e
 must open X's wrapped data key with the key it is about to destroy, refuse when it does not
 (naming the run, the tenant/subject and why), destroy nothing, and bob's runs still open
 (docs/confidentiality.md, "Erasure binds to a verified run").
+
+The same attacker records an erasure record of their own: a keyless Recorder with
+``agent_id="tracevault-erase"`` and ``run_id="erasure-<uuid>"`` naming another tenant's run.
+It fails verify, naming it as forged, and the run it names still reads; the genuine record
+``erase`` writes (signed by the operator key) verifies (docs/confidentiality.md, "Erasure
+records are signed").
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +35,9 @@ from tests.replayer.pipeline import fresh_settings, record_live, sequencer_runni
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE, WrappedKey, wrapped_key_of
+from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import EventKind, TraceEvent, decode_event, encode_event
+from tracevault.transparency import ERASE_AGENT, Ed25519Signer
 
 TENANT = "tenant-a"
 BOB = "bob@example.com"
@@ -154,3 +164,59 @@ def test_bobs_genuine_run_is_erased_and_only_it(d: Deployment) -> None:
 @pytest.fixture
 def d(deployment: Deployment) -> Deployment:
     return deployment
+
+
+def _forged_record(settings: Settings, names: str, key: Ed25519Signer | None) -> str:
+    """An erasure record as ``erase`` writes one, by a Recorder of the attacker's."""
+    clear = settings.model_copy(update={"key_provider": "none"})
+    run_id = f"erasure-{uuid.uuid4()}"
+    publisher = Publisher(clear)
+    try:
+        rec = Recorder(publisher=publisher, agent_id=ERASE_AGENT, agent_version="1",
+                       run_id=run_id, agent_key=key)  # fmt: skip
+        erasure = {"tenant": "tenant-b", "subject": None, "run": names, "keys": [],
+                   "entries": [f"tenant-b/-/{names}.json"], "by": "dpo"}  # fmt: skip
+        rec.run(lambda e, _edges: {"erased": e["entries"]}, erasure)
+    finally:
+        assert publisher.flush(30)
+        publisher.close()
+    return run_id
+
+
+def test_a_forged_erasure_record_fails_verify_and_the_genuine_one_verifies(
+    d: Deployment, tmp_path: Path
+) -> None:
+    with sequencer_running(d.settings):
+        unsigned = _forged_record(d.settings, d.bob[0], None)
+        # signed too, by a key the deployment does not trust as an operator's
+        stranger = _forged_record(d.settings, d.bob[0], Ed25519Signer.generate("evil.example"))
+        wait_sealed(d.settings, unsigned)
+        wait_sealed(d.settings, stranger)
+        # readers ignore them: the run they name still reads
+        res = _cli(d.env, "replay", "show", d.bob[0], "--from", "topic", "--json")
+        assert res.exit_code == 0 and agents.SECRETS[0] in res.output, res.output
+        genuine = _cli(d.env, "erase", "--run", d.bob[0], "--from", "topic", "--reason", "x",
+                       "--json")  # fmt: skip
+        assert genuine.exit_code == 0, genuine.output
+        record = json.loads(genuine.output)["record"]
+        for rid in (unsigned, stranger, record):
+            wait_sealed(d.settings, rid)
+    for rid, why in ((unsigned, "carries no operator signature"),
+                     (stranger, "not signed by a trusted operator key")):  # fmt: skip
+        res = _cli(d.env, "replay", "verify", rid, "--from", "topic")
+        assert res.exit_code == 1, res.output
+        assert f"erasure record {rid}" in res.output and "forged" in res.output, res.output
+        assert why in res.output, res.output
+    res = _cli(d.env, "replay", "verify", record, "--from", "topic")
+    assert res.exit_code == 0, res.output
+    assert "erasure record is signed by a trusted operator key" in res.output, res.output
+    # without the operator's vkey the genuine record cannot be checked: unverified, exit 1
+    res = _cli({**d.env, "TRACEVAULT_OPERATOR_VKEYS": ""}, "replay", "verify", record,
+               "--from", "topic")  # fmt: skip
+    assert res.exit_code == 1 and "unverified" in res.output, res.output
+    # and without the operator's key, erase refuses before destroying anything
+    before = _keyring(d)
+    res = _cli({**d.env, "TRACEVAULT_OPERATOR_KEY": ""}, "erase", "--subject", BOB,
+               "--reason", "x")  # fmt: skip
+    assert res.exit_code == 2 and "TRACEVAULT_OPERATOR_KEY_FILE" in res.output, res.output
+    assert _keyring(d) == before

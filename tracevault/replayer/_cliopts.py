@@ -19,7 +19,7 @@ from tracevault.errors import ConfigError
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.log_policy import EndRule, LogPolicy
 from tracevault.replayer.load.source import load_run
-from tracevault.transparency import AgentKeys
+from tracevault.transparency import AgentKeys, Ed25519Verifier, operator_verifiers
 
 __all__ = [
     "AGENT_KEY",
@@ -178,6 +178,8 @@ class Trust:
     witness_stores: tuple[str, ...] = ()
     chain_only: bool = False
     skip: bool = False
+    #: the operator vkeys an erasure record must be signed by (``operator_vkeys``)
+    operators: tuple[Ed25519Verifier, ...] = ()
 
 
 def trust(
@@ -201,7 +203,8 @@ def trust(
     end = end_rule(settings, allow_unfinished=allow_unfinished, required=require_finished)
     witness_stores_need(policy, witness_stores)
     agents = agent_keys(settings, agent_key_pairs)
-    return Trust(policy, end, agents, witness_stores, no_log_check, no_verify)
+    operators = tuple(operator_verifiers(settings.operator_vkeys))
+    return Trust(policy, end, agents, witness_stores, no_log_check, no_verify, operators)
 
 
 def trust_options(f: Any) -> Any:

@@ -154,6 +154,7 @@ def verified_run(
             end=trust.end,
             chain_only=trust.chain_only,
             agents=trust.agents,
+            operators=trust.operators,
         )
     return settings, run, fresh.annotate(report)
 

@@ -238,6 +238,7 @@ def verify_cmd(
                     end=checks.end,
                     chain_only=no_log_check,
                     agents=checks.agents,
+                    operators=checks.operators,
                 )
         else:
             if run_id is None:

@@ -21,9 +21,11 @@ format 2): a run anyone wrote to ``raw`` naming another tenant's or subject's re
 otherwise aim the erasure at them. Refused, nothing is destroyed.
 
 The erasure is evidence too: an **erasure record**, a run of its own (agent ``tracevault-erase``,
-recorded in clear) naming what was erased (tenant, subject reference, run, KEK ids, run-key
-entries, provider), when, why (``--reason``) and by whom (``--by``), published to ``raw`` like
-any run, so the sequencer seals it into the signed log and the archiver archives it.
+recorded in clear, signed by the operator key: ``operator_key_file``, trusted by verify as
+``operator_vkeys``; without the key ``erase`` refuses before destroying anything) naming
+what was erased (tenant, subject reference, run, KEK ids, run-key entries, provider), when,
+why (``--reason``) and by whom (``--by``), published to ``raw`` like any run, so the
+sequencer seals it into the signed log and the archiver archives it.
 Everything else still verifies, the erased runs' integrity included: chain, log and witnesses
 cover the ciphertext, which stays.
 """
@@ -53,11 +55,14 @@ from tracevault.producer import Publisher, Recorder
 from tracevault.replayer._cliopts import FROM, JSON, trust
 from tracevault.replayer._freshness import verified_run
 from tracevault.replayer._records import LazyEvents
+from tracevault.transparency import (
+    ERASE_AGENT,
+    Ed25519Signer,
+    NoteSigner,
+    load_operator_signer,
+)
 
-__all__ = ["ERASE_AGENT", "erase"]
-
-#: the agent_id of erasure records
-ERASE_AGENT = "tracevault-erase"
+__all__ = ["ERASE_AGENT", "erase", "operator_signer"]
 
 
 def _target(
@@ -143,13 +148,38 @@ def _opens(provider: KeyProvider, store: RunKeyStore, run_id: str, wrapped: Wrap
         ) from None
 
 
-def _record(settings: Settings, erasure: dict[str, Any]) -> str:
-    """Publish the erasure record (in clear: it must be readable without any key)."""
+def operator_signer(settings: Settings) -> NoteSigner:
+    """The operator key that signs erasure records: ``operator_key_file`` (mode 0600), else
+    ``operator_key``; ConfigError (exit 2, before anything is destroyed) when neither is set.
+
+    Why: an unsigned erasure record is what anyone who can write ``raw`` can record, so
+    verify treats one as forged (docs/confidentiality.md, "Erasure records are signed")."""
+    if settings.operator_key_file:
+        return load_operator_signer(settings.operator_key_file)
+    text = "" if settings.operator_key is None else settings.operator_key.get_secret_value()
+    if text.strip():
+        return Ed25519Signer.from_skey(text)
+    raise ConfigError(
+        "erase signs its erasure record with the operator key: set TRACEVAULT_OPERATOR_KEY_FILE "
+        "(`tracevault keys generate --type operator --name NAME --out operator.key`) and list "
+        "its vkey in TRACEVAULT_OPERATOR_VKEYS where records are verified; nothing was erased"
+    )
+
+
+def _record(settings: Settings, erasure: dict[str, Any], signer: NoteSigner) -> str:
+    """Publish the erasure record, signed by the operator key (in clear: it must be readable
+    without any content key)."""
     clear = settings.model_copy(update={"key_provider": "none"})
     publisher = Publisher(clear)
     run_id = f"erasure-{uuid.uuid4()}"
     try:
-        rec = Recorder(publisher=publisher, agent_id=ERASE_AGENT, agent_version="1", run_id=run_id)
+        rec = Recorder(
+            publisher=publisher,
+            agent_id=ERASE_AGENT,
+            agent_version="1",
+            run_id=run_id,
+            agent_key=signer,
+        )
         rec.run(lambda e, _edges: {"erased": e["keys"] + e["entries"]}, erasure)
     finally:
         publisher.flush(30)
@@ -231,6 +261,7 @@ def erase(
     if not reason.strip():
         raise ConfigError("erase --reason must say why")
     settings = settings_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    signer = operator_signer(settings)
     provider = open_provider(settings)
     if provider is None:
         raise ConfigError(
@@ -255,7 +286,7 @@ def erase(
         "reason": reason,
         "by": by or getpass.getuser(),
     }
-    record = _record(settings, erasure)
+    record = _record(settings, erasure, signer)
     if as_json:
         echo_json({**erasure, "record": record})
         return

@@ -47,13 +47,17 @@ from tracevault.transparency._gather import (
 )
 from tracevault.transparency._keys import (
     AGENT_KEY_ENV,
+    ERASE_AGENT,
     LOG_KEY_ENV,
+    OPERATOR_KEY_ENV,
     WITNESS_KEY_ENV,
     load_agent_signer,
+    load_operator_signer,
     load_signer,
     load_verifiers,
     load_witness_signer,
     load_witness_verifiers,
+    operator_verifiers,
     write_private_key,
 )
 from tracevault.transparency._lazyproof import LazyProof, edge_source, proof_from
@@ -129,6 +133,11 @@ __all__ = [
     "AgentNote",
     "load_agent_signer",
     "open_agent_note",
+    # the operator key: signs erasure records
+    "ERASE_AGENT",
+    "OPERATOR_KEY_ENV",
+    "load_operator_signer",
+    "operator_verifiers",
     "sign_agent_note",
     "FoundCheckpoint",
     "RunLeaf",

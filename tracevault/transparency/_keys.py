@@ -33,6 +33,9 @@ __all__ = [
 LOG_KEY_ENV = "TRACEVAULT_LOG_KEY"
 WITNESS_KEY_ENV = "TRACEVAULT_WITNESS_KEY"
 AGENT_KEY_ENV = "TRACEVAULT_AGENT_KEY"
+OPERATOR_KEY_ENV = "TRACEVAULT_OPERATOR_KEY"
+#: The agent_id of erasure records (``tracevault erase``): signed by an operator key only.
+ERASE_AGENT = "tracevault-erase"
 
 
 def _read_private(path: str | Path | None, env: str, what: str) -> str:
@@ -63,6 +66,23 @@ def load_signer(path: str | Path | None = None, env: str = LOG_KEY_ENV) -> Ed255
 def load_agent_signer(path: str | Path | None = None, env: str = AGENT_KEY_ENV) -> Ed25519Signer:
     """An agent's key (signs its runs' notes, docs/identity.md) from ``path`` or ``env``."""
     return Ed25519Signer.from_skey(_read_private(path, env, "agent key"))
+
+
+def load_operator_signer(
+    path: str | Path | None = None, env: str = OPERATOR_KEY_ENV
+) -> Ed25519Signer:
+    """The operator's key, which signs erasure records (docs/confidentiality.md, "Erasure
+    records are signed"), from ``path`` (mode 0600) or else ``env``."""
+    return Ed25519Signer.from_skey(_read_private(path, env, "operator key"))
+
+
+def operator_verifiers(setting: str) -> list[Ed25519Verifier]:
+    """``operator_vkeys``: the operator vkeys a deployment trusts to sign erasure records,
+    comma-separated or ``@FILE`` (one a line), as ``log_vkeys``."""
+    text = setting.strip()
+    if not text:
+        return []
+    return load_verifiers([text] if text.startswith("@") else text.split(","))
 
 
 def load_witness_signer(

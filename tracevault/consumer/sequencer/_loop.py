@@ -83,7 +83,7 @@ from tracevault.runtime.liveness import (
 )
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
-from tracevault.transparency import AgentKeys, NoteSigner
+from tracevault.transparency import ERASE_AGENT, AgentKeys, NoteSigner, operator_verifiers
 
 # the per-event path in C: optional (pyproject.toml), and off under TRACEVAULT_NO_C=1
 _cseal: ModuleType | None = native.load("tracevault.consumer.sequencer._cseal")
@@ -226,7 +226,7 @@ class Sequencer(Transactions):
             gap_timeout_us=int(s.sequencer_gap_timeout_s * 1_000_000),
             max_gap=s.sequencer_max_gap,
             history=self._history,
-            agents=AgentKeys.from_setting(s.agent_vkeys),
+            agents=_agents(s),
             horizon_us=int(s.sequencer_finished_horizon_s * 1_000_000),
             skew_us=int(s.sequencer_clock_skew_s * 1_000_000),
             idle_close_us=int(s.sequencer_idle_close_s * 1_000_000),
@@ -355,3 +355,12 @@ class Sequencer(Transactions):
             self.health.set_lag(sum(lag.values()) if lag or idle else None)
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
+
+
+def _agents(s: Settings) -> AgentKeys:
+    """The agent vkeys notes are checked against; with any, the operator vkeys may sign the
+    erasure records (agent ``tracevault-erase``), so ``erase`` is not contested
+    (docs/confidentiality.md, "Erasure records are signed"); without, no signature is checked."""
+    agents = AgentKeys.from_setting(s.agent_vkeys)
+    operators = operator_verifiers(s.operator_vkeys)
+    return agents.merged(AgentKeys({ERASE_AGENT: operators})) if agents and operators else agents

@@ -35,6 +35,7 @@ from tracevault.schemas import Codec, SchemaSet, TraceEvent
 from tracevault.transparency import (
     AgentKeys,
     Checkpoint,
+    Ed25519Verifier,
     LeafProof,
     RunLogEvidence,
     TlogProof,
@@ -175,6 +176,7 @@ def verify_bundle(
     end: EndRule | None = None,
     chain_only: bool = False,
     agents: AgentKeys | None = None,
+    operators: Sequence[Ed25519Verifier] | None = None,
 ) -> VerifyReport:
     """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
 
@@ -189,7 +191,9 @@ def verify_bundle(
     _check_files(root, manifest)
     chain, rows, objects = _read_rows(root, run_id)
     run = _bundle_run(root, manifest, run_id, chain=chain, rows=rows, objects=objects)
-    report = verify(run, log=log, end=end, chain_only=chain_only, agents=agents)
+    report = verify(
+        run, log=log, end=end, chain_only=chain_only, agents=agents, operators=operators
+    )
     checks.extend(report.checks)
     if log is None and run.log_evidence is not None:
         checks.append(_check_own_proofs(run_id, rows, run.log_evidence))

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from tracevault.errors import ConfigError
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
-from tracevault.replayer.load._identity import check_identity
+from tracevault.replayer.load._erasure import check_writer
 from tracevault.replayer.load._nogc import gc_paused
 from tracevault.replayer.load._verify_archive import check_archive, check_archive_structure
 from tracevault.replayer.load.checks import RECORD_CHECKS, RecordsSummary, check_records, fail
@@ -32,7 +32,7 @@ from tracevault.replayer.load.log_policy import (
     end_missing,
     last_event,
 )
-from tracevault.transparency import AgentKeys, NoteVerifier
+from tracevault.transparency import AgentKeys, Ed25519Verifier, NoteVerifier
 
 __all__ = ["verify"]
 
@@ -97,6 +97,7 @@ def verify(
     end: EndRule | None = None,
     chain_only: bool = False,
     agents: AgentKeys | None = None,
+    operators: Sequence[Ed25519Verifier] | None = None,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -109,7 +110,9 @@ def verify(
     lets one pass with a warning, ``require_finished`` always fails it. With ``rebuild``
     every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
-    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md).
+    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md);
+    ``operators`` the trusted operator vkeys an erasure record is held to instead (check E,
+    ``_erasure``): without one, an erasure record fails, unverified.
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
@@ -119,7 +122,9 @@ def verify(
     if require_finished:
         rule = EndRule(True, rule.idle_close_s, rule.skew_s)
     with gc_paused():
-        report = _verify(run, end=rule, rebuild=rebuild, log=log, agents=agents)
+        report = _verify(
+            run, end=rule, rebuild=rebuild, log=log, agents=agents, operators=operators
+        )
     return dataclasses.replace(report, chain_only=True) if chain_only else report
 
 
@@ -130,6 +135,7 @@ def _verify(
     rebuild: bool,
     log: LogPolicy | None,
     agents: AgentKeys | None = None,
+    operators: Sequence[Ed25519Verifier] | None = None,
 ) -> VerifyReport:
     # a rebuild reads a source's values in one walk (columns and events), where it can
     columns = run.records.columns() if rebuild else None
@@ -155,12 +161,12 @@ def _verify(
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
-    i_checks, i_warnings = check_identity(
+    i_checks, i_warnings = check_writer(
         run.run_id,
         columns.raws if columns is not None else [r["raw"] for r in rows],
         columns.hashes if columns is not None else [r["hash"] for r in rows],
         summary.kinds,
-        agents,
+        (agents, operators),
         finished=summary.finished,
         agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
     )

@@ -1,0 +1,107 @@
+"""Check E (erasure record): a ``tracevault-erase`` run is signed by a trusted operator key.
+
+An erasure record names a tenant, a subject and the runs whose keys were destroyed, and an
+audit takes it as the evidence that an erasure was asked for and by whom. Anyone who can write
+``raw`` can record a run claiming agent ``tracevault-erase`` (docs/confidentiality.md,
+"Erasure records are signed"), so such a run is the record only when the operator's key
+(``operator_key_file``; trusted as ``operator_vkeys``) signed it from seq 0 to RUN_FINISHED:
+the same agent notes as check I (``_identity``), under the operator vkeys instead of the
+agent vkeys, which never count here. Unsigned, signed by another key, unfinished, or checked
+with no operator vkey trusted: verify fails naming the record (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tracevault.errors import ChainError, SchemaError
+from tracevault.replayer.load._identity import IDENTITY_CHECK, check_identity
+from tracevault.replayer.load.checks import fail
+from tracevault.schemas import decode_event
+from tracevault.transparency import ERASE_AGENT, AgentKeys, Ed25519Verifier
+
+__all__ = ["ERASURE_CHECK", "check_erasure_record", "check_writer", "is_erasure_record"]
+
+ERASURE_CHECK = "E erasure: the erasure record is signed by a trusted operator key"
+_CHECK = "E erasure"
+
+
+def check_erasure_record(
+    run_id: str,
+    raws: Sequence[bytes],
+    hashes: Sequence[bytes],
+    kinds: Sequence[str],
+    operators: Sequence[Ed25519Verifier] | None,
+    *,
+    finished: bool,
+    agent_ids: Sequence[str | None] | None = None,
+) -> list[str]:
+    """The checks passed by erasure record ``run_id``; ChainError (exit 1) naming it when
+    its operator signature is missing, wrong, or cannot be checked."""
+    forged = f"erasure record {run_id} (agent {ERASE_AGENT})"
+    if not operators:
+        raise fail(
+            _CHECK,
+            0,
+            None,
+            f"{forged} is unverified: no operator vkey is trusted (TRACEVAULT_OPERATOR_VKEYS), "
+            "so whether an operator wrote it cannot be checked",
+        )
+    if not finished:
+        raise fail(_CHECK, len(raws) - 1, None, f"{forged} is unfinished: no RUN_FINISHED")
+    keys = AgentKeys({ERASE_AGENT: operators})
+    try:
+        checks, warnings = check_identity(
+            run_id, raws, hashes, kinds, keys, finished=True, agent_ids=agent_ids
+        )
+    except ChainError as exc:
+        raise fail(
+            _CHECK,
+            exc.seq,
+            None,
+            f"{forged} is not signed by a trusted operator key, so it is forged: {exc}",
+        ) from None
+    if IDENTITY_CHECK not in checks or warnings:
+        raise fail(
+            _CHECK,
+            0,
+            None,
+            f"{forged} carries no operator signature, so it is forged: anyone who can write "
+            "raw can record a run under that agent_id",
+        )
+    return [ERASURE_CHECK]
+
+
+def is_erasure_record(raws: Sequence[bytes], agent_ids: Sequence[str | None] | None) -> bool:
+    """Whether the run claims to be an erasure record: its seq 0's agent_id."""
+    if agent_ids is not None:
+        return bool(agent_ids) and agent_ids[0] == ERASE_AGENT
+    if not raws:
+        return False
+    try:
+        return decode_event(raws[0], check_json=False).agent.agent_id == ERASE_AGENT
+    except SchemaError:
+        return False  # checks 1-6 read every event: not reached
+
+
+def check_writer(
+    run_id: str,
+    raws: Sequence[bytes],
+    hashes: Sequence[bytes],
+    kinds: Sequence[str],
+    keys: tuple[AgentKeys | None, Sequence[Ed25519Verifier] | None],
+    *,
+    finished: bool,
+    agent_ids: Sequence[str | None] | None,
+) -> tuple[list[str], list[str]]:
+    """(checks, warnings) of who wrote the run: check E for an erasure record (the operator
+    vkeys, ``keys[1]``), else check I (the agent vkeys, ``keys[0]``)."""
+    agents, operators = keys
+    if is_erasure_record(raws, agent_ids):
+        checks = check_erasure_record(
+            run_id, raws, hashes, kinds, operators, finished=finished, agent_ids=agent_ids
+        )
+        return checks, []
+    return check_identity(
+        run_id, raws, hashes, kinds, agents, finished=finished, agent_ids=agent_ids
+    )
