@@ -24,7 +24,7 @@ from tests.content.stack import kms_s3_settings, record_secret_run
 from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
 from tracevault.consumer.archiver import Archiver
-from tracevault.content import subject_ref
+from tracevault.content import KmsProvider
 
 AGENT = "tests.content.agents:secret_agent"
 TENANT = "tenant-e"
@@ -83,6 +83,7 @@ def test_a_subjects_kms_key_dies_and_a_runs_erasure_leaves_its_subjects(
 ) -> None:
     kms = boto3.client("kms", endpoint_url=erased["endpoint"])
     by_subject, by_run = erased["records"]
+    subject_ref = KmsProvider(endpoint_url=erased["endpoint"]).subject_ref  # keyed, in KMS
     alice = subject_ref(TENANT, "alice@example.com")
     assert by_subject["subject"] == alice and len(by_subject["keys"]) == 1
     assert by_subject["entries"] == [f"{TENANT}/{alice}/{erased['runs']['alice']}.json"]

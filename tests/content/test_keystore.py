@@ -26,7 +26,7 @@ from tracevault.content import (
     RunKeyStore,
     S3RunKeyStore,
     WrappedKey,
-    subject_ref,
+    unkeyed_subject_ref,
 )
 from tracevault.errors import ConfigError, ContentKeyError
 
@@ -96,7 +96,7 @@ def test_erasing_a_run_leaves_a_tombstone_and_no_version_of_the_key(backend: Bac
 
 def test_erasing_a_subject_or_a_tenant_takes_all_of_their_runs(backend: Backend) -> None:
     store = backend.store
-    ref = subject_ref("t3", "customer-1")
+    ref = unkeyed_subject_ref("t3", "customer-1")
     s1, s2, t, other = _wrapped("t3", ref), _wrapped("t3", ref), _wrapped("t3"), _wrapped("t4")
     for run, w in (("s1", s1), ("s2", s2), ("t", t), ("o", other)):
         store.put(run, w)
@@ -138,7 +138,7 @@ def test_the_store_and_every_folder_in_it_are_the_owners_only(tmp_path: Path) ->
     # mkdir(parents=True) made the parents 0755, listing tenants and subjects to anyone
     old = os.umask(0o022)
     try:
-        FileRunKeyStore(tmp_path / "rk").put("r", _wrapped("t7", subject_ref("t7", "s")))
+        FileRunKeyStore(tmp_path / "rk").put("r", _wrapped("t7", unkeyed_subject_ref("t7", "s")))
     finally:
         os.umask(old)
     folders = [tmp_path / "rk", *(p for p in (tmp_path / "rk").rglob("*") if p.is_dir())]

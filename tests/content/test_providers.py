@@ -17,7 +17,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tracevault.content import KeyProvider, KeyringProvider, KmsProvider, subject_ref
+from tracevault.content import KeyProvider, KeyringProvider, KmsProvider, unkeyed_subject_ref
 from tracevault.errors import ConfigError, ContentKeyError
 
 MakeProvider = Callable[[], KeyProvider]
@@ -52,7 +52,7 @@ def test_tenants_and_subjects_have_their_own_keks(make_provider: MakeProvider) -
     p, a, b = make_provider(), _tenant(), _tenant()
     _, wa = p.generate(a, None, "r")
     _, wb = p.generate(b, None, "r")
-    _, ws = p.generate(a, subject_ref(a, "customer-1"), "r")
+    _, ws = p.generate(a, unkeyed_subject_ref(a, "customer-1"), "r")
     assert len({wa.kek_id, wb.kek_id, ws.kek_id}) == 3
     # tenant B's key claimed for tenant A's wrapped key: refused by the provider itself
     forged = dataclasses.replace(wa, tenant=b, kek_id=wb.kek_id)
@@ -62,7 +62,7 @@ def test_tenants_and_subjects_have_their_own_keks(make_provider: MakeProvider) -
 
 def test_destroying_a_subject_erases_its_runs_only(make_provider: MakeProvider) -> None:
     p, tenant = make_provider(), _tenant()
-    ref = subject_ref(tenant, "customer-7")
+    ref = unkeyed_subject_ref(tenant, "customer-7")
     k_subject, w_subject = p.generate(tenant, ref, "r1")
     k_tenant, w_tenant = p.generate(tenant, None, "r2")
     assert p.unwrap(w_subject, "r1") == k_subject
@@ -78,7 +78,7 @@ def test_destroying_a_subject_erases_its_runs_only(make_provider: MakeProvider) 
 def test_destroying_a_tenant_erases_its_subjects_too(make_provider: MakeProvider) -> None:
     p, tenant, other = make_provider(), _tenant(), _tenant()
     _, w1 = p.generate(tenant, None, "r1")
-    _, w2 = p.generate(tenant, subject_ref(tenant, "s"), "r2")
+    _, w2 = p.generate(tenant, unkeyed_subject_ref(tenant, "s"), "r2")
     k3, w3 = p.generate(other, None, "r3")
     gone = p.destroy(tenant, None, when=WHEN, reason="tenant left")
     assert sorted(gone) == sorted([w1.kek_id, w2.kek_id])

@@ -31,7 +31,12 @@ from tracevault.content._recipient import (
     seal_for,
 )
 from tracevault.content._redact import REDACT_ATTRIBUTE, Redactor
-from tracevault.content._wrapped import KEY_ATTRIBUTE, WrappedKey, subject_ref
+from tracevault.content._wrapped import (
+    KEY_ATTRIBUTE,
+    WrappedKey,
+    keyed_subject_ref,
+    unkeyed_subject_ref,
+)
 
 __all__ = [
     # providers
@@ -49,7 +54,8 @@ __all__ = [
     # the wrapped key in RUN_STARTED
     "KEY_ATTRIBUTE",
     "WrappedKey",
-    "subject_ref",
+    "keyed_subject_ref",
+    "unkeyed_subject_ref",
     # fields
     "FIELDS",
     "RunCipher",

@@ -1,6 +1,8 @@
 """A local keyring file of KEKs, mode 0600: the demo's and a single machine's key provider.
 
-One JSON file: ``{"v": 1, "keks": {"<tenant>/<subject ref or ->": {"id", "key" | "destroyed"}}}``.
+One JSON file: ``{"v": 1, "keks": {"<tenant>/<subject ref or ->": {"id", "key" | "destroyed"}},
+"subject_secrets": {"<tenant>": [{"id", "key"}, ...]}}`` (the HMAC secrets subject references
+are made with, oldest first: docs/confidentiality.md, "Subject references are keyed").
 A data key is wrapped with AES-256-GCM under the KEK, the AAD naming the KEK and the run, so
 a wrapped key cannot be replayed for another run or another KEK. A file readable by anyone but
 its owner is refused (ConfigError), as for the log key. Updates are atomic (a temporary file
@@ -145,6 +147,19 @@ class KeyringProvider(KeyProvider):
                 f"{self.path} for {context}: it was made for another run or another key"
             ) from None
 
+    def subject_secrets(self, tenant: str, *, create: bool) -> list[bytes]:
+        held = self._read().get("subject_secrets", {}).get(tenant, [])
+        if not held and create:
+            with self._locked() as data:
+                held = data.setdefault("subject_secrets", {}).setdefault(tenant, [])
+                if not held:
+                    held.append(_secret(tenant))
+        return [base64.b64decode(e["key"]) for e in reversed(held)]
+
+    def rotate_subject_secret(self, tenant: str) -> None:
+        with self._locked() as data:
+            data.setdefault("subject_secrets", {}).setdefault(tenant, []).append(_secret(tenant))
+
     def destroy(self, tenant: str, subject: str | None, *, when: str, reason: str) -> list[str]:
         gone: list[str] = []
         with self._locked() as data:
@@ -155,6 +170,10 @@ class KeyringProvider(KeyProvider):
                 data["keks"][slot] = {"id": entry["id"], "destroyed": when, "reason": reason}
                 gone.append(entry["id"])
         return gone
+
+
+def _secret(tenant: str) -> dict[str, str]:
+    return {"id": f"{tenant}#{secrets.token_hex(4)}", "key": _b64(secrets.token_bytes(32))}
 
 
 def _b64(b: bytes) -> str:

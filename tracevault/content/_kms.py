@@ -36,6 +36,8 @@ from tracevault.errors import ContentKeyError, ServiceUnavailableError
 __all__ = ["KmsProvider"]
 
 _PREFIX = "alias/tracevault/"
+#: aliases of each tenant's subject-reference HMAC keys: ``<this><tenant>/v<N>``, newest N
+_SUBJECTS = "alias/tracevault-subjects/"
 _REFUSED = {
     "AccessDeniedException",
     "DisabledException",
@@ -228,6 +230,63 @@ class KmsProvider(KeyProvider):
         tags = {t["TagKey"]: t["TagValue"] for t in out.get("Tags", [])}
         when = tags.get("tracevault:erased", "an unknown date")
         return f"erased on {when} ({tags.get('tracevault:erased-reason', 'no reason recorded')})"
+
+    # -- subject references: an HMAC_256 KMS key per tenant and version ----------------------
+    def _secret_aliases(self, tenant: str) -> list[str]:
+        """``alias/tracevault-subjects/<tenant>/v<N>``, newest first."""
+        prefix = f"{_SUBJECTS}{tenant}/v"
+        try:
+            pages = self._client.get_paginator("list_aliases").paginate()
+            names = [a["AliasName"] for page in pages for a in page["Aliases"]]
+        except (ClientError, BotoCoreError) as exc:
+            raise ServiceUnavailableError(
+                f"KMS at {self._where()} did not list aliases: {exc}"
+            ) from None
+        found = [(int(n[len(prefix) :]), n) for n in names if n.startswith(prefix)
+                 and n[len(prefix) :].isdigit()]  # fmt: skip
+        return [n for _, n in sorted(found, reverse=True)]
+
+    def _new_secret(self, tenant: str, version: int) -> None:
+        meta = self._call(
+            "CreateKey",
+            self._client.create_key,
+            Description=f"tracevault subject references of {tenant} (v{version})",
+            KeyUsage="GENERATE_VERIFY_MAC",
+            KeySpec="HMAC_256",
+            Tags=[{"TagKey": "tracevault:tenant", "TagValue": tenant}],
+        )["KeyMetadata"]
+        try:
+            alias = f"{_SUBJECTS}{tenant}/v{version}"
+            self._call("CreateAlias", self._client.create_alias,
+                       AliasName=alias, TargetKeyId=meta["KeyId"])  # fmt: skip
+        except ClientError as exc:  # another process made this version first: use theirs
+            if exc.response["Error"]["Code"] != "AlreadyExistsException":
+                raise self._refused(exc, f"subject secret v{version} of {tenant!r}") from None
+            self._call("ScheduleKeyDeletion", self._client.schedule_key_deletion,
+                       KeyId=meta["KeyId"], PendingWindowInDays=PENDING_DAYS)  # fmt: skip
+
+    def subject_secrets(self, tenant: str, *, create: bool) -> list[bytes]:
+        """The secrets stay in KMS: what is returned is each HMAC key's MAC of the tenant
+        name, a per-version secret derived inside KMS (one GenerateMac per version)."""
+        aliases = self._secret_aliases(tenant)
+        if not aliases and create:
+            self._new_secret(tenant, 1)
+            aliases = self._secret_aliases(tenant)
+        out = []
+        for alias in aliases:
+            try:
+                mac = self._call("GenerateMac", self._client.generate_mac, KeyId=alias,
+                                 Message=f"tracevault/v2/subjects\0{tenant}".encode(),
+                                 MacAlgorithm="HMAC_SHA_256")["Mac"]  # fmt: skip
+            except ClientError as exc:
+                raise self._refused(exc, f"the subject secret {alias}") from None
+            out.append(bytes(mac))
+        return out
+
+    def rotate_subject_secret(self, tenant: str) -> None:
+        aliases = self._secret_aliases(tenant)
+        newest = int(aliases[0].rsplit("/v", 1)[1]) if aliases else 0
+        self._new_secret(tenant, newest + 1)
 
     def destroy(self, tenant: str, subject: str | None, *, when: str, reason: str) -> list[str]:
         aliases = [_alias(tenant, subject)]

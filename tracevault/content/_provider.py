@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 
-from tracevault.content._wrapped import WrappedKey
+from tracevault.content._wrapped import WrappedKey, keyed_subject_ref, unkeyed_subject_ref
 
 __all__ = ["DATA_KEY_BYTES", "KeyProvider"]
 
@@ -23,7 +23,7 @@ DATA_KEY_BYTES = 32
 class KeyProvider(abc.ABC):
     """Holds KEKs per tenant (and per data subject); wraps and unwraps runs' data keys.
 
-    ``subject`` is always the :func:`~tracevault.content.subject_ref`, never a subject's id.
+    ``subject`` is always the subject's reference (:meth:`subject_ref`), never a subject's id.
     ``context`` is bound into the wrapping (KMS encryption context, keyring AAD): a wrapped
     key opens only for the run it was made for.
     """
@@ -52,3 +52,28 @@ class KeyProvider(abc.ABC):
         can (a keyring tombstone, KMS tags), so a refused reader is told "erased on WHEN
         (REASON)"; the erasure's evidence is the record ``tracevault erase`` writes.
         """
+
+    # -- subject references (docs/confidentiality.md, "Subject references are keyed") -----
+    @abc.abstractmethod
+    def subject_secrets(self, tenant: str, *, create: bool) -> list[bytes]:
+        """The tenant's subject secrets, newest first (created when ``create`` and none).
+
+        The newest names new runs' subjects; the older ones (rotated out) are kept so that
+        ``erase --subject`` still finds the runs recorded under them."""
+
+    @abc.abstractmethod
+    def rotate_subject_secret(self, tenant: str) -> None:
+        """Make a new newest subject secret for ``tenant``, keeping the older ones."""
+
+    def subject_ref(self, tenant: str, subject: str) -> str:
+        """The keyed reference new runs of ``subject`` are recorded under."""
+        return keyed_subject_ref(self.subject_secrets(tenant, create=True)[0], tenant, subject)
+
+    def subject_refs(self, tenant: str, subject: str) -> list[str]:
+        """Every reference ``subject``'s runs may carry: keyed under each secret, newest
+        first, then the old unkeyed one."""
+        keyed = [
+            keyed_subject_ref(k, tenant, subject)
+            for k in self.subject_secrets(tenant, create=False)
+        ]
+        return [*keyed, unkeyed_subject_ref(tenant, subject)]

@@ -13,26 +13,36 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 from dataclasses import dataclass
 
 from tracevault.errors import ContentKeyError
 
-__all__ = ["KEY_ATTRIBUTE", "WrappedKey", "subject_ref"]
+__all__ = ["KEY_ATTRIBUTE", "WrappedKey", "keyed_subject_ref", "unkeyed_subject_ref"]
 
 #: The RUN_STARTED attribute holding the run's wrapped data key (JSON, see ``to_attribute``).
 KEY_ATTRIBUTE = "tracevault.content.key"
 
 
-def subject_ref(tenant: str, subject: str | None) -> str | None:
-    """The name a data subject goes by in clear: a hash, never the subject id itself.
+def keyed_subject_ref(secret: bytes, tenant: str, subject: str) -> str:
+    """The name a data subject goes by in clear: HMAC-SHA256 under the tenant's subject
+    secret, which the key provider holds (:meth:`KeyProvider.subject_ref`), never a bare hash.
 
-    Subject ids are often personal data (an e-mail, a customer number); the record, the KMS
-    alias and the keyring name the subject by this reference only. An unkeyed hash of a
-    guessable id can be found by trying candidates: give opaque subject ids where that matters.
+    Why keyed: subject ids are often personal data (an e-mail, a customer number) and easy to
+    guess; an unkeyed hash of one is found by trying candidates, and anyone could compute a
+    genuine subject's reference to aim an erasure or a record at it. ``s2-`` + 32 hex digits,
+    so it is told apart from an :func:`unkeyed_subject_ref` (docs/confidentiality.md, "Subject
+    references are keyed").
     """
-    if subject is None:
-        return None
+    mac = hmac.new(secret, f"tracevault/v2/subject\0{tenant}\0{subject}".encode(), "sha256")
+    return "s2-" + mac.hexdigest()[:32]
+
+
+def unkeyed_subject_ref(tenant: str, subject: str) -> str:
+    """The **unkeyed subject reference** runs recorded before keyed references carry: a bare
+    SHA-256 of tenant and subject (32 hex digits). Still read (a run names its reference, the
+    readers never recompute it) and still erased by ``erase --subject``; never made anew."""
     digest = hashlib.sha256(f"tracevault/v1/subject\0{tenant}\0{subject}".encode())
     return digest.hexdigest()[:32]
 
@@ -41,8 +51,9 @@ def subject_ref(tenant: str, subject: str | None) -> str | None:
 class WrappedKey:
     """One run's data key wrapped by ``provider`` under the KEK ``kek_id`` of a tenant/subject.
 
-    ``subject`` is the :func:`subject_ref`, not the subject's id. ``blob`` is what the
-    provider returned (a KMS ciphertext blob, or the keyring's nonce and AES-GCM output).
+    ``subject`` is the subject's reference (keyed, or an old unkeyed one), not its id.
+    ``blob`` is what the provider returned (a KMS ciphertext blob, or the keyring's nonce and
+    AES-GCM output).
     """
 
     provider: str

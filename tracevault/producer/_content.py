@@ -24,7 +24,6 @@ from tracevault.content import (
     RunKeyStore,
     open_key_store,
     open_provider,
-    subject_ref,
 )
 from tracevault.errors import ConfigError
 from tracevault.producer._wire import EventEncoder, EventFields
@@ -56,7 +55,7 @@ class ContentHook:
         subject: str | None,
     ) -> None:
         self.provider, self.tenant, self.subject = provider, tenant, subject
-        ref = subject_ref(tenant, subject)
+        ref = None if subject is None else provider.subject_ref(tenant, subject)
         data_key, wrapped = provider.generate(tenant, ref, run_id)
         # Stored before anything of the run is published: a run whose key was not kept
         # would be unreadable from its first record. The record names the entry only.

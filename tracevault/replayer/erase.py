@@ -47,7 +47,6 @@ from tracevault.content import (
     WrappedKey,
     open_key_store,
     open_provider,
-    subject_ref,
     wrapped_key_of,
 )
 from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError, NotFoundError
@@ -65,16 +64,19 @@ from tracevault.transparency import (
 __all__ = ["ERASE_AGENT", "erase", "operator_signer"]
 
 
-def _target(
+def _target(  # noqa: PLR0917 - the command's options
     ctx: click.Context,
     settings: Settings,
+    provider: KeyProvider,
     run_id: str | None,
     subject: str | None,
     tenant: str | None,
     *,
     source: str,
-) -> tuple[str, str | None, WrappedKey | None]:
-    """(tenant, subject reference or None, the run's key reference for --run)."""
+) -> tuple[str, list[str | None], WrappedKey | None]:
+    """(tenant, the subject references to erase (``[None]``: the tenant's own key), the
+    run's key reference for --run). A subject goes by every reference its runs may carry:
+    keyed under each of the tenant's subject secrets, and the old unkeyed one."""
     given = [n for n, v in (("--run", run_id), ("--subject", subject)) if v is not None]
     if len(given) > 1 or (not given and tenant is None):
         raise ConfigError("erase needs exactly one of --run RUN, --subject S or --tenant T")
@@ -95,9 +97,12 @@ def _target(
                 f"Erase the whole tenant with --tenant {wrapped.tenant}; runs recorded since "
                 "keep their key in the run-key store and are erasable one by one"
             )
-        return wrapped.tenant, wrapped.subject, wrapped
+        return wrapped.tenant, [wrapped.subject], wrapped
     t = tenant or settings.tenant
-    return t, None if subject is None else subject_ref(t, subject), None
+    refs: list[str | None] = [None]
+    if subject is not None:
+        refs = list(provider.subject_refs(t, subject))
+    return t, refs, None
 
 
 def _verified_reference(
@@ -195,22 +200,24 @@ def _record(settings: Settings, erasure: dict[str, Any], signer: NoteSigner) -> 
 def _destroy(
     provider: KeyProvider,
     store: RunKeyStore,
-    target: tuple[str, str | None, WrappedKey | None],
+    target: tuple[str, list[str | None], WrappedKey | None],
     run_id: str | None,
     *,
     when: str,
     reason: str,
 ) -> tuple[list[str], list[str]]:
     """(KEK ids destroyed, run-key entries deleted); NotFoundError when nothing was live."""
-    tenant, ref, wrapped = target
-    if wrapped is not None and wrapped.stored:  # one run: its entry, and nothing else
-        keks: list[str] = []
-        entries = store.erase(tenant, ref, run_id, when=when, reason=reason)
-    else:
-        keks = provider.destroy(tenant, ref, when=when, reason=reason)
-        entries = store.erase(tenant, ref, None, when=when, reason=reason)
+    tenant, refs, wrapped = target
+    keks: list[str] = []
+    entries: list[str] = []
+    for ref in refs:
+        if wrapped is not None and wrapped.stored:  # one run: its entry, and nothing else
+            entries += store.erase(tenant, ref, run_id, when=when, reason=reason)
+        else:
+            keks += provider.destroy(tenant, ref, when=when, reason=reason)
+            entries += store.erase(tenant, ref, None, when=when, reason=reason)
     if not keks and not entries:
-        who = f"tenant {tenant!r}" + ("" if ref is None else f", subject ref {ref}")
+        who = f"tenant {tenant!r}" + ("" if refs[0] is None else f", subject ref {refs[0]}")
         if run_id is not None:
             who = f"run {run_id} ({who})"
         raise NotFoundError(
@@ -267,8 +274,9 @@ def erase(
         raise ConfigError(
             "erase needs the key provider that holds the keys: set TRACEVAULT_KEY_PROVIDER"
         )
-    target = _target(ctx, settings, run_id, subject, tenant, source=source)
-    tenant_of, ref, wrapped = target
+    target = _target(ctx, settings, provider, run_id, subject, tenant, source=source)
+    tenant_of, refs, wrapped = target
+    ref = refs[0]
     store = open_key_store(settings)
     if run_id is not None and wrapped is not None:
         _opens(provider, store, run_id, wrapped)
