@@ -43,6 +43,7 @@ __all__ = ["KafkaSession"]
 log = logging.getLogger("tracevault.consumer.archiver._archiver")
 
 _REPORT_EVERY_S = 60.0  # an INFO line with the counters, for operators tailing the log
+_GENERATION_S = 30.0  # the sealed topic's metadata, when a session starts
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
@@ -163,7 +164,13 @@ class KafkaSession:
 
     def _session(self, consumer: Consumer, until_idle: float | None) -> None:
         try:
-            self._generation = sealed_generation(self.settings)
+            # on the calls' worker: a broker away blocks this metadata call up to its timeout,
+            # and a SIGTERM must still stop the archiver within its bound (docs/liveness.md)
+            self._generation = self._calls.call(
+                "describing the sealed topic",
+                lambda: sealed_generation(self.settings, timeout=_GENERATION_S),
+                _GENERATION_S + 5.0,
+            )
         except ServiceUnavailableError as exc:
             raise Restart(str(exc)) from exc
         self.health.state = "running"
