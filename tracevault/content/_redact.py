@@ -115,6 +115,11 @@ class Redactor:
             value = self._walk(value)
         return value
 
+    def text(self, text: str) -> str:
+        """A free text with the pattern rules applied (``email``, ``card``, ``regex:``): an
+        error's message, which no path names (docs/confidentiality.md, "Redaction")."""
+        return self._text(text) if self._patterns else text
+
     def _at(self, value: Any, parts: list[str], rule: str) -> Any:
         if not parts:
             if isinstance(value, str) and _MARK.fullmatch(value):

@@ -138,4 +138,23 @@ def confidential(
     r = redactor(settings, redact)
     if r is not None:
         attributes[REDACT_ATTRIBUTE] = r.attribute()
+        encode = _redacting_errors(encode, r)  # outermost: redacted before it is sealed
     return encode, hook, r
+
+
+def _redacting_errors(encode: Encode, r: Redactor) -> Encode:
+    """``encode`` with the pattern rules applied to an error's message first.
+
+    Why here: every error the Recorder records (a callee's exception, a refused payload, the
+    agent's own exception, a sub-agent's) passes through the one encoder, and an exception's
+    message is content like a request: ``card 4111 ... for bob@example.com declined``."""
+
+    def redacted(fields: EventFields) -> bytes:
+        error = fields[7]
+        if error is not None:
+            message = r.text(error.message)
+            if message != error.message:
+                fields = (*fields[:7], ErrorInfo(error.type, message), *fields[8:])
+        return encode(fields)
+
+    return redacted

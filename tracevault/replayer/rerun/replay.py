@@ -168,7 +168,10 @@ class _Run:
         c.raise_if_diverged()
         c.check_stop()
         names = type_name(exc)
-        got = {"type": names[0], "message": str(exc)}
+        # the Recorder applied the run's redaction rules to the message: so does the re-run
+        redactor = getattr(c, "redactor", None)
+        message = str(exc) if redactor is None else redactor.text(str(exc))
+        got = {"type": names[0], "message": message}
         ev = c.peek()
         expected_err = (
             None
@@ -183,7 +186,6 @@ class _Run:
                 diff=json_diff({"error": expected_err}, {"error": got}),
                 actual_request={},
             ) from exc
-        message = str(exc)
         # the Recorder keeps the first _MAX_ERROR_CHARS characters of a message
         if ev.error.type not in names or ev.error.message not in (message, message[:16_384]):
             raise c.diverge(
