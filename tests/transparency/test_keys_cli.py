@@ -87,4 +87,5 @@ def test_show_never_calls_an_agent_key_a_log_key(tmp_path: Path) -> None:
     assert code == 0
     res = CliRunner().invoke(tracevault, ["keys", "show", str(out)])
     assert res.exit_code == 0, res.output
-    assert "log key" not in res.stderr and "Ed25519 key (a log, agent or operator key)" in res.stderr
+    assert "log key" not in res.stderr
+    assert "Ed25519 key (a log, agent or operator key)" in res.stderr
