@@ -9,8 +9,9 @@ main recorded in clear: issue 30, item 5). Then the real sequencer seals it, a c
 copy of one event goes to the DLQ (a reason of its own), the archiver archives it, and the
 run is exported as a bundle and as OTel spans (with and without ``--content``). Every byte of
 ``raw``, ``sealed``, ``heads`` and ``dlq`` (consumed, headers included), the spool
-directory, the archive directory (Avro blocks inflated), the bundle, both OTel exports and
-the services' captured log lines is searched: neither value appears, and the redaction marks
+directory (the same agent recorded again while no broker answers: its events are spooled),
+the archive directory (Avro blocks inflated), the bundle, both OTel exports and the
+services' captured log lines is searched: neither value appears, and the redaction marks
 do (the search would have found them).
 """
 
@@ -31,9 +32,11 @@ from pydantic import SecretStr
 
 from tests.consumer.sequencer.support import produce_raw, read_all
 from tests.consumer.test_outage import wait_for
+from tests.kafka_harness import free_port
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
 from tracevault.cli import tracevault
 from tracevault.consumer.archiver import Archiver
+from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import decode_event, encode_event
 
 CARD = "4111 1111 1111 1111"
@@ -115,6 +118,7 @@ def test_no_byte_anywhere_holds_the_redacted_values(
         produce_raw(settings, [(RUN, encode_event(clash))])
         wait_for_dlq(settings)
     Archiver(settings).run(until_idle=1.0)
+    _spool_a_run(settings, rules)
     env = {
         "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
@@ -151,7 +155,7 @@ def test_no_byte_anywhere_holds_the_redacted_values(
         for secret in SECRETS:
             assert secret.encode() not in data, (where, secret)
     # the search would have found them: the marks are where the values were
-    for where in ("raw", "sealed", "archive", "bundle", "otel --content"):
+    for where in ("raw", "sealed", "archive", "bundle", "otel --content", "spool"):
         assert b"[redacted:card:" in everything[where], where
         assert b"[redacted:email:" in everything[where], where
     assert everything["dlq"], "the DLQ holds the conflicting copy"
@@ -159,6 +163,21 @@ def test_no_byte_anywhere_holds_the_redacted_values(
     assert any(e.error.message.startswith("card [redacted:card:") for e in error), error  # type: ignore[union-attr]
     # the OTel span status of the ERROR carries the redacted message, never the value
     assert b"[redacted:card:" in everything["otel"] or b"declined" not in everything["otel"]
+
+
+def _spool_a_run(settings: Any, rules: list[str]) -> None:
+    """The same agent recorded while no broker answers: its events wait in the spool."""
+    away = settings.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    publisher = Publisher(away)
+    try:
+        rec = Recorder(publisher=publisher, agent_id="replayer-golden", agent_version="1.0.0",
+                       model=_model, tools={"lookup": _lookup, "charge": _charge},
+                       run_id=f"{RUN}-spooled", redact=rules)  # fmt: skip
+        with pytest.raises(Declined):
+            rec.run(agent, {"email": EMAIL, "card": CARD})
+    finally:
+        report = publisher.close(timeout=2)
+    assert report.spooled and report.spool_files, report
 
 
 def _values(settings: Any, topic: str) -> list[bytes]:
