@@ -7,9 +7,13 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tracevault.cli import tracevault
+from tracevault.config import Settings
+from tracevault.errors import ConfigError
+from tracevault.replayer.erase import operator_signer
 from tracevault.transparency import (
     CosignatureSigner,
     Ed25519Signer,
@@ -89,3 +93,18 @@ def test_show_never_calls_an_agent_key_a_log_key(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "log key" not in res.stderr
     assert "Ed25519 key (a log, agent or operator key)" in res.stderr
+
+
+def test_an_operator_key_signs_erasure_records_from_its_file(tmp_path: Path) -> None:
+    out = tmp_path / "operator.key"
+    code, printed = _run(
+        "keys", "generate", "--type", "operator", "--name", "dpo.example", "--out", str(out)
+    )
+    assert code == 0 and stat.S_IMODE(out.stat().st_mode) == 0o600
+    signer = operator_signer(Settings(operator_key_file=str(out), operator_key=None))
+    assert signer.verifier.vkey == printed.strip()
+    out.chmod(0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        operator_signer(Settings(operator_key_file=str(out), operator_key=None))
+    with pytest.raises(ConfigError, match="TRACEVAULT_OPERATOR_KEY_FILE"):
+        operator_signer(Settings(operator_key_file=None, operator_key=None))
