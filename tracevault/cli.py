@@ -34,6 +34,14 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "archiver": ("tracevault.consumer.archiver.commands:archiver", "archive sealed runs (service)"),
     "archive": ("tracevault.archive.commands:archive", "list, hold, purge archived runs"),
+    "index": (
+        "tracevault.index.commands:index",
+        "build and catch up the investigator's index of archived runs",
+    ),
+    "search": (
+        "tracevault.replayer.search:search_cmd",
+        "find archived runs by agent, time, tool, status; SQL; --verify",
+    ),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
     "erase": (

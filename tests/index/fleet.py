@@ -44,6 +44,7 @@ class Spec:
     tool_error: str | None = None  # a tool call raised this
     finish: bool = True
     tenant: str | None = None
+    start: Any = None  # RUN_STARTED's request (default {"input": "go"})
 
 
 def sealed(spec: Spec) -> list[SealedEvent]:
@@ -54,7 +55,8 @@ def sealed(spec: Spec) -> list[SealedEvent]:
     attrs = {}
     if spec.tenant is not None:  # the clear part of a wrapped key (the rest is opaque here)
         attrs[KEY_ATTR] = json.dumps({"tenant": spec.tenant, "kek_id": "k1"})
-    evs.append((EventKind.RUN_STARTED, {"input": "go"}, None, None, None, attrs))
+    start = {"input": "go"} if spec.start is None else spec.start
+    evs.append((EventKind.RUN_STARTED, start, None, None, None, attrs))
     if spec.model:
         call = {"messages": ["hi"]}
         evs.append((EventKind.MODEL_CALL, call, {"text": "ok"}, spec.model, None, {}))

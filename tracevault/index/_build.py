@@ -30,9 +30,9 @@ from tracevault.archive.tlog import (
 from tracevault.errors import TraceVaultError
 from tracevault.index._rows import IndexedRun, LogPlace, StatusRow, run_rows
 from tracevault.index._tables import (
-    INDEX_ROOT,
     day_of,
     index_key,
+    index_keys,
     log_tag,
     parquet_bytes,
     parse_index_key,
@@ -135,7 +135,10 @@ class _Reader:
         indexes = [i for i in indexes if i.log == log_key and i.size <= upto]
         pairs = sorted({(seq, leaf) for i in indexes for leaf, seq in i.leaves})
         lg = _log_of(log_key)
-        place = LogPlace(log_key, indexes[0].origin, lg.partition, lg.generation, upto)
+        # the checkpoint of the run's last flush: it covers every leaf of the run indexed
+        # here, and does not depend on when the index was built (a rebuild equals an update)
+        size = max(i.size for i in indexes)
+        place = LogPlace(log_key, indexes[0].origin, lg.partition, lg.generation, size)
         values = [self.value(log_key, leaf, upto) for _, leaf in pairs]
         done = [i for i in indexes if i.finished]
         return run_rows(
@@ -194,7 +197,7 @@ def build_index(
     ``unfinished`` ones; write one object per table, day and log. ``replace`` (a rebuild)
     then deletes every other index object: they are unlocked and derived."""
     covered = dict(covered or {})
-    before = [i.key for i in store.list(INDEX_ROOT) if parse_index_key(i.key) is not None]
+    before = index_keys(store)
     runs, _ = _candidates(store, covered, unfinished)
     reader = _Reader(store)
     report = BuildReport()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracevault.archive import ObjectStore
 from tracevault.index._build import BuildReport, build_index, covered_sizes
 from tracevault.index._read import load_index
-from tracevault.index._tables import INDEX_ROOT
+from tracevault.index._tables import index_keys
 
 __all__ = ["rebuild", "update"]
 
@@ -19,7 +19,7 @@ def rebuild(store: ObjectStore) -> BuildReport:
 def update(store: ObjectStore, *, writer: str = "update") -> BuildReport:
     """Index only what the index does not cover yet: flushes past the tree size its objects
     name for each log, and the runs it holds as unfinished (they may have gone on)."""
-    covered = covered_sizes(i.key for i in store.list(INDEX_ROOT))
+    covered = covered_sizes(index_keys(store, ("runs",)))
     unfinished: list[str] = []
     if covered:
         runs = load_index(store).tables["runs"]

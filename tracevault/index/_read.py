@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from tracevault.archive import ObjectStore
-from tracevault.index._tables import INDEX_ROOT, SCHEMAS, TABLES, parse_index_key, read_parquet
+from tracevault.index._tables import SCHEMAS, TABLES, index_keys, parse_index_key, read_parquet
 
 __all__ = ["LoadedIndex", "load_index", "open_views"]
 
@@ -72,17 +72,17 @@ def load_index(store: ObjectStore, *, days: Sequence[str] | None = None) -> Load
     parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
     out = LoadedIndex({})
     wanted = None if days is None else set(days)
-    for info in store.list(INDEX_ROOT):
-        parsed = parse_index_key(info.key)
+    for key in index_keys(store):
+        parsed = parse_index_key(key)
         if parsed is None or (wanted is not None and parsed.day not in wanted):
             continue
         try:
-            parts[parsed.table].append(read_parquet(store.get(info.key), parsed.table))
+            parts[parsed.table].append(read_parquet(store.get(key), parsed.table))
         except (pa.ArrowException, OSError, ValueError) as exc:
-            out.skipped[info.key] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("index object %s skipped: %s", info.key, out.skipped[info.key])
+            out.skipped[key] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.warning("index object %s skipped: %s", key, out.skipped[key])
             continue
-        out.objects.append(info.key)
+        out.objects.append(key)
     out.tables = {
         t: pa.concat_tables(ps) if ps else SCHEMAS[t].empty_table() for t, ps in parts.items()
     }

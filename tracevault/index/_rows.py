@@ -45,8 +45,8 @@ _ENVELOPE_END = b',"v":1}'
 
 @dataclass(frozen=True, slots=True)
 class LogPlace:
-    """Where a run's leaves sit: the partition log (and generation) and the tree size the
-    index was built at (every leaf below it is covered by that checkpoint)."""
+    """Where a run's leaves sit: the partition log (and generation) and the size of the
+    checkpoint of the run's last archived flush (it covers every leaf of the run)."""
 
     log: str
     origin: str

@@ -21,7 +21,7 @@ from tracevault.errors import ConfigError, NotFoundError
 from tracevault.index._build import _parse_batch, covered_sizes
 from tracevault.index._read import LoadedIndex, load_index, open_views
 from tracevault.index._rows import KINDS
-from tracevault.index._tables import INDEX_ROOT, parse_index_key
+from tracevault.index._tables import index_keys
 
 __all__ = [
     "FILTERS",
@@ -154,7 +154,7 @@ class SearchResult:
 def _loaded(store: ObjectStore, days: list[str] | None = None) -> LoadedIndex:
     index = load_index(store, days=days)
     if index.empty and not index.skipped:
-        if days is not None and any(parse_index_key(i.key) for i in store.list(INDEX_ROOT)):
+        if days is not None and index_keys(store, ("runs",)):
             return index  # an index, nothing on those days
         raise NotFoundError(f"the archive {store.url} has no index; {_BUILD_HINT}")
     return index
@@ -246,7 +246,7 @@ def index_lag(store: ObjectStore) -> IndexLag:
     day batches (one per flush)."""
     from tracevault.archive.layout import DAY_BATCH_ROOT  # noqa: PLC0415
 
-    covered = covered_sizes(i.key for i in store.list(INDEX_ROOT))
+    covered = covered_sizes(index_keys(store, ("runs",)))
     archived: dict[str, int] = {}
     flushes = 0
     newest: date | None = None

@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracevault.archive import ObjectStore
 from tracevault.index._rows import KINDS, StatusRow
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "IndexKey",
     "day_of",
     "index_key",
+    "index_keys",
     "log_tag",
     "parquet_bytes",
     "parse_index_key",
@@ -119,6 +121,15 @@ class IndexKey:
     first: int
     last: int
     key: str
+
+
+def index_keys(store: ObjectStore, tables: Sequence[str] = TABLES) -> list[str]:
+    """The index's object keys, one listing per table (``index/`` also holds the archive's
+    own day index, ``index/days/`` and ``index/day-runs/``, which is not listed)."""
+    out: list[str] = []
+    for t in tables:
+        out += [i.key for i in store.list(f"{INDEX_ROOT}{t}/") if parse_index_key(i.key)]
+    return out
 
 
 def log_tag(prefix: str, generation: str, partition: int) -> str:
