@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.index.fleet import archive_fleet
-from tracevault.archive import open_store
+from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.index import rebuild, run_sql
@@ -35,12 +35,22 @@ ATTACKS = [
 ]
 
 
-@pytest.mark.parametrize("attack", ATTACKS)
-def test_sql_that_writes_or_reads_files_is_refused(tmp_path: Path, attack: str) -> None:
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ObjectStore]:
+    """One indexed archive for every attack (each attack leaves it as it was: checked)."""
+    tmp_path = tmp_path_factory.mktemp("sql")
     store = open_store(f"file://{tmp_path / 'archive'}", Settings())
     archive_fleet(store)
     rebuild(store)
     (tmp_path / "secret.txt").write_text("the investigator's password\n")
+    return tmp_path, store
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_sql_that_writes_or_reads_files_is_refused(
+    indexed: tuple[Path, ObjectStore], attack: str
+) -> None:
+    tmp_path, store = indexed
     before = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(ConfigError) as err:
         run_sql(store, attack.format(tmp=tmp_path))

@@ -5,6 +5,7 @@ the run's own status, latest first."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dask.dataframe as dd
@@ -88,3 +89,14 @@ def test_erasure_and_contested_records_append_a_status_that_wins(store: ObjectSt
     assert hit.run_id == "run-search" and "foreign key" in (hit.status_reason or "")
     # the run's own rows are untouched: still its events, tools and log position
     assert hit.tools == ("search",) and hit.checkpoint_size
+
+
+def test_an_erasure_on_a_later_day_still_wins_in_a_day_range_search(store: ObjectStore) -> None:
+    archive_fleet(store)
+    later = Spec("erasure-2", "tracevault-erase", 40,
+                 start={"input": {"run": "run-search", "reason": "subject request"}})  # fmt: skip
+    archive_fleet(store, (later,))
+    rebuild(store)
+    since, until = datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 1, 3, tzinfo=UTC)
+    (hit,) = search(store, Filters(since=since, until=until)).hits  # reads 2 days of runs
+    assert (hit.run_id, hit.status) == ("run-search", "erased")

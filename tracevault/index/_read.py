@@ -67,14 +67,20 @@ class LoadedIndex:
         return not self.objects
 
 
-def load_index(store: ObjectStore, *, days: Sequence[str] | None = None) -> LoadedIndex:
-    """Every index object under ``index/`` (of ``days`` only, if given: Hive pruning)."""
+def load_index(
+    store: ObjectStore, *, days: Sequence[str] | None = None, tables: Sequence[str] = TABLES
+) -> LoadedIndex:
+    """Every index object of ``tables`` under ``index/`` (runs and events of ``days`` only,
+    if given: Hive pruning); a table not read is empty (a run list needs no events)."""
     parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
     out = LoadedIndex({})
     wanted = None if days is None else set(days)
-    for key in index_keys(store):
+    for key in index_keys(store, tables):
         parsed = parse_index_key(key)
-        if parsed is None or (wanted is not None and parsed.day not in wanted):
+        if parsed is None:
+            continue
+        # status rows lie on the day of the change (an erasure weeks after the run): all read
+        if wanted is not None and parsed.table != "status" and parsed.day not in wanted:
             continue
         try:
             parts[parsed.table].append(read_parquet(store.get(key), parsed.table))

@@ -21,7 +21,7 @@ from tracevault.errors import ConfigError, NotFoundError
 from tracevault.index._build import _parse_batch, covered_sizes
 from tracevault.index._read import LoadedIndex, load_index, open_views
 from tracevault.index._rows import KINDS
-from tracevault.index._tables import index_keys
+from tracevault.index._tables import TABLES, index_keys
 
 __all__ = [
     "FILTERS",
@@ -151,8 +151,10 @@ class SearchResult:
     objects: int = 0
 
 
-def _loaded(store: ObjectStore, days: list[str] | None = None) -> LoadedIndex:
-    index = load_index(store, days=days)
+def _loaded(
+    store: ObjectStore, days: list[str] | None = None, tables: tuple[str, ...] = TABLES
+) -> LoadedIndex:
+    index = load_index(store, days=days, tables=tables)
     if index.empty and not index.skipped:
         if days is not None and index_keys(store, ("runs",)):
             return index  # an index, nothing on those days
@@ -170,7 +172,7 @@ def _hit(row: tuple[Any, ...]) -> RunHit:
 def search(store: ObjectStore, filters: Filters) -> SearchResult:
     """The runs every filter holds for, newest start first."""
     where, args = filters.where()
-    index = _loaded(store, filters.days())
+    index = _loaded(store, filters.days(), ("runs", "status"))  # a run list reads no events
     con = open_views(index)
     try:
         limit = "" if filters.limit is None else f" LIMIT {int(filters.limit)}"
