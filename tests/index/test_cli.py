@@ -111,3 +111,21 @@ def test_search_at_80_columns_keeps_run_ids_whole(archive: tuple[str, ObjectStor
     assert_fits(out)
     for spec in (*FLEET, Spec(long_id, "m", 0)):
         assert spec.run_id in out
+
+
+def test_doctor_reports_the_index_lag(
+    archive: tuple[str, ObjectStore], kafka_bootstrap: str
+) -> None:
+    url, store = archive
+
+    def index_check() -> dict[str, str]:
+        args = ["--bootstrap-servers", kafka_bootstrap, "doctor", "--json"]
+        res = CliRunner().invoke(tracevault, args, env={"TRACEVAULT_ARCHIVE_URL": url})
+        return next(c for c in json.loads(res.output) if c["check"] == "index")
+
+    assert index_check()["status"] == "ok"  # no index: optional
+    rebuild(store)
+    archive_fleet(store, (Spec("run-later", "mailer", 12, ("send_email",)),))
+    check = index_check()
+    assert check["status"] == "warn" and "behind the archive" in check["detail"]
+    assert "tracevault index update" in check["fix"]

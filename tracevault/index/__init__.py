@@ -29,7 +29,13 @@ from tracevault.index._search import (
     run_sql,
     search,
 )
-from tracevault.index._tables import EVENT_SCHEMA, RUN_SCHEMA, STATUS_SCHEMA, parse_index_key
+from tracevault.index._tables import (
+    EVENT_SCHEMA,
+    RUN_SCHEMA,
+    STATUS_SCHEMA,
+    index_keys,
+    parse_index_key,
+)
 
 __all__ = [
     # building
@@ -59,5 +65,6 @@ __all__ = [
     "EVENT_SCHEMA",
     "RUN_SCHEMA",
     "STATUS_SCHEMA",
+    "index_keys",
     "parse_index_key",
 ]
