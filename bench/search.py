@@ -112,7 +112,6 @@ def day_tables(
         "seq": pa.array(seq),
         "kind": _strings(kind_pool, kind),
         "at": pa.array(at).cast(ts),
-        "sealed_at": pa.array(at + 500).cast(ts),
         "tool": pc.if_else(pa.array(tool_idx >= 0), _strings(TOOLS, np.maximum(tool_idx, 0)), None),
         "model": pc.if_else(pa.array(kind == 1), pa.array(["gpt-4o"] * m), None),
         "duration_us": pa.array(rng.integers(100, 100_000, m)),

@@ -124,7 +124,8 @@ class _Reader:
 
     def run(self, run_id: str) -> IndexedRun | None:
         """The run's rows up to its log's newest checkpoint, or None if it has no run index
-        object (the legacy segment layout, which this index does not cover)."""
+        object (the legacy segment layout, which this index does not cover) or none at or
+        below that checkpoint (an archiver is writing its first flush right now)."""
         keys = [i.key for i in self.store.list(run_prefix(run_id))]
         idx_keys = [k for k in keys if parse_run_index_key(k) is not None]
         if not idx_keys:
@@ -133,6 +134,8 @@ class _Reader:
         log_key = indexes[0].log
         upto = self.newest_size(log_key)
         indexes = [i for i in indexes if i.log == log_key and i.size <= upto]
+        if not indexes:  # its flush is being written (no checkpoint yet): the next update
+            return None
         pairs = sorted({(seq, leaf) for i in indexes for leaf, seq in i.leaves})
         lg = _log_of(log_key)
         # the checkpoint of the run's last flush: it covers every leaf of the run indexed

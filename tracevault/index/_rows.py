@@ -22,6 +22,7 @@ from typing import Any
 
 from tracevault.errors import LogError, SchemaError
 from tracevault.schemas import EventKind, TraceEvent, decode_event, decode_sealed
+from tracevault.schemas.fast import sealed_columns
 from tracevault.transparency import ATTEST_ATTRIBUTE, open_agent_note
 
 __all__ = [
@@ -124,14 +125,29 @@ def _duration(ev: TraceEvent) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def _event_row(ev: TraceEvent, leaf: int | None, hash_hex: str, sealed_at: int) -> dict[str, Any]:
+def _decoded(run_id: str, values: Sequence[bytes]) -> tuple[list[TraceEvent], list[bytes]]:
+    """Each value's event and chain hash: in one walk of the fast reader (the one verify
+    uses, ~20 x the generic codec's speed) when every value has its shape, else decoded one
+    by one (``SchemaError`` naming the seq that does not decode)."""
+    cols = sealed_columns(values)
+    if cols is not None and all(e is not None for e in cols.events):
+        return [e for e in cols.events if e is not None], cols.hashes
+    events, hashes = [], []
+    for value in values:
+        sealed = decode_sealed(value, what=f"sealed record of run {run_id!r}")
+        what = f"run {run_id!r} seq {sealed.seq}"
+        events.append(decode_event(sealed.raw, check_json=False, what=what))
+        hashes.append(sealed.hash)
+    return events, hashes
+
+
+def _event_row(ev: TraceEvent, leaf: int | None, hash_hex: str) -> dict[str, Any]:
     err = ev.error
     return {
         "run_id": ev.run_id,
         "seq": ev.seq,
         "kind": ev.kind.value,
         "at": ev.at,
-        "sealed_at": sealed_at,
         "tool": _tool(ev),
         "model": ev.model,
         "duration_us": _duration(ev),
@@ -186,10 +202,8 @@ def run_rows(
     first: TraceEvent | None = None
     last: TraceEvent | None = None
     statuses: list[StatusRow] = []
-    for value, leaf in zip(values, leaves, strict=True):
-        sealed = decode_sealed(value, what=f"sealed record of run {run_id!r}")
-        ev = decode_event(sealed.raw, check_json=False, what=f"run {run_id!r} seq {sealed.seq}")
-        events.append(_event_row(ev, leaf, sealed.hash.hex(), sealed.sealed_at))
+    for ev, hash_, leaf in zip(*_decoded(run_id, values), leaves, strict=True):
+        events.append(_event_row(ev, leaf, hash_.hex()))
         counts[ev.kind.value] += 1
         row = events[-1]
         if row["tool"] is not None:

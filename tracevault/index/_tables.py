@@ -84,7 +84,6 @@ EVENT_SCHEMA = pa.schema(
         ("seq", pa.int64()),
         ("kind", pa.string()),
         ("at", _TS),
-        ("sealed_at", _TS),
         ("tool", pa.string()),
         ("model", pa.string()),
         ("duration_us", pa.int64()),
