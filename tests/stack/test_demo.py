@@ -8,11 +8,13 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from tests.consumer.sequencer.support import assert_signed_log
 from tests.stack.conftest import DemoRun
 from tracevault.archive import list_runs, open_store
 from tracevault.config import Settings
-from tracevault.content import KEY_ATTRIBUTE, metadata_only
+from tracevault.content import KEY_ATTRIBUTE, metadata_only, open_run
 from tracevault.demo.run import _TICKETS
 from tracevault.index import Filters, load_index, rebuild, search
 from tracevault.replayer.load.archive import load_from_archive
@@ -159,3 +161,43 @@ def test_the_index_of_the_demo_fleet_finds_what_the_archive_holds(demo_run: Demo
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {h["verified"] for h in json.loads(proc.stdout)} == {"ok"}
+
+
+def test_search_grep_opens_only_what_the_readers_keys_open(
+    demo_run: DemoRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--grep matches content inside the encrypted demo runs with the demo's keyring, and
+    without a key names every candidate 'not searchable (tenant X)' instead of guessing; the
+    matched runs are exactly those whose opened content holds the pattern."""
+    pattern = "chargeback requested"
+    monkeypatch.chdir(demo_run.cwd)
+    keyed = Settings(key_provider="keyring")
+    store = open_store(demo_run.archive)
+    try:
+        rebuild(store)
+        truth = set()
+        for rid in demo_run.summary["run_ids"]:
+            evs = [decode_event(r["raw"]) for r in load_from_archive(store, rid).records.rows]
+            if any(pattern.encode() in e.request for e in open_run(keyed, evs)):
+                truth.add(rid)
+    finally:
+        store.close()
+    assert truth  # the demo's chargeback tickets
+    base = [sys.executable, "-m", "tracevault", "--prefix", demo_run.prefix, "search",
+            "--archive", demo_run.archive, "--grep", pattern, "--json"]  # fmt: skip
+    for provider in ("keyring", "none"):
+        env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap,
+               "TRACEVAULT_KEY_PROVIDER": provider}  # fmt: skip
+        proc = subprocess.run(base, cwd=demo_run.cwd, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out = json.loads(proc.stdout)
+        if provider == "keyring":
+            assert {h["run_id"] for h in out["hits"]} == truth
+            assert not out["not_searchable"]
+        else:
+            assert out["hits"] == []
+            closed = {c["run_id"] for c in out["not_searchable"]}
+            assert closed == set(demo_run.summary["run_ids"])
+            assert "not searchable (tenant " in proc.stderr
+        assert pattern not in proc.stderr

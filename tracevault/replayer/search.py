@@ -21,6 +21,7 @@ from tracevault.errors import ChainError, ConfigError, LogError
 from tracevault.index import FILTERS, STATUSES, Filters, RunHit, index_lag, run_sql, search
 from tracevault.replayer._cliopts import AGENT_KEY, end_options, log_options, trust
 from tracevault.replayer._freshness import verified_run
+from tracevault.replayer._grep import GrepResult, grep_runs
 from tracevault.schemas import EventKind
 
 __all__ = ["search_cmd"]
@@ -75,6 +76,16 @@ def _verify_all(
     return out
 
 
+def _grep(ctx: click.Context, store: ObjectStore, hits: list[RunHit], pattern: str) -> GrepResult:
+    from tracevault.replayer._cliopts import settings_of  # noqa: PLC0415
+
+    try:
+        with stderr.status(f"matching content in {len(hits)} candidate runs…"):
+            return grep_runs(settings_of(ctx), store, hits, pattern)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 def _warn_lag(store: ObjectStore) -> None:
     lag = index_lag(store)
     if lag.behind:
@@ -119,6 +130,13 @@ def _skipped(skipped: dict[str, str]) -> None:
 @click.option("--error", help="Runs with an event of this error type.")
 @click.option("--min-events", type=click.IntRange(0), help="Runs of at least N events.")
 @click.option("--limit", type=click.IntRange(1), help="At most N runs, newest first.")
+@click.option(
+    "--grep",
+    "pattern",
+    metavar="REGEX",
+    help="Then match REGEX in the content of the runs the filters leave, opened with this "
+    "reader's keys; runs it cannot open are named 'not searchable (tenant X)'.",
+)
 @click.option("--sql", help="One read-only SELECT over the views runs, events, status.")
 @click.option("--verify", "do_verify", is_flag=True, help="Verify every hit from the archive.")
 @log_options
@@ -144,6 +162,7 @@ def search_cmd(ctx: click.Context, /, **opts: Any) -> None:
       tracevault search --tool send_email --since 2026-01-01 --until 2026-01-08
       tracevault search --agent mailer --status errored --json
       tracevault search --tool send_email --verify --trusted-key @log.vkey
+      tracevault search --tool send_email --grep 'exfil@evil\\.example'
       tracevault search --sql "SELECT tool, count(*) FROM events GROUP BY tool"
     """
     as_json = opts.pop("as_json")
@@ -151,13 +170,13 @@ def search_cmd(ctx: click.Context, /, **opts: Any) -> None:
     ctx.find_root().meta["replay.archive_url"] = archive_url
     ctx.find_root().meta["replay.s3_endpoint_url"] = ep
     _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=ep)
-    sql, do_verify = opts.pop("sql"), opts.pop("do_verify")
+    sql, do_verify, pattern = opts.pop("sql"), opts.pop("do_verify"), opts.pop("pattern")
     trust_flags = {k: opts.pop(k) for k in ("trusted_keys", "witness_keys", "min_witnesses",
                    "agent_key_pairs", "allow_unfinished", "require_finished")}  # fmt: skip
     given = {k: v for k, v in opts.items() if v is not None}
     if sql is not None:
-        if given or do_verify:
-            raise click.UsageError("--sql takes no filter and no --verify")
+        if given or do_verify or pattern is not None:
+            raise click.UsageError("--sql takes no filter, no --grep and no --verify")
         _sql(store, sql, as_json)
         return
     for k in ("since", "until"):
@@ -170,14 +189,37 @@ def search_cmd(ctx: click.Context, /, **opts: Any) -> None:
     _skipped(result.skipped)
     _warn_lag(store)
     hits = result.hits
+    grep = None
+    if pattern is not None:
+        grep = _grep(ctx, store, hits, pattern)
+        hits = [h for h in hits if h.run_id in grep.matched]
     verdicts = _verify_all(ctx, hits, trust_flags) if do_verify else None
+    _print(store, hits, verdicts, grep, as_json=as_json)
+    if verdicts is not None and any(v != "ok" for v in verdicts.values()):
+        raise click.exceptions.Exit(1)
+
+
+def _print(
+    store: ObjectStore,
+    hits: list[RunHit],
+    verdicts: dict[str, str] | None,
+    grep: GrepResult | None,
+    *,
+    as_json: bool,
+) -> None:
+    """The hits (with their verdicts and matched seqs), and the runs --grep could not open."""
     if as_json:
-        echo_json(
-            [
-                {**h.to_json(), **({} if verdicts is None else {"verified": verdicts[h.run_id]})}
-                for h in hits
-            ]
-        )
+        rows = [
+            {
+                **h.to_json(),
+                **({} if verdicts is None else {"verified": verdicts[h.run_id]}),
+                **({} if grep is None else {"matched_seqs": grep.matched[h.run_id]}),
+            }
+            for h in hits
+        ]
+        closed = [{"run_id": r, "tenant": t} for r, t in sorted((grep.not_searchable
+                  if grep is not None else {}).items())]  # fmt: skip
+        echo_json(rows if grep is None else {"hits": rows, "not_searchable": closed})
     else:
         stdout.print(_table(hits, verdicts, f"{len(hits)} runs in {store.url}"))
         for rid, v in sorted((verdicts or {}).items()):
@@ -186,5 +228,10 @@ def search_cmd(ctx: click.Context, /, **opts: Any) -> None:
         if verdicts and "unverified" in verdicts.values():
             stdout.print("[red]unverified: no trusted log key (--trusted-key or "
                          "TRACEVAULT_LOG_VKEYS)[/]")  # fmt: skip
-    if verdicts is not None and any(v != "ok" for v in verdicts.values()):
-        raise click.exceptions.Exit(1)
+    if grep is not None and grep.not_searchable:
+        by_tenant: dict[str, list[str]] = {}
+        for rid, tenant in sorted(grep.not_searchable.items()):
+            by_tenant.setdefault(tenant, []).append(rid)
+        for tenant, rids in sorted(by_tenant.items()):
+            stderr.print(f"[yellow]{len(rids)} run(s) not searchable (tenant {tenant}): "
+                         f"{', '.join(rids)}[/]", highlight=False, soft_wrap=True)  # fmt: skip
