@@ -5,16 +5,25 @@ the run's own status, latest first."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dask.dataframe as dd
 import pytest
 
 from tests.index.fleet import FLEET, Spec, archive_fleet
-from tracevault.archive import ObjectStore, open_store
+from tracevault.archive import Hole, ObjectStore, hole_key, open_store
 from tracevault.config import Settings
-from tracevault.index import Filters, load_index, open_views, rebuild, run_sql, search, update
+from tracevault.index import (
+    Filters,
+    RunHit,
+    load_index,
+    open_views,
+    rebuild,
+    run_sql,
+    search,
+    update,
+)
 from tracevault.index._build import build_index
 
 
@@ -100,3 +109,24 @@ def test_an_erasure_on_a_later_day_still_wins_in_a_day_range_search(store: Objec
     since, until = datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 1, 3, tzinfo=UTC)
     (hit,) = search(store, Filters(since=since, until=until)).hits  # reads 2 days of runs
     assert (hit.run_id, hit.status) == ("run-search", "erased")
+
+
+def test_a_hole_record_appends_a_hole_status_for_the_runs_it_names(store: ObjectStore) -> None:
+    archive_fleet(store)
+    (hit,) = [h for h in _hits_after_rebuild(store) if h.run_id == "run-open"]
+    log = f"log/{Settings().topic_prefix}/0/"
+    hole = Hole(kind="quarantined", origin=hit.origin or "", partition=0, first=3, end=4,
+                detected_at="2026-01-20T00:00:00Z", why="record not archivable",
+                runs={"run-open": 1}, reason="bad run id")  # fmt: skip
+    key = hole_key(log, 3, 4, "quarantined")
+    store.put(key, hole.to_json(), retain_until=datetime.now(UTC) + timedelta(days=1))
+    rebuild(store)
+    (got,) = search(store, Filters(status="hole")).hits
+    assert got.run_id == "run-open" and "quarantined leaves 3..3" in (got.status_reason or "")
+    _, rows, _ = run_sql(store, "SELECT source FROM status WHERE status = 'hole'")
+    assert rows == [(key,)]
+
+
+def _hits_after_rebuild(store: ObjectStore) -> list[RunHit]:
+    rebuild(store)
+    return search(store, Filters()).hits
