@@ -33,7 +33,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "seal raw events into per-run hash chains, exactly once (service)",
     ),
     "archiver": ("tracevault.consumer.archiver.commands:archiver", "archive sealed runs (service)"),
-    "archive": ("tracevault.archive.commands:archive", "list, hold, purge archived runs"),
+    "archive": ("tracevault.index.commands:archive", "list, hold, purge archived runs"),
     "index": (
         "tracevault.index.commands:index",
         "build and catch up the investigator's index of archived runs",

@@ -129,3 +129,25 @@ def test_doctor_reports_the_index_lag(
     check = index_check()
     assert check["status"] == "warn" and "behind the archive" in check["detail"]
     assert "tracevault index update" in check["fix"]
+
+
+def test_archive_ls_shows_the_index_columns_or_how_to_get_them(
+    archive: tuple[str, ObjectStore],
+) -> None:
+    url, store = archive
+    code, out, err = _run("archive", "ls", "--archive", url, "--json")
+    assert code == 0 and err == ""  # --json as it always was, for scripts
+    assert all("agent" not in r for r in json.loads(out))  # the archive's own columns
+    code, out, err = _run("archive", "ls", "--archive", url)
+    assert code == 0 and "tracevault index rebuild" in err
+    rebuild(store)
+    code, out, err = _run("archive", "ls", "--archive", url, "--json")
+    rows = {r["run_id"]: r for r in json.loads(out)}
+    assert code == 0 and err == "" and len(rows) == len(FLEET)
+    truth = scan(store)
+    for rid, r in rows.items():
+        assert r["agent"] == truth[rid]["agent"] and set(r["tools"]) == truth[rid]["tools"]
+        assert r["status"] == truth[rid]["status"] and "segments" in r  # old keys kept
+    code, out = cli("archive", "ls", "--archive", url)
+    assert code == 0 and "run-toolerr" in out and "unfinished" in out
+    assert_fits(out)
