@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.index.fleet import DAY_US, T0, scan
+from tests.index.fleet import DAY_US, T0, Spec, archive_fleet, scan
 from tracevault.archive import ObjectStore
 from tracevault.errors import ConfigError
 from tracevault.index import Filters, rebuild, search
@@ -95,3 +95,15 @@ def test_unknown_filter_and_status_are_refused_naming_the_valid_ones(
     rebuild(fleet_store)
     with pytest.raises(ConfigError, match="valid: finished, unfinished"):
         search(fleet_store, Filters(status="lost"))
+
+
+def test_index_objects_are_unlocked_so_a_rebuild_replaces_them(fleet_store: ObjectStore) -> None:
+    """Derived objects carry no retention lock (docs/index.md, "Retention"): on S3 with Object
+    Lock as on file://, a rebuild deletes the objects it supersedes."""
+    first = rebuild(fleet_store)
+    archive_fleet(fleet_store, (Spec("run-new", "mailer", 0, ("send_email",)),))
+    second = rebuild(fleet_store)
+    assert second.deleted and set(second.deleted) <= set(first.written)
+    assert "run-new" in {h.run_id for h in search(fleet_store, Filters(agent="mailer")).hits}
+    info = fleet_store.head(second.written[0])
+    assert info.retain_until is None or info.expired(datetime.now(UTC))
