@@ -98,7 +98,7 @@ def test_unknown_filter_or_status_is_refused_naming_the_valid_ones(
     code, _, err = _run("search", "--archive", url, "--status", "lost")
     assert code == 2 and "finished" in err and "erased" in err
     code, _, err = _run("search", "--archive", url, "--sql", "SELECT colour FROM runs")
-    assert code == 2 and "colour" in err
+    assert code == 2 and "colour" in err and "valid: runs(run_id, tenant" in err
 
 
 def test_search_at_80_columns_keeps_run_ids_whole(archive: tuple[str, ObjectStore]) -> None:

@@ -86,7 +86,7 @@ def load_index(
             parts[parsed.table].append(read_parquet(store.get(key), parsed.table))
         except (pa.ArrowException, OSError, ValueError) as exc:
             out.skipped[key] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("index object %s skipped: %s", key, out.skipped[key])
+            log.info("index object %s skipped: %s", key, out.skipped[key])  # callers report
             continue
         out.objects.append(key)
     out.tables = {

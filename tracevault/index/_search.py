@@ -210,11 +210,21 @@ def run_sql(store: ObjectStore, sql: str) -> tuple[list[str], list[tuple[Any, ..
         rows = cur.fetchall()
     except duckdb.PermissionException as exc:
         raise ConfigError(f"--sql may read only the index's views: {exc}") from exc
+    except duckdb.BinderException as exc:  # an unknown column or view: name the valid ones
+        raise ConfigError(f"--sql failed: {str(exc).splitlines()[0]}; {_columns(con)}") from exc
     except duckdb.Error as exc:
         raise ConfigError(f"--sql failed: {str(exc).splitlines()[0]}") from exc
     finally:
         con.close()
     return cols, rows, index
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> str:
+    views = []
+    for view in ("runs", "events", "status"):
+        cols = [d[0] for d in con.execute(f"SELECT * FROM {view} LIMIT 0").description or ()]  # noqa: S608
+        views.append(f"{view}({', '.join(cols)})")
+    return "valid: " + "; ".join(views)
 
 
 @dataclass(frozen=True, slots=True)

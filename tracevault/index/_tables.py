@@ -197,7 +197,10 @@ def read_parquet(data: bytes, table: str) -> pa.Table:
     got = pq.read_table(io.BytesIO(data))
     want = SCHEMAS[table]
     if not got.schema.equals(want, check_metadata=False):
-        raise pa.ArrowInvalid(f"columns {got.schema.names} are not the {table} table's")
+        raise pa.ArrowInvalid(
+            f"its columns are not this version's {table} table's (`tracevault index rebuild` "
+            "writes the index again)"
+        )
     return got
 
 
