@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.consumer.archiver.helpers import SealedLog
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
+INDEX_PASSES: list[float] = []  # --index-beside: the duration of each `index update` pass
 
 
 def make_runs(runs: int, per_run: int) -> dict[str, list[SealedEvent]]:
@@ -130,8 +132,20 @@ def baseline(records: list[dict[str, object]], directory: Path) -> float:
     return time.perf_counter() - t0
 
 
+def _index_beside(url: str, stop: threading.Event, passes: list[float]) -> None:
+    """``tracevault index update`` in a loop, in its own process, while the archiver runs:
+    the deployment docs/index.md recommends (the index is not built on the archiver's
+    thread). Each pass's duration is appended to ``passes``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "tracevault", "index", "update", "--archive", url]
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, capture_output=True, check=True, timeout=600)
+        passes.append(time.perf_counter() - t0)
+
+
 def archive_once(
-    settings: Settings, directory: Path, runs: int, expected: int
+    settings: Settings, directory: Path, runs: int, expected: int, *, index: bool = False
 ) -> tuple[float, int, int]:
     url = f"file://{directory / ('archive-' + uuid.uuid4().hex)}"
     s = settings.model_copy(
@@ -139,6 +153,10 @@ def archive_once(
     )
     archiver = Archiver(s, store=open_store(url, s))
     worker = threading.Thread(target=archiver.run, daemon=True)
+    stop_index = threading.Event()
+    indexer = threading.Thread(target=_index_beside, args=(url, stop_index, INDEX_PASSES))
+    if index:
+        indexer.start()
     worker.start()
     deadline = time.monotonic() + 300
     pause = threading.Event()
@@ -148,6 +166,9 @@ def archive_once(
         pause.wait(0.02)
     archiver.stop()
     worker.join(60)
+    stop_index.set()
+    if index:
+        indexer.join(600)
     stats = archiver.stats
     if stats.events_archived != expected or stats.first_message_at is None:
         sys.exit(f"archiver archived {stats.events_archived} of {expected} events")
@@ -186,7 +207,16 @@ def main() -> None:
     ap.add_argument(
         "--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     )
+    ap.add_argument(
+        "--index-beside",
+        action="store_true",
+        help="alternate each rep's archiver with one that has `tracevault index update` "
+        "looping beside it (its own process), and report the throughput ratio",
+    )
     args = ap.parse_args()
+    if args.index_beside:
+        index_main(args)
+        return
     per_run = args.per_run
     args.runs = args.events // per_run
     n = per_run * args.runs
@@ -244,6 +274,51 @@ def main() -> None:
             )
         )
         print(json.dumps(result))
+    finally:
+        AdminClient({"bootstrap.servers": settings.bootstrap_servers}).delete_topics(
+            list(settings.topics.all())
+        )
+
+
+def index_main(args: argparse.Namespace) -> None:
+    """The archiver alone and with the index catching up beside it, alternated (the order
+    swapped every rep): the index's cost is the throughput it takes from the archiver."""
+    per_run = args.per_run
+    args.runs = args.events // per_run
+    n = per_run * args.runs
+    settings = Settings(
+        bootstrap_servers=args.bootstrap_servers,
+        topic_prefix=f"bench-archiver-{uuid.uuid4().hex[:8]}",
+        partitions=3,
+        archive_segment_max_events=5000,
+        archive_segment_max_age_s=0.25,
+    )
+    ensure_topics(settings)
+    try:
+        events = fleet_order(make_runs(args.runs, per_run), args.concurrent)
+        settings = settings.model_copy(update={"log_vkeys": produce(settings, events)})
+        alone: list[float] = []
+        beside: list[float] = []
+        with tempfile.TemporaryDirectory(prefix="tv-bench-", dir=args.dir) as tmp:
+            d = Path(tmp)
+            archive_once(settings, d, args.runs, n)  # warm-up
+            for rep in range(args.reps):
+                for with_index in (False, True) if rep % 2 == 0 else (True, False):
+                    t = archive_once(settings, d, args.runs, n, index=with_index)[0]
+                    (beside if with_index else alone).append(t)
+        ratios = [a / b for a, b in zip(alone, beside, strict=True)]
+        print(json.dumps({
+            "bench": "archiver_throughput --index-beside",
+            "events": n,
+            "reps": args.reps,
+            "alone_events_per_s": round(n / statistics.median(alone)),
+            "with_index_events_per_s": round(n / statistics.median(beside)),
+            "ratio_with_to_alone": round(statistics.median(ratios), 3),
+            "ratios": [round(r, 3) for r in ratios],
+            "index_pass_s_median": round(statistics.median(INDEX_PASSES), 2) if INDEX_PASSES
+            else None,
+            "target": "ratio >= 0.9 (the index costs <= 10 %)",
+        }))  # fmt: skip
     finally:
         AdminClient({"bootstrap.servers": settings.bootstrap_servers}).delete_topics(
             list(settings.topics.all())

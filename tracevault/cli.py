@@ -33,7 +33,15 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "seal raw events into per-run hash chains, exactly once (service)",
     ),
     "archiver": ("tracevault.consumer.archiver.commands:archiver", "archive sealed runs (service)"),
-    "archive": ("tracevault.archive.commands:archive", "list, hold, purge archived runs"),
+    "archive": ("tracevault.index.commands:archive", "list, hold, purge archived runs"),
+    "index": (
+        "tracevault.index.commands:index",
+        "build and catch up the investigator's index of archived runs",
+    ),
+    "search": (
+        "tracevault.replayer.search:search_cmd",
+        "find archived runs by agent, time, tool, status; SQL; --verify",
+    ),
     "replay": ("tracevault.replayer.commands:replay", "show, verify, re-run, diff, export runs"),
     "demo": ("tracevault.demo.commands:demo", "record, seal, archive, replay a demo fleet"),
     "erase": (

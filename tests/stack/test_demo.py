@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 import sys
 
+import pytest
+
 from tests.consumer.sequencer.support import assert_signed_log
 from tests.stack.conftest import DemoRun
 from tracevault.archive import list_runs, open_store
 from tracevault.config import Settings
-from tracevault.content import KEY_ATTRIBUTE
+from tracevault.content import KEY_ATTRIBUTE, metadata_only, open_run
 from tracevault.demo.run import _TICKETS
+from tracevault.index import Filters, load_index, rebuild, search
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import decode_event
 from tracevault.transparency import load_signer, parse_vkey
@@ -111,3 +115,89 @@ def test_the_demo_records_encrypted_content_it_verifies_without_a_key(demo_run: 
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-800:]
     assert any(t in proc.stdout for t in _TICKETS)
+
+
+def test_the_index_of_the_demo_fleet_finds_what_the_archive_holds(demo_run: DemoRun) -> None:
+    """Recorded through Kafka, sealed, archived by the real services, then indexed from the
+    archive alone: search by agent, tool and status returns exactly the runs an independent
+    read of each archived run gives, encrypted content stays out of the index, and every hit
+    verifies with the demo's key (tracevault search --verify, the real CLI)."""
+    store = open_store(demo_run.archive)
+    try:
+        report = rebuild(store)
+        assert report.runs == len(demo_run.summary["run_ids"]) and not report.unreadable
+        truth = {}
+        for rid in demo_run.summary["run_ids"]:
+            evs = metadata_only([decode_event(r["raw"]) for r in
+                                 load_from_archive(store, rid).records.rows])  # fmt: skip
+            last = evs[-1]
+            truth[rid] = (
+                evs[0].agent.agent_id,
+                {json.loads(e.request)["tool"] for e in evs if e.kind.value == "TOOL_CALL"},
+                "errored" if last.error is not None else "finished",
+            )
+        for agent in {a for a, _, _ in truth.values()}:
+            got = {h.run_id for h in search(store, Filters(agent=agent)).hits}
+            assert got == {r for r, (a, _, _) in truth.items() if a == agent}
+        for tool in set().union(*(t for _, t, _ in truth.values())):
+            got = {h.run_id for h in search(store, Filters(tool=tool)).hits}
+            assert got == {r for r, (_, t, _) in truth.items() if tool in t}, tool
+        for status in ("finished", "errored"):
+            got = {h.run_id for h in search(store, Filters(status=status)).hits}
+            assert got == {r for r, (_, _, s) in truth.items() if s == status}, status
+        assert all(h.tenant for h in search(store, Filters()).hits)  # encrypted: tenant known
+        index = load_index(store)
+        blob = b"".join(store.get(k) for k in index.objects)
+        for ticket in _TICKETS:  # no content in the index, in clear or otherwise
+            assert ticket.encode() not in blob, ticket
+    finally:
+        store.close()
+    env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracevault", "--prefix", demo_run.prefix, "search", "--archive",
+         demo_run.archive, "--verify", "--trusted-key", f"@{demo_run.summary['log_vkey_file']}",
+         "--json"],
+        cwd=demo_run.cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {h["verified"] for h in json.loads(proc.stdout)} == {"ok"}
+
+
+def test_search_grep_opens_only_what_the_readers_keys_open(
+    demo_run: DemoRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--grep matches content inside the encrypted demo runs with the demo's keyring, and
+    without a key names every candidate 'not searchable (tenant X)' instead of guessing; the
+    matched runs are exactly those whose opened content holds the pattern."""
+    pattern = "chargeback requested"
+    monkeypatch.chdir(demo_run.cwd)
+    keyed = Settings(key_provider="keyring")
+    store = open_store(demo_run.archive)
+    try:
+        rebuild(store)
+        truth = set()
+        for rid in demo_run.summary["run_ids"]:
+            evs = [decode_event(r["raw"]) for r in load_from_archive(store, rid).records.rows]
+            if any(pattern.encode() in e.request for e in open_run(keyed, evs)):
+                truth.add(rid)
+    finally:
+        store.close()
+    assert truth  # the demo's chargeback tickets
+    base = [sys.executable, "-m", "tracevault", "--prefix", demo_run.prefix, "search",
+            "--archive", demo_run.archive, "--grep", pattern, "--json"]  # fmt: skip
+    for provider in ("keyring", "none"):
+        env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap,
+               "TRACEVAULT_KEY_PROVIDER": provider}  # fmt: skip
+        proc = subprocess.run(base, cwd=demo_run.cwd, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out = json.loads(proc.stdout)
+        if provider == "keyring":
+            assert {h["run_id"] for h in out["hits"]} == truth
+            assert not out["not_searchable"]
+        else:
+            assert out["hits"] == []
+            closed = {c["run_id"] for c in out["not_searchable"]}
+            assert closed == set(demo_run.summary["run_ids"])
+            assert "not searchable (tenant " in proc.stderr
+        assert pattern not in proc.stderr

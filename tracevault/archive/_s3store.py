@@ -28,6 +28,7 @@ from tracevault.archive._store import (
     ObjectVersion,
     check_deletable,
     check_key,
+    utc_now,
 )
 from tracevault.errors import (
     ArchiveError,
@@ -159,6 +160,14 @@ class S3Store:
 
     def put(self, key: str, data: bytes, *, retain_until: datetime) -> None:
         md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        # A retain-until not in the future puts the object unlocked: derived objects (the
+        # index, docs/index.md "Retention") are rebuildable and may be compacted or replaced.
+        lock: dict[str, Any] = {}
+        if retain_until > utc_now():
+            lock = {
+                "ObjectLockMode": self._lock_mode,
+                "ObjectLockRetainUntilDate": retain_until.astimezone(UTC),
+            }
         with self._transport("PUT", key):
             try:
                 self._client.put_object(
@@ -167,9 +176,8 @@ class S3Store:
                     Body=data,
                     ContentMD5=md5,
                     IfNoneMatch="*",
-                    ObjectLockMode=self._lock_mode,
-                    ObjectLockRetainUntilDate=retain_until.astimezone(UTC),
                     Metadata={"sha256": hashlib.sha256(data).hexdigest()},
+                    **lock,
                 )
             except ClientError as exc:
                 if _code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):

@@ -28,7 +28,8 @@ __all__ = [
 
 LockMode = Literal["COMPLIANCE", "GOVERNANCE"]
 
-_KEY_PART = re.compile(r"^[A-Za-z0-9%._~-]+$")
+#: ``=`` is allowed for the index's Hive partitions (``index/runs/day=2026-01-31/``; docs/index.md)
+_KEY_PART = re.compile(r"^[A-Za-z0-9%._~=-]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,7 @@ def check_key(key: str) -> str:
     parts = key.split("/")
     if not key or any(not p or p in (".", "..") or not _KEY_PART.match(p) for p in parts):
         raise ConfigError(
-            f"object key {key!r} is not a relative path of [A-Za-z0-9%._~-] segments; "
+            f"object key {key!r} is not a relative path of [A-Za-z0-9%._~=-] segments; "
             "derive keys with tracevault.archive.layout"
         )
     return key

@@ -11,7 +11,8 @@
    stopped);
 6. Kafka retention: ``raw`` and ``sealed`` keep records longer than the service reading them
    is behind, plus a margin; otherwise records expire unread and the archive gets a hole;
-7. holes: the archive's record of leaves whose sealed records were gone before archiving.
+7. holes: the archive's record of leaves whose sealed records were gone before archiving;
+8. index: how far the investigator's index is behind the archive (docs/index.md).
 
 Each check yields a :class:`Check` with a status and, for anything not ok, the fix.
 """
@@ -31,6 +32,7 @@ from tracevault import native
 from tracevault.archive import LOST, ObjectStore, open_store, parse_hole_key, retention_report
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, TraceVaultError
+from tracevault.index import index_keys, index_lag
 from tracevault.kafka import TopicReport, describe_topics, watermarks
 from tracevault.transparency import is_checkpoint_record
 
@@ -126,6 +128,7 @@ def _archive(settings: Settings) -> Iterator[Check]:
             detail = f"{len(runs)} runs, every object locked >= {MIN_RETENTION_DAYS} days"
             yield Check("archive retention", "ok", detail)
         yield _holes(store)
+        yield _index(store)
     except TraceVaultError as exc:
         yield Check("archive", "fail", str(exc), "check the store's credentials and endpoint")
     finally:
@@ -146,6 +149,23 @@ def _holes(store: ObjectStore) -> Check:
         "read the hole objects (which runs, when, why) and `replay verify` the runs they "
         "name; then keep raw/sealed retention above the archiver's lag (check `kafka "
         "retention`)",
+    )
+
+
+def _index(store: ObjectStore) -> Check:
+    """The investigator's index against the archive (docs/index.md): optional, so no index
+    is ok; one behind the archive is named with how far."""
+    if not index_keys(store, ("runs",)):
+        return Check("index", "ok", "no investigator's index (optional: `tracevault index "
+                     "rebuild` builds one from the archive)")  # fmt: skip
+    lag = index_lag(store)
+    if not lag.behind:
+        return Check("index", "ok", str(lag))
+    return Check(
+        "index",
+        "warn",
+        str(lag),
+        "run `tracevault index update` (incremental; e.g. every minute beside the archiver)",
     )
 
 
