@@ -374,6 +374,8 @@ ENV_PREFIX = "TRACEVAULT_"
 OTHER_VARIABLES = frozenset(
     {
         "TRACEVAULT_KAFKA_HOME",  # dev/kafka: where the broker's jars and run dirs live
+        "TRACEVAULT_ARTEFACTS",  # tests/desk: where the browser tests keep their screenshots
+        "TRACEVAULT_CHROMIUM",  # tests/desk: the chromium binary (default: chromium on PATH)
     }
 )
 
