@@ -289,6 +289,11 @@ class Settings(BaseSettings):
         description="the HMAC key of redaction fingerprints: Recorder(redact=...) needs it, "
         "and replay of a redacted run",
     )
+    # The desk (docs/desk.md, "Access"): the secret every request to `tracevault ui` carries;
+    # required to bind any non-loopback address.
+    ui_token: SecretStr | None = Field(
+        default=None, description="the bearer token of `tracevault ui` (a long random secret)"
+    )
     tenant: str = Field(
         default="default",
         pattern=r"^[A-Za-z0-9_-]{1,64}$",

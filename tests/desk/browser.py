@@ -121,12 +121,20 @@ class Chromium:
                 return dict(reply.get("result", {}))
 
     def open(self, url: str) -> None:
+        """Go to ``url`` and wait for the new document (after any redirect) to load."""
+        self.js("window.__tvOld = true")
         self.call("Page.navigate", session=True, url=url)
-        here = json.dumps(url.split("#", maxsplit=1)[0])
-        self.wait_for(
-            f"document.readyState === 'complete' && location.href.startsWith({here})",
-            what=f"{url} to load",
-        )
+        self.wait_loaded(f"{url} to load")
+
+    def wait_loaded(self, what: str) -> None:
+        """Wait until the page marked ``__tvOld`` is replaced by a loaded one."""
+        self.wait_for("!window.__tvOld && document.readyState === 'complete'", what=what)
+
+    def click(self, selector: str) -> None:
+        """Click ``selector``, which loads a new page (a link, a form's button), and wait."""
+        self.js("window.__tvOld = true")
+        self.js(f"document.querySelector({json.dumps(selector)}).click()")
+        self.wait_loaded(f"the page after clicking {selector}")
 
     def js(self, expression: str) -> Any:
         res = self.call(
