@@ -120,15 +120,16 @@ class Chromium:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return dict(reply.get("result", {}))
 
-    def open(self, url: str) -> None:
+    def open(self, url: str, *, seconds: float = 60) -> None:
         """Go to ``url`` and wait for the new document (after any redirect) to load."""
         self.js("window.__tvOld = true")
         self.call("Page.navigate", session=True, url=url)
-        self.wait_loaded(f"{url} to load")
+        self.wait_loaded(f"{url} to load", seconds)
 
-    def wait_loaded(self, what: str) -> None:
+    def wait_loaded(self, what: str, seconds: float = 60) -> None:
         """Wait until the page marked ``__tvOld`` is replaced by a loaded one."""
-        self.wait_for("!window.__tvOld && document.readyState === 'complete'", what=what)
+        cond = "!window.__tvOld && document.readyState === 'complete'"
+        self.wait_for(cond, what=what, seconds=seconds)
 
     def click(self, selector: str) -> None:
         """Click ``selector``, which loads a new page (a link, a form's button), and wait."""

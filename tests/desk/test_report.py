@@ -114,7 +114,8 @@ def test_one_changed_byte_of_a_proof_turns_it_red_naming_the_seq(
     written: Path, browser: Chromium, tmp_path: Path
 ) -> None:
     html = written.read_text(encoding="utf-8")
-    proof = _evidence(html)["runs"][1]["events"][5]["proof"][0]
+    run_c = _evidence(html)["runs"][1]
+    proof = run_c["nodes"][run_c["events"][5]["proof"][0]]  # seq 4's leaf: in seq 5's alone
     bad = tmp_path / "proof.html"
     bad.write_text(_flip(html, proof, 10), encoding="utf-8")
     assert _open(browser, bad) == "failed"

@@ -131,17 +131,31 @@ class _Pages:
         return self.templates.TemplateResponse(request, name, ctx, status_code=status)
 
     def message(self, request: Request, status: int, heading: str, text: str) -> Response:
-        return self.page(request, "message.html", status, heading=heading, message=text,
-                         back_href="/", back_text="Back to the runs (search)")  # fmt: skip
+        return self.page(
+            request,
+            "message.html",
+            status,
+            heading=heading,
+            message=text,
+            back_href="/",
+            back_text="Back to the runs (search)",
+        )
 
     async def runs_page(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
         found = self.source.search(q)
         pages = max(1, math.ceil(len(found) / RUNS_PAGE))
         n = min(_int(request.query_params.get("page"), 0), pages - 1)
-        return self.page(request, "runs.html", q=q, total=len(found), pages=pages, page=n,
-                         runs=found[n * RUNS_PAGE : (n + 1) * RUNS_PAGE],
-                         source=self.source.name)  # fmt: skip
+        return self.page(
+            request,
+            "runs.html",
+            q=q,
+            total=len(found),
+            pages=pages,
+            page=n,
+            runs=found[n * RUNS_PAGE : (n + 1) * RUNS_PAGE],
+            source=self.source.name,
+        )
 
     async def run_page(self, request: Request) -> Response:
         ev = self.runs.get(request.path_params["run_id"])
@@ -149,8 +163,17 @@ class _Pages:
         pages = max(1, math.ceil(total / PAGE_SIZE))
         n = min(_int(request.query_params.get("page"), 0), pages - 1)
         lo, hi = n * PAGE_SIZE, min(total, (n + 1) * PAGE_SIZE)
-        return self.page(request, "run.html", ev=ev, rows=_rows(ev, lo, hi), total=total,
-                         page=n, pages=pages, first=lo, last=max(lo, hi - 1))  # fmt: skip
+        return self.page(
+            request,
+            "run.html",
+            ev=ev,
+            rows=_rows(ev, lo, hi),
+            total=total,
+            page=n,
+            pages=pages,
+            first=lo,
+            last=max(lo, hi - 1),
+        )
 
     async def seq_link(self, request: Request) -> Response:
         run_id, seq = request.path_params["run_id"], request.path_params["seq"]
@@ -165,8 +188,17 @@ class _Pages:
         ev_a, ev_b = self.runs.get(a), self.runs.get(b)
         result = align_runs(ev_a.events, ev_b.events, ignore=ignore)
         first = result.differences[0] if result.differences else None
-        return self.page(request, "diff.html", a=a, b=b, ignore=ignore, result=result,
-                         first=first, ev_a=ev_a, ev_b=ev_b)  # fmt: skip
+        return self.page(
+            request,
+            "diff.html",
+            a=a,
+            b=b,
+            ignore=ignore,
+            result=result,
+            first=first,
+            ev_a=ev_a,
+            ev_b=ev_b,
+        )
 
     async def stylesheet(self, request: Request) -> Response:
         return Response(self.css, media_type="text/css")
@@ -201,27 +233,32 @@ class _Pages:
 
     async def crashed(self, request: Request, exc: Exception) -> Response:
         log.exception("desk page %s failed", request.url.path)
-        return self.message(request, 500, "The desk failed", f"{type(exc).__name__}: see the "
-                            "server's log")  # fmt: skip
+        return self.message(
+            request, 500, "The desk failed", f"{type(exc).__name__}: see the server's log"
+        )
 
 
 def make_app(conf: DeskConfig) -> Starlette:
     """The desk's ASGI app over ``conf`` (served by ``tracevault ui`` with uvicorn)."""
     p = _Pages(conf)
-    guard = [] if conf.token is None else [
-        Middleware(BaseHTTPMiddleware, dispatch=_require_token(conf.token))
-    ]  # fmt: skip
+    guard = (
+        []
+        if conf.token is None
+        else [Middleware(BaseHTTPMiddleware, dispatch=_require_token(conf.token))]
+    )
     return Starlette(
         routes=[
-            Route("/", p.runs_page), Route("/runs/{run_id:str}", p.run_page),
-            Route("/runs/{run_id:str}/seq/{seq:int}", p.seq_link), Route("/diff", p.diff_page),
+            Route("/", p.runs_page),
+            Route("/runs/{run_id:str}", p.run_page),
+            Route("/runs/{run_id:str}/seq/{seq:int}", p.seq_link),
+            Route("/diff", p.diff_page),
             Route("/static/desk.css", p.stylesheet),
             Route("/login", p.login, methods=["GET", "POST"]),
             Route("/logout", p.logout, methods=["POST"]),
         ],
         exception_handlers={404: p.not_found, TraceVaultError: p.failed, Exception: p.crashed},
         middleware=guard,
-    )  # fmt: skip
+    )
 
 
 def _require_token(token: str) -> Callable[[Request, Any], Awaitable[Response]]:

@@ -126,7 +126,15 @@ def report(
     for run_id in run_ids:
         with stderr.status(f"loading and verifying {run_id}…"):
             runs.append(
-                gather(settings, run_id, source=source, policy=policy, end=end, reveal=wanted)
+                gather(
+                    settings,
+                    run_id,
+                    source=source,
+                    policy=policy,
+                    end=end,
+                    reveal=wanted,
+                    proofs=True,
+                )
             )
     page = render_report(
         runs,

@@ -9,14 +9,17 @@ the signed log rather than by rehashing its bytes (docs/desk.md, "What the brows
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.content import is_envelope, open_run
 from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError
 from tracevault.replayer import EndRule, LoadedRun, LogPolicy, VerifyReport, load_run, verify
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import SealedEvent, TraceEvent, decode_event
 from tracevault.transparency import LeafProof, RunLogEvidence
 
@@ -96,18 +99,35 @@ def gather(
     policy: LogPolicy | None,
     end: EndRule | None,
     reveal: Reveal,
+    proofs: bool = False,
 ) -> RunEvidence:
     """Load ``run_id`` and verify it as ``replay verify`` does (signed log first, then chain).
 
     A run that fails is still returned, ``failed`` with the message, so the report shows the
     failure at the top instead of nothing; NotFoundError and unreachable stores propagate.
+    ``proofs``: read every event's inclusion proof now (a source's proofs are read lazily
+    from its store, which is closed when this returns), as a report needs them.
     """
-    run = load_run(
-        settings,
-        run_id,
-        source="topic" if source == "topic" else "archive",
-        with_log=source == "topic",
-    )
+    if source == "topic":
+        run = load_run(settings, run_id, source="topic", with_log=True)
+        return _checked(settings, run, policy=policy, end=end, reveal=reveal, proofs=proofs)
+    store = open_store(settings.archive_url, settings)
+    try:
+        run = load_from_archive(store, run_id)
+        return _checked(settings, run, policy=policy, end=end, reveal=reveal, proofs=proofs)
+    finally:
+        store.close()
+
+
+def _checked(
+    settings: Settings,
+    run: LoadedRun,
+    *,
+    policy: LogPolicy | None,
+    end: EndRule | None,
+    reveal: Reveal,
+    proofs: bool,
+) -> RunEvidence:
     failure: str | None = None
     report: VerifyReport | None = None
     try:
@@ -119,10 +139,13 @@ def gather(
     log = report.log_evidence if report is not None else None
     if log is None:
         log = run.log_evidence
+    if log is not None and proofs:
+        leaves = tuple(LeafProof(p.seq, p.index, tuple(p.proof), p.obj) for p in log.leaves)
+        log = dataclasses.replace(log, leaves=leaves)
     wanted = frozenset(e.seq for e in events if e.seq in reveal)
     events, opened, notices = _open(settings, events, wanted)
     return RunEvidence(
-        run_id=run_id,
+        run_id=run.run_id,
         status=status,
         checks=() if report is None else tuple(report.checks),
         failure=failure,

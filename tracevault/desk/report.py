@@ -70,7 +70,11 @@ def _b64(data: bytes) -> str:
 
 
 def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
+    """The run's evidence as the page's verifier reads it. A run's leaves are neighbours in
+    one tree, so their proofs share most nodes: each node is written once, in ``nodes``, and
+    a proof is the list of its nodes' positions there (a fifth of the size)."""
     proofs = ev.proofs()
+    nodes: dict[bytes, int] = {}
     rows: list[dict[str, Any]] = []
     by_seq = {e.seq: e for e in ev.events}
     for sealed in ev.records:
@@ -83,7 +87,7 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
             "hash": sealed.hash.hex(),
             "raw": _b64(sealed.raw) if shown else None,
             "leaf_index": None if p is None else p.index,
-            "proof": [] if p is None else [_b64(h) for h in p.proof],
+            "proof": [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof],
             "opened": sealed.seq in ev.opened,
         }
         if shown and e is not None:
@@ -96,6 +100,7 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         "python": {"status": ev.status, "checks": list(ev.checks), "failure": ev.failure},
         "checkpoint": None if ev.log is None else ev.log.checkpoint,
         "origin": None if ev.log is None else ev.log.origin,
+        "nodes": [_b64(h) for h in nodes],
         "events": rows,
     }
 

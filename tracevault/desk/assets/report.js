@@ -6,6 +6,7 @@
 // cosignatures per C2SP tlog-cosignature.
 "use strict";
 (async function () {
+  const t0 = performance.now();
   const te = new TextEncoder();
   const b64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
   const unhex = (s) => {
@@ -31,6 +32,16 @@
   const bitLen = (x) => (x === 0n ? 0 : x.toString(2).length);
   const popcount = (x) => x.toString(2).split("").filter((c) => c === "1").length;
   const H0 = new Uint8Array([0]), H1 = new Uint8Array([1]);
+  // An interior node's hash, kept by its exact input: neighbouring leaves climb the same
+  // nodes, so a run's proofs cost about one digest per node instead of one per proof step.
+  const nodeMemo = new Map();
+  const node = (left, right) => {
+    const input = cat(H1, left, right);
+    const k = String.fromCharCode.apply(null, input);
+    let got = nodeMemo.get(k);
+    if (got === undefined) { got = sha(input); nodeMemo.set(k, got); }
+    return got;
+  };
 
   // transparency-dev/merkle's RootFromInclusionProof
   async function rootFromProof(index, size, leaf, proof) {
@@ -41,9 +52,9 @@
     if (proof.length !== inner + border) throw new Error(`proof has ${proof.length} hashes, want ${inner + border}`);
     let res = leaf;
     for (let i = 0; i < inner; i++) {
-      res = ((index >> BigInt(i)) & 1n) === 0n ? await sha(H1, res, proof[i]) : await sha(H1, proof[i], res);
+      res = ((index >> BigInt(i)) & 1n) === 0n ? await node(res, proof[i]) : await node(proof[i], res);
     }
-    for (let i = inner; i < proof.length; i++) res = await sha(H1, proof[i], res);
+    for (let i = inner; i < proof.length; i++) res = await node(proof[i], res);
     return res;
   }
 
@@ -117,33 +128,43 @@
     });
     const rid8 = te.encode(rid);
     const leafPrefix = cat(H0, te.encode("tracevault/v1/leaf\0"), new Uint8Array([rid8.length >> 8, rid8.length & 255]), rid8);
-    let prev = await sha(te.encode("tracevault/v1/genesis\0"), rid8);
-    for (let i = 0; i < run.events.length; i++) {
-      const ev = run.events[i];
+    const genesis = await sha(te.encode("tracevault/v1/genesis\0"), rid8);
+    // Every event is checked at once (its prev is the previous event's recorded hash, which
+    // the previous event's own checks hold to account): WebCrypto runs the digests in
+    // parallel, where one awaited digest after another costs a round trip each.
+    const perEvent = await Promise.all(run.events.map(async (ev, i) => {
+      const mine = [];
+      const put = async (what, fn) => {
+        try { const r = await fn(); mine.push({ run: rid, seq: ev.seq, what, ok: r === true, detail: r === true ? "holds" : r }); }
+        catch (e) { mine.push({ run: rid, seq: ev.seq, what, ok: false, detail: String(e.message || e) }); }
+      };
+      let prev;
+      try { prev = i === 0 ? genesis : unhex(run.events[i - 1].hash); } catch (e) { prev = new Uint8Array(32); }
       // the hash the leaf is built from: recomputed from the raw event when it is here
       let h = null;
       try { h = ev.raw !== null ? await sha(te.encode("tracevault/v1/event\0"), prev, b64(ev.raw)) : unhex(ev.hash); } catch (e) { h = null; }
-      await attempt(rid, ev.seq, ev.raw === null ? "link" : "chain", async () => {
+      await put(ev.raw === null ? "link" : "chain", async () => {
         if (ev.seq !== i) return `seq ${ev.seq} at position ${i}: seqs are not contiguous from 0`;
         if (!eq(unhex(ev.prev), prev)) return "prev_hash is not the previous event's hash";
         if (h === null) return "the raw event is not base64";
         return eq(h, unhex(ev.hash)) ? true : "SHA-256 of the raw event is not its recorded hash";
       });
-      await attempt(rid, ev.seq, "log inclusion", async () => {
+      await put("log inclusion", async () => {
         if (root === null) return "no verified checkpoint to prove against";
         if (h === null) return "no hash to prove";
-        const got = await rootFromProof(ev.leaf_index, size, await sha(leafPrefix, u64(ev.seq), h), ev.proof.map(b64));
+        const got = await rootFromProof(ev.leaf_index, size, await sha(leafPrefix, u64(ev.seq), h), ev.proof.map((n) => b64(run.nodes[n])));
         return eq(got, root) ? true : "the proof does not lead to the checkpoint's root";
       });
       for (const part of ["request", "response"]) {
         const p = ev[part];
         if (p === null || p === undefined || ev.opened) continue;
-        await attempt(rid, ev.seq, part, async () => (ev.raw !== null && contains(b64(ev.raw), b64(p)) ? true : `the ${part} shown is not in the raw event`));
+        await put(part, async () => (ev.raw !== null && contains(b64(ev.raw), b64(p)) ? true : `the ${part} shown is not in the raw event`));
         const pre = document.getElementById(`${run.anchor}-seq-${ev.seq}-${part}`);
         if (pre) { try { pre.textContent = JSON.stringify(JSON.parse(new TextDecoder().decode(b64(p))), null, 2); } catch (e) { /* not JSON: left as rendered */ } }
       }
-      try { prev = unhex(ev.hash); } catch (e) { prev = new Uint8Array(32); }
-    }
+      return mine;
+    }));
+    for (const mine of perEvent) checks.push(...mine);
   }
 
   document.getElementById("tv-proofs").textContent = JSON.stringify(data, null, 1);
@@ -169,14 +190,22 @@
     li.textContent = `${c.ok ? "PASS" : "FAIL"} ${label(c)}: ${c.detail}`;
     list.appendChild(li);
   }
+  const bySeq = new Map();
+  for (const c of checks) {
+    if (c.seq === null) continue;
+    const k = `${c.run}\n${c.seq}`;
+    if (!bySeq.has(k)) bySeq.set(k, []);
+    bySeq.get(k).push(c);
+  }
   for (const run of data.runs) for (const ev of run.events) {
     const cell = document.getElementById(`${run.anchor}-seq-${ev.seq}-mark`);
     if (!cell) continue;
-    const mine = checks.filter((c) => c.run === run.run_id && c.seq === ev.seq);
+    const mine = bySeq.get(`${run.run_id}\n${ev.seq}`) || [];
     const failed = mine.filter((c) => !c.ok);
     cell.className = "mark " + (failed.length ? "bad" : "ok");
     cell.textContent = failed.length ? "FAILED: " + failed.map((c) => c.what).join(", ") : "verified: " + mine.map((c) => c.what).join(", ");
   }
+  status.dataset.ms = String(Math.round(performance.now() - t0));  // bench/ui.py reads it
 })().catch((e) => {
   const status = document.getElementById("tv-browser-status");
   status.dataset.state = "failed";
