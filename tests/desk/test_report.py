@@ -15,6 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from tests.desk.browser import Chromium
+from tests.replayer.archiving import write_signed_run
+from tests.replayer.conftest import recorded
+from tests.replayer.recording import seal
+from tracevault.archive import open_store
 from tracevault.cli import tracevault
 
 STATUS = "document.getElementById('tv-browser-status')"
@@ -183,3 +187,26 @@ def test_bad_reveal_is_a_usage_error(signed_archive: str, log_vkey: str, out: Pa
 def test_unknown_run_is_not_found(signed_archive: str, log_vkey: str, out: Path) -> None:
     code, output = _report(signed_archive, out, "no-such-run", vkey=log_vkey)
     assert code == 3 and "no-such-run" in output and not out.exists()
+
+
+def test_a_run_that_fails_verify_is_written_failed_at_the_top(
+    tmp_path: Path, log_vkey: str, browser: Chromium, out: Path
+) -> None:
+    url = f"file://{tmp_path / 'archive'}"
+    write_signed_run(open_store(url), seal(recorded("run-x")))
+    changed = 0
+    for p in (tmp_path / "archive" / "objects" / "log").glob("*/0/data/**/*"):
+        data = p.read_bytes() if p.is_file() else b""
+        at = data.find(b"2000 m", max(data.find(b"run-x"), 0))
+        if b"run-x" in data and at >= 0:  # a recorded argument edited, no hash recomputed
+            p.chmod(0o644)
+            p.write_bytes(data[:at] + b"3000 m" + data[at + 6 :])
+            changed += 1
+    assert changed
+    code, output = _report(url, out, "run-x", "--reveal", "all", vkey=log_vkey)
+    assert code == 1 and "failed run-x" in output and "seq 0" in output
+    html = out.read_text(encoding="utf-8")
+    assert html.index("FAILED when written: run-x: FAILED: ") < html.index("Run run-x")
+    assert _open(browser, out) == "failed"  # the page's own checks find the edited bytes
+    assert "run-x seq 0 chain" in browser.js(f"{STATUS}.textContent")
+    browser.screenshot("report-failed-verify")
