@@ -143,16 +143,19 @@ def _checked(
         leaves = tuple(LeafProof(p.seq, p.index, tuple(p.proof), p.obj) for p in log.leaves)
         log = dataclasses.replace(log, leaves=leaves)
     wanted = frozenset(e.seq for e in events if e.seq in reveal)
-    events, opened, notices = _open(settings, events, wanted)
+    shut = frozenset(e.seq for e in events if e.seq in wanted and _encrypted(e))
+    events, opened, notices = _open(settings, events, shut)
     return RunEvidence(
         run_id=run.run_id,
         status=status,
         checks=() if report is None else tuple(report.checks),
         failure=failure,
-        records=list(run.records),
+        # the UI reads none of them (lazy rows, never built); a report reads them after
+        # the store is closed, so it has them read now
+        records=list(run.records) if proofs else run.records,
         events=events,
         log=log,
-        revealed=wanted - _sealed_shut(events, wanted, opened),
+        revealed=wanted - (shut - opened),  # still ciphertext: shown by hash, never as such
         opened=opened,
         notices=notices,
     )
@@ -173,10 +176,9 @@ def _encrypted(e: TraceEvent) -> bool:
 
 
 def _open(
-    settings: Settings, events: list[TraceEvent], wanted: frozenset[int]
+    settings: Settings, events: list[TraceEvent], shut: frozenset[int]
 ) -> tuple[list[TraceEvent], frozenset[int], tuple[str, ...]]:
-    """Open the encrypted events the reader wants to see, through the reader's key provider."""
-    shut = [e for e in events if e.seq in wanted and _encrypted(e)]
+    """Open the ``shut`` (encrypted) events the reader wants, through its key provider."""
     if not shut:
         return events, frozenset(), ()
     try:
@@ -190,13 +192,4 @@ def _open(
                 "hashes only",
             ),
         )
-    return clear, frozenset(e.seq for e in shut), ()
-
-
-def _sealed_shut(
-    events: Sequence[TraceEvent], wanted: frozenset[int], opened: frozenset[int]
-) -> frozenset[int]:
-    """The wanted seqs still ciphertext (no key): shown by hash, never as ciphertext."""
-    return frozenset(
-        e.seq for e in events if e.seq in wanted and e.seq not in opened and _encrypted(e)
-    )
+    return clear, shut, ()
