@@ -48,6 +48,11 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "tracevault.replayer.erase:erase",
         "destroy the keys of a run's, subject's or tenant's content; record it",
     ),
+    "report": (
+        "tracevault.desk.commands:report",
+        "runs as one HTML file that re-verifies itself in a browser",
+    ),
+    "ui": ("tracevault.desk.serve:ui", "the investigator's desk: runs, a run, a diff (web, local)"),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
     "keys": ("tracevault.keys:keys", "make log, witness and recipient keys; print public keys"),
     "witness": (

@@ -314,6 +314,11 @@ class Settings(BaseSettings):
         description="the HMAC key of redaction fingerprints: Recorder(redact=...) needs it, "
         "and replay of a redacted run",
     )
+    # The desk (docs/desk.md, "Access"): the secret every request to `tracevault ui` carries;
+    # required to bind any non-loopback address.
+    ui_token: SecretStr | None = Field(
+        default=None, description="the bearer token of `tracevault ui` (a long random secret)"
+    )
     tenant: str = Field(
         default="default",
         pattern=r"^[A-Za-z0-9_-]{1,64}$",
@@ -399,6 +404,8 @@ ENV_PREFIX = "TRACEVAULT_"
 OTHER_VARIABLES = frozenset(
     {
         "TRACEVAULT_KAFKA_HOME",  # dev/kafka: where the broker's jars and run dirs live
+        "TRACEVAULT_ARTEFACTS",  # tests/desk: where the browser tests keep their screenshots
+        "TRACEVAULT_CHROMIUM",  # tests/desk: the chromium binary (default: chromium on PATH)
     }
 )
 

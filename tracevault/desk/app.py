@@ -1,0 +1,285 @@
+"""``tracevault ui``'s pages: runs, a run, a diff; server-rendered, no script.
+
+Why server-rendered and script-free: the page a person reads is what the server verified, and
+nothing is fetched after it (no CDN, works offline). Each run is loaded and verified through the
+replayer (``evidence.gather``) before anything of it is shown; its status sits at the top of the
+page in words, a failure in red (docs/desk.md, "The UI"). Errors become a message in the page,
+never a stack trace: an unknown run is a 404 page that links back to the runs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from tracevault.config import Settings
+from tracevault.desk.evidence import Reveal, RunEvidence, gather
+from tracevault.desk.report import durations_ms, event_name, pretty_json
+from tracevault.desk.runs import ArchiveListing, RunSource
+from tracevault.errors import NotFoundError, TraceVaultError
+from tracevault.replayer import EndRule, LogPolicy, align_runs
+from tracevault.schemas import micros_to_datetime
+
+__all__ = ["PAGE_SIZE", "DeskConfig", "make_app"]
+
+log = logging.getLogger(__name__)
+
+#: Events per page of a run: a 100,000-event run's first screen renders 500 rows.
+PAGE_SIZE = 500
+RUNS_PAGE = 100
+_COOKIE = "tracevault_ui_token"
+
+
+@dataclass(frozen=True, slots=True)
+class DeskConfig:
+    """What the desk reads and trusts. ``token``: every request must carry it (None: loopback
+    only, which ``tracevault ui`` enforces before it binds)."""
+
+    settings: Settings
+    policy: LogPolicy | None
+    end: EndRule | None = None
+    token: str | None = None
+    runs: RunSource | None = None
+    cache_s: float = 60.0
+
+
+class _Runs:
+    """Verified runs, a few kept for ``cache_s``: paging a 100,000-event run must not verify it
+    again for every page, and a run still being written is re-read after a minute."""
+
+    def __init__(self, conf: DeskConfig, size: int = 4) -> None:
+        self._conf = conf
+        self._size = size
+        self._kept: OrderedDict[str, tuple[float, RunEvidence]] = OrderedDict()
+
+    def get(self, run_id: str) -> RunEvidence:
+        now = time.monotonic()
+        got = self._kept.get(run_id)
+        if got is not None and now - got[0] < self._conf.cache_s:
+            self._kept.move_to_end(run_id)
+            return got[1]
+        c = self._conf
+        ev = gather(
+            c.settings,
+            run_id,
+            source="archive",
+            policy=c.policy,
+            end=c.end,
+            reveal=Reveal(every=True),
+        )
+        self._kept[run_id] = (now, ev)
+        while len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+        return ev
+
+
+def _rows(ev: RunEvidence, lo: int, hi: int) -> list[dict[str, Any]]:
+    events = list(ev.events[lo : hi + 1])
+    durs = durations_ms(events)
+    rows = []
+    for i, e in enumerate(events[: hi - lo]):
+        shown = e.seq in ev.revealed
+        parts = []
+        for name, data in (("request", e.request), ("response", e.response)):
+            text = (
+                pretty_json(data) if shown else "not opened: SHA-256 " + str(ev.payload_sha(data))
+            )
+            parts.append({"name": name, "size": len(data), "text": text})
+        rows.append(
+            {
+                "seq": e.seq,
+                "kind": e.kind.value,
+                "name": event_name(e),
+                "parts": parts,
+                "at": micros_to_datetime(e.at).isoformat(timespec="milliseconds"),
+                "took": "" if durs[i] is None else f"{durs[i]:.1f} ms",
+                "error": None if e.error is None else f"{e.error.type}: {e.error.message}",
+            }
+        )
+    return rows
+
+
+class _Pages:
+    """The desk's pages over one ``DeskConfig``: each method one route."""
+
+    def __init__(self, conf: DeskConfig) -> None:
+        here = files("tracevault.desk")
+        self.conf = conf
+        self.templates = Jinja2Templates(directory=str(here.joinpath("templates")))
+        self.runs = _Runs(conf)
+        self.source = conf.runs or ArchiveListing(conf.settings)
+        self.css = here.joinpath("assets", "desk.css").read_text(encoding="utf-8")
+
+    def page(self, request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
+        ctx["authed"] = self.conf.token is not None
+        return self.templates.TemplateResponse(request, name, ctx, status_code=status)
+
+    def message(self, request: Request, status: int, heading: str, text: str) -> Response:
+        return self.page(
+            request,
+            "message.html",
+            status,
+            heading=heading,
+            message=text,
+            back_href="/",
+            back_text="Back to the runs (search)",
+        )
+
+    async def runs_page(self, request: Request) -> Response:
+        q = request.query_params.get("q", "").strip()
+        found = self.source.search(q)
+        pages = max(1, math.ceil(len(found) / RUNS_PAGE))
+        n = min(_int(request.query_params.get("page"), 0), pages - 1)
+        return self.page(
+            request,
+            "runs.html",
+            q=q,
+            total=len(found),
+            pages=pages,
+            page=n,
+            runs=found[n * RUNS_PAGE : (n + 1) * RUNS_PAGE],
+            source=self.source.name,
+        )
+
+    async def run_page(self, request: Request) -> Response:
+        ev = self.runs.get(request.path_params["run_id"])
+        total = len(ev.events)
+        pages = max(1, math.ceil(total / PAGE_SIZE))
+        n = min(_int(request.query_params.get("page"), 0), pages - 1)
+        lo, hi = n * PAGE_SIZE, min(total, (n + 1) * PAGE_SIZE)
+        return self.page(
+            request,
+            "run.html",
+            ev=ev,
+            rows=_rows(ev, lo, hi),
+            total=total,
+            page=n,
+            pages=pages,
+            first=lo,
+            last=max(lo, hi - 1),
+        )
+
+    async def seq_link(self, request: Request) -> Response:
+        run_id, seq = request.path_params["run_id"], request.path_params["seq"]
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}?page={seq // PAGE_SIZE}#seq-{seq}")
+
+    async def diff_page(self, request: Request) -> Response:
+        a = request.query_params.get("a", "").strip()
+        b = request.query_params.get("b", "").strip()
+        ignore = tuple(request.query_params.getlist("ignore"))
+        if not (a and b):
+            return self.page(request, "diff.html", a=a, b=b, ignore=ignore, result=None)
+        ev_a, ev_b = self.runs.get(a), self.runs.get(b)
+        result = align_runs(ev_a.events, ev_b.events, ignore=ignore)
+        first = result.differences[0] if result.differences else None
+        return self.page(
+            request,
+            "diff.html",
+            a=a,
+            b=b,
+            ignore=ignore,
+            result=result,
+            first=first,
+            ev_a=ev_a,
+            ev_b=ev_b,
+        )
+
+    async def stylesheet(self, request: Request) -> Response:
+        return Response(self.css, media_type="text/css")
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            nxt = request.query_params.get("next", "/")
+            return self.page(request, "login.html", next=nxt, bad=False)
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        given, nxt = form.get("token", [""])[0], form.get("next", ["/"])[0]
+        token = self.conf.token
+        if token is None or not hmac.compare_digest(given.encode(), token.encode()):
+            return self.page(request, "login.html", 401, next=nxt, bad=True)
+        local = nxt.startswith("/") and not nxt.startswith("//")  # never off this site
+        resp = RedirectResponse(nxt if local else "/", status_code=303)
+        resp.set_cookie(_COOKIE, given, httponly=True, samesite="strict")
+        return resp
+
+    async def logout(self, request: Request) -> Response:
+        resp = RedirectResponse("/login", status_code=303)
+        resp.delete_cookie(_COOKIE)
+        return resp
+
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        return self.message(request, 404, "Not found", str(exc))
+
+    async def failed(self, request: Request, exc: Exception) -> Response:
+        if isinstance(exc, NotFoundError):
+            return self.message(request, 404, "Not found", str(exc))
+        code = 503 if getattr(exc, "exit_code", 0) == 3 else 500
+        return self.message(request, code, "The desk could not read this", str(exc))
+
+    async def crashed(self, request: Request, exc: Exception) -> Response:
+        log.exception("desk page %s failed", request.url.path)
+        return self.message(
+            request, 500, "The desk failed", f"{type(exc).__name__}: see the server's log"
+        )
+
+
+def make_app(conf: DeskConfig) -> Starlette:
+    """The desk's ASGI app over ``conf`` (served by ``tracevault ui`` with uvicorn)."""
+    p = _Pages(conf)
+    guard = (
+        []
+        if conf.token is None
+        else [Middleware(BaseHTTPMiddleware, dispatch=_require_token(conf.token))]
+    )
+    return Starlette(
+        routes=[
+            Route("/", p.runs_page),
+            Route("/runs/{run_id:str}", p.run_page),
+            Route("/runs/{run_id:str}/seq/{seq:int}", p.seq_link),
+            Route("/diff", p.diff_page),
+            Route("/static/desk.css", p.stylesheet),
+            Route("/login", p.login, methods=["GET", "POST"]),
+            Route("/logout", p.logout, methods=["POST"]),
+        ],
+        exception_handlers={404: p.not_found, TraceVaultError: p.failed, Exception: p.crashed},
+        middleware=guard,
+    )
+
+
+def _require_token(token: str) -> Callable[[Request, Any], Awaitable[Response]]:
+    """Every request carries the token, as ``Authorization: Bearer`` or the login cookie."""
+
+    async def check(request: Request, call_next: Any) -> Response:
+        if request.url.path in ("/login", "/static/desk.css"):
+            return await call_next(request)  # type: ignore[no-any-return]
+        auth = request.headers.get("authorization", "")
+        given = auth[7:] if auth.lower().startswith("bearer ") else request.cookies.get(_COOKIE, "")
+        if given and hmac.compare_digest(given.encode(), token.encode()):
+            return await call_next(request)  # type: ignore[no-any-return]
+        if "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+        return PlainTextResponse("a token is required (Authorization: Bearer …)", status_code=401)
+
+    return check
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return max(0, int(text)) if text is not None else default
+    except ValueError:
+        return default

@@ -1,0 +1,232 @@
+"""One self-contained HTML file that shows runs and re-verifies their evidence when opened.
+
+Why HTML with its own verifier: an auditor or a regulator cannot run Python, and a document
+that merely says "verified" proves nothing. The file carries the proofs themselves (events,
+inclusion proofs, the signed checkpoint with its cosignatures, the trusted vkeys) as JSON in a
+``<script type="application/json">`` block, and ``assets/report.js`` recomputes the chain, the
+RFC 6962 proofs and the Ed25519 signatures with WebCrypto on opening (docs/desk.md). A
+Content-Security-Policy allows only that one script (by hash) and no connection at all, so
+the page works offline and no payload can run code or fetch anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from importlib.resources import files
+from typing import Any
+
+from tracevault import __version__
+from tracevault.desk.evidence import RunEvidence
+from tracevault.schemas import EventKind, TraceEvent, micros_to_datetime
+
+__all__ = ["REPORT_FORMAT", "event_name", "pretty_json", "render_report"]
+
+REPORT_FORMAT = "tracevault/report/v1"
+
+
+def _asset(name: str) -> str:
+    return files("tracevault.desk").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def pretty_json(data: bytes | None) -> str:
+    """``data`` as indented JSON, whole; as text when it is not JSON (never cut)."""
+    if data is None:
+        return "-"
+    try:
+        return json.dumps(json.loads(data), indent=2, ensure_ascii=False, sort_keys=True)
+    except ValueError:
+        return data.decode("utf-8", "replace")
+
+
+def event_name(event: TraceEvent) -> str:
+    """The model of a MODEL_CALL, the tool of a TOOL_CALL (from its request), else ''."""
+    if event.model:
+        return event.model
+    if event.kind is EventKind.TOOL_CALL and event.request:
+        try:
+            req = json.loads(event.request)
+        except ValueError:
+            return ""
+        tool = req.get("tool") if isinstance(req, dict) else None
+        return tool if isinstance(tool, str) else ""
+    return ""
+
+
+def durations_ms(events: Sequence[TraceEvent]) -> list[float | None]:
+    """Each crossing's time until the next one was recorded (the last has none)."""
+    return [
+        (events[i + 1].at - e.at) / 1000 if i + 1 < len(events) else None
+        for i, e in enumerate(events)
+    ]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
+    """The run's evidence as the page's verifier reads it. A run's leaves are neighbours in
+    one tree, so their proofs share most nodes: each node is written once, in ``nodes``, and
+    a proof is the list of its nodes' positions there (a fifth of the size)."""
+    proofs = ev.proofs()
+    nodes: dict[bytes, int] = {}
+    rows: list[dict[str, Any]] = []
+    by_seq = {e.seq: e for e in ev.events}
+    for sealed in ev.records:
+        p = proofs.get(sealed.seq)
+        shown = sealed.seq in ev.revealed
+        e = by_seq.get(sealed.seq)
+        row: dict[str, Any] = {
+            "seq": sealed.seq,
+            "prev": sealed.prev_hash.hex(),
+            "hash": sealed.hash.hex(),
+            "raw": _b64(sealed.raw) if shown else None,
+            "leaf_index": None if p is None else p.index,
+            "proof": [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof],
+            "opened": sealed.seq in ev.opened,
+        }
+        if shown and e is not None:
+            row["request"] = _b64(e.request)
+            row["response"] = _b64(e.response)
+        rows.append(row)
+    return {
+        "run_id": ev.run_id,
+        "anchor": anchor,
+        "python": {"status": ev.status, "checks": list(ev.checks), "failure": ev.failure},
+        "checkpoint": None if ev.log is None else ev.log.checkpoint,
+        "origin": None if ev.log is None else ev.log.origin,
+        "nodes": [_b64(h) for h in nodes],
+        "events": rows,
+    }
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _python_status(runs: Sequence[RunEvidence]) -> str:
+    bad = [r for r in runs if not r.verified]
+    if not bad:
+        return (
+            '<p class="status ok" id="tv-python-status" data-state="verified">'
+            f"Verified by tracevault {_e(__version__)} when written: {len(runs)} of "
+            f"{len(runs)} runs (signed log, then chain).</p>"
+        )
+    parts = []
+    for r in bad:
+        why = r.failure if r.status == "failed" else "no trusted log key: nothing was proven"
+        parts.append(f"{_e(r.run_id)}: {r.status.upper()}: {_e(why)}")
+    state = "failed" if any(r.status == "failed" for r in bad) else "unverified"
+    return (
+        f'<p class="status bad" id="tv-python-status" data-state="{state}">'
+        f"{state.upper()} when written: " + "; ".join(parts) + "</p>"
+    )
+
+
+def _payload(anchor: str, seq: int, part: str, data: bytes, shown: bool) -> str:
+    if not shown:
+        digest = hashlib.sha256(data).hexdigest()
+        return f'<div>{part}: not revealed, SHA-256 <span class="hash">{digest}</span></div>'
+    return (
+        f"<details><summary>{part} ({len(data)} bytes)</summary>"
+        f'<pre id="{anchor}-seq-{seq}-{part}">{_e(pretty_json(data))}</pre></details>'
+    )
+
+
+def _timeline(ev: RunEvidence, anchor: str) -> str:
+    rows = []
+    events = list(ev.events)
+    durs = durations_ms(events)
+    for e, dur in zip(events, durs, strict=True):
+        shown = e.seq in ev.revealed
+        at = micros_to_datetime(e.at).isoformat(timespec="milliseconds")
+        took = "" if dur is None else f"{dur:.1f} ms"
+        note = " (opened with the reader's key)" if e.seq in ev.opened else ""
+        rows.append(
+            f'<tr id="{anchor}-seq-{e.seq}"><td><a href="#{anchor}-seq-{e.seq}">{e.seq}</a></td>'
+            f"<td>{_e(e.kind.value)}</td><td>{_e(at)}</td><td>{took}</td>"
+            f"<td>{_e(event_name(e))}</td>"
+            f'<td class="mark pending" id="{anchor}-seq-{e.seq}-mark">not checked yet</td>'
+            f"<td>{_payload(anchor, e.seq, 'request', e.request, shown)}"
+            f"{_payload(anchor, e.seq, 'response', e.response, shown)}{note}</td></tr>"
+        )
+    if len(events) < len(ev.records):
+        rows.append(
+            f'<tr><td colspan="7" class="bad">seqs {len(events)}..{len(ev.records) - 1} '
+            "could not be decoded: shown by hash in the proofs only</td></tr>"
+        )
+    return (
+        "<table><tr><th>seq</th><th>kind</th><th>time (UTC)</th><th>until next</th>"
+        "<th>model / tool</th><th>checked in this browser</th><th>payloads</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _run_section(ev: RunEvidence, anchor: str) -> str:
+    state = "ok" if ev.verified else "bad"
+    what = ev.status.upper() + ("" if ev.failure is None else f": {_e(ev.failure)}")
+    checks = "".join(f"<li>{_e(c)}</li>" for c in ev.checks)
+    notices = "".join(f'<p class="status bad">{_e(n)}</p>' for n in ev.notices)
+    origin = "none" if ev.log is None else _e(ev.log.origin)
+    return (
+        f'<section id="{anchor}"><h2>Run {_e(ev.run_id)}</h2>'
+        f'<p class="{state}">tracevault verify: {what}</p>{notices}'
+        f"<p>{len(ev.records)} events; signed log {origin}; payloads revealed for "
+        f"{len(ev.revealed)} of {len(ev.records)} events.</p>"
+        f"<details><summary>checks run by tracevault verify</summary><ul>{checks}</ul></details>"
+        f"{_timeline(ev, anchor)}</section>"
+    )
+
+
+def render_report(
+    runs: Sequence[RunEvidence],
+    *,
+    vkeys: Sequence[str],
+    witness_vkeys: Sequence[str] = (),
+    min_witnesses: int = 0,
+) -> str:
+    """The report of ``runs`` as one HTML document (str), proofs and verifier inside."""
+    anchors = [f"run-{i}" for i in range(len(runs))]
+    data = {
+        "format": REPORT_FORMAT,
+        "vkeys": list(vkeys),
+        "witness_vkeys": list(witness_vkeys),
+        "min_witnesses": min_witnesses,
+        "runs": [_run_data(r, a) for r, a in zip(runs, anchors, strict=True)],
+    }
+    # "<" escaped: no payload can close the data block (JSON reads \u003c as "<")
+    blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    script = _asset("report.js")
+    digest = _b64(hashlib.sha256(script.encode()).digest())
+    csp = (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+        "img-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'"
+    )
+    keys = "".join(f"<li><code>{_e(k)}</code></li>" for k in [*vkeys, *witness_vkeys])
+    title = ", ".join(r.run_id for r in runs)
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        f"<title>tracevault report: {_e(title)}</title><style>{_asset('report.css')}</style>"
+        f"</head><body><h1>Evidence report: {_e(title)}</h1>"
+        '<p class="status pending" id="tv-browser-status" data-state="pending">'
+        "Not yet verified in this browser (the page's verifier needs JavaScript).</p>"
+        f"{_python_status(runs)}"
+        f"<p>Written {_e(datetime.now(UTC).isoformat(timespec='seconds'))} by tracevault "
+        f"{_e(__version__)}. The log keys this report trusts are below: compare them with the "
+        "keys the log's operator publishes, since whoever could rewrite this file could also "
+        f"replace them.</p><ul>{keys or '<li class=bad>none: unverified</li>'}</ul>"
+        + "".join(_run_section(r, a) for r, a in zip(runs, anchors, strict=True))
+        + '<h2>Checks run in this browser</h2><ul class="checks" id="tv-checks"></ul>'
+        "<h2>Proofs</h2><p>The raw events (base64, revealed seqs only), inclusion proofs, "
+        "signed checkpoints and trusted keys, as JSON:</p>"
+        f'<script type="application/json" id="tv-evidence">{blob}</script>'
+        '<details><summary>evidence (JSON)</summary><pre id="tv-proofs"></pre></details>'
+        f"<script>{script}</script></body></html>"
+    )
