@@ -139,7 +139,8 @@ class S3Store:
                 ) from None
             if code in ("NoSuchBucket", "404"):
                 raise NotFoundError(
-                    f"bucket {self.bucket} does not exist; create it with Object Lock enabled"
+                    f"bucket {self.bucket} of {self.url} does not exist; create it with "
+                    "Object Lock enabled"
                 ) from None
             raise ServiceUnavailableError(
                 f"cannot read the Object Lock configuration of bucket {self.bucket}: {exc}"

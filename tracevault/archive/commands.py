@@ -42,10 +42,13 @@ def archive_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def store_from(ctx: click.Context, **overrides: Any) -> tuple[Settings, ObjectStore]:
-    """The settings with the command's flags over them, and the archive they name."""
+def store_from(
+    ctx: click.Context, *, create: bool = True, **overrides: Any
+) -> tuple[Settings, ObjectStore]:
+    """The settings with the command's flags over them, and the archive they name; a reader
+    (``create=False``) is refused a store that does not exist rather than making it."""
     settings = settings_from(ctx, **overrides)
-    return settings, open_store(settings.archive_url, settings)
+    return settings, open_store(settings.archive_url, settings, create=create)
 
 
 @click.group("archive")
@@ -109,7 +112,9 @@ def ls(
     """
     from tracevault.archive import list_runs  # noqa: PLC0415
 
-    _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    _, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     the_day: date | None = day.date() if day is not None else None
     runs = list_runs(store, day=the_day, run_id=run_id)
     if as_json:
@@ -328,7 +333,9 @@ def retention_report_cmd(
     """
     from tracevault.archive import retention_report  # noqa: PLC0415
 
-    settings, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    settings, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     with _progress("reading locks and receipts", not as_json) as progress:
         runs = retention_report(store, retention_days=settings.retention_days, progress=progress)
     fresh = _freshness(settings, trusted_keys, witness_keys, witness_stores)

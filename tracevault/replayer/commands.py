@@ -526,7 +526,9 @@ def export_cmd(
                           "--content, --since, --no-verify, --agent-key need --otel)")  # fmt: skip
     (run_id,) = run_ids
     policy, witness_stores = checks.policy, checks.witness_stores
-    store = open_store(settings.archive_url, settings) if source == "archive" else None
+    store = (
+        open_store(settings.archive_url, settings, create=False) if source == "archive" else None
+    )
     try:
         with stderr.status(f"loading {run_id} from the {source}…"):
             run = (
