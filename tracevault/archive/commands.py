@@ -342,25 +342,18 @@ def retention_report_cmd(
     if as_json:
         echo_json([{**asdict(r), "ok": r.ok} for r in runs])
     else:
-        # Problems sit under the run id: six side-by-side columns cut ids and dates
-        # mid-word at 80 columns.
-        t = Table(title=f"retention of {store.url}")
-        t.add_column("run, problems", overflow="fold", ratio=1)
-        t.add_column("objects", justify="right", no_wrap=True)
-        t.add_column("locks", no_wrap=True)
-        t.add_column("earliest retain-until", overflow="fold", max_width=12)
-        t.add_column("hold", no_wrap=True)
+        # One cell per run, its id on a line of its own: side-by-side columns left the id a
+        # third of 80 columns and cut UUIDs mid-id (tests/test_narrow_terminal.py)
+        t = Table(title=f"retention of {store.url}", show_lines=True)
+        t.add_column("run · objects, locks, earliest retain-until, hold · problems", ratio=1)
         for r in runs:
             modes = ",".join(sorted({o.lock_mode or "NONE" for o in r.objects}))
-            cell = Text(r.run_id)
+            cell = Text(r.run_id, "bold")
+            until = _day_time(r.earliest_retain_until)
+            held = ", legal hold" if r.held else ""
+            cell.append(f"\n{len(r.objects)} objects, {modes}, until {until}{held}")
             cell.append("\n" + ("; ".join(r.problems) or "ok"), "red" if r.problems else "green")
-            t.add_row(
-                cell,
-                str(len(r.objects)),
-                modes,
-                _day_time(r.earliest_retain_until),
-                "yes" if r.held else "",
-            )
+            t.add_row(cell)
         stdout.print(t)
     if fresh is not None:  # on stderr: --json keeps its list of runs
         for line in () if as_json else fresh["notes"]:
