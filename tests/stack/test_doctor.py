@@ -116,6 +116,13 @@ def test_a_missing_archive_is_named_and_not_created(kafka_bootstrap: str, tmp_pa
     assert f"nearest existing directory is {tmp_path}" in checks["archive"]["detail"]
     assert not (tmp_path / "typo").exists()
 
+    # and --help names every check doctor ran (the topics as one line of the four roles)
+    help_text = CliRunner().invoke(tracevault, ["doctor", "--help"]).output
+    assert "topic raw|sealed|heads|dlq" in help_text
+    unnamed = [c for c in checks if not c.startswith("topic ") and c not in help_text]
+    assert not unnamed, f"doctor --help omits {unnamed}"
+    assert {"C paths", "kafka retention raw", "archive holes"} <= set(checks)
+
 
 def test_a_sealed_retention_under_the_archivers_lag_is_named(
     kafka_bootstrap: str, tmp_path: Path
