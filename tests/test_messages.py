@@ -39,7 +39,11 @@ def test_a_private_key_given_as_a_trusted_key_is_named_with_the_way_to_the_publi
 def test_a_run_id_outside_the_grammar_is_refused_with_the_grammar(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'archive'}"
     open_store(url).close()
-    for command in (["verify", "run 42!", "--from", "archive"], ["show", "run 42!"]):
+    for command in (
+        ["verify", "run 42!", "--from", "archive"],
+        ["show", "run 42!"],
+        ["export", "run 42!", "-o", str(tmp_path / "out")],
+    ):
         res = _cli("replay", "--archive-url", url, *command)
         assert res.exit_code == 2, res.output
         out = _flat(res)

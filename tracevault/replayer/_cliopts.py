@@ -14,9 +14,11 @@ from typing import Any
 import click
 
 from tracevault._clitools import settings_from, stderr
+from tracevault.archive import ObjectStore
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, NotFoundError
 from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.log_policy import EndRule, LogPolicy
 from tracevault.replayer.load.source import load_run
 from tracevault.runid import run_id_problem
@@ -35,7 +37,9 @@ __all__ = [
     "load",
     "log_options",
     "log_policy",
+    "load_for_export",
     "parse_day",
+    "refuse_bad_run_id",
     "no_verify_option",
     "settings_of",
     "trust",
@@ -255,6 +259,18 @@ def load(
         refuse_bad_run_id(run_id, exc)
         raise
     return settings, run
+
+
+def load_for_export(settings: Settings, store: ObjectStore | None, run_id: str) -> LoadedRun:
+    """The run ``replay export`` writes, from the archive's ``store`` or else the topic; an
+    id outside the grammar that is not found is refused with the grammar."""
+    try:
+        if store is not None:
+            return load_from_archive(store, run_id)
+        return load_run(settings, run_id, source="topic", with_log=True)
+    except NotFoundError as exc:
+        refuse_bad_run_id(run_id, exc)
+        raise
 
 
 def refuse_bad_run_id(run_id: str, exc: NotFoundError) -> None:
