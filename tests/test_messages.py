@@ -3,6 +3,7 @@ exit code of its kind (tracevault/errors.py)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -10,6 +11,7 @@ from click.testing import CliRunner, Result
 from tests.conftest import unique_name
 from tracevault.archive import open_store
 from tracevault.cli import tracevault
+from tracevault.config import KAFKA_LOG, KafkaLogDedup
 from tracevault.demo.commands import path_hint
 from tracevault.runid import RUN_ID_RULE
 from tracevault.transparency import Ed25519Signer
@@ -86,3 +88,18 @@ def test_the_demo_says_how_to_get_on_path_for_the_install_it_runs_from(tmp_path:
     user_bin.mkdir(parents=True)
     hint = path_hint(user_bin, tmp_path / "work")
     assert ".venv" not in hint and f"export PATH={user_bin}:$PATH" in hint
+
+
+def test_librdkafka_lines_pass_once_per_kind_and_window() -> None:
+    def line(n: int, fac: str = "FAIL") -> logging.LogRecord:
+        text = f"127.0.0.1:9/bootstrap: Connect failed (after {n}ms in state CONNECT)"
+        return logging.LogRecord("x", logging.ERROR, __file__, 1, "%s [%s] %s",
+                                 (fac, "tracevault#consumer-1", text), None)  # fmt: skip
+
+    dedup = KafkaLogDedup(window_s=3600)
+    passed = [dedup.filter(line(n)) for n in range(50)]
+    assert passed == [True] + [False] * 49  # the same refusal, numbers aside: once
+    assert dedup.filter(line(0, fac="BROKERFAIL"))  # another kind passes
+    again = KafkaLogDedup(window_s=0)
+    assert all(again.filter(line(n)) for n in range(3))
+    assert any(isinstance(f, KafkaLogDedup) for f in KAFKA_LOG.filters)
