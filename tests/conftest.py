@@ -95,7 +95,10 @@ def kafka_bootstrap() -> Iterator[str]:
 
 #: The session's clock, fixed once: events the tests make are stamped now, as a Recorder's
 #: are (the sequencer refuses an unknown run's event older than its horizon, docs/fleet.md),
-#: and the same event made twice is the same bytes.
+#: and the same event made twice is the same bytes. Taken at import on purpose: nothing
+#: compares it with the wall clock but the sequencer's horizon (2 days + skew by default; the
+#: one test with a short horizon stamps its own events) and the future-skew check, so an hour
+#: of CI under load does not move it past either. Gap and idle timers run on arrival time.
 NOW_US = time.time_ns() // 1000
 
 

@@ -85,7 +85,7 @@ def test_every_help_fits_80_columns(path: list[str]) -> None:
             [
                 "retention policy",
                 "broker",
-                "topic raw/...",
+                "topic raw|sealed|heads|dlq",
                 "sequencer lag",
                 "archiver lag",
                 "archive   ",

@@ -21,6 +21,7 @@ import pytest
 from rich.cells import cell_len
 
 from tests.conftest import unique_name
+from tests.consumer.archiver.sealed_factory import sealed_run
 from tests.replayer.archiving import write_signed_run
 from tracevault.archive import open_store
 from tracevault.config import Settings
@@ -156,3 +157,49 @@ def test_topics_at_80_columns_keep_names_and_configs_whole(kafka_bootstrap: str)
     code, out = cli("--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
                     "topics", "describe", "--json")  # fmt: skip
     assert {t["topic"] for t in json.loads(out)} == set(settings.topics.all())
+
+
+#: Run ids as the Recorder makes them (UUIDs) and as deployments name them: the ids a
+#: reader copies from a table into the next command, so never split across lines.
+LONG_IDS = ("0b9d6f4e-2f63-4c1e-9a57-3c1f0e8d2a41", "tenant-eu-west:nightly-report-2026-12-01")
+
+
+@pytest.fixture(scope="module")
+def long_ids(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"file://{tmp_path_factory.mktemp('narrow-ids') / 'archive'}"
+    store = open_store(url, Settings())
+    for run_id in LONG_IDS:
+        write_signed_run(store, sealed_run(run_id, 4))
+    return url
+
+
+def _whole(out: str, *tokens: str) -> None:
+    for token in tokens:
+        assert token in out, f"{token!r} is split or missing:\n{out}"
+
+
+def test_diff_retention_report_and_ls_keep_long_run_ids_whole(long_ids: str) -> None:
+    code, out = cli("replay", "--archive-url", long_ids, "diff", *LONG_IDS)
+    assert code in (0, 1), out
+    assert_fits(out)
+    _whole(out, *LONG_IDS)
+    code, out = cli("archive", "retention-report", "--archive", long_ids)
+    assert code == 0, out
+    assert_fits(out)
+    _whole(out, *LONG_IDS)
+    code, out = cli("archive", "ls", "--archive", long_ids)
+    assert code == 0, out
+    assert_fits(out)
+    _whole(out, *LONG_IDS)
+
+
+def test_doctor_at_80_columns_keeps_names_whole(kafka_bootstrap: str, long_ids: str) -> None:
+    settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("narrow"),
+                        partitions=1)  # fmt: skip
+    ensure_topics(settings)
+    code, out = cli("--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
+                    "doctor", "--archive", long_ids)  # fmt: skip
+    assert code == 0, out
+    assert_fits(out)
+    _whole(out, f"{settings.topic_prefix}.sequencer", f"{settings.topic_prefix}.raw",
+           f"{settings.topic_prefix}.sealed", settings.archiver_group_id)  # fmt: skip

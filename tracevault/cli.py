@@ -9,6 +9,7 @@ dependency of one command cannot break the others. Errors: the CLI catches only
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
 import sys
@@ -62,9 +63,36 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Subcommands people type at the top level, and the command that has them: an unknown
+#: command names it (``tracevault export`` -> ``tracevault replay export``).
+_NESTED: dict[str, tuple[str, ...]] = {
+    **{c: ("replay",) for c in ("show", "verify", "run", "diff", "export", "batch")},
+    **{c: ("archive",) for c in ("ls", "hold", "release", "purge", "retention-report")},
+    **{c: ("topics",) for c in ("create", "describe", "acls")},
+    **{c: ("keys",) for c in ("generate", "rotate")},
+    "drain": ("spool",),
+    "status": ("spool", "witness"),
+    "push": ("witness",),
+}
+
+
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in _COMMANDS:
+            parents = _NESTED.get(name)
+            if parents:
+                means = " or ".join(f"'tracevault {p} {name}'" for p in parents)
+                ctx.fail(f"No such command {name!r}. Did you mean {means}?")
+            close = difflib.get_close_matches(name, list(_COMMANDS), n=2)
+            if close:
+                ctx.fail(f"No such command {name!r}. Did you mean {' or '.join(close)}?")
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = _COMMANDS.get(cmd_name)

@@ -11,7 +11,11 @@ docs/design.md ("Configuration"); tests/test_docs.py fails when a field is missi
 from __future__ import annotations
 
 import difflib
+import logging
 import os
+import re
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,7 +23,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tracevault.errors import ConfigError
+from tracevault.errors import ConfigError, NotFoundError
 
 __all__ = [
     "MIN_RETENTION_DAYS",
@@ -380,6 +384,16 @@ class Settings(BaseSettings):
         """The archiver's consumer group: ``archive_group_id`` or one derived from the prefix."""
         return self.archive_group_id or f"tracevault-archiver.{self.topic_prefix}"
 
+    def missing_topic(self, topic: str) -> NotFoundError:
+        """The error for ``topic`` absent from the cluster, naming the bootstrap servers asked:
+        a forgotten --bootstrap-servers reaching another broker reads as a missing topic."""
+        return NotFoundError(
+            f"topic {topic} does not exist on the Kafka cluster at {self.bootstrap_servers} "
+            "(the bootstrap servers asked: --bootstrap-servers, TRACEVAULT_BOOTSTRAP_SERVERS); "
+            "if that is the wrong cluster, name yours; if not, create the topics with "
+            "`tracevault topics create`"
+        )
+
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration for any client of this deployment, plus ``overrides``."""
         conf: dict[str, Any] = {
@@ -393,8 +407,44 @@ class Settings(BaseSettings):
             conf["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             conf["sasl.password"] = self.sasl_password.get_secret_value()
+        # librdkafka's own lines go through logging, deduplicated (KafkaLogDedup), instead of
+        # hundreds of raw "%3|...|FAIL|" lines on stderr while a broker is away
+        conf["logger"] = KAFKA_LOG
         conf.update(overrides)
         return conf
+
+
+class KafkaLogDedup(logging.Filter):
+    """Passes a librdkafka line once per ``window_s`` per kind of line (its text with the
+    numbers taken out: the same refused connection, retried every second, is one line), and
+    with the next one that passes says how many like it were held back."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._seen: dict[str, tuple[float, int]] = {}  # kind -> (last passed, held since)
+        self._lock = threading.Lock()  # librdkafka logs from its own threads too
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._seen.get(kind, (-self.window_s, 0))
+            if now - last < self.window_s:
+                self._seen[kind] = (last, held + 1)
+                return False
+            self._seen[kind] = (now, 0)
+            if len(self._seen) > 1000:  # bounded: forget kinds not seen for a window
+                self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.window_s}
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it in the last %.0fs)"
+            record.args = (*(record.args or ()), now - last)
+        return True
+
+
+#: The logger every Kafka client of ours hands librdkafka's lines to (kafka_config).
+KAFKA_LOG = logging.getLogger("tracevault.librdkafka")
+KAFKA_LOG.addFilter(KafkaLogDedup())
 
 
 ENV_PREFIX = "TRACEVAULT_"

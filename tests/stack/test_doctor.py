@@ -100,6 +100,30 @@ def test_short_archive_retention_is_named(kafka_bootstrap: str, tmp_path: Path) 
     assert checks["archive retention"]["status"] == "ok"  # the other checks still ran
 
 
+def test_a_missing_archive_is_named_and_not_created(kafka_bootstrap: str, tmp_path: Path) -> None:
+    # doctor reads: a mistyped archive URL is a warning naming it, and leaves nothing behind
+    settings = Settings(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=unique_name("doc"), partitions=1
+    )
+    ensure_topics(settings)
+    missing = tmp_path / "typo" / "archive"
+    _, checks = _doctor(
+        "--bootstrap-servers", kafka_bootstrap, "--prefix", settings.topic_prefix,
+        env={"TRACEVAULT_ARCHIVE_URL": f"file://{missing}"},
+    )  # fmt: skip
+    assert checks["archive"]["status"] == "warn", checks["archive"]
+    assert f"file://{missing}" in checks["archive"]["detail"]
+    assert f"nearest existing directory is {tmp_path}" in checks["archive"]["detail"]
+    assert not (tmp_path / "typo").exists()
+
+    # and --help names every check doctor ran (the topics as one line of the four roles)
+    help_text = CliRunner().invoke(tracevault, ["doctor", "--help"]).output
+    assert "topic raw|sealed|heads|dlq" in help_text
+    unnamed = [c for c in checks if not c.startswith("topic ") and c not in help_text]
+    assert not unnamed, f"doctor --help omits {unnamed}"
+    assert {"C paths", "kafka retention raw", "archive holes"} <= set(checks)
+
+
 def test_a_sealed_retention_under_the_archivers_lag_is_named(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

@@ -244,8 +244,9 @@ def archive_freshness(
     """:func:`check_freshness` of ``settings.archive_url`` against the witness stores at
     ``witness_urls`` and the topic's ``tails``, over ``origins`` (None: every origin of this
     deployment the stores or the topic know)."""
-    archive = open_store(settings.archive_url, settings)
-    stores = [open_store(u, settings) for u in witness_urls]
+    # readers: an archive that does not exist is not found, never an empty one rolled back
+    archive = open_store(settings.archive_url, settings, create=False)
+    stores = [open_store(u, settings, create=False) for u in witness_urls]
     try:
         if origins is None:
             origins = sorted(

@@ -201,7 +201,7 @@ def _object_retention(info: ObjectInfo, content: _Content, min_days: int) -> Obj
             days = (meta - info.last_modified) / timedelta(days=1)
             if meta - info.last_modified < timedelta(days=min_days) - _CLOCK_SKEW:
                 problems.append(
-                    f"{key}: retained {days:.1f} days from when it was written, under {min_days}"
+                    f"{key}: retained {days:.3f} days from when it was written, under {min_days}"
                 )
         if parse_run_index_key(key) is None:
             problems.append(f"{key}: no receipt states its retention")
@@ -224,7 +224,7 @@ def _object_retention(info: ObjectInfo, content: _Content, min_days: int) -> Obj
             days = (stated - written) / timedelta(days=1)
             if stated - written < timedelta(days=min_days) - _CLOCK_SKEW:
                 problems.append(
-                    f"{key}: retained {days:.1f} days from when it was written, under {min_days}"
+                    f"{key}: retained {days:.3f} days from when it was written, under {min_days}"
                 )
             if (
                 key.endswith(".json")

@@ -140,7 +140,8 @@ class S3Store:
                 ) from None
             if code in ("NoSuchBucket", "404"):
                 raise NotFoundError(
-                    f"bucket {self.bucket} does not exist; create it with Object Lock enabled"
+                    f"bucket {self.bucket} does not exist (archive {self.url}); create it "
+                    "with Object Lock enabled, or fix the URL"
                 ) from None
             raise ServiceUnavailableError(
                 f"cannot read the Object Lock configuration of bucket {self.bucket}: {exc}"

@@ -42,10 +42,13 @@ def archive_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def store_from(ctx: click.Context, **overrides: Any) -> tuple[Settings, ObjectStore]:
-    """The settings with the command's flags over them, and the archive they name."""
+def store_from(
+    ctx: click.Context, *, create: bool = True, **overrides: Any
+) -> tuple[Settings, ObjectStore]:
+    """The settings with the command's flags over them, and the archive they name; a reader
+    (``create=False``) is refused a store that does not exist rather than making it."""
     settings = settings_from(ctx, **overrides)
-    return settings, open_store(settings.archive_url, settings)
+    return settings, open_store(settings.archive_url, settings, create=create)
 
 
 @click.group("archive")
@@ -109,7 +112,9 @@ def ls(
     """
     from tracevault.archive import list_runs  # noqa: PLC0415
 
-    _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    _, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     the_day: date | None = day.date() if day is not None else None
     runs = list_runs(store, day=the_day, run_id=run_id)
     if as_json:
@@ -328,32 +333,27 @@ def retention_report_cmd(
     """
     from tracevault.archive import retention_report  # noqa: PLC0415
 
-    settings, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    settings, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     with _progress("reading locks and receipts", not as_json) as progress:
         runs = retention_report(store, retention_days=settings.retention_days, progress=progress)
     fresh = _freshness(settings, trusted_keys, witness_keys, witness_stores)
     if as_json:
         echo_json([{**asdict(r), "ok": r.ok} for r in runs])
     else:
-        # Problems sit under the run id: six side-by-side columns cut ids and dates
-        # mid-word at 80 columns.
-        t = Table(title=f"retention of {store.url}")
-        t.add_column("run, problems", overflow="fold", ratio=1)
-        t.add_column("objects", justify="right", no_wrap=True)
-        t.add_column("locks", no_wrap=True)
-        t.add_column("earliest retain-until", overflow="fold", max_width=12)
-        t.add_column("hold", no_wrap=True)
+        # One cell per run, its id on a line of its own: side-by-side columns left the id a
+        # third of 80 columns and cut UUIDs mid-id (tests/test_narrow_terminal.py)
+        t = Table(title=f"retention of {store.url}", show_lines=True)
+        t.add_column("run · objects, locks, earliest retain-until, hold · problems", ratio=1)
         for r in runs:
             modes = ",".join(sorted({o.lock_mode or "NONE" for o in r.objects}))
-            cell = Text(r.run_id)
+            cell = Text(r.run_id, "bold")
+            until = _day_time(r.earliest_retain_until)
+            held = ", legal hold" if r.held else ""
+            cell.append(f"\n{len(r.objects)} objects, {modes}, until {until}{held}")
             cell.append("\n" + ("; ".join(r.problems) or "ok"), "red" if r.problems else "green")
-            t.add_row(
-                cell,
-                str(len(r.objects)),
-                modes,
-                _day_time(r.earliest_retain_until),
-                "yes" if r.held else "",
-            )
+            t.add_row(cell)
         stdout.print(t)
     if fresh is not None:  # on stderr: --json keeps its list of runs
         for line in () if as_json else fresh["notes"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -136,11 +137,22 @@ def demo(
         )
     if summary.commands and not summary.commands[0].startswith("tracevault "):
         stdout.print(
-            "\n[bold]tracevault is not on PATH:[/] `. .venv/bin/activate` puts it there "
-            "(dev/demo installed it into .venv).",
+            "\n[bold]tracevault is not on PATH:[/] "
+            + path_hint(Path(sys.executable).parent, Path.cwd()),
             soft_wrap=True,
             highlight=False,
         )
+
+
+def path_hint(bin_dir: Path, cwd: Path) -> str:
+    """How to put ``bin_dir`` (where this tracevault's script is) on PATH: its virtualenv's
+    activate script when it has one (``. .venv/bin/activate`` in a checkout that dev/demo
+    set up), else an ``export PATH`` line: a wheel installed elsewhere has no .venv here."""
+    activate = bin_dir / "activate"
+    if activate.is_file():
+        shown = activate.relative_to(cwd) if activate.is_relative_to(cwd) else activate
+        return f"`. {shown}` puts it there (it activates the virtualenv tracevault is in)."
+    return f"`export PATH={bin_dir}:$PATH` puts it there (where tracevault's script is)."
 
 
 def _table(summary: DemoSummary) -> Table:

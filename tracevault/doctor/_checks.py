@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from tracevault import native
 from tracevault.archive import LOST, ObjectStore, open_store, parse_hole_key, retention_report
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
-from tracevault.errors import ConfigError, TraceVaultError
+from tracevault.errors import ConfigError, NotFoundError, TraceVaultError
 from tracevault.index import index_keys, index_lag
 from tracevault.kafka import TopicReport, describe_topics, watermarks
 from tracevault.transparency import is_checkpoint_record
@@ -102,12 +102,25 @@ def _topics(reports: list[TopicReport]) -> Iterator[Check]:
             yield Check(f"topic {r.role}", "ok", f"{r.name}, {r.partitions} partitions")
 
 
+_ARCHIVE_FIX = "create the bucket with Object Lock, or fix --archive / TRACEVAULT_ARCHIVE_URL"
+
+
 def _archive(settings: Settings) -> Iterator[Check]:
     try:
-        store = open_store(settings.archive_url, settings)
+        # doctor reads: a typo in the URL must not leave a new empty archive behind
+        store = open_store(settings.archive_url, settings, create=False)
+    except NotFoundError as exc:
+        if not settings.archive_url.startswith("file:"):
+            yield Check("archive", "fail", str(exc), _ARCHIVE_FIX)
+            return
+        # a file archive the archiver has not made yet: nothing in it can be wrong
+        yield Check("archive", "warn", str(exc), "start the archiver (it makes the archive), "
+                    "or fix --archive / TRACEVAULT_ARCHIVE_URL")  # fmt: skip
+        yield Check("archive retention", "ok", "0 runs: no archive yet")
+        yield Check("archive holes", "ok", "no archive yet")
+        return
     except TraceVaultError as exc:
-        fix = "create the bucket with Object Lock, or fix --archive / TRACEVAULT_ARCHIVE_URL"
-        yield Check("archive", "fail", str(exc), fix)
+        yield Check("archive", "fail", str(exc), _ARCHIVE_FIX)
         return
     try:
         yield Check("archive", "ok", f"{settings.archive_url} answers ({settings.lock_mode} locks)")

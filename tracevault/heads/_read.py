@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
-from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
+from tracevault.errors import LogError, SchemaError, ServiceUnavailableError
 from tracevault.heads._finished import FinishedChunk, is_finished_key
 from tracevault.heads._record import GapRange, Head, decode_head
 from tracevault.kafka import partition_for, watermarks
@@ -71,9 +71,7 @@ def heads_partition_count(settings: Settings, timeout: float = 10.0) -> int:
         consumer.close()
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None or not tmd.partitions:
-        raise NotFoundError(
-            f"topic {topic} does not exist; create the topics with `tracevault topics create`"
-        )
+        raise settings.missing_topic(topic)
     return len(tmd.partitions)
 
 
@@ -182,10 +180,7 @@ def read_state(
                             pending.discard(msg.partition())
                         continue
                     if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        raise NotFoundError(
-                            f"topic {topic} does not exist; create the topics with "
-                            "`tracevault topics create`"
-                        )
+                        raise settings.missing_topic(topic)
                     log.warning("heads read: %s", err)
                     continue
                 _take(state, topic, msg, keep_heads)

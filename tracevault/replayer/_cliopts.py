@@ -14,11 +14,14 @@ from typing import Any
 import click
 
 from tracevault._clitools import settings_from, stderr
+from tracevault.archive import ObjectStore
 from tracevault.config import Settings
-from tracevault.errors import ConfigError
+from tracevault.errors import ConfigError, NotFoundError
 from tracevault.replayer._results import LoadedRun
+from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.log_policy import EndRule, LogPolicy
 from tracevault.replayer.load.source import load_run
+from tracevault.runid import run_id_problem
 from tracevault.transparency import AgentKeys, Ed25519Verifier, operator_verifiers
 
 __all__ = [
@@ -34,7 +37,9 @@ __all__ = [
     "load",
     "log_options",
     "log_policy",
+    "load_for_export",
     "parse_day",
+    "refuse_bad_run_id",
     "no_verify_option",
     "settings_of",
     "trust",
@@ -245,14 +250,40 @@ def load(
     ctx: click.Context, run_id: str, source: str, *, with_log: bool = False
 ) -> tuple[Settings, LoadedRun]:
     settings = settings_of(ctx)
-    with stderr.status(f"loading {run_id} from the {source}…"):
-        run = load_run(
-            settings,
-            run_id,
-            source="topic" if source == "topic" else "archive",
-            with_log=with_log,
-        )
+    try:
+        with stderr.status(f"loading {run_id} from the {source}…"):
+            run = load_run(
+                settings,
+                run_id,
+                source="topic" if source == "topic" else "archive",
+                with_log=with_log,
+            )
+    except NotFoundError as exc:
+        refuse_bad_run_id(run_id, exc)
+        raise
     return settings, run
+
+
+def load_for_export(settings: Settings, store: ObjectStore | None, run_id: str) -> LoadedRun:
+    """The run ``replay export`` writes, from the archive's ``store`` or else the topic; an
+    id outside the grammar that is not found is refused with the grammar."""
+    try:
+        if store is not None:
+            return load_from_archive(store, run_id)
+        return load_run(settings, run_id, source="topic", with_log=True)
+    except NotFoundError as exc:
+        refuse_bad_run_id(run_id, exc)
+        raise
+
+
+def refuse_bad_run_id(run_id: str, exc: NotFoundError) -> None:
+    """A run not found whose id breaks the grammar is a usage error naming the grammar, not
+    "not in the archive": no new run can have that id. A run recorded before the grammar is
+    still read (it is found), so the rule is applied only once the lookup failed
+    (docs/design.md, "Run ids")."""
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise ConfigError(f"{problem}; no run can have that id") from exc
 
 
 def parse_day(value: str | None, name: str) -> date | None:

@@ -233,7 +233,10 @@ def _not_archivable(settings: Settings, partition: int, offsets: tuple[int, int]
     a hole of lost records in ``partition``'s log (any generation; the not-found message
     names the holes, docs/log.md "Holes"), or a quarantined record of the partition at the
     run's ``offsets`` (the archiver refused it)."""
-    store = open_store(settings.archive_url, settings)
+    try:
+        store = open_store(settings.archive_url, settings, create=False)
+    except NotFoundError:
+        return False  # no archive at all: it says nothing about this run
     try:
         if any(
             (h := parse_hole_key(i.key)) is not None

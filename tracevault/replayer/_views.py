@@ -199,10 +199,12 @@ def _outcome(side: RunDiffSide) -> str:
 
 
 def summary_table(a: RunDiffSide, b: RunDiffSide) -> Table:
-    t = Table(title="runs")
+    # the ids go in the title, which wraps between words: as column headers two UUIDs side by
+    # side do not fit 80 columns and were split mid-id (tests/test_narrow_terminal.py)
+    t = Table(title=f"runs: A {a.run_id} · B {b.run_id}")
     t.add_column("")
-    t.add_column(f"A {a.run_id}", overflow="fold")
-    t.add_column(f"B {b.run_id}", overflow="fold")
+    t.add_column("A", overflow="fold")
+    t.add_column("B", overflow="fold")
     t.add_row("events", str(a.count), str(b.count))
     t.add_row("finished", str(a.finished), str(b.finished))
     t.add_row("agent", a.agent, b.agent)
@@ -219,8 +221,8 @@ def differences_table(result: RunAlignment) -> Table:
     t = Table(title=f"{n} (ignored: {noise})", show_lines=True)
     t.add_column("seq\nA B", no_wrap=True)
     t.add_column("step", overflow="fold", ratio=2)
-    t.add_column(f"A {result.a.run_id}", overflow="fold", ratio=3)
-    t.add_column(f"B {result.b.run_id}", overflow="fold", ratio=3)
+    t.add_column("A", overflow="fold", ratio=3)  # the ids: summary_table's title
+    t.add_column("B", overflow="fold", ratio=3)
     for d in result.differences:
         seqs = f"{'-' if d.seq_a is None else d.seq_a} {'-' if d.seq_b is None else d.seq_b}"
         step = Text(d.kind, style="bold")

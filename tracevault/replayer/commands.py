@@ -22,6 +22,7 @@ from tracevault.replayer._cliopts import (
     Trust,
     end_options,
     load,
+    load_for_export,
     log_options,
     no_verify_option,
     parse_day,
@@ -50,9 +51,7 @@ from tracevault.replayer.export.otel import export_otel
 from tracevault.replayer.export.reveal import bundle_events, reveal_hook
 from tracevault.replayer.investigate.aligned_diff import align_runs, parse_ignore
 from tracevault.replayer.investigate.tree import run_tree
-from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.opened import opened
-from tracevault.replayer.load.source import load_run
 from tracevault.replayer.load.witnessed import with_witness_stores
 
 __all__ = ["replay"]
@@ -527,14 +526,12 @@ def export_cmd(
                           "--content, --since, --no-verify, --agent-key need --otel)")  # fmt: skip
     (run_id,) = run_ids
     policy, witness_stores = checks.policy, checks.witness_stores
-    store = open_store(settings.archive_url, settings) if source == "archive" else None
+    store = (
+        open_store(settings.archive_url, settings, create=False) if source == "archive" else None
+    )
     try:
         with stderr.status(f"loading {run_id} from the {source}…"):
-            run = (
-                load_from_archive(store, run_id)
-                if store is not None
-                else load_run(settings, run_id, source="topic", with_log=True)
-            )
+            run = load_for_export(settings, store, run_id)
             run = with_witness_stores(settings, run, policy, witness_stores)
             reveal = reveal_hook(settings, run, reveal_to)
         with progress_bar() as progress:

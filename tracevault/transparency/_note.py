@@ -217,6 +217,13 @@ def parse_vkey(text: str) -> Ed25519Verifier:
 
 def key_fields(text: str, *, private: bool, what: str) -> tuple[str, str, bytes]:
     """(name, hex id, type byte ‖ key) of ``[PRIVATE+KEY+]name+id+base64``, any key type."""
+    if not private and text.strip().startswith("PRIVATE+KEY+"):
+        # never echo it: the text is a secret (docs/log.md, "Keys")
+        raise ConfigError(
+            f"{what} was given a private (signer) key (PRIVATE+KEY+…): a verifier needs the "
+            'public one. Print it with `tracevault keys show KEYFILE` (or `echo "$KEY" | '
+            "tracevault keys show -`) and pass that vkey, or @FILE of vkeys"
+        )
     parts = text.strip().split("+", 4 if private else 2)  # base64 may hold "+"
     if private and (len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY"):
         raise ConfigError(f"{what} reads PRIVATE+KEY+<name>+<id>+<key>")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -52,3 +53,10 @@ def store(
     s = open_store(url, archive_settings)
     yield s
     s.close()
+
+
+@pytest.fixture
+def future() -> datetime:
+    """183 days from when the test starts: a lock in force, taken per test rather than at
+    import, since a suite under load runs a module's tests many minutes after importing it."""
+    return datetime.now(UTC) + timedelta(days=183)

@@ -99,7 +99,11 @@ def sealed_values(run_id: str, n: int, **kw: object) -> list[bytes]:
     return [encode_sealed(s) for s in sealed_run(run_id, n, **kw)]  # type: ignore[arg-type]
 
 
-FUTURE = datetime.now(UTC) + timedelta(days=183)
+def future() -> datetime:
+    """183 days from now, taken when an object is written: the retention report compares a
+    lock with the moment its object was written, so a time taken at import (minutes earlier
+    on a loaded machine) reads as a lock shorter than 183 days."""
+    return datetime.now(UTC) + timedelta(days=183)
 
 
 def write_segment_objects(
@@ -108,7 +112,7 @@ def write_segment_objects(
     run, first, last = events[0].run_id, events[0].seq, events[-1].seq
     data = encode_segment(run, first, [sealed_body(encode_sealed(e)) for e in events])
     key = segment_key(run, first, last)
-    store.put(key, data, retain_until=FUTURE)
+    store.put(key, data, retain_until=future())
     if receipt:
         r = SegmentReceipt(
             run_id=run,
@@ -121,7 +125,7 @@ def write_segment_objects(
             last_hash=events[-1].hash.hex(),
             created_at="2026-01-01T00:00:00+00:00",
         )
-        store.put(receipt_key(run, first, last), r.to_json(), retain_until=FUTURE)
+        store.put(receipt_key(run, first, last), r.to_json(), retain_until=future())
     return key
 
 
@@ -134,7 +138,7 @@ class LogWriter:
         store: ObjectStore,
         signer: Ed25519Signer,
         prefix: str = "pfx",
-        until: datetime = FUTURE,
+        until: datetime | None = None,
         generation: str = "",
     ) -> None:
         self.origin = log_origin("tracevault", prefix, 0, generation)
@@ -157,7 +161,7 @@ class LogWriter:
         self.pending = []
         self.plog.note, self.plog.note_size = rec.note, self.tree.size
         with ThreadPoolExecutor(4) as pool:
-            self.plog.flush(self.until, pool)
+            self.plog.flush(self.until or future(), pool)
 
 
 def write_log_run(

@@ -72,6 +72,7 @@ def test_ls_hold_release_and_report_as_json(tmp_path: Path) -> None:
 
 def test_unknown_run_exits_3_and_flagged_report_exits_1(tmp_path: Path) -> None:
     url = f"file://{tmp_path}"
+    open_store(url, Settings()).close()  # an archive (reads never make one)
     code, out = _run("archive", "ls", "nope", "--archive", url)
     assert code == 3 and "run 'nope' is not in the archive" in out
     code, _ = _run("archive", "hold", "nope", "--archive", url)

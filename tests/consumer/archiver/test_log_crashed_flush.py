@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.archiver.sealed_factory import FUTURE, LogWriter, sealed_run
+from tests.consumer.archiver.sealed_factory import LogWriter, future, sealed_run
 from tracevault.archive import ObjectStore
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.tlog import checkpoint_key, log_prefix
@@ -32,9 +32,10 @@ def _crash_before_checkpoint(w: LogWriter) -> None:
     rec, w.tree = CheckpointRecord.build(w.tree, w.pending, w.origin, w.signer)
     w.pending = []
     w.plog.note, w.plog.note_size = rec.note, w.tree.size
-    job = w.plog.take_flush(FUTURE)
+    until = future()
+    job = w.plog.take_flush(until)
     with ThreadPoolExecutor(4) as pool:
-        for f in [pool.submit(w.plog.store.put, k, v, retain_until=FUTURE) for k, v in job.puts]:
+        for f in [pool.submit(w.plog.store.put, k, v, retain_until=until) for k, v in job.puts]:
             f.result()
 
 

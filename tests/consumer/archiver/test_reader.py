@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from io import BytesIO
 
 import avro.datafile
@@ -26,10 +26,10 @@ from tracevault.chain import genesis
 from tracevault.errors import ChainError, NotFoundError
 from tracevault.schemas import encode_sealed
 
-FUTURE = datetime.now(UTC) + timedelta(days=183)
 
-
-def test_segments_come_back_in_seq_order_with_their_receipts(store: ObjectStore) -> None:
+def test_segments_come_back_in_seq_order_with_their_receipts(
+    future: datetime, store: ObjectStore
+) -> None:
     events = sealed_run("run/1 é", 25)
     keys = [write_segment_objects(store, events[i : i + 10]) for i in (20, 0, 10)]
     store.put(
@@ -37,7 +37,7 @@ def test_segments_come_back_in_seq_order_with_their_receipts(store: ObjectStore)
         FinalReceipt(
             "run/1 é", 25, 24, events[-1].hash.hex(), sorted(keys), "2026-01-01T00:00:00+00:00"
         ).to_json(),
-        retain_until=FUTURE,
+        retain_until=future,
     )
     run = read_run_objects(store, "run/1 é")
     assert [s.first_seq for s in run.segments] == [0, 10, 20]

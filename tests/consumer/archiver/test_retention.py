@@ -52,8 +52,11 @@ from tracevault.replayer import verify
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import encode_sealed
 
-NOW = datetime.now(UTC)
-LATER = NOW + timedelta(days=200)  # past a 183-day retention, before a 400-day one
+
+def _later() -> datetime:
+    """Past a 183-day retention, before a 400-day one: taken when the purge needs it, not at
+    import (on a loaded CI, minutes before the objects are written)."""
+    return datetime.now(UTC) + timedelta(days=200)
 
 
 def _archive(
@@ -93,16 +96,16 @@ def test_purge_deletes_only_expired_unheld_runs_and_records_it(store: ObjectStor
     assert len(hold_run(store, "old-held", True).objects) == 5
     before = {i.key for i in store.list("")}
 
-    early = purge(store, now=NOW + timedelta(days=100))
+    early = purge(store, now=datetime.now(UTC) + timedelta(days=100))
     assert early.deleted == {} and early.record is None
-    dry = purge(store, now=LATER, dry_run=True)
+    dry = purge(store, now=_later(), dry_run=True)
     assert list(dry.deleted) == ["old"] and dry.record is None
     assert dry.deleted["old"][0] == "runs/old/final.receipt.json"  # final receipt first
     assert "legal hold" in dry.kept["old-held"]
     assert "retained until" in dry.kept["new"]
     assert {i.key for i in store.list("")} == before
 
-    report = purge(store, now=LATER)
+    report = purge(store, now=_later())
     assert report.record is not None
     assert store.head(report.record).lock_mode == "COMPLIANCE"
     if _on_s3(store):
@@ -122,7 +125,7 @@ def test_purge_deletes_only_expired_unheld_runs_and_records_it(store: ObjectStor
         k for k in before if "/old/" in k or k.endswith("/old")
     )
     hold_run(store, "old-held", False)
-    again = purge(store, now=LATER)
+    again = purge(store, now=_later())
     assert list(again.deleted) == ["old-held"]
     assert read_run_objects(store, "new").complete
 
@@ -187,12 +190,17 @@ def _old_receipt(obj: object, drop: str = "retain_until") -> bytes:
     return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _write_old_run(store: ObjectStore, run_id: str, until: datetime) -> None:
+def _write_old_run(store: ObjectStore, run_id: str, days: int) -> datetime:
+    """Write a version-1 run locked ``days`` days from now; return its retain-until. Its
+    written-at is taken here, at the write, as an archiver takes it: the report compares it
+    with the store's own write time (docs/design.md, "Archive")."""
+    now = datetime.now(UTC)
+    until = now + timedelta(days=days)
     events = sealed_run(run_id, 4)
     data = encode_segment(run_id, 0, [sealed_body(encode_sealed(e)) for e in events])
     key = segment_key(run_id, 0, 3)
     store.put(key, data, retain_until=until)
-    created = NOW.isoformat()
+    created = now.isoformat()
     receipt = SegmentReceipt(
         run_id, key, hashlib.sha256(data).hexdigest(), 0, 3, 4,
         events[0].prev_hash.hex(), events[-1].hash.hex(), created,
@@ -200,7 +208,8 @@ def _write_old_run(store: ObjectStore, run_id: str, until: datetime) -> None:
     store.put(receipt_key(run_id, 0, 3), _old_receipt(receipt), retain_until=until)
     final = FinalReceipt(run_id, 4, 3, events[-1].hash.hex(), [key], created)
     store.put(final_key(run_id), _old_receipt(final), retain_until=until)
-    store.put(day_prefix(NOW.date()) + run_id, b"", retain_until=until)
+    store.put(day_prefix(now.date()) + run_id, b"", retain_until=until)
+    return until
 
 
 def test_old_receipts_without_retain_until_read_and_purge_by_the_safe_rule(
@@ -208,8 +217,8 @@ def test_old_receipts_without_retain_until_read_and_purge_by_the_safe_rule(
 ) -> None:
     # Rule: a version-1 receipt promises written-at + the configured retention (>= 183 days),
     # as a lower bound; a store lock shorter than that is a disagreement, a longer one holds.
-    _write_old_run(store, "v1", NOW + timedelta(days=183))
-    _write_old_run(store, "v1-long", NOW + timedelta(days=365))
+    until = _write_old_run(store, "v1", 183)
+    _write_old_run(store, "v1-long", 365)
     run = read_run_objects(store, "v1")
     assert run.complete and run.segments[0].receipt.retain_until == ""
     assert run.final is not None and run.final.version == 1
@@ -217,16 +226,16 @@ def test_old_receipts_without_retain_until_read_and_purge_by_the_safe_rule(
     runs = {r.run_id: r for r in retention_report(store)}
     assert runs["v1"].ok, runs["v1"].problems
     assert runs["v1-long"].ok, runs["v1-long"].problems
-    assert {o.stated_until for o in runs["v1"].objects} == {(NOW + timedelta(days=183)).isoformat()}
+    assert {o.stated_until for o in runs["v1"].objects} == {until.isoformat()}
 
-    dry = purge(store, now=NOW + timedelta(days=184), dry_run=True)
+    dry = purge(store, now=datetime.now(UTC) + timedelta(days=184), dry_run=True)
     assert list(dry.deleted) == ["v1"]
     assert "retained until" in dry.kept["v1-long"]  # the longer store lock holds
 
 
 def test_an_old_run_whose_lock_was_shortened_is_refused(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
-    _write_old_run(store, "v1", NOW + timedelta(days=183))
+    _write_old_run(store, "v1", 183)
     _touch_run(tmp_path, "v1", datetime(2020, 1, 1, tzinfo=UTC))
     report = purge(store)
     assert report.deleted == {} and "shortened" in report.kept["v1"]
@@ -286,10 +295,10 @@ def test_a_purge_that_dies_half_way_leaves_no_complete_looking_run(tmp_path: Pat
         mock.patch.object(store, "delete", autospec=True, side_effect=failing_delete),
         pytest.raises(ServiceUnavailableError),
     ):
-        purge(store, now=LATER)
+        purge(store, now=_later())
     assert not list_run(store, "doomed").has_final  # the final receipt went first
     assert len(store.list("purges/")) == 1  # the record was written before deleting
-    report = purge(store, now=LATER)
+    report = purge(store, now=_later())
     assert list(report.deleted) == ["doomed"]
     assert store.list("runs/") == [] and len(store.list("purges/")) == 2
 
@@ -310,8 +319,9 @@ def test_seconds_of_clock_skew_between_writer_and_store_are_not_short_retention(
 def test_a_receipt_stating_a_short_retention_is_flagged(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "r", n=4)
-    short = NOW + timedelta(days=183, hours=-1)
-    fr = FinalReceipt("r", 4, 3, "00" * 32, [], NOW.isoformat(), short.isoformat())
+    now = datetime.now(UTC)
+    short = now + timedelta(days=183, hours=-1)
+    fr = FinalReceipt("r", 4, 3, "00" * 32, [], now.isoformat(), short.isoformat())
     store.put("runs/short/final.receipt.json", fr.to_json(), retain_until=short)
     runs = {r.run_id: r for r in retention_report(store)}
     assert any("under 183" in p for p in runs["short"].problems)
@@ -357,7 +367,7 @@ def test_report_names_a_deleted_final_receipt_extra_objects_and_a_lost_index_ent
     store = open_store(f"file://{tmp_path}", Settings())
     _archive(store, "r")
     os.remove(_file(tmp_path, final_key("r")))
-    store.put("runs/r/stray.bin", b"?", retain_until=NOW + timedelta(days=183))
+    store.put("runs/r/stray.bin", b"?", retain_until=datetime.now(UTC) + timedelta(days=183))
     for marker in (_objects(tmp_path) / "index" / "days").glob("*/r"):
         marker.unlink()
     (run,) = retention_report(store)
@@ -396,7 +406,7 @@ def test_purge_keeps_a_run_with_a_version_over_a_locked_original(
     rkey = receipt_key("r", 0, 5)
     raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
     raw.put_object(Bucket=bucket, Key=f"a/{rkey}", Body=store.get(rkey))
-    report = purge(store, now=LATER, dry_run=True)
+    report = purge(store, now=_later(), dry_run=True)
     assert report.deleted == {} and rkey in report.kept["r"]
 
 
@@ -410,7 +420,7 @@ def test_a_shortened_governance_lock_on_s3_is_flagged_and_blocks_purge(
     store = open_store(f"s3://{bucket}/a", settings)
     first, _ = _archive(store, "r")
     raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    soon = NOW + timedelta(days=1)
+    soon = datetime.now(UTC) + timedelta(days=1)
     raw.put_object_retention(
         Bucket=bucket,
         Key=f"a/{first}",
@@ -421,5 +431,5 @@ def test_a_shortened_governance_lock_on_s3_is_flagged_and_blocks_purge(
     assert head is not None and abs(head - soon) < timedelta(seconds=1)
     (run,) = retention_report(store)
     assert any(p.startswith(f"{first}: the store's lock ends") for p in run.problems)
-    report = purge(store, now=NOW + timedelta(days=2), dry_run=True)
+    report = purge(store, now=soon + timedelta(days=1), dry_run=True)
     assert report.deleted == {} and first in report.kept["r"]

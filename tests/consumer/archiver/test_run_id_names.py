@@ -33,7 +33,6 @@ from tracevault.archive.layout import (
 from tracevault.archive.tlog import run_index_key
 from tracevault.runid import MAX_RUN_ID_BYTES, run_id_problem
 
-UNTIL = datetime.now(UTC) + timedelta(days=200)
 DAY = date(2026, 12, 1)
 GRAMMAR = st.from_regex(rf"[A-Za-z0-9._:-]{{1,{MAX_RUN_ID_BYTES}}}", fullmatch=True).filter(
     lambda r: r not in (".", "..")
@@ -66,13 +65,14 @@ def _write_and_find(store: ObjectStore, run_id: str) -> None:
     seg = run_segment(run_id)
     assert 0 < len(seg) <= MAX_RUN_SEGMENT and seg not in (".", "..")
     keys = _keys(run_id)
+    until = datetime.now(UTC) + timedelta(days=200)  # taken at the write, not at import
     for key in keys:
         check_key(key)
-        store.put(key, body, retain_until=UNTIL)
+        store.put(key, body, retain_until=until)
     marker = day_index_key(DAY, run_id)
-    store.put(marker, day_index_marker(run_id), retain_until=UNTIL)
+    store.put(marker, day_index_marker(run_id), retain_until=until)
     hold = hold_record_key(run_id, datetime(2026, 12, 1, tzinfo=UTC), "h1")
-    store.put(hold, body, retain_until=UNTIL)
+    store.put(hold, body, retain_until=until)
     listed = [i.key for i in store.list(run_prefix(run_id))]
     assert sorted(listed) == sorted(keys), "the run's prefix lists its objects, only them"
     assert all(store.get(k) == body for k in listed)

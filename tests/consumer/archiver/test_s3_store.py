@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import boto3
 import pytest
@@ -12,8 +12,6 @@ from botocore.exceptions import ClientError
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, NotFoundError
-
-FUTURE = datetime.now(UTC) + timedelta(days=183)
 
 
 def test_a_bucket_without_object_lock_is_refused(
@@ -30,15 +28,18 @@ def test_a_missing_bucket_is_not_found(archive_settings: Settings) -> None:
 
 
 def test_every_put_is_locked_and_the_server_refuses_deletion(
-    s3_bucket_factory: Callable[..., str], archive_settings: Settings, s3_endpoint: str
+    future: datetime,
+    s3_bucket_factory: Callable[..., str],
+    archive_settings: Settings,
+    s3_endpoint: str,
 ) -> None:
     bucket = s3_bucket_factory()
     store = open_store(f"s3://{bucket}/deep/prefix", archive_settings)
-    store.put("runs/r/seg", b"segment", retain_until=FUTURE)
+    store.put("runs/r/seg", b"segment", retain_until=future)
     raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
     head = raw.head_object(Bucket=bucket, Key="deep/prefix/runs/r/seg")
     assert head["ObjectLockMode"] == "COMPLIANCE"
-    assert abs(head["ObjectLockRetainUntilDate"] - FUTURE) < timedelta(seconds=1)
+    assert abs(head["ObjectLockRetainUntilDate"] - future) < timedelta(seconds=1)
     # Past our client-side check, straight at the server: Object Lock itself says no.
     with pytest.raises(ClientError, match="AccessDenied"):
         raw.delete_object(Bucket=bucket, Key="deep/prefix/runs/r/seg", VersionId=head["VersionId"])
@@ -46,11 +47,14 @@ def test_every_put_is_locked_and_the_server_refuses_deletion(
 
 
 def test_a_hold_covers_the_original_under_a_layered_version(
-    s3_bucket_factory: Callable[..., str], archive_settings: Settings, s3_endpoint: str
+    future: datetime,
+    s3_bucket_factory: Callable[..., str],
+    archive_settings: Settings,
+    s3_endpoint: str,
 ) -> None:
     bucket = s3_bucket_factory()
     store = open_store(f"s3://{bucket}/p", archive_settings)
-    store.put("runs/r/log-0-1.json", b"original", retain_until=FUTURE)
+    store.put("runs/r/log-0-1.json", b"original", retain_until=future)
     raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
     raw.put_object(Bucket=bucket, Key="p/runs/r/log-0-1.json", Body=b"layered over it")
     versions = raw.list_object_versions(Bucket=bucket, Prefix="p/runs/r/log-0-1.json")
@@ -69,17 +73,17 @@ def test_a_hold_covers_the_original_under_a_layered_version(
 
 
 def test_governance_mode_is_configurable(
-    s3_bucket_factory: Callable[..., str], s3_endpoint: str
+    future: datetime, s3_bucket_factory: Callable[..., str], s3_endpoint: str
 ) -> None:
     settings = Settings(s3_endpoint_url=s3_endpoint, lock_mode="GOVERNANCE")
     store = open_store(f"s3://{s3_bucket_factory()}", settings)
-    store.put("k", b"v", retain_until=FUTURE)
+    store.put("k", b"v", retain_until=future)
     assert store.head("k").lock_mode == "GOVERNANCE"
     assert store.url.startswith("s3://")
 
 
 def test_a_botocore_that_does_not_know_a_parameter_is_a_config_error_not_did_not_answer(
-    s3_bucket_factory: Callable[..., str], s3_endpoint: str
+    future: datetime, s3_bucket_factory: Callable[..., str], s3_endpoint: str
 ) -> None:
     # botocore < 1.35.2 has no IfNoneMatch on PutObject: its client refuses the PUT before
     # sending it. Reproduce that with this botocore by taking the member out of the model.
@@ -92,7 +96,7 @@ def test_a_botocore_that_does_not_know_a_parameter_is_a_config_error_not_did_not
         store = S3Store(s3_bucket_factory(), "p", client=client)
         refused = r"(?s)botocore .* refused .*IfNoneMatch.*>= 1\.35\.2"
         with pytest.raises(ConfigError, match=refused):
-            store.put("k", b"v", retain_until=FUTURE)
+            store.put("k", b"v", retain_until=future)
     finally:
         members["IfNoneMatch"] = saved  # the model may be shared with other clients
         client.close()
@@ -114,11 +118,14 @@ def test_the_declared_boto3_floor_knows_if_none_match() -> None:
 
 
 def test_history_puts_the_locked_original_first_then_what_was_layered_over_it(
-    s3_bucket_factory: Callable[..., str], archive_settings: Settings, s3_endpoint: str
+    future: datetime,
+    s3_bucket_factory: Callable[..., str],
+    archive_settings: Settings,
+    s3_endpoint: str,
 ) -> None:
     bucket = s3_bucket_factory()
     store = open_store(f"s3://{bucket}/p", archive_settings)
-    store.put("runs/r/seg", b"original", retain_until=FUTURE)
+    store.put("runs/r/seg", b"original", retain_until=future)
     raw = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
     raw.put_object(Bucket=bucket, Key="p/runs/r/seg", Body=b"forged")  # bypasses IfNoneMatch
     raw.delete_object(Bucket=bucket, Key="p/runs/r/seg")  # no version id: a delete marker
@@ -135,7 +142,7 @@ def test_history_puts_the_locked_original_first_then_what_was_layered_over_it(
     # the same, for exactly that key, also when its layers span pages of the listing
     for n in range(10):
         raw.put_object(Bucket=bucket, Key="p/runs/r/seg", Body=b"again %d" % n)
-    store.put("runs/r/seg.p/1", b"a sibling key", retain_until=FUTURE)
+    store.put("runs/r/seg.p/1", b"a sibling key", retain_until=future)
     versions = store.versions("runs/r/seg")
     assert len(versions) == 13 and {v.key for v in versions} == {"runs/r/seg"}
     assert store.get("runs/r/seg", version_id=versions[0].version_id) == b"original"

@@ -57,7 +57,13 @@ def test_restore_waits_for_the_previous_owners_open_transaction(
             every=0.05,
         )
         previous.commit_transaction(30)
-        wait_until(lambda: "t" in sealed_by_run(settings), timeout=20, what="seq 5 sealed")
+        # wait for seq 5 itself: the previous owner's seqs 0..4, committed just above, are
+        # already on the sealed topic, so "any event of t" is true before the restore ends
+        wait_until(
+            lambda: any(ev.seq == 5 for _, ev in sealed_by_run(settings).get("t", [])),
+            timeout=60,
+            what="seq 5 sealed",
+        )
         assert not errors
     *_, (_, sealed) = sealed_by_run(settings)["t"]
     assert (sealed.seq, sealed.prev_hash) == (5, last_hash), "continued from the committed head"

@@ -89,6 +89,7 @@ def archiver(
     extra = {"log_vkeys": ",".join(trusted_keys)} if trusted_keys else {}
     settings, store = store_from(
         ctx,
+        create=True,  # the archiver writes: it makes its store
         **extra,
         archive_url=archive_url,
         s3_endpoint_url=s3_endpoint_url,

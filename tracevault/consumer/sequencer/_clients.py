@@ -23,7 +23,6 @@ from tracevault.config import Settings
 from tracevault.consumer.sequencer._history import SealedHistory
 from tracevault.errors import (
     FencedError,
-    NotFoundError,
     ServiceUnavailableError,
     TopicMismatchError,
 )
@@ -183,10 +182,7 @@ class SessionClients:
         for topic in names.all():
             t = md.topics.get(topic)
             if t is None or t.error is not None:
-                raise NotFoundError(
-                    f"topic {topic} does not exist; create the topics with "
-                    "`tracevault topics create`"
-                )
+                raise self.settings.missing_topic(topic)
             counts[topic] = len(t.partitions)
         if len(set(counts.values())) != 1:
             raise TopicMismatchError(

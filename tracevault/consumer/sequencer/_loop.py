@@ -141,6 +141,7 @@ class Sequencer(Transactions):
             settings, abort=self._history_abort, client_config=self.watch.client_config()
         )
         self._established = False
+        self._said_waiting = False  # the "Kafka does not answer yet" warning went out
         self._sessions = Sessions(
             f"sequencer {self.instance_id}", self._stop, self.health, _GIVE_UP_AFTER
         )
@@ -195,11 +196,7 @@ class Sequencer(Transactions):
                         with contextlib.suppress(Restart):  # FencedError: a rival, stop
                             self._raise_if_fenced(exc.args[0])
                     if not self._established:
-                        if isinstance(exc, CallDeadline):
-                            raise ServiceUnavailableError(
-                                f"Kafka at {self.settings.bootstrap_servers} did not answer ({exc})"
-                            ) from exc
-                        raise
+                        self._before_first_session(exc)
                     if isinstance(exc, ServiceUnavailableError | CallDeadline):
                         self.watch.trouble()  # "did not answer": an outage, however long
                     broken = isinstance(exc, Broken) or (
@@ -211,6 +208,26 @@ class Sequencer(Transactions):
                         return
         finally:
             self._close()
+
+    def _before_first_session(self, exc: Exception) -> None:
+        """No session got going yet: a broker that does not answer is waited for, however
+        long, saying so once (docs/liveness.md); anything else (no topics, a refused
+        config, ACLs) is raised for the CLI to name and exit."""
+        outage = isinstance(exc, ServiceUnavailableError | CallDeadline) or (
+            isinstance(exc, KafkaException) and is_outage(exc.args[0])
+        )
+        if not outage:
+            raise exc
+        if not self._said_waiting:
+            self._said_waiting = True
+            log.warning(
+                "sequencer %s: Kafka at %s does not answer yet (%s); waiting for it and "
+                "retrying every few seconds: an outage of any length is ridden out (Ctrl-C "
+                "or SIGTERM stops the sequencer)",
+                self.instance_id,
+                self.settings.bootstrap_servers,
+                exc,
+            )
 
     def _session(self) -> None:
         s = self.settings

@@ -98,7 +98,7 @@ def runs_between(settings: Settings, since: date, until: date) -> list[str]:
     """Run ids archived on each UTC day from ``since`` to ``until`` inclusive, first seen first."""
     if until < since:
         raise ConfigError(f"--until {until} is before --since {since}")
-    store = open_store(settings.archive_url, settings)
+    store = open_store(settings.archive_url, settings, create=False)
     seen: dict[str, None] = {}
     try:
         day = since
@@ -214,7 +214,7 @@ class ArchiveAccess:
         creds = self.credentials
         parts = urlsplit(self.url)
         if creds is None or parts.scheme != "s3":
-            return open_store(self.url, settings)
+            return open_store(self.url, settings, create=False)
         import boto3  # noqa: PLC0415 - slow to import; only s3:// needs it
         from botocore.config import Config  # noqa: PLC0415
 

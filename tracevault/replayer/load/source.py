@@ -34,7 +34,7 @@ def load_run(
 
         return load_from_topic(settings, run_id, with_log=with_log)
     if source == "archive":
-        store = open_store(settings.archive_url, settings)
+        store = open_store(settings.archive_url, settings, create=False)
         try:
             return load_from_archive(store, run_id)
         finally:

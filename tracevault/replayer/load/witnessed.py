@@ -131,7 +131,7 @@ def _reanchor(settings: Settings, run: LoadedRun) -> Reanchor:
         return load_from_topic(settings, run.run_id, with_log=True, log_until=size)
 
     def archive(_size: int, note: str) -> LoadedRun:
-        store = open_store(settings.archive_url, settings)
+        store = open_store(settings.archive_url, settings, create=False)
         try:
             src = originals(store, run.run_id)  # A0 here too: the proofs' tiles as locked
             lr = read_log_run(
@@ -157,7 +157,7 @@ def with_witness_stores(
         urls = [u.strip() for u in settings.witness_stores.split(",") if u.strip()]
     if not urls or policy is None:
         return run
-    stores = [open_store(u, settings) for u in urls]
+    stores = [open_store(u, settings, create=False) for u in urls]
     try:
         return witnessed(run, policy, stores, _reanchor(settings, run))
     finally:
