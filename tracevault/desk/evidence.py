@@ -111,7 +111,7 @@ def gather(
     if source == "topic":
         run = load_run(settings, run_id, source="topic", with_log=True)
         return _checked(settings, run, policy=policy, end=end, reveal=reveal, proofs=proofs)
-    store = open_store(settings.archive_url, settings)
+    store = open_store(settings.archive_url, settings, create=False)
     try:
         run = load_from_archive(store, run_id)
         return _checked(settings, run, policy=policy, end=end, reveal=reveal, proofs=proofs)

@@ -33,7 +33,7 @@ class ArchiveListing:
         self._settings = settings
 
     def search(self, query: str) -> list[RunSummary]:
-        store = open_store(self._settings.archive_url, self._settings)
+        store = open_store(self._settings.archive_url, self._settings, create=False)
         try:
             found = list_runs(store)
         finally:

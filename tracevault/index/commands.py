@@ -86,7 +86,9 @@ def rebuild_cmd(
     Examples:
       tracevault index rebuild --archive s3://audit-logs/tv
     """
-    _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    _, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     with stderr.status("indexing the archive…"):
         report = rebuild(store)
     _print(report, "indexed", as_json)
@@ -109,7 +111,9 @@ def update_cmd(
     Examples:
       tracevault index update           # e.g. from cron, every minute
     """
-    _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    _, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     with stderr.status("catching the index up…"):
         report = update(store)
     _print(report, "indexed", as_json)
@@ -128,7 +132,9 @@ def status_cmd(
     Examples:
       tracevault index status
     """
-    _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    _, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     lag = index_lag(store)
     if as_json:
         echo_json(
@@ -185,7 +191,9 @@ def ls(
       tracevault archive ls --archive s3://audit-logs/tv \\
           --s3-endpoint-url http://minio:9000
     """
-    _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
+    _, store = store_from(
+        ctx, create=False, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url
+    )
     the_day = day.date() if day is not None else None
     runs = list_runs(store, day=the_day, run_id=run_id)
     meta = _indexed(store)

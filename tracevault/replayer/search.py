@@ -169,7 +169,7 @@ def search_cmd(ctx: click.Context, /, **opts: Any) -> None:
     archive_url, ep = opts.pop("archive_url"), opts.pop("s3_endpoint_url")
     ctx.find_root().meta["replay.archive_url"] = archive_url
     ctx.find_root().meta["replay.s3_endpoint_url"] = ep
-    _, store = store_from(ctx, archive_url=archive_url, s3_endpoint_url=ep)
+    _, store = store_from(ctx, create=False, archive_url=archive_url, s3_endpoint_url=ep)
     sql, do_verify, pattern = opts.pop("sql"), opts.pop("do_verify"), opts.pop("pattern")
     trust_flags = {k: opts.pop(k) for k in ("trusted_keys", "witness_keys", "min_witnesses",
                    "agent_key_pairs", "allow_unfinished", "require_finished")}  # fmt: skip
