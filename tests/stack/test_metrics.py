@@ -47,7 +47,10 @@ def test_counters_end_in_total_and_durations_are_seconds_histograms(stack: Stack
                 assert not name.endswith(("_total", "_archived", "_written", "_holes")), name
     arc, seq = scraped["archiver"], scraped["sequencer"]
     assert arc["tracevault_archiver_events_archived"].type == "counter"
-    assert {n for n, f in arc.items() if f.type == "gauge"} == {"tracevault_archiver_consumer_lag"}
+    gauges = {n for n, f in arc.items() if f.type == "gauge"}
+    assert gauges == {"tracevault_archiver_consumer_lag", "tracevault_archiver_healthy"}
+    for service, fams in scraped.items():  # /healthz as a series, 1 while it answers 200
+        assert fams[f"tracevault_{service}_healthy"].samples[0].value == 1, service
     assert scraped["witness"]["tracevault_witness_refused"].type == "counter"
 
     def count(fam: Metric) -> float:
