@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import unique_name
+from tests.stack.live_stack import Service, Stack, wait_for
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.demo.run import demo_log_key, demo_trusted
@@ -100,3 +101,49 @@ def test_the_demo_trusts_the_vkeys_the_user_trusts(tmp_path: Path) -> None:
     settings = Settings(log_vkeys=other)
     assert demo_trusted(settings, tmp_path).split(",") == [own, other]
     assert demo_log_key(tmp_path)[1] == own  # the same key the second time
+
+
+def test_a_sequencer_under_another_key_then_the_demo_trusting_both(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The README's way (issue 33, item 3): after a demo, a sequencer signs the demo's topics
+    with a key of its own, TRACEVAULT_LOG_VKEYS naming it and the demo's; the next demo, with
+    that setting, resumes and archives that log and passes (it exited 3 before: its archiver
+    trusted only the demo's key and exited 4)."""
+    prefix, archive = unique_name("rot"), f"file://{tmp_path / 'archive'}"
+    env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    _demo(tmp_path, env, prefix, archive)
+    state = tmp_path / ".tracevault"
+    made = _cli(tmp_path, env, "keys", "generate", "--name", "tv.example/log", "--out", "log.key")
+    assert made.returncode == 0, made.stderr
+    other = made.stdout.strip()
+    trusted = {"TRACEVAULT_LOG_VKEYS": f"{other},@{state / 'log.vkey'}"}
+    base = {k: v for k, v in env.items() if not k.startswith("TRACEVAULT_LOG_")}
+    own = {**base, **trusted, "TRACEVAULT_LOG_KEY_FILE": str(tmp_path / "log.key")}
+    seq = Service(
+        "sequencer",
+        ["--bootstrap-servers", kafka_bootstrap, "--prefix", prefix, "sequencer",
+         "--instance-id", "readme-seq"],
+        own, tmp_path / "readme-sequencer.log",
+    )  # fmt: skip
+    try:
+        settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix)
+        stack = Stack(settings, own, tmp_path, {"sequencer": seq})
+        n = stack.record(runs=2, events=4)
+        wait_for(
+            lambda: seq.sample("tracevault_sequencer_sealed_total") == n,
+            120,
+            f"{n} events sealed under the other key",
+            seq.tail,
+        )
+    finally:
+        seq.stop()
+    assert "not our checkpoint" not in seq.log.read_text()
+    second = _demo(tmp_path, {**base, **trusted}, prefix, archive)
+    assert second["verified"] == {"archive": 2, "topic": 2}
+    assert "not our checkpoint" not in (tmp_path / second["logs"]["sequencer"]).read_text()
+    store = open_store(archive)
+    try:
+        assert not store.list("quarantine/"), "nothing was refused as another log's"
+    finally:
+        store.close()
