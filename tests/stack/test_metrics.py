@@ -93,3 +93,15 @@ def test_a_fresh_sequencer_reports_its_true_lag(stack: Stack) -> None:
     assert lags() == dict.fromkeys(parts, 0.0), fresh.tail()
     wait_for(lambda: fresh.health().get("lag") is not None, 60, "/healthz lag", fresh.tail)
     assert fresh.health()["lag"] == 0
+
+
+def test_a_fresh_archiver_reports_its_true_lag(stack: Stack) -> None:
+    """The same for the archiver (its /healthz lag and its gauge): caught up is 0. It was on
+    main too; this guards the LagReader the three services now share."""
+    old = stack.services["archiver"]
+    old.stop()
+    assert old.proc.returncode == 0, old.tail()
+    fresh = stack.start("archiver", ["archiver", "--archive", stack.settings.archive_url])
+    wait_for(lambda: fresh.health().get("lag") is not None, 60, "/healthz lag", fresh.tail)
+    assert fresh.health()["lag"] == 0, fresh.tail()
+    assert fresh.sample("tracevault_archiver_consumer_lag") == 0
