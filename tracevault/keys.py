@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import sys
 from pathlib import Path
 
@@ -77,8 +78,11 @@ def keys() -> None:
       TRACEVAULT_OPERATOR_VKEYS=<operator vkey>[,<old vkey>]
 
     \b
-    Rotation: generate a new key, give verifiers BOTH vkeys, then switch
-    the sequencer to the new file; drop the old vkey once nothing you
+    Rotation (docs/operations.md, "Key rotation"): `tracevault keys rotate
+    log.key --vkeys log.vkey` makes a new key in log.key, keeps the old one
+    beside it (log.key.retired-<key id>) and lists BOTH vkeys in log.vkey;
+    restart the sequencer and it signs with the new key while the archiver,
+    witnesses and verify trust both. Drop the old vkey only once nothing you
     must still verify was signed with it.
     """
 
@@ -159,6 +163,99 @@ def show(source: str, as_json: bool) -> None:
         return
     kind, verifier = _parse_any(text.strip(), source)
     _print(kind, verifier, as_json, source=source)
+
+
+@keys.command()
+@click.argument("key_file", metavar="KEY_FILE", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--vkeys",
+    "vkeys_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The trusted-vkeys file (what TRACEVAULT_LOG_VKEYS=@FILE names) to list the new "
+    "vkey in, first, keeping every vkey it held and adding the old one.",
+)
+@click.option("--name", default=None, help="The new key's name (default: the old key's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the old and new keys as JSON.")
+def rotate(key_file: Path, vkeys_file: Path | None, name: str | None, as_json: bool) -> None:
+    """Replace a log, agent or witness key with a new one; the old stays trusted.
+
+    A new key of the same type (and name) is generated into KEY_FILE; the old
+    private key is kept beside it as KEY_FILE.retired-<old key id> (mode
+    0600, never overwritten: delete it once you are sure). With --vkeys the
+    trusted-vkeys file lists the new vkey first and keeps the old one, so
+    what was signed before the rotation still verifies.
+
+    \b
+    Then (docs/operations.md, "Key rotation"):
+      1. give every archiver, witness and verifier both vkeys
+         (TRACEVAULT_LOG_VKEYS=@log.vkey, or new,old inline);
+      2. restart the sequencer: it signs with the new key and resumes
+         the log it signed with the old one;
+      3. drop the old vkey only when nothing you must still verify
+         (archive retention) was signed with it.
+
+    \b
+    Example:
+      tracevault keys rotate .tracevault/log.key --vkeys .tracevault/log.vkey
+    """
+    try:
+        text = key_file.read_text().strip()
+    except OSError as e:
+        raise ConfigError(f"cannot read key file {key_file}: {e.strerror}") from None
+    if not text.startswith("PRIVATE+KEY+"):
+        raise ConfigError(f"{key_file} holds no private log, agent or witness key to rotate")
+    kind, old = _parse_any(text, str(key_file))
+    cls = CosignatureSigner if kind == "witness" else Ed25519Signer
+    new = cls.generate(name or old.name)
+    retired = key_file.with_name(f"{key_file.name}.retired-{old.key_id.hex()}")
+    staged = key_file.with_name(f"{key_file.name}.new")
+    write_private_key(staged, new)  # refuses to overwrite, mode 0600
+    if retired.exists():
+        staged.unlink()
+        raise ConfigError(f"{retired} exists; a private key is never overwritten")
+    os.replace(key_file, retired)
+    os.replace(staged, key_file)
+    if vkeys_file is not None:
+        _trust_both(vkeys_file, new.verifier.vkey, old.vkey)
+    if as_json:
+        echo_json(
+            {
+                "type": kind,
+                "key_file": str(key_file),
+                "retired_file": str(retired),
+                "vkeys_file": str(vkeys_file) if vkeys_file is not None else None,
+                "old": {"name": old.name, "key_id": old.key_id.hex(), "vkey": old.vkey},
+                "new": {
+                    "name": new.verifier.name,
+                    "key_id": new.verifier.key_id.hex(),
+                    "vkey": new.verifier.vkey,
+                },
+            }
+        )
+        return
+    click.echo(new.verifier.vkey)
+    click.echo(
+        f"# new {kind} key {new.verifier.name} id {new.verifier.key_id.hex()} in {key_file}; "
+        f"the old one (id {old.key_id.hex()}) is kept as {retired}. Trust both vkeys "
+        f"(TRACEVAULT_LOG_VKEYS={new.verifier.vkey},{old.vkey}), then restart the signer.",
+        err=True,
+    )
+
+
+def _trust_both(path: Path, new: str, old: str) -> None:
+    """``path`` lists ``new`` first, then every vkey it held, then ``old`` if it was not
+    there (written to a temporary file and renamed: a reader never sees half a file)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    except OSError as e:
+        raise ConfigError(f"cannot read verifier keys from {path}: {e.strerror}") from None
+    kept = [x.strip() for x in lines if x.strip() and x.strip() != new]
+    if old not in kept:
+        kept.append(old)
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text("\n".join([new, *kept]) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _print_recipient(r: Recipient, as_json: bool, source: str) -> None:

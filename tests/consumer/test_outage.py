@@ -196,11 +196,11 @@ def test_services_ride_out_short_and_long_broker_outages(
             return seq.scraped("tracevault_sequencer_sealed_total")
 
         def archived() -> float:
-            return arc.scraped("tracevault_archiver_events_archived")
+            return arc.scraped("tracevault_archiver_events_archived_total")
 
         def started() -> bool:  # /metrics answers only once the process has come up
             s = seq.metric("tracevault_sequencer_sealed_total")
-            a = arc.metric("tracevault_archiver_events_archived")
+            a = arc.metric("tracevault_archiver_events_archived_total")
             return s is not None and a is not None and s > 0 and a > 0
 
         def diag() -> str:

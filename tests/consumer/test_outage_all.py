@@ -183,14 +183,14 @@ def test_three_services_ride_out_a_broker_stop_and_a_sigkill(
             return seq.scraped("tracevault_sequencer_sealed_total")
 
         def archived() -> float:
-            return arc.scraped("tracevault_archiver_events_archived")
+            return arc.scraped("tracevault_archiver_events_archived_total")
 
         def counts() -> tuple[float, ...]:
             return sealed(), archived(), signed(wit)
 
         def started() -> bool:  # /metrics answers only once each process has come up
             s = seq.metric("tracevault_sequencer_sealed_total")
-            a = arc.metric("tracevault_archiver_events_archived")
+            a = arc.metric("tracevault_archiver_events_archived_total")
             return s is not None and a is not None and s > 0 and a > 0 and has_cosigned(wit)()
 
         def diag() -> str:

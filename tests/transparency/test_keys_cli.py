@@ -108,3 +108,39 @@ def test_an_operator_key_signs_erasure_records_from_its_file(tmp_path: Path) -> 
         operator_signer(Settings(operator_key_file=str(out), operator_key=None))
     with pytest.raises(ConfigError, match="TRACEVAULT_OPERATOR_KEY_FILE"):
         operator_signer(Settings(operator_key_file=None, operator_key=None))
+
+
+def test_rotate_keeps_the_old_key_beside_and_trusts_both(tmp_path: Path) -> None:
+    key, vkeys = tmp_path / "log.key", tmp_path / "log.vkey"
+    _run("keys", "generate", "--name", "tv.example/log", "--out", str(key))
+    old = load_signer(key).verifier
+    vkeys.write_text(f"# trusted\n{old.vkey}\nother.example+00000000+AQ==\n")
+    code, printed = _run("keys", "rotate", str(key), "--vkeys", str(vkeys), "--json")
+    assert code == 0, printed
+    out = json.loads(printed)
+    new = load_signer(key).verifier
+    assert out["new"]["vkey"] == new.vkey != old.vkey and new.name == old.name
+    retired = Path(out["retired_file"])
+    assert retired.name == f"log.key.retired-{old.key_id.hex()}"
+    assert load_signer(retired).verifier == old
+    assert stat.S_IMODE(key.stat().st_mode) == stat.S_IMODE(retired.stat().st_mode) == 0o600
+    # the new vkey first, every line kept (an operator's comments too)
+    lines = [new.vkey, "# trusted", old.vkey, "other.example+00000000+AQ=="]
+    assert vkeys.read_text().splitlines() == lines
+    assert not list(tmp_path.glob("*.new")) and not list(tmp_path.glob("*.tmp"))
+
+
+def test_rotate_a_witness_key_stays_a_witness_key_and_a_vkey_is_refused(tmp_path: Path) -> None:
+    key = tmp_path / "w.key"
+    _run("keys", "generate", "--type", "witness", "--name", "w1.example", "--out", str(key))
+    old = load_witness_signer(key).verifier
+    code, printed = _run("keys", "rotate", str(key))
+    assert code == 0, printed
+    new = load_witness_signer(key).verifier
+    assert printed.strip() == new.vkey and new.key_id != old.key_id and new.name == "w1.example"
+    public = tmp_path / "w.vkey"
+    public.write_text(new.vkey + "\n")
+    code, _ = _run("keys", "rotate", str(public))
+    assert code == 2 and public.read_text() == new.vkey + "\n"
+    code, _ = _run("keys", "rotate", str(tmp_path / "missing.key"))
+    assert code == 2

@@ -303,9 +303,22 @@ def demo_log_key(work_dir: Path) -> tuple[Path, str]:
         write_private_key(path, Ed25519Signer.generate("tracevault-demo"))
     vkey = load_signer(path).verifier.vkey
     public = demo_vkey_file(work_dir)
-    if not public.exists() or public.read_text(encoding="utf-8").strip() != vkey:
+    held = public.read_text(encoding="utf-8").split() if public.exists() else []
+    if vkey not in held:  # kept when it lists the key: `keys rotate --vkeys` wrote old ones
         public.write_text(vkey + "\n", encoding="utf-8")
     return path, vkey
+
+
+def demo_trusted(settings: Settings, work_dir: Path) -> str:
+    """What the demo's archiver, sequencer and verify trust (``log_vkeys``): every vkey in
+    the demo's ``log.vkey`` (its key, and those a rotation kept) and every one the user
+    trusts in TRACEVAULT_LOG_VKEYS, so a log signed before a key rotation still verifies
+    (docs/operations.md, "Key rotation")."""
+    items = demo_vkey_file(work_dir).read_text(encoding="utf-8").split()
+    for item in settings.log_vkeys.split(","):
+        if item.strip() and item.strip() not in items:
+            items.append(item.strip())
+    return ",".join(items)
 
 
 def demo_vkey_file(work_dir: Path) -> Path:
@@ -340,9 +353,10 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
     )
     key_file, vkey = demo_log_key(opts.work_dir)
     summary.log_key_file, summary.log_vkey = str(key_file), vkey
+    trusted = demo_trusted(settings, opts.work_dir)
     with _broker(settings, opts, console):
         ensure_topics(settings)
-        services = _services(settings, opts.work_dir, key_file, vkey)
+        services = _services(settings, opts.work_dir, key_file, trusted)
         summary.logs = {s.name: str(s.log_path) for s in services}
         try:
             for svc in services:
@@ -351,7 +365,7 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
                 _record_fleet(settings, opts, progress, summary)
                 _wait_pipeline(settings, opts, progress, summary, services)
                 _check_samples(
-                    settings.model_copy(update={"log_vkeys": vkey}), opts, progress, summary
+                    settings.model_copy(update={"log_vkeys": trusted}), opts, progress, summary
                 )
         finally:
             codes = {svc.name: svc.stop() for svc in services}
@@ -365,12 +379,13 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
     return summary
 
 
-def _services(settings: Settings, work_dir: Path, key_file: Path, vkey: str) -> list[Service]:
-    """The sequencer (signing with the demo's log key) and the archiver (trusting its vkey)."""
+def _services(settings: Settings, work_dir: Path, key_file: Path, vkeys: str) -> list[Service]:
+    """The sequencer (signing with the demo's log key, resuming a log signed by any of
+    ``vkeys``) and the archiver (trusting ``vkeys``: demo_trusted)."""
     tag = uuid.uuid4().hex[:8]
     logs = work_dir / "demo-logs"
     common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
-    trusted = {"TRACEVAULT_LOG_VKEYS": vkey}
+    trusted = {"TRACEVAULT_LOG_VKEYS": vkeys}
     return [
         Service(
             "sequencer",
@@ -389,6 +404,7 @@ def _services(settings: Settings, work_dir: Path, key_file: Path, vkey: str) -> 
                 str(key_file),
             ],
             logs / f"sequencer-{tag}.log",
+            trusted,
         ),
         Service(
             "archiver",

@@ -13,6 +13,7 @@ Import from here, never from the private modules.
 """
 
 from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
+from tracevault.producer._metrics import publisher_metrics
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._recorder import Recorder
 from tracevault.producer._spool_drain import DrainReport, SegmentReport, drain_spool, spool_status
@@ -27,6 +28,7 @@ __all__ = [
     "PublisherStats",
     "CloseReport",
     "producer_config",
+    "publisher_metrics",
     # the spool
     "DrainReport",
     "SegmentReport",

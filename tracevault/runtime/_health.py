@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from tracevault.runtime._watch import KafkaWatch
 
@@ -80,9 +82,27 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class _Healthy(Collector):
+    """``tracevault_<service>_healthy``: 1 when ``/healthz`` would answer 200, else 0, so an
+    alert rule can watch health without a blackbox prober (deploy/prometheus/alerts.yml)."""
+
+    def __init__(self, health: Health) -> None:
+        self._health = health
+
+    def collect(self) -> Iterator[Metric]:
+        ok, _doc = self._health.check()
+        yield GaugeMetricFamily(
+            f"tracevault_{self._health.service}_healthy",
+            "1 while /healthz answers 200 (progress, or nothing to do), 0 when stuck",
+            value=int(ok),
+        )
+
+
 def serve(port: int, registry: CollectorRegistry, health: Health) -> int:
     """Serve ``/metrics`` (Prometheus) and ``/healthz`` (or ``/health``) on ``port`` in a daemon
-    thread; returns the bound port (``0`` picks a free one)."""
+    thread; returns the bound port (``0`` picks a free one). ``/metrics`` also says whether
+    the service is healthy (``tracevault_<service>_healthy``)."""
+    registry.register(_Healthy(health))
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:

@@ -24,6 +24,7 @@ from tracevault.runtime._health import Health
 from tracevault.runtime._watch import Broken, KafkaWatch, Restart
 
 __all__ = [
+    "LagReader",
     "OffsetCommits",
     "Sessions",
     "backoff",
@@ -113,19 +114,73 @@ class Sessions:
 
 
 def consumer_lag(consumer: Consumer, assigned: bool) -> int | None:
-    """Records not yet consumed over the assignment (cached watermarks: no round trip), or
-    None when unknown. No partitions is 0 (nothing to do) only when the group ``assigned``
-    them (an empty assignment): a consumer still waiting to join a stuck group is not
-    keeping up. Raises what ``position`` raises (KafkaException)."""
-    assignment = consumer.assignment()
-    lag = 0
-    known = not assignment and assigned
-    for tp in consumer.position(assignment):
-        _, hi = consumer.get_watermark_offsets(tp, cached=True)
-        if hi >= 0:
-            known = True
-            lag += max(0, hi - max(tp.offset, 0))
-    return lag if known else None
+    """Records not yet consumed over the assignment, or None when unknown (one-off: a
+    :class:`LagReader` kept by the session remembers committed offsets between calls)."""
+    return LagReader().total(consumer, assigned)
+
+
+class LagReader:
+    """Records not yet consumed, per partition of a consumer's assignment.
+
+    ``position`` is unknown (negative) for a partition the consumer fetched nothing new from
+    since it started: the committed offset it resumes from is the truth then, not offset 0
+    (which made a fresh service report the whole topic as lag while ``doctor`` said caught
+    up). That offset costs a broker round trip (under a deadline), so it is remembered for
+    ``refresh_s``: it cannot move while this consumer, which owns the partition, consumes
+    nothing from it. Watermarks are the cached ones of the last fetch (no round trip); a
+    partition with none yet, or whose committed offset could not be read, is left out:
+    unknown, not zero.
+    """
+
+    def __init__(self, *, refresh_s: float = 30.0, timeout_s: float = 2.0) -> None:
+        self.refresh_s = refresh_s
+        self.timeout_s = timeout_s
+        self._committed: dict[tuple[str, int], tuple[float, int]] = {}
+
+    def partitions(self, consumer: Consumer) -> dict[int, int]:
+        """Lag per assigned partition whose lag is known. Raises what ``position`` raises."""
+        positions = consumer.position(consumer.assignment())
+        self._read_committed(consumer, [tp for tp in positions if tp.offset < 0])
+        lag: dict[int, int] = {}
+        for tp in positions:
+            lo, hi = consumer.get_watermark_offsets(tp, cached=True)
+            if hi < 0:
+                continue  # nothing fetched yet: unknown, not zero
+            pos = tp.offset
+            if pos < 0:
+                known = self._committed.get((tp.topic, tp.partition))
+                if known is None:
+                    continue
+                # no committed offset: the consumer starts at the earliest record
+                pos = known[1] if known[1] >= 0 else max(lo, 0)
+            lag[tp.partition] = max(0, hi - pos)
+        return lag
+
+    def total(self, consumer: Consumer, assigned: bool) -> int | None:
+        """The sum over the assignment, or None when unknown. No partitions is 0 (nothing to
+        do) only when the group ``assigned`` them (an empty assignment): a consumer still
+        waiting to join a stuck group is not keeping up."""
+        assignment = consumer.assignment()
+        lag = self.partitions(consumer)
+        if lag or (not assignment and assigned):
+            return sum(lag.values())
+        return None
+
+    def _read_committed(self, consumer: Consumer, unknown: list[TopicPartition]) -> None:
+        now = time.monotonic()
+        stale = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp in unknown
+            if now - self._committed.get((tp.topic, tp.partition), (-1e18, 0))[0] > self.refresh_s
+        ]
+        if not stale:
+            return
+        try:
+            for tp in consumer.committed(stale, timeout=self.timeout_s):
+                if tp.error is None:
+                    self._committed[(tp.topic, tp.partition)] = (now, tp.offset)
+        except KafkaException as exc:
+            log.debug("committed offsets not read for the lag: %s", exc)
 
 
 class OffsetCommits:

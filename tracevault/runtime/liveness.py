@@ -31,7 +31,13 @@ module is their one import: each piece lives in its own private module beside it
 from tracevault.runtime._calls import BlockingCalls, CallDeadline, Stopping, close_quietly
 from tracevault.runtime._health import Health, serve
 from tracevault.runtime._signals import stop_on_signals
-from tracevault.runtime._supervisor import OffsetCommits, Sessions, backoff, consumer_lag
+from tracevault.runtime._supervisor import (
+    LagReader,
+    OffsetCommits,
+    Sessions,
+    backoff,
+    consumer_lag,
+)
 from tracevault.runtime._watch import (
     Broken,
     KafkaWatch,
@@ -47,6 +53,7 @@ __all__ = [
     "CallDeadline",
     "Health",
     "KafkaWatch",
+    "LagReader",
     "OffsetCommits",
     "Restart",
     "Sessions",

@@ -50,12 +50,12 @@ from tracevault.runtime.liveness import (
     CallDeadline,
     Health,
     KafkaWatch,
+    LagReader,
     OffsetCommits,
     Restart,
     Sessions,
     Stopping,
     close_quietly,
-    consumer_lag,
     raise_for,
 )
 from tracevault.transparency import (
@@ -135,6 +135,7 @@ class WitnessFollower:
         self._live: Consumer | None = None
         self._lost = self._assigned = False
         self._session_started = 0.0
+        self._lag_reader = LagReader()
         self._consumed: dict[int, int] = {}  # partition -> the next offset after what was read
         self._committed: dict[int, int] = {}
 
@@ -355,6 +356,7 @@ class WitnessFollower:
     def _start_session(self) -> Consumer:
         consumer = self._live = Consumer(self._consumer_config())
         self._lost = self._assigned = False
+        self._lag_reader = LagReader()
         self._consumed.clear()
         self._committed.clear()
         self._session_started = time.monotonic()
@@ -447,7 +449,7 @@ class WitnessFollower:
         """Lag 0 (nothing to do) counts as progress for ``/healthz``; a poll that merely
         returned does not."""
         try:
-            lag = consumer_lag(consumer, self._assigned)
+            lag = self._lag_reader.total(consumer, self._assigned)
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
             return

@@ -100,13 +100,13 @@ def test_records_expired_before_archiving_are_a_hole_and_later_runs_archive(
 
     archiver = _archive(settings)
     assert archiver.stats.holes == 1, archiver.stats
-    assert archiver.registry.get_sample_value("tracevault_archiver_holes") == 1
+    assert archiver.registry.get_sample_value("tracevault_archiver_holes_total") == 1
     store = open_store(settings.archive_url, settings)
     (info,) = store.list("holes/")
     hole = Hole.from_json(store.get(info.key), info.key)
     assert hole.kind in {"gone", "unread"} and hole.first == 3, hole
     assert "h-cut" in hole.runs, hole
-    lost = archiver.registry.get_sample_value("tracevault_archiver_leaves_lost")
+    lost = archiver.registry.get_sample_value("tracevault_archiver_leaves_lost_total")
     assert lost == hole.end - hole.first >= 3 + 4, (lost, hole)  # h-lost and h-cut's 0..3
 
     for run_id in ("h-before", "h-after"):

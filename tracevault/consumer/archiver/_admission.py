@@ -26,6 +26,7 @@ from confluent_kafka import Message
 
 from tracevault.consumer.archiver._holeplace import HolePlacer
 from tracevault.consumer.archiver._logwriter import PartitionLog
+from tracevault.consumer.archiver._metrics import ArchiverMetrics
 from tracevault.consumer.archiver._quarantine import QuarantineReason as Why
 from tracevault.consumer.archiver._quarantine import quarantine
 from tracevault.consumer.archiver._state import Part as _Part
@@ -51,6 +52,7 @@ class CheckpointAdmission(HolePlacer):
     retention: timedelta
     _max_events: int
     _max_bytes: int
+    metrics: ArchiverMetrics
 
     def _refuse(
         self,
@@ -96,6 +98,7 @@ class CheckpointAdmission(HolePlacer):
         an ``unread`` hole, or the leaves of quarantined records."""
         plog = part.log
         where = f"{self.topic}[{plog.partition}]@{msg.offset()}"
+        started = time.perf_counter()
         try:
             cpr = CheckpointRecord.decode(msg.value() or b"")
             vc = cpr.verify(self.verifiers)
@@ -116,6 +119,7 @@ class CheckpointAdmission(HolePlacer):
             self._refuse(msg, Why.BAD_CHECKPOINT, detail)
             return
         self.stats.checkpoints_verified += 1
+        self.metrics.verify_seconds.observe(time.perf_counter() - started)
         marked = part.marked
         for p in unmatched:
             r = p.rec

@@ -57,13 +57,14 @@ from datetime import datetime, timedelta
 from types import ModuleType
 
 from confluent_kafka import Consumer, Message
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Histogram
 
 from tracevault import native
 from tracevault.archive import ObjectStore, open_store, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
 from tracevault.consumer.archiver._admission import CheckpointAdmission
 from tracevault.consumer.archiver._logwriter import FlushJob, LeafRecord, PartitionLog
+from tracevault.consumer.archiver._metrics import ArchiverMetrics
 from tracevault.consumer.archiver._quarantine import MAX_SEALED_AT as _MAX_AT
 from tracevault.consumer.archiver._quarantine import MIN_SEALED_AT as _MIN_AT
 from tracevault.consumer.archiver._quarantine import QuarantineReason as Why
@@ -169,7 +170,8 @@ class Archiver(CheckpointAdmission, KafkaSession):
         self.watch = KafkaWatch("archiver")
         self.health = Health("archiver", settings.health_stall_s)
         self.health.watch = self.watch
-        self.registry = self._metrics()
+        self.metrics = ArchiverMetrics(self.stats, self.health)
+        self.registry = self.metrics.registry
         self._sessions = Sessions("archiver", self._stop, self.health)
         self._commits = OffsetCommits(
             "archiver",
@@ -206,52 +208,6 @@ class Archiver(CheckpointAdmission, KafkaSession):
             kinds.index(EventKind.RUN_FINISHED),
             len(kinds),
         )
-
-    def _metrics(self) -> CollectorRegistry:
-        """A private registry read from the counters at scrape time (``--metrics-port``)."""
-        r = CollectorRegistry(auto_describe=True)
-        st = self.stats
-        for name, doc, fn in (
-            ("events_archived", "events written to the archive", lambda: st.events_archived),
-            ("events_skipped", "events the archive already held", lambda: st.events_skipped),
-            ("segments_written", "log flushes written", lambda: st.segments_written),
-            ("runs_finished", "runs archived with their end", lambda: st.runs_finished),
-            (
-                "checkpoints_verified",
-                "checkpoint records whose signature and root held",
-                lambda: st.checkpoints_verified,
-            ),
-            (
-                "records_quarantined",
-                "sealed records refused (any reason, not-in-log included)",
-                lambda: st.events_quarantined,
-            ),
-            (
-                "records_not_in_log",
-                "sealed records no signed checkpoint lists (injected)",
-                lambda: st.quarantined.get(Why.NOT_IN_LOG.value, 0),
-            ),
-            (
-                "checkpoints_refused",
-                "checkpoint records that failed verification",
-                lambda: st.quarantined.get(Why.BAD_CHECKPOINT.value, 0),
-            ),
-            (
-                "holes",
-                "holes recorded: sealed records gone before the archiver read them",
-                lambda: st.holes,
-            ),
-            ("leaves_lost", "leaves of the log in holes", lambda: st.leaves_lost),
-            (
-                "leaves_quarantined",
-                "leaves of the log whose records are quarantined, not run history",
-                lambda: st.leaves_quarantined,
-            ),
-            ("session_restarts", "Kafka sessions replaced", lambda: self.health.restarts),
-            ("consumer_lag", "sealed records not yet consumed", lambda: self.health.lag or 0),
-        ):
-            Gauge(f"tracevault_archiver_{name}", doc, registry=r).set_function(fn)
-        return r
 
     def stop(self) -> None:
         """Ask ``run()`` to flush, commit and return (safe from a signal handler)."""
@@ -487,7 +443,7 @@ class Archiver(CheckpointAdmission, KafkaSession):
             self._wait_oldest(part)
         job = plog.take_flush(self.clock() + self.retention)
         before = part.flights[-1][0] if part.flights else None
-        fut = self._flusher.submit(_after, before, job, self._pool)
+        fut = self._flusher.submit(_after, before, job, self._pool, self.metrics.flush_seconds)
         part.flights.append((fut, job, part.ready_offset))
 
     def _reap(self) -> None:
@@ -520,7 +476,10 @@ class Archiver(CheckpointAdmission, KafkaSession):
 
 
 def _after(
-    before: Future[tuple[int, float]] | None, job: FlushJob, pool: ThreadPoolExecutor
+    before: Future[tuple[int, float]] | None,
+    job: FlushJob,
+    pool: ThreadPoolExecutor,
+    timer: Histogram,
 ) -> tuple[int, float]:
     """Write ``job`` once the partition's previous flush is written (its error stops this
     one too, before any of its objects: the checkpoints never skip one); the objects
@@ -528,7 +487,11 @@ def _after(
     looks)."""
     if before is not None:
         before.result()
-    return job.write(pool), time.monotonic()
+    started = time.monotonic()
+    objects = job.write(pool)
+    done = time.monotonic()
+    timer.observe(done - started)  # the write alone, not the wait for the one before
+    return objects, done
 
 
 def _days(n: int) -> timedelta:

@@ -29,11 +29,11 @@ from tracevault.runtime.liveness import (
     BlockingCalls,
     Health,
     KafkaWatch,
+    LagReader,
     OffsetCommits,
     Restart,
     Sessions,
     close_quietly,
-    consumer_lag,
     raise_for,
 )
 
@@ -69,6 +69,7 @@ class KafkaSession:
     _assigned: bool  # an assignment (maybe empty) came in this session
     _lost: bool
     _session_started: float
+    _lag_reader: LagReader  # per session: the committed offsets it remembers
     _generation: str  # of the sealed topic (the log origins'), learnt per session
     _assigned_at: float | None  # idle time counts from the first assignment
 
@@ -156,6 +157,7 @@ class KafkaSession:
         )
         self._lost = self._assigned = False
         self._session_started = time.monotonic()
+        self._lag_reader = LagReader()
         return consumer
 
     def _end_session(self, consumer: Consumer) -> None:
@@ -225,7 +227,7 @@ class KafkaSession:
 
     def _update_lag(self, consumer: Consumer) -> None:
         try:
-            self.health.set_lag(consumer_lag(consumer, self._assigned))
+            self.health.set_lag(self._lag_reader.total(consumer, self._assigned))
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
 

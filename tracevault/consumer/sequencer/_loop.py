@@ -76,6 +76,7 @@ from tracevault.runtime.liveness import (
     CallDeadline,
     Health,
     KafkaWatch,
+    LagReader,
     Restart,
     Sessions,
     Stopping,
@@ -148,6 +149,7 @@ class Sequencer(Transactions):
         self._assigned = False  # an assignment (maybe empty) came in this session
         self._lost = False
         self._session_started = 0.0
+        self._lag_reader = LagReader()
         self._native = self._native_context()
         # every tracked record gets its own delivery report (see _write); set for good once
         # another producer's record was found inside one of our transactions
@@ -233,6 +235,7 @@ class Sequencer(Transactions):
         s = self.settings
         self._lost = self._assigned = False
         self._session_started = time.monotonic()
+        self._lag_reader = LagReader()
         consumer = self._consumer = self._new_consumer()
         self.partitions = self._check_topics(consumer)
         self._producer = self._new_producer()
@@ -357,14 +360,8 @@ class Sequencer(Transactions):
     def _update_lag(self, consumer: Consumer) -> None:
         try:
             assignment = consumer.assignment()
-            lag: dict[int, int] = {}
-            for tp in consumer.position(assignment):
-                # cached: the high watermark of the last fetch response, no broker round trip
-                _, hi = consumer.get_watermark_offsets(tp, cached=True)
-                if hi < 0:
-                    continue  # nothing fetched yet: unknown, not zero
-                pos = max(tp.offset, 0)
-                lag[tp.partition] = max(0, hi - pos)
+            # an unconsumed partition's lag counts from its committed offset (LagReader)
+            lag = self._lag_reader.partitions(consumer)
             self.metrics.set_lag(lag)
             # no partitions is idle only once the group said so (an empty assignment): a
             # consumer still waiting to join a stuck group is not keeping up

@@ -8,14 +8,23 @@ docs/design.md ("Metrics") lists every series; tests/test_docs.py keeps the two 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from tracevault.consumer.sequencer._records import DlqReason
+from tracevault.schemas.fast import event_time
 
 __all__ = ["SequencerMetrics"]
+
+#: seconds from an event's ``at`` (the Recorder's clock) to its transaction's commit: ms
+#: when the pipeline keeps up, minutes after an outage the spool rode out
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+#: events per transaction whose latency is observed, evenly spread: reading ``at`` costs
+#: a few µs an event in Python (measured 9 µs under load), so the histogram samples instead of
+#: slowing the sealing path (8 samples: under 0.1 ms a transaction)
+LATENCY_SAMPLES = 8
 
 
 class SequencerMetrics:
@@ -97,6 +106,7 @@ class SequencerMetrics:
             ["instance_id", "what"],
             registry=r,
         )
+        self.latency = _latency(r, labels)
         self._precreate(instance)
 
     def _precreate(self, instance: str) -> None:
@@ -122,6 +132,18 @@ class SequencerMetrics:
 
     def transaction(self, outcome: str) -> None:
         self._txn.labels(outcome=outcome, **self._labels).inc()
+
+    def sealed_latency(self, raws: Sequence[Any], sealed_us: int) -> None:
+        """Observe produce->sealed latency of up to LATENCY_SAMPLES of a committed batch's
+        sealed records (``SealOut``: the event's bytes are field 4)."""
+        n = len(raws)
+        if not n:
+            return
+        step = -(-n // LATENCY_SAMPLES)  # ceil: at most LATENCY_SAMPLES indices
+        for i in range(0, n, step):
+            at = event_time(raws[i][4])
+            if at is not None:  # None: a schema this prefix read does not know
+                self.latency.observe(max(0, sealed_us - at) / 1e6)
 
     def set_lag(self, lag: Mapping[int, int]) -> None:
         self._lag.clear()
@@ -151,3 +173,15 @@ def _counter(r: CollectorRegistry, labels: dict[str, str], name: str, doc: str) 
     return Counter(f"tracevault_sequencer_{name}", doc, ["instance_id"], registry=r).labels(
         **labels
     )
+
+
+def _latency(r: CollectorRegistry, labels: dict[str, str]) -> Any:
+    """The produce->sealed histogram of this instance (docs/operations.md, "Metrics")."""
+    return Histogram(
+        "tracevault_sequencer_produce_to_sealed_seconds",
+        "seconds from an event's `at` to the commit that sealed it (sampled: at most "
+        f"{LATENCY_SAMPLES} events per transaction)",
+        ["instance_id"],
+        buckets=_LATENCY_BUCKETS,
+        registry=r,
+    ).labels(**labels)

@@ -20,6 +20,7 @@ from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import now_micros
 from tracevault.consumer.sequencer._rules import RunBook
 from tracevault.heads import prove_state, read_state
+from tracevault.transparency import NoteVerifier, load_verifiers
 
 __all__ = ["Rebalance"]
 
@@ -37,6 +38,22 @@ class Rebalance(SessionClients):
     _assigned: bool  # an assignment (maybe empty) came in this session
     _lost: bool
 
+    def _restore_verifiers(self) -> list[NoteVerifier]:
+        """The keys a checkpoint in ``sealed`` may be signed by to be this log's: the
+        sequencer's own and every trusted log vkey (``log_vkeys``), so that after a key
+        rotation the log signed with the old key is resumed, not taken for another's
+        (docs/operations.md, "Key rotation"). None with a signer that cannot verify (KMS):
+        then each checkpoint's leaves must grow its tree to the root it states."""
+        own = getattr(self.logs.signer, "verifier", None)
+        if own is None:
+            return []
+        out: list[NoteVerifier] = [own]
+        items = [x.strip() for x in self.settings.log_vkeys.split(",") if x.strip()]
+        for v in load_verifiers(items):
+            if all(v.key_id != o.key_id or v.name != o.name for o in out):
+                out.append(v)
+        return out
+
     def _restore(self, partitions: list[int]) -> None:
         """The book and trees of ``partitions`` from the heads topic, each piece proven
         against ``sealed`` first (heads/_proof.py); what fails is an ALERT, counted, and
@@ -50,13 +67,12 @@ class Rebalance(SessionClients):
             stable=True,
             keep_heads=False,  # the columns are all a restore needs (docs/fleet.md)
         )
-        verifier = getattr(self.logs.signer, "verifier", None)
         proven = prove_state(
             s,
             state,
             partitions,
             partition_count=self.partitions,
-            verifiers=[verifier] if verifier is not None else [],
+            verifiers=self._restore_verifiers(),
             horizon_us=int((s.sequencer_finished_horizon_s + s.sequencer_clock_skew_s) * 1e6),
             now_us=now_micros(),
             timeout=self._txn_timeout_s + 30,

@@ -93,6 +93,7 @@ class Transactions(Rebalance):
         m = self.metrics
         m.transaction("committed")
         m.sealed.inc(len(out.sealed))
+        m.sealed_latency(out.sealed, now_micros())
         m.duplicates.inc(out.duplicates)
         m.gap_markers.inc(out.gap_markers)
         m.closed_idle.inc(out.closed_idle)
