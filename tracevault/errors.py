@@ -75,7 +75,6 @@ __all__ = [
     "TraceVaultError",
     "TruncatedError",
     "UnknownFingerprintError",
-    "missing_extra",
 ]
 
 
