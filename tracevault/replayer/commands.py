@@ -502,8 +502,9 @@ def export_cmd(
     ciphertext only; --reveal-to KEY adds its data key sealed for one recipient (`show
     --bundle DIR --recipient-key FILE`). With --otel (the otel extra), runs become
     OpenTelemetry GenAI spans to --endpoint or -o FILE (docs/integrations.md, "Seeing runs
-    in Phoenix or Jaeger"), each verified first as `verify` does: one that does not verify, or has no trusted log key
-    (`unverified`), is refused, exit 1; --no-verify exports them unverified, knowingly.
+    in Phoenix or Jaeger"), each verified first as `verify` does: one that does not
+    verify, or has no trusted log key (`unverified`), is refused, exit 1; --no-verify
+    exports them unverified, knowingly.
 
     \b
     Example:
