@@ -10,7 +10,8 @@ group joins and partition assignment are part of what a second instance costs.
 
 The baseline is the single instance, measured in the same run; the result is the ratio.
 On this 2-core machine two processes share the cores with the broker: read the ratio as
-what two instances on the *same* host buy, not what they buy on two hosts (README, "Scaling").
+what two instances on the *same* host buy, not what they buy on two hosts
+(docs/operations.md, "Scaling").
 
 Usage::
 

@@ -94,6 +94,20 @@ class ConfigError(TraceVaultError):
     exit_code = 2
 
 
+def missing_extra(extra: str, exc: ImportError) -> ConfigError:
+    """The error for an optional integration whose packages are not installed.
+
+    Each integration imports its SDK only when it is used; without the extra a bare
+    ``ModuleNotFoundError`` (or a 40-line traceback ending in ``google``) names a package the
+    user never asked for, so this names the extra and the line that installs it. A usage
+    error (2): this install cannot do what was asked, and retrying will not change that.
+    """
+    return ConfigError(
+        f"this needs the `{extra}` extra, which is not installed ({exc}): "
+        f"pip install 'tracevault[{extra}]' (or 'tracevault[all]')"
+    )
+
+
 class ForkRefusalError(ConfigError):
     """A fork would have had to run a side-effecting tool for real that the user did not name
     live (``--live-tools``): refused, as a usage error, before anything leaves the process."""

@@ -21,7 +21,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
+from tracevault.errors import missing_extra
+
+try:
+    import anthropic
+except ImportError as exc:  # the extra is not installed: say which one
+    raise missing_extra("anthropic", exc) from exc
 
 from tracevault.callsite import add_harness_module
 from tracevault.edges import JSON, Edges

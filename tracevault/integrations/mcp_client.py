@@ -31,7 +31,12 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mcp import ClientSession, types
+from tracevault.errors import missing_extra
+
+try:
+    from mcp import ClientSession, types
+except ImportError as exc:  # the extra is not installed: say which one
+    raise missing_extra("mcp", exc) from exc
 from pydantic import BaseModel
 
 from tracevault.callsite import add_harness_module

@@ -24,7 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import openai
+from tracevault.errors import missing_extra
+
+try:
+    import openai
+except ImportError as exc:  # the extra is not installed: say which one
+    raise missing_extra("openai", exc) from exc
 
 from tracevault.callsite import add_harness_module
 from tracevault.edges import JSON, Edges

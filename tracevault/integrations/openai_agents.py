@@ -34,15 +34,20 @@ import dataclasses
 import json
 from typing import Any
 
-import openai
-from agents import Agent, AgentsException, Handoff, RunConfig, Runner, RunResult, handoff
-from agents.items import ModelResponse
-from agents.models.interface import Model, ModelProvider
-from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
-from agents.models.openai_responses import OpenAIResponsesModel
-from agents.tool import FunctionTool
-from agents.usage import Usage
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+from tracevault.errors import missing_extra
+
+try:
+    import openai
+    from agents import Agent, AgentsException, Handoff, RunConfig, Runner, RunResult, handoff
+    from agents.items import ModelResponse
+    from agents.models.interface import Model, ModelProvider
+    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+    from agents.models.openai_responses import OpenAIResponsesModel
+    from agents.tool import FunctionTool
+    from agents.usage import Usage
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+except ImportError as exc:  # the extra is not installed: say which one
+    raise missing_extra("agents", exc) from exc
 from pydantic import BaseModel
 
 from tracevault.callsite import add_harness_module

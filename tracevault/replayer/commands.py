@@ -500,10 +500,11 @@ def export_cmd(
     a C2SP tlog-proof per event and the checkpoint when the source has them. Check the
     bundle anywhere with `verify --bundle DIR --trusted-key K`. An encrypted run's bundle is
     ciphertext only; --reveal-to KEY adds its data key sealed for one recipient (`show
-    --bundle DIR --recipient-key FILE`). With --otel, runs become OpenTelemetry GenAI
-    spans to --endpoint or -o FILE (README "Seeing runs in Phoenix or Jaeger"), each
-    verified first as `verify` does: one that does not verify, or has no trusted log key
-    (`unverified`), is refused, exit 1; --no-verify exports them unverified, knowingly.
+    --bundle DIR --recipient-key FILE`). With --otel (the otel extra), runs become
+    OpenTelemetry GenAI spans to --endpoint or -o FILE (docs/integrations.md, "Seeing runs
+    in Phoenix or Jaeger"), each verified first as `verify` does: one that does not
+    verify, or has no trusted log key (`unverified`), is refused, exit 1; --no-verify
+    exports them unverified, knowingly.
 
     \b
     Example:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
-from tracevault.errors import ConfigError, ServiceUnavailableError
+from tracevault.errors import ConfigError, ServiceUnavailableError, missing_extra
 from tracevault.replayer.batch.jobs import ArchiveAccess, BatchItem, load_agent, lost, replay_chunk
 
 __all__ = ["DaskEngine"]
@@ -48,9 +48,7 @@ class DaskEngine:
         try:
             from distributed import Client  # noqa: PLC0415 - only this engine needs it
         except ImportError as exc:
-            raise ConfigError(
-                "--engine dask needs the `distributed` package: pip install 'tracevault[dask]'"
-            ) from exc
+            raise missing_extra("dask", exc) from exc
         try:
             client = Client(  # type: ignore[no-untyped-call]
                 self.address, timeout=self.timeout_s, set_as_default=False
