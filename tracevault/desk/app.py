@@ -20,13 +20,18 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Route
-from starlette.templating import Jinja2Templates
+from tracevault.errors import missing_extra
+
+try:
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, RedirectResponse, Response
+    from starlette.routing import Route
+    from starlette.templating import Jinja2Templates
+except ImportError as exc:  # the extra is not installed: say which one
+    raise missing_extra("ui", exc) from exc
 
 from tracevault.config import Settings
 from tracevault.desk.evidence import Reveal, RunEvidence, gather
