@@ -31,6 +31,7 @@ from tracevault.errors import TraceVaultError
 from tracevault.index._rows import IndexedRun, LogPlace, StatusRow, run_rows
 from tracevault.index._tables import (
     day_of,
+    events_table,
     index_key,
     index_keys,
     log_tag,
@@ -103,6 +104,7 @@ class _Reader:
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
         self._bundles: dict[str, list[bytes]] = {}
+        self._keys: dict[tuple[str, int, int], str] = {}  # (log, tile, upto) -> bundle key
         self.newest: dict[str, int] = {}  # log key -> newest checkpoint size at first sight
 
     def newest_size(self, log_key: str) -> int:
@@ -114,7 +116,9 @@ class _Reader:
 
     def value(self, log_key: str, leaf: int, upto: int) -> bytes:
         n = leaf // TILE_WIDTH
-        key = data_key(log_key, n, tile_width(0, n, upto))
+        key = self._keys.get((log_key, n, upto))
+        if key is None:
+            key = self._keys[log_key, n, upto] = data_key(log_key, n, tile_width(0, n, upto))
         got = self._bundles.get(key)
         if got is None:
             if len(self._bundles) > 64:  # bounded memory: runs arrive roughly in log order
@@ -205,6 +209,7 @@ def build_index(
     reader = _Reader(store)
     report = BuildReport()
     groups: dict[tuple[str, str, str], list[dict[str, object]]] = {}
+    event_groups: dict[tuple[str, str, str], list[IndexedRun]] = {}
     statuses: dict[tuple[str, str], list[StatusRow]] = {}
     for run_id in runs:
         try:
@@ -219,11 +224,11 @@ def build_index(
         tag = log_tag(*_tag_parts(row["log"]))
         day = day_of(row["started"])
         groups.setdefault(("runs", day, tag), []).append(row)
-        groups.setdefault(("events", day, tag), []).extend(got.events)
+        event_groups.setdefault(("events", day, tag), []).append(got)
         for s in got.statuses:
             statuses.setdefault((day_of(s.at), tag), []).append(s)
         report.runs += 1
-        report.events += len(got.events)
+        report.events += got.n_events
     for log_key in reader.newest:
         lg = _log_of(log_key)
         for s in _holes(store, lg, reader.newest[log_key]):
@@ -234,6 +239,13 @@ def build_index(
         rows.sort(key=lambda r: (r["run_id"], r.get("seq", 0)))
         key = index_key(table, day, writer, tag, (covered.get(tag, 0), uptos[tag]))
         store.put(key, parquet_bytes(table_of(table, rows)), retain_until=now)
+        report.written.append(key)
+    for (table, day, tag), got_runs in sorted(event_groups.items()):
+        # each run's events are in seq order already: ordering the runs orders the rows
+        got_runs.sort(key=lambda g: str(g.run["run_id"]))
+        key = index_key(table, day, writer, tag, (covered.get(tag, 0), uptos[tag]))
+        table_ = events_table([g.events for g in got_runs])
+        store.put(key, parquet_bytes(table_), retain_until=now)
         report.written.append(key)
     for (day, tag), srows in sorted(statuses.items()):
         srows.sort(key=lambda s: (s.run_id, s.at, s.status, s.source))

@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 KINDS = tuple(k.value for k in EventKind)
+_KIND_NAME = {k: k.value for k in EventKind}  # a dict lookup, not the enum's value property
 #: the run the sequencer seals when a run's agent note is contested (docs/identity.md)
 CONTESTED_PREFIX = "tracevault.contested:"
 #: the agent id of ``tracevault erase``'s erasure records (docs/confidentiality.md)
@@ -73,14 +74,16 @@ class IndexedRun:
     other runs (an erasure record erases a run; a contested record contests one)."""
 
     run: dict[str, Any]
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: dict[str, list[Any]] = field(default_factory=dict)  # column name -> values
     statuses: list[StatusRow] = field(default_factory=list)
 
+    @property
+    def n_events(self) -> int:
+        return len(self.events.get("seq", ()))
 
-def _tool(ev: TraceEvent) -> str | None:
-    if ev.kind is not EventKind.TOOL_CALL:
-        return None
-    req = ev.request
+
+def _tool(req: bytes) -> str | None:
+    """A TOOL_CALL request's tool name, where it is clear."""
     if req.endswith(_ENVELOPE_END):  # encrypted: the envelope keeps the tool name in clear
         at = req.rfind(b'","tool":')
         if at >= 0:
@@ -120,11 +123,6 @@ def _agent_key(ev: TraceEvent) -> str | None:
     return f"{sig.name}+{sig.key_id.hex()}"
 
 
-def _duration(ev: TraceEvent) -> int | None:
-    text = ev.attributes.get("duration_us")
-    return int(text) if text is not None and text.isdigit() else None
-
-
 def _decoded(run_id: str, values: Sequence[bytes]) -> tuple[list[TraceEvent], list[bytes]]:
     """Each value's event and chain hash: in one walk of the fast reader (the one verify
     uses, ~20 x the generic codec's speed) when every value has its shape, else decoded one
@@ -139,25 +137,6 @@ def _decoded(run_id: str, values: Sequence[bytes]) -> tuple[list[TraceEvent], li
         events.append(decode_event(sealed.raw, check_json=False, what=what))
         hashes.append(sealed.hash)
     return events, hashes
-
-
-def _event_row(ev: TraceEvent, leaf: int | None, hash_hex: str) -> dict[str, Any]:
-    err = ev.error
-    return {
-        "run_id": ev.run_id,
-        "seq": ev.seq,
-        "kind": ev.kind.value,
-        "at": ev.at,
-        "tool": _tool(ev),
-        "model": ev.model,
-        "duration_us": _duration(ev),
-        "error_type": None if err is None else err.type,
-        "request_bytes": len(ev.request),
-        "response_bytes": len(ev.response),
-        "error_bytes": None if err is None else len(err.message.encode("utf-8", "replace")),
-        "hash": hash_hex,
-        "leaf": leaf,
-    }
 
 
 def _implied(ev: TraceEvent, source: str) -> list[StatusRow]:
@@ -183,6 +162,52 @@ def _implied(ev: TraceEvent, source: str) -> list[StatusRow]:
     return []
 
 
+def _event_columns(
+    run_id: str, values: Sequence[bytes], leaves: Sequence[int | None]
+) -> tuple[dict[str, list[Any]], list[TraceEvent]]:
+    """The events table's columns of one run, built in plain lists (one flat loop: it runs
+    once per archived event; no per-event row object), and the decoded events."""
+    evs, hashes = _decoded(run_id, values)
+    kinds, ats, tools, models, durations = [], [], [], [], []
+    err_types: list[str | None] = []
+    err_bytes: list[int | None] = []
+    req_bytes, resp_bytes = [], []
+    tool_call = EventKind.TOOL_CALL
+    for ev in evs:
+        kind = ev.kind
+        kinds.append(_KIND_NAME[kind])
+        ats.append(ev.at)
+        tools.append(_tool(ev.request) if kind is tool_call else None)
+        models.append(ev.model)
+        d = ev.attributes.get("duration_us") if ev.attributes else None
+        durations.append(int(d) if d is not None and d.isdigit() else None)
+        err = ev.error
+        if err is None:
+            err_types.append(None)
+            err_bytes.append(None)
+        else:
+            err_types.append(err.type)
+            err_bytes.append(len(err.message.encode("utf-8", "replace")))
+        req_bytes.append(len(ev.request))
+        resp_bytes.append(len(ev.response))
+    cols: dict[str, list[Any]] = {
+        "run_id": [run_id] * len(evs),
+        "seq": [ev.seq for ev in evs],
+        "kind": kinds,
+        "at": ats,
+        "tool": tools,
+        "model": models,
+        "duration_us": durations,
+        "error_type": err_types,
+        "request_bytes": req_bytes,
+        "response_bytes": resp_bytes,
+        "error_bytes": err_bytes,
+        "hash": [h.hex() for h in hashes],
+        "leaf": list(leaves),
+    }
+    return cols, evs
+
+
 def run_rows(
     run_id: str,
     values: Sequence[bytes],
@@ -194,30 +219,15 @@ def run_rows(
 ) -> IndexedRun:
     """The rows of one run from its sealed values in seq order (``leaves``: each value's
     leaf index in ``place``'s log). ``SchemaError`` names the value that does not decode."""
-    events: list[dict[str, Any]] = []
-    counts = dict.fromkeys(KINDS, 0)
-    tools: set[str] = set()
-    models: set[str] = set()
-    errors: set[str] = set()
-    first: TraceEvent | None = None
-    last: TraceEvent | None = None
-    statuses: list[StatusRow] = []
-    for ev, hash_, leaf in zip(*_decoded(run_id, values), leaves, strict=True):
-        events.append(_event_row(ev, leaf, hash_.hex()))
-        counts[ev.kind.value] += 1
-        row = events[-1]
-        if row["tool"] is not None:
-            tools.add(row["tool"])
-        if ev.model is not None:
-            models.add(ev.model)
-        if ev.error is not None:
-            errors.add(ev.error.type)
-        if first is None:
-            first = ev
-            statuses = _implied(ev, f"run {run_id}")
-        last = ev
-    if first is None or last is None:
+    if len(values) != len(leaves):
+        raise ValueError("run_rows: one leaf per value")
+    if not values:
         raise SchemaError(f"run {run_id!r} has no archived record to index")
+    cols, evs = _event_columns(run_id, values, leaves)
+    first, last = evs[0], evs[-1]
+    counts = dict.fromkeys(KINDS, 0)
+    for k in cols["kind"]:
+        counts[k] += 1
     ended_in_error = last.kind is EventKind.RUN_FINISHED and last.error is not None
     status = "errored" if ended_in_error else ("finished" if finished else "unfinished")
     run = {
@@ -227,13 +237,13 @@ def run_rows(
         "agent_key": _agent_key(first),
         "agent_version": first.agent.agent_version,
         "started": first.at,
-        "ended": max(e["at"] for e in events),
+        "ended": max(cols["at"]),
         "status": status,
-        "events": len(events),
+        "events": len(evs),
         **{f"n_{k.lower()}": n for k, n in counts.items()},
-        "tools": sorted(tools),
-        "models": sorted(models),
-        "error_types": sorted(errors),
+        "tools": sorted({t for t in cols["tool"] if t is not None}),
+        "models": sorted({m for m in cols["model"] if m is not None}),
+        "error_types": sorted({e for e in cols["error_type"] if e is not None}),
         "partition": None if place is None else place.partition,
         "generation": None if place is None else place.generation,
         "origin": None if place is None else place.origin,
@@ -243,4 +253,4 @@ def run_rows(
         "checkpoint_size": None if place is None else place.checkpoint_size,
         "head": head,
     }
-    return IndexedRun(run, events, statuses)
+    return IndexedRun(run, cols, _implied(first, f"run {run_id}"))

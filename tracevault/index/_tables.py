@@ -38,6 +38,7 @@ __all__ = [
     "TABLES",
     "IndexKey",
     "day_of",
+    "events_table",
     "index_key",
     "index_keys",
     "log_tag",
@@ -173,6 +174,19 @@ def _column(rows: Sequence[dict[str, Any]], name: str, typ: pa.DataType) -> pa.A
 def table_of(table: str, rows: Sequence[dict[str, Any]]) -> pa.Table:
     schema = SCHEMAS[table]
     return pa.Table.from_arrays([_column(rows, f.name, f.type) for f in schema], schema=schema)
+
+
+def events_table(runs: Sequence[dict[str, list[Any]]]) -> pa.Table:
+    """The events table of runs' event columns (``IndexedRun.events``), in the given order:
+    the columns are concatenated as plain lists and handed to Arrow once per object."""
+    arrays = []
+    for f in EVENT_SCHEMA:
+        values = [v for cols in runs for v in cols[f.name]]
+        if f.type == _TS:
+            arrays.append(pa.array(values, type=pa.int64()).cast(_TS))
+        else:
+            arrays.append(pa.array(values, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
 
 
 def status_table(rows: Sequence[StatusRow]) -> pa.Table:
