@@ -50,7 +50,7 @@ def test_recorded_tool_error_is_raised_again_with_its_type_and_message() -> None
     assert result.output == {"note": "fallback after FileNotFoundError", "t": 1_790_000_000.5}
 
 
-def test_recorded_error_is_a_recorded_error_and_the_builtin() -> None:
+def test_recorded_error_is_the_builtin_itself() -> None:
     seen: list[BaseException] = []
 
     def agent(agent_input, edges):
@@ -63,7 +63,7 @@ def test_recorded_error_is_a_recorded_error_and_the_builtin() -> None:
     events = record(agent, {}, run_id="r-err", model_fn=agents.fake_model, tools=agents.TOOLS)
     replay(events, agent)
     exc = seen[-1]
-    assert isinstance(exc, RecordedError) and isinstance(exc, FileNotFoundError)
+    assert type(exc) is FileNotFoundError and not isinstance(exc, RecordedError)
     assert exc.recorded_type == "FileNotFoundError"
     assert str(exc) == "no such page: https://example.org/missing"
 

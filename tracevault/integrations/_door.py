@@ -53,7 +53,7 @@ import httpx2
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
 from tracevault.integrations._core import Api, _seed
-from tracevault.recorded_error import RecordedError
+from tracevault.recorded_error import recorded_type
 
 __all__ = [
     "CHUNK_OFFSETS",
@@ -347,14 +347,15 @@ class _Base:
 
     def _failed(self, exc: Exception, request: httpx2.Request) -> Exception:
         """What the SDK is handed for an exception of the crossing."""
-        if isinstance(exc, RecordedError):
-            made = self.sdk.errors.sdk_error(exc, str(request.url))
+        name = recorded_type(exc)
+        if name is not None:
+            made = self.sdk.errors.sdk_error(name, str(exc), str(request.url))
             if made is not None:
                 return made
-            cls: Any = getattr(httpx2, exc.recorded_type.rpartition(".")[2], None)
-            named = exc.recorded_type.startswith("httpx2.") and isinstance(cls, type)
+            cls: Any = getattr(httpx2, name.rpartition(".")[2], None)
+            named = name.startswith("httpx2.") and isinstance(cls, type)
             if named and issubclass(cls, httpx2.RequestError):
-                rebuilt: Exception = cls(exc.message, request=request)
+                rebuilt: Exception = cls(str(exc), request=request)
                 return rebuilt
         if isinstance(exc, httpx2.RequestError | self.sdk.base_error):
             return exc  # the SDK's own: it handles these as it would live

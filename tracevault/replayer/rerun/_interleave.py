@@ -386,6 +386,22 @@ class Interleaver:
             self._progress = time.monotonic()
             self._complete(self._slot[seq])
 
+    def finished(self, upto: int) -> None:
+        """The agent's end (RUN_FINISHED, or ERROR then RUN_FINISHED) below ``upto`` matched.
+
+        Live a crossing may complete after the run's end: a gather's sibling left running
+        when another branch failed, cancelled by ``asyncio.run`` at shutdown. Its turn comes
+        after the end's, so the end completes here; otherwise that sibling waits for a turn
+        that never comes and diverges at shutdown, after a replay that matched."""
+        with self._lock:
+            for seq in range(min(upto, len(self._events))):
+                if self._events[seq].kind in (EventKind.RUN_FINISHED, EventKind.ERROR):
+                    self._matched[seq] = True
+                    if self._slot[seq] >= 0:
+                        self._completed[self._slot[seq]] = True
+            self._progress = time.monotonic()
+            self._complete(-1)
+
     # -- divergence and stalls --------------------------------------------------------------
     def _raise_if_failed(self) -> None:
         if self._failed is not None:

@@ -155,7 +155,14 @@ class _Run:
                 actual_request={},
             )
         c.pos += 1
+        self._finished()
         return self._result(matched=True, output=output)
+
+    def _finished(self) -> None:
+        """Let the crossings the record completes after the end have their turn."""
+        interleave = getattr(self.cursor, "interleave", None)
+        if interleave is not None:
+            interleave.finished(self.cursor.pos)
 
     def raised(self, exc: BaseException) -> ReplayResult:
         if self.all is not None:
@@ -196,6 +203,7 @@ class _Run:
         nxt = c.peek()
         if nxt is not None and nxt.kind is EventKind.RUN_FINISHED:
             c.pos += 1
+        self._finished()
         return self._result(matched=True, error=ev.error)
 
     def settle(
