@@ -137,3 +137,17 @@ def test_an_agent_defined_error_is_raised_again_as_its_own_class() -> None:
     assert events[1].error.type == "tests.replayer.agents.QuotaExceededError"
     result = replay(events, agents.quota_agent)
     assert result.matched and result.output == {"handled": "quota of u1 exhausted"}
+
+
+def test_encrypted_events_replayed_unopened_say_how_to_open_them() -> None:
+    import dataclasses
+    import os
+
+    from tracevault.content import RunCipher
+    from tracevault.errors import ConfigError
+
+    events = _record()
+    cipher = RunCipher(events[0].run_id, os.urandom(32))
+    sealed = [dataclasses.replace(events[0], request=cipher.seal(0, "request", events[0].request))]
+    with pytest.raises(ConfigError, match=r"content is encrypted .* tracevault\.content\.open_run"):
+        replay([*sealed, *events[1:]], agents.research_agent)

@@ -26,6 +26,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from tracevault.content import is_envelope
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.recorded_error import type_name
@@ -57,6 +58,13 @@ class _Run:
         if until is not None and until < 0:
             raise ConfigError(f"--until must be a seq >= 0, got {until}")
         self.run_id = first.run_id
+        if first.request and is_envelope(first.request):
+            raise ConfigError(
+                f"run {self.run_id}: its content is encrypted (seq 0's request is a sealed "
+                "envelope), so there is nothing to replay yet: open it first with "
+                "tracevault.content.open_run(settings, events), whose settings name the key "
+                "provider of the run's tenant (the CLI's replay commands do this)"
+            )
         req = json.loads(first.request) if first.request else None
         if not isinstance(req, dict) or "input" not in req:
             raise ConfigError(
