@@ -33,6 +33,7 @@ from tracevault.recorded_error import type_name
 from tracevault.replayer._json_diff import json_diff
 from tracevault.replayer._results import ReplayResult
 from tracevault.replayer.rerun._keepgoing import KeepGoingCursor
+from tracevault.replayer.rerun._never_acts import never_acts
 from tracevault.replayer.rerun._until import UntilCursor
 from tracevault.replayer.rerun.edges import ReplayCursor, ReplayEdges, StopReplay
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, canonical_json_like
@@ -256,7 +257,8 @@ def replay(
     def outcome() -> ReplayResult:
         run.cursor.check_stop()
         try:
-            output = _check_sync(agent(run.input, run.edges))
+            with never_acts(run.cursor):
+                output = _check_sync(agent(run.input, run.edges))
         except (StopReplay, ReplayDivergence, ConfigError):
             raise
         except Exception as exc:
@@ -281,9 +283,10 @@ async def areplay(
     stopped = False
     try:
         run.cursor.check_stop()
-        result = agent(run.input, run.edges)
-        if inspect.isawaitable(result):
-            result = await result
+        with never_acts(run.cursor):
+            result = agent(run.input, run.edges)
+            if inspect.isawaitable(result):
+                result = await result
     except StopReplay:
         stopped = True
     except ReplayDivergence:
