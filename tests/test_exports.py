@@ -66,7 +66,7 @@ def test_heads_exports() -> None:
 
 def test_recorded_error_lives_beneath_the_replayer_and_the_adapters() -> None:
     assert set(tracevault.recorded_error.__all__) == {
-        "RecordedError", "raise_recorded", "recorded_error", "type_name",
+        "RecordedError", "raise_recorded", "recorded_error", "recorded_type", "type_name",
     }  # fmt: skip
     # `from tracevault.replayer import RecordedError` keeps working, as the same class
     assert tracevault.replayer.RecordedError is tracevault.recorded_error.RecordedError

@@ -15,18 +15,34 @@ coroutine runs: ``asyncio.gather(edges.atool(...))`` and ``TaskGroup.create_task
 coroutine in a new task whose stack holds only the event loop and whatever called
 ``asyncio.run``. :func:`sited` wraps such an edge: the caller's site is noted when the
 coroutine is made and handed to the first :func:`call_site` inside it.
+
+A framework that calls an edge for the agent (LangGraph's ``ToolNode`` runs each tool call of
+a model's answer in a thread-pool worker) names the call with :func:`called`: its stable
+identity (the tool-call id), recorded under :data:`CALL_ID_ATTRIBUTE` and used by replay to
+match concurrent calls by it, not by arrival order (docs/design.md, "Concurrency inside a
+run"); and the site to record when the stack holds no agent frame (the tool's definition).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from types import CodeType, FrameType, MethodType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-__all__ = ["SITE_ATTRIBUTE", "add_harness_module", "call_site", "site_function", "sited"]
+__all__ = [
+    "CALL_ID_ATTRIBUTE",
+    "SITE_ATTRIBUTE",
+    "add_harness_module",
+    "call_site",
+    "called",
+    "site_function",
+    "sited",
+    "take_call_id",
+]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -36,6 +52,11 @@ _PENDING: ContextVar[str | None] = ContextVar("tracevault_pending_site", default
 
 #: The attribute key holding a crossing's call site (``module:function:line``).
 SITE_ATTRIBUTE = "tracevault.site"
+#: The attribute key holding a crossing's stable identity given by its framework (a tool-call
+#: id), by which replay matches concurrent calls.
+CALL_ID_ATTRIBUTE = "tracevault.call_id"
+# The identity the next crossing of this context is made under, until it takes it.
+_CALL_ID: ContextVar[str | None] = ContextVar("tracevault_call_id", default=None)
 
 _HARNESS: list[str] = [
     "tracevault.producer",
@@ -106,6 +127,31 @@ def call_site(depth: int = 1) -> str | None:
             return site
         frame = frame.f_back
     return None
+
+
+@contextmanager
+def called(identity: str | None, site: str | None = None) -> Iterator[None]:
+    """The edge calls inside are a framework's call named ``identity``; ``site`` is the
+    call site to record when the stack holds no agent frame (see the module docstring)."""
+    token = _CALL_ID.set(identity)
+    pending = None
+    if site is not None and _PENDING.get() is None and call_site(2) is None:
+        pending = _PENDING.set(site)
+    try:
+        yield
+    finally:
+        if pending is not None:
+            _PENDING.reset(pending)
+        _CALL_ID.reset(token)
+
+
+def take_call_id() -> str | None:
+    """The identity of the crossing being made, taken once (a crossing nested in its callee
+    is not the framework's call)."""
+    identity = _CALL_ID.get()
+    if identity is not None:
+        _CALL_ID.set(None)
+    return identity
 
 
 def site_function(site: str | None) -> str | None:

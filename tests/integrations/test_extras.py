@@ -27,6 +27,7 @@ CASES = {
     "tracevault.integrations.openai_agents": ("agents", "agents"),
     "tracevault.integrations.mcp_client": ("mcp", "mcp"),
     "tracevault.integrations.otel": ("google", "otel"),
+    "tracevault.integrations.litellm": ("litellm", "litellm"),
     "tracevault.desk.app": ("starlette", "ui"),
 }
 

@@ -91,3 +91,25 @@ def test_extra_call_after_the_end_of_an_unfinished_record(events) -> None:
     with pytest.raises(ReplayDivergence) as info:
         replay(unfinished, agents.research_agent)
     assert info.value.seq == 5 and info.value.expected is None and info.value.actual == "TOOL_CALL"
+
+
+def test_swapped_tools_are_headlined_by_the_tool_name(events) -> None:
+    with pytest.raises(ReplayDivergence) as info:
+        replay(events, agents.reordered_tools_agent)
+    assert info.value.diff[0] == '$.request.tool: expected "search", got "fetch"', info.value.diff
+    assert "differs from the record at $.request.tool" in str(info.value)
+
+
+def test_a_change_at_the_end_of_a_long_value_shows_where_it_differs() -> None:
+    from tracevault.replayer._json_diff import json_diff
+
+    prompt = "You are a careful assistant. " * 20
+    (line,) = json_diff(
+        {"system": prompt + "Answer in French."}, {"system": prompt + "Answer in German."}
+    )
+    expected, _, got = line.partition(", got ")
+    assert "French" in expected and "German" in got, line
+    assert expected.split("expected ")[1] != got.split(" (first")[0]
+    assert line.endswith(f"(first difference at character {len(prompt) + 11})"), line
+    # short values read as before
+    assert json_diff({"a": "x"}, {"a": "y"}) == ('$.a: expected "x", got "y"',)

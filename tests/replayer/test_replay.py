@@ -50,7 +50,7 @@ def test_recorded_tool_error_is_raised_again_with_its_type_and_message() -> None
     assert result.output == {"note": "fallback after FileNotFoundError", "t": 1_790_000_000.5}
 
 
-def test_recorded_error_is_a_recorded_error_and_the_builtin() -> None:
+def test_recorded_error_is_the_builtin_itself() -> None:
     seen: list[BaseException] = []
 
     def agent(agent_input, edges):
@@ -63,7 +63,7 @@ def test_recorded_error_is_a_recorded_error_and_the_builtin() -> None:
     events = record(agent, {}, run_id="r-err", model_fn=agents.fake_model, tools=agents.TOOLS)
     replay(events, agent)
     exc = seen[-1]
-    assert isinstance(exc, RecordedError) and isinstance(exc, FileNotFoundError)
+    assert type(exc) is FileNotFoundError and not isinstance(exc, RecordedError)
     assert exc.recorded_type == "FileNotFoundError"
     assert str(exc) == "no such page: https://example.org/missing"
 
@@ -137,3 +137,17 @@ def test_an_agent_defined_error_is_raised_again_as_its_own_class() -> None:
     assert events[1].error.type == "tests.replayer.agents.QuotaExceededError"
     result = replay(events, agents.quota_agent)
     assert result.matched and result.output == {"handled": "quota of u1 exhausted"}
+
+
+def test_encrypted_events_replayed_unopened_say_how_to_open_them() -> None:
+    import dataclasses
+    import os
+
+    from tracevault.content import RunCipher
+    from tracevault.errors import ConfigError
+
+    events = _record()
+    cipher = RunCipher(events[0].run_id, os.urandom(32))
+    sealed = [dataclasses.replace(events[0], request=cipher.seal(0, "request", events[0].request))]
+    with pytest.raises(ConfigError, match=r"content is encrypted .* tracevault\.content\.open_run"):
+        replay([*sealed, *events[1:]], agents.research_agent)

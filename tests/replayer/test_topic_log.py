@@ -106,6 +106,16 @@ def test_a_legacy_run_verifies_without_keys_and_fails_l1_with_them(settings, tmp
         verify_bundle(tmp_path / "b", log=_policy(settings, key.verifier.vkey))
 
 
+def test_a_topic_run_loaded_without_its_log_says_to_load_it_with_log(settings, writer) -> None:
+    writer.publish(seal(recorded("run-log-nolog")), batches=2)
+    run = load_run(settings, "run-log-nolog", source="topic")  # with_log forgotten
+    with pytest.raises(LogError, match=r"without its signed-log checkpoints.*with_log=True"):
+        verify(run, log=_policy(settings, writer.vkey))
+    report = verify(load_run(settings, "run-log-nolog", source="topic", with_log=True),
+                    log=_policy(settings, writer.vkey))  # fmt: skip
+    assert report.log_checked
+
+
 def test_a_bundle_from_the_topic_carries_tlog_proofs_checked_offline(
     settings, writer, tmp_path
 ) -> None:

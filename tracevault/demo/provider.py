@@ -3,7 +3,8 @@ APIs, JSON and SSE streaming: the README example, the adapter tests and the over
 drive the real SDKs over real sockets with it, offline and deterministically.
 
 Deterministic answers: with tools offered and no tool result yet, the model asks for the
-first tool with ``{"city": "Paris"}``; otherwise it answers ``"echo: <last text>"``. A
+first tool with ``{"city": "Paris"}`` (every tool offered, in parallel, when a message says
+``[parallel]``: Chat Completions, not streamed); otherwise it answers ``"echo: <last text>"``. A
 request whose messages contain ``429`` is refused with HTTP 429 (rate limited). A requested
 model in ``BUILDS`` is answered with its dated build; any other is echoed (so a request for
 ``"x-latest"`` comes back naming the alias). Every request is kept in
@@ -78,8 +79,12 @@ def chat(body: dict[str, Any]) -> dict[str, Any]:
         text = json.dumps({"answer": text})
     message: dict[str, Any] = {"role": "assistant", "content": None if tool else text}
     if tool:
+        names = [tool]
+        if "[parallel]" in json.dumps(body.get("messages") or []):
+            names = [t["function"]["name"] for t in body["tools"]]
         message["tool_calls"] = [
-            {"id": "call_1", "type": "function", "function": {"name": tool, "arguments": text}}
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": text}}
+            for i, n in enumerate(names, 1)
         ]
     n = _usage_words(text)
     return {

@@ -9,7 +9,10 @@ of the client's own (so ``isinstance``, ``with``, every resource and helper are 
   connection error;
 - ``copy`` / ``with_options`` keep the door: an ``http_client=`` given there is put behind a
   door of its own, so no copy of a wrapped client talks to the provider unrecorded;
-- ``edges`` is the edges the client records through.
+- ``edges`` is the edges the client records through;
+- ``_make_status_error_from_response`` gives, for an error response a door handed the SDK,
+  the exception the crossing recorded (``tracevault.integrations._door.ERROR_KEY``), so the
+  SDK's retry loop runs as unwrapped and the agent gets the recorded error.
 
 ``wrap(client, edges, stream_timing=True)`` keeps a stream's chunk timing: live, each event's
 arrival is recorded with the stream; under replay the events are served with the recorded
@@ -28,7 +31,7 @@ import httpx2
 
 from tracevault.edges import Edges
 from tracevault.errors import ConfigError
-from tracevault.integrations._door import AsyncDoor, Door, Sdk, carried
+from tracevault.integrations._door import ERROR_KEY, AsyncDoor, Door, Sdk, carried
 
 __all__ = ["AsyncRecorded", "Recorded", "wrap_client"]
 
@@ -52,6 +55,12 @@ class Recorded:
             if original is None:
                 raise
             raise original from None
+
+    def _make_status_error_from_response(self, response: Any) -> Any:
+        made = response.extensions.get(ERROR_KEY)
+        if made is not None:
+            return made
+        return super()._make_status_error_from_response(response)  # type: ignore[misc]
 
     def copy(self, **kwargs: Any) -> Any:
         given = kwargs.get("http_client")

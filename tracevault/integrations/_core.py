@@ -20,7 +20,6 @@ from typing import Any
 import httpx2
 
 from tracevault.edges import JSON
-from tracevault.recorded_error import RecordedError
 
 __all__ = ["Api", "no_tool_calls", "plain_stream"]
 
@@ -57,14 +56,14 @@ class Api:
     connection_error: type[Exception]
     """The SDK's ``APIConnectionError`` (``APITimeoutError`` under it)."""
 
-    def sdk_error(self, recorded: RecordedError, url: str) -> Exception | None:
+    def sdk_error(self, recorded_type: str, message: str, url: str) -> Exception | None:
         """The SDK's own exception for an error the record says the call raised, or None.
 
         The record keeps the type and message; the SDK's constructors want an HTTP response
         or request, which are rebuilt (status from the message, no body) without a socket,
         so the agent's ``except openai.RateLimitError:`` takes the branch it took live.
         """
-        module, _, name = recorded.recorded_type.rpartition(".")
+        module, _, name = recorded_type.rpartition(".")
         cls: Any = getattr(sys.modules.get(module), name, None)
         if not isinstance(cls, type):
             return None
@@ -72,13 +71,13 @@ class Api:
         made: Exception | None = None
         make: Any = cls  # the SDKs' constructors take keyword arguments Exception does not
         if issubclass(cls, self.status_error):
-            status = _STATUS.match(recorded.message)
+            status = _STATUS.match(message)
             if status is not None:
                 response = httpx2.Response(int(status.group(1)), request=request)
-                made = make(recorded.message, response=response, body=None)
+                made = make(message, response=response, body=None)
         elif issubclass(cls, self.connection_error):
             try:
-                made = make(message=recorded.message, request=request)
+                made = make(message=message, request=request)
             except TypeError:  # APITimeoutError(request): its message is fixed
                 made = make(request=request)
         return made

@@ -28,8 +28,12 @@ Gaps, not a schedule: an event served late does not shorten the next gap to catc
 Without the key, or without the option, a stream is served at once, as before.
 
 A provider error status is raised as the SDK's own exception inside the crossing (so the
-record holds its type and message, as before) and the SDK does not retry it: each attempt is
-one recorded outcome. Exceptions of tracevault (a divergence, a refusal) are carried through the
+record holds its type and message, as before), then handed to the SDK as the error response
+it is (:data:`ERROR_KEY` carries the exception), so the SDK's own retry loop runs as it does
+unwrapped: a retried 429 or 5xx is one recorded crossing per attempt, and the exception the
+agent finally gets is the recorded one (docs/design.md, the wrapped clients). Under replay the
+rebuilt response says ``retry-after-ms: 1``: the SDK retries where the record says it did,
+without waiting. Exceptions of tracevault (a divergence, a refusal) are carried through the
 SDK's own error handling (:class:`Sdk.carrier`) and raised as themselves by the wrapped
 client's ``request`` (:mod:`tracevault.integrations._client`).
 """
@@ -43,20 +47,54 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import httpx2
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
 from tracevault.integrations._core import Api, _seed
-from tracevault.recorded_error import RecordedError
+from tracevault.recorded_error import recorded_type
 
-__all__ = ["CHUNK_OFFSETS", "AsyncDoor", "Door", "Plan", "Sdk", "carried", "sse_events"]
+__all__ = [
+    "CHUNK_OFFSETS",
+    "ERROR_KEY",
+    "AsyncDoor",
+    "Door",
+    "Plan",
+    "Sdk",
+    "carried",
+    "sse_events",
+]
 
 CHUNK_OFFSETS = "chunk_offsets"
 """Key of a stream record (``stream_timing=True``): each event's arrival, in seconds from the
 response's headers, one per ``stream`` event. Records without it replay instantly."""
 
+ERROR_KEY = "tracevault.error"
+"""Extension of an error response a door hands the SDK: the SDK error the crossing raised
+(live) or the record holds (replay), returned by the wrapped client's
+``_make_status_error_from_response``."""
+
 _JSON_TYPES = ("application/json", "text/json")
+
+
+def _timeout(given: Any, kind: Any = httpx2.Timeout) -> Any:
+    """``given`` (an httpx2 or a legacy httpx ``Timeout``) as a ``kind`` one: the SDK gives
+    its HTTP client httpx2's, a legacy ``httpx.Client`` (``with_options(http_client=...)``)
+    reads another as one number for all four and fails to connect."""
+    if isinstance(given, kind) or not isinstance(given, httpx2.Timeout | httpx.Timeout):
+        return given
+    parts = ("connect", "read", "write", "pool")
+    return kind(**{p: getattr(given, p) for p in parts})
+
+
+def _build(inner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> httpx2.Request:
+    """``inner.build_request``, with a timeout of the kind ``inner`` reads."""
+    if "timeout" in kwargs:
+        legacy = isinstance(inner, httpx.Client | httpx.AsyncClient)
+        kwargs["timeout"] = _timeout(kwargs["timeout"], httpx.Timeout if legacy else httpx2.Timeout)
+    built: httpx2.Request = inner.build_request(*args, **kwargs)
+    return built
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,16 +324,38 @@ class _Base:
             200, headers={"content-type": ctype}, content=content, request=request
         )
 
+    def _error_response(self, failed: Exception, request: httpx2.Request) -> Any:
+        """The error response to hand the SDK for a status error, or None to raise ``failed``.
+
+        Live it is the provider's own response (its retry headers); under replay a rebuild
+        with the recorded status and a 1 ms ``retry-after-ms``."""
+        if not isinstance(failed, self.sdk.errors.status_error):
+            return None
+        got: Any = getattr(failed, "response", None)
+        if not isinstance(got, httpx2.Response | httpx.Response):
+            return None
+        if got.request is request:
+            got.extensions[ERROR_KEY] = failed
+            return got
+        return httpx2.Response(
+            got.status_code,
+            headers={"retry-after-ms": "1", "content-type": "application/json"},
+            content=b"{}",
+            request=request,
+            extensions={ERROR_KEY: failed},
+        )
+
     def _failed(self, exc: Exception, request: httpx2.Request) -> Exception:
         """What the SDK is handed for an exception of the crossing."""
-        if isinstance(exc, RecordedError):
-            made = self.sdk.errors.sdk_error(exc, str(request.url))
+        name = recorded_type(exc)
+        if name is not None:
+            made = self.sdk.errors.sdk_error(name, str(exc), str(request.url))
             if made is not None:
                 return made
-            cls: Any = getattr(httpx2, exc.recorded_type.rpartition(".")[2], None)
-            named = exc.recorded_type.startswith("httpx2.") and isinstance(cls, type)
+            cls: Any = getattr(httpx2, name.rpartition(".")[2], None)
+            named = name.startswith("httpx2.") and isinstance(cls, type)
             if named and issubclass(cls, httpx2.RequestError):
-                rebuilt: Exception = cls(exc.message, request=request)
+                rebuilt: Exception = cls(str(exc), request=request)
                 return rebuilt
         if isinstance(exc, httpx2.RequestError | self.sdk.base_error):
             return exc  # the SDK's own: it handles these as it would live
@@ -313,7 +373,7 @@ class Door(_Base, httpx2.Client):
         status_error: Callable[..., Any],
         stream_timing: bool = False,
     ) -> None:
-        super().__init__(timeout=inner.timeout)
+        super().__init__(timeout=_timeout(inner.timeout))
         self._setup(sdk, edges, inner, status_error, stream_timing)
 
     def _paced(self, events: list[JSON], offsets: list[float]) -> Iterator[bytes]:
@@ -324,8 +384,7 @@ class Door(_Base, httpx2.Client):
             yield pacer.sent(ev, offset)
 
     def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
-        built: httpx2.Request = self.inner.build_request(*args, **kwargs)
-        return built
+        return _build(self.inner, args, kwargs)
 
     def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
         plan = self.sdk.plan(request)
@@ -353,7 +412,10 @@ class Door(_Base, httpx2.Client):
                     plan.request, model=None, seed=plan.seed, call=lambda _r, **_k: live()
                 )
         except Exception as exc:
-            raise self._failed(exc, request) from None
+            failed = self._failed(exc, request)
+            if (response := self._error_response(failed, request)) is not None:
+                return response  # type: ignore[no-any-return]
+            raise failed from None
         return self._served(plan, recorded, request)
 
     def close(self) -> None:
@@ -372,7 +434,7 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
         status_error: Callable[..., Any],
         stream_timing: bool = False,
     ) -> None:
-        super().__init__(timeout=inner.timeout)
+        super().__init__(timeout=_timeout(inner.timeout))
         self._setup(sdk, edges, inner, status_error, stream_timing)
 
     async def _paced(self, events: list[JSON], offsets: list[float]) -> AsyncIterator[bytes]:
@@ -383,8 +445,7 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
             yield pacer.sent(ev, offset)
 
     def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
-        built: httpx2.Request = self.inner.build_request(*args, **kwargs)
-        return built
+        return _build(self.inner, args, kwargs)
 
     async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
         plan = self.sdk.plan(request)
@@ -412,7 +473,10 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
                     plan.request, model=None, seed=plan.seed, call=lambda _r, **_k: live()
                 )
         except Exception as exc:
-            raise self._failed(exc, request) from None
+            failed = self._failed(exc, request)
+            if (response := self._error_response(failed, request)) is not None:
+                return response  # type: ignore[no-any-return]
+            raise failed from None
         return self._served(plan, recorded, request)
 
     async def aclose(self) -> None:

@@ -12,7 +12,11 @@ Three seams of the framework, each one line (docs/langgraph.md):
   LangChain's default (a tool call, through that ``bind_tools``).
 - :func:`tool` / :func:`tools` wrap LangChain tools (``@tool``, ``BaseTool``) for a
   ``ToolNode``: each call is a TOOL_CALL crossing (``{"tool": name, "args": args}``), the
-  tool run live and its result served under replay. A tool named in ``side_effects`` is
+  tool run live and its result served under replay. Each call carries the model's tool-call
+  id (``tracevault.call_id``), by which replay matches ``ToolNode``'s concurrent calls (sync
+  tools run in a thread pool) whatever order they arrive in, and, called from a worker thread
+  whose stack holds no agent frame, the tool's own definition as its call site. A tool named
+  in ``side_effects`` is
   recorded as tracevault's side effect (``Tool(fn, side_effect=True)``): it gets an
   idempotency key (:func:`idempotency_key` inside the tool), and a fork does not run it again.
 - :func:`checkpointer` wraps a LangGraph checkpointer (``InMemorySaver``, a database saver):
@@ -65,7 +69,7 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra("langgraph", exc) from exc
 from pydantic import BaseModel, ConfigDict
 
-from tracevault.callsite import add_harness_module
+from tracevault.callsite import add_harness_module, called
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, PayloadError
 from tracevault.producer import Recorder, Tool
@@ -294,6 +298,14 @@ class RecordedTool(BaseTool):
             )
         return _jsonable(kwargs, "$.request.args")
 
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        with called(kwargs.get("tool_call_id"), _definition(self.inner)):
+            return super().run(tool_input, *args, **kwargs)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        with called(kwargs.get("tool_call_id"), _definition(self.inner)):
+            return await super().arun(tool_input, *args, **kwargs)
+
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         token = _ASYNC.set(False)
         try:
@@ -325,6 +337,15 @@ class RecordedTool(BaseTool):
             return await self.inner.ainvoke(args)
         finally:
             _KEY.reset(token)
+
+
+def _definition(t: BaseTool) -> str | None:
+    """``module:function:line`` of the function behind ``t`` (``@tool``'s, else its ``_run``)."""
+    fn: Any = getattr(t, "func", None) or getattr(t, "coroutine", None) or type(t)._run
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    return f"{fn.__module__}:{fn.__qualname__}:{code.co_firstlineno}"
 
 
 def _register(recorded: RecordedTool, edges: Edges) -> None:

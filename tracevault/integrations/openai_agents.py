@@ -1,7 +1,9 @@
 """Record and replay an OpenAI Agents SDK agent: ``await run(agent, input, edges, client)``.
 
-``run`` is ``agents.Runner.run`` with the run's crossings recorded (live) or served from the
-record (under replay), through the SDK's own runner:
+``run`` is ``agents.Runner.run`` and :func:`run_streamed` is ``agents.Runner.run_streamed``
+(its ``stream_events()`` as the SDK's own, the model's stream served from the record), with
+the run's crossings recorded (live) or served from the record (under replay), through the
+SDK's own runner:
 
 - **model calls**: every agent's model is the SDK's own ``OpenAIChatCompletionsModel`` or
   ``OpenAIResponsesModel`` (``use_responses=``) over ``client`` wrapped by
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from tracevault.errors import missing_extra
@@ -43,9 +46,15 @@ try:
     from agents.models.interface import Model, ModelProvider
     from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
     from agents.models.openai_responses import OpenAIResponsesModel
+    from agents.result import RunResultStreaming
     from agents.tool import FunctionTool
     from agents.usage import Usage
-    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+    from openai.types.responses import (
+        Response,
+        ResponseCompletedEvent,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
 except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra("agents", exc) from exc
 from pydantic import BaseModel
@@ -56,7 +65,7 @@ from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.integrations import openai as openai_adapter
 from tracevault.integrations._tools import atool
 
-__all__ = ["DEFAULT_MODEL", "RecordedProvider", "run"]
+__all__ = ["DEFAULT_MODEL", "RecordedProvider", "run", "run_streamed"]
 
 add_harness_module("agents")
 
@@ -173,7 +182,9 @@ class _SubRun(Model):
     def __init__(self, run: _Run, target: Agent[Any], context: Any) -> None:
         self.run, self.target, self.context = run, target, context
 
-    async def get_response(self, system_instructions: Any, input: Any, *_a: Any, **_k: Any) -> Any:
+    async def _output(self, input: Any) -> ResponseOutputMessage:
+        """The child run (one sub-agent crossing), its final output as the answer."""
+
         async def child(history: JSON, edges: Edges) -> JSON:
             sub = self.run.child(edges)
             result = await Runner.run(
@@ -187,17 +198,29 @@ class _SubRun(Model):
 
         output = await self.run.edges.asubagent(self.target.name, child, _jsonable(input))
         text = output if isinstance(output, str) else json.dumps(output)
-        message = ResponseOutputMessage(
+        return ResponseOutputMessage(
             id="tracevault-subagent",
             type="message",
             role="assistant",
             status="completed",
             content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
         )
+
+    async def get_response(self, system_instructions: Any, input: Any, *_a: Any, **_k: Any) -> Any:
+        message = await self._output(input)
         return ModelResponse(output=[message], usage=Usage(), response_id=None)
 
-    def stream_response(self, *_a: Any, **_k: Any) -> Any:
-        raise ConfigError("tracevault records Runner.run, not Runner.run_streamed")
+    async def stream_response(
+        self, system_instructions: Any, input: Any, *_a: Any, **_k: Any
+    ) -> AsyncIterator[Any]:
+        """Under ``run_streamed``: the child's output as one completed response event."""
+        message = await self._output(input)
+        response = Response.model_construct(
+            id="tracevault-subagent", object="response", output=[message], usage=None
+        )
+        yield ResponseCompletedEvent.model_construct(
+            type="response.completed", response=response, sequence_number=0
+        )
 
 
 async def run(
@@ -235,3 +258,29 @@ async def run(
         if isinstance(cause, TraceVaultError):
             raise cause from None
         raise
+
+
+def run_streamed(
+    agent: Agent[Any],
+    input: Any,
+    edges: Edges,
+    *,
+    client: openai.AsyncOpenAI,
+    use_responses: bool = False,
+    context: Any = None,
+    max_turns: int = 10,
+    run_config: RunConfig | None = None,
+) -> RunResultStreaming:
+    """``Runner.run_streamed(agent, input)`` recorded through ``edges``, as :func:`run`: the
+    model's streams, the function tools and the handoffs (sub-agents) are recorded; iterate
+    ``stream_events()`` as with the SDK. Under replay no tool runs and no socket opens."""
+    if not isinstance(client, openai.AsyncOpenAI):
+        raise ConfigError(f"run_streamed(..., client=) needs an openai.AsyncOpenAI, got {client!r}")
+    recorded = _Run(edges, client, use_responses, run_config or RunConfig(), max_turns)
+    return Runner.run_streamed(
+        recorded.agent(agent),
+        input,
+        context=context,
+        max_turns=max_turns,
+        run_config=recorded.config(),
+    )

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from tracevault.callsite import SITE_ATTRIBUTE, call_site
+from tracevault.callsite import CALL_ID_ATTRIBUTE, SITE_ATTRIBUTE, call_site, take_call_id
 from tracevault.content import Redactor
 from tracevault.edges import CANCELLED_ATTRIBUTE, JSON, Crossing, reported_model
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
@@ -316,6 +316,9 @@ def _with_site(site: str | None, attrs: dict[str, str] | None = None) -> dict[st
     out = attrs if attrs is not None else {}
     if site is not None:
         out[SITE_ATTRIBUTE] = site
+    identity = take_call_id()
+    if identity is not None:
+        out[CALL_ID_ATTRIBUTE] = identity
     return out
 
 

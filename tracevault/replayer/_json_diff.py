@@ -4,6 +4,9 @@ A divergence report is only useful if it points at the field that changed, so di
 are listed as ``$.messages[2].content: expected "hi", got "hello"`` lines, one per leaf, in
 document order. ``1`` and ``true`` differ here because canonical JSON (what the chain
 covers) tells them apart; ``1`` and ``1.0`` do not, because RFC 8785 writes both as ``1``.
+Two long values that differ are shown around their first differing character (``…`` where
+cut, and the character's offset), so a change at the end of a long prompt reads as that
+change, not as two equal first 80 characters.
 """
 
 from __future__ import annotations
@@ -88,7 +91,32 @@ def leaf_line(leaf: Leaf) -> str:
         return f"{path}: missing (recorded {short_json(expected)})"
     if expected is MISSING:
         return f"{path}: unexpected {short_json(actual)} (not in the record)"
-    return f"{path}: expected {short_json(expected)}, got {short_json(actual)}"
+    a, b = _compact(expected), _compact(actual)
+    if len(a) <= _SHORT and len(b) <= _SHORT:
+        return f"{path}: expected {a}, got {b}"
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    return (
+        f"{path}: expected {_window(a, at)}, got {_window(b, at)} "
+        f"(first difference at character {at})"
+    )
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_BEFORE = 30  # characters shown before the first difference
+
+
+def _window(text: str, at: int) -> str:
+    """``text`` around offset ``at``: at most ``_SHORT`` characters, ``…`` where cut."""
+    start = max(0, at - _BEFORE)
+    end = min(len(text), start + _SHORT)
+    head = "…" if start > 0 else ""
+    tail = "…" if end < len(text) else ""
+    return f"{head}{text[start:end]}{tail}"
 
 
 def _walk(expected: Any, actual: Any, path: str, out: list[Leaf]) -> None:

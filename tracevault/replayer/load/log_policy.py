@@ -266,6 +266,14 @@ def check_log(
     if run.log_evidence is None and run.log_origin is not None and run.log_checkpoints:
         leaves = leaf_hashes(run.run_id, seqs, hashes)
     evidence = run_evidence(run, policy.keys, leaves)
+    if evidence is None and run.source == "topic" and run.log_origin is None:
+        raise LogError(
+            f"L1 signature: run {run.run_id} was read from the topic without its signed-log "
+            "checkpoints, which verify needs to check it against trusted keys: load it with "
+            f"load_run(settings, {run.run_id!r}, source='topic', with_log=True)",
+            run=run.run_id,
+            obj=where,
+        )
     if evidence is None:
         raise LogError(
             f"L1 signature: run {run.run_id} from the {run.source} ({where}) carries no "

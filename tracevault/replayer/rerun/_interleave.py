@@ -5,7 +5,9 @@ results come back follows latency. Served in seq order with no waiting, one bran
 straight through and the run would diverge. So a run whose record overlaps crossings is
 served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
 
-* **Matching does not depend on timing.** A call is matched to the recorded crossing of its
+* **Matching does not depend on timing.** A call its framework named (a tool-call id,
+  ``tracevault.callsite.called``) is matched to the crossing recorded with that identity,
+  whatever order the calls arrive in. Another call is matched to the recorded crossing of its
   *branch*: the one whose ``branch_prev`` is the crossing this task or thread completed last
   (a new task inherits its creator's, through its copied context), with the same kind and
   request; among several, the lowest seq. A call no branch explains (a thread-pool worker
@@ -27,7 +29,10 @@ served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
   branch then raises the same divergence.
 
 A record that never overlapped (each crossing done before the next began: a sequential
-agent, or a v1 record with no ``interleave``) is served by the plain cursor, as before.
+agent, or a v1 record with no ``interleave``) is served by the plain cursor, as before,
+unless a crossing carries a call identity: calls a framework runs concurrently (ToolNode's
+thread pool) may have happened not to overlap live and still arrive in any order under
+replay, so such a record is served here.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any, NoReturn, Protocol
 
+from tracevault.callsite import CALL_ID_ATTRIBUTE, take_call_id
 from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer.rerun._cancel import abandoned, never_cancelled, ran_for_s
@@ -93,6 +99,8 @@ def interleaved(events: Sequence[TraceEvent]) -> bool:
             continue
         if il.done_order != i or il.started_at_done != i + 1:
             overlapped = True
+        if CALL_ID_ATTRIBUTE in ev.attributes:
+            overlapped = True  # named concurrent calls: matched by name (module docstring)
     return overlapped
 
 
@@ -159,7 +167,11 @@ class Interleaver:
         order: dict[int, int] = {}
         self._by_prev: dict[int | None, list[int]] = {}
         self._children: dict[int, list[int]] = {}
+        self._by_id: dict[str, list[int]] = {}
         for ev in events:
+            identity = ev.attributes.get(CALL_ID_ATTRIBUTE)
+            if identity is not None:
+                self._by_id.setdefault(identity, []).append(ev.seq)
             il = ev.interleave
             if il is not None:
                 order[il.done_order] = ev.seq
@@ -258,6 +270,7 @@ class Interleaver:
     ) -> tuple[TraceEvent, _Waiter | None]:
         """The recorded crossing that answers this call, and what to wait on for its turn."""
         data = canonical_json(crossing.request, field="request")
+        identity = take_call_id()
         last = _BRANCH.get()
         prev = last[1] if last is not None and last[0] == self._token else None
         with self._lock:
@@ -272,7 +285,9 @@ class Interleaver:
                         at=gap.seq,
                     )
                 )
-            seq = self._match(crossing, data, prev)
+            seq = self._named(crossing, data, identity)
+            if seq is None:
+                seq = self._match(crossing, data, prev)
             if seq is None:
                 found = self._unmatched(crossing, data, prev)
                 if isinstance(found, TraceEvent):
@@ -296,6 +311,13 @@ class Interleaver:
                 self._advance()
         _BRANCH.set((self._token, seq))
         return self._events[seq], waiter
+
+    def _named(self, crossing: Crossing, data: bytes, identity: str | None) -> int | None:
+        """The open crossing recorded under the call's identity, with the same request."""
+        for seq in self._by_id.get(identity, ()) if identity is not None else ():
+            if not self._matched[seq] and self._same(self._events[seq], crossing, data):
+                return seq
+        return None
 
     def _match(self, crossing: Crossing, data: bytes, prev: int | None) -> int | None:
         for seq in self._by_prev.get(prev, ()):
@@ -385,6 +407,22 @@ class Interleaver:
             self._raise_if_failed()
             self._progress = time.monotonic()
             self._complete(self._slot[seq])
+
+    def finished(self, upto: int) -> None:
+        """The agent's end (RUN_FINISHED, or ERROR then RUN_FINISHED) below ``upto`` matched.
+
+        Live a crossing may complete after the run's end: a gather's sibling left running
+        when another branch failed, cancelled by ``asyncio.run`` at shutdown. Its turn comes
+        after the end's, so the end completes here; otherwise that sibling waits for a turn
+        that never comes and diverges at shutdown, after a replay that matched."""
+        with self._lock:
+            for seq in range(min(upto, len(self._events))):
+                if self._events[seq].kind in (EventKind.RUN_FINISHED, EventKind.ERROR):
+                    self._matched[seq] = True
+                    if self._slot[seq] >= 0:
+                        self._completed[self._slot[seq]] = True
+            self._progress = time.monotonic()
+            self._complete(-1)
 
     # -- divergence and stalls --------------------------------------------------------------
     def _raise_if_failed(self) -> None:

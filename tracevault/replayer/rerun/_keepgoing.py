@@ -37,6 +37,7 @@ from tracevault.recorded_error import type_name
 from tracevault.replayer._json_diff import MISSING, json_diff, short_json
 from tracevault.replayer._results import DivergenceReport, StepSummary
 from tracevault.replayer.rerun._interleave import _BRANCH, Interleaver
+from tracevault.replayer.rerun._mismatch import names_first
 from tracevault.replayer.rerun.align import Probe, RecordIndex, event_site, is_crossing
 from tracevault.replayer.rerun.edges import ReplayCursor
 from tracevault.schemas import EventKind, TraceEvent, canonical_json, canonical_json_like
@@ -127,7 +128,7 @@ class KeepGoingCursor(ReplayCursor):
         if not unseeded and crossing.seed != ev.seed:
             diff.append(f"$.seed: expected {ev.seed}, got {crossing.seed}")
         if request != ev.request:
-            diff.extend(json_diff(_loads(ev.request), crossing.request, "$.request"))
+            diff.extend(names_first(json_diff(_loads(ev.request), crossing.request, "$.request")))
         recorded_site = event_site(ev)
         if diff or after is not None:
             moved = "" if recorded_site in (None, site) else f" (recorded at {recorded_site})"

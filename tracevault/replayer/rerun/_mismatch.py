@@ -13,7 +13,7 @@ from tracevault.edges import Crossing
 from tracevault.replayer._json_diff import json_diff, short_json
 from tracevault.schemas import EventKind, TraceEvent, canonical_json_like
 
-__all__ = ["StopReplay", "gap_reason", "loads", "mismatch", "seed_differs"]
+__all__ = ["StopReplay", "gap_reason", "loads", "mismatch", "names_first", "seed_differs"]
 
 
 class StopReplay(BaseException):
@@ -43,6 +43,16 @@ def gap_reason(ev: TraceEvent) -> str:
     )
 
 
+#: Request paths that name what was called: a change there heads the diff (two swapped tools
+#: are a tool-name change first, whatever their arguments sort as).
+_NAMES = ("$.request.tool:", "$.request.name:", "$.request.api:")
+
+
+def names_first(lines: tuple[str, ...]) -> list[str]:
+    """``lines`` with the ones that name the callee first (see ``_NAMES``), else in order."""
+    return sorted(lines, key=lambda line: not line.startswith(_NAMES))
+
+
 def mismatch(ev: TraceEvent, crossing: Crossing) -> tuple[str, tuple[str, ...]] | None:
     """Why ``crossing`` is not the recorded ``ev``: (reason, JSON-path diff), or None.
 
@@ -69,7 +79,7 @@ def mismatch(ev: TraceEvent, crossing: Crossing) -> tuple[str, tuple[str, ...]] 
     if seed_differs(ev, crossing):
         diff.append(f"$.seed: expected {short_json(ev.seed)}, got {short_json(crossing.seed)}")
     if actual_bytes != ev.request:
-        diff.extend(json_diff(loads(ev.request), actual_req, "$.request"))
+        diff.extend(names_first(json_diff(loads(ev.request), actual_req, "$.request")))
         if len(diff) == 0:  # e.g. a record from before RFC 8785 holds 1.0, the re-run 1
             diff.append(
                 "$.request: the same JSON value, in other canonical bytes than the record's"

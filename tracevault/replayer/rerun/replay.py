@@ -26,12 +26,14 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from tracevault.content import is_envelope
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.recorded_error import type_name
 from tracevault.replayer._json_diff import json_diff
 from tracevault.replayer._results import ReplayResult
 from tracevault.replayer.rerun._keepgoing import KeepGoingCursor
+from tracevault.replayer.rerun._never_acts import never_acts
 from tracevault.replayer.rerun._until import UntilCursor
 from tracevault.replayer.rerun.edges import ReplayCursor, ReplayEdges, StopReplay
 from tracevault.schemas import ErrorInfo, EventKind, TraceEvent, canonical_json_like
@@ -57,6 +59,13 @@ class _Run:
         if until is not None and until < 0:
             raise ConfigError(f"--until must be a seq >= 0, got {until}")
         self.run_id = first.run_id
+        if first.request and is_envelope(first.request):
+            raise ConfigError(
+                f"run {self.run_id}: its content is encrypted (seq 0's request is a sealed "
+                "envelope), so there is nothing to replay yet: open it first with "
+                "tracevault.content.open_run(settings, events), whose settings name the key "
+                "provider of the run's tenant (the CLI's replay commands do this)"
+            )
         req = json.loads(first.request) if first.request else None
         if not isinstance(req, dict) or "input" not in req:
             raise ConfigError(
@@ -155,7 +164,14 @@ class _Run:
                 actual_request={},
             )
         c.pos += 1
+        self._finished()
         return self._result(matched=True, output=output)
+
+    def _finished(self) -> None:
+        """Let the crossings the record completes after the end have their turn."""
+        interleave = getattr(self.cursor, "interleave", None)
+        if interleave is not None:
+            interleave.finished(self.cursor.pos)
 
     def raised(self, exc: BaseException) -> ReplayResult:
         if self.all is not None:
@@ -198,6 +214,7 @@ class _Run:
         nxt = c.peek()
         if nxt is not None and nxt.kind is EventKind.RUN_FINISHED:
             c.pos += 1
+        self._finished()
         return self._result(matched=True, error=ev.error)
 
     def settle(
@@ -242,7 +259,8 @@ def replay(
     def outcome() -> ReplayResult:
         run.cursor.check_stop()
         try:
-            output = _check_sync(agent(run.input, run.edges))
+            with never_acts(run.cursor):
+                output = _check_sync(agent(run.input, run.edges))
         except (StopReplay, ReplayDivergence, ConfigError):
             raise
         except Exception as exc:
@@ -267,9 +285,10 @@ async def areplay(
     stopped = False
     try:
         run.cursor.check_stop()
-        result = agent(run.input, run.edges)
-        if inspect.isawaitable(result):
-            result = await result
+        with never_acts(run.cursor):
+            result = agent(run.input, run.edges)
+            if inspect.isawaitable(result):
+                result = await result
     except StopReplay:
         stopped = True
     except ReplayDivergence:

@@ -1,0 +1,123 @@
+"""Replay never acts: a side effect reached through a path no integration wraps (a tool given
+to the framework unwrapped, a function the agent calls itself, the agent's own code after a
+framework's run) cannot run under replay. It opens a connection, which replay refuses before
+anything leaves the process, as a divergence naming the address and the agent's frame; the
+"mail server" (the local provider, its requests counted) sees nothing. One test per
+integration, with the frameworks' own packages; the real Recorder, broker and sequencer."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import urllib.request
+import warnings
+from typing import Any
+
+import anthropic
+import openai
+from agents import Agent, function_tool
+from langchain_core.tools import tool as lc_tool
+from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import create_react_agent
+
+from tests.integrations.pipeline import Pipeline
+from tracevault.demo.provider import provider_server
+from tracevault.edges import Edges
+from tracevault.integrations import anthropic as tv_anthropic
+from tracevault.integrations import openai as tv_openai
+from tracevault.integrations.langgraph import chat_model, tools
+from tracevault.integrations.openai_agents import run as agents_run
+from tracevault.replayer import areplay, replay
+
+SERVER: dict[str, str] = {}  # the "mail server" the unwrapped side effect posts to
+
+
+def send_email(city: str) -> str:
+    """The side effect nobody wrapped: one HTTP request to the mail server per call."""
+    with urllib.request.urlopen(SERVER["url"] + "/v1/models", timeout=5) as reply:
+        reply.read()
+    return f"mailed about {city}"
+
+
+@lc_tool
+def email_tool(city: str) -> str:
+    """Mail the user about a city."""
+    return send_email(city)
+
+
+@lc_tool
+def weather_tool(city: str) -> str:
+    """The sky over a city."""
+    return f"clear over {city}"
+
+
+def langgraph_agent(task: dict[str, Any], edges: Edges) -> str:
+    llm = chat_model(ChatOpenAI(model="gpt-4o-mini", base_url=task["url"] + "/v1",
+                                api_key="t", max_retries=0), edges)  # fmt: skip
+    with warnings.catch_warnings():  # create_react_agent moved to langchain.agents in 1.0
+        warnings.simplefilter("ignore")
+        # the weather tool is wrapped; the e-mail tool was given to the graph unwrapped
+        graph = create_react_agent(llm, [*tools([weather_tool], edges), email_tool])
+    out = graph.invoke({"messages": [("user", "[parallel] weather in Paris?")]})
+    return str(out["messages"][-1].content)
+
+
+def openai_agent(task: dict[str, Any], edges: Edges) -> str:
+    sdk = openai.OpenAI(base_url=task["url"] + "/v1", api_key="t", max_retries=0)
+    spec = {"type": "function", "function": {"name": "send_email", "parameters": {}}}
+    with tv_openai.wrap(sdk, edges) as client:
+        asked = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "mail me"}], tools=[spec]
+        )
+        call = asked.choices[0].message.tool_calls[0]
+        return send_email(json.loads(call.function.arguments)["city"])  # not edges.tool
+
+
+async def anthropic_agent(task: dict[str, Any], edges: Edges) -> str:
+    sdk = anthropic.AsyncAnthropic(base_url=task["url"], api_key="t", max_retries=0)
+    spec = {"name": "send_email", "input_schema": {"type": "object"}}
+    async with tv_anthropic.wrap(sdk, edges) as client:
+        asked = await client.messages.create(
+            model="claude-haiku-4-5", max_tokens=64, tools=[spec],  # type: ignore[list-item]
+            messages=[{"role": "user", "content": "mail me"}],
+        )  # fmt: skip
+        use = next(b for b in asked.content if b.type == "tool_use")
+        return await asyncio.to_thread(send_email, use.input["city"])  # type: ignore[index]
+
+
+@function_tool
+def agents_weather(city: str) -> str:
+    """The sky over a city."""
+    return f"clear over {city}"
+
+
+async def agents_sdk_agent(task: dict[str, Any], edges: Edges) -> str:
+    agent = Agent(name="weather", instructions="Answer.", model="gpt-4o-mini",
+                  tools=[agents_weather])  # fmt: skip
+    async with openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t") as client:
+        result = await agents_run(agent, "weather in Paris?", edges, client=client)
+    return send_email(str(result.final_output))  # the agent's own code, after the run
+
+
+AGENTS = [langgraph_agent, openai_agent, anthropic_agent, agents_sdk_agent]
+
+
+def test_no_integration_replays_a_side_effect_it_does_not_wrap(pipeline: Pipeline) -> None:
+    for agent in AGENTS:
+        with provider_server() as server:
+            SERVER["url"] = server.url
+            run = pipeline.record(agent, {"url": server.url})
+            assert not isinstance(run.output, Exception), (agent.__name__, run.output)
+            mails = [r for r in server.requests if r.path == "/v1/models"]
+            assert mails, agent.__name__  # live, the unwrapped side effect ran
+            before = len(server.requests)
+            if inspect.iscoroutinefunction(agent):
+                result = asyncio.run(areplay(run.events, agent, raise_on_divergence=False))
+            else:
+                result = replay(run.events, agent, raise_on_divergence=False)
+            assert len(server.requests) == before, agent.__name__  # nothing sent again
+            assert not result.matched and result.divergence is not None, agent.__name__
+            div = result.divergence
+            assert div.actual == "CONNECT", (agent.__name__, div)
+            assert f"from {__name__}:send_email:" in div.reason, div.reason
