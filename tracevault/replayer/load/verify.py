@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from tracevault.errors import ConfigError
 from tracevault.replayer._records import LazyEvents
@@ -32,6 +33,7 @@ from tracevault.replayer.load.log_policy import (
     end_missing,
     last_event,
 )
+from tracevault.schemas.fast import SealedColumns
 from tracevault.transparency import AgentKeys, NoteVerifier
 
 __all__ = ["verify"]
@@ -97,6 +99,7 @@ def verify(
     end: EndRule | None = None,
     chain_only: bool = False,
     agents: AgentKeys | None = None,
+    agent_check: bool = True,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -109,7 +112,10 @@ def verify(
     lets one pass with a warning, ``require_finished`` always fails it. With ``rebuild``
     every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
-    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md).
+    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md):
+    provenance is required like the log key, so without any the report is ``unverified``
+    unless the caller waives the check with ``agent_check=False`` (``--no-agent-check``:
+    no agent vkey is consulted then, only that the run claims one ``agent_id``).
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
@@ -119,8 +125,37 @@ def verify(
     if require_finished:
         rule = EndRule(True, rule.idle_close_s, rule.skew_s)
     with gc_paused():
-        report = _verify(run, end=rule, rebuild=rebuild, log=log, agents=agents)
+        # waived (--no-agent-check): no agent vkey is consulted, as --no-log-check takes no key
+        report = _verify(
+            run,
+            end=rule,
+            rebuild=rebuild,
+            log=log,
+            agents=agents if agent_check else None,
+            agent_check=agent_check,
+        )
     return dataclasses.replace(report, chain_only=True) if chain_only else report
+
+
+def _check_identity(  # noqa: PLR0917 - the walk's state, as _verify has it
+    run_id: str,
+    columns: SealedColumns | None,
+    rows: Sequence[Any],
+    summary: RecordsSummary,
+    agents: AgentKeys | None,
+    agent_check: bool,
+) -> tuple[list[str], list[str], str]:
+    """Check I over the walk's columns (a rebuild) or rows (``_identity``)."""
+    return check_identity(
+        run_id,
+        columns.raws if columns is not None else [r["raw"] for r in rows],
+        columns.hashes if columns is not None else [r["hash"] for r in rows],
+        summary.kinds,
+        agents,
+        finished=summary.finished,
+        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
+        required=agent_check,
+    )
 
 
 def _verify(
@@ -130,6 +165,7 @@ def _verify(
     rebuild: bool,
     log: LogPolicy | None,
     agents: AgentKeys | None = None,
+    agent_check: bool = True,
 ) -> VerifyReport:
     # a rebuild reads a source's values in one walk (columns and events), where it can
     columns = run.records.columns() if rebuild else None
@@ -155,14 +191,8 @@ def _verify(
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
-    i_checks, i_warnings = check_identity(
-        run.run_id,
-        columns.raws if columns is not None else [r["raw"] for r in rows],
-        columns.hashes if columns is not None else [r["hash"] for r in rows],
-        summary.kinds,
-        agents,
-        finished=summary.finished,
-        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
+    i_checks, i_warnings, provenance = _check_identity(
+        run.run_id, columns, rows, summary, agents, agent_check
     )
     checks.extend(i_checks)
     warnings.extend(i_warnings)
@@ -201,4 +231,5 @@ def _verify(
         log_checked=log is not None,
         checkpoint=checkpoint,
         log_evidence=evidence,
+        provenance=provenance,
     )
