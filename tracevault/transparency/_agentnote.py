@@ -153,6 +153,10 @@ class AgentKeys:
         own = self._allowed.get(agent_id)
         return key in (own if own is not None else self._allowed.get(ANY_AGENT, ()))
 
+    def named(self, agent_id: str) -> bool:
+        """Whether the list names ``agent_id`` with a key of its own (not through ``"*"``)."""
+        return bool(self._allowed.get(agent_id))
+
     def keyed(self, agent_id: str) -> bool:
         """Whether some trusted key may record as ``agent_id``: a run claiming it must be
         signed (docs/identity.md, "Provenance is required")."""
