@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
@@ -15,9 +16,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.kafka_harness import LocalBroker, find_or_start_kafka
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
-from tracevault.transparency import LOG_KEY_ENV, Ed25519Signer
+from tracevault.transparency import LOG_KEY_ENV, AgentKeys, Ed25519Signer
 
 _VKEYS_ENV = "TRACEVAULT_LOG_VKEYS"
+_AGENT_KEY_ENV = "TRACEVAULT_AGENT_KEY"
+_AGENT_VKEYS_ENV = "TRACEVAULT_AGENT_VKEYS"
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +66,35 @@ def operator_key(operator_signer: Ed25519Signer) -> Iterator[str]:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def session_agent_signer() -> Ed25519Signer:
+    """The session's agent key: every Recorder of the suite signs its runs with it."""
+    return Ed25519Signer.generate("agents.tracevault-test")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_agent_key(session_agent_signer: Ed25519Signer) -> Iterator[str]:
+    """The session's agent key in TRACEVAULT_AGENT_KEY (every Recorder signs its run: a
+    deployment's provenance is required, docs/identity.md) and its vkey in
+    TRACEVAULT_AGENT_VKEYS for every agent id (``"*"``), so sequencers and verifiers trust it.
+    Tests of identity itself name their agent keys (``--agent-key``, ``Settings``)."""
+    saved = {k: os.environ.get(k) for k in (_AGENT_KEY_ENV, _AGENT_VKEYS_ENV)}
+    os.environ[_AGENT_KEY_ENV] = session_agent_signer.skey
+    os.environ[_AGENT_VKEYS_ENV] = json.dumps({"*": [session_agent_signer.verifier.vkey]})
+    yield session_agent_signer.skey
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def trusted_agents() -> AgentKeys:
+    """The agent vkeys a deployment of the suite trusts (``session_agent_key``), for
+    tests that call the library's ``verify`` as a deployment's verifier would."""
+    return AgentKeys.from_setting(os.environ.get(_AGENT_VKEYS_ENV, ""))
 
 
 @pytest.fixture

@@ -90,6 +90,7 @@ def settings(settings_factory: Callable[..., Settings], agent_key: Ed25519Signer
     return settings_factory(
         partitions=1,
         agent_vkeys=json.dumps(allowed),
+        agent_key=None,  # not the session's: each Recorder here names its key, or has none
         sequencer_batch_wait_ms=20,
         archive_segment_max_age_s=0.5,
     )
@@ -207,7 +208,7 @@ def test_forged_agent_id_with_a_key_allowed_only_for_another_agent_fails(
     res = CliRunner().invoke(tracevault, [*cmd, "--agent-key", pair], env=env)
     out = json.loads(res.output)
     assert res.exit_code == 1 and out["seq"] == 0 and "'payroll-bot'" in out["error"], out
-    # the genuine agent's own run, same key, verifies; a run without a key only warns
+    # the genuine agent's own run, same key, verifies; a keyless one claiming refund-bot fails
     good, legacy = "run-genuine", "run-legacy"
     with sequencer_running(settings) as (_seq, errors):
         publisher = Publisher(settings)
@@ -226,4 +227,4 @@ def test_forged_agent_id_with_a_key_allowed_only_for_another_agent_fails(
     assert code == 0 and out["ok"], out
     assert any(c.startswith("I identity") for c in out["checks"]), out
     code, out = _verify(settings, log_vkey, legacy, "--from", "topic", "--agent-key", pair)
-    assert code == 0 and any("no agent identity" in w for w in out["warnings"]), out
+    assert code == 1 and out["seq"] == 0 and "carries no agent signature" in out["error"], out

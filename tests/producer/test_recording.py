@@ -16,6 +16,7 @@ from tracevault.edges import JSON
 from tracevault.kafka import partition_for
 from tracevault.producer import Publisher, Recorder, Tool
 from tracevault.schemas import EventKind, TraceEvent
+from tracevault.transparency import ATTEST_ATTRIBUTE
 
 MODEL = "claude-sonnet-4-5-20250929"
 
@@ -115,6 +116,8 @@ def test_small_agent_reads_back_in_order_in_its_murmur2_partition(
 
     started, clock, rnd, state, model, search_ev, refund_ev, decision, finished = evs
     assert json.loads(started.request) == {"input": {"q": "where is my order"}}
+    signed = started.attributes.pop(ATTEST_ATTRIBUTE)  # the session's agent key signed seq 0
+    assert signed.startswith("tracevault/agent/v1\n")
     assert started.attributes == {"team": "support"}
     assert started.agent.agent_id == "triage-bot" and started.agent.harness == "pytest"
     assert json.loads(clock.response) == {"time": output["t"]}

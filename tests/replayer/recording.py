@@ -9,9 +9,10 @@ helper builds the many small variants the corpora need without Kafka.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tracevault.callsite import SITE_ATTRIBUTE, add_harness_module, call_site
@@ -25,6 +26,7 @@ from tracevault.edges import (
     state_crossing,
     tool_crossing,
 )
+from tracevault.producer._attest import Attestor
 from tracevault.schemas import (
     AgentInfo,
     ErrorInfo,
@@ -34,6 +36,7 @@ from tracevault.schemas import (
     canonical_json,
     encode_event,
 )
+from tracevault.transparency import Ed25519Signer, NoteSigner
 
 add_harness_module(__name__)  # the site recorded is the agent's line, as the Recorder's
 AGENT = AgentInfo("test-agent", "1.0.0", "test-host", "pytest", "0.1.0")
@@ -186,12 +189,35 @@ async def arecord(
     return edges.events
 
 
+def signed_raws(events: list[TraceEvent], key: NoteSigner | None = None) -> list[bytes]:
+    """``events`` encoded as a Recorder with an agent key writes them: notes in RUN_STARTED,
+    every 64 events and RUN_FINISHED, signed by ``key`` (default: the session's agent key,
+    TRACEVAULT_AGENT_KEY, tests/conftest.py), so a deployment's verify proves who wrote them."""
+    signer = key or os.environ.get("TRACEVAULT_AGENT_KEY")
+    if signer is None:
+        return [encode_event(e) for e in events]
+    if isinstance(signer, str):
+        signer = Ed25519Signer.from_skey(signer)
+
+    def encode(f: Any) -> bytes:
+        ev = events[f[0] - events[0].seq]
+        return encode_event(replace(ev, attributes={**ev.attributes, **(f[10] or {})}))
+
+    att = Attestor(events[0].run_id, encode, signer, every=64, interval_s=1e9)
+    return [att.encode_fields((e.seq, e.kind, *(None,) * 8, {}, None)) for e in events]  # type: ignore[arg-type]
+
+
 def seal(
-    events: list[TraceEvent], *, partition: int = 0, sequencer_id: str = "test"
+    events: list[TraceEvent],
+    *,
+    partition: int = 0,
+    sequencer_id: str = "test",
+    signed: bool = True,
 ) -> list[SealedEvent]:
-    """Encode and chain ``events`` like the sequencer does."""
+    """Encode and chain ``events`` like the sequencer does; ``signed``: as an agent with the
+    session's agent key wrote them (:func:`signed_raws`), else with no agent note."""
     return seal_raws(
-        [encode_event(e) for e in events],
+        signed_raws(events) if signed else [encode_event(e) for e in events],
         events[0].run_id,
         partition=partition,
         sequencer_id=sequencer_id,

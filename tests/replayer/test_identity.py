@@ -58,8 +58,9 @@ def _check(raws: list[bytes], *, finished: bool = True, agents: AgentKeys | None
 
 
 def test_the_genuine_run_passes_with_the_identity_check() -> None:
-    checks, warnings = _check(_signed(11))
+    checks, warnings, provenance = _check(_signed(11))
     assert checks and checks[0].startswith("I identity") and warnings == []
+    assert provenance == "verified"
 
 
 def test_an_event_written_by_another_producer_is_named_by_seq() -> None:
@@ -86,7 +87,7 @@ def test_a_forged_tail_no_note_covers_fails_a_finished_run_and_warns_an_open_one
     raws[10] = encode_event(_event(10, 10))  # RUN_FINISHED written by someone else, unsigned
     with pytest.raises(ChainError, match=r"seq\(s\) 9, 10 .*covered by no signature"):
         _check(raws)
-    _checks, warnings = _check(raws[:10], finished=False)
+    _checks, warnings, _ = _check(raws[:10], finished=False)
     assert "seq(s) 9 are not yet covered" in warnings[0]
 
 
@@ -97,14 +98,63 @@ def test_seq_0_must_be_signed_by_a_key_allowed_for_the_agent_id() -> None:
         _check(_signed(3), agents=AgentKeys({"bot": [EVIL.verifier]}))
 
 
-def test_a_run_without_notes_warns_and_mixed_agent_ids_fail_even_then() -> None:
-    legacy = [encode_event(_event(s, 2)) for s in range(3)]
-    checks, warnings = _check(legacy)
-    assert checks == [] and len(warnings) == 1 and "no agent identity" in warnings[0]
-    assert _check(legacy, agents=None) == ([], [])
-    legacy[1] = encode_event(_event(1, 2, agent="evil"))
+def test_an_unsigned_run_fails_where_its_agent_is_keyed_or_not_authorised() -> None:
+    """Provenance is required: no note under a keyed agent_id is an unsigned claim, seqs
+    named; an agent_id no trusted key may record as is not authorised."""
+    unsigned = [encode_event(_event(s, 2)) for s in range(3)]
+    with pytest.raises(ChainError, match=r"claims agent_id 'bot', which the .* key.*seqs 0\.\.2"):
+        _check(unsigned)
+    with pytest.raises(ChainError, match="'bot', which no trusted agent vkey may record as"):
+        _check(unsigned, agents=AgentKeys({"other": [EVIL.verifier]}))
+    # "*" keys every agent id the list does not name: an unsigned 'bot' run is a claim too
+    with pytest.raises(ChainError, match="which the deployment's agent vkeys key"):
+        _check(unsigned, agents=AgentKeys({"*": [KEY.verifier]}))
+    assert _check(_signed(3), agents=AgentKeys({"*": [KEY.verifier]}))[2] == "verified"
+    # ... but not one it does name: evil's key may not record as 'bot' through "*"
+    with pytest.raises(ChainError, match="may record only as"):
+        _check(
+            _signed(3, key=EVIL),
+            agents=AgentKeys({"*": [KEY.verifier], "bot": [KEY.verifier], "x": [EVIL.verifier]}),
+        )
+
+
+def test_without_agent_vkeys_provenance_is_unverified_unless_waived() -> None:
+    unsigned = [encode_event(_event(s, 2)) for s in range(3)]
+    checks, warnings, provenance = _check(unsigned, agents=None)
+    assert (checks, provenance) == ([], "unverified") and "no agent vkey" in warnings[0]
+    assert _check(_signed(3), agents=None)[2] == "unverified"
+    raws, hashes, kinds = _columns(unsigned)
+    got = check_identity(RUN, raws, hashes, kinds, None, finished=True, required=False)
+    assert got[2] == "not checked" and "--no-agent-check" in got[1][0]
+    unsigned[1] = encode_event(_event(1, 2, agent="evil"))
     with pytest.raises(ChainError, match="claim agent_id 'evil'"):
-        _check(legacy, agents=None)
+        _check(unsigned, agents=None)
+
+
+def test_a_run_recorded_before_agent_identity_says_so_by_name() -> None:
+    """TraceEvent v1 (before identity) with no note: never "verified", with or without keys."""
+    from tracevault.schemas import Codec, default_schemas
+
+    v1 = Codec("TraceEvent", default_schemas(), reader_version=1)
+    old = [
+        v1.encode({k: v for k, v in _event(s, 2).to_avro().items() if k != "interleave"})
+        for s in range(3)
+    ]
+    for agents in (AGENTS, None):
+        checks, warnings, provenance = _check(old, agents=agents)
+        assert provenance == "recorded before agent identity" and checks == []
+        assert "recorded before agent identity" in warnings[0]
+    raws, hashes, kinds = _columns(old)
+    got = check_identity(RUN, raws, hashes, kinds, AGENTS, finished=True, required=False)
+    assert got[2] == "not checked (recorded before agent identity)"
+
+
+def _columns(raws: list[bytes]) -> tuple[list[bytes], list[bytes], list[str]]:
+    hashes, h = [], genesis(RUN)
+    for raw in raws:
+        h = link(h, raw)
+        hashes.append(h)
+    return raws, hashes, ["TOOL_CALL"] * (len(raws) - 1) + ["RUN_FINISHED"]
 
 
 def test_a_chain_that_differs_where_no_digest_does_fails_and_the_sequencer_id_is_pinned() -> None:
@@ -137,7 +187,7 @@ def test_a_gap_marker_in_a_signed_run_is_no_identity_failure() -> None:
         h = link(h, raw)
         hashes.append(h)
     kinds = ["TOOL_CALL"] * 5 + ["GAP"] + ["TOOL_CALL"] * 4 + ["RUN_FINISHED"]
-    checks, warnings = check_identity(RUN, raws, hashes, kinds, AGENTS, finished=True)
+    checks, warnings, _ = check_identity(RUN, raws, hashes, kinds, AGENTS, finished=True)
     assert checks and warnings == []
 
 

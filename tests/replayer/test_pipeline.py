@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from tests.conftest import NOW_US
+from tests.conftest import NOW_US, trusted_agents
 from tests.replayer import agents
 from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
 from tracevault.consumer.archiver import Archiver
@@ -26,8 +26,9 @@ def test_recorded_sequenced_archived_run_replays_from_topic_and_archive(settings
         wait_sealed(settings, run_id)
     Archiver(settings).run(until_idle=1.0)
 
-    from_topic = verify(load_run(settings, run_id, source="topic"))
-    from_archive = verify(load_run(settings, run_id, source="archive"))
+    keys = trusted_agents()  # the Recorder signed with the session's agent key
+    from_topic = verify(load_run(settings, run_id, source="topic"), agents=keys)
+    from_archive = verify(load_run(settings, run_id, source="archive"), agents=keys)
     assert from_topic.finished and from_archive.finished
     assert (from_topic.count, from_topic.head) == (from_archive.count, from_archive.head)
     assert not from_archive.warnings
@@ -56,8 +57,11 @@ def test_gap_markers_from_the_real_sequencer_are_reported(settings_factory, even
     with sequencer_running(settings):
         wait_sealed(settings, "run-a")
     run = load_run(settings, "run-a", source="topic", with_log=True)
-    report = verify(run, log=LogPolicy.of(settings))  # the session's log key
-    assert report.gaps == (5,) and report.status == "verified, with gaps"
+    # the session's log key; hand-made raws carry no agent note: provenance waived knowingly
+    report = verify(run, log=LogPolicy.of(settings), agent_check=False)
+    assert (
+        report.gaps == (5,) and report.status == "log verified, provenance not checked, with gaps"
+    )
     result = replay(report.events, agents.research_agent, raise_on_divergence=False)
     assert result.divergence is not None and result.divergence.seq == 5
     assert "GAP marker" in result.divergence.reason

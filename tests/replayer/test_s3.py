@@ -7,6 +7,7 @@ import uuid
 import boto3
 import pytest
 
+from tests.conftest import trusted_agents
 from tests.replayer import agents
 from tests.replayer.archiving import write_run
 from tracevault.archive import open_store
@@ -30,7 +31,7 @@ def s3_settings(s3_endpoint: str, sealed) -> Settings:
 
 
 def test_a_run_archived_on_s3_verifies_and_replays(s3_settings: Settings) -> None:
-    report = verify(load_run(s3_settings, "run-a", source="archive"))
+    report = verify(load_run(s3_settings, "run-a", source="archive"), agents=trusted_agents())
     assert report.finished and report.count == 11 and not report.warnings
     assert replay(report.events, agents.research_agent).matched
 

@@ -55,7 +55,18 @@ def test_an_honest_archive_verifies(archived) -> None:
     settings, _, keys = archived
     report = _verify(settings)
     assert report.finished and report.count == 11 and not report.warnings
-    assert [c.split()[0] for c in report.checks] == ["A1", "1", "2", "3", "4", "5", "6", "A2", "A3"]
+    assert [c.split()[0] for c in report.checks] == [
+        "A1",
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+        "A2",
+        "A3",
+        "I",
+    ]
     assert len(keys) == 3
 
 

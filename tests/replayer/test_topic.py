@@ -118,7 +118,8 @@ def test_cli_show_and_verify_from_the_topic(settings) -> None:
     assert res.exit_code == 1 and json.loads(res.output)["status"] == "unverified"
     res = runner.invoke(tracevault, [*args, "--no-log-check"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["checks"][-1].startswith("T1 head")
+    checks = json.loads(res.output)["checks"]
+    assert checks[-2].startswith("T1 head") and checks[-1].startswith("I identity")
     res = runner.invoke(
         tracevault, [*base, "replay", "show", "run-topic-cli", "--from", "topic", "--json"]
     )

@@ -35,7 +35,7 @@ from tests.conftest import unique_name
 from tests.kafka_harness import free_port
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.transparency import load_verifiers
+from tracevault.transparency import AgentKeys, load_signer, load_verifiers
 
 ROOT = Path(__file__).resolve().parents[2]
 # Official images the stack is built from (docs/design.md: Apache Kafka's official image, MinIO).
@@ -222,6 +222,11 @@ def test_the_keys_one_shot_makes_a_private_log_key_and_shares_its_vkey(host: _Ho
     assert stat.S_IMODE((host.tmp / "witness-key" / "witness.key").stat().st_mode) == 0o600
     [verifier] = load_verifiers([f"@{host.tmp / 'vkeys' / 'log.vkey'}"])
     assert verifier.name == "tracevault.local/log"
+    # ... and the agents' key, whose vkey the sequencer and verify trust (provenance required)
+    agent = host.tmp / "agent-key" / "agent.key"
+    assert stat.S_IMODE(agent.stat().st_mode) == 0o600
+    allowed = AgentKeys.from_setting(f"@{host.tmp / 'vkeys' / 'agent_vkeys.json'}")
+    assert allowed.allows("any-agent", load_signer(agent).verifier)
     # Run again (a `docker compose up` after the first), it keeps the keys it made.
     before = key.read_text()
     host.run_once("keys")

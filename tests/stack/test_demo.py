@@ -73,6 +73,10 @@ def test_the_demo_signs_with_its_own_key(demo_run: DemoRun, log_vkey: str) -> No
     verifying = [c for c in demo_run.summary["commands"] if " verify " in c or " run " in c]
     assert len(verifying) >= 3
     assert all(f"--trusted-key @{vkey_file}" in c for c in verifying), verifying
+    # ... and its agents sign with its own agent key (0600), whose vkey those commands trust
+    assert (demo_run.cwd / ".tracevault" / "agent.key").stat().st_mode & 0o777 == 0o600
+    agent = "--agent-key support-agent-00=@.tracevault/agent.vkey"  # the first run's agent
+    assert all(agent in c for c in verifying if " export " not in c), verifying
     settings = Settings(bootstrap_servers=demo_run.bootstrap, topic_prefix=demo_run.prefix)
     cps = assert_signed_log(settings, [parse_vkey(vkey)])
     assert sum(len(c) for c in cps.values()) > 0
@@ -103,8 +107,9 @@ def test_the_demo_records_encrypted_content_it_verifies_without_a_key(demo_run: 
     env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap,
            "TRACEVAULT_KEY_PROVIDER": "none"}  # fmt: skip
     vkey = f"@{summary['log_vkey_file']}"
+    agent = "support-agent-00=@.tracevault/agent.vkey"  # the first run is agent 00's
     for args, code in (
-        (["verify", one, "--trusted-key", vkey], 0),
+        (["verify", one, "--trusted-key", vkey, "--agent-key", agent], 0),
         (["show", one, "--json"], 7),
     ):
         proc = subprocess.run([*base, *args], cwd=cwd, env=env, capture_output=True, text=True,

@@ -17,6 +17,7 @@ none; reading and replaying open the runs through the keyring (docs/confidential
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import socket
@@ -42,7 +43,7 @@ from tracevault.heads import fingerprint, heads_partition_count, read_state
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import LogPolicy, load_run, replay, verify
-from tracevault.transparency import Ed25519Signer, load_signer, write_private_key
+from tracevault.transparency import AgentKeys, Ed25519Signer, load_signer, write_private_key
 
 __all__ = ["DemoOptions", "DemoSummary", "run_demo"]
 
@@ -169,7 +170,7 @@ def _record_fleet(
             ticket = _TICKETS[n % len(_TICKETS)]
             rec = Recorder(
                 publisher=publisher,
-                agent_id=f"support-agent-{agent_no:02d}",
+                agent_id=_AGENT_ID.format(agent_no),
                 agent_version="2.3.1",
                 model=scripted_model,
                 tools=world.tools(),
@@ -268,9 +269,10 @@ def _check_samples(
         task = progress.add_task(f"verify+replay ({source})", total=len(sample))
         summary.sampled[source] = sample
         policy = LogPolicy.of(settings)  # the demo's vkey: never a keyless "verified"
+        agents = AgentKeys.from_setting(settings.agent_vkeys)  # ... and its agents' vkeys
         for run_id in sample:
             run = load_run(settings, run_id, source=source, with_log=True)
-            report = verify(run, log=policy)  # raises ChainError / LogError
+            report = verify(run, log=policy, agents=agents)  # raises ChainError / LogError
             summary.verified[source] += 1
             events = open_run(settings, report.events)
             result = replay(events, support_agent)  # raises ReplayDivergence
@@ -321,6 +323,33 @@ def demo_trusted(settings: Settings, work_dir: Path) -> str:
     return ",".join(items)
 
 
+#: The demo fleet's agent ids: ``support-agent-00`` .. (``--agents``).
+_AGENT_ID = "support-agent-{:02d}"
+
+
+def demo_agent_key(work_dir: Path) -> Path:
+    """The demo's agent key under its state dir (created once, mode 0600), its vkey beside it
+    (``agent.vkey``) and the deployment's list of who may record (``agent_vkeys.json``: that
+    key for every agent id, ``"*"``, as a one-key deployment has it; a production list names
+    each agent id): provenance is required (docs/identity.md), so the demo's agents (and the
+    README's, which record with this key) sign their runs and the sequencer and verify check
+    them."""
+    path = work_dir / "agent.key"
+    if not path.exists():
+        work_dir.mkdir(parents=True, exist_ok=True)
+        write_private_key(path, Ed25519Signer.generate("agents.tracevault-demo"))
+    vkey = load_signer(path).verifier.vkey
+    (work_dir / "agent.vkey").write_text(vkey + "\n", encoding="utf-8")
+    allowed = json.dumps({"*": [vkey]})
+    demo_agent_vkeys_file(work_dir).write_text(allowed + "\n", encoding="utf-8")
+    return path
+
+
+def demo_agent_vkeys_file(work_dir: Path) -> Path:
+    """Where the demo keeps its ``agent_vkeys`` (TRACEVAULT_AGENT_VKEYS=@that file)."""
+    return work_dir / "agent_vkeys.json"
+
+
 def demo_vkey_file(work_dir: Path) -> Path:
     """Where the demo keeps its log's public key (what verify trusts)."""
     return work_dir / "log.vkey"
@@ -354,6 +383,14 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoSum
     key_file, vkey = demo_log_key(opts.work_dir)
     summary.log_key_file, summary.log_vkey = str(key_file), vkey
     trusted = demo_trusted(settings, opts.work_dir)
+    agent_key = demo_agent_key(opts.work_dir)
+    settings = settings.model_copy(
+        update={
+            "agent_key": None,
+            "agent_key_file": str(agent_key.resolve()),
+            "agent_vkeys": f"@{demo_agent_vkeys_file(opts.work_dir).resolve()}",
+        }
+    )
     with _broker(settings, opts, console):
         ensure_topics(settings)
         services = _services(settings, opts.work_dir, key_file, trusted)
@@ -386,6 +423,7 @@ def _services(settings: Settings, work_dir: Path, key_file: Path, vkeys: str) ->
     logs = work_dir / "demo-logs"
     common = ["--bootstrap-servers", settings.bootstrap_servers, "--prefix", settings.topic_prefix]
     trusted = {"TRACEVAULT_LOG_VKEYS": vkeys}
+    agents = {"TRACEVAULT_AGENT_VKEYS": settings.agent_vkeys}  # the sequencer checks notes
     return [
         Service(
             "sequencer",
@@ -404,7 +442,7 @@ def _services(settings: Settings, work_dir: Path, key_file: Path, vkeys: str) ->
                 str(key_file),
             ],
             logs / f"sequencer-{tag}.log",
-            trusted,
+            {**trusted, **agents},
         ),
         Service(
             "archiver",
@@ -430,7 +468,9 @@ def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
     keyring (verify and export need no content key)."""
     pre = f"{_cli_name()} --prefix {settings.topic_prefix}"
     arch = f"--archive-url {settings.archive_url}"
-    key = f"--trusted-key @{demo_vkey_file(work_dir)}"
+    log_key = f"--trusted-key @{demo_vkey_file(work_dir)}"
+    # the run's agent (the first run is support-agent-00's): provenance is checked too
+    key = f"{log_key} --agent-key {_AGENT_ID.format(0)}=@{work_dir / 'agent.vkey'}"
     reader = pre
     if settings.key_provider == "keyring":
         reader = (
@@ -443,7 +483,7 @@ def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
         f"{reader} replay {arch} show {one} --from archive",
         f"{reader} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive "
         f"{key}",
-        f"{pre} replay {arch} export {one} -o evidence/{one} {key}",
+        f"{pre} replay {arch} export {one} -o evidence/{one} {log_key}",
         f"{pre} replay verify --bundle evidence/{one} {key}",
         f"{_cli_name()} archive ls --archive {settings.archive_url}",
     ]

@@ -12,14 +12,21 @@ from datetime import date
 from typing import Any
 
 import click
+from rich.text import Text
 
 from tracevault._clitools import settings_from, stderr
 from tracevault.archive import ObjectStore
 from tracevault.config import Settings
-from tracevault.errors import ConfigError, NotFoundError
+from tracevault.errors import ConfigError, LogError, NotFoundError
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.archive import load_from_archive
-from tracevault.replayer.load.log_policy import EndRule, LogPolicy
+from tracevault.replayer.load.log_policy import NO_AGENT_CHECK as NO_AGENT_CHECK_SAID
+from tracevault.replayer.load.log_policy import (
+    EndRule,
+    LogPolicy,
+    unverified_provenance,
+    unverified_record,
+)
 from tracevault.replayer.load.source import load_run
 from tracevault.runid import run_id_problem
 from tracevault.transparency import AgentKeys, Ed25519Verifier, operator_verifiers
@@ -28,6 +35,7 @@ __all__ = [
     "AGENT_KEY",
     "FROM",
     "JSON",
+    "NO_AGENT_CHECK",
     "NO_LOG_CHECK",
     "WITNESS_STORE",
     "Trust",
@@ -103,6 +111,15 @@ AGENT_KEY = click.option(
     metavar="AGENT_ID=VKEY",
     help="An agent key allowed to record as AGENT_ID (repeatable; adds to "
     "TRACEVAULT_AGENT_VKEYS): check I names every event its run's agent did not write.",
+)
+
+
+NO_AGENT_CHECK = click.option(
+    "--no-agent-check",
+    is_flag=True,
+    help="Skip check I (who wrote each event), knowingly: said on stderr, and the status "
+    "says `provenance not checked`. Without it, a run no trusted agent vkey can check (none "
+    "given, or recorded before agent identity) is `unverified`, exit 1.",
 )
 
 
@@ -185,6 +202,19 @@ class Trust:
     skip: bool = False
     #: the operator vkeys an erasure record must be signed by (``operator_vkeys``)
     operators: tuple[Ed25519Verifier, ...] = ()
+    #: False with ``--no-agent-check``: a run whose provenance was not proven may pass.
+    agent_check: bool = True
+
+    def refusal(self, run_id: str | None, doing: str) -> LogError | None:
+        """Why a command taking ``run_id`` as the record refuses it before loading anything
+        (``unverified``: no trusted log key, or no trusted agent vkey), or None."""
+        if self.skip:
+            return None
+        if self.policy is None and not self.chain_only:
+            return unverified_record(run_id, doing)
+        if self.agent_check and not self.agents:
+            return unverified_provenance(run_id, doing)
+        return None
 
 
 def trust(
@@ -199,6 +229,7 @@ def trust(
     require_finished: bool = False,
     no_log_check: bool = False,
     no_verify: bool = False,
+    no_agent_check: bool = False,
 ) -> Trust:
     """The :class:`Trust` of ``verify``'s options (the flags of :func:`trust_options`), as
     ``verify`` builds it: the deployment's settings plus the flags."""
@@ -209,14 +240,27 @@ def trust(
     witness_stores_need(policy, witness_stores)
     agents = agent_keys(settings, agent_key_pairs)
     operators = tuple(operator_verifiers(settings.operator_vkeys))
-    return Trust(policy, end, agents, witness_stores, no_log_check, no_verify, operators)
+    if no_agent_check and agent_key_pairs:
+        raise click.UsageError("--no-agent-check skips check I: drop it, or drop --agent-key")
+    if no_agent_check and not no_verify:
+        stderr.print(Text(NO_AGENT_CHECK_SAID, style="yellow bold"))
+    return Trust(
+        policy,
+        end,
+        agents,
+        witness_stores,
+        no_log_check,
+        no_verify,
+        operators=operators,
+        agent_check=not no_agent_check,
+    )
 
 
 def trust_options(f: Any) -> Any:
     """``verify``'s trust flags, for the commands that take a run as the record (``run``,
     ``diff``, ``batch``): the end rule, the log's and witnesses' keys, agent keys, witness
     stores. Without a trusted log key such a command refuses the run (``unverified``)."""
-    for option in (WITNESS_STORE, AGENT_KEY, log_options, end_options):
+    for option in (WITNESS_STORE, NO_AGENT_CHECK, AGENT_KEY, log_options, end_options):
         f = option(f)
     return f
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 from rich.text import Text
@@ -38,7 +39,8 @@ from tracevault.errors import LogError, NotFoundError, TraceVaultError
 from tracevault.replayer._cliopts import Trust, load, settings_of
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, Record, VerifyReport
-from tracevault.replayer.load.log_policy import NOT_VERIFIED, LogPolicy, unverified_record
+from tracevault.replayer.export.bundle import verify_bundle
+from tracevault.replayer.load.log_policy import NOT_VERIFIED, LogPolicy, unverified_provenance
 from tracevault.replayer.load.verify import verify
 from tracevault.replayer.load.witnessed import with_witness_stores
 from tracevault.transparency import Checkpoint, split_note
@@ -49,6 +51,7 @@ __all__ = [
     "load_fresh",
     "the_record",
     "topic_tails",
+    "verified_bundle",
     "verified_run",
 ]
 
@@ -142,8 +145,9 @@ def verified_run(
     (:class:`LogError`, exit 1), before anything is loaded. None (``verify``): such a run
     is reported ``unverified``. A failed check raises ``ChainError``/``LogError``.
     """
-    if doing is not None and trust.policy is None and not trust.chain_only:
-        raise unverified_record(run_id, doing)
+    refused = None if doing is None else trust.refusal(run_id, doing)
+    if refused is not None:
+        raise refused
     settings, run, fresh = load_fresh(ctx, run_id, source, trust.policy, trust.witness_stores)
     run = with_witness_stores(settings, run, trust.policy, trust.witness_stores)
     with stderr.status(f"verifying {len(run)} events…"):
@@ -155,7 +159,10 @@ def verified_run(
             chain_only=trust.chain_only,
             agents=trust.agents,
             operators=trust.operators,
+            agent_check=trust.agent_check,
         )
+    if doing is not None and not report.ok:  # e.g. recorded before agent identity
+        raise unverified_provenance(run_id, doing, f"it was {report.provenance}")
     return settings, run, fresh.annotate(report)
 
 
@@ -172,6 +179,27 @@ def the_record(ctx: click.Context, run_id: str, source: str, trust: Trust, doing
     head = rows[-1]["hash"].hex() if rows else ""
     events = LazyEvents([r["raw"] for r in rows])
     return Record(settings, run, events, head, "not verified (--no-verify)")
+
+
+def verified_bundle(bundle: Path, run_id: str | None, checks: Trust) -> VerifyReport:
+    """``verify --bundle DIR``: offline, with ``verify``'s trust (its own cosignatures)."""
+    if run_id is not None:
+        raise click.UsageError("give RUN_ID or --bundle, not both")
+    if checks.witness_stores:
+        raise click.UsageError(
+            "--witness-store reads a run's source; a bundle "
+            "carries its cosignatures (export --witness-store)"
+        )
+    with stderr.status(f"checking bundle {bundle}…"):
+        return verify_bundle(
+            bundle,
+            log=checks.policy,
+            end=checks.end,
+            chain_only=checks.chain_only,
+            agents=checks.agents,
+            operators=checks.operators,
+            agent_check=checks.agent_check,
+        )
 
 
 def _signed_origin(run: LoadedRun) -> str | None:

@@ -191,6 +191,11 @@ class LoadedRun:
         )
 
 
+def _provenance_passes(provenance: str) -> bool:
+    """Check I held, or the caller waived it knowingly (``--no-agent-check``)."""
+    return provenance == "verified" or provenance.startswith("not checked")
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
     """A run whose checks passed: the numbered checks and what the run is.
@@ -217,21 +222,29 @@ class VerifyReport:
     log_evidence: RunLogEvidence | None = field(default=None, repr=False, compare=False)
     #: The caller waived the signed log (``--no-log-check``): the chain alone was checked.
     chain_only: bool = False
+    #: Check I's verdict (``load/_identity``): ``verified``, ``unverified`` (no trusted agent
+    #: vkey), ``not checked`` (``--no-agent-check``) or ``recorded before agent identity``.
+    provenance: str = "unverified"
 
     @property
     def ok(self) -> bool:
-        """Whether the report may be called a pass: the log held, or the caller waived it.
+        """Whether the report may be called a pass: the log held (or the caller waived it)
+        and so did provenance (or the caller waived check I).
 
         Without a trusted log key the chain proves nothing against whoever can write the
-        store (anyone can recompute SHA-256), so such a report is ``unverified``: fail closed.
+        store (anyone can recompute SHA-256), and without a trusted agent vkey nothing says
+        who wrote the events, so such a report is ``unverified``: fail closed.
         """
-        return self.log_checked or self.chain_only
+        return (self.log_checked or self.chain_only) and _provenance_passes(self.provenance)
 
     @property
     def status(self) -> str:
         if not self.ok:
             return "unverified"
         what = "verified" if self.log_checked else "chain only"
+        if self.provenance != "verified":
+            # never "verified" alone: the log held, who wrote the events was not proven
+            what = f"{'log verified' if self.log_checked else what}, provenance {self.provenance}"
         if self.gaps:
             return f"{what}, with gaps"
         return what if self.finished else f"{what}, unfinished"
@@ -251,6 +264,7 @@ class VerifyReport:
             "warnings": list(self.warnings),
             "log_checked": self.log_checked,
             "chain_only": self.chain_only,
+            "provenance": self.provenance,
             "checkpoint": self.checkpoint,
         }
 

@@ -30,7 +30,7 @@ from tracevault.replayer._timeline import steps_table
 from tracevault.replayer.investigate.aligned_diff import RunAlignment
 from tracevault.replayer.investigate.run_diff import RunDiffSide
 from tracevault.replayer.investigate.tree import RunNode, TreeReplay
-from tracevault.replayer.load.log_policy import CHAIN_ONLY, UNVERIFIED
+from tracevault.replayer.load.log_policy import CHAIN_ONLY, UNVERIFIED, UNVERIFIED_PROVENANCE
 from tracevault.schemas import EventModel, TraceEvent
 
 __all__ = [
@@ -83,12 +83,25 @@ def verify_table(report: VerifyReport) -> Table:
     return t
 
 
+def unverified_why(report: VerifyReport) -> str:
+    """Why ``report`` is ``unverified``: no trusted log key, or provenance not proven."""
+    if not (report.log_checked or report.chain_only):
+        return UNVERIFIED
+    why = (
+        f"run {report.run_id} was {report.provenance}"
+        if report.provenance != "unverified"
+        else "no trusted agent vkey was given"
+    )
+    return UNVERIFIED_PROVENANCE.format(why=why)
+
+
 def print_verified(report: VerifyReport, as_json: bool) -> None:
-    """The report; an ``unverified`` one (no trusted log key) says why, in text and JSON."""
+    """The report; an ``unverified`` one (no trusted log key or agent vkey) says why, in
+    text and JSON."""
     if as_json:
         out = report.to_json()
         if not report.ok:
-            out["error"] = UNVERIFIED
+            out["error"] = unverified_why(report)
         echo_json(out)
         return
     stdout.print(verify_table(report))
@@ -102,8 +115,8 @@ def print_verified(report: VerifyReport, as_json: bool) -> None:
         stdout.print(f"[yellow]warning:[/] {w}")
     if report.chain_only:
         stdout.print(f"[yellow bold]chain only:[/] {CHAIN_ONLY}")
-    elif not report.log_checked:
-        stdout.print(f"[red bold]{UNVERIFIED}[/]")
+    if not report.ok:
+        stdout.print(f"[red bold]{unverified_why(report)}[/]")
 
 
 def divergence_panel(d: DivergenceReport) -> None:
@@ -250,14 +263,23 @@ def progress_bar() -> Progress:
     )
 
 
-def print_events(run_id: str, events: Sequence[TraceEvent], source: str, as_json: bool) -> None:
-    """A run's timeline: one JSON event per line, or the steps table."""
+def print_events(
+    run_id: str,
+    events: Sequence[TraceEvent],
+    source: str,
+    as_json: bool,
+    status: str | None = None,
+) -> None:
+    """A run's timeline: one JSON event per line, or the steps table; ``status`` (the verify
+    report's, or ``UNVERIFIED``) heads the table."""
     if as_json:
         for ev in events:
             click.echo(EventModel.from_event(ev).model_dump_json())
         return
     day = StepSummary.of(events[0]).at_iso[:10] if len(events) else ""
     title = f"run {run_id}: {len(events)} events from the {source}, started {day} (UTC)"
+    if status is not None:
+        title = f"{title}, {status}"
     steps = (StepSummary.of(ev) for ev in events)
     stdout.print(steps_table(steps, title=title, width=stdout.width))
 

@@ -17,6 +17,7 @@ from tracevault.replayer._cliopts import (
     AGENT_KEY,
     FROM,
     JSON,
+    NO_AGENT_CHECK,
     NO_LOG_CHECK,
     WITNESS_STORE,
     Trust,
@@ -30,10 +31,7 @@ from tracevault.replayer._cliopts import (
     trust,
     trust_options,
 )
-from tracevault.replayer._freshness import (
-    the_record,
-    verified_run,
-)
+from tracevault.replayer._freshness import the_record, verified_bundle, verified_run
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._views import (
     chain_failure,
@@ -46,7 +44,7 @@ from tracevault.replayer._views import (
 )
 from tracevault.replayer.batch.command import batch_cmd
 from tracevault.replayer.batch.jobs import load_agent, runs_between
-from tracevault.replayer.export.bundle import export_bundle, verify_bundle
+from tracevault.replayer.export.bundle import export_bundle
 from tracevault.replayer.export.otel import export_otel
 from tracevault.replayer.export.reveal import bundle_events, reveal_hook
 from tracevault.replayer.investigate.aligned_diff import align_runs, parse_ignore
@@ -166,6 +164,7 @@ def show(ctx: click.Context, run_id: str | None, as_tree: bool, metadata: bool, 
 @end_options
 @NO_LOG_CHECK
 @log_options
+@NO_AGENT_CHECK
 @AGENT_KEY
 @WITNESS_STORE
 @JSON
@@ -183,6 +182,7 @@ def verify_cmd(
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
     agent_key_pairs: tuple[str, ...],
+    no_agent_check: bool,
     witness_stores: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -197,10 +197,12 @@ def verify_cmd(
 
     Fails closed: with no trusted key the result is `unverified`, exit 1;
     --no-log-check checks the chain alone (exit 0 if it holds), which proves
-    nothing against whoever can write the store. A run without RUN_FINISHED fails
-    L3 unless it can still be live (the sequencer's head says it is open, and its
-    last event is younger than sequencer_idle_close_s); --allow-unfinished
-    accepts a run in progress from any source.
+    nothing against whoever can write the store. So is provenance (check I): no
+    trusted agent vkey (--agent-key, TRACEVAULT_AGENT_VKEYS) is `unverified`, exit 1,
+    unless --no-agent-check; an unsigned or unauthorised agent_id fails. A run
+    without RUN_FINISHED fails L3 unless it can still be live (the sequencer's
+    head says it is open, and its last event is younger than
+    sequencer_idle_close_s); --allow-unfinished accepts a run in progress.
 
     \b
     Examples:
@@ -221,24 +223,10 @@ def verify_cmd(
             allow_unfinished=allow_unfinished,
             require_finished=require_finished,
             no_log_check=no_log_check,
+            no_agent_check=no_agent_check,
         )
         if bundle is not None:
-            if run_id is not None:
-                raise click.UsageError("give RUN_ID or --bundle, not both")
-            if witness_stores:
-                raise click.UsageError(
-                    "--witness-store reads a run's source; a bundle "
-                    "carries its cosignatures (export --witness-store)"
-                )
-            with stderr.status(f"checking bundle {bundle}…"):
-                report = verify_bundle(
-                    bundle,
-                    log=checks.policy,
-                    end=checks.end,
-                    chain_only=no_log_check,
-                    agents=checks.agents,
-                    operators=checks.operators,
-                )
+            report = verified_bundle(bundle, run_id, checks)
         else:
             if run_id is None:
                 raise click.UsageError("RUN_ID is required (or --bundle DIR)")
@@ -247,7 +235,7 @@ def verify_cmd(
         chain_failure(exc, as_json)
         return
     print_verified(report, as_json)
-    if not report.ok:  # no trusted key: unverified, fail closed
+    if not report.ok:  # no trusted log key or agent vkey: unverified, fail closed
         raise click.exceptions.Exit(1)
 
 

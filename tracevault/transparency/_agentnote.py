@@ -53,6 +53,8 @@ __all__ = [
 ATTEST_ATTRIBUTE = "tracevault.attest"
 ATTEST_MARK = b"\x22" + ATTEST_ATTRIBUTE.encode()  # Avro string: zig-zag length 17, bytes
 _HEADER = "tracevault/agent/v1"
+#: ``agent_vkeys``'s entry for every agent id it does not list by name (one key per deployment).
+ANY_AGENT = "*"
 _H = 32  # a chain hash
 
 
@@ -146,7 +148,19 @@ class AgentKeys:
         return self._by_id.get((sig.name, sig.key_id))
 
     def allows(self, agent_id: str, key: Ed25519Verifier) -> bool:
-        return key in self._allowed.get(agent_id, ())
+        """Whether ``key`` may record as ``agent_id``: its own list, else the ``"*"`` list
+        (a key for every agent id the deployment does not list by name)."""
+        own = self._allowed.get(agent_id)
+        return key in (own if own is not None else self._allowed.get(ANY_AGENT, ()))
+
+    def named(self, agent_id: str) -> bool:
+        """Whether the list names ``agent_id`` with a key of its own (not through ``"*"``)."""
+        return bool(self._allowed.get(agent_id))
+
+    def keyed(self, agent_id: str) -> bool:
+        """Whether some trusted key may record as ``agent_id``: a run claiming it must be
+        signed (docs/identity.md, "Provenance is required")."""
+        return bool(self._allowed.get(agent_id) or self._allowed.get(ANY_AGENT))
 
     def agents_of(self, key: Ed25519Verifier) -> list[str]:
         return sorted(a for a, vs in self._allowed.items() if key in vs)
@@ -181,11 +195,18 @@ class AgentKeys:
 
     @classmethod
     def from_pairs(cls, pairs: Sequence[str]) -> AgentKeys:
-        """``AGENT_ID=VKEY`` items (verify's ``--agent-key``)."""
+        """``AGENT_ID=VKEY`` or ``AGENT_ID=@FILE`` items (verify's ``--agent-key``)."""
         out: dict[str, list[Ed25519Verifier]] = {}
         for item in pairs:
             agent, sep, vkey = item.partition("=")
             if not sep or not agent or not vkey:
                 raise ConfigError(f"--agent-key reads AGENT_ID=VKEY, got {item[:60]!r}")
+            if vkey.startswith("@"):
+                try:
+                    vkey = Path(vkey[1:]).read_text(encoding="utf-8").strip()
+                except OSError as e:
+                    raise ConfigError(
+                        f"--agent-key: cannot read {vkey[1:]}: {e.strerror}"
+                    ) from None
             out.setdefault(agent, []).append(parse_vkey(vkey))
         return cls(out)

@@ -32,7 +32,7 @@ def _verify(settings: Settings, run_id: str, vkey: str) -> Any:
     return CliRunner().invoke(
         main,
         ["replay", "--archive-url", settings.archive_url, "verify", run_id, "--json",
-         "--trusted-key", vkey],
+         "--trusted-key", vkey, "--no-agent-check"],  # hand-made runs, unsigned
         env=cli_env(settings),
     )  # fmt: skip
 
@@ -69,10 +69,10 @@ def test_unarchivable_leaves_enter_the_tree_and_later_runs_archive(
     for run_id in ("q-first", "q-last"):
         res = _verify(settings, run_id, writer.vkey)
         assert res.exit_code == 0, res.output
-        assert json.loads(res.output)["log_checked"] is True
+        assert json.loads(res.stdout)["log_checked"] is True
     res = _verify(settings, "q-mixed", writer.vkey)
     assert res.exit_code == 1, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert out["seq"] == 1 and "leaf 9" in out["error"] and "quarantined" in out["error"], out
     assert holes[-1].quarantine_key in out["error"], out
 

@@ -9,7 +9,9 @@ events that carry a note get it: the C path hands them to these rules (``_cseal.
 What makes a run **contested**: a note by another key than the run's, by a key the
 deployment does not allow for the run's ``agent_id`` (``agent_vkeys``), one that does not
 verify, or one whose chain hash is not the sealed chain's (someone else's bytes were sealed
-in the stretch it covers). The event is still sealed (it is the agent's, and the chain keeps
+in the stretch it covers); or no note where provenance requires one: a RUN_STARTED claiming
+an ``agent_id`` that ``agent_vkeys`` lists by name, a RUN_FINISHED of a run started under a key
+(``_check_unsigned``). The event is still sealed (it is the agent's, and the chain keeps
 every seq), and the sequencer logs an ALERT, counts it
 (``tracevault_sequencer_contested_total``) and seals a record of its own into the log: a
 two-event run ``tracevault.contested:<id>`` on the same partition whose RUN_STARTED request
@@ -70,6 +72,35 @@ class AttestRules:
             return []
         if seq == 0 and run.agent_key is None:
             run.agent_key = CONTESTED_START
+        return self._contest(out, run, seq, why)
+
+    def _check_unsigned(self, out: BatchOutput, run: _Run, seq: int, raw: bytes) -> list[ToSeal]:
+        """Provenance is required (docs/identity.md): a RUN_STARTED with no note claiming an
+        ``agent_id`` the deployment keys, or a RUN_FINISHED with none in a run started under a
+        key (its last events would be covered by no signature), is contested."""
+        if seq == 0:
+            if not self.agents or run.run_id.startswith(CONTESTED_PREFIX):
+                return []
+            try:
+                agent_id = decode_event(raw, check_json=False).agent.agent_id
+            except SchemaError:
+                return []  # the rules read it once already; nothing to check
+            if not self.agents.named(agent_id):
+                # not listed by name (``"*"`` or none): verify fails it, as unsigned or not
+                # authorised; the sequencer contests the claims on agents it lists by name
+                return []
+            why = (
+                f"its RUN_STARTED claims agent_id {agent_id!r}, which agent_vkeys keys, but "
+                "carries no agent note: an unsigned claim"
+            )
+            return self._contest(out, run, seq, why)
+        started = run.agent_key
+        if started is None or started == UNKNOWN_KEY:
+            return []
+        why = (
+            f"its RUN_FINISHED carries no note of the run's key {started[0]}+{started[1].hex()}: "
+            "the events since its last note are covered by no signature"
+        )
         return self._contest(out, run, seq, why)
 
     def _note_problem(self, run: _Run, seq: int, value: str, agent_id: str) -> str | None:

@@ -66,6 +66,11 @@ class GapRules(AttestRules):
         if ATTEST_MARK in raw:  # the agent's signed note (docs/identity.md)
             for rec, s, value, fin in self._check_note(out, run, seq, raw):
                 self._seal(out, rec, s, value, source_partition, -1, fin)
+        elif (seq == 0 or finishes) and source_offset >= 0:
+            # a producer's event with no note where one is required (both reach Python only;
+            # the sequencer's own markers, source_offset -1, carry none)
+            for rec, s, value, fin in self._check_unsigned(out, run, seq, raw):
+                self._seal(out, rec, s, value, source_partition, -1, fin)
         prev = run.last_hash
         h = link(prev, raw)
         out.sealed.append(

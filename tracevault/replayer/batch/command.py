@@ -13,10 +13,12 @@ import click
 from rich.text import Text
 
 from tracevault._clitools import echo_json, stderr, stdout
+from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.replayer._cliopts import (
     AGENT_KEY,
     JSON,
+    NO_AGENT_CHECK,
     end_options,
     log_options,
     no_verify_option,
@@ -29,9 +31,23 @@ from tracevault.replayer.batch._dask import DaskEngine
 from tracevault.replayer.batch._junit import junit_xml
 from tracevault.replayer.batch._view import print_batch
 from tracevault.replayer.batch.jobs import BatchChecks, run_batch
-from tracevault.replayer.load.log_policy import NOT_VERIFIED, unverified_record
+from tracevault.replayer.load.log_policy import NOT_VERIFIED
 
 __all__ = ["batch_cmd"]
+
+
+def _batch_checks(
+    settings: Settings, no_verify: bool, as_json: bool, trust_flags: dict[str, Any]
+) -> BatchChecks:
+    """How each worker verifies its runs: ``verify``'s trust (the one ``trust()``); the
+    batch is refused first without a trusted log key or agent vkey (``unverified``)."""
+    checks = trust(settings, no_verify=no_verify, **trust_flags)
+    refused = checks.refusal(None, "re-runs")
+    if refused is not None:
+        chain_failure(refused, as_json)
+    if no_verify:
+        stderr.print(Text(NOT_VERIFIED.format(run="of the batch"), style="yellow bold"))
+    return BatchChecks(checks.policy, checks.end, checks.agents, no_verify, checks.agent_check)
 
 
 @click.command("batch")
@@ -74,6 +90,7 @@ __all__ = ["batch_cmd"]
 @end_options
 @log_options
 @AGENT_KEY
+@NO_AGENT_CHECK
 @JSON
 @click.pass_context
 def batch_cmd(
@@ -103,7 +120,8 @@ def batch_cmd(
 
     Each run is verified first, as `verify` does, with the trusted log keys
     (--trusted-key or TRACEVAULT_LOG_VKEYS): one that does not verify is
-    `verify_failed`. Without a trusted key the batch is refused (`unverified`, exit 1);
+    `verify_failed`. Without a trusted key the batch is refused (`unverified`, exit 1),
+    and so it is without a trusted agent vkey (--agent-key; --no-agent-check waives it);
     --no-verify re-runs the records unverified, knowingly. Witness cosignatures are
     not read here (`verify --witness-store` reads them).
 
@@ -122,11 +140,7 @@ def batch_cmd(
         raise ConfigError("--engine dask needs --address tcp://HOST:PORT and takes no --workers")
     if engine == "local" and address is not None:
         raise ConfigError("--address needs --engine dask")
-    checks = trust(settings, no_verify=no_verify, **trust_flags)
-    if checks.policy is None and not no_verify:
-        chain_failure(unverified_record(None, "re-runs"), as_json)
-    if no_verify:
-        stderr.print(Text(NOT_VERIFIED.format(run="of the batch"), style="yellow bold"))
+    checks = _batch_checks(settings, no_verify, as_json, trust_flags)
     with contextlib.ExitStack() as stack:
         runner = None
         if engine == "dask":
@@ -146,7 +160,7 @@ def batch_cmd(
             ship_credentials=ship_credentials,
             on_item=lambda _: progress.advance(task, 1),
             on_total=lambda n: progress.update(task, total=n),
-            checks=BatchChecks(checks.policy, checks.end, checks.agents, skip=no_verify),
+            checks=checks,
         )
     if junit_file is not None:
         junit_file.write_bytes(junit_xml(report))

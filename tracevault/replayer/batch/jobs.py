@@ -36,7 +36,12 @@ from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import ReplayResult
 from tracevault.replayer.batch._report import BatchItem, BatchReport
 from tracevault.replayer.load.archive import load_from_archive
-from tracevault.replayer.load.log_policy import EndRule, LogPolicy, unverified_record
+from tracevault.replayer.load.log_policy import (
+    EndRule,
+    LogPolicy,
+    unverified_provenance,
+    unverified_record,
+)
 from tracevault.replayer.load.opened import opened
 from tracevault.replayer.load.verify import verify
 from tracevault.replayer.rerun.replay import areplay, replay
@@ -147,6 +152,8 @@ class BatchChecks:
     end: EndRule = field(default_factory=EndRule)
     agents: AgentKeys | None = None
     skip: bool = False
+    #: False with ``--no-agent-check``: a run whose provenance was not proven is re-run.
+    agent_check: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +270,12 @@ def _replay_one(
         else:
             try:
                 report = verify(
-                    run, rebuild=True, log=checks.log, end=checks.end, agents=checks.agents
+                    run,
+                    rebuild=True,
+                    log=checks.log,
+                    end=checks.end,
+                    agents=checks.agents,
+                    agent_check=checks.agent_check,
                 )
             except (ChainError, LogError) as exc:
                 took = time.perf_counter() - started
@@ -272,7 +284,11 @@ def _replay_one(
                 )
             if not report.ok:  # no trusted key: refused by the command before any worker
                 took = time.perf_counter() - started
-                detail = str(unverified_record(run_id, "re-runs"))
+                detail = str(
+                    unverified_record(run_id, "re-runs")
+                    if not report.log_checked
+                    else unverified_provenance(run_id, "re-runs", f"it was {report.provenance}")
+                )
                 return BatchItem(run_id, "verify_failed", len(run), detail=detail, seconds=took)
             events, count = report.events, report.count
         result = replay_with(opened(keys, events), agent, None)

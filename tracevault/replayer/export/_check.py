@@ -177,13 +177,14 @@ def verify_bundle(
     chain_only: bool = False,
     agents: AgentKeys | None = None,
     operators: Sequence[Ed25519Verifier] | None = None,
+    agent_check: bool = True,
 ) -> VerifyReport:
     """Check an evidence bundle offline; raise ``ChainError`` naming the seq and file.
 
     With ``log`` (public keys only) the bundle's tlog-proofs and checkpoint are checked
     first (L1-L4, ``LogError``); without, they are still held to the events (B4) and the
     report is ``unverified``. ``end``, ``chain_only``: as ``verify``'s (a bundle's run must
-    end anyway). With ``agents``, check I too (docs/identity.md).
+    end anyway). ``agents``, ``agent_check``: check I, as ``verify``'s (docs/identity.md).
     """
     manifest = _read_manifest(root)
     run_id = str(manifest["run_id"])
@@ -192,7 +193,13 @@ def verify_bundle(
     chain, rows, objects = _read_rows(root, run_id)
     run = _bundle_run(root, manifest, run_id, chain=chain, rows=rows, objects=objects)
     report = verify(
-        run, log=log, end=end, chain_only=chain_only, agents=agents, operators=operators
+        run,
+        log=log,
+        end=end,
+        chain_only=chain_only,
+        agents=agents,
+        operators=operators,
+        agent_check=agent_check,
     )
     checks.extend(report.checks)
     if log is None and run.log_evidence is not None:
@@ -217,6 +224,7 @@ def verify_bundle(
         checkpoint=report.checkpoint,
         log_evidence=report.log_evidence,
         chain_only=report.chain_only,
+        provenance=report.provenance,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tracevault.errors import ChainError, SchemaError
-from tracevault.replayer.load._identity import IDENTITY_CHECK, check_identity
+from tracevault.replayer.load._identity import IDENTITY_CHECK, VERIFIED, check_identity
 from tracevault.replayer.load.checks import fail
 from tracevault.schemas import decode_event
 from tracevault.transparency import ERASE_AGENT, AgentKeys, Ed25519Verifier
@@ -51,7 +51,7 @@ def check_erasure_record(
         raise fail(_CHECK, len(raws) - 1, None, f"{forged} is unfinished: no RUN_FINISHED")
     keys = AgentKeys({ERASE_AGENT: operators})
     try:
-        checks, warnings = check_identity(
+        checks, warnings, provenance = check_identity(
             run_id, raws, hashes, kinds, keys, finished=True, agent_ids=agent_ids
         )
     except ChainError as exc:
@@ -61,7 +61,7 @@ def check_erasure_record(
             None,
             f"{forged} is not signed by a trusted operator key, so it is forged: {exc}",
         ) from None
-    if IDENTITY_CHECK not in checks or warnings:
+    if IDENTITY_CHECK not in checks or warnings or provenance != VERIFIED:
         raise fail(
             _CHECK,
             0,
@@ -93,15 +93,24 @@ def check_writer(
     *,
     finished: bool,
     agent_ids: Sequence[str | None] | None,
-) -> tuple[list[str], list[str]]:
-    """(checks, warnings) of who wrote the run: check E for an erasure record (the operator
-    vkeys, ``keys[1]``), else check I (the agent vkeys, ``keys[0]``)."""
+    required: bool = True,
+) -> tuple[list[str], list[str], str]:
+    """(checks, warnings, provenance) of who wrote the run: check E for an erasure record
+    (the operator vkeys, ``keys[1]``; never waived), else check I (the agent vkeys,
+    ``keys[0]``; ``required`` False is ``--no-agent-check``)."""
     agents, operators = keys
     if is_erasure_record(raws, agent_ids):
         checks = check_erasure_record(
             run_id, raws, hashes, kinds, operators, finished=finished, agent_ids=agent_ids
         )
-        return checks, []
+        return checks, [], VERIFIED
     return check_identity(
-        run_id, raws, hashes, kinds, agents, finished=finished, agent_ids=agent_ids
+        run_id,
+        raws,
+        hashes,
+        kinds,
+        agents,
+        finished=finished,
+        agent_ids=agent_ids,
+        required=required,
     )

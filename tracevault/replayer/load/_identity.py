@@ -17,8 +17,11 @@ vkeys (``agent_vkeys``, ``--agent-key AGENT_ID=VKEY``):
 The work, for a run its producer wrote alone, is two signature checks (seq 0 and the last
 note, whose chain hash then vouches for every byte before it); only where that fails is every
 note checked, and only where a chain hash differs is one SHA-256 taken per event of its stretch.
-A run with no note at all was recorded before agent identity (or without a key): with
-trusted agent vkeys a warning says so; it is not a failure.
+Provenance is required, like the log key (docs/identity.md, "What verify checks"): a run
+with no note whose ``agent_id`` the deployment keys, or that no trusted key may record as,
+fails; without any trusted agent vkey provenance is ``unverified`` (the report is not a pass)
+unless the caller waives the check (``--no-agent-check``). A run written with the TraceEvent
+schema that predates agent identity says so by name, never ``verified``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,15 @@ from tracevault.transparency import (
     open_agent_note,
 )
 
-__all__ = ["IDENTITY_CHECK", "SEQUENCER_AGENT_ID", "check_identity"]
+__all__ = [
+    "IDENTITY_CHECK",
+    "LEGACY",
+    "NOT_CHECKED",
+    "SEQUENCER_AGENT_ID",
+    "UNVERIFIED",
+    "VERIFIED",
+    "check_identity",
+]
 
 IDENTITY_CHECK = "I identity: every event was written by the agent key that started the run"
 _GAP = EventKind.GAP.value
@@ -45,9 +56,25 @@ _GAP = EventKind.GAP.value
 #: agent's claim. The tools read no service, so the sequencer's constant is spelled here too
 #: (tests/replayer/test_identity.py pins the two equal).
 SEQUENCER_AGENT_ID = "tracevault-sequencer"
-_NONE = (
-    "no agent identity: the run carries no agent signature (recorded before agent identity, "
-    "or by a Recorder without an agent key), so who wrote its events is not checked"
+#: Run ids of the sequencer's contested records (``consumer/sequencer/_attest.py``), which
+#: it refuses from producers (tests/replayer/test_identity.py pins the two equal).
+CONTESTED_PREFIX = "tracevault.contested:"
+_SEQUENCER_CHECK = (
+    "I identity: a record the sequencer wrote itself (its run id is refused from producers)"
+)
+#: The report's ``provenance``: who wrote the run's events was checked and holds ...
+VERIFIED = "verified"
+#: ... could not be checked (no trusted agent vkey): not a pass, like a missing log key ...
+UNVERIFIED = "unverified"
+#: ... was not checked, knowingly (``--no-agent-check``) ...
+NOT_CHECKED = "not checked"
+#: ... or the run was written before agent identity existed (schema v1, no note).
+LEGACY = "recorded before agent identity"
+#: The TraceEvent schema that predates agent identity (v1): bytes 2..10 of an encoded event.
+_V1 = bytes.fromhex("ec2e1f56534d0288")
+_UNCHECKED = (
+    "agent identity not checked (--no-agent-check): who wrote the run's events is not "
+    "proven; anyone who can write raw could have"
 )
 
 
@@ -110,15 +137,16 @@ def check_identity(
     *,
     finished: bool,
     agent_ids: Sequence[str | None] | None = None,
-) -> tuple[list[str], list[str]]:
-    """(checks, warnings) for the run; raises :class:`ChainError` naming the seqs.
+    required: bool = True,
+) -> tuple[list[str], list[str], str]:
+    """(checks, warnings, provenance) for the run; raises :class:`ChainError` naming the seqs.
 
     ``agent_ids`` are the events' ``agent.agent_id`` where the caller decoded them already
-    (a rebuild); else they are read from the bytes. The common case costs two signature
-    checks: seq 0's note and the last one, whose chain hash is the sealed chain's (then every
-    event before it, earlier notes included, is the producer's own bytes).
+    (a rebuild); else they are read from the bytes. ``required`` False: the caller waived the
+    check (``--no-agent-check``). The common case costs two signature checks: seq 0's note
+    and the last one, whose chain hash is the sealed chain's (then every event before it,
+    earlier notes included, is the producer's own bytes).
     """
-    n = len(raws)
     if agent_ids is None:
         agent_ids = [_agent_id(raw) for raw in raws]
     run_agent = agent_ids[0]
@@ -136,14 +164,13 @@ def check_identity(
             f"seq(s) {_names(mixed)} claim agent_id {agent_ids[mixed[0]]!r}, the run's seq 0 "
             f"claims {run_agent!r}: one run is one agent's",
         )
+    if run_agent == SEQUENCER_AGENT_ID and run_id.startswith(CONTESTED_PREFIX) and not mixed:
+        # the sequencer's own record: its run id is refused from producers, the log key signs it
+        return [_SEQUENCER_CHECK], [], VERIFIED
+    if not agents or (last is None and raws[0][2:10] == _V1):
+        return _unchecked(run_id, raws, last, agents, required=required)
     if last is None:
-        # said where the deployment uses agent identity; elsewhere there is nothing to say
-        return [], [_NONE] if agents else []
-    if not agents:
-        return [], [
-            "agent identity not checked: the run is signed by its agent, but no agent vkey "
-            "is trusted (--agent-key AGENT_ID=VKEY or TRACEVAULT_AGENT_VKEYS)"
-        ]
+        raise fail("I identity", 0, None, _unsigned(run_id, run_agent, agents, len(raws)))
     run_key = _run_key(run_id, _note_at(raws[0]), agents, run_agent)
     upto, covered, bad = _coverage(run_id, raws, hashes, kinds, run_key, last)
     for i in mixed:
@@ -158,7 +185,7 @@ def check_identity(
             f"producer (agent {run_agent!r}, key {run_key.name}+{run_key.key_id.hex()}); "
             f"seq {first}: {bad[first]}",
         )
-    loose = [i for i in range(upto, n) if i not in covered and kinds[i] != _GAP]
+    loose = [i for i in range(upto, len(raws)) if i not in covered and kinds[i] != _GAP]
     checks = [IDENTITY_CHECK]
     if loose and finished:
         raise fail(
@@ -169,11 +196,60 @@ def check_identity(
             f"agent key {run_key.name}: its producer's last note does not reach them",
         )
     if loose:
-        return checks, [
-            f"seq(s) {_names(loose)} are not yet covered by the agent's signature (the run is "
-            "unfinished: its next note or RUN_FINISHED signs them)"
-        ]
-    return checks, []
+        return (
+            checks,
+            [
+                f"seq(s) {_names(loose)} are not yet covered by the agent's signature (the run "
+                "is unfinished: its next note or RUN_FINISHED signs them)"
+            ],
+            VERIFIED,
+        )
+    return checks, [], VERIFIED
+
+
+def _unchecked(
+    run_id: str,
+    raws: Sequence[bytes],
+    last: int | None,
+    agents: AgentKeys | None,
+    *,
+    required: bool,
+) -> tuple[list[str], list[str], str]:
+    """No trusted agent vkey, or a run from before agent identity: not a pass unless waived."""
+    if last is None and raws[0][2:10] == _V1:
+        why = (
+            f"run {run_id} was recorded before agent identity (TraceEvent v1, no agent "
+            "signature): who wrote its events cannot be checked"
+        )
+        if required:
+            return [], [why], LEGACY
+        return [], [f"{why} (--no-agent-check)"], f"{NOT_CHECKED} ({LEGACY})"
+    if not required:
+        return [], [_UNCHECKED], NOT_CHECKED
+    signed = "is signed by its agent" if last is not None else "carries no agent signature"
+    return (
+        [],
+        [
+            f"provenance unverified: the run {signed}, but no agent vkey is trusted "
+            "(--agent-key AGENT_ID=VKEY or TRACEVAULT_AGENT_VKEYS); --no-agent-check accepts "
+            "that knowingly"
+        ],
+        UNVERIFIED,
+    )
+
+
+def _unsigned(run_id: str, agent_id: str | None, agents: AgentKeys, n: int) -> str:
+    """Why a run with no agent note fails where the deployment trusts agent vkeys."""
+    seqs = "seq 0" if n == 1 else f"seqs 0..{n - 1}"
+    if agent_id is not None and agents.keyed(agent_id):
+        return (
+            f"run {run_id} claims agent_id {agent_id!r}, which the deployment's agent vkeys "
+            f"key, but carries no agent signature: {seqs} were not written by that agent"
+        )
+    return (
+        f"run {run_id} claims agent_id {agent_id!r}, which no trusted agent vkey may record "
+        f"as: the agent is not authorised (agent_vkeys); {seqs} are unsigned"
+    )
 
 
 def _coverage(  # noqa: PLR0917 - the run's columns, as check_identity has them

@@ -41,6 +41,8 @@ from tracevault.transparency import (
 __all__ = [
     "CHAIN_ONLY",
     "NOT_VERIFIED",
+    "NO_AGENT_CHECK",
+    "UNVERIFIED_PROVENANCE",
     "UNVERIFIED",
     "EndRule",
     "LogPolicy",
@@ -48,6 +50,7 @@ __all__ = [
     "check_origin",
     "last_event",
     "run_evidence",
+    "unverified_provenance",
     "unverified_record",
 ]
 
@@ -75,6 +78,35 @@ def unverified_record(run_id: str | None, doing: str) -> LogError:
         run=run_id,
     )
 
+
+#: Why a verify without a trusted agent vkey fails (exit 1, provenance ``unverified``), or of
+#: a run recorded before agent identity: provenance is required like the log key.
+UNVERIFIED_PROVENANCE = (
+    "unverified provenance: {why}, so who wrote the run's events was not checked and this is "
+    "not evidence (anyone who can write raw can record as any agent). Give --agent-key "
+    "AGENT_ID=VKEY or set TRACEVAULT_AGENT_VKEYS; --no-agent-check accepts it knowingly"
+)
+
+
+def unverified_provenance(run_id: str | None, doing: str, why: str | None = None) -> LogError:
+    """Why a command that takes a run as the record refuses one whose provenance was not
+    proven (no trusted agent vkey; ``why``: else, e.g. recorded before agent identity)."""
+    what = f"run {run_id}" if run_id is not None else "the runs"
+    why = why or "no trusted agent vkey was given"
+    return LogError(
+        f"unverified: who wrote {what} was not checked ({why}), so it is not the record: "
+        "anyone who can write raw can record as any agent. Give --agent-key AGENT_ID=VKEY "
+        "or set TRACEVAULT_AGENT_VKEYS; --no-agent-check accepts it knowingly, --no-verify "
+        f"{doing} it unverified",
+        run=run_id,
+    )
+
+
+#: What ``--no-agent-check`` means, printed on stderr every time it is used.
+NO_AGENT_CHECK = (
+    "--no-agent-check: agent identity was NOT checked: who wrote the run's events is not "
+    "proven (a raw writer can record under any agent_id)"
+)
 
 #: What ``--no-log-check`` means, printed every time it is used.
 CHAIN_ONLY = (

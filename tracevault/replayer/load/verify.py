@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from tracevault.errors import ConfigError
 from tracevault.replayer._records import LazyEvents
@@ -32,6 +33,7 @@ from tracevault.replayer.load.log_policy import (
     end_missing,
     last_event,
 )
+from tracevault.schemas.fast import SealedColumns
 from tracevault.transparency import AgentKeys, Ed25519Verifier, NoteVerifier
 
 __all__ = ["verify"]
@@ -98,6 +100,7 @@ def verify(
     chain_only: bool = False,
     agents: AgentKeys | None = None,
     operators: Sequence[Ed25519Verifier] | None = None,
+    agent_check: bool = True,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -110,9 +113,12 @@ def verify(
     lets one pass with a warning, ``require_finished`` always fails it. With ``rebuild``
     every event is decoded into a :class:`TraceEvent` during the checks and
     ``report.events`` is that list; without it, events are decoded on first access.
-    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md);
-    ``operators`` the trusted operator vkeys an erasure record is held to instead (check E,
-    ``_erasure``): without one, an erasure record fails, unverified.
+    ``agents`` are the trusted agent vkeys of check I (``_identity``, docs/identity.md):
+    provenance is required like the log key, so without any the report is ``unverified``
+    unless the caller waives the check with ``agent_check=False`` (``--no-agent-check``:
+    no agent vkey is consulted then, only that the run claims one ``agent_id``).
+    ``operators`` are the trusted operator vkeys an erasure record is held to instead (check
+    E, ``_erasure``): without one, an erasure record fails, unverified.
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
@@ -122,10 +128,38 @@ def verify(
     if require_finished:
         rule = EndRule(True, rule.idle_close_s, rule.skew_s)
     with gc_paused():
+        # waived (--no-agent-check): no agent vkey is consulted, as --no-log-check takes no key
         report = _verify(
-            run, end=rule, rebuild=rebuild, log=log, agents=agents, operators=operators
+            run,
+            end=rule,
+            rebuild=rebuild,
+            log=log,
+            agents=agents if agent_check else None,
+            agent_check=agent_check,
+            operators=operators,
         )
     return dataclasses.replace(report, chain_only=True) if chain_only else report
+
+
+def _check_identity(  # noqa: PLR0917 - the walk's state, as _verify has it
+    run_id: str,
+    columns: SealedColumns | None,
+    rows: Sequence[Any],
+    summary: RecordsSummary,
+    keys: tuple[AgentKeys | None, Sequence[Ed25519Verifier] | None],
+    agent_check: bool,
+) -> tuple[list[str], list[str], str]:
+    """Check I (or E, for an erasure record) over the walk's columns (a rebuild) or rows."""
+    return check_writer(
+        run_id,
+        columns.raws if columns is not None else [r["raw"] for r in rows],
+        columns.hashes if columns is not None else [r["hash"] for r in rows],
+        summary.kinds,
+        keys,
+        finished=summary.finished,
+        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
+        required=agent_check,
+    )
 
 
 def _verify(
@@ -136,6 +170,7 @@ def _verify(
     log: LogPolicy | None,
     agents: AgentKeys | None = None,
     operators: Sequence[Ed25519Verifier] | None = None,
+    agent_check: bool = True,
 ) -> VerifyReport:
     # a rebuild reads a source's values in one walk (columns and events), where it can
     columns = run.records.columns() if rebuild else None
@@ -161,14 +196,8 @@ def _verify(
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
-    i_checks, i_warnings = check_writer(
-        run.run_id,
-        columns.raws if columns is not None else [r["raw"] for r in rows],
-        columns.hashes if columns is not None else [r["hash"] for r in rows],
-        summary.kinds,
-        (agents, operators),
-        finished=summary.finished,
-        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
+    i_checks, i_warnings, provenance = _check_identity(
+        run.run_id, columns, rows, summary, (agents, operators), agent_check
     )
     checks.extend(i_checks)
     warnings.extend(i_warnings)
@@ -207,4 +236,5 @@ def _verify(
         log_checked=log is not None,
         checkpoint=checkpoint,
         log_evidence=evidence,
+        provenance=provenance,
     )
