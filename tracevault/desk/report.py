@@ -70,13 +70,18 @@ def _b64(data: bytes) -> str:
 
 
 def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
-    """The run's evidence as the page's verifier reads it. A run's leaves are neighbours in
-    one tree, so their proofs share most nodes: each node is written once, in ``nodes``, and
-    a proof is the list of its nodes' positions there (a fifth of the size)."""
+    """The run's evidence as the page's verifier reads it, and what its timeline shows.
+
+    A run's leaves are neighbours in one tree, so their proofs share most nodes: each node is
+    written once, in ``nodes``, and a proof is the list of its nodes' positions there. The
+    timeline is drawn by the page's script from these rows (kind, time, model / tool, time
+    until the next crossing), not rendered as HTML rows: the page is a third of the size."""
     proofs = ev.proofs()
     nodes: dict[bytes, int] = {}
     rows: list[dict[str, Any]] = []
-    by_seq = {e.seq: e for e in ev.events}
+    events = list(ev.events)
+    by_seq = {e.seq: e for e in events}
+    durs = dict(zip((e.seq for e in events), durations_ms(events), strict=True))
     for sealed in ev.records:
         p = proofs.get(sealed.seq)
         shown = sealed.seq in ev.revealed
@@ -90,9 +95,18 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
             "proof": [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof],
             "opened": sealed.seq in ev.opened,
         }
-        if shown and e is not None:
-            row["request"] = _b64(e.request)
-            row["response"] = _b64(e.response)
+        if e is not None:
+            dur = durs.get(sealed.seq)
+            row["kind"] = e.kind.value
+            row["at"] = micros_to_datetime(e.at).isoformat(timespec="milliseconds")
+            row["took"] = "" if dur is None else f"{dur:.1f} ms"
+            row["name"] = event_name(e)
+            if shown:
+                row["request"] = _b64(e.request)
+                row["response"] = _b64(e.response)
+            else:  # hashes only: the bytes hold the payload
+                row["request_sha"] = hashlib.sha256(e.request).hexdigest()
+                row["response_sha"] = hashlib.sha256(e.response).hexdigest()
         rows.append(row)
     return {
         "run_id": ev.run_id,
@@ -101,6 +115,7 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         "checkpoint": None if ev.log is None else ev.log.checkpoint,
         "origin": None if ev.log is None else ev.log.origin,
         "nodes": [_b64(h) for h in nodes],
+        "decoded": len(events),
         "events": rows,
     }
 
@@ -128,43 +143,23 @@ def _python_status(runs: Sequence[RunEvidence]) -> str:
     )
 
 
-def _payload(anchor: str, seq: int, part: str, data: bytes, shown: bool) -> str:
-    if not shown:
-        digest = hashlib.sha256(data).hexdigest()
-        return f'<div>{part}: not revealed, SHA-256 <span class="hash">{digest}</span></div>'
-    return (
-        f"<details><summary>{part} ({len(data)} bytes)</summary>"
-        f'<pre id="{anchor}-seq-{seq}-{part}">{_e(pretty_json(data))}</pre></details>'
-    )
-
-
 def _timeline(ev: RunEvidence, anchor: str) -> str:
-    rows = []
-    events = list(ev.events)
-    durs = durations_ms(events)
-    for e, dur in zip(events, durs, strict=True):
-        shown = e.seq in ev.revealed
-        at = micros_to_datetime(e.at).isoformat(timespec="milliseconds")
-        took = "" if dur is None else f"{dur:.1f} ms"
-        note = " (opened with the reader's key)" if e.seq in ev.opened else ""
-        rows.append(
-            f'<tr id="{anchor}-seq-{e.seq}"><td><a href="#{anchor}-seq-{e.seq}">{e.seq}</a></td>'
-            f"<td>{_e(e.kind.value)}</td><td>{_e(at)}</td><td>{took}</td>"
-            f"<td>{_e(event_name(e))}</td>"
-            f'<td class="mark pending" id="{anchor}-seq-{e.seq}-mark">not checked yet</td>'
-            f"<td>{_payload(anchor, e.seq, 'request', e.request, shown)}"
-            f"{_payload(anchor, e.seq, 'response', e.response, shown)}{note}</td></tr>"
-        )
-    if len(events) < len(ev.records):
-        rows.append(
-            f'<tr><td colspan="7" class="bad">seqs {len(events)}..{len(ev.records) - 1} '
-            "could not be decoded: shown by hash in the proofs only</td></tr>"
+    """The table's head only: the page's script draws a row per event from the evidence it
+    checked (docs/desk.md); without script the page says why nothing is shown."""
+    undecoded = ""
+    if len(ev.events) < len(ev.records):
+        undecoded = (
+            f'<p class="bad">seqs {len(ev.events)}..{len(ev.records) - 1} could not be '
+            "decoded: shown by hash in the proofs only</p>"
         )
     return (
-        "<table><tr><th>seq</th><th>kind</th><th>time (UTC)</th><th>until next</th>"
-        "<th>model / tool</th><th>checked in this browser</th><th>payloads</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        f"<noscript><p class=\"status bad\">This report needs JavaScript to verify its "
+        f"evidence and show the {len(ev.records)} events: its own script recomputes the "
+        "chain, the inclusion proofs and the signatures, then draws the timeline from the "
+        "bytes it checked.</p></noscript>"
+        f'<table id="{anchor}-timeline"><tr><th>seq</th><th>kind</th><th>time (UTC)</th>'
+        "<th>until next</th><th>model / tool</th><th>checked in this browser</th>"
+        f"<th>payloads</th></tr></table>{undecoded}"
     )
 
 
