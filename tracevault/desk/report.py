@@ -78,35 +78,48 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
     until the next crossing), not rendered as HTML rows: the page is a third of the size."""
     proofs = ev.proofs()
     nodes: dict[bytes, int] = {}
+    kinds: dict[str, int] = {}
     rows: list[dict[str, Any]] = []
     events = list(ev.events)
     by_seq = {e.seq: e for e in events}
-    durs = dict(zip((e.seq for e in events), durations_ms(events), strict=True))
+    last_at = 0
+    last_hash = b""
+    last_index: int | None = None
+    last_proof: list[int] = []
     for sealed in ev.records:
         p = proofs.get(sealed.seq)
         shown = sealed.seq in ev.revealed
         e = by_seq.get(sealed.seq)
-        row: dict[str, Any] = {
-            "seq": sealed.seq,
-            "prev": sealed.prev_hash.hex(),
-            "hash": sealed.hash.hex(),
-            "raw": _b64(sealed.raw) if shown else None,
-            "leaf_index": None if p is None else p.index,
-            "proof": [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof],
-            "opened": sealed.seq in ev.opened,
-        }
+        row: dict[str, Any] = {"seq": sealed.seq, "hash": _b64(sealed.hash)}
+        if rows == [] or sealed.prev_hash != last_hash:  # else it is the last event's hash
+            row["prev"] = _b64(sealed.prev_hash)
+        row["raw"] = _b64(sealed.raw) if shown else None
+        proof = [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof]
+        index = None if p is None else p.index
+        if index is None or last_index is None or index != last_index + 1:
+            row["leaf_index"] = index  # else the next leaf after the last event's
+        up = _shared_tail(proof, last_proof) if index is not None else 0
+        row["proof"] = proof[: len(proof) - up]
+        if up:
+            row["up"] = up  # the upper hashes: the last event's proof's last ``up``
+        last_hash, last_index, last_proof = sealed.hash, index, proof
+        if sealed.seq in ev.opened:
+            row["opened"] = True
         if e is not None:
-            dur = durs.get(sealed.seq)
-            row["kind"] = e.kind.value
-            row["at"] = micros_to_datetime(e.at).isoformat(timespec="milliseconds")
-            row["took"] = "" if dur is None else f"{dur:.1f} ms"
-            row["name"] = event_name(e)
-            if shown:
-                row["request"] = _b64(e.request)
-                row["response"] = _b64(e.response)
-            else:  # hashes only: the bytes hold the payload
-                row["request_sha"] = hashlib.sha256(e.request).hexdigest()
-                row["response_sha"] = hashlib.sha256(e.response).hexdigest()
+            row["kind"] = kinds.setdefault(e.kind.value, len(kinds))
+            row["at"] = e.at - last_at  # micros since the last event's
+            last_at = e.at
+            name = event_name(e)
+            if name:
+                row["name"] = name
+            for part, data in (("request", e.request), ("response", e.response)):
+                if not shown:  # hashes only: the bytes hold the payload
+                    row[part + "_sha"] = hashlib.sha256(data).hexdigest()
+                    continue
+                at = sealed.raw.find(data) if sealed.seq not in ev.opened else -1
+                # where the payload lies in the raw event (the page shows those bytes);
+                # an opened payload is not in the ciphertext, so it is carried itself
+                row[part] = [at, len(data)] if at >= 0 else _b64(data)
         rows.append(row)
     return {
         "run_id": ev.run_id,
@@ -114,10 +127,19 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         "python": {"status": ev.status, "checks": list(ev.checks), "failure": ev.failure},
         "checkpoint": None if ev.log is None else ev.log.checkpoint,
         "origin": None if ev.log is None else ev.log.origin,
+        "kinds": list(kinds),
         "nodes": [_b64(h) for h in nodes],
         "decoded": len(events),
         "events": rows,
     }
+
+
+def _shared_tail(proof: list[int], last: list[int]) -> int:
+    """How many of ``proof``'s last hashes are ``last``'s last (neighbours share the top)."""
+    n = 0
+    while n < len(proof) - 1 and n < len(last) and proof[-1 - n] == last[-1 - n]:
+        n += 1
+    return n
 
 
 def _e(text: object) -> str:

@@ -181,6 +181,17 @@
   };
 
   const data = JSON.parse(document.getElementById("tv-evidence").textContent);
+  // What the writer left out because it follows from the event before (report.py's
+  // _run_data): a leaf index one past the last, a proof's upper hashes, times as steps.
+  for (const run of data.runs) {
+    let at = 0, last = null;
+    for (const ev of run.events) {
+      if (!("leaf_index" in ev)) ev.leaf_index = last === null || last.leaf_index === null ? null : last.leaf_index + 1;
+      if (ev.up) ev.proof = ev.proof.concat(last === null ? [] : last.proof.slice(Math.max(last.proof.length - ev.up, 0)));
+      if (ev.at !== undefined) { at += ev.at; ev.micros = at; }
+      last = ev;
+    }
+  }
   const keys = [], witnesses = [];
   for (const v of data.vkeys) await attempt(null, null, `trusted key ${v.split("+")[0]}`, async () => { keys.push(await parseVkey(v)); return true; });
   for (const v of data.witness_vkeys) await attempt(null, null, `witness key ${v.split("+")[0]}`, async () => { witnesses.push(await parseVkey(v)); return true; });
@@ -223,8 +234,8 @@
     const evs = run.events;
     // Every event's hash at once (its prev is the previous event's recorded hash, which the
     // previous event's own checks hold to account): WebCrypto runs the digests in parallel.
-    const prevs = evs.map((ev, i) => { try { return i === 0 ? genesis : unhex(evs[i - 1].hash); } catch (e) { return new Uint8Array(32); } });
-    const recorded = evs.map((ev) => { try { return unhex(ev.hash); } catch (e) { return null; } });
+    const prevs = evs.map((ev, i) => { try { return i === 0 ? genesis : b64(evs[i - 1].hash); } catch (e) { return new Uint8Array(32); } });
+    const recorded = evs.map((ev) => { try { return b64(ev.hash); } catch (e) { return null; } });
     const hs = await Promise.all(evs.map(async (ev, i) => {
       try { return ev.raw !== null ? await sha(te.encode("tracevault/v1/event\0"), prevs[i], b64(ev.raw)) : recorded[i]; } catch (e) { return null; }
     }));
@@ -237,7 +248,7 @@
       const h = hs[i];
       put(ev.raw === null ? "link" : "chain", () => {
         if (ev.seq !== i) return `seq ${ev.seq} at position ${i}: seqs are not contiguous from 0`;
-        if (!eq(unhex(ev.prev), prevs[i])) return "prev_hash is not the previous event's hash";
+        if (ev.prev !== undefined && !eq(b64(ev.prev), prevs[i])) return "prev_hash is not the previous event's hash";
         if (h === null) return "the raw event is not base64";
         return recorded[i] !== null && eq(h, recorded[i]) ? true : "SHA-256 of the raw event is not its recorded hash";
       });
@@ -247,8 +258,17 @@
         const p = ev[part];
         if (p === null || p === undefined || ev.opened) continue;
         put(part, () => {
-          const bytes = b64(p);
-          if (ev.raw === null || !contains(b64(ev.raw), bytes)) return `the ${part} shown is not in the raw event`;
+          if (ev.raw === null) return `the ${part} shown is not in the raw event`;
+          const raw = b64(ev.raw);
+          let bytes;
+          if (Array.isArray(p)) {  // [offset, length] in the raw event: shown from there
+            const [off, len] = p;
+            if (!(Number.isInteger(off) && Number.isInteger(len) && off >= 0 && len >= 0 && off + len <= raw.length)) return `the ${part}'s place is outside the raw event`;
+            bytes = raw.subarray(off, off + len);
+          } else {
+            bytes = b64(p);
+            if (!contains(raw, bytes)) return `the ${part} shown is not in the raw event`;
+          }
           ev.checked[part] = bytes;  // shown from these checked bytes only
           return true;
         });
@@ -297,7 +317,10 @@
       const a = el("a", String(ev.seq));
       a.href = "#" + id;
       tr.appendChild(el("td")).appendChild(a);
-      for (const t of [ev.kind, ev.at, ev.took, ev.name]) tr.appendChild(el("td", t));
+      const next = run.events[ev.seq + 1];
+      const took = next === undefined || next.micros === undefined ? "" : `${((next.micros - ev.micros) / 1000).toFixed(1)} ms`;
+      const at = new Date(Math.floor(ev.micros / 1000)).toISOString().replace("Z", "+00:00");
+      for (const t of [run.kinds[ev.kind], at, took, ev.name || ""]) tr.appendChild(el("td", t));
       const mine = bySeq.get(`${run.run_id}\n${ev.seq}`) || [];
       const failed = mine.filter((c) => !c.ok);
       const mark = tr.appendChild(el("td", failed.length ? "FAILED: " + failed.map((c) => c.what).join(", ") : "verified: " + mine.map((c) => c.what).join(", "), "mark " + (failed.length ? "bad" : "ok")));
@@ -310,7 +333,7 @@
           div.appendChild(el("span", ev[part + "_sha"], "hash"));
           continue;
         }
-        const bytes = ev.opened ? b64(p) : (ev.checked || {})[part];
+        const bytes = ev.opened ? (Array.isArray(p) ? undefined : b64(p)) : (ev.checked || {})[part];
         if (bytes === undefined) { cell.appendChild(el("div", `${part}: not shown: it is not in the raw event`, "bad")); continue; }
         const det = cell.appendChild(el("details"));
         det.appendChild(el("summary", `${part} (${bytes.length} bytes)`));
