@@ -22,7 +22,7 @@ from typing import Any
 
 from tracevault import __version__
 from tracevault.desk.evidence import RunEvidence
-from tracevault.schemas import EventKind, TraceEvent, micros_to_datetime
+from tracevault.schemas import EventKind, TraceEvent
 
 __all__ = ["REPORT_FORMAT", "event_name", "pretty_json", "render_report"]
 
@@ -72,6 +72,12 @@ def _b64(data: bytes) -> str:
 def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
     """The run's evidence as the page's verifier reads it, and what its timeline shows.
 
+    Keys of an event, short as there are 10,000s: seq, h (hash), p (prev_hash, when it is not
+    the last event's hash), raw, i (leaf index, when not the last one's + 1), proof, u (how
+    many of the last event's upper proof hashes follow), o (opened), k (kind, in ``kinds``),
+    t (micros since the last event), n (model / tool), q / r (request / response: [offset,
+    length] in raw, or base64 when opened), qs / rs (their SHA-256 when not revealed).
+
     A run's leaves are neighbours in one tree, so their proofs share most nodes: each node is
     written once, in ``nodes``, and a proof is the list of its nodes' positions there. The
     timeline is drawn by the page's script from these rows (kind, time, model / tool, time
@@ -90,31 +96,31 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         p = proofs.get(sealed.seq)
         shown = sealed.seq in ev.revealed
         e = by_seq.get(sealed.seq)
-        row: dict[str, Any] = {"seq": sealed.seq, "hash": _b64(sealed.hash)}
+        row: dict[str, Any] = {"seq": sealed.seq, "h": _b64(sealed.hash)}
         if rows == [] or sealed.prev_hash != last_hash:  # else it is the last event's hash
-            row["prev"] = _b64(sealed.prev_hash)
+            row["p"] = _b64(sealed.prev_hash)
         row["raw"] = _b64(sealed.raw) if shown else None
         proof = [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof]
         index = None if p is None else p.index
         if index is None or last_index is None or index != last_index + 1:
-            row["leaf_index"] = index  # else the next leaf after the last event's
+            row["i"] = index  # else the next leaf after the last event's
         up = _shared_tail(proof, last_proof) if index is not None else 0
         row["proof"] = proof[: len(proof) - up]
         if up:
-            row["up"] = up  # the upper hashes: the last event's proof's last ``up``
+            row["u"] = up  # the upper hashes: the last event's proof's last ``up``
         last_hash, last_index, last_proof = sealed.hash, index, proof
         if sealed.seq in ev.opened:
-            row["opened"] = True
+            row["o"] = True
         if e is not None:
-            row["kind"] = kinds.setdefault(e.kind.value, len(kinds))
-            row["at"] = e.at - last_at  # micros since the last event's
+            row["k"] = kinds.setdefault(e.kind.value, len(kinds))
+            row["t"] = e.at - last_at  # micros since the last event's
             last_at = e.at
             name = event_name(e)
             if name:
-                row["name"] = name
-            for part, data in (("request", e.request), ("response", e.response)):
+                row["n"] = name
+            for part, data in (("q", e.request), ("r", e.response)):
                 if not shown:  # hashes only: the bytes hold the payload
-                    row[part + "_sha"] = hashlib.sha256(data).hexdigest()
+                    row[part + "s"] = hashlib.sha256(data).hexdigest()
                     continue
                 at = sealed.raw.find(data) if sealed.seq not in ev.opened else -1
                 # where the payload lies in the raw event (the page shows those bytes);
@@ -175,7 +181,7 @@ def _timeline(ev: RunEvidence, anchor: str) -> str:
             "decoded: shown by hash in the proofs only</p>"
         )
     return (
-        f"<noscript><p class=\"status bad\">This report needs JavaScript to verify its "
+        f'<noscript><p class="status bad">This report needs JavaScript to verify its '
         f"evidence and show the {len(ev.records)} events: its own script recomputes the "
         "chain, the inclusion proofs and the signatures, then draws the timeline from the "
         "bytes it checked.</p></noscript>"
