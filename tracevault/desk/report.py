@@ -74,9 +74,10 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
 
     Keys of an event, short as there are 10,000s: seq, h (hash), p (prev_hash, when it is not
     the last event's hash), raw, i (leaf index, when not the last one's + 1), proof, u (how
-    many of the last event's upper proof hashes follow), o (opened), k (kind, in ``kinds``),
-    t (micros since the last event), n (model / tool), q / r (request / response: [offset,
-    length] in raw, or base64 when opened), qs / rs (their SHA-256 when not revealed).
+    many of the last event's upper proof hashes follow), o (opened), k (kind, in ``kinds``;
+    left out: the last one's), t (micros since the last event; left out: the last step),
+    n (model / tool), q / r (request / response: [offset, length] in raw, or base64 when
+    opened), qs / rs (their SHA-256 when not revealed).
 
     A run's leaves are neighbours in one tree, so their proofs share most nodes: each node is
     written once, in ``nodes``, and a proof is the list of its nodes' positions there. The
@@ -89,6 +90,8 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
     events = list(ev.events)
     by_seq = {e.seq: e for e in events}
     last_at = 0
+    last_kind: int | None = None
+    last_step: int | None = None
     last_hash = b""
     last_index: int | None = None
     last_proof: list[int] = []
@@ -112,9 +115,12 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         if sealed.seq in ev.opened:
             row["o"] = True
         if e is not None:
-            row["k"] = kinds.setdefault(e.kind.value, len(kinds))
-            row["t"] = e.at - last_at  # micros since the last event's
-            last_at = e.at
+            kind, step = kinds.setdefault(e.kind.value, len(kinds)), e.at - last_at
+            if kind != last_kind:
+                row["k"] = kind  # else the last event's kind
+            if step != last_step:
+                row["t"] = step  # micros since the last event's; else the last step again
+            last_at, last_kind, last_step = e.at, kind, step
             name = event_name(e)
             if name:
                 row["n"] = name
