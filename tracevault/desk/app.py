@@ -71,6 +71,7 @@ class _Job:
         self.evidence: RunEvidence | None = None
         self.error: BaseException | None = None
         self.ready = threading.Event()  # head, evidence or error is set
+        self.served = threading.Event()  # the first screen went out: verify at full speed
         self.done = threading.Event()  # evidence or error is set
 
     def run(self, conf: DeskConfig, run_id: str) -> None:
@@ -80,6 +81,8 @@ class _Job:
             except Exception:  # no first page early: the verdict comes first
                 log.debug("desk: no early first page of %s", run_id, exc_info=True)
             self.ready.set()
+            if self.head is not None:  # the GIL to the first screen first (at most 2 s)
+                self.served.wait(timeout=2.0)
 
         try:
             self.evidence = gather(
@@ -212,7 +215,10 @@ class _Pages:
         await asyncio.to_thread(job.ready.wait)
         if not job.done.is_set() and job.head is not None and n == 0:
             again = _int(request.query_params.get("reload"), 0) + 1  # a new URL each time
-            return self._verifying(request, run_id, job.head, job.total, again)
+            try:
+                return self._verifying(request, run_id, job.head, job.total, again)
+            finally:
+                job.served.set()
         ev = await self.runs.get(run_id)
         total = len(ev.events)
         pages = max(1, math.ceil(total / PAGE_SIZE))
