@@ -120,6 +120,23 @@ def test_runs_then_a_run_then_a_payload_then_a_diff(desk: str, web: Chromium) ->
     web.screenshot("ui-diff")
 
 
+def test_the_first_screen_comes_while_the_run_is_verified(
+    signed_archive: str, log_vkey: str, web: Chromium
+) -> None:
+    with serving(_conf(signed_archive, log_vkey)) as desk:
+        # a new desk: the run's verification waits for its first screen to go out
+        with urllib.request.urlopen(desk + "/runs/run-a") as r:
+            body = r.read().decode()
+        top = body.index('id="tv-status"')
+        assert 'data-state="verifying"' in body[top - 60 : top]
+        assert "verifying… run-a: these rows are read from the archive but not yet proven" in body
+        assert "VERIFIED" not in body and body.count('class="event"') == 11
+        assert 'content="1; url=/runs/run-a?page=0&amp;reload=1"' in body  # meta refresh
+        web.open(desk + "/runs/run-a?page=0&reload=1")  # the page reloads itself to the verdict
+        _verdict(web)
+        assert _text(web, "#tv-status").startswith("VERIFIED: run-a")
+
+
 def test_a_seq_has_a_deep_link(desk: str, web: Chromium) -> None:
     web.open(desk + "/runs/run-b/seq/7")
     _verdict(web)

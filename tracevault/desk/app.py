@@ -81,8 +81,8 @@ class _Job:
             except Exception:  # no first page early: the verdict comes first
                 log.debug("desk: no early first page of %s", run_id, exc_info=True)
             self.ready.set()
-            if self.head is not None:  # the GIL to the first screen first (at most 2 s)
-                self.served.wait(timeout=2.0)
+            if self.head is not None:  # the GIL to the first screen first (at most 5 s)
+                self.served.wait(timeout=5.0)
 
         try:
             self.evidence = gather(
@@ -136,6 +136,7 @@ class _Runs:
 
     async def get(self, run_id: str) -> RunEvidence:
         job = self.job(run_id)
+        job.served.set()  # this one waits for the verdict, not for a first screen
         await asyncio.to_thread(job.done.wait)
         return job.result()
 
