@@ -1,9 +1,10 @@
 """``tracevault ui``'s pages: runs, a run, a diff; server-rendered, no script.
 
 Why server-rendered and script-free: the page a person reads is what the server verified, and
-nothing is fetched after it (no CDN, works offline). Each run is loaded and verified through the
-replayer (``evidence.gather``) before anything of it is shown; its status sits at the top of the
-page in words, a failure in red (docs/desk.md, "The UI"). Errors become a message in the page,
+nothing is fetched after it (no CDN, works offline). Each run is verified once through the
+replayer (``evidence.gather``), in a thread; only its first page is shown before the verdict,
+under "verifying…" and reloading itself, and its status sits at the top of the page in words,
+a failure in red (docs/desk.md, "The UI"). Errors become a message in the page,
 never a stack trace: an unknown run is a 404 page that links back to the runs.
 """
 
