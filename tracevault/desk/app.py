@@ -135,8 +135,9 @@ class _Runs:
         threading.Thread(target=job.run, args=(self._conf, run_id), daemon=True).start()
         return job
 
-    async def get(self, run_id: str) -> RunEvidence:
-        job = self.job(run_id)
+    async def get(self, run_id: str, job: _Job | None = None) -> RunEvidence:
+        """The verdict of ``run_id`` (of ``job``, the one a page already holds)."""
+        job = job or self.job(run_id)
         job.served.set()  # this one waits for the verdict, not for a first screen
         await asyncio.to_thread(job.done.wait)
         return job.result()
@@ -221,7 +222,7 @@ class _Pages:
                 return self._verifying(request, run_id, job.head, job.total, again)
             finally:
                 job.served.set()
-        ev = await self.runs.get(run_id)
+        ev = await self.runs.get(run_id, job)  # its error too, not a second attempt
         total = len(ev.events)
         pages = max(1, math.ceil(total / PAGE_SIZE))
         n = min(n, pages - 1)
