@@ -82,6 +82,12 @@ def test_a_hostile_payload_in_the_ui_is_text(
     conf = DeskConfig(settings, LogPolicy.of(settings, [log_vkey]), EndRule())
     with serving(conf) as desk:
         browser.open(desk + "/runs/run-hostile")
+        _nothing_ran(browser)  # the first screen may be the one shown while it is verified
+        browser.wait_for(
+            "document.readyState === 'complete' && "
+            "document.getElementById('tv-status').dataset.state !== 'verifying'",
+            what="the run's verdict",
+        )
         assert browser.js("document.getElementById('tv-status').dataset.state") == "verified"
         _nothing_ran(browser)
         shown = browser.js("document.querySelector('#seq-0 details pre').textContent")

@@ -129,6 +129,25 @@ def test_one_changed_byte_of_a_proof_turns_it_red_naming_the_seq(
     browser.screenshot("report-proof-changed")
 
 
+def test_one_changed_byte_beside_a_range_turns_its_leaves_red(
+    written: Path, browser: Chromium, tmp_path: Path
+) -> None:
+    """The top hash of seq 0's proof lies outside the run's leaves: the range proven from them
+    misses the root, no leaf's hash differs from the chain's, so each leaf is climbed alone
+    and the ones whose proofs hold that hash are named."""
+    html = written.read_text(encoding="utf-8")
+    run_c = _evidence(html)["runs"][1]
+    first = run_c["events"][0]
+    assert "u" not in first  # seq 0's proof is written whole
+    bad = tmp_path / "beside.html"
+    bad.write_text(_flip(html, run_c["nodes"][first["proof"][-1]], 10), encoding="utf-8")
+    assert _open(browser, bad) == "failed"
+    assert "run-c seq 0 log inclusion" in browser.js(f"{STATUS}.textContent")
+    failed = _failed(browser)
+    assert failed and all(re.match(r"FAIL run-c seq \d+ log inclusion: ", f) for f in failed)
+    browser.screenshot("report-range-proof-changed")
+
+
 def test_one_changed_byte_of_the_signature_turns_it_red(
     written: Path, browser: Chromium, tmp_path: Path
 ) -> None:

@@ -63,6 +63,16 @@ def _text(b: Chromium, selector: str) -> str:
     return str(b.js(f"document.querySelector({json.dumps(selector)}).textContent"))
 
 
+def _verdict(b: Chromium) -> None:
+    """Wait for a run page's verdict: its first screen may come while it is verified
+    ("verifying…" at the top, reloading itself until the verdict is in)."""
+    b.wait_for(
+        "document.readyState === 'complete' && (!document.getElementById('tv-status') || "
+        "document.getElementById('tv-status').dataset.state !== 'verifying')",
+        what="the run's verdict",
+    )
+
+
 def _follow(b: Chromium, click: str, lands_on: str) -> None:
     """Click ``click`` (a CSS selector) and check the page it loads is at ``lands_on``."""
     b.click(click)
@@ -80,6 +90,7 @@ def test_runs_then_a_run_then_a_payload_then_a_diff(desk: str, web: Chromium) ->
 
     web.open(desk + "/")
     _follow(web, "a.run", "/runs/run-a")
+    _verdict(web)
     status = _text(web, "#tv-status")
     assert status.startswith("VERIFIED: run-a: the signed log and the chain hold")
     assert web.js("document.querySelectorAll('tr.event').length") == 11
@@ -109,8 +120,26 @@ def test_runs_then_a_run_then_a_payload_then_a_diff(desk: str, web: Chromium) ->
     web.screenshot("ui-diff")
 
 
+def test_the_first_screen_comes_while_the_run_is_verified(
+    signed_archive: str, log_vkey: str, web: Chromium
+) -> None:
+    with serving(_conf(signed_archive, log_vkey)) as desk:
+        # a new desk: the run's verification waits for its first screen to go out
+        with urllib.request.urlopen(desk + "/runs/run-a") as r:
+            body = r.read().decode()
+        top = body.index('id="tv-status"')
+        assert 'data-state="verifying"' in body[top - 60 : top]
+        assert "verifying… run-a: these rows are read from the archive but not yet proven" in body
+        assert "VERIFIED" not in body and body.count('class="event"') == 11
+        assert 'content="1; url=/runs/run-a?page=0&amp;reload=1"' in body  # meta refresh
+        web.open(desk + "/runs/run-a?page=0&reload=1")  # the page reloads itself to the verdict
+        _verdict(web)
+        assert _text(web, "#tv-status").startswith("VERIFIED: run-a")
+
+
 def test_a_seq_has_a_deep_link(desk: str, web: Chromium) -> None:
     web.open(desk + "/runs/run-b/seq/7")
+    _verdict(web)
     web.wait_for("location.hash === '#seq-7'", what="the redirect to #seq-7")
     assert web.js("document.querySelector(':target').id") == "seq-7"
     assert "DECISION" in _text(web, "#seq-7")
@@ -140,6 +169,7 @@ def test_a_run_that_fails_verify_is_red_at_the_top(
     assert changed
     with serving(_conf(url, log_vkey)) as desk:
         web.open(desk + "/runs/run-x")
+        _verdict(web)
         assert web.js("document.getElementById('tv-status').dataset.state") == "failed"
         assert _text(web, "#tv-status").startswith("FAILED verification: run-x:")
         assert web.js("getComputedStyle(document.getElementById('tv-status')).color") == (
@@ -151,6 +181,7 @@ def test_a_run_that_fails_verify_is_red_at_the_top(
 def test_a_missing_archive_is_a_message_not_a_trace(tmp_path: Path, web: Chromium) -> None:
     with serving(_conf(f"file://{tmp_path / 'nowhere'}", None)) as desk:
         web.open(desk + "/runs/run-a")
+        _verdict(web)
         text = str(web.js("document.body.innerText"))
         # the page names the archive that is not there (read commands never create one)
         assert "no archive at" in text and str(tmp_path / "nowhere") in text
@@ -160,6 +191,7 @@ def test_a_missing_archive_is_a_message_not_a_trace(tmp_path: Path, web: Chromiu
 def test_without_a_key_every_run_says_unverified(signed_archive: str, web: Chromium) -> None:
     with serving(_conf(signed_archive, None)) as desk:
         web.open(desk + "/runs/run-a")
+        _verdict(web)
         assert _text(web, "#tv-status").startswith("UNVERIFIED: run-a: no trusted log key")
 
 
@@ -174,6 +206,7 @@ def test_with_a_token_every_request_needs_it(
         web.wait_for("location.pathname === '/login'", what="the login form")
         web.js(f"document.querySelector('input[name=token]').value = {json.dumps(TOKEN)}")
         _follow(web, "form[action='/login'] button", "/runs/run-a")
+        _verdict(web)
         assert _text(web, "#tv-status").startswith("VERIFIED: run-a")
 
 

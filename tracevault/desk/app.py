@@ -1,17 +1,20 @@
 """``tracevault ui``'s pages: runs, a run, a diff; server-rendered, no script.
 
 Why server-rendered and script-free: the page a person reads is what the server verified, and
-nothing is fetched after it (no CDN, works offline). Each run is loaded and verified through the
-replayer (``evidence.gather``) before anything of it is shown; its status sits at the top of the
-page in words, a failure in red (docs/desk.md, "The UI"). Errors become a message in the page,
+nothing is fetched after it (no CDN, works offline). Each run is verified once through the
+replayer (``evidence.gather``), in a thread; only its first page is shown before the verdict,
+under "verifying…" and reloading itself, and its status sits at the top of the page in words,
+a failure in red (docs/desk.md, "The UI"). Errors become a message in the page,
 never a stack trace: an unknown run is a 404 page that links back to the runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import math
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -34,12 +37,12 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra("ui", exc) from exc
 
 from tracevault.config import Settings
-from tracevault.desk.evidence import Reveal, RunEvidence, gather
+from tracevault.desk.evidence import Reveal, RunEvidence, gather, is_encrypted, preview
 from tracevault.desk.report import durations_ms, event_name, pretty_json
 from tracevault.desk.runs import ArchiveListing, RunSource
 from tracevault.errors import NotFoundError, TraceVaultError
-from tracevault.replayer import EndRule, LogPolicy, align_runs
-from tracevault.schemas import micros_to_datetime
+from tracevault.replayer import EndRule, LoadedRun, LogPolicy, align_runs
+from tracevault.schemas import TraceEvent, micros_to_datetime
 
 __all__ = ["PAGE_SIZE", "DeskConfig", "make_app"]
 
@@ -64,34 +67,85 @@ class DeskConfig:
     cache_s: float = 60.0
 
 
+class _Job:
+    """One run's verification, run once in a thread: its first page (``head``, decoded as soon
+    as the run is loaded, not verified) is ready before its verdict (``evidence``)."""
+
+    def __init__(self) -> None:
+        self.head: list[TraceEvent] | None = None
+        self.total = 0
+        self.evidence: RunEvidence | None = None
+        self.error: BaseException | None = None
+        self.ready = threading.Event()  # head, evidence or error is set
+        self.served = threading.Event()  # the first screen went out: verify at full speed
+        self.done = threading.Event()  # evidence or error is set
+
+    def run(self, conf: DeskConfig, run_id: str) -> None:
+        def loaded(run: LoadedRun) -> None:
+            try:
+                self.head, self.total = preview(run, PAGE_SIZE), len(run.records)
+            except Exception:  # no first page early: the verdict comes first
+                log.debug("desk: no early first page of %s", run_id, exc_info=True)
+            self.ready.set()
+            if self.head is not None:  # the GIL to the first screen first (at most 5 s)
+                self.served.wait(timeout=5.0)
+
+        try:
+            self.evidence = gather(
+                conf.settings,
+                run_id,
+                source="archive",
+                policy=conf.policy,
+                end=conf.end,
+                reveal=Reveal(every=True),
+                on_loaded=loaded,
+            )
+        except BaseException as exc:  # handed to the request that asks
+            self.error = exc
+        finally:
+            self.done.set()
+            self.ready.set()
+
+    def result(self) -> RunEvidence:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.evidence is not None  # done without an error
+        return self.evidence
+
+
 class _Runs:
-    """Verified runs, a few kept for ``cache_s``: paging a 100,000-event run must not verify it
-    again for every page, and a run still being written is re-read after a minute."""
+    """Runs being verified or verified, a few kept for ``cache_s``: paging a 100,000-event run
+    must not verify it again for every page, and a run still being written is re-read after a
+    minute. Each run is verified once, in a thread of its own (docs/desk.md, "The UI")."""
 
     def __init__(self, conf: DeskConfig, size: int = 4) -> None:
         self._conf = conf
         self._size = size
-        self._kept: OrderedDict[str, tuple[float, RunEvidence]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, tuple[float, _Job]] = OrderedDict()
 
-    def get(self, run_id: str) -> RunEvidence:
+    def job(self, run_id: str) -> _Job:
         now = time.monotonic()
-        got = self._kept.get(run_id)
-        if got is not None and now - got[0] < self._conf.cache_s:
-            self._kept.move_to_end(run_id)
-            return got[1]
-        c = self._conf
-        ev = gather(
-            c.settings,
-            run_id,
-            source="archive",
-            policy=c.policy,
-            end=c.end,
-            reveal=Reveal(every=True),
-        )
-        self._kept[run_id] = (now, ev)
-        while len(self._kept) > self._size:
-            self._kept.popitem(last=False)
-        return ev
+        with self._lock:
+            got = self._kept.get(run_id)
+            fresh = got is not None and got[1].error is None and now - got[0] < self._conf.cache_s
+            if got is not None and (not got[1].done.is_set() or fresh):
+                self._kept.move_to_end(run_id)
+                return got[1]
+            job = _Job()
+            self._kept[run_id] = (now, job)
+            while len(self._kept) > self._size:
+                self._kept.popitem(last=False)
+        threading.Thread(target=job.run, args=(self._conf, run_id), daemon=True).start()
+        return job
+
+    async def get(self, run_id: str, job: _Job | None = None) -> RunEvidence:
+        """The verdict of ``run_id`` (of ``job``, the one a page already holds)."""
+        job = job or self.job(run_id)
+        job.served.set()  # this one waits for the verdict, not for a first screen
+        await asyncio.to_thread(job.done.wait)
+        return job.result()
 
 
 def _rows(ev: RunEvidence, lo: int, hi: int) -> list[dict[str, Any]]:
@@ -163,14 +217,25 @@ class _Pages:
         )
 
     async def run_page(self, request: Request) -> Response:
-        ev = self.runs.get(request.path_params["run_id"])
+        run_id = request.path_params["run_id"]
+        job = self.runs.job(run_id)
+        n = _int(request.query_params.get("page"), 0)
+        await asyncio.to_thread(job.ready.wait)
+        if not job.done.is_set() and job.head is not None and n == 0:
+            again = _int(request.query_params.get("reload"), 0) + 1  # a new URL each time
+            try:
+                return self._verifying(request, run_id, job.head, job.total, again)
+            finally:
+                job.served.set()
+        ev = await self.runs.get(run_id, job)  # its error too, not a second attempt
         total = len(ev.events)
         pages = max(1, math.ceil(total / PAGE_SIZE))
-        n = min(_int(request.query_params.get("page"), 0), pages - 1)
+        n = min(n, pages - 1)
         lo, hi = n * PAGE_SIZE, min(total, (n + 1) * PAGE_SIZE)
         return self.page(
             request,
             "run.html",
+            verifying=False,
             ev=ev,
             rows=_rows(ev, lo, hi),
             total=total,
@@ -180,8 +245,39 @@ class _Pages:
             last=max(lo, hi - 1),
         )
 
+    def _verifying(
+        self, request: Request, run_id: str, head: list[TraceEvent], total: int, again: int
+    ) -> Response:
+        """The first page of a run still being verified: "verifying…" at the top, payloads of
+        encrypted events by hash, and the page reloads itself (no script) until the verdict."""
+        sealed = frozenset(e.seq for e in head if is_encrypted(e))
+        ev = RunEvidence(
+            run_id=run_id,
+            status="verifying",
+            checks=(),
+            failure=None,
+            records=(),
+            events=head,
+            log=None,
+            revealed=frozenset(e.seq for e in head) - sealed,
+        )
+        return self.page(
+            request,
+            "run.html",
+            verifying=True,
+            reload=f"/runs/{quote(run_id, safe='')}?page=0&reload={again}",
+            ev=ev,
+            rows=_rows(ev, 0, len(head)),
+            total=total,
+            page=0,
+            pages=max(1, math.ceil(total / PAGE_SIZE)),
+            first=0,
+            last=max(0, len(head) - 1),
+        )
+
     async def seq_link(self, request: Request) -> Response:
         run_id, seq = request.path_params["run_id"], request.path_params["seq"]
+        await self.runs.get(run_id)  # the link lands on the verdict, not on "verifying…"
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}?page={seq // PAGE_SIZE}#seq-{seq}")
 
     async def diff_page(self, request: Request) -> Response:
@@ -190,7 +286,7 @@ class _Pages:
         ignore = tuple(request.query_params.getlist("ignore"))
         if not (a and b):
             return self.page(request, "diff.html", a=a, b=b, ignore=ignore, result=None)
-        ev_a, ev_b = self.runs.get(a), self.runs.get(b)
+        ev_a, ev_b = await self.runs.get(a), await self.runs.get(b)
         result = align_runs(ev_a.events, ev_b.events, ignore=ignore)
         first = result.differences[0] if result.differences else None
         return self.page(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tracevault.archive import open_store
@@ -23,7 +23,7 @@ from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import SealedEvent, TraceEvent, decode_event
 from tracevault.transparency import LeafProof, RunLogEvidence
 
-__all__ = ["Reveal", "RunEvidence", "gather"]
+__all__ = ["Reveal", "RunEvidence", "gather", "is_encrypted", "preview"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,7 @@ def gather(
     end: EndRule | None,
     reveal: Reveal,
     proofs: bool = False,
+    on_loaded: Callable[[LoadedRun], None] | None = None,
 ) -> RunEvidence:
     """Load ``run_id`` and verify it as ``replay verify`` does (signed log first, then chain).
 
@@ -107,6 +108,8 @@ def gather(
     failure at the top instead of nothing; NotFoundError and unreachable stores propagate.
     ``proofs``: read every event's inclusion proof now (a source's proofs are read lazily
     from its store, which is closed when this returns), as a report needs them.
+    ``on_loaded``: called with the run once it is loaded, before it is verified (the UI
+    shows its first page from it meanwhile, marked as not yet verified).
     """
     if source == "topic":
         run = load_run(settings, run_id, source="topic", with_log=True)
@@ -114,6 +117,8 @@ def gather(
     store = open_store(settings.archive_url, settings, create=False)
     try:
         run = load_from_archive(store, run_id)
+        if on_loaded is not None:
+            on_loaded(run)
         return _checked(settings, run, policy=policy, end=end, reveal=reveal, proofs=proofs)
     finally:
         store.close()
@@ -143,7 +148,7 @@ def _checked(
         leaves = tuple(LeafProof(p.seq, p.index, tuple(p.proof), p.obj) for p in log.leaves)
         log = dataclasses.replace(log, leaves=leaves)
     wanted = frozenset(e.seq for e in events if e.seq in reveal)
-    shut = frozenset(e.seq for e in events if e.seq in wanted and _encrypted(e))
+    shut = frozenset(e.seq for e in events if e.seq in wanted and is_encrypted(e))
     events, opened, notices = _open(settings, events, shut)
     return RunEvidence(
         run_id=run.run_id,
@@ -171,7 +176,7 @@ def _decoded(run: LoadedRun) -> list[TraceEvent]:
     return out
 
 
-def _encrypted(e: TraceEvent) -> bool:
+def is_encrypted(e: TraceEvent) -> bool:
     return any(is_envelope(x) for x in (e.request, e.response) if x)
 
 
@@ -193,3 +198,9 @@ def _open(
             ),
         )
     return clear, shut, ()
+
+
+def preview(run: LoadedRun, n: int) -> list[TraceEvent]:
+    """The first ``n`` events of a loaded run, decoded but NOT verified: the UI's first screen
+    while the verification runs. Encrypted payloads stay sealed here (shown by hash)."""
+    return [decode_event(s.raw) for s in run.records.head(n)]

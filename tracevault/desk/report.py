@@ -22,7 +22,7 @@ from typing import Any
 
 from tracevault import __version__
 from tracevault.desk.evidence import RunEvidence
-from tracevault.schemas import EventKind, TraceEvent, micros_to_datetime
+from tracevault.schemas import EventKind, TraceEvent
 
 __all__ = ["REPORT_FORMAT", "event_name", "pretty_json", "render_report"]
 
@@ -70,29 +70,68 @@ def _b64(data: bytes) -> str:
 
 
 def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
-    """The run's evidence as the page's verifier reads it. A run's leaves are neighbours in
-    one tree, so their proofs share most nodes: each node is written once, in ``nodes``, and
-    a proof is the list of its nodes' positions there (a fifth of the size)."""
+    """The run's evidence as the page's verifier reads it, and what its timeline shows.
+
+    Keys of an event, short as there are 10,000s: seq, h (hash), p (prev_hash, when it is not
+    the last event's hash), raw, i (leaf index, when not the last one's + 1), proof, u (how
+    many of the last event's upper proof hashes follow), o (opened), k (kind, in ``kinds``;
+    left out: the last one's), t (micros since the last event; left out: the last step),
+    n (model / tool), q / r (request / response: [offset, length] in raw, or base64 when
+    opened), qs / rs (their SHA-256 when not revealed).
+
+    A run's leaves are neighbours in one tree, so their proofs share most nodes: each node is
+    written once, in ``nodes``, and a proof is the list of its nodes' positions there. The
+    timeline is drawn by the page's script from these rows (kind, time, model / tool, time
+    until the next crossing), not rendered as HTML rows: the page is a third of the size."""
     proofs = ev.proofs()
     nodes: dict[bytes, int] = {}
+    kinds: dict[str, int] = {}
     rows: list[dict[str, Any]] = []
-    by_seq = {e.seq: e for e in ev.events}
+    events = list(ev.events)
+    by_seq = {e.seq: e for e in events}
+    last_at = 0
+    last_kind: int | None = None
+    last_step: int | None = None
+    last_hash = b""
+    last_index: int | None = None
+    last_proof: list[int] = []
     for sealed in ev.records:
         p = proofs.get(sealed.seq)
         shown = sealed.seq in ev.revealed
         e = by_seq.get(sealed.seq)
-        row: dict[str, Any] = {
-            "seq": sealed.seq,
-            "prev": sealed.prev_hash.hex(),
-            "hash": sealed.hash.hex(),
-            "raw": _b64(sealed.raw) if shown else None,
-            "leaf_index": None if p is None else p.index,
-            "proof": [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof],
-            "opened": sealed.seq in ev.opened,
-        }
-        if shown and e is not None:
-            row["request"] = _b64(e.request)
-            row["response"] = _b64(e.response)
+        row: dict[str, Any] = {"seq": sealed.seq, "h": _b64(sealed.hash)}
+        if rows == [] or sealed.prev_hash != last_hash:  # else it is the last event's hash
+            row["p"] = _b64(sealed.prev_hash)
+        row["raw"] = _b64(sealed.raw) if shown else None
+        proof = [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof]
+        index = None if p is None else p.index
+        if index is None or last_index is None or index != last_index + 1:
+            row["i"] = index  # else the next leaf after the last event's
+        up = _shared_tail(proof, last_proof) if index is not None else 0
+        row["proof"] = proof[: len(proof) - up]
+        if up:
+            row["u"] = up  # the upper hashes: the last event's proof's last ``up``
+        last_hash, last_index, last_proof = sealed.hash, index, proof
+        if sealed.seq in ev.opened:
+            row["o"] = True
+        if e is not None:
+            kind, step = kinds.setdefault(e.kind.value, len(kinds)), e.at - last_at
+            if kind != last_kind:
+                row["k"] = kind  # else the last event's kind
+            if step != last_step:
+                row["t"] = step  # micros since the last event's; else the last step again
+            last_at, last_kind, last_step = e.at, kind, step
+            name = event_name(e)
+            if name:
+                row["n"] = name
+            for part, data in (("q", e.request), ("r", e.response)):
+                if not shown:  # hashes only: the bytes hold the payload
+                    row[part + "s"] = hashlib.sha256(data).hexdigest()
+                    continue
+                at = sealed.raw.find(data) if sealed.seq not in ev.opened else -1
+                # where the payload lies in the raw event (the page shows those bytes);
+                # an opened payload is not in the ciphertext, so it is carried itself
+                row[part] = [at, len(data)] if at >= 0 else _b64(data)
         rows.append(row)
     return {
         "run_id": ev.run_id,
@@ -100,9 +139,19 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         "python": {"status": ev.status, "checks": list(ev.checks), "failure": ev.failure},
         "checkpoint": None if ev.log is None else ev.log.checkpoint,
         "origin": None if ev.log is None else ev.log.origin,
+        "kinds": list(kinds),
         "nodes": [_b64(h) for h in nodes],
+        "decoded": len(events),
         "events": rows,
     }
+
+
+def _shared_tail(proof: list[int], last: list[int]) -> int:
+    """How many of ``proof``'s last hashes are ``last``'s last (neighbours share the top)."""
+    n = 0
+    while n < len(proof) - 1 and n < len(last) and proof[-1 - n] == last[-1 - n]:
+        n += 1
+    return n
 
 
 def _e(text: object) -> str:
@@ -128,43 +177,23 @@ def _python_status(runs: Sequence[RunEvidence]) -> str:
     )
 
 
-def _payload(anchor: str, seq: int, part: str, data: bytes, shown: bool) -> str:
-    if not shown:
-        digest = hashlib.sha256(data).hexdigest()
-        return f'<div>{part}: not revealed, SHA-256 <span class="hash">{digest}</span></div>'
-    return (
-        f"<details><summary>{part} ({len(data)} bytes)</summary>"
-        f'<pre id="{anchor}-seq-{seq}-{part}">{_e(pretty_json(data))}</pre></details>'
-    )
-
-
 def _timeline(ev: RunEvidence, anchor: str) -> str:
-    rows = []
-    events = list(ev.events)
-    durs = durations_ms(events)
-    for e, dur in zip(events, durs, strict=True):
-        shown = e.seq in ev.revealed
-        at = micros_to_datetime(e.at).isoformat(timespec="milliseconds")
-        took = "" if dur is None else f"{dur:.1f} ms"
-        note = " (opened with the reader's key)" if e.seq in ev.opened else ""
-        rows.append(
-            f'<tr id="{anchor}-seq-{e.seq}"><td><a href="#{anchor}-seq-{e.seq}">{e.seq}</a></td>'
-            f"<td>{_e(e.kind.value)}</td><td>{_e(at)}</td><td>{took}</td>"
-            f"<td>{_e(event_name(e))}</td>"
-            f'<td class="mark pending" id="{anchor}-seq-{e.seq}-mark">not checked yet</td>'
-            f"<td>{_payload(anchor, e.seq, 'request', e.request, shown)}"
-            f"{_payload(anchor, e.seq, 'response', e.response, shown)}{note}</td></tr>"
-        )
-    if len(events) < len(ev.records):
-        rows.append(
-            f'<tr><td colspan="7" class="bad">seqs {len(events)}..{len(ev.records) - 1} '
-            "could not be decoded: shown by hash in the proofs only</td></tr>"
+    """The table's head only: the page's script draws a row per event from the evidence it
+    checked (docs/desk.md); without script the page says why nothing is shown."""
+    undecoded = ""
+    if len(ev.events) < len(ev.records):
+        undecoded = (
+            f'<p class="bad">seqs {len(ev.events)}..{len(ev.records) - 1} could not be '
+            "decoded: shown by hash in the proofs only</p>"
         )
     return (
-        "<table><tr><th>seq</th><th>kind</th><th>time (UTC)</th><th>until next</th>"
-        "<th>model / tool</th><th>checked in this browser</th><th>payloads</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        f'<noscript><p class="status bad">This report needs JavaScript to verify its '
+        f"evidence and show the {len(ev.records)} events: its own script recomputes the "
+        "chain, the inclusion proofs and the signatures, then draws the timeline from the "
+        "bytes it checked.</p></noscript>"
+        f'<table id="{anchor}-timeline"><tr><th>seq</th><th>kind</th><th>time (UTC)</th>'
+        "<th>until next</th><th>model / tool</th><th>checked in this browser</th>"
+        f"<th>payloads</th></tr></table>{undecoded}"
     )
 
 
