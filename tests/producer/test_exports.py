@@ -14,7 +14,7 @@ from tracevault.producer import Publisher, Recorder
 def test_producer_exports() -> None:
     assert set(tracevault.producer.__all__) == {
         "Recorder", "Tool",
-        "Publisher", "PublisherStats", "CloseReport", "producer_config",
+        "Publisher", "PublisherStats", "CloseReport", "producer_config", "publisher_metrics",
         "DrainReport", "SegmentReport", "drain_spool", "spool_status",
     }  # fmt: skip
     for name in tracevault.producer.__all__:

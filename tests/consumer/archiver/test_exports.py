@@ -11,6 +11,7 @@ import tracevault.archive
 import tracevault.archive.commands
 import tracevault.consumer.archiver
 import tracevault.consumer.archiver.commands
+import tracevault.index.commands
 from tracevault.cli import tracevault as cli
 
 
@@ -24,9 +25,15 @@ def test_archiver_exports() -> None:
 
 def test_the_storage_commands_live_with_the_storage_and_the_service_with_the_service() -> None:
     """``tracevault archive ...`` operates on storage; ``tracevault archiver`` is the service:
-    each is mounted from its own room (one package named archive, one archiver)."""
+    each is mounted from its own room (one package named archive, one archiver). The group
+    is mounted from the index's room, which sits above the archive: its ``ls`` adds the
+    index's columns, every other storage command is the archive room's own."""
     ctx = click.Context(cli)
-    assert cli.get_command(ctx, "archive") is tracevault.archive.commands.archive
+    group = cli.get_command(ctx, "archive")
+    assert group is tracevault.index.commands.archive
+    storage = tracevault.archive.commands.archive.commands
+    assert isinstance(group, click.Group) and set(group.commands) == set(storage)
+    assert all(group.commands[n] is cmd for n, cmd in storage.items() if n != "ls")
     assert cli.get_command(ctx, "archiver") is tracevault.consumer.archiver.commands.archiver
     assert tracevault.consumer.archiver.commands.__all__ == ["archiver"]
     assert not hasattr(tracevault.consumer.archiver.commands, "archive")
