@@ -156,4 +156,9 @@ def test_a_run_whose_seq_0_carries_no_note_says_so() -> None:
     raws[0] = encode_event(dataclasses.replace(plain, attributes={}))
     outs = _feed_all(_book(AgentKeys({"bot": [KEY.verifier]})), raws)
     reasons = [c["reason"] for c in _contested(outs)]
-    assert reasons and reasons[0].startswith("the run's seq 0 carried no agent note"), reasons
+    # seq 0 itself is an unsigned claim of a keyed agent_id (contested at once); every later
+    # note is then contested as following a seq 0 that carried none, said as such
+    assert reasons and "claims agent_id 'bot'" in reasons[0], reasons
+    assert "an unsigned claim" in reasons[0], reasons
+    assert len(reasons) > 1, reasons
+    assert all(r.startswith("the run's seq 0 carried no agent note") for r in reasons[1:]), reasons
