@@ -40,6 +40,7 @@ from tests.content.stack import (
     record_secret_run,
 )
 from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tests.replayer.recording import signed_raws
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
@@ -51,7 +52,8 @@ from tracevault.content import (
 )
 from tracevault.errors import ContentKeyError
 from tracevault.kafka import ensure_topics
-from tracevault.schemas import EventKind, TraceEvent, decode_event, encode_event
+from tracevault.schemas import EventKind, TraceEvent, decode_event
+from tracevault.transparency import ATTEST_ATTRIBUTE
 
 AGENT = "tests.content.agents:secret_agent"
 TENANT = "tenant-r"
@@ -108,7 +110,15 @@ def _format_1_run(settings: Settings, run_id: str) -> None:
                                                        KEY_ATTRIBUTE: inline})  # fmt: skip
     # its store entry goes: a format-1 run never had one, and must open from its record alone
     open_key_store(settings).erase(TENANT, None, run_id, when="-", reason="format 1")
-    produce_raw(settings, [(run_id, encode_event(e)) for e in [first, *events[1:]]])
+    # signed again as the Recorder that wrote format 1 signed its own bytes (provenance is
+    # required): the notes cover the inline key, not the bytes before the rewrite
+    bare = [
+        dataclasses.replace(
+            e, attributes={k: v for k, v in e.attributes.items() if k != ATTEST_ATTRIBUTE}
+        )
+        for e in [first, *events[1:]]
+    ]
+    produce_raw(settings, [(run_id, raw) for raw in signed_raws(bare)])
 
 
 def _cli(env: dict[str, str | None], *args: str) -> Any:
