@@ -147,6 +147,10 @@ def tracevault(
       tracevault keys generate --name log.example --out log.key
       export TRACEVAULT_LOG_KEY_FILE=$PWD/log.key      # the sequencer signs
       export TRACEVAULT_LOG_VKEYS=$(tracevault keys show log.key)  # others check
+      tracevault keys generate --type agent --name agents.example --out agent.key
+      export TRACEVAULT_AGENT_KEY_FILE=$PWD/agent.key  # agents sign their runs
+      printf '{"*": ["%s"]}' "$(tracevault keys show agent.key)" >agents.json
+      export TRACEVAULT_AGENT_VKEYS=@$PWD/agents.json  # who may record
       tracevault sequencer &               # chain and sign runs, exactly once
       tracevault archiver &                # the signed log as tiles, locked
       tracevault replay verify RUN_ID --from archive
