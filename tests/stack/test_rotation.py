@@ -73,9 +73,12 @@ def test_the_demo_goes_on_after_a_log_key_rotation(kafka_bootstrap: str, tmp_pat
     # the restarted sequencer resumed A's log as its own, no warning per checkpoint
     assert "not our checkpoint" not in (tmp_path / second["logs"]["sequencer"]).read_text()
 
+    # the demo's agents sign with its own agent key: verify trusts the demo's agent vkeys
+    agents = {**env, "TRACEVAULT_AGENT_VKEYS": f"@{state / 'agent_vkeys.json'}"}
+
     def verify(run_id: str, key: str) -> subprocess.CompletedProcess[str]:
         return _cli(
-            tmp_path, env, "--prefix", prefix, "replay", "--archive-url", archive, "verify",
+            tmp_path, agents, "--prefix", prefix, "replay", "--archive-url", archive, "verify",
             run_id, "--from", "archive", "--trusted-key", key,
         )  # fmt: skip
 
@@ -84,7 +87,8 @@ def test_the_demo_goes_on_after_a_log_key_rotation(kafka_bootstrap: str, tmp_pat
         proc = verify(run_id, trusted)
         assert proc.returncode == 0, f"{run_id}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     # the second demo's runs really are signed with the new key: the old alone does not do
-    assert verify(second["run_ids"][0], key_a).returncode == 1
+    old_only = verify(second["run_ids"][0], key_a)
+    assert old_only.returncode == 1 and "L1" in old_only.stdout + old_only.stderr, old_only
     store = open_store(archive)
     try:
         assert not store.list("quarantine/"), "nothing was refused as another log's"
