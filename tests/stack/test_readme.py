@@ -40,7 +40,13 @@ from tracevault.config import TopicNames
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 # The pages a newcomer follows, in order, in one shell (the module docstring says why).
-PAGES = ("README.md", "docs/replay.md", "docs/integrations.md", "docs/operations.md")
+PAGES = (
+    "README.md",
+    "docs/replay.md",
+    "docs/integrations.md",
+    "docs/index.md",
+    "docs/operations.md",
+)
 _FENCE = re.compile(
     r"(?:^<!-- not-run: (?P<why>[^\n]*?) -->\n)?^```(?P<lang>\w+)\n(?P<body>.*?)^```",
     flags=re.MULTILINE | re.DOTALL,
@@ -76,7 +82,8 @@ RUNNABLE = [b for b in ALL if b.lang in ("bash", "python") and b.not_run is None
 
 
 def test_blocks_are_bash_python_or_say_why_they_do_not_run() -> None:
-    assert {b.lang for b in ALL} <= {"bash", "python", "text"}, "unknown block language"
+    # sql: queries for other engines (docs/index.md), shown, never run here
+    assert {b.lang for b in ALL} <= {"bash", "python", "text", "sql"}, "unknown block language"
     for b in ALL:
         assert b.not_run is None or b.not_run.strip(), f"{b.page} {b.index}: not-run, no reason"
     # The illustrative blocks stay few: the pages are a path to run, not a gallery.
