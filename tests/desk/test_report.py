@@ -20,6 +20,7 @@ from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
 from tracevault.archive import open_store
 from tracevault.cli import tracevault
+from tracevault.transparency import Ed25519Signer
 
 STATUS = "document.getElementById('tv-browser-status')"
 DONE = f"{STATUS}.dataset.state !== 'pending' && {STATUS}.dataset.state"
@@ -180,6 +181,23 @@ def test_without_a_trusted_key_it_says_unverified_and_exits_1(
     status = browser.js(f"{STATUS}.textContent")
     assert status.startswith("UNVERIFIED in this browser: this report holds no trusted log key")
     browser.screenshot("report-unverified")
+
+
+def test_without_a_trusted_agent_vkey_it_says_provenance_unverified_and_exits_1(
+    signed_archive: str, log_vkey: str, session_agent_signer: Ed25519Signer, out: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Provenance is required as the log key is: with the log key but no agent vkey the
+    report says why it is UNVERIFIED (not "no trusted log key"); --agent-key proves it."""
+    monkeypatch.delenv("TRACEVAULT_AGENT_VKEYS", raising=False)
+    code, output = _report(signed_archive, out, "run-b", vkey=log_vkey)
+    assert code == 1 and "unverified run-b: provenance unverified" in output, output
+    assert "no trusted log key" not in output and "--agent-key" in output
+    html = out.read_text(encoding="utf-8")
+    assert "UNVERIFIED when written: run-b: UNVERIFIED: provenance unverified" in html
+    agent = f"test-agent={session_agent_signer.verifier.vkey}"
+    code, output = _report(signed_archive, out, "run-b", "--agent-key", agent, vkey=log_vkey)
+    assert code == 0 and "verified run-b" in output, output
 
 
 def test_payloads_not_revealed_are_hashes_only(

@@ -6,6 +6,7 @@ host name (only 127.0.0.1 is reachable) and every assertion reads the DOM.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.desk.app import DeskConfig
 from tracevault.replayer import EndRule, LogPolicy
+from tracevault.transparency import AgentKeys
 
 TOKEN = "a-long-random-test-token-0123456789"
 
@@ -193,6 +195,17 @@ def test_without_a_key_every_run_says_unverified(signed_archive: str, web: Chrom
         web.open(desk + "/runs/run-a")
         _verdict(web)
         assert _text(web, "#tv-status").startswith("UNVERIFIED: run-a: no trusted log key")
+
+
+def test_without_an_agent_vkey_every_run_says_provenance_unverified(
+    signed_archive: str, log_vkey: str, web: Chromium
+) -> None:
+    conf = dataclasses.replace(_conf(signed_archive, log_vkey), agents=AgentKeys({}))
+    with serving(conf) as desk:
+        web.open(desk + "/runs/run-a")
+        _verdict(web)
+        assert web.js("document.getElementById('tv-status').dataset.state") == "unverified"
+        assert _text(web, "#tv-status").startswith("UNVERIFIED: run-a: provenance unverified")
 
 
 def test_with_a_token_every_request_needs_it(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.replayer.archiving import write_signed_run
+from tests.replayer.recording import signed_raws
 from tracevault.archive import ObjectStore, list_runs
 from tracevault.chain import genesis, link
 from tracevault.replayer.load.archive import load_from_archive
@@ -25,7 +26,6 @@ from tracevault.schemas import (
     TraceEvent,
     canonical_json,
     decode_event,
-    encode_event,
 )
 
 DAY_US = 86_400_000_000
@@ -48,7 +48,8 @@ class Spec:
 
 
 def sealed(spec: Spec) -> list[SealedEvent]:
-    """The spec's run as the sequencer seals it."""
+    """The spec's run as the sequencer seals it, written by an agent holding the session's
+    agent key (provenance is required: verify proves who wrote it, docs/identity.md)."""
     agent = AgentInfo(spec.agent, "1.2.0", "host-1", "pytest", "0.1.0")
     at0 = T0 + spec.day * DAY_US + 3_600_000_000
     evs: list[tuple[EventKind, Any, Any, str | None, ErrorInfo | None, dict[str, str]]] = []
@@ -70,12 +71,14 @@ def sealed(spec: Spec) -> list[SealedEvent]:
         if err is not None:
             evs.append((EventKind.ERROR, {}, None, None, err, {}))
         evs.append((EventKind.RUN_FINISHED, {}, {"output": None if err else "done"}, None, err, {}))
+    events = [
+        TraceEvent(spec.run_id, seq, kind, at0 + seq * 1000, agent, canonical_json(req),
+                   canonical_json(resp), model=model, error=err, attributes=at)
+        for seq, (kind, req, resp, model, err, at) in enumerate(evs)
+    ]  # fmt: skip
     prev = genesis(spec.run_id)
     out = []
-    for seq, (kind, req, resp, model, err, at) in enumerate(evs):
-        ev = TraceEvent(spec.run_id, seq, kind, at0 + seq * 1000, agent, canonical_json(req),
-                        canonical_json(resp), model=model, error=err, attributes=at)  # fmt: skip
-        raw = encode_event(ev)
+    for seq, raw in enumerate(signed_raws(events)):
         h = link(prev, raw)
         out.append(SealedEvent(spec.run_id, seq, prev, h, raw, at0 + seq, 0, seq, "seq-1"))
         prev = h

@@ -126,7 +126,8 @@ def test_the_index_of_the_demo_fleet_finds_what_the_archive_holds(demo_run: Demo
     """Recorded through Kafka, sealed, archived by the real services, then indexed from the
     archive alone: search by agent, tool and status returns exactly the runs an independent
     read of each archived run gives, encrypted content stays out of the index, and every hit
-    verifies with the demo's key (tracevault search --verify, the real CLI)."""
+    verifies with the demo's log key and agent vkeys (tracevault search --verify, the real
+    CLI)."""
     store = open_store(demo_run.archive)
     try:
         report = rebuild(store)
@@ -157,7 +158,10 @@ def test_the_index_of_the_demo_fleet_finds_what_the_archive_holds(demo_run: Demo
             assert ticket.encode() not in blob, ticket
     finally:
         store.close()
-    env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap}
+    # the demo's deployment trusts its own agent key for every agent id (its agent_vkeys)
+    vkeys = demo_run.cwd / ".tracevault" / "agent_vkeys.json"
+    env = {**os.environ, "TRACEVAULT_BOOTSTRAP_SERVERS": demo_run.bootstrap,
+           "TRACEVAULT_AGENT_VKEYS": f"@{vkeys}"}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "tracevault", "--prefix", demo_run.prefix, "search", "--archive",
          demo_run.archive, "--verify", "--trusted-key", f"@{demo_run.summary['log_vkey_file']}",

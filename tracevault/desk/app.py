@@ -43,6 +43,7 @@ from tracevault.desk.runs import ArchiveListing, RunSource
 from tracevault.errors import NotFoundError, TraceVaultError
 from tracevault.replayer import EndRule, LoadedRun, LogPolicy, align_runs
 from tracevault.schemas import TraceEvent, micros_to_datetime
+from tracevault.transparency import AgentKeys
 
 __all__ = ["PAGE_SIZE", "DeskConfig", "make_app"]
 
@@ -57,7 +58,8 @@ _COOKIE = "tracevault_ui_token"
 @dataclass(frozen=True, slots=True)
 class DeskConfig:
     """What the desk reads and trusts. ``token``: every request must carry it (None: loopback
-    only, which ``tracevault ui`` enforces before it binds)."""
+    only, which ``tracevault ui`` enforces before it binds). ``agents``: the trusted agent
+    vkeys provenance is checked with (None: the deployment's ``agent_vkeys``)."""
 
     settings: Settings
     policy: LogPolicy | None
@@ -65,6 +67,7 @@ class DeskConfig:
     token: str | None = None
     runs: RunSource | None = None
     cache_s: float = 60.0
+    agents: AgentKeys | None = None
 
 
 class _Job:
@@ -99,6 +102,7 @@ class _Job:
                 end=conf.end,
                 reveal=Reveal(every=True),
                 on_loaded=loaded,
+                agents=conf.agents,
             )
         except BaseException as exc:  # handed to the request that asks
             self.error = exc

@@ -8,13 +8,29 @@ from pathlib import Path
 import click
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
+from tracevault.config import Settings
 from tracevault.desk.evidence import Reveal, RunEvidence, gather
 from tracevault.desk.report import render_report
 from tracevault.errors import ConfigError
 from tracevault.replayer import EndRule, LogPolicy
-from tracevault.transparency import NoteVerifier
+from tracevault.transparency import AgentKeys, NoteVerifier
 
-__all__ = ["report"]
+__all__ = ["AGENT_KEY", "agent_keys", "report"]
+
+#: ``replay verify``'s --agent-key, spelled as it is there (the desk verifies as it does).
+AGENT_KEY = click.option(
+    "--agent-key",
+    "agent_key_pairs",
+    multiple=True,
+    metavar="AGENT_ID=VKEY",
+    help="An agent key allowed to record as AGENT_ID (repeatable; adds to "
+    "TRACEVAULT_AGENT_VKEYS): a run its agent did not write fails check I.",
+)
+
+
+def agent_keys(settings: Settings, pairs: tuple[str, ...]) -> AgentKeys:
+    """The trusted agent vkeys: the deployment's ``agent_vkeys`` plus ``--agent-key``."""
+    return AgentKeys.from_setting(settings.agent_vkeys).merged(AgentKeys.from_pairs(pairs))
 
 
 @click.command("report")
@@ -73,6 +89,7 @@ __all__ = ["report"]
     type=click.IntRange(0),
     help="Witness cosignatures required [1 with --witness-key].",
 )
+@AGENT_KEY
 @click.option(
     "--allow-unfinished", is_flag=True, help="Accept a run still in progress (no RUN_FINISHED yet)."
 )
@@ -90,22 +107,24 @@ def report(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
+    agent_key_pairs: tuple[str, ...],
     allow_unfinished: bool,
     as_json: bool,
 ) -> None:
     """Write RUN… as ONE self-contained HTML file that re-verifies itself when opened.
 
-    Each run is verified first as `replay verify` does (signed log, then chain); the
-    file holds its timeline, the payloads you reveal, that result, and the proofs
-    themselves: raw events (revealed seqs), inclusion proofs, the signed checkpoint
-    with its cosignatures, the trusted keys. Opened in a browser, with no network,
+    Each run is verified first as `replay verify` does (signed log, chain, then
+    provenance with --agent-key or TRACEVAULT_AGENT_VKEYS); the file holds its
+    timeline, the payloads you reveal, that result, and the proofs themselves: raw
+    events (revealed seqs), inclusion proofs, the signed checkpoint with its
+    cosignatures, the trusted keys. Opened in a browser, with no network,
     it recomputes the chain, the inclusion proofs and the signatures with WebCrypto
     and says at the top, in words, which checks hold; one changed byte turns it red
     naming the seq.
 
-    Fails closed: with no trusted log key the report is written saying UNVERIFIED at
-    the top and the command exits 1; a run that fails verify is written with the
-    failure at the top, exit 1.
+    Fails closed: with no trusted log key, or no trusted agent vkey proving who
+    wrote a run, the report is written saying UNVERIFIED at the top and the command
+    exits 1; a run that fails verify is written with the failure at the top, exit 1.
 
     \b
     Examples:
@@ -114,6 +133,7 @@ def report(
     """
     settings = settings_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
     policy = LogPolicy.of(settings, trusted_keys, witness_keys, min_witnesses)
+    agents = agent_keys(settings, agent_key_pairs)
     end = (
         EndRule()
         if allow_unfinished
@@ -134,6 +154,7 @@ def report(
                     end=end,
                     reveal=wanted,
                     proofs=True,
+                    agents=agents,
                 )
             )
     page = render_report(
@@ -162,7 +183,8 @@ def _say(out: Path, runs: Sequence[RunEvidence], size: int, *, as_json: bool) ->
                 "ok": all(r.verified for r in runs),
                 "bytes": size,
                 "runs": [
-                    {"run_id": r.run_id, "status": r.status, "failure": r.failure} for r in runs
+                    {"run_id": r.run_id, "status": r.status, "failure": r.failure, "why": r.why}
+                    for r in runs
                 ],
             }
         )
@@ -171,6 +193,6 @@ def _say(out: Path, runs: Sequence[RunEvidence], size: int, *, as_json: bool) ->
         style = "green" if r.verified else "red bold"
         why = "" if r.failure is None else f": {r.failure}"
         if r.status == "unverified":
-            why = ": no trusted log key (give --trusted-key or TRACEVAULT_LOG_VKEYS)"
+            why = f": {r.why}"
         stdout.print(f"[{style}]{r.status}[/] {r.run_id}{why}", soft_wrap=True)
     stdout.print(f"wrote {out} ({size} bytes)", soft_wrap=True)

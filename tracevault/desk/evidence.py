@@ -21,9 +21,18 @@ from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError
 from tracevault.replayer import EndRule, LoadedRun, LogPolicy, VerifyReport, load_run, verify
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import SealedEvent, TraceEvent, decode_event
-from tracevault.transparency import LeafProof, RunLogEvidence
+from tracevault.transparency import (
+    AgentKeys,
+    Ed25519Verifier,
+    LeafProof,
+    RunLogEvidence,
+    operator_verifiers,
+)
 
-__all__ = ["Reveal", "RunEvidence", "gather", "is_encrypted", "preview"]
+__all__ = ["NO_LOG_KEY", "Reveal", "RunEvidence", "gather", "is_encrypted", "preview"]
+
+#: Why a run is ``unverified`` when no trusted log key checked it.
+NO_LOG_KEY = "no trusted log key, nothing was proven (give --trusted-key or TRACEVAULT_LOG_VKEYS)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +73,10 @@ class Reveal:
 class RunEvidence:
     """One run as the desk shows it: the Python verify's outcome and what backs it.
 
-    ``status`` is ``verified``, ``unverified`` (no trusted log key: nothing was proven) or
-    ``failed`` (``failure`` says where). ``events`` are decoded, and opened through the
-    reader's key provider where ``opened``; ``revealed`` are the seqs whose payloads show.
+    ``status`` is ``verified``, ``unverified`` (no trusted log key, or no trusted agent vkey
+    proved who wrote the run: ``why`` says which) or ``failed`` (``failure`` says where).
+    ``events`` are decoded, and opened through the reader's key provider where ``opened``;
+    ``revealed`` are the seqs whose payloads show.
     """
 
     run_id: str
@@ -79,6 +89,7 @@ class RunEvidence:
     revealed: frozenset[int]
     opened: frozenset[int] = frozenset()
     notices: tuple[str, ...] = field(default=())
+    why: str | None = None
 
     @property
     def verified(self) -> bool:
@@ -101,8 +112,12 @@ def gather(
     reveal: Reveal,
     proofs: bool = False,
     on_loaded: Callable[[LoadedRun], None] | None = None,
+    agents: AgentKeys | None = None,
 ) -> RunEvidence:
-    """Load ``run_id`` and verify it as ``replay verify`` does (signed log first, then chain).
+    """Load ``run_id`` and verify it as ``replay verify`` does: signed log first, then chain,
+    then provenance (check I) with the trusted agent vkeys (``agents``; None: the deployment's
+    ``agent_vkeys``) and erasure records with the ``operator_vkeys`` (check E). Provenance is
+    required as the log key is: a run no trusted agent vkey proves is ``unverified``.
 
     A run that fails is still returned, ``failed`` with the message, so the report shows the
     failure at the top instead of nothing; NotFoundError and unreachable stores propagate.
@@ -111,36 +126,59 @@ def gather(
     ``on_loaded``: called with the run once it is loaded, before it is verified (the UI
     shows its first page from it meanwhile, marked as not yet verified).
     """
+    trust = _Trust(
+        policy,
+        end,
+        AgentKeys.from_setting(settings.agent_vkeys) if agents is None else agents,
+        tuple(operator_verifiers(settings.operator_vkeys)),
+    )
     if source == "topic":
         run = load_run(settings, run_id, source="topic", with_log=True)
-        return _checked(settings, run, policy=policy, end=end, reveal=reveal, proofs=proofs)
+        return _checked(settings, run, trust, reveal=reveal, proofs=proofs)
     store = open_store(settings.archive_url, settings, create=False)
     try:
         run = load_from_archive(store, run_id)
         if on_loaded is not None:
             on_loaded(run)
-        return _checked(settings, run, policy=policy, end=end, reveal=reveal, proofs=proofs)
+        return _checked(settings, run, trust, reveal=reveal, proofs=proofs)
     finally:
         store.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Trust:
+    """What a run is verified against: ``replay verify``'s keys (docs/desk.md)."""
+
+    policy: LogPolicy | None
+    end: EndRule | None
+    agents: AgentKeys
+    operators: tuple[Ed25519Verifier, ...]
 
 
 def _checked(
     settings: Settings,
     run: LoadedRun,
+    trust: _Trust,
     *,
-    policy: LogPolicy | None,
-    end: EndRule | None,
     reveal: Reveal,
     proofs: bool,
 ) -> RunEvidence:
     failure: str | None = None
     report: VerifyReport | None = None
     try:
-        report = verify(run, log=policy, end=end, rebuild=True)
+        report = verify(
+            run,
+            log=trust.policy,
+            end=trust.end,
+            rebuild=True,
+            agents=trust.agents,
+            operators=trust.operators,
+        )
     except (ChainError, LogError) as exc:
         failure = str(exc)
     events = list(report.events) if report is not None else _decoded(run)
     status = "failed" if report is None else ("verified" if report.ok else "unverified")
+    why = None if report is None or report.ok else _unverified_why(report)
     log = report.log_evidence if report is not None else None
     if log is None:
         log = run.log_evidence
@@ -163,6 +201,17 @@ def _checked(
         revealed=wanted - (shut - opened),  # still ciphertext: shown by hash, never as such
         opened=opened,
         notices=notices,
+        why=why,
+    )
+
+
+def _unverified_why(report: VerifyReport) -> str:
+    """Why a report that passed its checks is still not a pass: no log key, or provenance."""
+    if not report.log_checked:
+        return NO_LOG_KEY
+    return (
+        f"provenance {report.provenance}: who wrote the run's events was not proven (give "
+        "--agent-key AGENT_ID=VKEY or set TRACEVAULT_AGENT_VKEYS)"
     )
 
 

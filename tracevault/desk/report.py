@@ -168,7 +168,7 @@ def _python_status(runs: Sequence[RunEvidence]) -> str:
         )
     parts = []
     for r in bad:
-        why = r.failure if r.status == "failed" else "no trusted log key: nothing was proven"
+        why = r.failure if r.status == "failed" else r.why
         parts.append(f"{_e(r.run_id)}: {r.status.upper()}: {_e(why)}")
     state = "failed" if any(r.status == "failed" for r in bad) else "unverified"
     return (

@@ -8,6 +8,7 @@ import click
 
 from tracevault._clitools import settings_from, stderr
 from tracevault.desk.app import DeskConfig, make_app
+from tracevault.desk.commands import AGENT_KEY, agent_keys
 from tracevault.errors import ConfigError
 from tracevault.replayer import EndRule, LogPolicy
 
@@ -60,6 +61,7 @@ def is_loopback(host: str) -> bool:
     is_flag=True,
     help="Accept runs still in progress (no RUN_FINISHED yet) as verified.",
 )
+@AGENT_KEY
 @click.pass_context
 def ui(
     ctx: click.Context,
@@ -72,11 +74,13 @@ def ui(
     s3_endpoint_url: str | None,
     trusted_keys: tuple[str, ...],
     allow_unfinished: bool,
+    agent_key_pairs: tuple[str, ...],
 ) -> None:
     """Serve the investigator's desk: runs, a run's timeline, a diff of two runs.
 
-    Every run is verified (signed log, then chain) before it is shown, and its status
-    sits at the top of its page in words. Binds to 127.0.0.1; any other address is
+    Every run is verified as `replay verify` does (signed log, chain, then who wrote
+    it: provenance with --agent-key or TRACEVAULT_AGENT_VKEYS) before it is shown, and
+    its status sits at the top of its page in words. Binds to 127.0.0.1; any other address is
     refused (exit 2) unless --token or TRACEVAULT_UI_TOKEN is set, which every request
     must then carry. To put it behind a team's SSO, run it on loopback behind the
     proxy, or give the proxy the token to send (docs/desk.md, "Behind an SSO proxy").
@@ -104,7 +108,10 @@ def ui(
         if allow_unfinished
         else EndRule(False, settings.sequencer_idle_close_s, settings.sequencer_clock_skew_s)
     )
-    app = make_app(DeskConfig(settings, policy, end, token))
+    agents = agent_keys(settings, agent_key_pairs)
+    if not agents:
+        stderr.print("[yellow]no trusted agent vkey: every run will show UNVERIFIED[/]")
+    app = make_app(DeskConfig(settings, policy, end, token, agents=agents))
     import uvicorn  # noqa: PLC0415 - only the server needs it
 
     stderr.print(f"tracevault desk on http://{host}:{port}/")

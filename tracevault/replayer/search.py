@@ -2,7 +2,8 @@
 
 The index (``tracevault.index``) narrows; the archive decides. ``--verify`` loads and verifies
 every hit from the archive exactly as ``replay verify`` does (the signed log with the trusted
-keys), failing closed: with no trusted key a hit is ``unverified`` and the command exits 1.
+keys, then who wrote it with the trusted agent vkeys), failing closed: with no trusted log key
+or agent vkey a hit is ``unverified`` and the command exits 1.
 It lives with the replayer because verification does (docs/index.md, "Trust").
 """
 
@@ -227,7 +228,8 @@ def _print(
                 stdout.print(f"[red]{rid}: {v}[/]", highlight=False)
         if verdicts and "unverified" in verdicts.values():
             stdout.print("[red]unverified: no trusted log key (--trusted-key or "
-                         "TRACEVAULT_LOG_VKEYS)[/]")  # fmt: skip
+                         "TRACEVAULT_LOG_VKEYS), or no trusted agent vkey proved who wrote "
+                         "the run (--agent-key or TRACEVAULT_AGENT_VKEYS)[/]")  # fmt: skip
     if grep is not None and grep.not_searchable:
         by_tenant: dict[str, list[str]] = {}
         for rid, tenant in sorted(grep.not_searchable.items()):
