@@ -40,6 +40,7 @@ from tests.content.stack import (
     record_secret_run,
 )
 from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tests.replayer.recording import signed_raws
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.consumer.archiver import Archiver
@@ -51,7 +52,8 @@ from tracevault.content import (
 )
 from tracevault.errors import ContentKeyError
 from tracevault.kafka import ensure_topics
-from tracevault.schemas import EventKind, TraceEvent, decode_event, encode_event
+from tracevault.schemas import EventKind, TraceEvent, decode_event
+from tracevault.transparency import ATTEST_ATTRIBUTE
 
 AGENT = "tests.content.agents:secret_agent"
 TENANT = "tenant-r"
@@ -95,7 +97,9 @@ def _format_1_run(settings: Settings, run_id: str) -> None:
     """A run as the first encrypted format wrote it: the wrapped key inline in RUN_STARTED.
 
     Recorded on scratch topics, its RUN_STARTED given the inline form of its key (what the
-    Recorder put there before the run-key store), then published to ``settings``' raw.
+    Recorder put there before the run-key store), its agent notes signed afresh over those
+    bytes (as that Recorder, holding the session's agent key, signed what it wrote), then
+    published to ``settings``' raw.
     """
     scratch = settings.model_copy(update={"topic_prefix": unique_name("tv-erun-v1")})
     ensure_topics(scratch)
@@ -108,7 +112,12 @@ def _format_1_run(settings: Settings, run_id: str) -> None:
                                                        KEY_ATTRIBUTE: inline})  # fmt: skip
     # its store entry goes: a format-1 run never had one, and must open from its record alone
     open_key_store(settings).erase(TENANT, None, run_id, when="-", reason="format 1")
-    produce_raw(settings, [(run_id, encode_event(e)) for e in [first, *events[1:]]])
+    unsigned = [
+        dataclasses.replace(e, attributes={k: v for k, v in e.attributes.items()
+                                           if k != ATTEST_ATTRIBUTE})
+        for e in [first, *events[1:]]
+    ]  # fmt: skip
+    produce_raw(settings, [(run_id, raw) for raw in signed_raws(unsigned)])
 
 
 def _cli(env: dict[str, str | None], *args: str) -> Any:
