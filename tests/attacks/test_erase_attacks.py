@@ -8,7 +8,10 @@ reference, with a wrapped key of their own making, and wait for an operator to e
 ``--run`` of a run whose key is inline under a subject's KEK destroys that KEK. ``erase``
 must open X's wrapped data key with the key it is about to destroy, refuse when it does not
 (naming the run, the tenant/subject and why), destroy nothing, and bob's runs still open
-(docs/confidentiality.md, "Erasure binds to a verified run").
+(docs/confidentiality.md, "Erasure binds to a verified run"). Two defenses, each tested on
+its own: a keyless writer's X fails verify (check I), so erase refuses before it opens a
+key; an insider whose agent key the deployment trusts makes an X that verifies, and the
+key binding refuses it.
 
 The same attacker records an erasure record of their own: a keyless Recorder with
 ``agent_id="tracevault-erase"`` and ``run_id="erasure-<uuid>"`` naming another tenant's run.
@@ -32,12 +35,13 @@ from click.testing import CliRunner
 from tests.consumer.sequencer.support import produce_raw, read_all
 from tests.content import agents
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
+from tests.replayer.recording import signed_raws
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE, WrappedKey, wrapped_key_of
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import EventKind, TraceEvent, decode_event, encode_event
-from tracevault.transparency import ERASE_AGENT, Ed25519Signer
+from tracevault.transparency import ATTEST_ATTRIBUTE, ERASE_AGENT, Ed25519Signer
 
 TENANT = "tenant-a"
 BOB = "bob@example.com"
@@ -93,16 +97,29 @@ def _cli(env: dict[str, str | None], *args: str) -> Any:
     return CliRunner().invoke(tracevault, list(args), env=env, terminal_width=200)
 
 
-def _forge(d: Deployment, run_id: str, attribute: str) -> None:
-    """Bob's run re-posted by a keyless raw writer as ``run_id``, its key attribute replaced."""
+def _forge(d: Deployment, run_id: str, attribute: str, *, insider: bool = True) -> None:
+    """Bob's run re-posted as ``run_id``, its key attribute replaced. ``insider``: by an
+    agent host holding a genuine agent key the deployment trusts, its notes signed afresh
+    for ``run_id`` (so the run verifies and only erase's key binding stands in the way);
+    else by a keyless raw writer, bob's notes (signed for bob's run) left as they were."""
     first = d.events[0]
     assert first.kind is EventKind.RUN_STARTED
     forged = [dataclasses.replace(e, run_id=run_id) for e in d.events]
     forged[0] = dataclasses.replace(
         forged[0], attributes={**first.attributes, KEY_ATTRIBUTE: attribute}
     )
+    if insider:
+        forged = [
+            dataclasses.replace(
+                e, attributes={k: v for k, v in e.attributes.items() if k != ATTEST_ATTRIBUTE}
+            )
+            for e in forged
+        ]
+        raws = signed_raws(forged)  # the session's agent key, trusted for every agent_id
+    else:
+        raws = [encode_event(e) for e in forged]
     with sequencer_running(d.settings):
-        produce_raw(d.settings, [(run_id, encode_event(e)) for e in forged])
+        produce_raw(d.settings, [(run_id, r) for r in raws])
         wait_sealed(d.settings, run_id)
 
 
@@ -142,6 +159,16 @@ def test_a_run_naming_bobs_subject_by_reference_is_not_erased(d: Deployment) -> 
     _refused(d, "aimed-ref", f"subject ref {d.ref.subject}", "holds no key")
 
 
+def test_a_keyless_forgery_naming_bobs_subject_is_refused_at_verify(d: Deployment) -> None:
+    # The keyless raw writer: bob's notes vouch for bob's run, not this one, so erase
+    # refuses at verify (check I) before it opens any key.
+    aimed = dataclasses.replace(d.ref, blob=secrets.token_bytes(60), stored=False)
+    _forge(d, "aimed-keyless", aimed.to_attribute(), insider=False)
+    _refused(d, "aimed-keyless", "does not verify", "check I identity")
+    res = _cli(d.env, "replay", "verify", "aimed-keyless", "--from", "topic")
+    assert res.exit_code == 1 and "check I identity" in res.output, res.output
+
+
 def test_an_unverified_run_is_not_erased(d: Deployment) -> None:
     # No trusted log key: the run's RUN_STARTED is not proven to be the record.
     env = {**d.env, "TRACEVAULT_LOG_VKEYS": ""}
@@ -168,7 +195,10 @@ def d(deployment: Deployment) -> Deployment:
 
 def _forged_record(settings: Settings, names: str, key: Ed25519Signer | None) -> str:
     """An erasure record as ``erase`` writes one, by a Recorder of the attacker's."""
-    clear = settings.model_copy(update={"key_provider": "none"})
+    # no agent key of the deployment's either: ``key`` None is a truly unsigned record
+    clear = settings.model_copy(
+        update={"key_provider": "none", "agent_key": None, "agent_key_file": None}
+    )
     run_id = f"erasure-{uuid.uuid4()}"
     publisher = Publisher(clear)
     try:

@@ -12,10 +12,16 @@ with no operator vkey trusted: verify fails naming the record (fail closed).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from tracevault.errors import ChainError, SchemaError
-from tracevault.replayer.load._identity import IDENTITY_CHECK, VERIFIED, check_identity
+from tracevault.replayer.load._identity import (
+    IDENTITY_CHECK,
+    VERIFIED,
+    carries_note,
+    check_identity,
+)
 from tracevault.replayer.load.checks import fail
 from tracevault.schemas import decode_event
 from tracevault.transparency import ERASE_AGENT, AgentKeys, Ed25519Verifier
@@ -24,6 +30,19 @@ __all__ = ["ERASURE_CHECK", "check_erasure_record", "check_writer", "is_erasure_
 
 ERASURE_CHECK = "E erasure: the erasure record is signed by a trusted operator key"
 _CHECK = "E erasure"
+_FRAME = re.compile(r"^verify failed: check [^:]*: ")
+_ACTION_TAIL = re.compile(r"\. Operator action: .*$", re.DOTALL)
+_UNSIGNED = (
+    "carries no operator signature, so it is forged: anyone who can write raw can record "
+    "a run under that agent_id"
+)
+
+
+def _detail(exc: ChainError) -> str:
+    """What check I found, without its own "verify failed: check I ..." frame and operator
+    action: check E's message says it once, its own wording first."""
+    text = _ACTION_TAIL.sub("", str(exc))
+    return _FRAME.sub("", text, count=1)
 
 
 def check_erasure_record(
@@ -49,6 +68,8 @@ def check_erasure_record(
         )
     if not finished:
         raise fail(_CHECK, len(raws) - 1, None, f"{forged} is unfinished: no RUN_FINISHED")
+    if not carries_note(raws):
+        raise fail(_CHECK, 0, None, f"{forged} {_UNSIGNED}")
     keys = AgentKeys({ERASE_AGENT: operators})
     try:
         checks, warnings, provenance = check_identity(
@@ -59,15 +80,15 @@ def check_erasure_record(
             _CHECK,
             exc.seq,
             None,
-            f"{forged} is not signed by a trusted operator key, so it is forged: {exc}",
+            f"{forged} is not signed by a trusted operator key, so it is forged "
+            f"(check I: {_detail(exc)})",
         ) from None
     if IDENTITY_CHECK not in checks or warnings or provenance != VERIFIED:
         raise fail(
             _CHECK,
             0,
             None,
-            f"{forged} carries no operator signature, so it is forged: anyone who can write "
-            "raw can record a run under that agent_id",
+            f"{forged} {_UNSIGNED}",
         )
     return [ERASURE_CHECK]
 

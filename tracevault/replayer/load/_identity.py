@@ -42,6 +42,7 @@ from tracevault.transparency import (
 
 __all__ = [
     "IDENTITY_CHECK",
+    "carries_note",
     "LEGACY",
     "NOT_CHECKED",
     "SEQUENCER_AGENT_ID",
@@ -107,6 +108,12 @@ def _note_at(raw: bytes) -> str | None:
 
 
 _CHUNK = 4096  # events searched at once for a note's mark
+
+
+def carries_note(raws: Sequence[bytes]) -> bool:
+    """Whether any event of the run carries an agent note: check E names a record with none
+    as unsigned before check I says why a signed one is not the operator's."""
+    return _last_note(raws) is not None
 
 
 def _last_note(raws: Sequence[bytes]) -> int | None:
