@@ -23,6 +23,22 @@ _AGENT_KEY_ENV = "TRACEVAULT_AGENT_KEY"
 _AGENT_VKEYS_ENV = "TRACEVAULT_AGENT_VKEYS"
 
 
+@contextlib.contextmanager
+def _session_env(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in os.environ, so that every Settings and subprocess of the suite has them;
+    the variables' earlier values are put back after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def log_signer() -> Ed25519Signer:
     """The session's log key: every sequencer of the suite signs its checkpoints with it."""
@@ -34,16 +50,9 @@ def log_key(log_signer: Ed25519Signer) -> Iterator[str]:
     """The session's private log key, also in TRACEVAULT_LOG_KEY, so that every Settings and
     every subprocess of the suite has it (a sequencer refuses to start without one). A test
     that filters TRACEVAULT_* out of a child's environment adds it back."""
-    saved = {k: os.environ.get(k) for k in (LOG_KEY_ENV, _VKEYS_ENV)}
-    os.environ[LOG_KEY_ENV] = log_signer.skey
     # ... and its vkey in TRACEVAULT_LOG_VKEYS: archivers refuse to start without a trusted key
-    os.environ[_VKEYS_ENV] = log_signer.verifier.vkey
-    yield log_signer.skey
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with _session_env({LOG_KEY_ENV: log_signer.skey, _VKEYS_ENV: log_signer.verifier.vkey}):
+        yield log_signer.skey
 
 
 @pytest.fixture(scope="session")
@@ -56,16 +65,12 @@ def operator_signer() -> Ed25519Signer:
 def operator_key(operator_signer: Ed25519Signer) -> Iterator[str]:
     """The operator key in TRACEVAULT_OPERATOR_KEY and its vkey in TRACEVAULT_OPERATOR_VKEYS,
     as for the log key: every erase of the suite signs, every verify trusts it."""
-    names = ("TRACEVAULT_OPERATOR_KEY", "TRACEVAULT_OPERATOR_VKEYS")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ[names[0]] = operator_signer.skey
-    os.environ[names[1]] = operator_signer.verifier.vkey
-    yield operator_signer.skey
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    keys = {
+        "TRACEVAULT_OPERATOR_KEY": operator_signer.skey,
+        "TRACEVAULT_OPERATOR_VKEYS": operator_signer.verifier.vkey,
+    }
+    with _session_env(keys):
+        yield operator_signer.skey
 
 
 @pytest.fixture(scope="session")
@@ -80,15 +85,9 @@ def session_agent_key(session_agent_signer: Ed25519Signer) -> Iterator[str]:
     deployment's provenance is required, docs/identity.md) and its vkey in
     TRACEVAULT_AGENT_VKEYS for every agent id (``"*"``), so sequencers and verifiers trust it.
     Tests of identity itself name their agent keys (``--agent-key``, ``Settings``)."""
-    saved = {k: os.environ.get(k) for k in (_AGENT_KEY_ENV, _AGENT_VKEYS_ENV)}
-    os.environ[_AGENT_KEY_ENV] = session_agent_signer.skey
-    os.environ[_AGENT_VKEYS_ENV] = json.dumps({"*": [session_agent_signer.verifier.vkey]})
-    yield session_agent_signer.skey
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    vkeys = json.dumps({"*": [session_agent_signer.verifier.vkey]})
+    with _session_env({_AGENT_KEY_ENV: session_agent_signer.skey, _AGENT_VKEYS_ENV: vkeys}):
+        yield session_agent_signer.skey
 
 
 def trusted_agents() -> AgentKeys:
