@@ -16,7 +16,7 @@ UI say FAILED naming check I, not merely "unverified".
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,9 @@ from tests.replayer.recording import record, seal, seal_raws, signed_raws
 from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
+from tracevault.desk.access import AccessLog
 from tracevault.desk.app import DeskConfig
+from tracevault.producer import Publisher
 from tracevault.replayer import EndRule, LogPolicy
 from tracevault.transparency import Ed25519Signer
 
@@ -83,23 +85,34 @@ def test_a_hostile_payload_in_a_report_is_text(
 
 
 def test_a_hostile_payload_in_the_ui_is_text(
-    hostile_archive: str, log_vkey: str, browser: Chromium
+    hostile_archive: str,
+    log_vkey: str,
+    browser: Chromium,
+    settings_factory: Callable[..., Settings],
 ) -> None:
     settings = Settings(archive_url=hostile_archive)
-    conf = DeskConfig(settings, LogPolicy.of(settings, [log_vkey]), EndRule())
-    with serving(conf) as desk:
-        browser.open(desk + "/runs/run-hostile")
-        _nothing_ran(browser)  # the first screen may be the one shown while it is verified
-        browser.wait_for(
-            "document.readyState === 'complete' && "
-            "document.getElementById('tv-status').dataset.state !== 'verifying'",
-            what="the run's verdict",
+    with Publisher(settings_factory(partitions=1)) as publisher:  # the opening is recorded
+        conf = DeskConfig(
+            settings, LogPolicy.of(settings, [log_vkey]), EndRule(), access=AccessLog(publisher)
         )
-        assert browser.js("document.getElementById('tv-status').dataset.state") == "verified"
-        _nothing_ran(browser)
-        shown = browser.js("document.querySelector('#seq-0 details pre').textContent")
-        assert json.loads(shown) == {"input": {"question": HOSTILE}}
-        assert browser.js("document.querySelectorAll('script').length") == 0
+        with serving(conf) as desk:
+            _opened_as_text(desk, browser)
+
+
+def _opened_as_text(desk: str, browser: Chromium) -> None:
+    browser.open(desk + "/runs/run-hostile")
+    _nothing_ran(browser)  # the first screen may be the one shown while it is verified
+    browser.open(desk + "/runs/run-hostile?open=0")
+    browser.wait_for(
+        "document.readyState === 'complete' && "
+        "document.getElementById('tv-status').dataset.state !== 'verifying'",
+        what="the run's verdict",
+    )
+    assert browser.js("document.getElementById('tv-status').dataset.state") == "verified"
+    _nothing_ran(browser)
+    shown = browser.js("document.querySelector('#seq-0 details pre').textContent")
+    assert json.loads(shown) == {"input": {"question": HOSTILE}}
+    assert browser.js("document.querySelectorAll('script').length") == 0
 
 
 @pytest.fixture(scope="module")

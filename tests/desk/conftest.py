@@ -35,13 +35,23 @@ def signed_archive(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
+def _chromium(*, offline: bool) -> Iterator[Chromium]:
+    print(f"screenshots in {artefacts_dir()}")
+    b = Chromium(offline=offline)
+    yield b
+    b.close()
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Chromium]:
     """One headless Chromium for the module, network off; screenshots in ``artefacts_dir``."""
-    print(f"screenshots in {artefacts_dir()}")
-    b = Chromium(offline=True)
-    yield b
-    b.close()
+    yield from _chromium(offline=True)
+
+
+@pytest.fixture(scope="module")
+def web() -> Iterator[Chromium]:
+    """One Chromium for the module for the UI: names resolve nowhere, loopback is reachable."""
+    yield from _chromium(offline=False)
 
 
 @pytest.fixture

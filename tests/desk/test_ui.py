@@ -13,19 +13,21 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.desk.browser import Chromium, artefacts_dir
+from tests.desk.browser import Chromium
 from tests.desk.server import serving
 from tests.replayer.archiving import write_signed_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
 from tracevault.archive import open_store
 from tracevault.config import Settings
+from tracevault.desk.access import AccessLog
 from tracevault.desk.app import DeskConfig
+from tracevault.producer import Publisher
 from tracevault.replayer import EndRule, LogPolicy
 from tracevault.transparency import AgentKeys
 
@@ -36,15 +38,6 @@ def _conf(archive: str, vkey: str | None, token: str | None = None) -> DeskConfi
     settings = Settings(archive_url=archive)
     policy = None if vkey is None else LogPolicy.of(settings, [vkey])
     return DeskConfig(settings, policy, EndRule(), token)
-
-
-@pytest.fixture(scope="module")
-def web() -> Iterator[Chromium]:
-    """One Chromium for the module: names resolve nowhere, loopback is reachable."""
-    print(f"screenshots in {artefacts_dir()}")
-    b = Chromium(offline=False)
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +74,31 @@ def _follow(b: Chromium, click: str, lands_on: str) -> None:
     assert lands_on in str(b.js("location.href"))
 
 
-def test_runs_then_a_run_then_a_payload_then_a_diff(desk: str, web: Chromium) -> None:
+def test_runs_then_a_run_then_a_payload_then_a_diff(
+    signed_archive: str, log_vkey: str, web: Chromium, settings_factory: Callable[..., Settings]
+) -> None:
+    # its openings go to the broker as access events (sealed in the log: tests/desk/test_access)
+    with Publisher(settings_factory(partitions=1)) as publisher:
+        conf = dataclasses.replace(_conf(signed_archive, log_vkey), access=AccessLog(publisher))
+        with serving(conf) as desk:
+            _search_run_payload_diff(desk, web)
+
+
+def test_without_an_access_log_content_stays_closed(desk: str, web: Chromium) -> None:
+    web.open(desk + "/runs/run-a")
+    _verdict(web)
+    assert "records no access log" in _text(web, "#tv-no-access")
+    assert web.js("document.querySelectorAll('a.open').length") == 0
+    assert web.js("document.querySelectorAll('details.payload pre').length") == 0
+    assert "93.4" not in str(web.js("document.body.innerHTML"))
+    web.open(desk + "/runs/run-a?open=5")  # asked for anyway: still closed
+    _verdict(web)
+    assert "93.4" not in str(web.js("document.body.innerHTML"))
+    web.open(desk + "/diff?a=run-a&b=run-c")
+    assert "no access log records this reading" in _text(web, "#first-divergence")
+
+
+def _search_run_payload_diff(desk: str, web: Chromium) -> None:
     web.open(desk + "/")
     ids = web.js("[...document.querySelectorAll('a.run')].map(a => a.textContent)")
     assert ids == ["run-a", "run-b", "run-c"]
@@ -96,8 +113,10 @@ def test_runs_then_a_run_then_a_payload_then_a_diff(desk: str, web: Chromium) ->
     status = _text(web, "#tv-status")
     assert status.startswith("VERIFIED: run-a: the signed log and the chain hold")
     assert web.js("document.querySelectorAll('tr.event').length") == 11
-    # a payload opens whole, pretty-printed, from its <details>
-    web.js("document.querySelector('#seq-5 details[data-part=response] summary').click()")
+    # a payload opens whole, pretty-printed, once its opening is recorded (an access event)
+    assert web.js("document.querySelector('#seq-5 details[data-part=response] pre')") is None
+    _follow(web, "#seq-5 a.open", "open=5")
+    _verdict(web)
     assert web.js("document.querySelector('#seq-5 details[data-part=response]').open") is True
     body = json.loads(_text(web, "#seq-5 details[data-part=response] pre"))
     assert body == {

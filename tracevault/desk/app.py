@@ -37,6 +37,7 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra("ui", exc) from exc
 
 from tracevault.config import Settings
+from tracevault.desk.access import AccessLog, Reader
 from tracevault.desk.evidence import Reveal, RunEvidence, gather, is_encrypted, preview
 from tracevault.desk.report import durations_ms, event_name, pretty_json
 from tracevault.desk.runs import ArchiveListing, RunSource
@@ -59,7 +60,8 @@ _COOKIE = "tracevault_ui_token"
 class DeskConfig:
     """What the desk reads and trusts. ``token``: every request must carry it (None: loopback
     only, which ``tracevault ui`` enforces before it binds). ``agents``: the trusted agent
-    vkeys provenance is checked with (None: the deployment's ``agent_vkeys``)."""
+    vkeys provenance is checked with (None: the deployment's ``agent_vkeys``). ``access``:
+    where openings of content are recorded (None: no content opens, hashes only)."""
 
     settings: Settings
     policy: LogPolicy | None
@@ -68,6 +70,7 @@ class DeskConfig:
     runs: RunSource | None = None
     cache_s: float = 60.0
     agents: AgentKeys | None = None
+    access: AccessLog | None = None
 
 
 class _Job:
@@ -152,18 +155,20 @@ class _Runs:
         return job.result()
 
 
-def _rows(ev: RunEvidence, lo: int, hi: int) -> list[dict[str, Any]]:
+def _rows(
+    ev: RunEvidence, lo: int, hi: int, opened: frozenset[int], openable: bool
+) -> list[dict[str, Any]]:
+    """Rows ``lo``..``hi`` of the timeline; only ``opened`` seqs (their access recorded)
+    show content, the others their SHA-256 and, when ``openable``, a link that opens them."""
     events = list(ev.events[lo : hi + 1])
     durs = durations_ms(events)
     rows = []
     for i, e in enumerate(events[: hi - lo]):
-        shown = e.seq in ev.revealed
+        shown = e.seq in ev.revealed and e.seq in opened
         parts = []
         for name, data in (("request", e.request), ("response", e.response)):
-            text = (
-                pretty_json(data) if shown else "not opened: SHA-256 " + str(ev.payload_sha(data))
-            )
-            parts.append({"name": name, "size": len(data), "text": text})
+            text = pretty_json(data) if shown else "SHA-256 " + str(ev.payload_sha(data))
+            parts.append({"name": name, "size": len(data), "text": text, "open": shown})
         rows.append(
             {
                 "seq": e.seq,
@@ -173,6 +178,8 @@ def _rows(ev: RunEvidence, lo: int, hi: int) -> list[dict[str, Any]]:
                 "at": micros_to_datetime(e.at).isoformat(timespec="milliseconds"),
                 "took": "" if durs[i] is None else f"{durs[i]:.1f} ms",
                 "error": None if e.error is None else f"{e.error.type}: {e.error.message}",
+                "openable": openable and e.seq in ev.revealed and not shown,
+                "sealed": e.seq not in ev.revealed,
             }
         )
     return rows
@@ -223,9 +230,10 @@ class _Pages:
     async def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         job = self.runs.job(run_id)
-        n = _int(request.query_params.get("page"), 0)
+        wanted = _seqs(request.query_params.getlist("open"))
+        n = _int(request.query_params.get("page"), min(wanted) // PAGE_SIZE if wanted else 0)
         await asyncio.to_thread(job.ready.wait)
-        if not job.done.is_set() and job.head is not None and n == 0:
+        if not job.done.is_set() and job.head is not None and n == 0 and not wanted:
             again = _int(request.query_params.get("reload"), 0) + 1  # a new URL each time
             try:
                 return self._verifying(request, run_id, job.head, job.total, again)
@@ -236,12 +244,16 @@ class _Pages:
         pages = max(1, math.ceil(total / PAGE_SIZE))
         n = min(n, pages - 1)
         lo, hi = n * PAGE_SIZE, min(total, (n + 1) * PAGE_SIZE)
+        opened = frozenset(s for s in wanted if lo <= s < hi and s in ev.revealed)
+        if opened:
+            opened = await self._record_access(request, ev.run_id, opened)
         return self.page(
             request,
             "run.html",
             verifying=False,
             ev=ev,
-            rows=_rows(ev, lo, hi),
+            rows=_rows(ev, lo, hi, opened, self.conf.access is not None),
+            access=self.conf.access is not None,
             total=total,
             page=n,
             pages=pages,
@@ -252,8 +264,9 @@ class _Pages:
     def _verifying(
         self, request: Request, run_id: str, head: list[TraceEvent], total: int, again: int
     ) -> Response:
-        """The first page of a run still being verified: "verifying…" at the top, payloads of
-        encrypted events by hash, and the page reloads itself (no script) until the verdict."""
+        """The first page of a run still being verified: "verifying…" at the top, every payload
+        by hash (content opens only after the verdict, with its access recorded), and the page
+        reloads itself (no script) until the verdict."""
         sealed = frozenset(e.seq for e in head if is_encrypted(e))
         ev = RunEvidence(
             run_id=run_id,
@@ -271,13 +284,26 @@ class _Pages:
             verifying=True,
             reload=f"/runs/{quote(run_id, safe='')}?page=0&reload={again}",
             ev=ev,
-            rows=_rows(ev, 0, len(head)),
+            rows=_rows(ev, 0, len(head), frozenset(), False),
+            access=self.conf.access is not None,
             total=total,
             page=0,
             pages=max(1, math.ceil(total / PAGE_SIZE)),
             first=0,
             last=max(0, len(head) - 1),
         )
+
+    async def _record_access(
+        self, request: Request, run_id: str, seqs: frozenset[int], what: str = "payload"
+    ) -> frozenset[int]:
+        """Record that this request's reader opened ``seqs`` of ``run_id``; the seqs that may
+        now be shown (none without an access log: content never opens unrecorded)."""
+        access = self.conf.access
+        if access is None:
+            return frozenset()
+        reader = _reader(request, access.local_user, authed=self.conf.token is not None)
+        await asyncio.to_thread(access.record, reader, run_id, sorted(seqs), what)
+        return seqs
 
     async def seq_link(self, request: Request) -> Response:
         run_id, seq = request.path_params["run_id"], request.path_params["seq"]
@@ -293,6 +319,14 @@ class _Pages:
         ev_a, ev_b = await self.runs.get(a), await self.runs.get(b)
         result = align_runs(ev_a.events, ev_b.events, ignore=ignore)
         first = result.differences[0] if result.differences else None
+        shown = self.conf.access is not None
+        if shown:  # the differing values are content: their reading is recorded too
+            for run_id, seqs in (
+                (a, {d.seq_a for d in result.differences if d.seq_a is not None}),
+                (b, {d.seq_b for d in result.differences if d.seq_b is not None}),
+            ):
+                if seqs:
+                    await self._record_access(request, run_id, frozenset(seqs), "diff")
         return self.page(
             request,
             "diff.html",
@@ -303,6 +337,7 @@ class _Pages:
             first=first,
             ev_a=ev_a,
             ev_b=ev_b,
+            shown=shown,
         )
 
     async def stylesheet(self, request: Request) -> Response:
@@ -381,6 +416,36 @@ def _require_token(token: str) -> Callable[[Request, Any], Awaitable[Response]]:
         return PlainTextResponse("a token is required (Authorization: Bearer …)", status_code=401)
 
     return check
+
+
+#: Headers an SSO proxy names the signed-in person with (oauth2-proxy, Pomerium, …), first wins.
+_USER_HEADERS = (
+    "x-forwarded-email",
+    "x-forwarded-user",
+    "x-auth-request-email",
+    "x-auth-request-user",
+)
+
+
+def _reader(request: Request, local_user: str, *, authed: bool) -> Reader:
+    """Who is reading: the person the SSO proxy names, else the token's holder (the desk
+    cannot tell who), else on loopback the OS user the desk runs as."""
+    address = request.client.host if request.client else ""
+    for header in _USER_HEADERS:
+        name = request.headers.get(header, "").strip()
+        if name:
+            return Reader(name[:256], f"proxy-header {header}", address)
+    if authed:
+        return Reader("holder of the desk's token", "token", address)
+    return Reader(local_user, "loopback", address)
+
+
+def _seqs(given: list[str]) -> frozenset[int]:
+    """``open=3&open=5,7``: the seqs asked for (what is not a seq is ignored)."""
+    out: set[int] = set()
+    for text in given:
+        out.update(int(t) for t in text.split(",") if t.strip().isdigit())
+    return frozenset(out)
 
 
 def _int(text: str | None, default: int) -> int:

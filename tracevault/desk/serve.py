@@ -7,9 +7,11 @@ import ipaddress
 import click
 
 from tracevault._clitools import settings_from, stderr
+from tracevault.desk.access import AccessLog
 from tracevault.desk.app import DeskConfig, make_app
 from tracevault.desk.commands import AGENT_KEY, agent_keys
 from tracevault.errors import ConfigError
+from tracevault.producer import Publisher
 from tracevault.replayer import EndRule, LogPolicy
 
 __all__ = ["is_loopback", "ui"]
@@ -84,6 +86,8 @@ def ui(
     refused (exit 2) unless --token or TRACEVAULT_UI_TOKEN is set, which every request
     must then carry. To put it behind a team's SSO, run it on loopback behind the
     proxy, or give the proxy the token to send (docs/desk.md, "Behind an SSO proxy").
+    Every opening of content (a payload, a diff's values) is recorded as an access
+    event in the signed log, published to Kafka like any run (spooled when it is away).
 
     \b
     Examples:
@@ -111,8 +115,15 @@ def ui(
     agents = agent_keys(settings, agent_key_pairs)
     if not agents:
         stderr.print("[yellow]no trusted agent vkey: every run will show UNVERIFIED[/]")
-    app = make_app(DeskConfig(settings, policy, end, token, agents=agents))
     import uvicorn  # noqa: PLC0415 - only the server needs it
 
-    stderr.print(f"tracevault desk on http://{host}:{port}/")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # Every opening of content is an access event, published like any run's events
+    # (spooled when Kafka is away); what is left is delivered or spooled on the way out.
+    publisher = Publisher(settings)
+    try:
+        access = AccessLog(publisher)
+        app = make_app(DeskConfig(settings, policy, end, token, agents=agents, access=access))
+        stderr.print(f"tracevault desk on http://{host}:{port}/")
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        publisher.close()
