@@ -8,31 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.desk.browser import Chromium, artefacts_dir
-from tests.replayer import agents
-from tests.replayer.archiving import write_signed_run
-from tests.replayer.conftest import recorded
-from tests.replayer.recording import record, seal
-from tracevault.archive import open_store
+from tests.replayer.conftest import write_three_runs
 
 
 @pytest.fixture(scope="module")
 def signed_archive(tmp_path_factory: pytest.TempPathFactory) -> str:
     """run-a, run-b (the research agent) and run-c (its prompt changed), archived as the
     archiver does now: a static log whose checkpoints the session's log key signs."""
-    url = f"file://{tmp_path_factory.mktemp('desk') / 'archive'}"
-    store = open_store(url)
-    for run_id in ("run-a", "run-b"):
-        write_signed_run(store, seal(recorded(run_id)))
-    other = record(
-        agents.changed_prompt_agent,
-        agents.INPUT,
-        run_id="run-c",
-        model_fn=agents.fake_model,
-        tools=agents.TOOLS,
-        states=agents.STATES,
-    )
-    write_signed_run(store, seal(other))
-    return url
+    return write_three_runs(f"file://{tmp_path_factory.mktemp('desk') / 'archive'}")
 
 
 def _chromium(*, offline: bool) -> Iterator[Chromium]:

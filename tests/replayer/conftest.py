@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,28 @@ from tracevault.schemas import SealedEvent, TraceEvent
 def recorded(run_id: str = "run-a") -> list[TraceEvent]:
     return record(agents.research_agent, agents.INPUT, run_id=run_id, model_fn=agents.fake_model,
                   tools=agents.TOOLS, states=agents.STATES)  # fmt: skip
+
+
+def write_three_runs(
+    url: str,
+    same: tuple[str, ...] = ("run-a", "run-b"),
+    write: Callable[[ObjectStore, list[SealedEvent]], object] | None = None,
+) -> str:
+    """``same`` (run-a, run-b: the research agent) and run-c (its prompt changed) archived at
+    ``url``, by default as the archiver does now (``write_signed_run``: a static log whose
+    checkpoints the session's log key signs); returns ``url``."""
+    from tests.replayer.archiving import write_signed_run
+
+    store = open_store(url)
+    put = write or write_signed_run
+    for run_id in same:
+        put(store, seal(recorded(run_id)))
+    other = record(
+        agents.changed_prompt_agent, agents.INPUT, run_id="run-c",
+        model_fn=agents.fake_model, tools=agents.TOOLS, states=agents.STATES,
+    )  # fmt: skip
+    put(store, seal(other))
+    return url
 
 
 @pytest.fixture

@@ -10,10 +10,9 @@ import boto3
 import pytest
 from click.testing import CliRunner
 
-from tests.replayer import agents
-from tests.replayer.archiving import write_run, write_signed_run
-from tests.replayer.conftest import recorded
-from tests.replayer.recording import T0, record, seal
+from tests.replayer.archiving import write_run
+from tests.replayer.conftest import recorded, write_three_runs
+from tests.replayer.recording import T0, seal
 from tracevault.archive import open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import final_key, segment_key
@@ -36,16 +35,7 @@ AGENT = "tests.replayer.agents:research_agent"
 
 @pytest.fixture
 def archive(tmp_path: Path) -> str:
-    url = f"file://{tmp_path / 'archive'}"
-    store = open_store(url)
-    write_run(store, seal(recorded("run-a")))
-    write_run(store, seal(recorded("run-b")))
-    other = record(
-        agents.changed_prompt_agent, agents.INPUT, run_id="run-c",
-        model_fn=agents.fake_model, tools=agents.TOOLS, states=agents.STATES,
-    )  # fmt: skip
-    write_run(store, seal(other))
-    return url
+    return write_three_runs(f"file://{tmp_path / 'archive'}", write=write_run)
 
 
 @pytest.fixture
@@ -53,15 +43,7 @@ def signed(tmp_path: Path, log_vkey: str, monkeypatch: pytest.MonkeyPatch) -> st
     """The same runs archived as the archiver does now (a static log signed by the session's
     log key), and its vkey trusted, as a deployment's TRACEVAULT_LOG_VKEYS: what ``replay
     run``/``diff``/``batch`` verify before they take a run as the record."""
-    url = f"file://{tmp_path / 'signed'}"
-    store = open_store(url)
-    for run_id in ("run-a", "run-b"):
-        write_signed_run(store, seal(recorded(run_id)))
-    other = record(
-        agents.changed_prompt_agent, agents.INPUT, run_id="run-c",
-        model_fn=agents.fake_model, tools=agents.TOOLS, states=agents.STATES,
-    )  # fmt: skip
-    write_signed_run(store, seal(other))
+    url = write_three_runs(f"file://{tmp_path / 'signed'}")
     monkeypatch.setenv("TRACEVAULT_LOG_VKEYS", log_vkey)
     return url
 

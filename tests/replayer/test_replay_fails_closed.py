@@ -14,11 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.replayer import agents
-from tests.replayer.archiving import write_signed_run
-from tests.replayer.conftest import recorded
-from tests.replayer.recording import T0, record, seal
-from tracevault.archive import open_store
+from tests.replayer.conftest import write_three_runs
+from tests.replayer.recording import T0
 from tracevault.cli import tracevault
 from tracevault.schemas import micros_to_datetime
 
@@ -30,15 +27,7 @@ NO_KEY = "unverified: run run-a was not checked against the signed log"
 
 @pytest.fixture
 def archive(tmp_path: Path) -> str:
-    url = f"file://{tmp_path / 'archive'}"
-    store = open_store(url)
-    write_signed_run(store, seal(recorded("run-a")))
-    other = record(
-        agents.changed_prompt_agent, agents.INPUT, run_id="run-c",
-        model_fn=agents.fake_model, tools=agents.TOOLS, states=agents.STATES,
-    )  # fmt: skip
-    write_signed_run(store, seal(other))
-    return url
+    return write_three_runs(f"file://{tmp_path / 'archive'}", same=("run-a",))
 
 
 def _cli(url: str, *args: str, vkeys: str = "") -> Result:

@@ -19,9 +19,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from tracevault.errors import missing_extra
 
@@ -40,8 +41,9 @@ from tracevault.config import Settings
 from tracevault.desk.access import AccessLog, Reader
 from tracevault.desk.evidence import Reveal, RunEvidence, gather, is_encrypted, preview
 from tracevault.desk.report import durations_ms, event_name, pretty_json
-from tracevault.desk.runs import ArchiveListing, RunSource
-from tracevault.errors import NotFoundError, TraceVaultError
+from tracevault.desk.runs import IndexSource, RunQuery, RunSource, source_for
+from tracevault.errors import ConfigError, NotFoundError, TraceVaultError
+from tracevault.index import FILTERS, STATUSES, Filters
 from tracevault.replayer import EndRule, LoadedRun, LogPolicy, align_runs
 from tracevault.schemas import TraceEvent, micros_to_datetime
 from tracevault.transparency import AgentKeys
@@ -193,7 +195,7 @@ class _Pages:
         self.conf = conf
         self.templates = Jinja2Templates(directory=str(here.joinpath("templates")))
         self.runs = _Runs(conf)
-        self.source = conf.runs or ArchiveListing(conf.settings)
+        self.source: RunSource | None = conf.runs  # else the index once there is one
         self.css = here.joinpath("assets", "desk.css").read_text(encoding="utf-8")
 
     def page(self, request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
@@ -211,21 +213,40 @@ class _Pages:
             back_text="Back to the runs (search)",
         )
 
+    def _source(self) -> RunSource:
+        """The given source, else the index (kept once found), else the archive's listing
+        (asked again each time: an index may be built while the desk runs)."""
+        if self.source is not None:
+            return self.source
+        found = source_for(self.conf.settings)
+        if isinstance(found, IndexSource):
+            self.source = found
+        return found
+
     async def runs_page(self, request: Request) -> Response:
-        q = request.query_params.get("q", "").strip()
-        found = self.source.search(q)
-        pages = max(1, math.ceil(len(found) / RUNS_PAGE))
-        n = min(_int(request.query_params.get("page"), 0), pages - 1)
-        return self.page(
-            request,
-            "runs.html",
-            q=q,
-            total=len(found),
+        params = {k: v.strip() for k, v in request.query_params.items() if k != "page"}
+        params = {k: v for k, v in params.items() if v}
+        q = params.get("q", "")
+        n = _int(request.query_params.get("page"), 0)
+        source = self._source()
+        ctx = _runs_ctx(params, source.name)
+        try:
+            query = RunQuery(q, _filters(params), n, RUNS_PAGE)
+        except ConfigError as exc:
+            ctx["bad"] = str(exc)
+            return self.page(request, "runs.html", 400, **ctx)
+        found = await asyncio.to_thread(source.search, query)
+        pages = max(1, math.ceil(found.total / RUNS_PAGE))
+        ctx.update(
+            total=found.total,
             pages=pages,
             page=n,
-            runs=found[n * RUNS_PAGE : (n + 1) * RUNS_PAGE],
-            source=self.source.name,
+            runs=found.rows,
+            notes=found.notes,
+            prev_href=_href(params, page=n - 1) if n > 0 else None,
+            next_href=_href(params, page=n + 1) if n + 1 < pages else None,
         )
+        return self.page(request, "runs.html", **ctx)
 
     async def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -438,6 +459,57 @@ def _reader(request: Request, local_user: str, *, authed: bool) -> Reader:
     if authed:
         return Reader("holder of the desk's token", "token", address)
     return Reader(local_user, "loopback", address)
+
+
+def _href(params: dict[str, str], **change: object) -> str:
+    """The Runs page's URL with ``params`` and ``change`` (a value None drops the key)."""
+    merged = {**params, **{k: str(v) for k, v in change.items() if v is not None}}
+    merged = {k: v for k, v in merged.items() if k not in change or change[k] is not None}
+    return "/?" + urlencode(merged) if merged else "/"
+
+
+def _runs_ctx(params: dict[str, str], source: str) -> dict[str, Any]:
+    """What every Runs page shows: the form's values, the status chips, the source."""
+    chips = [{"label": "any", "href": _href(params, status=None, page=None),
+              "on": "status" not in params}]  # fmt: skip
+    chips += [
+        {"label": st, "href": _href(params, status=st, page=None), "on": params.get("status") == st}
+        for st in STATUSES
+    ]
+    return {
+        "q": params.get("q", ""),
+        "params": params,
+        "chips": chips,
+        "source": source,
+        "fields": [f for f in FILTERS if f != "status"],
+        "total": 0,
+        "pages": 1,
+        "page": 0,
+        "runs": [],
+        "notes": (),
+        "bad": None,
+        "prev_href": None,
+        "next_href": None,
+    }
+
+
+def _filters(params: dict[str, str]) -> Filters:
+    """``tracevault search``'s filters from the page's query (ConfigError naming a bad one)."""
+    given: dict[str, Any] = {k: params[k] for k in FILTERS if k in params}
+    for k in ("since", "until"):
+        if k in given:
+            try:
+                when = datetime.fromisoformat(given[k])
+            except ValueError as exc:
+                raise ConfigError(f"{k}: {given[k]!r} is not a date (2026-01-31) or time") from exc
+            given[k] = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+    if "min_events" in given:
+        if not given["min_events"].isdigit():
+            raise ConfigError(f"min_events: {given['min_events']!r} is not a number")
+        given["min_events"] = int(given["min_events"])
+    filters = Filters.of(**given)
+    filters.where()  # an unknown status or kind is refused here, not in the source
+    return filters
 
 
 def _seqs(given: list[str]) -> frozenset[int]:

@@ -9,6 +9,7 @@ finding runs: ``tracevault search --verify`` verifies each hit from the archive
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -29,6 +30,7 @@ __all__ = [
     "Filters",
     "IndexLag",
     "RunHit",
+    "RunList",
     "SearchResult",
     "index_lag",
     "run_sql",
@@ -182,6 +184,58 @@ def search(store: ObjectStore, filters: Filters) -> SearchResult:
     finally:
         con.close()
     return SearchResult([_hit(r) for r in rows], index.skipped, len(index.objects))
+
+
+class RunList:
+    """The index's run list loaded once and kept, for many paged searches (the desk's Runs
+    page): ``search`` loads every object and builds the views per call, which over a 1M-run
+    index is seconds; here the deduplicated ``runs`` view is materialised once, and loaded
+    again only when the index's objects change (a listing of ``index/`` per call)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._keys: tuple[str, ...] = ()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._skipped: dict[str, str] = {}
+
+    def page(
+        self, filters: Filters, *, offset: int, limit: int, id_contains: str = ""
+    ) -> tuple[list[RunHit], int, dict[str, str]]:
+        """Hits ``offset`` .. ``offset + limit`` of the runs every filter holds for (and
+        whose id contains ``id_contains``), newest start first; the number of all of them;
+        the index objects skipped as unreadable."""
+        where, args = filters.where()
+        if id_contains:
+            where += " AND contains(lower(run_id), ?)"
+            args.append(id_contains.lower())
+        with self._lock:
+            con = self._fresh()
+            total = con.execute(f"SELECT count(*) FROM runs_m WHERE {where}", args).fetchone()  # noqa: S608
+            query = (
+                f"SELECT {_HIT_COLUMNS} FROM runs_m WHERE {where} "  # noqa: S608
+                "ORDER BY started DESC, run_id LIMIT ? OFFSET ?"
+            )
+            rows = con.execute(query, [*args, int(limit), int(offset)]).fetchall()
+        return [_hit(r) for r in rows], int(total[0]) if total else 0, dict(self._skipped)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+    def _fresh(self) -> duckdb.DuckDBPyConnection:
+        keys = tuple(sorted(index_keys(self._store, ("runs", "status"))))
+        if self._con is not None and keys == self._keys:
+            return self._con
+        index = _loaded(self._store, None, ("runs", "status"))
+        con = open_views(index)
+        con.execute("CREATE TEMP TABLE runs_m AS SELECT * FROM runs")  # the dedup, once
+        if self._con is not None:
+            self._con.close()
+        self._con, self._keys, self._skipped = con, keys, index.skipped
+        return con
 
 
 _ALLOWED = {duckdb.StatementType.SELECT}
