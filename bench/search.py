@@ -126,7 +126,11 @@ def day_tables(
     return runs_t, events_t
 
 
-def build(root: Path, runs: int, per: int, days: int) -> dict[str, float]:
+def build(
+    root: Path, runs: int, per: int, days: int, tables: tuple[str, ...] = ("runs", "events")
+) -> dict[str, float]:
+    """The index of ``runs`` runs of ``per`` events over ``days`` days into ``root``'s store
+    (``tables``: which of its tables to write; a run list reads only ``runs``)."""
     store = open_store(f"file://{root}", Settings())
     rng = np.random.default_rng(7)
     tag = log_tag("agent-traces", "", 0)
@@ -139,6 +143,8 @@ def build(root: Path, runs: int, per: int, days: int) -> dict[str, float]:
         r, e = day_tables(d, n, per, first, rng)
         day = (T0 + timedelta(days=d)).date().isoformat()
         for table, t in (("runs", r), ("events", e)):
+            if table not in tables:
+                continue
             data = parquet_bytes(t)
             nbytes += len(data)
             store.put(index_key(table, day, "bench", tag, (first * per, (first + n) * per)),

@@ -43,11 +43,13 @@ class Reader:
 
 @dataclass(frozen=True, slots=True)
 class Access:
-    """One recorded opening: the access run's id, the run read and its seqs, when (UTC µs)."""
+    """One recorded opening: the access run's id, the run read and its seqs, by whom, when
+    (UTC µs)."""
 
     access_run: str
     run_id: str
     seqs: tuple[int, ...]
+    reader: str
     at: int
 
 
@@ -92,4 +94,4 @@ class AccessLog:
         )
         with recorder:
             recorder.finish({"opened": list(wanted)})
-        return Access(access_run, run_id, wanted, at)
+        return Access(access_run, run_id, wanted, reader.name, at)

@@ -38,7 +38,7 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra("ui", exc) from exc
 
 from tracevault.config import Settings
-from tracevault.desk.access import AccessLog, Reader
+from tracevault.desk.access import Access, AccessLog, Reader
 from tracevault.desk.evidence import Reveal, RunEvidence, gather, is_encrypted, preview
 from tracevault.desk.report import durations_ms, event_name, pretty_json
 from tracevault.desk.runs import IndexSource, RunQuery, RunSource, source_for
@@ -266,8 +266,9 @@ class _Pages:
         n = min(n, pages - 1)
         lo, hi = n * PAGE_SIZE, min(total, (n + 1) * PAGE_SIZE)
         opened = frozenset(s for s in wanted if lo <= s < hi and s in ev.revealed)
-        if opened:
-            opened = await self._record_access(request, ev.run_id, opened)
+        recorded = await self._record_access(request, ev.run_id, opened) if opened else None
+        if recorded is None:
+            opened = frozenset()
         return self.page(
             request,
             "run.html",
@@ -275,6 +276,7 @@ class _Pages:
             ev=ev,
             rows=_rows(ev, lo, hi, opened, self.conf.access is not None),
             access=self.conf.access is not None,
+            recorded=recorded,
             total=total,
             page=n,
             pages=pages,
@@ -316,15 +318,14 @@ class _Pages:
 
     async def _record_access(
         self, request: Request, run_id: str, seqs: frozenset[int], what: str = "payload"
-    ) -> frozenset[int]:
-        """Record that this request's reader opened ``seqs`` of ``run_id``; the seqs that may
-        now be shown (none without an access log: content never opens unrecorded)."""
+    ) -> Access | None:
+        """Record that this request's reader opened ``seqs`` of ``run_id``; None without an
+        access log, and then nothing may be shown (content never opens unrecorded)."""
         access = self.conf.access
         if access is None:
-            return frozenset()
+            return None
         reader = _reader(request, access.local_user, authed=self.conf.token is not None)
-        await asyncio.to_thread(access.record, reader, run_id, sorted(seqs), what)
-        return seqs
+        return await asyncio.to_thread(access.record, reader, run_id, sorted(seqs), what)
 
     async def seq_link(self, request: Request) -> Response:
         run_id, seq = request.path_params["run_id"], request.path_params["seq"]
