@@ -53,6 +53,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "tracevault.desk.commands:report",
         "runs as one HTML file that re-verifies itself in a browser",
     ),
+    "incident": (
+        "tracevault.desk.incident_commands:incident",
+        "package runs' reports and bundles for a serious-incident report, signed",
+    ),
     "ui": ("tracevault.desk.serve:ui", "the investigator's desk: runs, a run, a diff (web, local)"),
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
     "keys": ("tracevault.keys:keys", "make log, witness and recipient keys; print public keys"),

@@ -102,11 +102,12 @@ def test_a_hostile_payload_in_the_ui_is_text(
 def _opened_as_text(desk: str, browser: Chromium) -> None:
     browser.open(desk + "/runs/run-hostile")
     _nothing_ran(browser)  # the first screen may be the one shown while it is verified
-    browser.open(desk + "/runs/run-hostile?open=0")
+    browser.open(desk + "/runs/run-hostile?open=0")  # opened: its access recorded
     browser.wait_for(
-        "document.readyState === 'complete' && "
+        "document.readyState === 'complete' && !!document.getElementById('tv-status') && "
         "document.getElementById('tv-status').dataset.state !== 'verifying'",
         what="the run's verdict",
+        seconds=180,
     )
     assert browser.js("document.getElementById('tv-status').dataset.state") == "verified"
     _nothing_ran(browser)

@@ -196,6 +196,8 @@ class _Pages:
         self.templates = Jinja2Templates(directory=str(here.joinpath("templates")))
         self.runs = _Runs(conf)
         self.source: RunSource | None = conf.runs  # else the index once there is one
+        if conf.runs is None:  # a 1M-run index takes seconds to read: start now, in a thread
+            threading.Thread(target=self._warm, daemon=True).start()
         self.css = here.joinpath("assets", "desk.css").read_text(encoding="utf-8")
 
     def page(self, request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
@@ -222,6 +224,14 @@ class _Pages:
         if isinstance(found, IndexSource):
             self.source = found
         return found
+
+    def _warm(self) -> None:
+        try:
+            found = self._source()
+            if isinstance(found, IndexSource):
+                found.warm()
+        except Exception:  # the Runs page will say what is wrong when it is asked
+            log.debug("desk: the index was not read ahead", exc_info=True)
 
     async def runs_page(self, request: Request) -> Response:
         params = {k: v.strip() for k, v in request.query_params.items() if k != "page"}

@@ -15,7 +15,7 @@ from tracevault.errors import ConfigError
 from tracevault.replayer import EndRule, LogPolicy
 from tracevault.transparency import AgentKeys, NoteVerifier
 
-__all__ = ["AGENT_KEY", "agent_keys", "report"]
+__all__ = ["AGENT_KEY", "agent_keys", "report", "vkey_texts"]
 
 #: ``replay verify``'s --agent-key, spelled as it is there (the desk verifies as it does).
 AGENT_KEY = click.option(
@@ -159,8 +159,8 @@ def report(
             )
     page = render_report(
         runs,
-        vkeys=_vkeys(() if policy is None else policy.keys),
-        witness_vkeys=_vkeys(() if policy is None else policy.witnesses),
+        vkeys=vkey_texts(() if policy is None else policy.keys),
+        witness_vkeys=vkey_texts(() if policy is None else policy.witnesses),
         min_witnesses=0 if policy is None else policy.min_witnesses,
     )
     out.write_text(page, encoding="utf-8")
@@ -170,7 +170,7 @@ def report(
         raise click.exceptions.Exit(1)
 
 
-def _vkeys(verifiers: Sequence[NoteVerifier]) -> list[str]:
+def vkey_texts(verifiers: Sequence[NoteVerifier]) -> list[str]:
     """The keys' text forms, once each (the env's and a flag's may name the same key)."""
     return list(dict.fromkeys(str(getattr(v, "vkey", "")) for v in verifiers if hasattr(v, "vkey")))
 

@@ -97,6 +97,10 @@ class IndexSource:
         )
         return RunPage(rows, total, notes)
 
+    def warm(self) -> None:
+        """Read the index and build its runs view now, not on the first visitor's page."""
+        self._runs.page(Filters(), offset=0, limit=1)
+
     def close(self) -> None:
         self._runs.close()
 
