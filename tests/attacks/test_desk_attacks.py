@@ -31,8 +31,15 @@ from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.desk.app import DeskConfig
-from tracevault.replayer import EndRule, LogPolicy
+from tracevault.replayer import EndRule, Trust
 from tracevault.transparency import Ed25519Signer
+
+
+def _trust(settings: Settings, vkey: str) -> Trust:
+    """The log key, over a hand-written archive no sealed topic proves current (offline)."""
+    trust = Trust.of(settings, trusted_keys=[vkey], offline=True)
+    return Trust(trust.policy, EndRule(), trust.agents, operators=trust.operators, offline=True)
+
 
 HOSTILE = (
     '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -71,7 +78,7 @@ def test_a_hostile_payload_in_a_report_is_text(
     out = tmp_path / "report.html"
     res = CliRunner().invoke(tracevault, [
         "report", "run-hostile", "-o", str(out), "--reveal", "all",
-        "--archive-url", hostile_archive, "--trusted-key", log_vkey,
+        "--archive-url", hostile_archive, "--trusted-key", log_vkey, "--offline",
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     browser.open(out.as_uri())
@@ -86,7 +93,7 @@ def test_a_hostile_payload_in_the_ui_is_text(
     hostile_archive: str, log_vkey: str, browser: Chromium
 ) -> None:
     settings = Settings(archive_url=hostile_archive)
-    conf = DeskConfig(settings, LogPolicy.of(settings, [log_vkey]), EndRule())
+    conf = DeskConfig(settings, _trust(settings, log_vkey))
     with serving(conf) as desk:
         browser.open(desk + "/runs/run-hostile")
         _nothing_ran(browser)  # the first screen may be the one shown while it is verified
@@ -130,7 +137,7 @@ def test_a_run_its_agent_did_not_write_fails_in_the_report(
     out = tmp_path / "report.html"
     res = CliRunner().invoke(tracevault, [
         "report", run_id, "-o", str(out), "--archive-url", impostor_archive,
-        "--trusted-key", log_vkey,
+        "--trusted-key", log_vkey, "--offline",
     ])  # fmt: skip
     assert res.exit_code == 1, res.output
     assert f"failed {run_id}: verify failed: check I identity at seq 0" in res.output, res.output
@@ -144,7 +151,7 @@ def test_a_run_its_agent_did_not_write_is_red_in_the_ui(
     impostor_archive: str, log_vkey: str, browser: Chromium, run_id: str
 ) -> None:
     settings = Settings(archive_url=impostor_archive)
-    conf = DeskConfig(settings, LogPolicy.of(settings, [log_vkey]), EndRule())
+    conf = DeskConfig(settings, _trust(settings, log_vkey))
     with serving(conf) as desk:
         browser.open(desk + f"/runs/{run_id}")
         browser.wait_for(

@@ -17,7 +17,6 @@ from rich.text import Text
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, ReplayDivergence
-from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import ReplayResult, event_json
 from tracevault.replayer._views import (
     divergence_panel,
@@ -27,13 +26,10 @@ from tracevault.replayer._views import (
 )
 from tracevault.replayer.batch.jobs import load_agent, replay_with
 from tracevault.replayer.investigate.tree import replay_tree
-from tracevault.replayer.load.opened import opened
-from tracevault.replayer.load.source import load_run
-from tracevault.replayer.load.verify import verify
 from tracevault.replayer.rerun.replay import areplay
 from tracevault.replayer.rerun.replay import replay as replay_events
 
-__all__ = ["fork", "keep_going", "loader", "plain", "recurse"]
+__all__ = ["fork", "keep_going", "plain", "recurse"]
 
 
 def keep_going(run_id: str, events: Any, agent: Any, *, as_json: bool) -> None:
@@ -121,21 +117,6 @@ def recurse(
         stdout.print(replay_tree_view(run_id, tree))
     if not tree.matched:
         raise click.exceptions.Exit(ReplayDivergence.exit_code)
-
-
-def loader(settings: Settings, source: str, no_verify: bool) -> Any:
-    """Each run by id, from ``source``, its chain checked unless ``no_verify`` (``show
-    --tree``, which says that only ``verify`` checks the signed log)."""
-    kind: Any = "topic" if source == "topic" else "archive"
-
-    def load(rid: str) -> Any:
-        run = load_run(settings, rid, source=kind)
-        events = (
-            LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
-        )
-        return opened(settings, events)
-
-    return load
 
 
 def plain(run_id: str, events: Any, agent: Any, until: int | None, *, as_json: bool) -> None:
