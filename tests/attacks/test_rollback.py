@@ -433,12 +433,23 @@ def test_archive_and_witness_store_rolled_back_with_kafka_down_is_unverified(
     assert out["status"].endswith("freshness not checked (offline)"), out
     assert out["status"] != "verified"
     # the library's verify is the same verify: no topic, no pass
-    from tracevault.replayer import Trust, verify_run
+    from tracevault.errors import LogError
+    from tracevault.replayer import LogPolicy, Trust, load_run, verify, verify_run
 
     dead = rolled.model_copy(update={"bootstrap_servers": _dead()})
     trust = Trust.of(dead, trusted_keys=[log_vkey], witness_stores=[witness])
     _, report = verify_run(dead, FIRST[0], trust)
     assert not report.ok and report.freshness == "unverified", report
+    policy = LogPolicy.of(rolled, [log_vkey])
+    run = load_run(rolled, FIRST[0])
+    agents = trust.agents
+    report = verify(run, log=policy, agents=agents)  # no settings: nothing to compare with
+    assert (report.ok, report.status) == (False, "unverified freshness"), report
+    with pytest.raises(LogError, match="L5 fresh: the archive of partition 0"):
+        verify(run, log=policy, agents=agents, settings=rolled)  # the topic shows more
+    intact = load_run(sealed.settings, FIRST[0])
+    report = verify(intact, log=policy, agents=agents, settings=sealed.settings)
+    assert report.ok and report.freshness == "fresh", report
     # and the commands that take the run as the record refuse it
     res = _cli(rolled, "replay", "show", FIRST[0], "--json", "--trusted-key", log_vkey,
                *flags, bootstrap=_dead())  # fmt: skip
