@@ -221,6 +221,11 @@ def verify_cmd(
     head says it is open, and its last event is younger than
     sequencer_idle_close_s); --allow-unfinished accepts a run in progress.
 
+    From the archive, L5 holds its log to the sealed topic's checkpoint and to
+    every witness store's (--witness-store): a smaller archive is a rollback, exit
+    1. Only the topic proves it current: with Kafka unreachable the result is
+    `unverified freshness`, exit 1, unless --offline accepts that knowingly.
+
     \b
     Examples:
       tracevault replay verify run-42 --from topic --trusted-key @log.vkey
