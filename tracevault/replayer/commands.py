@@ -38,7 +38,6 @@ from tracevault.replayer._views import (
     print_events,
     print_verified,
     progress_bar,
-    run_tree_view,
     summary_table,
 )
 from tracevault.replayer.batch.command import batch_cmd
@@ -47,7 +46,6 @@ from tracevault.replayer.export.bundle import export_bundle
 from tracevault.replayer.export.otel import export_otel
 from tracevault.replayer.export.reveal import bundle_events, reveal_hook
 from tracevault.replayer.investigate.aligned_diff import align_runs, parse_ignore
-from tracevault.replayer.investigate.tree import run_tree
 from tracevault.replayer.load.opened import opened
 from tracevault.replayer.load.witnessed import with_witness_stores
 
@@ -117,15 +115,11 @@ def show(ctx: click.Context, /, run_id: str | None, as_tree: bool, metadata: boo
          as_json: bool, **trust_flags: Any) -> None:  # fmt: skip
     """The run's timeline: seq, kind, time, model, short request and response.
 
-    The run is verified first, as `verify` does (the signed log with the trusted keys,
-    freshness, the chain, who wrote it), and its status heads the timeline; one that does
-    not verify, or that nothing proved (`unverified`), is refused, exit 1 naming why.
-    --no-verify shows it as the store holds it, knowingly (said on stderr, and the
-    timeline is headed UNVERIFIED). --json prints one full event per line (JSON lines).
-    --tree draws the run and every sub-agent run below it, each verified the same way,
-    under the parent's crossing that started it; with --json, one nested object. An
-    encrypted run needs its tenant's key (exit 7 without it); --metadata shows its
-    timeline without one. --bundle DIR shows a bundle's run (its chain checked);
+    Verified first, as `verify` does; one that fails or is `unverified` is refused
+    (exit 1), and --no-verify shows it as stored, headed UNVERIFIED. --json: one event
+    per line. --tree: the run and its sub-agent runs (each verified), with --json one
+    object. An encrypted run needs its tenant's key (exit 7); --metadata shows its
+    timeline without. --bundle DIR shows a bundle's run (its chain checked);
     --recipient-key opens one exported with --reveal-to, with no provider.
 
     \b
@@ -146,17 +140,9 @@ def show(ctx: click.Context, /, run_id: str | None, as_tree: bool, metadata: boo
     assert run_id is not None
     checks = trust(settings_of(ctx), no_verify=no_verify, **trust_flags)
     try:
-        if as_tree:
-
-            def by_id(rid: str) -> Any:  # each run of the tree checked as the run is
-                sub = the_record(ctx, rid, source, checks, "shows")
-                return opened(sub.settings, sub.events)
-
-            node = run_tree(by_id, run_id, by_id(run_id))
-            if as_json:
-                echo_json(node.to_json())
-            else:
-                stdout.print(run_tree_view(node))
+        if as_tree:  # each run of the tree checked as the run is
+            run_modes.tree(run_id, lambda r: the_record(ctx, r, source, checks, "shows"),
+                           as_json=as_json)  # fmt: skip
             return
         record = the_record(ctx, run_id, source, checks, "shows")
     except (ChainError, LogError) as exc:
