@@ -264,7 +264,9 @@ def _replay_one(store: ObjectStore, run_id: str, agent: Callable[..., Any],
             count = len(run)
         else:
             try:
-                report = checks.verify(access.deployment(), run, rebuild=True, tails=access.tails)
+                report = checks.verify(
+                    access.deployment(), run, rebuild=True, tails=access.tails, archive=store
+                )
             except (ChainError, LogError) as exc:
                 took = time.perf_counter() - started
                 return BatchItem(

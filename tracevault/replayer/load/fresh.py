@@ -26,8 +26,10 @@ from typing import Literal
 from tracevault.archive import (
     LOST,
     Freshness,
+    ObjectStore,
     TopicTail,
     archive_freshness,
+    check_freshness,
     open_store,
     parse_hole_key,
 )
@@ -115,8 +117,10 @@ def freshness(
     *,
     tails: Tails | Literal["ask"] = ASK,
     offline: bool = False,
+    archive: ObjectStore | None = None,
 ) -> Fresh:
-    """Check L5 for ``run`` (read from ``settings``' archive) with the trusted ``policy``.
+    """Check L5 for ``run`` (read from ``settings``' archive, or the open ``archive`` it was
+    read from) with the trusted ``policy``.
 
     Raises :class:`LogError` (exit 1) on a rollback. Not an archive run: not applicable.
     Without ``settings`` nothing can be compared: ``unverified`` (or offline, accepted)."""
@@ -131,7 +135,7 @@ def freshness(
     if tails == ASK:
         tails = None if offline else topic_tails(settings)
     urls = witness_urls(settings, urls)
-    fresh = _check(settings, policy, urls, [origin], tails)
+    fresh = _check(settings, policy, urls, [origin], tails, archive=archive)
     if not fresh.ok:
         rb = fresh.rollbacks[0]
         raise LogError(
@@ -190,8 +194,20 @@ def _check(
     urls: Sequence[str],
     origins: Sequence[str] | None,
     tails: Tails,
+    *,
+    archive: ObjectStore | None = None,
 ) -> Freshness:
-    """L5 over ``origins`` (None: every origin of this deployment the evidence knows)."""
+    """L5 over ``origins`` (None: every origin of this deployment the evidence knows), in
+    ``archive`` when the caller holds it open (a batch worker's store has its credentials)."""
+    if archive is not None and origins is not None:
+        stores = [open_store(u, settings, create=False) for u in urls]
+        try:
+            return check_freshness(archive, settings.topic_prefix, origins, keys=policy.keys,
+                                   witness_stores=stores, witnesses=policy.witnesses,
+                                   tails=tails)  # fmt: skip
+        finally:
+            for s in stores:
+                s.close()
     return archive_freshness(
         settings,
         keys=policy.keys,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tracevault.archive import ObjectStore
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, LogError, NotFoundError
 from tracevault.replayer._results import LoadedRun, VerifyReport
@@ -112,9 +113,11 @@ class Trust:
         *,
         rebuild: bool,
         tails: Tails | Literal["ask"] = ASK,
+        archive: ObjectStore | None = None,
     ) -> VerifyReport:
         """``verify`` of ``run`` (read from ``settings``' deployment) with this trust;
-        ``tails``: the topic's archived checkpoints if the caller read them already."""
+        ``tails``: the topic's archived checkpoints if the caller read them already;
+        ``archive``: the store ``run`` was read from, if the caller holds it open."""
         return verify(
             run,
             rebuild=rebuild,
@@ -128,6 +131,7 @@ class Trust:
             witness_stores=self.witness_stores,
             offline=self.offline,
             tails=tails,
+            archive=archive,
         )
 
 

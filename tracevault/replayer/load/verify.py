@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from tracevault.archive import ObjectStore
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.replayer._records import LazyEvents
@@ -110,6 +111,7 @@ def verify(
     witness_stores: Sequence[str] = (),
     offline: bool = False,
     tails: Tails | Literal["ask"] = ASK,
+    archive: ObjectStore | None = None,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -135,7 +137,8 @@ def verify(
     a rollback raises :class:`LogError`; an archive nothing proved current (the topic not
     compared: Kafka down, or no ``settings``) is ``freshness="unverified"``, not a pass,
     unless ``offline`` accepts it knowingly. ``tails``: the topic's archived checkpoints
-    when the caller already read them (a batch reads them once), else the topic is asked.
+    when the caller already read them (a batch reads them once), else the topic is asked;
+    ``archive``: the store the run was read from, when the caller holds it open.
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
@@ -146,7 +149,9 @@ def verify(
         rule = EndRule(True, rule.idle_close_s, rule.skew_s)
     fresh = Fresh()
     if log is not None:  # L5 before the witnesses: never re-anchored to an older size
-        fresh = freshness(settings, run, log, witness_stores, tails=tails, offline=offline)
+        fresh = freshness(
+            settings, run, log, witness_stores, tails=tails, offline=offline, archive=archive
+        )
         if settings is not None:
             run = with_witness_stores(settings, run, log, witness_stores)
     with gc_paused():
