@@ -81,7 +81,10 @@ def _steps(name: str) -> list[StepSummary]:
 
 
 def test_show_at_80_columns_shows_every_payload(archive: str) -> None:
-    code, out = cli("replay", "--archive-url", archive, "show", "golden-research")
+    # a hand-written archive of pinned runs recorded without an agent key: no topic proves it
+    # current, and provenance is waived, both knowingly
+    code, out = cli("replay", "--archive-url", archive, "show", "golden-research",
+                    "--offline", "--no-agent-check")  # fmt: skip
     assert code == 0, out
     assert_fits(out)
     for s in _steps("research"):
@@ -93,7 +96,8 @@ def test_show_at_80_columns_shows_every_payload(archive: str) -> None:
 
 
 def test_show_on_a_wide_terminal_gives_each_field_a_column(archive: str) -> None:
-    code, out = cli("replay", "--archive-url", archive, "show", "golden-research", columns=160)
+    code, out = cli("replay", "--archive-url", archive, "show", "golden-research",
+                    "--offline", "--no-agent-check", columns=160)  # fmt: skip
     assert code == 0, out
     assert_fits(out, 160)
     header = next(line for line in out.splitlines() if "request" in line)
@@ -104,7 +108,7 @@ def test_show_on_a_wide_terminal_gives_each_field_a_column(archive: str) -> None
 def test_diff_at_80_columns_shows_both_sides_readable(archive: str) -> None:
     # the golden runs' bytes are pinned, recorded without an agent key: provenance waived
     code, out = cli("replay", "--archive-url", archive, "diff", "golden-research",
-                    "golden-tool_error_handled", "--no-agent-check")  # fmt: skip
+                    "golden-tool_error_handled", "--no-agent-check", "--offline")  # fmt: skip
     assert code == 1, out
     assert_fits(out)
     assert "10 differences" in out and "A golden-research" in out
@@ -116,7 +120,7 @@ def test_batch_at_80_columns_keeps_run_ids_whole(archive: str) -> None:
     since = datetime.fromtimestamp(day.sealed_at / 1e6, UTC).date().isoformat()
     code, out = cli("replay", "--archive-url", archive, "batch", "--agent",
                     "tests.replayer.agents:research_agent", "--since", since,
-                    "--no-agent-check")  # fmt: skip
+                    "--no-agent-check", "--offline")  # fmt: skip
     assert code == 1, out  # the other golden run is not this agent's: it diverges
     assert_fits(out)
     assert "golden-tool_error_handled" in out and "golden-research" in out
@@ -182,7 +186,8 @@ def _whole(out: str, *tokens: str) -> None:
 
 def test_diff_retention_report_and_ls_keep_long_run_ids_whole(long_ids: str) -> None:
     # hand-made unsigned runs: the layout is under test here, not provenance (waived knowingly)
-    code, out = cli("replay", "--archive-url", long_ids, "diff", *LONG_IDS, "--no-agent-check")
+    code, out = cli("replay", "--archive-url", long_ids, "diff", *LONG_IDS, "--no-agent-check",
+                    "--offline")  # fmt: skip
     assert code in (0, 1), out
     assert_fits(out)
     _whole(out, *LONG_IDS)

@@ -15,6 +15,7 @@ UI say FAILED naming check I, not merely "unverified".
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,8 +34,15 @@ from tracevault.config import Settings
 from tracevault.desk.access import AccessLog
 from tracevault.desk.app import DeskConfig
 from tracevault.producer import Publisher
-from tracevault.replayer import EndRule, LogPolicy
+from tracevault.replayer import EndRule, Trust
 from tracevault.transparency import Ed25519Signer
+
+
+def _trust(settings: Settings, vkey: str) -> Trust:
+    """The log key, over a hand-written archive no sealed topic proves current (offline)."""
+    trust = Trust.of(settings, trusted_keys=[vkey], offline=True)
+    return Trust(trust.policy, EndRule(), trust.agents, operators=trust.operators, offline=True)
+
 
 HOSTILE = (
     '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -73,7 +81,7 @@ def test_a_hostile_payload_in_a_report_is_text(
     out = tmp_path / "report.html"
     res = CliRunner().invoke(tracevault, [
         "report", "run-hostile", "-o", str(out), "--reveal", "all",
-        "--archive-url", hostile_archive, "--trusted-key", log_vkey,
+        "--archive-url", hostile_archive, "--trusted-key", log_vkey, "--offline",
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     browser.open(out.as_uri())
@@ -92,8 +100,8 @@ def test_a_hostile_payload_in_the_ui_is_text(
 ) -> None:
     settings = Settings(archive_url=hostile_archive)
     with Publisher(settings_factory(partitions=1)) as publisher:  # the opening is recorded
-        conf = DeskConfig(
-            settings, LogPolicy.of(settings, [log_vkey]), EndRule(), access=AccessLog(publisher)
+        conf = dataclasses.replace(
+            DeskConfig(settings, _trust(settings, log_vkey)), access=AccessLog(publisher)
         )
         with serving(conf) as desk:
             _opened_as_text(desk, browser)
@@ -144,7 +152,7 @@ def test_a_run_its_agent_did_not_write_fails_in_the_report(
     out = tmp_path / "report.html"
     res = CliRunner().invoke(tracevault, [
         "report", run_id, "-o", str(out), "--archive-url", impostor_archive,
-        "--trusted-key", log_vkey,
+        "--trusted-key", log_vkey, "--offline",
     ])  # fmt: skip
     assert res.exit_code == 1, res.output
     assert f"failed {run_id}: verify failed: check I identity at seq 0" in res.output, res.output
@@ -158,7 +166,7 @@ def test_a_run_its_agent_did_not_write_is_red_in_the_ui(
     impostor_archive: str, log_vkey: str, browser: Chromium, run_id: str
 ) -> None:
     settings = Settings(archive_url=impostor_archive)
-    conf = DeskConfig(settings, LogPolicy.of(settings, [log_vkey]), EndRule())
+    conf = DeskConfig(settings, _trust(settings, log_vkey))
     with serving(conf) as desk:
         browser.open(desk + f"/runs/{run_id}")
         browser.wait_for(

@@ -11,16 +11,21 @@ checked only that before, and re-ran, compared and exported the forgery as the r
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from tests.attacks.test_fail_closed import _cli, _fast, _two_flushes
 from tests.consumer.archiver.helpers import SealedLog
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal, seal_raws
+from tests.transparency.signed_sealed import cli_env
+from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.schemas import canonical_json, decode_event, encode_event, encode_sealed
 from tracevault.transparency import Ed25519Signer
@@ -94,3 +99,42 @@ def test_a_rewritten_rechained_archive_is_not_replayed_diffed_or_exported(
     )
     code, out, _ = _cli(rogue, "run", "run-r", "--agent", AGENT)
     assert code == 1 and out["error"].startswith("L1 signature"), out
+
+
+def _show(settings: Settings, *args: str) -> Any:
+    """``tracevault replay show ...`` with the settings' archive and trusted log key."""
+    env = {**cli_env(settings), "TRACEVAULT_LOG_VKEYS": settings.log_vkeys, "COLUMNS": "200"}
+    return CliRunner().invoke(
+        tracevault, ["replay", "--archive-url", settings.archive_url, "show", *args], env=env
+    )
+
+
+def test_show_of_a_rewritten_archive_fails_closed(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """``show`` printed the forged answer at seq 2 with exit 0 and no word that nothing was
+    checked; it verifies as ``verify`` does now, or says UNVERIFIED with --no-verify."""
+    victim = _forged_archive(settings_factory, tmp_path)
+    res = _show(victim, "run-r", "--json")
+    assert res.exit_code == 1, res.output
+    assert "4800" not in res.stdout  # the forged content is never printed as the record
+    # the runs here are hand-made, unsigned: who wrote them is waived knowingly, and the
+    # signed log names the rewrite
+    res = _show(victim, "run-r", "--json", "--no-agent-check")
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.stdout)
+    assert out["ok"] is False and out["error"].startswith("L2 inclusion: run run-r seq 2"), out
+    assert "4800" not in res.stdout
+    res = _show(victim, "run-r", "--no-agent-check")  # the table: the failure, no timeline
+    assert res.exit_code == 1 and "L2 inclusion" in res.output and "4800" not in res.output
+    res = _show(victim, "run-r", "--tree", "--json", "--no-agent-check")
+    assert res.exit_code == 1 and "L2 inclusion" in res.output, res.output
+    # no trusted key: not shown as the record either, unverified
+    keyless = victim.model_copy(update={"log_vkeys": ""})
+    res = _show(keyless, "run-r", "--json", "--no-agent-check")
+    assert res.exit_code == 1 and json.loads(res.stdout)["status"] == "unverified", res.output
+    # --no-verify shows it, knowingly: UNVERIFIED heads it and stderr says nothing was checked
+    res = _show(victim, "run-r", "--no-verify")
+    assert res.exit_code == 0, res.output
+    assert "UNVERIFIED (--no-verify)" in res.stdout, res.stdout
+    assert "run run-r was NOT verified" in " ".join(res.stderr.split()), res.stderr

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -251,11 +251,23 @@ def test_the_intact_archive_verifies_with_the_topic_and_the_witness(sealed, log_
         assert res.exit_code == 0, res.output
         out = json.loads(res.output)
         assert any(c.startswith("L5 fresh") for c in out["checks"])
-    # Kafka down: verify neither hangs nor fails for it, and says the topic was not compared
+    # Kafka down: verify does not hang, and says the topic was not compared; nothing then
+    # proves the archive current (the witness store shows a floor), so it is not a pass
+    # unless --offline accepts that knowingly
+    t0 = time.monotonic()
     res = _verify(s.settings, log_vkey, FIRST[0], "--witness-key", s.witness_vkey,
                   "--witness-store", s.witness_url, bootstrap=_dead())  # fmt: skip
+    assert time.monotonic() - t0 < 30, "verify waited too long on the unreachable broker"
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.output)
+    assert out["status"] == "unverified freshness" and out["error"].startswith(
+        "unverified freshness"
+    ), out
+    assert "the sealed topic was not compared" in " ".join(out["warnings"])
+    res = _verify(s.settings, log_vkey, FIRST[0], "--witness-key", s.witness_vkey,
+                  "--witness-store", s.witness_url, "--offline", bootstrap=_dead())  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "the sealed topic was not compared" in " ".join(json.loads(res.output)["warnings"])
+    assert json.loads(res.output)["status"] == "verified, freshness not checked (offline)"
     res = _cli(s.settings, "archive", "retention-report", "--trusted-key", log_vkey,
                "--witness-key", s.witness_vkey, "--witness-store", s.witness_url)  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -376,3 +388,115 @@ def test_a_witness_ahead_of_what_the_archiver_committed_is_lag_not_rollback(
     got = check_freshness(archive, s.settings.topic_prefix, [s.origin], keys=other,
                           witness_stores=[witness], tails=None)  # fmt: skip
     assert got.ok and not got.compared, got
+
+
+def _roll_back_witness(s: Sealed, name: str) -> str:
+    """A copy of the witness's store rolled back with the archive: every cosigned checkpoint
+    past ``s.small`` deleted (whoever holds both stores leaves a matching pair)."""
+    src = Path(s.witness_url.removeprefix("file://"))
+    dst = s.base / name
+    shutil.copytree(src, dst)
+    store = FileStore(dst)
+    gone = 0
+    for info in store.list("witness/"):
+        tail = info.key.rsplit("/", 1)[-1]
+        if "/checkpoint/" in info.key and tail.isdigit() and int(tail) > s.small:
+            _delete(store, info.key)
+            gone += 1
+    url = f"file://{dst}"
+    assert gone and max(cosigned_sizes(FileStore(dst), s.origin)) == s.small
+    return url
+
+
+def test_archive_and_witness_store_rolled_back_with_kafka_down_is_unverified(
+    sealed, rolled, log_vkey
+) -> None:
+    """Both stores rolled back to the same size and Kafka unreachable: nothing left proves the
+    archive current, so verify must not say "verified" (it said so, exit 0, before)."""
+    witness = _roll_back_witness(sealed, "witness-rolled-back")
+    flags = ("--witness-key", sealed.witness_vkey, "--witness-store", witness)
+    res = _verify(rolled, log_vkey, FIRST[0], *flags, bootstrap=_dead())
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.stdout)
+    assert (out["ok"], out["status"], out["freshness"]) == (
+        False,
+        "unverified freshness",
+        "unverified",
+    ), out
+    text = _text(res)
+    assert "L5 fresh unverified" in text and "the sealed topic was not compared" in text
+    assert "--offline" in text
+    # --offline accepts it knowingly, and the status says what was not checked
+    res = _verify(rolled, log_vkey, FIRST[0], *flags, "--offline", bootstrap=_dead())
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["status"].endswith("freshness not checked (offline)"), out
+    assert out["status"] != "verified"
+    # the library's verify is the same verify: no topic, no pass
+    from tracevault.errors import LogError
+    from tracevault.replayer import LogPolicy, Trust, load_run, verify, verify_run
+
+    dead = rolled.model_copy(update={"bootstrap_servers": _dead()})
+    trust = Trust.of(dead, trusted_keys=[log_vkey], witness_stores=[witness])
+    _, report = verify_run(dead, FIRST[0], trust)
+    assert not report.ok and report.freshness == "unverified", report
+    policy = LogPolicy.of(rolled, [log_vkey])
+    run = load_run(rolled, FIRST[0])
+    agents = trust.agents
+    report = verify(run, log=policy, agents=agents)  # no settings: nothing to compare with
+    assert (report.ok, report.status) == (False, "unverified freshness"), report
+    with pytest.raises(LogError, match="L5 fresh: the archive of partition 0"):
+        verify(run, log=policy, agents=agents, settings=rolled)  # the topic shows more
+    intact = load_run(sealed.settings, FIRST[0])
+    report = verify(intact, log=policy, agents=agents, settings=sealed.settings)
+    assert report.ok and report.freshness == "fresh", report
+    # and the commands that take the run as the record refuse it
+    res = _cli(rolled, "replay", "show", FIRST[0], "--json", "--trusted-key", log_vkey,
+               *flags, bootstrap=_dead())  # fmt: skip
+    assert res.exit_code == 1 and json.loads(res.stdout)["status"] == "unverified freshness"
+    # where Kafka answers the topic shows the rollback, whatever the witness store says
+    res = _verify(rolled, log_vkey, FIRST[0], *flags)
+    assert res.exit_code == 1 and f"size {sealed.large} signed" in _text(res), res.output
+
+
+def _batch(settings: Settings, vkey: str, *extra: str, bootstrap: str | None = None) -> Any:
+    today = datetime.now(UTC).date().isoformat()
+    return _cli(settings, "replay", "batch", "--agent", "tests.replayer.agents:research_agent",
+                "--since", today, "--json", "--trusted-key", vkey, *extra,
+                bootstrap=bootstrap)  # fmt: skip
+
+
+def test_batch_reads_witness_stores_and_catches_a_rolled_back_archive(
+    sealed, rolled, log_vkey
+) -> None:
+    """``replay batch`` never read witness stores: a rolled-back archive reported its runs
+    ``ok``, and ``--min-witnesses 1`` failed every run of an intact one."""
+    flags = ("--witness-key", sealed.witness_vkey, "--witness-store", sealed.witness_url,
+             "--min-witnesses", "1")  # fmt: skip
+    res = _batch(sealed.settings, log_vkey, *flags)
+    items = {i["run_id"]: i for i in json.loads(res.stdout)["runs"]}
+    for run_id in (*FIRST, *SECOND):  # cosigned, fresh, and re-run as recorded
+        assert items[run_id]["status"] == "ok", items[run_id]
+    assert items[SPANNING]["status"] == "diverged", items[SPANNING]  # another agent's run
+    # the rolled-back archive, Kafka down: the witness store shows the larger size
+    res = _batch(rolled, log_vkey, *flags, bootstrap=_dead())
+    assert res.exit_code == 1, res.output
+    items = {i["run_id"]: i for i in json.loads(res.stdout)["runs"]}
+    assert set(FIRST) <= set(items) and not set(SECOND) & set(items)
+    for run_id in FIRST:
+        item = items[run_id]
+        assert item["status"] == "verify_failed", item
+        assert "L5 fresh" in item["detail"] and f"size {sealed.large} signed" in item["detail"]
+    # the topic alone catches it too, as verify does
+    res = _batch(rolled, log_vkey)
+    items = {i["run_id"]: i for i in json.loads(res.stdout)["runs"]}
+    assert all(items[r]["status"] == "verify_failed" for r in FIRST), items
+    # both stores rolled back, Kafka down: unverified freshness, never ok
+    witness = _roll_back_witness(sealed, "witness-rolled-back-batch")
+    res = _batch(rolled, log_vkey, "--witness-key", sealed.witness_vkey, "--witness-store",
+                 witness, bootstrap=_dead())  # fmt: skip
+    assert res.exit_code == 1, res.output
+    items = {i["run_id"]: i for i in json.loads(res.stdout)["runs"]}
+    for run_id in FIRST:
+        assert items[run_id]["status"] == "verify_failed", items[run_id]
+        assert items[run_id]["detail"].startswith("unverified freshness"), items[run_id]

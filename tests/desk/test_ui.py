@@ -28,16 +28,20 @@ from tracevault.config import Settings
 from tracevault.desk.access import AccessLog
 from tracevault.desk.app import DeskConfig
 from tracevault.producer import Publisher
-from tracevault.replayer import EndRule, LogPolicy
+from tracevault.replayer import EndRule, Trust
 from tracevault.transparency import AgentKeys
 
 TOKEN = "a-long-random-test-token-0123456789"
 
 
 def _conf(archive: str, vkey: str | None, token: str | None = None) -> DeskConfig:
+    """The desk over a hand-written archive: no sealed topic proves it current, so its
+    freshness is accepted knowingly (``offline``), as ``tracevault ui --offline`` does."""
     settings = Settings(archive_url=archive)
-    policy = None if vkey is None else LogPolicy.of(settings, [vkey])
-    return DeskConfig(settings, policy, EndRule(), token)
+    trust = Trust.of(settings, trusted_keys=[] if vkey is None else [vkey], offline=True)
+    if vkey is None:
+        trust = dataclasses.replace(trust, policy=None)
+    return DeskConfig(settings, dataclasses.replace(trust, end=EndRule()), token)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +223,8 @@ def test_without_a_key_every_run_says_unverified(signed_archive: str, web: Chrom
 def test_without_an_agent_vkey_every_run_says_provenance_unverified(
     signed_archive: str, log_vkey: str, web: Chromium
 ) -> None:
-    conf = dataclasses.replace(_conf(signed_archive, log_vkey), agents=AgentKeys({}))
+    conf = _conf(signed_archive, log_vkey)
+    conf = dataclasses.replace(conf, trust=dataclasses.replace(conf.trust, agents=AgentKeys({})))
     with serving(conf) as desk:
         web.open(desk + "/runs/run-a")
         _verdict(web)

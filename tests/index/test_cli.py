@@ -83,8 +83,12 @@ def test_verify_fails_closed_and_passes_with_the_key(
     code, out, _ = _run("search", "--archive", url, "--agent", "researcher", "--verify", "--json")
     assert code == 1
     assert {h["verified"] for h in json.loads(out)} == {"unverified"}
+    # a hand-written archive: no sealed topic proves it current, so not a pass by itself
     code, out, _ = _run("search", "--archive", url, "--agent", "researcher", "--verify",
                         "--trusted-key", log_vkey, "--json")  # fmt: skip
+    assert code == 1 and {h["verified"] for h in json.loads(out)} == {"unverified"}
+    code, out, _ = _run("search", "--archive", url, "--agent", "researcher", "--verify",
+                        "--trusted-key", log_vkey, "--offline", "--json")  # fmt: skip
     assert code == 0
     assert {h["run_id"]: h["verified"] for h in json.loads(out)} == {
         "run-search": "ok", "run-err": "ok"}  # fmt: skip

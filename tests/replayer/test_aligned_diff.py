@@ -100,8 +100,9 @@ def test_cli_diff_side_by_side_at_80_columns_and_json(tmp_path, two_runs) -> Non
     store = open_store(url)
     for run in two_runs:
         write_signed_run(store, seal(run))
+    # a hand-written archive: no sealed topic proves it current (--offline, knowingly)
     args = ["replay", "--archive-url", url, "diff", "mood-a", "mood-b", "--ignore", "clock",
-            "--ignore", "random", "--ignore-path", "$.response.output"]  # fmt: skip
+            "--ignore", "random", "--ignore-path", "$.response.output", "--offline"]  # fmt: skip
     res = CliRunner().invoke(tracevault, args, terminal_width=80)
     assert res.exit_code == 1, res.output
     assert "1 difference " in res.output and '"escalate"' in res.output
@@ -113,5 +114,5 @@ def test_cli_diff_side_by_side_at_80_columns_and_json(tmp_path, two_runs) -> Non
         "fields": [{"path": "$.request.choice", "a": '"answer"', "b": '"escalate"'}],
     }]  # fmt: skip
     assert out["differences"][0]["site"].startswith("tests.replayer.test_aligned_diff:mood_agent:")
-    res = CliRunner().invoke(tracevault, [*args[:5], "mood-a", "--json"])
+    res = CliRunner().invoke(tracevault, [*args[:5], "mood-a", "--json", "--offline"])
     assert res.exit_code == 0 and json.loads(res.output)["same"]

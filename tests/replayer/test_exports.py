@@ -11,6 +11,7 @@ def test_replayer_exports() -> None:
         "DivergenceReport", "LoadedRun", "ReplayResult", "SegmentInfo", "StepSummary",
         "VerifyReport",
         "ChainError", "RECORD_CHECKS", "EndRule", "LogPolicy", "load_run", "verify",
+        "Trust", "verify_run",
         "RunDiff", "RunDiffSide", "diff_runs", "json_diff",
         "FieldDiff", "RunAlignment", "StepDiff", "align_runs",
         "RunNode", "TreeReplay", "replay_tree", "run_tree",

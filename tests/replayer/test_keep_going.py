@@ -88,12 +88,13 @@ def test_cli_keep_going_prints_every_divergence_and_json(tmp_path, events) -> No
     agent = "tests.replayer.agents:four_changes_agent"
     runner = CliRunner()
     res = runner.invoke(tracevault, ["replay", "--archive-url", url, "run", "run-a",
-                                     "--agent", agent, "--keep-going"])  # fmt: skip
+                                     "--agent", agent, "--keep-going", "--offline"])  # fmt: skip
     assert res.exit_code == 1, res.output
     assert "6 divergences" in res.output and "never made this TOOL_CALL" in res.output
     assert max(len(line) for line in res.output.splitlines()) <= 80
     res = runner.invoke(tracevault, ["replay", "--archive-url", url, "run", "run-a",
-                                     "--agent", agent, "--keep-going", "--json"])  # fmt: skip
+                                     "--agent", agent, "--keep-going", "--json",
+                                     "--offline"])  # fmt: skip
     out = json.loads(res.output)
     assert [d["seq"] for d in out["divergences"]] == [3, 4, 5, 7, 8, 10]
     assert out["divergence"]["seq"] == 3 and not out["matched"]

@@ -120,10 +120,11 @@ def test_cli_show_and_verify_from_the_topic(settings) -> None:
     assert res.exit_code == 0, res.output
     checks = json.loads(res.output)["checks"]
     assert checks[-2].startswith("T1 head") and checks[-1].startswith("I identity")
-    res = runner.invoke(
-        tracevault, [*base, "replay", "show", "run-topic-cli", "--from", "topic", "--json"]
-    )
-    assert res.exit_code == 0 and len(res.output.splitlines()) == 11
+    show = [*base, "replay", "show", "run-topic-cli", "--from", "topic", "--json"]
+    res = runner.invoke(tracevault, show)  # shown as the record: verified first, unverified
+    assert res.exit_code == 1 and json.loads(res.stdout)["status"] == "unverified", res.output
+    res = runner.invoke(tracevault, [*show, "--no-verify"])  # as stored, knowingly
+    assert res.exit_code == 0 and len(res.stdout.splitlines()) == 11
     agent = "tests.replayer.agents:extra_clock_agent"
     rerun = [*base, "replay", "run", "run-topic-cli", "--from", "topic", "--agent", agent]
     res = runner.invoke(tracevault, rerun)  # a re-run takes the run as the record: verified

@@ -39,7 +39,7 @@ def test_cli_until_prints_the_state_and_json(tmp_path, events) -> None:
     url = f"file://{tmp_path / 'archive'}"
     write_signed_run(open_store(url), seal(events))
     args = ["replay", "--archive-url", url, "run", "run-a", "--agent",
-            "tests.replayer.agents:research_agent", "--until", "4"]  # fmt: skip
+            "tests.replayer.agents:research_agent", "--until", "4", "--offline"]  # fmt: skip
     res = CliRunner().invoke(tracevault, args, terminal_width=80)
     assert res.exit_code == 0, res.output
     assert "served up to seq 4" in res.output and "what comes next" in res.output

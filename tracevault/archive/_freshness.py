@@ -102,6 +102,9 @@ class Freshness:
     rollbacks: list[Rollback] = field(default_factory=list)
     compared: list[str] = field(default_factory=list)  # what was compared, one line each
     notes: list[str] = field(default_factory=list)  # lag and what could not be compared
+    #: the origins held to the topic's checkpoint: only the topic proves an archive current
+    #: (a witness store shows a floor, and whoever rolls back the archive may roll it back)
+    topic_checked: set[str] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -208,6 +211,7 @@ def check_freshness(
             got = _signed_size(tail.note, origin, keys, ())
             if got is not None:
                 topic = SignedSize(origin, got[0], f"the topic's checkpoint record {tail.where}")
+                out.topic_checked.add(origin)
         proofs = [topic] if topic is not None else []
         for s in witness_stores:
             w = freshest_cosigned(s, origin, keys, witnesses)

@@ -44,9 +44,8 @@ from tracevault.desk.report import durations_ms, event_name, pretty_json
 from tracevault.desk.runs import IndexSource, RunQuery, RunSource, source_for
 from tracevault.errors import ConfigError, NotFoundError, TraceVaultError
 from tracevault.index import FILTERS, STATUSES, Filters
-from tracevault.replayer import EndRule, LoadedRun, LogPolicy, align_runs
+from tracevault.replayer import LoadedRun, Trust, align_runs
 from tracevault.schemas import TraceEvent, micros_to_datetime
-from tracevault.transparency import AgentKeys
 
 __all__ = ["PAGE_SIZE", "DeskConfig", "make_app"]
 
@@ -60,18 +59,16 @@ _COOKIE = "tracevault_ui_token"
 
 @dataclass(frozen=True, slots=True)
 class DeskConfig:
-    """What the desk reads and trusts. ``token``: every request must carry it (None: loopback
-    only, which ``tracevault ui`` enforces before it binds). ``agents``: the trusted agent
-    vkeys provenance is checked with (None: the deployment's ``agent_vkeys``). ``access``:
-    where openings of content are recorded (None: no content opens, hashes only)."""
+    """What the desk reads and trusts. ``trust``: what each run is verified against, built as
+    ``replay verify`` builds it (``Trust.of``). ``token``: every request must carry it (None:
+    loopback only, which ``tracevault ui`` enforces before it binds). ``access``: where
+    openings of content are recorded (None: no content opens, hashes only)."""
 
     settings: Settings
-    policy: LogPolicy | None
-    end: EndRule | None = None
+    trust: Trust
     token: str | None = None
     runs: RunSource | None = None
     cache_s: float = 60.0
-    agents: AgentKeys | None = None
     access: AccessLog | None = None
 
 
@@ -103,11 +100,9 @@ class _Job:
                 conf.settings,
                 run_id,
                 source="archive",
-                policy=conf.policy,
-                end=conf.end,
+                trust=conf.trust,
                 reveal=Reveal(every=True),
                 on_loaded=loaded,
-                agents=conf.agents,
             )
         except BaseException as exc:  # handed to the request that asks
             self.error = exc

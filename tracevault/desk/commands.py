@@ -8,14 +8,13 @@ from pathlib import Path
 import click
 
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
-from tracevault.config import Settings
 from tracevault.desk.evidence import Reveal, RunEvidence, gather
 from tracevault.desk.report import render_report
 from tracevault.errors import ConfigError
-from tracevault.replayer import EndRule, LogPolicy
-from tracevault.transparency import AgentKeys, NoteVerifier
+from tracevault.replayer import Trust
+from tracevault.transparency import NoteVerifier
 
-__all__ = ["AGENT_KEY", "agent_keys", "report", "vkey_texts"]
+__all__ = ["AGENT_KEY", "OFFLINE", "report", "vkey_texts"]
 
 #: ``replay verify``'s --agent-key, spelled as it is there (the desk verifies as it does).
 AGENT_KEY = click.option(
@@ -28,9 +27,13 @@ AGENT_KEY = click.option(
 )
 
 
-def agent_keys(settings: Settings, pairs: tuple[str, ...]) -> AgentKeys:
-    """The trusted agent vkeys: the deployment's ``agent_vkeys`` plus ``--agent-key``."""
-    return AgentKeys.from_setting(settings.agent_vkeys).merged(AgentKeys.from_pairs(pairs))
+#: ``replay verify``'s --offline, spelled as it is there.
+OFFLINE = click.option(
+    "--offline",
+    is_flag=True,
+    help="Accept an archive nothing proved current (the sealed topic not compared), "
+    "knowingly. Without it such a run is UNVERIFIED: a rolled-back archive verifies by itself.",
+)
 
 
 @click.command("report")
@@ -91,6 +94,15 @@ def agent_keys(settings: Settings, pairs: tuple[str, ...]) -> AgentKeys:
 )
 @AGENT_KEY
 @click.option(
+    "--witness-store",
+    "witness_stores",
+    multiple=True,
+    metavar="URL",
+    help="A witness's store to read its cosignatures from (repeatable) "
+    "[env TRACEVAULT_WITNESS_STORES, comma-separated].",
+)
+@OFFLINE
+@click.option(
     "--allow-unfinished", is_flag=True, help="Accept a run still in progress (no RUN_FINISHED yet)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -108,13 +120,16 @@ def report(
     witness_keys: tuple[str, ...],
     min_witnesses: int | None,
     agent_key_pairs: tuple[str, ...],
+    witness_stores: tuple[str, ...],
+    offline: bool,
     allow_unfinished: bool,
     as_json: bool,
 ) -> None:
     """Write RUN… as ONE self-contained HTML file that re-verifies itself when opened.
 
-    Each run is verified first as `replay verify` does (signed log, chain, then
-    provenance with --agent-key or TRACEVAULT_AGENT_VKEYS); the file holds its
+    Each run is verified first as `replay verify` does (freshness against the topic
+    and the witness stores, signed log, chain, then provenance with --agent-key or
+    TRACEVAULT_AGENT_VKEYS); the file holds its
     timeline, the payloads you reveal, that result, and the proofs themselves: raw
     events (revealed seqs), inclusion proofs, the signed checkpoint with its
     cosignatures, the trusted keys. Opened in a browser, with no network,
@@ -132,13 +147,17 @@ def report(
       tracevault report run-42 run-43 -o incident.html --reveal 3,5-7
     """
     settings = settings_from(ctx, archive_url=archive_url, s3_endpoint_url=s3_endpoint_url)
-    policy = LogPolicy.of(settings, trusted_keys, witness_keys, min_witnesses)
-    agents = agent_keys(settings, agent_key_pairs)
-    end = (
-        EndRule()
-        if allow_unfinished
-        else EndRule(False, settings.sequencer_idle_close_s, settings.sequencer_clock_skew_s)
+    trust = Trust.of(
+        settings,
+        trusted_keys=trusted_keys,
+        witness_keys=witness_keys,
+        min_witnesses=min_witnesses,
+        agent_key_pairs=agent_key_pairs,
+        witness_stores=witness_stores,
+        allow_unfinished=allow_unfinished,
+        offline=offline,
     )
+    policy = trust.policy
     wanted = Reveal.parse(reveal)
     if out.exists() and out.is_dir():
         raise ConfigError(f"-o {out}: is a directory; give the HTML file to write")
@@ -150,11 +169,9 @@ def report(
                     settings,
                     run_id,
                     source=source,
-                    policy=policy,
-                    end=end,
+                    trust=trust,
                     reveal=wanted,
                     proofs=True,
-                    agents=agents,
                 )
             )
     page = render_report(

@@ -18,16 +18,10 @@ from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.content import is_envelope, open_run
 from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError
-from tracevault.replayer import EndRule, LoadedRun, LogPolicy, VerifyReport, load_run, verify
+from tracevault.replayer import LoadedRun, Trust, VerifyReport, load_run
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import SealedEvent, TraceEvent, decode_event
-from tracevault.transparency import (
-    AgentKeys,
-    Ed25519Verifier,
-    LeafProof,
-    RunLogEvidence,
-    operator_verifiers,
-)
+from tracevault.transparency import LeafProof, RunLogEvidence
 
 __all__ = ["NO_LOG_KEY", "Reveal", "RunEvidence", "gather", "is_encrypted", "preview"]
 
@@ -107,17 +101,15 @@ def gather(
     run_id: str,
     *,
     source: str,
-    policy: LogPolicy | None,
-    end: EndRule | None,
+    trust: Trust,
     reveal: Reveal,
     proofs: bool = False,
     on_loaded: Callable[[LoadedRun], None] | None = None,
-    agents: AgentKeys | None = None,
 ) -> RunEvidence:
-    """Load ``run_id`` and verify it as ``replay verify`` does: signed log first, then chain,
-    then provenance (check I) with the trusted agent vkeys (``agents``; None: the deployment's
-    ``agent_vkeys``) and erasure records with the ``operator_vkeys`` (check E). Provenance is
-    required as the log key is: a run no trusted agent vkey proves is ``unverified``.
+    """Load ``run_id`` and verify it as ``replay verify`` does, with ``trust`` (built as
+    ``replay verify`` builds it, ``Trust.of``): freshness and the witness stores, the signed
+    log, the chain, then provenance (check I) and erasure records (check E). Provenance and
+    freshness are required as the log key is: a run they do not prove is ``unverified``.
 
     A run that fails is still returned, ``failed`` with the message, so the report shows the
     failure at the top instead of nothing; NotFoundError and unreachable stores propagate.
@@ -126,12 +118,6 @@ def gather(
     ``on_loaded``: called with the run once it is loaded, before it is verified (the UI
     shows its first page from it meanwhile, marked as not yet verified).
     """
-    trust = _Trust(
-        policy,
-        end,
-        AgentKeys.from_setting(settings.agent_vkeys) if agents is None else agents,
-        tuple(operator_verifiers(settings.operator_vkeys)),
-    )
     if source == "topic":
         run = load_run(settings, run_id, source="topic", with_log=True)
         return _checked(settings, run, trust, reveal=reveal, proofs=proofs)
@@ -145,20 +131,10 @@ def gather(
         store.close()
 
 
-@dataclass(frozen=True, slots=True)
-class _Trust:
-    """What a run is verified against: ``replay verify``'s keys (docs/desk.md)."""
-
-    policy: LogPolicy | None
-    end: EndRule | None
-    agents: AgentKeys
-    operators: tuple[Ed25519Verifier, ...]
-
-
 def _checked(
     settings: Settings,
     run: LoadedRun,
-    trust: _Trust,
+    trust: Trust,
     *,
     reveal: Reveal,
     proofs: bool,
@@ -166,14 +142,7 @@ def _checked(
     failure: str | None = None
     report: VerifyReport | None = None
     try:
-        report = verify(
-            run,
-            log=trust.policy,
-            end=trust.end,
-            rebuild=True,
-            agents=trust.agents,
-            operators=trust.operators,
-        )
+        report = trust.verify(settings, run, rebuild=True)
     except (ChainError, LogError) as exc:
         failure = str(exc)
     events = list(report.events) if report is not None else _decoded(run)
@@ -206,9 +175,16 @@ def _checked(
 
 
 def _unverified_why(report: VerifyReport) -> str:
-    """Why a report that passed its checks is still not a pass: no log key, or provenance."""
+    """Why a report that passed its checks is still not a pass: no log key, provenance or
+    freshness."""
     if not report.log_checked:
         return NO_LOG_KEY
+    if report.freshness == "unverified":
+        return (
+            "freshness unverified: nothing proved the archive current (the sealed topic was "
+            "not compared); a rolled-back archive verifies by itself (give --offline to "
+            "accept it knowingly)"
+        )
     return (
         f"provenance {report.provenance}: who wrote the run's events was not proven (give "
         "--agent-key AGENT_ID=VKEY or set TRACEVAULT_AGENT_VKEYS)"

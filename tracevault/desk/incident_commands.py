@@ -11,13 +11,13 @@ import click
 from tracevault._clitools import echo_json, settings_from, stderr, stdout
 from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.desk.commands import AGENT_KEY, agent_keys, vkey_texts
+from tracevault.desk.commands import AGENT_KEY, OFFLINE, vkey_texts
 from tracevault.desk.evidence import Reveal, RunEvidence, gather
 from tracevault.desk.incident import PackageCheck, PackageWriter, verify_package
 from tracevault.desk.report import render_report
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.index import STATUSES, Filters, search
-from tracevault.replayer import EndRule, LogPolicy, export_bundle
+from tracevault.replayer import LogPolicy, Trust, export_bundle
 from tracevault.replayer.erase import operator_signer
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.transparency import load_verifiers, operator_verifiers
@@ -55,6 +55,7 @@ def incident() -> None:
 @click.option("--trusted-key", "trusted_keys", multiple=True, metavar="VKEY|@FILE",
               help="A log key to trust (repeatable; adds to TRACEVAULT_LOG_VKEYS).")  # fmt: skip
 @AGENT_KEY
+@OFFLINE
 @click.option("--allow-unfinished", is_flag=True, help="Accept runs still in progress.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -74,21 +75,22 @@ def create(ctx: click.Context, /, run_ids: tuple[str, ...], out: Path, **opts: A
     """
     settings = settings_from(ctx, archive_url=opts["archive_url"])
     signer = operator_signer(settings)  # before anything is written: no key, no package
-    policy = LogPolicy.of(settings, opts["trusted_keys"])
-    agents = agent_keys(settings, opts["agent_key_pairs"])
-    end = (
-        EndRule()
-        if opts["allow_unfinished"]
-        else EndRule(False, settings.sequencer_idle_close_s, settings.sequencer_clock_skew_s)
+    trust = Trust.of(
+        settings,
+        trusted_keys=opts["trusted_keys"],
+        agent_key_pairs=opts["agent_key_pairs"],
+        allow_unfinished=opts["allow_unfinished"],
+        offline=opts["offline"],
     )
+    policy = trust.policy
     reveal = Reveal.parse(opts["reveal"])
     chosen, selection = _chosen(settings, run_ids, opts)
     writer = PackageWriter(out)
     verified = True
     for run_id in chosen:
         with stderr.status(f"verifying {run_id}…"):
-            ev = gather(settings, run_id, source="archive", policy=policy, end=end,
-                        reveal=reveal, proofs=True, agents=agents)  # fmt: skip
+            ev = gather(settings, run_id, source="archive", trust=trust, reveal=reveal,
+                        proofs=True)  # fmt: skip
         verified = verified and ev.verified
         writer.add_run(_package_run(settings, writer, ev, policy))
     manifest = writer.seal(signer, selection)

@@ -9,10 +9,10 @@ import click
 from tracevault._clitools import settings_from, stderr
 from tracevault.desk.access import AccessLog
 from tracevault.desk.app import DeskConfig, make_app
-from tracevault.desk.commands import AGENT_KEY, agent_keys
+from tracevault.desk.commands import AGENT_KEY, OFFLINE
 from tracevault.errors import ConfigError
 from tracevault.producer import Publisher
-from tracevault.replayer import EndRule, LogPolicy
+from tracevault.replayer import Trust
 
 __all__ = ["is_loopback", "ui"]
 
@@ -64,6 +64,7 @@ def is_loopback(host: str) -> bool:
     help="Accept runs still in progress (no RUN_FINISHED yet) as verified.",
 )
 @AGENT_KEY
+@OFFLINE
 @click.pass_context
 def ui(
     ctx: click.Context,
@@ -77,11 +78,12 @@ def ui(
     trusted_keys: tuple[str, ...],
     allow_unfinished: bool,
     agent_key_pairs: tuple[str, ...],
+    offline: bool,
 ) -> None:
     """Serve the investigator's desk: runs, a run's timeline, a diff of two runs.
 
-    Every run is verified as `replay verify` does (signed log, chain, then who wrote
-    it: provenance with --agent-key or TRACEVAULT_AGENT_VKEYS) before it is shown, and
+    Every run is verified as `replay verify` does (freshness, signed log, chain, then who
+    wrote it: provenance with --agent-key or TRACEVAULT_AGENT_VKEYS) before it is shown, and
     its status sits at the top of its page in words. Binds to 127.0.0.1; any other address is
     refused (exit 2) unless --token or TRACEVAULT_UI_TOKEN is set, which every request
     must then carry. To put it behind a team's SSO, run it on loopback behind the
@@ -104,16 +106,16 @@ def ui(
         )
     if token is not None and len(token) < 16:
         raise ConfigError("--token is shorter than 16 characters: use a long random secret")
-    policy = LogPolicy.of(settings, trusted_keys)
-    if policy is None:
-        stderr.print("[yellow]no trusted log key: every run will show UNVERIFIED[/]")
-    end = (
-        EndRule()
-        if allow_unfinished
-        else EndRule(False, settings.sequencer_idle_close_s, settings.sequencer_clock_skew_s)
+    trust = Trust.of(
+        settings,
+        trusted_keys=trusted_keys,
+        agent_key_pairs=agent_key_pairs,
+        allow_unfinished=allow_unfinished,
+        offline=offline,
     )
-    agents = agent_keys(settings, agent_key_pairs)
-    if not agents:
+    if trust.policy is None:
+        stderr.print("[yellow]no trusted log key: every run will show UNVERIFIED[/]")
+    if not trust.agents:
         stderr.print("[yellow]no trusted agent vkey: every run will show UNVERIFIED[/]")
     import uvicorn  # noqa: PLC0415 - only the server needs it
 
@@ -122,7 +124,7 @@ def ui(
     publisher = Publisher(settings)
     try:
         access = AccessLog(publisher)
-        app = make_app(DeskConfig(settings, policy, end, token, agents=agents, access=access))
+        app = make_app(DeskConfig(settings, trust, token, access=access))
         stderr.print(f"tracevault desk on http://{host}:{port}/")
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

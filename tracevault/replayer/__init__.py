@@ -2,11 +2,11 @@
 
 Import from here, never from the modules of its rooms::
 
-    from tracevault.replayer import LogPolicy, load_run, verify, replay
+    from tracevault.replayer import Trust, verify_run, replay
 
-    run = load_run(settings, "run-42", source="archive")
-    report = verify(run, log=LogPolicy.of(settings))  # raises ChainError/LogError: seq, object
-    assert report.log_checked                    # without a trusted key: "unverified"
+    trust = Trust.of(settings)                   # the deployment's keys, as `replay verify`
+    run, report = verify_run(settings, "run-42", trust)   # raises ChainError/LogError
+    assert report.ok                             # no key, no topic to compare: "unverified"
     result = replay(report.events, my_agent)     # raises ReplayDivergence at the first difference
     every = replay(report.events, my_agent, keep_going=True).divergences   # all of them
 
@@ -20,7 +20,7 @@ The rooms, by job (docs/design.md, "The replayer's rooms"): ``load/`` (read and 
 ``batch/`` (every run of a window) and ``export/`` (evidence bundles). Beneath them all, at
 this level: the typed results (``_results``), the record views (``_records``) and the JSON
 diff of two payloads (``_json_diff``); above them: the ``tracevault replay`` and ``erase``
-commands with their options (``_cliopts``), modes (``_run_modes``, ``_freshness``) and views.
+commands with their options (``_cliopts``), modes (``_run_modes``, ``_verified``) and views.
 """
 
 from tracevault.errors import ChainError, ReplayDivergence
@@ -47,6 +47,7 @@ from tracevault.replayer.investigate.tree import RunNode, TreeReplay, replay_tre
 from tracevault.replayer.load.checks import RECORD_CHECKS
 from tracevault.replayer.load.log_policy import EndRule, LogPolicy
 from tracevault.replayer.load.source import load_run
+from tracevault.replayer.load.trust import Trust, verify_run
 from tracevault.replayer.load.verify import verify
 from tracevault.replayer.rerun.replay import Agent, AsyncAgent, areplay, replay
 
@@ -71,7 +72,9 @@ __all__ = [
     "EndRule",
     "LogPolicy",
     "load_run",
+    "Trust",
     "verify",
+    "verify_run",
     # diff
     "RunDiff",
     "RunDiffSide",

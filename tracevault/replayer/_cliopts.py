@@ -7,7 +7,6 @@ same way (tests/test_cli_help.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -17,19 +16,12 @@ from rich.text import Text
 from tracevault._clitools import settings_from, stderr
 from tracevault.archive import ObjectStore
 from tracevault.config import Settings
-from tracevault.errors import ConfigError, LogError, NotFoundError
+from tracevault.errors import ConfigError, NotFoundError
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.log_policy import NO_AGENT_CHECK as NO_AGENT_CHECK_SAID
-from tracevault.replayer.load.log_policy import (
-    EndRule,
-    LogPolicy,
-    unverified_provenance,
-    unverified_record,
-)
-from tracevault.replayer.load.source import load_run
-from tracevault.runid import run_id_problem
-from tracevault.transparency import AgentKeys, Ed25519Verifier, operator_verifiers
+from tracevault.replayer.load.source import load_run, refuse_bad_run_id
+from tracevault.replayer.load.trust import Trust
 
 __all__ = [
     "AGENT_KEY",
@@ -37,23 +29,18 @@ __all__ = [
     "JSON",
     "NO_AGENT_CHECK",
     "NO_LOG_CHECK",
+    "OFFLINE",
     "WITNESS_STORE",
     "Trust",
-    "agent_keys",
     "end_options",
-    "end_rule",
     "load",
     "log_options",
-    "log_policy",
     "load_for_export",
     "parse_day",
-    "refuse_bad_run_id",
     "no_verify_option",
     "settings_of",
     "trust",
     "trust_options",
-    "verify_policy",
-    "witness_stores_need",
 ]
 
 FROM = click.option(
@@ -123,11 +110,6 @@ NO_AGENT_CHECK = click.option(
 )
 
 
-def agent_keys(settings: Settings, pairs: tuple[str, ...]) -> AgentKeys:
-    """The trusted agent vkeys: the deployment's ``agent_vkeys`` plus ``--agent-key``."""
-    return AgentKeys.from_setting(settings.agent_vkeys).merged(AgentKeys.from_pairs(pairs))
-
-
 NO_LOG_CHECK = click.option(
     "--no-log-check",
     is_flag=True,
@@ -153,114 +135,31 @@ def end_options(f: Any) -> Any:
     )(f)
 
 
-def end_rule(settings: Settings, *, allow_unfinished: bool, required: bool) -> EndRule:
-    """The CLI's rule for a run without RUN_FINISHED (``log_policy.EndRule``)."""
-    if allow_unfinished and required:
-        raise click.UsageError("--allow-unfinished and --require-finished contradict each other")
-    if allow_unfinished:
-        return EndRule()
-    return EndRule(required, settings.sequencer_idle_close_s, settings.sequencer_clock_skew_s)
+OFFLINE = click.option(
+    "--offline",
+    is_flag=True,
+    help="Accept an archive that nothing proved current, knowingly: check L5 does not ask "
+    "the sealed topic (said in the status: `freshness not checked`). Without it, an archive "
+    "read where Kafka does not answer is `unverified freshness`, exit 1: a witness store "
+    "shows a floor, and a rolled-back archive verifies by itself.",
+)
 
 
-def verify_policy(
-    settings: Settings,
-    trusted: tuple[str, ...],
-    witness: tuple[str, ...],
-    least: int | None,
-    *,
-    no_log_check: bool,
-) -> LogPolicy | None:
-    """The keys ``verify`` trusts; none with ``--no-log-check`` (which takes no key flag)."""
-    if not no_log_check:
-        return log_policy(settings, trusted, witness, least)
-    if trusted or witness or least:
-        raise click.UsageError(
-            "--no-log-check skips the signed log: drop it, or drop --trusted-key/--witness-key"
-        )
-    return None
-
-
-def log_policy(
-    settings: Settings, trusted: tuple[str, ...], witness: tuple[str, ...], least: int | None
-) -> LogPolicy | None:
-    return LogPolicy.of(settings, trusted, witness, least)
-
-
-@dataclass(frozen=True, slots=True)
-class Trust:
-    """How a command checks a run before it takes it as the record: ``verify``'s options.
-
-    ``policy`` None: no trusted log key, so the run is ``unverified`` (fail closed), unless
-    ``chain_only`` (``verify --no-log-check``) waived the signed log. ``skip``: the command's
-    ``--no-verify``, nothing checked (and said so)."""
-
-    policy: LogPolicy | None
-    end: EndRule
-    agents: AgentKeys
-    witness_stores: tuple[str, ...] = ()
-    chain_only: bool = False
-    skip: bool = False
-    #: the operator vkeys an erasure record must be signed by (``operator_vkeys``)
-    operators: tuple[Ed25519Verifier, ...] = ()
-    #: False with ``--no-agent-check``: a run whose provenance was not proven may pass.
-    agent_check: bool = True
-
-    def refusal(self, run_id: str | None, doing: str) -> LogError | None:
-        """Why a command taking ``run_id`` as the record refuses it before loading anything
-        (``unverified``: no trusted log key, or no trusted agent vkey), or None."""
-        if self.skip:
-            return None
-        if self.policy is None and not self.chain_only:
-            return unverified_record(run_id, doing)
-        if self.agent_check and not self.agents:
-            return unverified_provenance(run_id, doing)
-        return None
-
-
-def trust(
-    settings: Settings,
-    *,
-    trusted_keys: tuple[str, ...] = (),
-    witness_keys: tuple[str, ...] = (),
-    min_witnesses: int | None = None,
-    agent_key_pairs: tuple[str, ...] = (),
-    witness_stores: tuple[str, ...] = (),
-    allow_unfinished: bool = False,
-    require_finished: bool = False,
-    no_log_check: bool = False,
-    no_verify: bool = False,
-    no_agent_check: bool = False,
-) -> Trust:
-    """The :class:`Trust` of ``verify``'s options (the flags of :func:`trust_options`), as
-    ``verify`` builds it: the deployment's settings plus the flags."""
-    policy = verify_policy(
-        settings, trusted_keys, witness_keys, min_witnesses, no_log_check=no_log_check
-    )
-    end = end_rule(settings, allow_unfinished=allow_unfinished, required=require_finished)
-    witness_stores_need(policy, witness_stores)
-    agents = agent_keys(settings, agent_key_pairs)
-    operators = tuple(operator_verifiers(settings.operator_vkeys))
-    if no_agent_check and agent_key_pairs:
-        raise click.UsageError("--no-agent-check skips check I: drop it, or drop --agent-key")
-    if no_agent_check and not no_verify:
+def trust(settings: Settings, **flags: Any) -> Trust:
+    """The :class:`Trust` of ``verify``'s options (the flags of :func:`trust_options`, as
+    ``Trust.of`` takes them): the deployment's settings plus the flags. What a flag waives
+    is said on stderr, every time."""
+    checks = Trust.of(settings, **flags)
+    if flags.get("no_agent_check") and not flags.get("no_verify"):
         stderr.print(Text(NO_AGENT_CHECK_SAID, style="yellow bold"))
-    return Trust(
-        policy,
-        end,
-        agents,
-        witness_stores,
-        no_log_check,
-        no_verify,
-        operators=operators,
-        agent_check=not no_agent_check,
-    )
+    return checks
 
 
 def trust_options(f: Any) -> Any:
     """``verify``'s trust flags, for the commands that take a run as the record (``run``,
     ``diff``, ``batch``): the end rule, the log's and witnesses' keys, agent keys, witness
     stores. Without a trusted log key such a command refuses the run (``unverified``)."""
-    for option in (WITNESS_STORE, NO_AGENT_CHECK, AGENT_KEY, log_options, end_options):
+    for option in (OFFLINE, WITNESS_STORE, NO_AGENT_CHECK, AGENT_KEY, log_options, end_options):
         f = option(f)
     return f
 
@@ -274,11 +173,6 @@ def no_verify_option(doing: str) -> Callable[[Any], Any]:
         "stderr). By default the run must verify as `verify` checks it, or it is refused "
         "(exit 1, `unverified` without a trusted key).",
     )
-
-
-def witness_stores_need(policy: LogPolicy | None, stores: tuple[str, ...]) -> None:
-    if stores and policy is None:
-        raise ConfigError("--witness-store needs the log's key too: give --trusted-key")
 
 
 def settings_of(ctx: click.Context) -> Settings:
@@ -318,16 +212,6 @@ def load_for_export(settings: Settings, store: ObjectStore | None, run_id: str) 
     except NotFoundError as exc:
         refuse_bad_run_id(run_id, exc)
         raise
-
-
-def refuse_bad_run_id(run_id: str, exc: NotFoundError) -> None:
-    """A run not found whose id breaks the grammar is a usage error naming the grammar, not
-    "not in the archive": no new run can have that id. A run recorded before the grammar is
-    still read (it is found), so the rule is applied only once the lookup failed
-    (docs/design.md, "Run ids")."""
-    problem = run_id_problem(run_id)
-    if problem is not None:
-        raise ConfigError(f"{problem}; no run can have that id") from exc
 
 
 def parse_day(value: str | None, name: str) -> date | None:

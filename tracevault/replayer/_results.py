@@ -225,6 +225,10 @@ class VerifyReport:
     #: Check I's verdict (``load/_identity``): ``verified``, ``unverified`` (no trusted agent
     #: vkey), ``not checked`` (``--no-agent-check``) or ``recorded before agent identity``.
     provenance: str = "unverified"
+    #: Check L5's verdict (``load/fresh``) for an archive read with trusted log keys:
+    #: ``fresh``, ``unverified`` (nothing proved the archive current), ``not checked
+    #: (offline)`` (accepted knowingly) or ``not applicable`` (another source, no log key).
+    freshness: str = "not applicable"
 
     @property
     def ok(self) -> bool:
@@ -233,18 +237,27 @@ class VerifyReport:
 
         Without a trusted log key the chain proves nothing against whoever can write the
         store (anyone can recompute SHA-256), and without a trusted agent vkey nothing says
-        who wrote the events, so such a report is ``unverified``: fail closed.
+        who wrote the events, so such a report is ``unverified``: fail closed. So is an
+        archive nothing proved current (check L5 compared nothing with the topic): a rolled
+        back archive verifies by itself.
         """
-        return (self.log_checked or self.chain_only) and _provenance_passes(self.provenance)
+        return (
+            (self.log_checked or self.chain_only)
+            and _provenance_passes(self.provenance)
+            and self.freshness != "unverified"
+        )
 
     @property
     def status(self) -> str:
         if not self.ok:
-            return "unverified"
+            stale = (self.log_checked or self.chain_only) and _provenance_passes(self.provenance)
+            return "unverified freshness" if stale else "unverified"
         what = "verified" if self.log_checked else "chain only"
         if self.provenance != "verified":
             # never "verified" alone: the log held, who wrote the events was not proven
             what = f"{'log verified' if self.log_checked else what}, provenance {self.provenance}"
+        if self.freshness.startswith("not checked"):
+            what = f"{what}, freshness {self.freshness}"
         if self.gaps:
             return f"{what}, with gaps"
         return what if self.finished else f"{what}, unfinished"
@@ -265,6 +278,7 @@ class VerifyReport:
             "log_checked": self.log_checked,
             "chain_only": self.chain_only,
             "provenance": self.provenance,
+            "freshness": self.freshness,
             "checkpoint": self.checkpoint,
         }
 

@@ -17,23 +17,21 @@ from rich.text import Text
 from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, ReplayDivergence
-from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._results import ReplayResult, event_json
+from tracevault.replayer._results import Record, ReplayResult, event_json
 from tracevault.replayer._views import (
     divergence_panel,
     divergences_table,
     replay_tree_view,
+    run_tree_view,
     state_at,
 )
 from tracevault.replayer.batch.jobs import load_agent, replay_with
-from tracevault.replayer.investigate.tree import replay_tree
+from tracevault.replayer.investigate.tree import replay_tree, run_tree
 from tracevault.replayer.load.opened import opened
-from tracevault.replayer.load.source import load_run
-from tracevault.replayer.load.verify import verify
 from tracevault.replayer.rerun.replay import areplay
 from tracevault.replayer.rerun.replay import replay as replay_events
 
-__all__ = ["fork", "keep_going", "loader", "plain", "recurse"]
+__all__ = ["fork", "keep_going", "plain", "recurse", "tree"]
 
 
 def keep_going(run_id: str, events: Any, agent: Any, *, as_json: bool) -> None:
@@ -123,19 +121,19 @@ def recurse(
         raise click.exceptions.Exit(ReplayDivergence.exit_code)
 
 
-def loader(settings: Settings, source: str, no_verify: bool) -> Any:
-    """Each run by id, from ``source``, its chain checked unless ``no_verify`` (``show
-    --tree``, which says that only ``verify`` checks the signed log)."""
-    kind: Any = "topic" if source == "topic" else "archive"
+def tree(run_id: str, record: Callable[[str], Record], *, as_json: bool) -> None:
+    """``show --tree``: the run and every sub-agent run below it, each taken by ``record``
+    (verified as the command verifies the run, or ``--no-verify``), opened with its keys."""
 
-    def load(rid: str) -> Any:
-        run = load_run(settings, rid, source=kind)
-        events = (
-            LazyEvents([r["raw"] for r in run.records.rows]) if no_verify else verify(run).events
-        )
-        return opened(settings, events)
+    def events(rid: str) -> Any:
+        got = record(rid)
+        return opened(got.settings, got.events)
 
-    return load
+    node = run_tree(events, run_id, events(run_id))
+    if as_json:
+        echo_json(node.to_json())
+    else:
+        stdout.print(run_tree_view(node))
 
 
 def plain(run_id: str, events: Any, agent: Any, until: int | None, *, as_json: bool) -> None:

@@ -31,6 +31,7 @@ from tracevault.replayer.investigate.aligned_diff import RunAlignment
 from tracevault.replayer.investigate.run_diff import RunDiffSide
 from tracevault.replayer.investigate.tree import RunNode, TreeReplay
 from tracevault.replayer.load.log_policy import CHAIN_ONLY, UNVERIFIED, UNVERIFIED_PROVENANCE
+from tracevault.replayer.load.trust import unverified_freshness
 from tracevault.schemas import EventModel, TraceEvent
 
 __all__ = [
@@ -84,9 +85,12 @@ def verify_table(report: VerifyReport) -> Table:
 
 
 def unverified_why(report: VerifyReport) -> str:
-    """Why ``report`` is ``unverified``: no trusted log key, or provenance not proven."""
+    """Why ``report`` is ``unverified``: no trusted log key, provenance or freshness not
+    proven."""
     if not (report.log_checked or report.chain_only):
         return UNVERIFIED
+    if report.freshness == "unverified":
+        return str(unverified_freshness(report.run_id))
     why = (
         f"run {report.run_id} was {report.provenance}"
         if report.provenance != "unverified"
@@ -96,8 +100,8 @@ def unverified_why(report: VerifyReport) -> str:
 
 
 def print_verified(report: VerifyReport, as_json: bool) -> None:
-    """The report; an ``unverified`` one (no trusted log key or agent vkey) says why, in
-    text and JSON."""
+    """The report; an ``unverified`` one (no trusted log key or agent vkey, or an archive
+    nothing proved current) says why, in text and JSON."""
     if as_json:
         out = report.to_json()
         if not report.ok:
@@ -291,6 +295,8 @@ def chain_failure(exc: ChainError | LogError, as_json: bool) -> None:
         out: dict[str, object] = {"ok": False, "seq": exc.seq, "object": exc.obj}
         if str(exc).startswith("unverified:"):  # no trusted key (log_policy.unverified_record)
             out["status"] = "unverified"
+        elif str(exc).startswith("unverified freshness:"):  # load.trust.unverified_freshness
+            out["status"] = "unverified freshness"
         out["error"] = str(exc)
         if isinstance(exc, LogError):
             out["checkpoint"] = exc.checkpoint

@@ -19,10 +19,10 @@ from tracevault.replayer._cliopts import (
     JSON,
     NO_AGENT_CHECK,
     NO_LOG_CHECK,
+    OFFLINE,
     WITNESS_STORE,
     Trust,
     end_options,
-    load,
     load_for_export,
     log_options,
     no_verify_option,
@@ -31,15 +31,13 @@ from tracevault.replayer._cliopts import (
     trust,
     trust_options,
 )
-from tracevault.replayer._freshness import the_record, verified_bundle, verified_run
-from tracevault.replayer._records import LazyEvents
+from tracevault.replayer._verified import the_record, verified_bundle, verified_run
 from tracevault.replayer._views import (
     chain_failure,
     differences_table,
     print_events,
     print_verified,
     progress_bar,
-    run_tree_view,
     summary_table,
 )
 from tracevault.replayer.batch.command import batch_cmd
@@ -48,7 +46,6 @@ from tracevault.replayer.export.bundle import export_bundle
 from tracevault.replayer.export.otel import export_otel
 from tracevault.replayer.export.reveal import bundle_events, reveal_hook
 from tracevault.replayer.investigate.aligned_diff import align_runs, parse_ignore
-from tracevault.replayer.investigate.tree import run_tree
 from tracevault.replayer.load.opened import opened
 from tracevault.replayer.load.witnessed import with_witness_stores
 
@@ -108,19 +105,22 @@ def replay(ctx: click.Context, archive_url: str | None, s3_endpoint_url: str | N
               help="Show an exported bundle's run instead (its chain checked).")  # fmt: skip
 @click.option("--recipient-key", type=click.Path(dir_okay=False, path_type=Path),
               help="With --bundle: the private key it was revealed to (--reveal-to).")  # fmt: skip
+@no_verify_option("Show the run")
 @FROM
+@trust_options
 @JSON
 @click.pass_context
-def show(ctx: click.Context, run_id: str | None, as_tree: bool, metadata: bool, bundle: Path | None,
-         recipient_key: Path | None, source: str, as_json: bool) -> None:  # fmt: skip
+def show(ctx: click.Context, /, run_id: str | None, as_tree: bool, metadata: bool,
+         bundle: Path | None, recipient_key: Path | None, no_verify: bool, source: str,
+         as_json: bool, **trust_flags: Any) -> None:  # fmt: skip
     """The run's timeline: seq, kind, time, model, short request and response.
 
-    Not verified (use `verify`); --json prints one full event per line (JSON lines).
-    --tree draws the run and every sub-agent run below it (their chains checked; only
-    `verify` checks the signed log), each under the parent's crossing that started it;
-    with --json, one nested object. An encrypted run needs its tenant's key (exit 7
-    without it); --metadata shows its timeline without one. --bundle DIR shows a bundle's
-    run; --recipient-key opens one exported with --reveal-to, with no provider.
+    Verified first, as `verify` does; one that fails or is `unverified` is refused
+    (exit 1), and --no-verify shows it as stored, headed UNVERIFIED. --json: one event
+    per line. --tree: the run and its sub-agent runs (each verified), with --json one
+    object. An encrypted run needs its tenant's key (exit 7); --metadata shows its
+    timeline without. --bundle DIR shows a bundle's run (its chain checked);
+    --recipient-key opens one exported with --reveal-to, with no provider.
 
     \b
     Example:
@@ -138,18 +138,19 @@ def show(ctx: click.Context, run_id: str | None, as_tree: bool, metadata: bool, 
         print_events(report.run_id, events, "bundle", as_json)
         return
     assert run_id is not None
-    if as_tree:
-        load_run_by_id = run_modes.loader(settings_of(ctx), source, no_verify=False)
-        node = run_tree(load_run_by_id, run_id, load_run_by_id(run_id))
-        if as_json:
-            echo_json(node.to_json())
-        else:
-            stdout.print(run_tree_view(node))
+    checks = trust(settings_of(ctx), no_verify=no_verify, **trust_flags)
+    try:
+        if as_tree:  # each run of the tree checked as the run is
+            run_modes.tree(run_id, lambda r: the_record(ctx, r, source, checks, "shows"),
+                           as_json=as_json)  # fmt: skip
+            return
+        record = the_record(ctx, run_id, source, checks, "shows")
+    except (ChainError, LogError) as exc:
+        chain_failure(exc, as_json)
         return
-    settings, run = load(ctx, run_id, source)
-    raw_events = LazyEvents([r["raw"] for r in run.records.rows])
-    events = metadata_only(raw_events) if metadata else opened(settings, raw_events)
-    print_events(run_id, events, source, as_json)
+    events = metadata_only(record.events) if metadata else opened(record.settings, record.events)
+    status = "UNVERIFIED (--no-verify)" if no_verify else record.status
+    print_events(run_id, events, source, as_json, status)
 
 
 # -- verify ---------------------------------------------------------------------------------
@@ -167,6 +168,7 @@ def show(ctx: click.Context, run_id: str | None, as_tree: bool, metadata: bool, 
 @NO_AGENT_CHECK
 @AGENT_KEY
 @WITNESS_STORE
+@OFFLINE
 @JSON
 @click.pass_context
 def verify_cmd(
@@ -184,6 +186,7 @@ def verify_cmd(
     agent_key_pairs: tuple[str, ...],
     no_agent_check: bool,
     witness_stores: tuple[str, ...],
+    offline: bool,
     as_json: bool,
 ) -> None:
     """Check the signed log, recompute the chain, check what the source offers.
@@ -203,6 +206,11 @@ def verify_cmd(
     without RUN_FINISHED fails L3 unless it can still be live (the sequencer's
     head says it is open, and its last event is younger than
     sequencer_idle_close_s); --allow-unfinished accepts a run in progress.
+
+    From the archive, L5 holds its log to the sealed topic's checkpoint and to
+    every witness store's (--witness-store): a smaller archive is a rollback, exit
+    1. Only the topic proves it current: with Kafka unreachable the result is
+    `unverified freshness`, exit 1, unless --offline accepts that knowingly.
 
     \b
     Examples:
@@ -224,6 +232,7 @@ def verify_cmd(
             require_finished=require_finished,
             no_log_check=no_log_check,
             no_agent_check=no_agent_check,
+            offline=offline,
         )
         if bundle is not None:
             report = verified_bundle(bundle, run_id, checks)
@@ -463,6 +472,7 @@ def diff_cmd(
 @log_options
 @AGENT_KEY
 @WITNESS_STORE
+@OFFLINE
 @JSON
 @click.pass_context
 def export_cmd(
@@ -509,10 +519,10 @@ def export_cmd(
         return
     if (
         len(run_ids) != 1 or out_dir is None or endpoint or content or since or until_
-        or no_verify or trust_flags["agent_key_pairs"]
+        or no_verify or trust_flags["agent_key_pairs"] or trust_flags["offline"]
     ):  # fmt: skip
-        raise ConfigError("export writes one run's bundle: RUN_ID -o DIR (--endpoint, "
-                          "--content, --since, --no-verify, --agent-key need --otel)")  # fmt: skip
+        raise ConfigError("export writes one run's bundle: RUN_ID -o DIR (--endpoint, --content, "
+                          "--since, --no-verify, --agent-key, --offline need --otel)")  # fmt: skip
     (run_id,) = run_ids
     policy, witness_stores = checks.policy, checks.witness_stores
     store = (

@@ -52,8 +52,8 @@ from tracevault.content import (
 from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError, NotFoundError
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer._cliopts import FROM, JSON, trust
-from tracevault.replayer._freshness import verified_run
 from tracevault.replayer._records import LazyEvents
+from tracevault.replayer._verified import verified_run
 from tracevault.transparency import (
     ERASE_AGENT,
     Ed25519Signer,

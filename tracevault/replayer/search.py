@@ -20,9 +20,16 @@ from tracevault.archive import ObjectStore
 from tracevault.archive.commands import archive_option, store_from
 from tracevault.errors import ChainError, ConfigError, LogError
 from tracevault.index import FILTERS, STATUSES, Filters, RunHit, index_lag, run_sql, search
-from tracevault.replayer._cliopts import AGENT_KEY, end_options, log_options, trust
-from tracevault.replayer._freshness import verified_run
+from tracevault.replayer._cliopts import (
+    AGENT_KEY,
+    OFFLINE,
+    WITNESS_STORE,
+    end_options,
+    log_options,
+    trust,
+)
 from tracevault.replayer._grep import GrepResult, grep_runs
+from tracevault.replayer._verified import verified_run
 from tracevault.schemas import EventKind
 
 __all__ = ["search_cmd"]
@@ -142,6 +149,8 @@ def _skipped(skipped: dict[str, str]) -> None:
 @click.option("--verify", "do_verify", is_flag=True, help="Verify every hit from the archive.")
 @log_options
 @AGENT_KEY
+@WITNESS_STORE
+@OFFLINE
 @end_options
 @archive_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -153,8 +162,9 @@ def search_cmd(ctx: click.Context, /, **opts: Any) -> None:
     Filters combine (all must hold). Reads the index under index/ in the archive
     (`tracevault index rebuild` builds it); says when it is behind the archive.
     Every hit carries its partition, generation, leaf range and checkpoint size;
-    --verify verifies each hit as `replay verify` does and exits 1 unless all
-    verify (no trusted key: `unverified`). --sql runs one SELECT over runs,
+    --verify verifies each hit as `replay verify` does (freshness and witness
+    stores included) and exits 1 unless all verify (no trusted key, or an archive
+    nothing proved current without --offline: `unverified`). --sql runs one SELECT over runs,
     events and status; writes, ATTACH, COPY, INSTALL/LOAD and reading files
     or URLs are refused (docs/index.md).
 
@@ -173,7 +183,8 @@ def search_cmd(ctx: click.Context, /, **opts: Any) -> None:
     _, store = store_from(ctx, create=False, archive_url=archive_url, s3_endpoint_url=ep)
     sql, do_verify, pattern = opts.pop("sql"), opts.pop("do_verify"), opts.pop("pattern")
     trust_flags = {k: opts.pop(k) for k in ("trusted_keys", "witness_keys", "min_witnesses",
-                   "agent_key_pairs", "allow_unfinished", "require_finished")}  # fmt: skip
+                   "agent_key_pairs", "allow_unfinished", "require_finished",
+                   "witness_stores", "offline")}  # fmt: skip
     given = {k: v for k, v in opts.items() if v is not None}
     if sql is not None:
         if given or do_verify or pattern is not None:

@@ -16,38 +16,37 @@ from tracevault._clitools import echo_json, stderr, stdout
 from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.replayer._cliopts import (
-    AGENT_KEY,
     JSON,
-    NO_AGENT_CHECK,
-    end_options,
-    log_options,
     no_verify_option,
     parse_day,
     settings_of,
     trust,
+    trust_options,
 )
 from tracevault.replayer._views import chain_failure, progress_bar
 from tracevault.replayer.batch._dask import DaskEngine
 from tracevault.replayer.batch._junit import junit_xml
 from tracevault.replayer.batch._view import print_batch
-from tracevault.replayer.batch.jobs import BatchChecks, run_batch
+from tracevault.replayer.batch.jobs import run_batch
 from tracevault.replayer.load.log_policy import NOT_VERIFIED
+from tracevault.replayer.load.trust import Trust
 
 __all__ = ["batch_cmd"]
 
 
 def _batch_checks(
     settings: Settings, no_verify: bool, as_json: bool, trust_flags: dict[str, Any]
-) -> BatchChecks:
-    """How each worker verifies its runs: ``verify``'s trust (the one ``trust()``); the
-    batch is refused first without a trusted log key or agent vkey (``unverified``)."""
+) -> Trust:
+    """How each worker verifies its runs: ``verify``'s trust (the one ``trust()``, witness
+    stores and ``--offline`` included); the batch is refused first without a trusted log
+    key or agent vkey (``unverified``)."""
     checks = trust(settings, no_verify=no_verify, **trust_flags)
     refused = checks.refusal(None, "re-runs")
     if refused is not None:
         chain_failure(refused, as_json)
     if no_verify:
         stderr.print(Text(NOT_VERIFIED.format(run="of the batch"), style="yellow bold"))
-    return BatchChecks(checks.policy, checks.end, checks.agents, no_verify, checks.agent_check)
+    return checks
 
 
 @click.command("batch")
@@ -87,10 +86,7 @@ def _batch_checks(
     help="Also write JUnit XML: a test per run.",
 )
 @no_verify_option("Re-run the records")
-@end_options
-@log_options
-@AGENT_KEY
-@NO_AGENT_CHECK
+@trust_options
 @JSON
 @click.pass_context
 def batch_cmd(
@@ -119,11 +115,14 @@ def batch_cmd(
     module importable (docs/replay-batch.md).
 
     Each run is verified first, as `verify` does, with the trusted log keys
-    (--trusted-key or TRACEVAULT_LOG_VKEYS): one that does not verify is
-    `verify_failed`. Without a trusted key the batch is refused (`unverified`, exit 1),
-    and so it is without a trusted agent vkey (--agent-key; --no-agent-check waives it);
-    --no-verify re-runs the records unverified, knowingly. Witness cosignatures are
-    not read here (`verify --witness-store` reads them).
+    (--trusted-key or TRACEVAULT_LOG_VKEYS), the witness stores (--witness-store or
+    TRACEVAULT_WITNESS_STORES: their cosignatures count for --min-witnesses, and an
+    archive smaller than a size they cosigned is a rollback) and the sealed topic's
+    checkpoint (read once here; without Kafka each run is `unverified freshness`
+    unless --offline): one that does not verify is `verify_failed`. Without a trusted
+    key the batch is refused (`unverified`, exit 1), and so it is without a trusted
+    agent vkey (--agent-key; --no-agent-check waives it); --no-verify re-runs the
+    records unverified, knowingly.
 
     \b
     Examples:

@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -29,27 +29,21 @@ from datetime import date, timedelta
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from tracevault.archive import ObjectStore, open_store, runs_on_day
+from tracevault.archive import ObjectStore, TopicTail, open_store, runs_on_day
 from tracevault.config import Settings
 from tracevault.errors import ChainError, ConfigError, LogError
 from tracevault.replayer._records import LazyEvents
-from tracevault.replayer._results import ReplayResult
+from tracevault.replayer._results import ReplayResult, VerifyReport
 from tracevault.replayer.batch._report import BatchItem, BatchReport
 from tracevault.replayer.load.archive import load_from_archive
-from tracevault.replayer.load.log_policy import (
-    EndRule,
-    LogPolicy,
-    unverified_provenance,
-    unverified_record,
-)
+from tracevault.replayer.load.fresh import topic_tails
+from tracevault.replayer.load.log_policy import unverified_provenance, unverified_record
 from tracevault.replayer.load.opened import opened
-from tracevault.replayer.load.verify import verify
+from tracevault.replayer.load.trust import Trust, unverified_freshness
 from tracevault.replayer.rerun.replay import areplay, replay
-from tracevault.transparency import AgentKeys
 
 __all__ = [
     "ArchiveAccess",
-    "BatchChecks",
     "BatchItem",
     "BatchReport",
     "Engine",
@@ -142,21 +136,6 @@ class S3Credentials:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchChecks:
-    """How a worker verifies each run before re-running it: ``replay verify``'s policy, end
-    rule and agent keys (they pickle: public keys and plain values), or nothing
-    (``skip``, ``--no-verify``). ``log`` None without ``skip`` never reaches a worker: the
-    batch is refused as ``unverified`` first (``batch.command``)."""
-
-    log: LogPolicy | None = None
-    end: EndRule = field(default_factory=EndRule)
-    agents: AgentKeys | None = None
-    skip: bool = False
-    #: False with ``--no-agent-check``: a run whose provenance was not proven is re-run.
-    agent_check: bool = True
-
-
-@dataclass(frozen=True, slots=True)
 class ArchiveAccess:
     """Everything a worker needs to open the archive, as plain values that travel anywhere.
 
@@ -176,7 +155,16 @@ class ArchiveAccess:
     kms_endpoint_url: str | None = None
     kms_region: str = "us-east-1"
     tenant: str = "default"
-    checks: BatchChecks = field(default_factory=BatchChecks)
+    #: how each run is verified (``replay verify``'s trust: public keys, witness store URLs
+    #: and plain values, so it pickles), or ``skip`` (``--no-verify``); None: the
+    #: deployment's (``Trust.of``, built where the job starts)
+    checks: Trust | None = None
+    #: the deployment a run's L5 is checked in: its topic prefix and log origin
+    topic_prefix: str = "tracevault"
+    log_origin: str = "tracevault.local/log"
+    #: the sealed topic's archived checkpoints, read once where the job started (None:
+    #: Kafka did not answer, or --offline): workers hold each run's archive to them (L5)
+    tails: Mapping[int, TopicTail] | None = None
 
     @classmethod
     def of(
@@ -184,7 +172,8 @@ class ArchiveAccess:
         settings: Settings,
         *,
         ship_credentials: bool = False,
-        checks: BatchChecks | None = None,
+        checks: Trust | None = None,
+        tails: Mapping[int, TopicTail] | None = None,
     ) -> ArchiveAccess:
         s3 = urlsplit(settings.archive_url).scheme == "s3"
         return cls(
@@ -198,7 +187,10 @@ class ArchiveAccess:
             settings.kms_endpoint_url,
             settings.kms_region,
             settings.tenant,
-            checks or BatchChecks(),
+            checks or Trust.of(settings),
+            settings.topic_prefix,
+            settings.log_origin,
+            tails,
         )
 
     def content_settings(self) -> Settings:
@@ -211,13 +203,19 @@ class ArchiveAccess:
             tenant=self.tenant,
         )
 
-    def open(self) -> ObjectStore:
-        settings = Settings(
+    def deployment(self) -> Settings:
+        """The archive's settings, as L5 and the witness stores read them in a worker."""
+        return Settings(
             archive_url=self.url,
             s3_endpoint_url=self.s3_endpoint_url,
             s3_region=self.s3_region,
             lock_mode=self.lock_mode,
+            topic_prefix=self.topic_prefix,
+            log_origin=self.log_origin,
         )
+
+    def open(self) -> ObjectStore:
+        settings = self.deployment()
         creds = self.credentials
         parts = urlsplit(self.url)
         if creds is None or parts.scheme != "s3":
@@ -252,16 +250,13 @@ def _failed(run_id: str, exc: BaseException, started: float) -> BatchItem:
     return BatchItem(run_id, "error", detail=f"{type(exc).__name__}: {exc}", seconds=took)
 
 
-def _replay_one(
-    store: ObjectStore,
-    run_id: str,
-    agent: Callable[..., Any],
-    keys: Settings,
-    checks: BatchChecks,
-) -> BatchItem:
-    """Load, verify (as ``replay verify`` does, with ``checks``) and re-run one run; every
-    failure becomes an item, never an exception."""
+def _replay_one(store: ObjectStore, run_id: str, agent: Callable[..., Any],
+                access: ArchiveAccess) -> BatchItem:  # fmt: skip
+    """Load, verify (the whole ``verify``, with the job's trust: L5 against the tails read
+    where the job started, the witness stores, the log, the records, who wrote them) and
+    re-run one run; every failure becomes an item, never an exception."""
     started = time.perf_counter()
+    checks = access.checks if access.checks is not None else Trust.of(access.deployment())
     try:
         run = load_from_archive(store, run_id)
         if checks.skip:
@@ -269,29 +264,20 @@ def _replay_one(
             count = len(run)
         else:
             try:
-                report = verify(
-                    run,
-                    rebuild=True,
-                    log=checks.log,
-                    end=checks.end,
-                    agents=checks.agents,
-                    agent_check=checks.agent_check,
+                report = checks.verify(
+                    access.deployment(), run, rebuild=True, tails=access.tails, archive=store
                 )
             except (ChainError, LogError) as exc:
                 took = time.perf_counter() - started
                 return BatchItem(
                     run_id, "verify_failed", len(run), 0, exc.seq, exc.obj, str(exc), seconds=took
                 )
-            if not report.ok:  # no trusted key: refused by the command before any worker
+            if not report.ok:  # unverified: not the record
                 took = time.perf_counter() - started
-                detail = str(
-                    unverified_record(run_id, "re-runs")
-                    if not report.log_checked
-                    else unverified_provenance(run_id, "re-runs", f"it was {report.provenance}")
-                )
+                detail = str(_unverified(run_id, report))
                 return BatchItem(run_id, "verify_failed", len(run), detail=detail, seconds=took)
             events, count = report.events, report.count
-        result = replay_with(opened(keys, events), agent, None)
+        result = replay_with(opened(access.content_settings(), events), agent, None)
     except Exception as exc:  # an agent bug must not take the batch down
         return _failed(run_id, exc, started)
     except (SystemExit, GeneratorExit) as exc:  # an agent calling sys.exit() neither
@@ -303,6 +289,15 @@ def _replay_one(
             run_id, "diverged", count, result.steps, d.seq, None, d.reason, d.to_json(), took
         )
     return BatchItem(run_id, "ok", count, result.steps, seconds=took)
+
+
+def _unverified(run_id: str, report: VerifyReport) -> LogError:
+    """Why a run whose checks held is still not the record."""
+    if not report.log_checked and not report.chain_only:
+        return unverified_record(run_id, "re-runs")
+    if report.freshness == "unverified":
+        return unverified_freshness(run_id, "re-runs")
+    return unverified_provenance(run_id, "re-runs", f"it was {report.provenance}")
 
 
 def replay_chunk(access: ArchiveAccess, run_ids: Sequence[str], agent_spec: str) -> list[BatchItem]:
@@ -318,8 +313,7 @@ def replay_chunk(access: ArchiveAccess, run_ids: Sequence[str], agent_spec: str)
     except Exception as exc:
         return [_failed(rid, exc, started) for rid in run_ids]
     try:
-        keys = access.content_settings()
-        return [_replay_one(store, rid, agent, keys, access.checks) for rid in run_ids]
+        return [_replay_one(store, rid, agent, access) for rid in run_ids]
     finally:
         store.close()
 
@@ -421,20 +415,26 @@ def run_batch(
     ship_credentials: bool = False,
     on_item: Callable[[BatchItem], None] | None = None,
     on_total: Callable[[int], None] | None = None,
-    checks: BatchChecks | None = None,
+    checks: Trust | None = None,
 ) -> BatchReport:
     """Replay every run archived between ``since`` and ``until`` (UTC days, inclusive).
 
     ``engine`` runs the tasks (default: :class:`LocalEngine` with ``workers`` processes).
-    ``checks``: how each run is verified first (default: the deployment's trusted log keys,
-    ``LogPolicy.of(settings)``; without one every run is ``verify_failed``, unverified).
+    ``checks``: how each run is verified first, as ``replay verify`` does (default: the
+    deployment's, ``Trust.of(settings)``; without a trusted log key or agent vkey every run
+    is ``verify_failed``, unverified). The sealed topic's archived checkpoints are read once,
+    here, for every run's L5 (not with ``checks.offline``): workers need no Kafka.
     """
     load_agent(agent_spec)  # a bad --agent is a usage error before any worker starts
     eng: Engine = engine if engine is not None else LocalEngine(workers)
     if checks is None:
-        agents = AgentKeys.from_setting(settings.agent_vkeys)
-        checks = BatchChecks(LogPolicy.of(settings), agents=agents)
-    access = ArchiveAccess.of(settings, ship_credentials=ship_credentials, checks=checks)
+        checks = Trust.of(settings)
+    tails = None
+    if not checks.skip and not checks.offline and checks.policy is not None:
+        tails = topic_tails(settings)
+    access = ArchiveAccess.of(
+        settings, ship_credentials=ship_credentials, checks=checks, tails=tails
+    )
     run_ids = runs_between(settings, since, until)
     chunks = chunked(run_ids, eng.parallelism, chunk_size)
     log.info(

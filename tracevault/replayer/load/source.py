@@ -6,11 +6,12 @@ from typing import Literal
 
 from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.errors import ConfigError
+from tracevault.errors import ConfigError, NotFoundError
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.archive import load_from_archive
+from tracevault.runid import run_id_problem
 
-__all__ = ["load_run"]
+__all__ = ["load_run", "refuse_bad_run_id"]
 
 
 def load_run(
@@ -40,3 +41,13 @@ def load_run(
         finally:
             store.close()
     raise ConfigError(f"source must be 'topic' or 'archive', got {source!r}")
+
+
+def refuse_bad_run_id(run_id: str, exc: NotFoundError) -> None:
+    """A run not found whose id breaks the grammar is a usage error naming the grammar, not
+    "not in the archive": no new run can have that id. A run recorded before the grammar is
+    still read (it is found), so the rule is applied only once the lookup failed
+    (docs/design.md, "Run ids")."""
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise ConfigError(f"{problem}; no run can have that id") from exc

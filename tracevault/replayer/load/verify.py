@@ -1,6 +1,8 @@
-"""``verify``: the record checks, then the source's own evidence; the first failure raised.
+"""``verify``: the whole verify, the first failure raised.
 
-With trusted keys the signed log's checks L1-L4 (``log_policy``) come first. The numbered checks
+With trusted keys check L5 (the archive as fresh as the topic and the witnesses saw it,
+``fresh``) and the witness stores' cosignatures (``witnessed``) come first, then the signed
+log's checks L1-L4 (``log_policy``), then the records. The numbered checks
 are listed in ``checks`` (1-6, every record), ``_verify_archive``
 (A1-A3: segments and receipts) and here (T1: the topic's committed head; F: finished, when
 the log was not checked and the run must end). A run with no RUN_FINISHED passes only while
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
+from tracevault.archive import ObjectStore
+from tracevault.config import Settings
 from tracevault.errors import ConfigError
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
@@ -26,6 +30,7 @@ from tracevault.replayer.load._erasure import check_writer
 from tracevault.replayer.load._nogc import gc_paused
 from tracevault.replayer.load._verify_archive import check_archive, check_archive_structure
 from tracevault.replayer.load.checks import RECORD_CHECKS, RecordsSummary, check_records, fail
+from tracevault.replayer.load.fresh import ASK, Fresh, Tails, freshness
 from tracevault.replayer.load.log_policy import (
     EndRule,
     LogPolicy,
@@ -33,6 +38,7 @@ from tracevault.replayer.load.log_policy import (
     end_missing,
     last_event,
 )
+from tracevault.replayer.load.witnessed import with_witness_stores
 from tracevault.schemas.fast import SealedColumns
 from tracevault.transparency import AgentKeys, Ed25519Verifier, NoteVerifier
 
@@ -101,6 +107,11 @@ def verify(
     agents: AgentKeys | None = None,
     operators: Sequence[Ed25519Verifier] | None = None,
     agent_check: bool = True,
+    settings: Settings | None = None,
+    witness_stores: Sequence[str] = (),
+    offline: bool = False,
+    tails: Tails | Literal["ask"] = ASK,
+    archive: ObjectStore | None = None,
 ) -> VerifyReport:
     """Verify ``run`` (every numbered check); raise :class:`ChainError` at the first failure.
 
@@ -119,6 +130,15 @@ def verify(
     no agent vkey is consulted then, only that the run claims one ``agent_id``).
     ``operators`` are the trusted operator vkeys an erasure record is held to instead (check
     E, ``_erasure``): without one, an erasure record fails, unverified.
+
+    ``settings`` name the deployment the run was read from: with a log policy, the witness
+    stores (``witness_stores``, else ``settings.witness_stores``) lend their cosignatures
+    (``--min-witnesses``), and a run read from the archive is held to check L5 (``fresh``):
+    a rollback raises :class:`LogError`; an archive nothing proved current (the topic not
+    compared: Kafka down, or no ``settings``) is ``freshness="unverified"``, not a pass,
+    unless ``offline`` accepts it knowingly. ``tails``: the topic's archived checkpoints
+    when the caller already read them (a batch reads them once), else the topic is asked;
+    ``archive``: the store the run was read from, when the caller holds it open.
     """
     if keys and log is None:  # the simple case: trusted log keys, no witnesses
         log = LogPolicy(tuple(keys))
@@ -127,6 +147,13 @@ def verify(
     rule = end or EndRule()
     if require_finished:
         rule = EndRule(True, rule.idle_close_s, rule.skew_s)
+    fresh = Fresh()
+    if log is not None:  # L5 before the witnesses: never re-anchored to an older size
+        fresh = freshness(
+            settings, run, log, witness_stores, tails=tails, offline=offline, archive=archive
+        )
+        if settings is not None:
+            run = with_witness_stores(settings, run, log, witness_stores)
     with gc_paused():
         # waived (--no-agent-check): no agent vkey is consulted, as --no-log-check takes no key
         report = _verify(
@@ -138,6 +165,7 @@ def verify(
             agent_check=agent_check,
             operators=operators,
         )
+    report = fresh.annotate(report)
     return dataclasses.replace(report, chain_only=True) if chain_only else report
 
 
