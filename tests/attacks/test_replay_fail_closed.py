@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.attacks.test_fail_closed import _cli, _fast, _two_flushes
-from tests.consumer.archiver.helpers import SealedLog
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal, seal_raws
+from tests.services.archiver.helpers import SealedLog
 from tracevault.config import Settings
 from tracevault.schemas import canonical_json, decode_event, encode_event, encode_sealed
 from tracevault.transparency import Ed25519Signer
