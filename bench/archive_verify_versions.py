@@ -27,7 +27,7 @@ from typing import Any
 import boto3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.consumer.archiver.sealed_factory import s3_log_among_others
+from tests.services.archiver.sealed_factory import s3_log_among_others
 from tracevault.archive._s3store import S3Store
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify

@@ -40,7 +40,6 @@ from confluent_kafka.admin import AdminClient
 from tracevault.archive import open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.kafka import ensure_topics
 from tracevault.schemas import (
     AgentInfo,
@@ -52,11 +51,12 @@ from tracevault.schemas import (
     encode_event,
     encode_sealed,
 )
+from tracevault.services.archiver import Archiver
 
 # The sealed records are made as the sequencer makes them (with its checkpoint records) by the
 # tests' SealedLog, so the bench and the tests share one maker of the contract's format.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.consumer.archiver.helpers import SealedLog
+from tests.services.archiver.helpers import SealedLog
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 INDEX_PASSES: list[float] = []  # --index-beside: the duration of each `index update` pass

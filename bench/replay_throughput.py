@@ -35,8 +35,6 @@ import fastavro
 from tracevault.archive import open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.chain import genesis, link
-from tracevault.consumer.archiver import ArchiveWriter
-from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
 from tracevault.schemas import (
@@ -48,6 +46,8 @@ from tracevault.schemas import (
     encode_event,
     encode_sealed,
 )
+from tracevault.services.archiver import ArchiveWriter
+from tracevault.services.archiver._sealed import parse_sealed
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 RUN = "bench-replay-run"

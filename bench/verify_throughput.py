@@ -4,7 +4,7 @@ tiled log (checks L1-L4 first), against fastavro reading the same records.
 Setup (not timed): one run of ``--events`` events, chained as the sequencer chains them.
 
 * The **tiled archive** is written the way the archiver writes it (``PartitionLog`` of
-  ``tracevault.consumer.archiver``): the sequencer signs one checkpoint per transaction of
+  ``tracevault.services.archiver``): the sequencer signs one checkpoint per transaction of
   ``--batch`` events; the archiver appends each checkpoint's leaves and flushes (bundles,
   data bundles, hash tiles, one run index, the checkpoint object last) every
   ``--flush-events`` verified leaves (``archive_segment_max_events``), at a checkpoint.
@@ -59,7 +59,6 @@ from replay_throughput import RUN, archive, baseline, make_run
 from tracevault.archive import open_store
 from tracevault.archive.tlog import data_key, log_prefix
 from tracevault.chain import genesis, link
-from tracevault.consumer.archiver._logwriter import LeafRecord, PartitionLog
 from tracevault.producer._attest import Attestor
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.archive import load_from_archive
@@ -72,6 +71,7 @@ from tracevault.schemas import (
     encode_event,
     encode_sealed,
 )
+from tracevault.services.archiver._logwriter import LeafRecord, PartitionLog
 from tracevault.transparency import (
     TILE_WIDTH,
     AgentKeys,

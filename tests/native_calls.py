@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from tests.native import extension
 
 cseal = extension("tracevault.consumer.sequencer._cseal")
-ctake = extension("tracevault.consumer.archiver._ctake")
+ctake = extension("tracevault.services.archiver._ctake")
 cmerkle = extension("tracevault.transparency._cmerkle")
 cput = extension("tracevault.archive._cput")
 csign = extension("tracevault.transparency._csign")
@@ -135,25 +135,20 @@ def _sealed_value(raw: bytes, *, seq: int = 1) -> bytes:
     return join(sealed_header(), sealed_fields("r", seq, raw))
 
 
-def _take_ctx(parts: dict[int, Any]) -> tuple[object, ...]:
+def _take_ctx() -> tuple[object, ...]:
     from tests.consumer.hostile import sealed_header, trace_header
-    from tracevault.consumer.archiver._archiver import _Pending
-    from tracevault.consumer.archiver._logwriter import LeafRecord
     from tracevault.schemas import EventKind
     from tracevault.schemas.fast import armed_walks
+    from tracevault.services.archiver._logwriter import LeafRecord
+    from tracevault.services.archiver._state import Pending
     from tracevault.transparency import leaf_prefix
 
     walks = armed_walks()
     assert walks is not None
     kinds, fin = walks[2], walks[2].index(EventKind.RUN_FINISHED)
     prefixes = {"r": leaf_prefix("r")}
-    return ({}, parts, prefixes, 0, 2**62, LeafRecord, _Pending, sealed_header(), trace_header(),
-            fin, len(kinds))  # fmt: skip
-
-
-class Part:
-    def __init__(self) -> None:
-        self.pending: list[object] = []
+    return (prefixes, 0, 2**62, LeafRecord, Pending, sealed_header(), trace_header(), fin,
+            len(kinds))  # fmt: skip
 
 
 def _good_raw() -> bytes:
@@ -164,12 +159,12 @@ def _good_raw() -> bytes:
 
 @case
 def ctake_start_negative() -> object:
-    return ctake.take([Msg(b"")], -1, _take_ctx({}))  # segfaulted: msgs[-1] read past
+    return ctake.take([Msg(b"")], -1, _take_ctx())  # segfaulted: msgs[-1] read past
 
 
 @case
 def ctake_start_past_the_end() -> object:
-    return ctake.take([Msg(b"")], 5, _take_ctx({}))
+    return ctake.take([Msg(b"")], 5, _take_ctx())
 
 
 @case
@@ -179,12 +174,12 @@ def ctake_bad_context() -> object:
 
 @case
 def ctake_not_a_message() -> object:
-    return ctake.take([object()], 0, _take_ctx({}))
+    return ctake.take([object()], 0, _take_ctx())
 
 
 @case
 def ctake_takes_a_good_record() -> object:
-    return ctake.take([Msg(_sealed_value(_good_raw()))], 0, _take_ctx({0: Part()}))
+    return ctake.take([Msg(_sealed_value(_good_raw()))], 0, _take_ctx())
 
 
 @case
@@ -194,28 +189,22 @@ def ctake_run_id_length_past_int64() -> object:
     from tests.consumer.hostile import trace_header, varint
 
     raw = trace_header() + varint(I64_MAX) + b"\x00" * 40
-    return ctake.leaf_fields(_sealed_value(raw), _take_ctx({}))
+    return ctake.leaf_fields(_sealed_value(raw), _take_ctx())
 
 
 @case
 def ctake_offset_at_int64_max() -> object:
     """offset + 1 does not fit: left to Python (which has big ints)."""
     msg = Msg(_sealed_value(_good_raw()), offset=I64_MAX)
-    return ctake.take([msg], 0, _take_ctx({0: Part()}))
+    return ctake.take([msg], 0, _take_ctx())
 
 
 @case
-def ctake_part_dropped_while_walked() -> object:
-    """The message's key() drops the partition the walk holds, and the batch with it."""
-    parts: dict[int, Any] = {0: Part()}
+def ctake_batch_dropped_while_walked() -> object:
+    """The message's key() clears the batch the walk holds."""
     msgs = [Msg(_sealed_value(_good_raw()))]
-
-    def drop() -> None:
-        parts.clear()
-        msgs.clear()
-
-    msgs[0].hook = drop
-    return ctake.take(msgs, 0, _take_ctx(parts))
+    msgs[0].hook = msgs.clear
+    return ctake.take(msgs, 0, _take_ctx())
 
 
 def _seal_ctx() -> tuple[object, ...]:

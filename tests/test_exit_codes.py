@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 import tracevault.errors as errors_module
 from tests.conftest import unique_name
-from tests.consumer.archiver.helpers import SealedLog
-from tests.consumer.archiver.sealed_factory import sealed_values
+from tests.services.archiver.helpers import SealedLog
+from tests.services.archiver.sealed_factory import sealed_values
 from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings

@@ -21,8 +21,8 @@ import pytest
 from rich.cells import cell_len
 
 from tests.conftest import unique_name
-from tests.consumer.archiver.sealed_factory import sealed_run
 from tests.replayer.archiving import write_signed_run
+from tests.services.archiver.sealed_factory import sealed_run
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics

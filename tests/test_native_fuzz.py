@@ -1,6 +1,6 @@
 """Generated and mutated arguments at every C entry point, against its Python reference.
 
-The C pinning tests (tests/transparency/test_cmerkle.py, tests/consumer/archiver/test_ctake.py,
+The C pinning tests (tests/transparency/test_cmerkle.py, tests/services/archiver/test_ctake.py,
 tests/consumer/sequencer/test_cseal.py) feed the walks generated and corrupted values; these
 tests fuzz the arguments around them: tree states that are not compact trees, starts outside
 the batch, batches of hostile messages, file modes and flags out of range. The oracle is the
@@ -22,16 +22,16 @@ from hypothesis import strategies as st
 from tests.consumer.hostile import event_fields, join, sealed_fields, sealed_header, trace_header
 from tests.consumer.test_hostile_records import mutated
 from tests.native import examples, extension
-from tracevault.consumer.archiver._archiver import _Pending
-from tracevault.consumer.archiver._logwriter import LeafRecord
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks, peek_event
+from tracevault.services.archiver._logwriter import LeafRecord
+from tracevault.services.archiver._state import Pending
 from tracevault.transparency import leaf_prefix
 from tracevault.transparency._merkle import CompactTree, list_source, tree_root
 
 _cmerkle = extension("tracevault.transparency._cmerkle")
-_ctake = extension("tracevault.consumer.archiver._ctake")
+_ctake = extension("tracevault.services.archiver._ctake")
 _cseal = extension("tracevault.consumer.sequencer._cseal")
 _cput = extension("tracevault.archive._cput")
 
@@ -127,11 +127,6 @@ def sealed_values(draw: st.DrawFn) -> bytes | None:
     return draw(st.binary(max_size=200)) if pick == "bytes" else None
 
 
-class _Part:
-    def __init__(self) -> None:
-        self.pending: list[_Pending] = []
-
-
 @FUZZ
 @given(
     values=st.lists(sealed_values(), max_size=8),
@@ -141,23 +136,20 @@ class _Part:
 def test_the_archivers_take_stays_in_its_batch(
     values: list[bytes | None], start: int, offset: int
 ) -> None:
-    part = _Part()
-    consumed: dict[int, int] = {}
-    ctx = (consumed, {0: part}, {"r": leaf_prefix("r")}, 0, 2**62, LeafRecord, _Pending,
-           _WALKS[0], _WALKS[1], KINDS.index(EventKind.RUN_FINISHED), len(KINDS))  # fmt: skip
+    ctx = ({"r": leaf_prefix("r")}, 0, 2**62, LeafRecord, Pending, _WALKS[0], _WALKS[1],
+           KINDS.index(EventKind.RUN_FINISHED), len(KINDS))  # fmt: skip
     msgs = [Message(topic="s", partition=0, offset=offset, key=b"r", value=v) for v in values]
     try:
-        stop = _ctake.take(msgs, start, ctx)
+        stop, partition, taken = _ctake.take(msgs, start, ctx)
     except ValueError:
         assert not 0 <= start <= len(msgs)
         return
     assert 0 <= start <= stop <= len(msgs)
-    assert len(part.pending) == stop - start
-    for p, v in zip(part.pending, values[start:stop], strict=True):
+    assert len(taken) == stop - start
+    assert partition == (0 if taken else None)
+    for p, v in zip(taken, values[start:stop], strict=True):
         assert p.rec.value is v and p.offset == offset
         assert _ctake.leaf_fields(v, ctx) is not None
-    if stop > start:
-        assert consumed == {0: offset + 1}
 
 
 @FUZZ

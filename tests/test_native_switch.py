@@ -21,7 +21,7 @@ from tracevault.doctor._checks import _native
 
 _USERS = (
     "tracevault.consumer.sequencer._loop",
-    "tracevault.consumer.archiver._archiver",
+    "tracevault.services.archiver._intake",
     "tracevault.archive._filestore",
     "tracevault.transparency._merkle",
     "tracevault.transparency._note",

@@ -33,7 +33,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "tracevault.consumer.sequencer.commands:sequencer",
         "seal raw events into per-run hash chains, exactly once (service)",
     ),
-    "archiver": ("tracevault.consumer.archiver.commands:archiver", "archive sealed runs (service)"),
+    "archiver": ("tracevault.services.archiver.commands:archiver", "archive sealed runs (service)"),
     "archive": ("tracevault.index.commands:archive", "list, hold, purge archived runs"),
     "index": (
         "tracevault.index.commands:index",

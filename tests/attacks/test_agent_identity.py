@@ -20,14 +20,13 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from tests.consumer.archiver.helpers import finished_runs
-from tests.consumer.archiver.helpers import running as archiver_running
 from tests.consumer.sequencer.support import read_sealed_events, wait_until
 from tests.consumer.sequencer.support import running as sequencer_running
 from tests.replayer.pipeline import wait_sealed
+from tests.services.archiver.helpers import finished_runs
+from tests.services.archiver.helpers import running as archiver_running
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import (
     AgentInfo,
@@ -38,6 +37,7 @@ from tracevault.schemas import (
     decode_sealed,
     encode_event,
 )
+from tracevault.services.archiver import Archiver
 from tracevault.transparency import Ed25519Signer
 
 

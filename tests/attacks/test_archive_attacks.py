@@ -16,19 +16,19 @@ import boto3
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.archiver.helpers import SealedLog, running, wait_for
-from tests.consumer.archiver.sealed_factory import sealed_values
+from tests.services.archiver.helpers import SealedLog, running, wait_for
+from tests.services.archiver.sealed_factory import sealed_values
 from tracevault.archive import open_store
 from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.archive.tlog import log_prefix, parse_run_index_key
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver, ArchiverStats
-from tracevault.consumer.archiver._quarantine import Quarantined
 from tracevault.errors import ChainError, LogError
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
 from tracevault.schemas import decode_sealed
+from tracevault.services.archiver import Archiver, ArchiverStats
+from tracevault.services.archiver._quarantine import Quarantined
 from tracevault.transparency import Ed25519Signer
 
 

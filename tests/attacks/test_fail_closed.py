@@ -25,16 +25,16 @@ from click.testing import CliRunner
 
 from tests.attacks.test_topic_bundle_attacks import _raws, _refund_4800, _rewrite
 from tests.conftest import NOW_US
-from tests.consumer.archiver.helpers import SealedLog, running, wait_for
-from tests.consumer.archiver.sealed_factory import sealed_run, sealed_values
 from tests.kafka_harness import free_port
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal, seal_raws
+from tests.services.archiver.helpers import SealedLog, running, wait_for
+from tests.services.archiver.sealed_factory import sealed_run, sealed_values
 from tests.transparency.signed_sealed import SignedSealedWriter, cli_env, fresh_settings
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.schemas import canonical_json, decode_event, encode_event, encode_sealed
+from tracevault.services.archiver import Archiver
 from tracevault.transparency import Ed25519Signer
 
 # Every key here is named by the test: the session's vkey must not make anything pass.

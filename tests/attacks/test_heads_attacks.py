@@ -23,8 +23,6 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from tests.consumer.archiver.helpers import running as archiving
-from tests.consumer.archiver.helpers import wait_for
 from tests.consumer.sequencer.support import (
     assert_chain,
     assert_signed_log,
@@ -35,11 +33,13 @@ from tests.consumer.sequencer.support import (
     sealed_by_run,
     wait_until,
 )
+from tests.services.archiver.helpers import running as archiving
+from tests.services.archiver.helpers import wait_for
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.heads import FINISHED_KEY_PREFIX, Head, HeldEvent, encode_head, find_head
 from tracevault.kafka import partition_for
+from tracevault.services.archiver import Archiver
 from tracevault.transparency import RECORD_HEADER, TREE_KEY, Ed25519Signer
 
 #: what an attack writes to heads: key, value, headers

@@ -35,9 +35,9 @@ from tests.consumer.test_outage import wait_for
 from tests.kafka_harness import free_port
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
 from tracevault.cli import tracevault
-from tracevault.consumer.archiver import Archiver
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import decode_event, encode_event
+from tracevault.services.archiver import Archiver
 
 CARD = "4111 1111 1111 1111"
 EMAIL = "victim.bob@example.com"

@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from tests.attacks.test_fail_closed import _cli, _fast, _two_flushes
-from tests.consumer.archiver.helpers import SealedLog
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal, seal_raws
+from tests.services.archiver.helpers import SealedLog
 from tests.transparency.signed_sealed import cli_env
 from tracevault.cli import tracevault
 from tracevault.config import Settings

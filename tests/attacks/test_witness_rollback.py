@@ -27,15 +27,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.archiver.sealed_factory import sealed_run
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
+from tests.services.archiver.sealed_factory import sealed_run
 from tests.transparency.signed_sealed import SignedSealedWriter, fresh_settings, inject
 from tests.witness.topiclog import Partition, witness_process
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
-from tracevault.consumer.archiver._quarantine import Quarantined
+from tracevault.services.archiver import Archiver
+from tracevault.services.archiver._quarantine import Quarantined
 from tracevault.transparency import (
     CHECKPOINT_KEY,
     Checkpoint,

@@ -3,7 +3,7 @@
 Property tests (hypothesis): arbitrary bytes, and valid TraceEvent / SealedEvent values with
 one field re-encoded or broken (non-minimal varints, maps in negative-count blocks, bad union
 and enum indexes, negative lengths, bad UTF-8, hostile JSON, truncations, trailing bytes,
-flipped bytes), go through ``RunBook.apply`` and ``Archiver._take_all`` (real
+flipped bytes), go through ``RunBook.apply`` and ``Archiver.take`` (real
 ``confluent_kafka.Message`` objects, a real ``file://`` store; no broker is needed at this
 layer). Nothing raises, and every record is accounted for exactly once: sealed, held, in the
 DLQ with a reason, or dropped as a counted duplicate (sequencer); archived, skipped as already
@@ -18,7 +18,7 @@ nested past the recursion limit stopped the sequencer, and a sealed record whose
 The values are TraceEvent v2, as producers write them, so they reach the paths production
 runs: ``peek_event`` and the other armed walks, the sequencer's C take (``_cseal.c``, through
 ``Sequencer._apply_all``, pinned to the rules applied one record at a time) and the
-archiver's (``_ctake.c``, through ``Archiver._take_all``). Each test counts what reached those
+archiver's (``_ctake.c``, through ``Archiver.take``). Each test counts what reached those
 paths and fails if none did (values of another version would only ever reach fastavro).
 """
 
@@ -51,9 +51,6 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.chain import link
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver, _archiver
-from tracevault.consumer.archiver._quarantine import Quarantined, unarchivable
-from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _loop
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.errors import ChainError, LogError, SchemaError
@@ -62,6 +59,9 @@ from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import Codec, decode_event
 from tracevault.schemas.fast import armed_walks, peek_event
 from tracevault.schemas.fast import sealed_fields as walk_sealed
+from tracevault.services.archiver import Archiver, _intake
+from tracevault.services.archiver._quarantine import Quarantined, unarchivable
+from tracevault.services.archiver._sealed import parse_sealed
 from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
@@ -251,10 +251,12 @@ class _Counted:
     def __init__(self, module: ModuleType, counts: Counter[str], name: str) -> None:
         self._module, self._counts, self._name = module, counts, name
 
-    def take(self, msgs: list[Message], start: int, ctx: tuple[object, ...]) -> int:
-        stop: int = self._module.take(msgs, start, ctx)
+    def take(self, msgs: list[Message], start: int, ctx: tuple[object, ...]) -> Any:
+        got = self._module.take(msgs, start, ctx)
+        # the sequencer's returns where it stopped; the archiver's (stop, partition, records)
+        stop: int = got[0] if isinstance(got, tuple) else got
         self._counts[self._name] += stop - start
-        return stop
+        return got
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._module, attr)
@@ -445,10 +447,10 @@ def _archive(store: FileStore, records: list[tuple[bytes, bytes | None]]) -> Arc
             headers=[(RECORD_HEADER, RECORD_HEADER_CHECKPOINT)],
         )
     )
-    archiver._take_all(msgs)
-    for part in archiver._parts.values():
-        archiver._flush(part)
-        archiver._wait(part)
+    archiver.take(msgs)
+    for part in archiver.parts.values():
+        archiver.flusher.flush(part)
+        archiver.flusher.wait(part)
     return archiver
 
 
@@ -461,13 +463,13 @@ def test_no_sealed_record_stops_the_archiver_and_every_one_is_accounted_for() ->
     @given(sealed_records())
     def check(records: list[tuple[bytes, bytes | None]]) -> None:
         counts["walked"] += sum(v is not None and walk_sealed(v) is not None for _, v in records)
-        real = _archiver._ctake
+        real = _intake._ctake
         assert real is not None and armed_walks() is not None, "the C take cannot run"
-        _archiver._ctake = _Counted(real, counts, "c_taken")  # type: ignore[assignment]
+        _intake._ctake = _Counted(real, counts, "c_taken")  # type: ignore[assignment]
         try:
             _check_archived(records)
         finally:
-            _archiver._ctake = real
+            _intake._ctake = real
 
     check()
     assert counts["walked"] > 0, "no generated value reached the armed sealed walk"

@@ -18,7 +18,7 @@ from tests.content.stack import kms_s3_settings, record_secret_run
 from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
+from tracevault.services.archiver import Archiver
 
 TENANT = "tenant-a"
 

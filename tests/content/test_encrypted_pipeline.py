@@ -26,10 +26,10 @@ from tests.content.stack import archive_bytes, bucket_of, kms_s3_settings, recor
 from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.content import KEY_ATTRIBUTE
 from tracevault.errors import ContentKeyError
 from tracevault.schemas import decode_event
+from tracevault.services.archiver import Archiver
 
 TENANT = "tenant-a"
 AGENT = "tests.content.agents:secret_agent"

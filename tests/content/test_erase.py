@@ -23,8 +23,8 @@ from tests.content import agents
 from tests.content.stack import kms_s3_settings, record_secret_run
 from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tracevault.cli import tracevault
-from tracevault.consumer.archiver import Archiver
 from tracevault.content import KmsProvider
+from tracevault.services.archiver import Archiver
 
 AGENT = "tests.content.agents:secret_agent"
 TENANT = "tenant-e"

@@ -43,7 +43,6 @@ from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tests.replayer.recording import signed_raws
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.content import (
     KEY_ATTRIBUTE,
     open_key_store,
@@ -53,6 +52,7 @@ from tracevault.content import (
 from tracevault.errors import ContentKeyError
 from tracevault.kafka import ensure_topics
 from tracevault.schemas import EventKind, TraceEvent, decode_event
+from tracevault.services.archiver import Archiver
 from tracevault.transparency import ATTEST_ATTRIBUTE
 
 AGENT = "tests.content.agents:secret_agent"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.archiver.conftest import archive_settings, s3_bucket_factory  # noqa: F401
 from tests.index.fleet import archive_fleet
+from tests.services.archiver.conftest import archive_settings, s3_bucket_factory  # noqa: F401
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 

@@ -13,8 +13,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.consumer.archiver.sealed_factory import LogWriter
 from tests.index.fleet import Spec, sealed
+from tests.services.archiver.sealed_factory import LogWriter
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 from tracevault.index import index_keys, load_index, open_views, rebuild

@@ -169,7 +169,7 @@ def test_otel_options_need_a_target(pipeline: Pipeline) -> None:
 def test_a_batch_of_archived_runs_by_day(pipeline: Pipeline, tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from tracevault.consumer.archiver import Archiver
+    from tracevault.services.archiver import Archiver
 
     runs = _record_two(pipeline)
     Archiver(pipeline.settings).run(until_idle=1.0)

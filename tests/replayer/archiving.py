@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.consumer.archiver.sealed_factory import LogWriter
+from tests.services.archiver.sealed_factory import LogWriter
 from tracevault.archive import ObjectStore
 from tracevault.config import Settings
-from tracevault.consumer.archiver import ArchiveWriter
-from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.schemas import EventKind, SealedEvent, decode_event, encode_sealed
+from tracevault.services.archiver import ArchiveWriter
+from tracevault.services.archiver._sealed import parse_sealed
 from tracevault.transparency import load_signer
 
 

@@ -38,9 +38,9 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.replayer.batch.jobs import chunked
 from tracevault.schemas import micros_to_datetime
+from tracevault.services.archiver import Archiver
 
 AGENT = "tests.replayer.agents:research_agent"
 SCHEMA = xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd")))

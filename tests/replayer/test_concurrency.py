@@ -24,7 +24,6 @@ from tests.replayer import concurrent_agents as ca
 from tests.replayer.pipeline import load_all, sequencer_running, wait_all_sealed
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.errors import ReplayDivergence
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
@@ -33,6 +32,7 @@ from tracevault.replayer._records import SealedRows
 from tracevault.replayer.rerun import _interleave
 from tracevault.replayer.rerun._interleave import interleaved
 from tracevault.schemas import EventKind, TraceEvent, default_schemas
+from tracevault.services.archiver import Archiver
 
 RECORDINGS = 20
 REPLAYS = 100

@@ -14,7 +14,6 @@ from tests.replayer import agents, lead_agents
 from tests.replayer.pipeline import replay_cli, sequencer_running, wait_sealed
 from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.links import (
     FORKED_FROM_RUN,
     FORKED_FROM_SEQ,
@@ -24,6 +23,7 @@ from tracevault.links import (
 )
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import load_run, replay, replay_tree, verify
+from tracevault.services.archiver import Archiver
 
 LEAD = "tests.replayer.lead_agents:lead_agent"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.archiver.sealed_factory import write_log_run
+from tests.services.archiver.sealed_factory import write_log_run
 from tracevault.archive import open_store
 from tracevault.errors import TraceVaultError
 from tracevault.replayer import LoadedRun, verify

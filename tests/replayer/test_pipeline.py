@@ -13,9 +13,9 @@ import pytest
 from tests.conftest import NOW_US, trusted_agents
 from tests.replayer import agents
 from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
-from tracevault.consumer.archiver import Archiver
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer import LogPolicy, load_run, replay, verify
+from tracevault.services.archiver import Archiver
 
 
 def test_recorded_sequenced_archived_run_replays_from_topic_and_archive(settings_factory) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.consumer.archiver.sealed_factory import s3_log_among_others
+from tests.services.archiver.sealed_factory import s3_log_among_others
 from tracevault.archive._holes import holes_prefix
 from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import run_prefix

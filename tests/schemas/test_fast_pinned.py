@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from tests.schemas import fast_values as fv
 from tracevault.archive._segment import encode_segment
-from tracevault.consumer.archiver._sealed import parse_sealed
 from tracevault.schemas import EventKind, TraceEvent
 from tracevault.schemas.fast import (
     event_kind,
@@ -33,6 +32,7 @@ from tracevault.schemas.fast import (
     sealed_rows,
     segment_rows,
 )
+from tracevault.services.archiver._sealed import parse_sealed
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

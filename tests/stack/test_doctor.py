@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import unique_name
-from tests.consumer.archiver.sealed_factory import sealed_run
 from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import set_topic_config
+from tests.services.archiver.sealed_factory import sealed_run
 from tests.stack.conftest import DemoRun
 from tests.transparency.signed_sealed import SignedSealedWriter
 from tests.transparency.signed_sealed import fresh_settings as signed_settings
@@ -21,8 +21,8 @@ from tracevault.archive import open_store
 from tracevault.archive.layout import segment_key
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
 from tracevault.kafka import ensure_topics
+from tracevault.services.archiver import Archiver
 from tracevault.transparency import Ed25519Signer
 
 

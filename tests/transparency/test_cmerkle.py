@@ -21,7 +21,7 @@ from tracevault.transparency import _merkle
 from tracevault.transparency._merkle import CompactTree, hash_children, list_source, tree_root
 from tracevault.transparency._tiles import TileState
 
-_ctake = extension("tracevault.consumer.archiver._ctake")
+_ctake = extension("tracevault.services.archiver._ctake")
 _cmerkle = extension("tracevault.transparency._cmerkle")
 
 

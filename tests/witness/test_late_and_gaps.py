@@ -33,7 +33,7 @@ from tests.kafka_harness import free_port
 from tests.witness.topiclog import RUN, Partition, chain, post_add_checkpoint, witness_process
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
-from tracevault.consumer.archiver._logwriter import LeafRecord, PartitionLog
+from tracevault.services.archiver._logwriter import LeafRecord, PartitionLog
 from tracevault.transparency import CosignatureSigner, Ed25519Signer, leaf_data, write_private_key
 from tracevault.witness import cosigned_sizes
 from tracevault.witness._core import Witness, checkpoint_key, origin_prefix

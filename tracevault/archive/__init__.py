@@ -9,7 +9,7 @@ Import from here::
     for seg in run.segments:                                     # seq order, receipted only
         for sealed in seg.events(): ...
 
-This package sits beneath the archiver (``tracevault.consumer.archiver``, which writes it) and
+This package sits beneath the archiver (``tracevault.services.archiver``, which writes it) and
 the replayer (which reads it) and imports no Kafka client: verifying an archive or a bundle
 needs none (docs/design.md, "Layout"). Keys and receipts are defined in
 :mod:`tracevault.archive.layout`. The storage commands (``tracevault archive ls``, ``hold``,

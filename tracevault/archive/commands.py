@@ -1,7 +1,7 @@
 """``tracevault archive``: list, hold, release and purge archived runs; prove their retention.
 
 The storage commands live beside the storage they operate on. ``tracevault archiver`` (the
-service, :mod:`tracevault.consumer.archiver.commands`) shares ``archive_option`` and
+service, :mod:`tracevault.services.archiver.commands`) shares ``archive_option`` and
 ``store_from``, so both name the archive with the same flags, variables and defaults.
 """
 

@@ -20,7 +20,7 @@ so a run is found by id with one listing of ``runs/<run>/``. Every id the run-id
 allows (``tracevault.runid``) that encodes to at most ``MAX_RUN_SEGMENT`` (200) bytes is
 named that way, readable. Any other string (one of the grammar's ids with many ``:``; or
 ``.``, ``..``, an empty id, 85 CJK characters, 255 ASCII bytes, sealed before the grammar,
-which the archiver quarantines instead: ``consumer/archiver/_quarantine.py``) is named
+which the archiver quarantines instead: ``services/archiver/_quarantine.py``) is named
 ``<first bytes of the encoding>%~<32 hex>``, the hex being the first 128 bits of SHA-256
 (``tracevault/v1/run-name\\0`` || the id's UTF-8). That is deterministic (a reader derives
 it from the id, as a writer does), cannot collide with a readable name (percent-encoding

@@ -206,7 +206,7 @@ class RunIndexJson:
     flush shares are encoded once. The bytes are ``json.dumps``'s, which a flush redone
     after a crash must write again (a store refuses others at the same key): strings go
     through the ``json`` module's own escaper and ``%d`` writes a plain ``int`` as
-    ``json.dumps`` does (tests/consumer/archiver/test_encoding_identity.py).
+    ``json.dumps`` does (tests/services/archiver/test_encoding_identity.py).
     """
 
     __slots__ = ("_end", "_mid")

@@ -2,6 +2,7 @@
 watermarks."""
 
 from tracevault.kafka._archived_tail import ArchivedTail, archived_tails
+from tracevault.kafka._clients import new_consumer
 from tracevault.kafka._generation import sealed_generation
 from tracevault.kafka._partitioner import murmur2, partition_for
 from tracevault.kafka._topics import TopicReport, describe_topics, ensure_topics, topic_specs
@@ -15,6 +16,7 @@ __all__ = [
     "describe_topics",
     "ensure_topics",
     "murmur2",
+    "new_consumer",
     "partition_for",
     "topic_specs",
     "watermarks",

@@ -1,3 +1,2 @@
-"""What every long-running service shares, beneath them all: the sequencer, the archiver and
-the witness run their Kafka sessions under one supervisor (``liveness``, docs/liveness.md),
-so a fix for a broker fault reaches all three at once."""
+"""The old home of the service runtime, kept only for the sequencer and the witness until they
+move onto :mod:`tracevault.services.runtime` (``liveness`` re-exports it)."""

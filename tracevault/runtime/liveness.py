@@ -1,50 +1,26 @@
-"""What keeps the sequencer, the archiver and the witness alive across broker outages
-(docs/liveness.md).
+"""Where the sequencer and the witness import the service runtime from until they move onto
+:mod:`tracevault.services.runtime` (issue 35: the archiver moved first; this module and its
+package go when the last of them does). Nothing is defined here."""
 
-Shared by all three services:
-
-- :class:`BlockingCalls` runs librdkafka's blocking calls in a daemon worker thread and waits
-  at most a deadline. librdkafka does not always honour its own timeout (after a broker outage
-  ``send_offsets_to_transaction`` blocked for minutes), and a main thread blocked in C never
-  runs Python's signal handlers, so SIGTERM went unanswered. A call past its deadline raises
-  :class:`CallDeadline`; the caller abandons that client (the worker keeps its only reference
-  and drops it whenever the call returns) and builds a new one.
-- :class:`KafkaWatch` follows the clients' ``error_cb`` and ``stats_cb``: whether a broker is
-  up, and when the clients last lost the brokers. A fencing error right after an outage is
-  librdkafka's static member outliving its session, not another process with our id.
-- :func:`stop_on_signals` makes SIGTERM/SIGINT stop the service within a bound in every
-  state, even while the main thread is blocked in C (Python handlers run only between
-  bytecodes of the main thread; the wakeup fd is written at once, and a thread reads it).
-- :class:`Sessions` is the supervisor: it runs one Kafka session after another until stop,
-  with backoff, and gives up (exit 3) after too many sessions that broke while the broker
-  answered; :class:`OffsetCommits` commits offsets under a deadline and defers a transient
-  failure (a coordinator loading or moving after a broker restart) with backoff;
-  :func:`raise_for` turns a fencing or fatal client error into a new session or a stop.
-- :class:`Health` and :func:`serve` answer ``/healthz`` beside ``/metrics``: 200 while the
-  service makes progress or has nothing to do, 503 with a JSON reason when it is stuck.
-
-The sequencer, the archiver and the witness all run under these (docs/liveness.md). This
-module is their one import: each piece lives in its own private module beside it
-(``_calls``, ``_watch``, ``_signals``, ``_supervisor``, ``_health``).
-"""
-
-from tracevault.runtime._calls import BlockingCalls, CallDeadline, Stopping, close_quietly
-from tracevault.runtime._health import Health, serve
-from tracevault.runtime._signals import stop_on_signals
-from tracevault.runtime._supervisor import (
+from tracevault.services.runtime import (
+    BlockingCalls,
+    Broken,
+    CallDeadline,
+    Health,
+    KafkaWatch,
     LagReader,
     OffsetCommits,
-    Sessions,
-    backoff,
-    consumer_lag,
-)
-from tracevault.runtime._watch import (
-    Broken,
-    KafkaWatch,
     Restart,
+    Sessions,
+    Stopping,
+    backoff,
+    close_quietly,
+    consumer_lag,
     is_fenced,
     is_outage,
     raise_for,
+    serve,
+    stop_on_signals,
 )
 
 __all__ = [

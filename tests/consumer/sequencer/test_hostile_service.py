@@ -14,8 +14,6 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from tests.consumer.archiver.helpers import finished_runs
-from tests.consumer.archiver.helpers import running as archiver_running
 from tests.consumer.hostile import (
     event_fields,
     event_value,
@@ -35,12 +33,14 @@ from tests.consumer.sequencer.support import (
     wait_until,
 )
 from tests.consumer.sequencer.support import running as sequencer_running
+from tests.services.archiver.helpers import finished_runs
+from tests.services.archiver.helpers import running as archiver_running
 from tracevault.config import Settings
-from tracevault.consumer.archiver import Archiver
-from tracevault.consumer.archiver._quarantine import Quarantined
 from tracevault.kafka import partition_for
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.schemas import decode_sealed
+from tracevault.services.archiver import Archiver
+from tracevault.services.archiver._quarantine import Quarantined
 
 
 def _good_run(run_id: str, n: int = 5) -> list[tuple[str | bytes | None, bytes | None]]:

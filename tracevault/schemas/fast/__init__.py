@@ -15,7 +15,7 @@ reader                      used by                                    module
 :func:`segment_rows`        the replayer, per archived segment          ``_sealed.py``
 ==========================  =========================================  =====================
 
-The archiver's C walk (``tracevault/consumer/archiver/_ctake.c``) mirrors ``sealed_fields`` and
+The archiver's C walk (``tracevault/services/archiver/_ctake.c``) mirrors ``sealed_fields`` and
 ``event_kind`` and runs only under the same guard: :func:`armed_walks` gives it the headers.
 
 They share one varint reader (``_varint.py``) and one guard (``_guard.py``): a walk runs only

@@ -1,0 +1,302 @@
+"""The one consumer session loop a service's step runs in (docs/liveness.md).
+
+:class:`ConsumerRuntime` owns everything a consuming service does with Kafka, so a step only
+says what a batch means: it builds the consumer (through :mod:`tracevault.kafka`), subscribes
+and follows assignment, revocation and loss, polls, commits offsets at a cadence under a
+deadline, reads the lag, logs a report, stops on idle or on ``stop()``, and hands a session
+that cannot go on to :class:`Sessions`, which starts a new one with backoff (a broker that is
+down when the service starts is such a session: it waits for it). The step is any object
+with the methods of :class:`Step`; it holds its own parts and inherits nothing from here.
+
+A session, numbered as it runs:
+
+1. a consumer is built and subscribed; ``step.restore`` reads what the step needs from the
+   cluster before it consumes (under a deadline; a broker away ends the session);
+2. loop until stop: consume a batch (what is queued at once, else wait ``step.poll_s()`` for
+   one record), ``step.take(batch)``, ``step.flush_due(caught_up=not batch)``, commit
+   ``step.committable()`` when due, read the lag every second, report every minute;
+3. on stop (or idle): ``step.drain()`` writes what it holds, then a final commit;
+4. a revocation or loss calls ``step.release(partitions)``; a session that ends with
+   :class:`Restart` calls ``step.release(None)``: nothing read and unwritten is committed,
+   the next owner (or session) re-reads it from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from tracevault.config import Settings
+from tracevault.errors import ServiceUnavailableError
+from tracevault.kafka import new_consumer
+from tracevault.services.runtime._calls import BlockingCalls, close_quietly
+from tracevault.services.runtime._health import Health
+from tracevault.services.runtime._supervisor import LagReader, OffsetCommits, Sessions
+from tracevault.services.runtime._watch import KafkaWatch, Restart, raise_for
+
+__all__ = ["ConsumerRuntime", "Step", "Subscription"]
+
+log = logging.getLogger(__name__)
+
+_REPORT_EVERY_S = 60.0  # an INFO line with the step's counters, for operators tailing the log
+_CLOSE_S = 3.0  # on stop; a session being replaced waits longer
+_REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
+_LAG_EVERY_S = 1.0
+_BATCH = 1000
+
+
+class Step(Protocol):
+    """What a service does with what its consumer reads; the runtime does the rest."""
+
+    def restore(self, timeout: float) -> None:
+        """At a session's start, before any record: read what the step needs from the
+        cluster (``ServiceUnavailableError`` when it does not answer within ``timeout``)."""
+
+    def take(self, batch: list[Message]) -> None:
+        """One consumed batch, in offset order per partition (error events included)."""
+
+    def flush_due(self, *, caught_up: bool) -> None:
+        """Write what is due (all of it when ``caught_up``: a poll came back empty)."""
+
+    def committable(self) -> dict[int, int]:
+        """Per partition, the offset up to which everything read is durably handled."""
+
+    def release(self, partitions: set[int] | None) -> None:
+        """Partitions revoked or lost (None: all, the session ends): finish what is being
+        written of them and forget the rest; nothing of theirs is written after this."""
+
+    def drain(self) -> None:
+        """On stop: write everything held and wait for it."""
+
+    def busy(self) -> bool:
+        """Whether anything read is still to be written (idle waits for it)."""
+
+    def poll_s(self) -> float:
+        """How long an empty poll may wait now."""
+
+    def report(self, state: str) -> None:
+        """Log the step's counters (``state``: archiving, stopped ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What the runtime's consumer is: its group, topic and the step's own settings."""
+
+    name: str  # the service, in log lines and errors
+    topic: str
+    group_id: str
+    session_timeout_ms: int
+    instance_id: str | None = None  # a static member (fast restarts)
+    fenced: str = ""  # what to tell the operator when another member has our instance id
+    restore_timeout_s: float = 30.0
+    commit_deadline_s: float = 15.0  # a commit taking longer ends the session
+    commit_every_s: float = 0.5  # a crash re-reads at most this much more
+    config: dict[str, Any] = field(default_factory=dict)  # more librdkafka settings
+
+
+class ConsumerRuntime:
+    """One consuming service's Kafka sessions, one after another until ``stop()``."""
+
+    def __init__(self, settings: Settings, sub: Subscription) -> None:
+        self.settings = settings
+        self.sub = sub
+        self.stopping = threading.Event()
+        self.calls = BlockingCalls(sub.name, self.stopping)
+        self.watch = KafkaWatch(sub.name)
+        self.health = Health(sub.name, settings.health_stall_s)
+        self.health.watch = self.watch
+        self.sessions = Sessions(sub.name, self.stopping, self.health)
+        self.commits = OffsetCommits(
+            sub.name,
+            self.calls,
+            self.watch,
+            self.kafka_error,
+            deadline_s=sub.commit_deadline_s,
+            every_s=sub.commit_every_s,
+        )
+        self._live: Consumer | None = None
+        self._step: Step | None = None
+        self.committed: dict[int, int] = {}
+        self._assigned = False  # an assignment (maybe empty) came in this session
+        self._assigned_at: float | None = None  # idle time counts from the first assignment
+        self._lost = False
+        self._started = 0.0
+        self._lag = LagReader()
+
+    def stop(self) -> None:
+        """Ask ``run()`` to drain, commit and return (safe from a signal handler)."""
+        self.health.state = "stopping"
+        self.stopping.set()
+
+    def run(self, step: Step, *, until_idle: float | None = None) -> None:
+        """Run ``step`` until ``stop()`` (or ``until_idle`` seconds without a record)."""
+        self._step = step
+
+        def restart() -> None:  # the new consumer resumes from the committed offsets
+            step.release(None)
+            self.committed.clear()
+
+        try:
+            self.sessions.run(
+                self._start, lambda c: self._session(c, step, until_idle), self._end, restart
+            )
+        finally:
+            self.calls.close()
+
+    def kafka_error(self, err: KafkaError) -> None:
+        """A fencing or fatal error ends the session (or stops: a rival); others are the
+        caller's to log."""
+        raise_for(
+            err,
+            self.watch,
+            max(60.0, 3 * self.sub.session_timeout_ms / 1000.0),
+            self.sub.fenced or f"the {self.sub.name} was fenced by another member",
+        )
+
+    # -- a session ----------------------------------------------------------------------------
+
+    def _consumer(self) -> Consumer:
+        conf: dict[str, Any] = {
+            "group.id": self.sub.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": self.sub.session_timeout_ms,
+            "log_level": 3,
+            **self.sub.config,
+            **self.watch.client_config(),
+        }
+        if self.sub.instance_id:
+            conf["group.instance.id"] = self.sub.instance_id
+        return new_consumer(self.settings, **conf)
+
+    def _start(self) -> Consumer:
+        consumer = self._live = self._consumer()
+        consumer.subscribe(
+            [self.sub.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        self._lost = self._assigned = False
+        self._started = time.monotonic()
+        self._lag = LagReader()
+        return consumer
+
+    def _end(self, consumer: Consumer) -> None:
+        self._live = None
+        close_s = _CLOSE_S if self.stopping.is_set() else _REPLACE_CLOSE_S
+        close_quietly(self.calls, f"{self.sub.name} consumer close", consumer.close, close_s)
+
+    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        self._assigned_at = time.monotonic()
+        self._assigned = consumer is self._live
+        log.info("%s assigned %s", self.sub.name, [p.partition for p in parts])
+
+    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        if consumer is not self._live:
+            return  # an abandoned session's consumer closing late: its state is gone already
+        self._release({p.partition for p in parts})
+
+    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        if consumer is not self._live:
+            return
+        self._release({p.partition for p in parts})
+        # The group session expired (a broker outage): a static member would come back
+        # fenced and its commits were seen to hang; the session loop starts a new consumer.
+        self._lost = True
+        self.watch.trouble()
+
+    def _release(self, gone: set[int]) -> None:
+        assert self._step is not None  # callbacks come only from a running session
+        self._step.release(gone)
+        for p in gone:
+            self.committed.pop(p, None)
+        log.info("%s revoked %s", self.sub.name, sorted(gone))
+
+    def _session(self, consumer: Consumer, step: Step, until_idle: float | None) -> None:
+        timeout = self.sub.restore_timeout_s
+        try:
+            # on the calls' worker: a broker away blocks a metadata call up to its timeout,
+            # and a SIGTERM must still stop the service within its bound (docs/liveness.md)
+            self.calls.call(f"restoring the {self.sub.name}", lambda: step.restore(timeout),
+                            timeout + 5.0)  # fmt: skip
+        except ServiceUnavailableError as exc:
+            raise Restart(str(exc)) from exc
+        self.health.state = "running"
+        last: float | None = None
+        next_report = time.monotonic() + _REPORT_EVERY_S
+        next_lag = 0.0
+        while not self.stopping.is_set():
+            batch = self._consume(consumer, step)
+            if self._lost:
+                raise Restart("the consumer lost its partitions (group session expired)")
+            self.watch.check_session(self._started, self.sub.session_timeout_ms)
+            if batch:
+                step.take(batch)
+                last = time.monotonic()
+                self.health.progressed()
+                self.sessions.progressed()
+            step.flush_due(caught_up=not batch)
+            self._commit(consumer, step)
+            now = time.monotonic()
+            if now >= next_lag:
+                next_lag = now + _LAG_EVERY_S
+                self._update_lag(consumer)
+            if now >= next_report:
+                next_report = now + _REPORT_EVERY_S
+                step.report("running")
+            if until_idle is not None and self._idle(consumer, step, last, until_idle):
+                break
+        step.drain()
+        self._commit(consumer, step, final=True)
+
+    def _consume(self, consumer: Consumer, step: Step) -> list[Message]:
+        """What is queued, at once; only when nothing is, wait (up to the step's poll time)
+        for the first record: a batch short of ``_BATCH`` does not wait out the timeout, and
+        a poll is empty only after that long without any record."""
+        try:
+            batch: list[Message] = consumer.consume(num_messages=_BATCH, timeout=0)
+            if not batch:
+                batch = consumer.consume(num_messages=1, timeout=step.poll_s())
+        except KafkaException as exc:
+            self.kafka_error(exc.args[0])
+            log.warning("Kafka consumer: %s", exc.args[0].str())
+            return []
+        return batch
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        try:
+            self.health.set_lag(self._lag.total(consumer, self._assigned))
+        except KafkaException as exc:
+            log.debug("lag not updated: %s", exc)
+
+    def _idle(self, consumer: Consumer, step: Step, last: float | None, idle_s: float) -> bool:
+        """Nothing left to write, no record for ``idle_s``, and every assigned partition
+        fetched at least once (so a slow first fetch is not taken for idleness)."""
+        since = last or self._assigned_at
+        if since is None or time.monotonic() - since < idle_s or step.busy():
+            return False
+        for tp in consumer.assignment():
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0:
+                return False
+        return True
+
+    def _commit(self, consumer: Consumer, step: Step, *, final: bool = False) -> None:
+        offsets = [
+            TopicPartition(self.sub.topic, p, upto)
+            for p, upto in step.committable().items()
+            if self.committed.get(p) != upto
+        ]
+        if not offsets or not self.commits.commit(consumer, offsets, final=final):
+            return
+        self.health.progressed()
+        self.sessions.progressed()
+        for tp in offsets:
+            self.committed[tp.partition] = tp.offset
