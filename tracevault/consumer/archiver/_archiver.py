@@ -75,6 +75,7 @@ from tracevault.consumer.archiver._state import ArchiverStats
 from tracevault.consumer.archiver._state import Part as _Part
 from tracevault.consumer.archiver._state import Pending as _Pending
 from tracevault.errors import ConfigError, LogError, RetentionError, SchemaError
+from tracevault.index import IndexStep
 from tracevault.runtime.liveness import BlockingCalls, Health, KafkaWatch, OffsetCommits, Sessions
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks
@@ -163,6 +164,8 @@ class Archiver(CheckpointAdmission, KafkaSession):
         self._consumed: dict[int, int] = {}  # partition -> next offset after what was read
         self._committed: dict[int, int] = {}
         self._ctx = self._native_context()
+        # the investigator's index, written with each flush (docs/index.md, "Writing")
+        self._index = IndexStep(self.store) if settings.archive_index else None
         self._assigned_at: float | None = None  # idle time counts from the first assignment
         self._max_events = settings.archive_segment_max_events
         self._max_bytes = settings.archive_segment_max_bytes
@@ -441,7 +444,9 @@ class Archiver(CheckpointAdmission, KafkaSession):
             return
         while len(part.flights) >= _BACKLOG:
             self._wait_oldest(part)
+        index = self._index.take(plog) if self._index is not None else None
         job = plog.take_flush(self.clock() + self.retention)
+        job.index = index
         before = part.flights[-1][0] if part.flights else None
         fut = self._flusher.submit(_after, before, job, self._pool, self.metrics.flush_seconds)
         part.flights.append((fut, job, part.ready_offset))
