@@ -13,8 +13,10 @@ import pytest
 from tests.consumer.archiver.sealed_factory import LogWriter
 from tests.index.fleet import FLEET, Spec, sealed
 from tracevault.archive import Hole, ObjectStore, hole_key, open_store
+from tracevault.chain import genesis, link
 from tracevault.config import Settings
 from tracevault.index import Filters, IndexStep, index_keys, load_index, open_views, rebuild, search
+from tracevault.schemas import AgentInfo, EventKind, SealedEvent, TraceEvent, encode_event
 from tracevault.transparency import load_signer
 
 Rows = tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[object, ...]]]
@@ -105,3 +107,38 @@ def test_a_flush_indexed_again_writes_the_same_objects(store: ObjectStore) -> No
     assert sorted(first()) == sorted(again())  # same names: the same bytes, a no-op put
     after = {k: store.get(k) for k in index_keys(store)}
     assert {k: v for k, v in after.items() if k in before} == before
+
+
+REQUESTS = [
+    b'{"tool":"a"}', b'{ "tool" : "b" , "x":[1,{"tool":"no"}]}', b'{"x":"}\\"","tool":"c"}',
+    b'{"tool":"d\\u0041"}', b'{"tool":1}', b'{"tool":"e","tool":"f"}', b'{"tool":"g","tool":null}',
+    b"[1]", b"{}", b'{"tool":"h"} x', b'{"enc":"AAAA","tool":"i","v":1}', b'{"enc":"AAAA","v":1}',
+    b"not json", b'{"tool":"x","a":tru}', b'{"tool":"\xc3\xa9"}', b'{"tool":"\xff"}',
+    b'{"a":{"b":[1,2,{"c":"d"}]},"tool":"j"}', b'{"tool":"k",}', b'{"tool":"l\x01"}',
+]  # fmt: skip
+
+
+def test_the_c_walk_reads_a_tool_name_exactly_as_python_does(tmp_path: Path) -> None:
+    """Tool names from odd requests (escapes, nesting, duplicate keys, envelopes, bad JSON):
+    the C walk's column equals the Python rows' (its declines go to ``tool_name``)."""
+    agent = AgentInfo("a", "1", "h", "x", "0")
+    evs, prev = [], genesis("odd")
+    for seq, req in enumerate(REQUESTS):
+        raw = encode_event(TraceEvent("odd", seq, EventKind.TOOL_CALL, 10 + seq, agent, req, b"{}"))
+        evs.append(SealedEvent("odd", seq, prev, link(prev, raw), raw, 5, 0, seq, "s"))
+        prev = evs[-1].hash
+    tables = []
+    for python in (False, True):
+        step = IndexStep(store := open_store(f"file://{tmp_path / str(python)}", Settings()))
+        if python:
+            step._walks = None
+        w = LogWriter(store, load_signer(), index=step)
+        w.add(evs)
+        flush = step.take(w.plog)
+        w.flush()
+        _, table = flush._columns(dict(flush.runs))
+        assert table is not None
+        tables.append(table.column("tool").to_pylist())
+        assert step.c_flushes == (0 if python else 2)  # the flush, and the call here
+    assert tables[0] == tables[1]
+    assert tables[0][:3] == ["a", "b", "c"]

@@ -18,8 +18,9 @@
  * flush's sealed values, run after run (``counts`` values each, in seq order). Returns
  * ``(n, buffers, tool_requests, runs)``: ``buffers`` a dict of column name to the Arrow
  * buffers (validity bitmap or None, then offsets and data, or the values), ``tool_requests``
- * ``[(row, request bytes)]`` of the TOOL_CALLs (their tool name is read in Python), ``runs``
- * per run ``(kind counts, first at, max at, models, error types, agent id, agent version,
+ * ``[(row, request bytes)]`` of the TOOL_CALLs whose tool name this walk leaves to Python
+ * (``json_tool``: an escape, an unusual shape), ``runs`` per run ``(kind counts, first at,
+ * max at, models, error types, tool names, agent id, agent version,
  * wrapped-key attribute, agent note attribute, whether its last value has an error)``; the
  * agent and attributes of the run's first value.
  */
@@ -253,6 +254,139 @@ static int walk(const uint8_t *b, Py_ssize_t end, const uint8_t *sh, const uint8
     return q == rend;
 }
 
+/* ---- a TOOL_CALL's tool name, as tool_name() in _rows.py reads it --------------------- */
+
+static Py_ssize_t ws(const uint8_t *p, Py_ssize_t i, Py_ssize_t n) {
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* A JSON string at ``p[i] == '"'``: the index after it, or -1 (a control character, or the
+ * end). ``*esc`` set if it holds an escape. */
+static Py_ssize_t json_string(const uint8_t *p, Py_ssize_t i, Py_ssize_t n, int *esc) {
+    *esc = 0;
+    for (i++; i < n; i++) {
+        if (p[i] == '"')
+            return i + 1;
+        if (p[i] < 0x20)
+            return -1;
+        if (p[i] == '\\') {
+            *esc = 1;
+            if (++i >= n)
+                return -1;
+        }
+    }
+    return -1;
+}
+
+/* Any JSON value at ``i``: the index after it, or -1. Its structure, strings and literals are
+ * checked; a number only for its characters (a malformed number, which the sequencer's
+ * canonical-JSON check refuses, is the one place this may name a tool where Python would not). */
+static Py_ssize_t json_skip(const uint8_t *p, Py_ssize_t i, Py_ssize_t n) {
+    int depth = 0, esc;
+    do {
+        i = ws(p, i, n);
+        if (i >= n)
+            return -1;
+        uint8_t c = p[i];
+        if (c == '"') {
+            if ((i = json_string(p, i, n, &esc)) < 0)
+                return -1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+            i++;
+        } else if (c == '}' || c == ']') {
+            if (--depth < 0)
+                return -1;
+            i++;
+        } else if (c == ',' || c == ':') {
+            if (depth == 0)
+                return -1;
+            i++;
+        } else if (c == 't' || c == 'f' || c == 'n') {
+            const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
+            Py_ssize_t k = (Py_ssize_t)strlen(lit);
+            if (n - i < k || memcmp(p + i, lit, (size_t)k) != 0)
+                return -1;
+            i += k;
+        } else if ((c >= '0' && c <= '9') || c == '-') {
+            while (i < n && ((p[i] >= '0' && p[i] <= '9') || p[i] == '.' || p[i] == '+' ||
+                             p[i] == '-' || p[i] == 'e' || p[i] == 'E'))
+                i++;
+        } else {
+            return -1;
+        }
+    } while (depth > 0);
+    return i;
+}
+
+static const char ENV_END[] = ",\"v\":1}";
+static const char ENV_TOOL[] = "\",\"tool\":";
+
+/* 1 and ``out`` set: the tool name; 0: none (the request has no clear string "tool");
+ * -1: Python decides (an escape, an unusual shape). */
+static int json_tool(const uint8_t *p, Py_ssize_t n, Span *out) {
+    int esc;
+    if (n >= 7 && memcmp(p + n - 7, ENV_END, 7) == 0) { /* an encrypted envelope */
+        for (Py_ssize_t at = n - 7 - 9; at >= 0; at--) {
+            if (memcmp(p + at, ENV_TOOL, 9) != 0)
+                continue;
+            Py_ssize_t v = at + 9, e = n - 7;
+            if (v >= e || p[v] != '"' || json_string(p, v, e, &esc) != e || esc)
+                return -1;
+            out->p = p + v + 1;
+            out->n = e - v - 2;
+            return utf8_valid(out->p, out->n) ? 1 : -1;
+        }
+        return -1;
+    }
+    if (n < 2 || p[0] != '{' || memchr(p, 0, (size_t)n) != NULL)
+        return -1; /* not the plain object a request is: Python */
+    int found = 0;
+    Py_ssize_t i = ws(p, 1, n);
+    if (i < n && p[i] == '}')
+        return ws(p, i + 1, n) == n ? 0 : -1;
+    for (;;) {
+        if (i >= n || p[i] != '"')
+            return -1;
+        Py_ssize_t k = i, j = json_string(p, i, n, &esc);
+        if (j < 0 || esc)
+            return -1;
+        int is_tool = j - k == 6 && memcmp(p + k + 1, "tool", 4) == 0;
+        i = ws(p, j, n);
+        if (i >= n || p[i] != ':')
+            return -1;
+        i = ws(p, i + 1, n);
+        if (is_tool) {
+            found = 0; /* the last "tool" key wins, as in a dict */
+            if (i < n && p[i] == '"') {
+                Py_ssize_t e = json_string(p, i, n, &esc);
+                if (e < 0 || esc)
+                    return -1;
+                out->p = p + i + 1;
+                out->n = e - i - 2;
+                if (!utf8_valid(out->p, out->n))
+                    return -1;
+                found = 1;
+                i = e;
+            } else if ((i = json_skip(p, i, n)) < 0) {
+                return -1;
+            }
+        } else if ((i = json_skip(p, i, n)) < 0) {
+            return -1;
+        }
+        i = ws(p, i, n);
+        if (i < n && p[i] == ',') {
+            i = ws(p, i + 1, n);
+            continue;
+        }
+        if (i < n && p[i] == '}')
+            return ws(p, i + 1, n) == n ? found : -1;
+        return -1;
+    }
+}
+
 static PyObject *bytes_of(Buf *b) {
     return PyBytes_FromStringAndSize((const char *)b->p, b->n);
 }
@@ -323,8 +457,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *ret = NULL, *tools = NULL, *runs = NULL, *bufs = NULL;
     Buf seq = {0}, kind = {0}, at = {0}, dur = {0}, durv = {0}, req = {0}, resp = {0};
     Buf errb = {0}, hash = {0}, hoff = {0};
-    StrCol model = {{0}}, err = {{0}};
-    Spans models = {0}, errs = {0};
+    StrCol model = {{0}}, err = {{0}}, tool = {{0}};
+    Spans models = {0}, errs = {0}, tls = {0};
     int declined = 0;
 
     if (buf_grow(&seq, 8 * n) < 0 || buf_grow(&kind, n + 1) < 0 || buf_grow(&at, 8 * n) < 0 ||
@@ -332,8 +466,12 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         buf_grow(&req, 8 * n) < 0 || buf_grow(&resp, 8 * n) < 0 || buf_grow(&errb, 8 * n) < 0 ||
         buf_grow(&hash, 64 * n + 1) < 0 || buf_grow(&hoff, 4 * (n + 1)) < 0 ||
         buf_grow(&model.valid, nbits + 1) < 0 || buf_grow(&model.off, 4 * (n + 1)) < 0 ||
-        buf_grow(&err.valid, nbits + 1) < 0 || buf_grow(&err.off, 4 * (n + 1)) < 0)
+        buf_grow(&err.valid, nbits + 1) < 0 || buf_grow(&err.off, 4 * (n + 1)) < 0 ||
+        buf_grow(&tool.valid, nbits + 1) < 0 || buf_grow(&tool.off, 4 * (n + 1)) < 0)
         goto done;
+    memset(tool.valid.p, 0, (size_t)nbits + 1);
+    tool.valid.n = nbits;
+    put_i32(&tool.off, 0);
     memset(durv.p, 0, (size_t)nbits + 1);
     memset(model.valid.p, 0, (size_t)nbits + 1);
     memset(err.valid.p, 0, (size_t)nbits + 1);
@@ -360,7 +498,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         int64_t max_at = INT64_MIN, last_seq = -1;
         int last_err = 0;
         Ev first = {0};
-        models.n = errs.n = 0;
+        models.n = errs.n = tls.n = 0;
         for (Py_ssize_t i = 0; i < cnt; i++, row++) {
             PyObject *v = PyList_GET_ITEM(values, row);
             Ev e;
@@ -402,7 +540,13 @@ static PyObject *columns(PyObject *self, PyObject *args) {
                 goto done;
             if (e.has_error && spans_add(&errs, e.err_type) < 0)
                 goto done;
-            if (e.kind == tool_kind) {
+            Span name;
+            int got = e.kind == tool_kind ? json_tool(e.request.p, e.request.n, &name) : 0;
+            if ((got == 1 ? str_value(&tool, row, name.p, name.n) : str_null(&tool, row)) < 0)
+                goto done;
+            if (got == 1 && spans_add(&tls, name) < 0)
+                goto done;
+            if (got < 0) { /* read in Python */
                 PyObject *t = Py_BuildValue("(ny#)", row, (const char *)e.request.p,
                                             e.request.n);
                 if (t == NULL || PyList_Append(tools, t) < 0) {
@@ -426,8 +570,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
             PyTuple_SET_ITEM(kct, k, c);
         }
         PyObject *run = Py_BuildValue(
-            "(NLLNNNNNNN)", kct, (long long)first.at, (long long)max_at, spans_list(&models),
-            spans_list(&errs), str_or_none(1, first.agent_id),
+            "(NLLNNNNNNNN)", kct, (long long)first.at, (long long)max_at, spans_list(&models),
+            spans_list(&errs), spans_list(&tls), str_or_none(1, first.agent_id),
             str_or_none(1, first.agent_version), str_or_none(first.has_key_attr, first.key_attr),
             str_or_none(first.has_note_attr, first.note_attr), PyBool_FromLong(last_err));
         if (run == NULL)
@@ -444,7 +588,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         goto done;
     }
     bufs = Py_BuildValue(
-        "{s:N,s:N,s:N,s:(NNN),s:(NNN),s:(NN),s:N,s:N,s:(NN),s:(NN)}", "seq", bytes_of(&seq),
+        "{s:N,s:(NNN),s:N,s:N,s:(NNN),s:(NNN),s:(NN),s:N,s:N,s:(NN),s:(NN)}", "seq",
+        bytes_of(&seq), "tool", bytes_of(&tool.valid), bytes_of(&tool.off), bytes_of(&tool.data),
         "kind", bytes_of(&kind), "at", bytes_of(&at), "model", bytes_of(&model.valid),
         bytes_of(&model.off), bytes_of(&model.data), "error_type", bytes_of(&err.valid),
         bytes_of(&err.off), bytes_of(&err.data), "duration_us", bytes_of(&durv), bytes_of(&dur),
@@ -458,11 +603,13 @@ done:
     Py_XDECREF(tools);
     Py_XDECREF(runs);
     Buf *all[] = {&seq, &kind, &at, &dur, &durv, &req, &resp, &errb, &hash, &hoff,
-                  &model.valid, &model.off, &model.data, &err.valid, &err.off, &err.data};
+                  &model.valid, &model.off, &model.data, &err.valid, &err.off, &err.data,
+                  &tool.valid, &tool.off, &tool.data};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         PyMem_Free(all[i]->p);
     PyMem_Free(models.v);
     PyMem_Free(errs.v);
+    PyMem_Free(tls.v);
     return ret;
 }
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -131,6 +132,8 @@ class IndexStep:
         walks = armed_walks()
         self._walks = None if walks is None or _ccolumns is None else walks
         self.c_flushes = 0  # flushes whose events the C walked (the rest: Python)
+        self.events = 0  # events indexed
+        self.cpu_s = 0.0  # CPU time of the flushes' threads in the step (what it costs)
 
     def take(self, plog: FlushingLog) -> IndexFlush:
         """What ``plog``'s next flush holds, before it is taken (call on the archiver's
@@ -254,6 +257,15 @@ class IndexFlush:
     def __call__(self) -> list[str]:
         """Build and put this flush's index objects (unlocked: derived, rebuildable); the
         keys written."""
+        started = time.thread_time()
+        try:
+            return self._index()
+        finally:
+            with self.step._lock:
+                self.step.cpu_s += time.thread_time() - started
+                self.step.events += sum(len(r) for r in self.runs.values())
+
+    def _index(self) -> list[str]:
         runs = {r: recs for r, recs in self.runs.items() if recs}
         parts, events = self._columns(runs)
         step, size = self.step, self.sizes[1]
@@ -305,28 +317,35 @@ class IndexFlush:
         kind_names: list[str],
     ) -> tuple[dict[str, _Part], pa.Table]:
         n, bufs, tool_reqs, per_run = got
-        tools: list[str | None] = [None] * n
-        for row, req in tool_reqs:
-            tools[row] = tool_name(req)
+        tool_col = _strings(n, *bufs["tool"])
+        fixed: dict[int, str | None] = {row: tool_name(req) for row, req in tool_reqs}
+        if fixed:  # the few the C left to Python
+            tools = tool_col.to_pylist()
+            for row, name in fixed.items():
+                tools[row] = name
+            tool_col = pa.array(tools, pa.string())
         parts: dict[str, _Part] = {}
         run_ids: list[str] = []
         start = 0
         for (run_id, recs), info in zip(runs.items(), per_run, strict=True):
-            kc, first_at, max_at, models, errors, agent_id, version, key, note, last_err = info
+            kc, first_at, max_at, models, errors, names, agent_id, version, key, note, err = info
             end = start + len(recs)
             first_seq0 = recs[0].seq == 0
+            tool_set = set(names)
+            if fixed:
+                tool_set |= {t for r, t in fixed.items() if start <= r < end and t is not None}
             part = _Part(
                 dict(zip(kind_names, kc, strict=True)),
                 first_at,
                 max_at,
-                {t for t in tools[start:end] if t is not None},
+                tool_set,
                 set(models),
                 set(errors),
                 agent_id,
                 version,
                 tenant_of(key) if first_seq0 else None,
                 agent_key_of(note) if first_seq0 else None,
-                last_err,
+                err,
                 self._implied(run_id, agent_id, recs) if first_seq0 else [],
             )
             parts[run_id] = part
@@ -339,7 +358,7 @@ class IndexFlush:
             "seq": _fixed(pa.int64(), n, bufs["seq"]),
             "kind": kinds,
             "at": _fixed(_TS, n, bufs["at"]),
-            "tool": pa.array(tools, pa.string()),
+            "tool": tool_col,
             "model": _strings(n, *bufs["model"]),
             "duration_us": _fixed(pa.int64(), n, *reversed(bufs["duration_us"])),
             "error_type": _strings(n, *bufs["error_type"]),
