@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 _ccolumns: ModuleType | None = native.load("tracevault.index._ccolumns")
 _OPEN_RUNS = 100_000  # open runs' rows held; one evicted is read back if it goes on
 _TS = pa.timestamp("us", tz="UTC")
+_COUNTS = tuple((k, f"n_{k.lower()}") for k in KINDS)  # a kind and its runs column
 
 
 class LeafLike(Protocol):
@@ -180,12 +181,11 @@ def _merge(  # noqa: PLR0917 - a row's inputs, as the flush holds them
     part: _Part,
     recs: Sequence[LeafLike],
     leaves: Sequence[int],
-    place: tuple[str, str, int],
+    place: dict[str, Any],
 ) -> dict[str, Any]:
     """The run's row after this flush: its prior row (None: the run starts here) plus
-    ``part``; the same row ``run_rows`` gives for the run read whole (a rebuild's)."""
-    log_key, origin, size = place
-    _, generation, partition = _tag_parts(log_key)
+    ``part``; the same row ``run_rows`` gives for the run read whole (a rebuild's).
+    ``place``: the flush's log columns (partition, generation, origin, log, checkpoint size)."""
     last = recs[-1]
     if prior is None:
         counts = dict(part.counts)
@@ -203,7 +203,7 @@ def _merge(  # noqa: PLR0917 - a row's inputs, as the flush holds them
         }
         finished, head = False, ""
     else:
-        counts = {k: prior[f"n_{k.lower()}"] + part.counts[k] for k in KINDS}
+        counts = {k: prior[col] + part.counts[k] for k, col in _COUNTS}
         tools = set(prior["tools"]) | part.tools
         models = set(prior["models"]) | part.models
         errors = set(prior["error_types"]) | part.errors
@@ -228,15 +228,11 @@ def _merge(  # noqa: PLR0917 - a row's inputs, as the flush holds them
         "run_id": run_id,
         **head_row,
         "status": status,
-        **{f"n_{k.lower()}": n for k, n in counts.items()},
+        **{col: counts[k] for k, col in _COUNTS},
         "tools": sorted(tools),
         "models": sorted(models),
         "error_types": sorted(errors),
-        "partition": partition,
-        "generation": generation,
-        "origin": origin,
-        "log": log_key,
-        "checkpoint_size": size,
+        **place,
         "head": head,
     }
 
@@ -269,7 +265,9 @@ class IndexFlush:
         runs = {r: recs for r, recs in self.runs.items() if recs}
         parts, events = self._columns(runs)
         step, size = self.step, self.sizes[1]
-        place = (self.log, self.origin, size)
+        _, generation, partition = _tag_parts(self.log)
+        place = {"partition": partition, "generation": generation, "origin": self.origin,
+                 "log": self.log, "checkpoint_size": size}  # fmt: skip
         rows: list[dict[str, Any]] = []
         statuses: list[StatusRow] = []
         days: list[str] = []
