@@ -64,6 +64,8 @@ def test_two_archivers_one_killed_mid_write_leave_the_index_a_rebuild_writes(
         assert not done(), "killed after the work was done"
         a = _start(settings, sl.vkey, log, "a")  # its restart
         wait_for(done, 300, "the whole log archived")
+        # the restart may still be starting (a loaded machine): its SIGTERM handler first
+        wait_for(lambda: log.read_text().count("Ctrl-C to stop") >= 3, 120, "the restart")
     finally:
         for proc in (a, b):
             if proc.poll() is None:
