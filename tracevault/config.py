@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     archive_segment_max_age_s: float = Field(
         default=60.0, gt=0, description="seconds a segment stays open before it is written"
     )
+    archive_index: bool = Field(
+        default=True,
+        description="the archiver writes the investigator's index (index/ in the archive) "
+        "with each flush; off: run `tracevault index update` instead (docs/index.md)",
+    )
     archive_group_id: str | None = Field(
         default=None, description="archiver consumer group [tracevault-archiver.<prefix>]"
     )

@@ -31,6 +31,7 @@ EXTENSIONS = {
     "tracevault.content._cfields": "an encrypted run's content opened",
     "tracevault.schemas._cjcs": "canonical JSON checked on the agent's path",
     "tracevault.producer._cwire": "the Recorder's event bytes",
+    "tracevault.index._ccolumns": "the index's event columns",
 }
 
 # pydantic's false words (Settings reads the same variable as a bool and refuses others);

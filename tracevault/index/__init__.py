@@ -30,6 +30,7 @@ from tracevault.index._search import (
     run_sql,
     search,
 )
+from tracevault.index._step import IndexFlush, IndexStep
 from tracevault.index._tables import (
     EVENT_SCHEMA,
     RUN_SCHEMA,
@@ -45,6 +46,8 @@ __all__ = [
     "covered_sizes",
     "rebuild",
     "update",
+    "IndexFlush",
+    "IndexStep",
     "IndexedRun",
     "LogPlace",
     "StatusRow",

@@ -42,7 +42,7 @@ from tracevault.index._tables import (
 )
 from tracevault.transparency import TILE_WIDTH, tile_width
 
-__all__ = ["BuildReport", "build_index", "covered_sizes"]
+__all__ = ["BuildReport", "build_index", "covered_sizes", "hole_statuses"]
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +166,16 @@ def _holes(store: ObjectStore, log: _Log, upto: int) -> list[StatusRow]:
         hk = parse_hole_key(info.key)
         if hk is None or hk.end > upto:
             continue
-        hole = Hole.from_json(store.get(info.key), info.key)
-        at = datetime.fromisoformat(hole.detected_at.replace("Z", "+00:00")).astimezone(UTC)
-        micros = int(at.timestamp() * 1_000_000)
-        why = f"{hole.kind} leaves {hole.first}..{hole.end - 1}: {hole.why}"
-        out += [StatusRow(r, "hole", micros, why, info.key) for r in sorted(hole.runs)]
+        out += hole_statuses(Hole.from_json(store.get(info.key), info.key), info.key)
     return out
+
+
+def hole_statuses(hole: Hole, key: str) -> list[StatusRow]:
+    """A ``hole`` status row for each run the hole object at ``key`` names."""
+    at = datetime.fromisoformat(hole.detected_at.replace("Z", "+00:00")).astimezone(UTC)
+    micros = int(at.timestamp() * 1_000_000)
+    why = f"{hole.kind} leaves {hole.first}..{hole.end - 1}: {hole.why}"
+    return [StatusRow(r, "hole", micros, why, key) for r in sorted(hole.runs)]
 
 
 def _candidates(

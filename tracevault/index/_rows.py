@@ -32,7 +32,10 @@ __all__ = [
     "IndexedRun",
     "LogPlace",
     "StatusRow",
+    "agent_key_of",
     "run_rows",
+    "tenant_of",
+    "tool_name",
 ]
 
 KINDS = tuple(k.value for k in EventKind)
@@ -82,7 +85,7 @@ class IndexedRun:
         return len(self.events.get("seq", ()))
 
 
-def _tool(req: bytes) -> str | None:
+def tool_name(req: bytes) -> str | None:
     """A TOOL_CALL request's tool name, where it is clear."""
     if req.endswith(_ENVELOPE_END):  # encrypted: the envelope keeps the tool name in clear
         at = req.rfind(b'","tool":')
@@ -101,7 +104,11 @@ def _tool(req: bytes) -> str | None:
 
 
 def _tenant(ev: TraceEvent) -> str | None:
-    text = ev.attributes.get(_KEY_ATTRIBUTE)
+    return tenant_of(ev.attributes.get(_KEY_ATTRIBUTE))
+
+
+def tenant_of(text: str | None) -> str | None:
+    """The clear tenant of a wrapped-key attribute's text (None without one)."""
     if text is None:
         return None
     try:
@@ -113,7 +120,11 @@ def _tenant(ev: TraceEvent) -> str | None:
 
 def _agent_key(ev: TraceEvent) -> str | None:
     """``<key name>+<key id hex>`` of the note that signed seq 0: the run's agent key."""
-    note = ev.attributes.get(ATTEST_ATTRIBUTE)
+    return agent_key_of(ev.attributes.get(ATTEST_ATTRIBUTE))
+
+
+def agent_key_of(note: str | None) -> str | None:
+    """``<key name>+<key id hex>`` of an agent note attribute's signer (None without one)."""
     if note is None:
         return None
     try:
@@ -177,7 +188,7 @@ def _event_columns(
         kind = ev.kind
         kinds.append(_KIND_NAME[kind])
         ats.append(ev.at)
-        tools.append(_tool(ev.request) if kind is tool_call else None)
+        tools.append(tool_name(ev.request) if kind is tool_call else None)
         models.append(ev.model)
         d = ev.attributes.get("duration_us") if ev.attributes else None
         durations.append(int(d) if d is not None and d.isdigit() else None)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -9,10 +12,12 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import zip_longest
+from pathlib import Path
 
 from confluent_kafka import Producer
 
 from tracevault.archive import ObjectStore, archived_run
+from tracevault.archive.tlog import checkpoint_prefix, log_prefix
 from tracevault.config import Settings
 from tracevault.schemas import decode_sealed
 from tracevault.services.archiver import Archiver, ArchiverStats
@@ -174,3 +179,30 @@ def produce_sealed_logged(settings: Settings, runs: dict[str, list[bytes]]) -> S
     sl = SealedLog(settings)
     sl.produce(runs)
     return sl.settings_trusting()
+
+
+def start_archiver(
+    settings: Settings, vkey: str, log: Path, instance: str, max_events: int
+) -> subprocess.Popen[bytes]:
+    """``tracevault archiver`` as its own process (static member ``instance``), flushing every
+    ``max_events`` leaves or 0.3 s, its output appended to ``log``."""
+    env = {
+        **os.environ,
+        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
+        "TRACEVAULT_ARCHIVE_URL": settings.archive_url,
+        "TRACEVAULT_LOG_VKEYS": vkey,
+    }
+    cmd = [
+        sys.executable, "-m", "tracevault", "archiver",
+        "--segment-max-events", str(max_events), "--segment-max-age", "0.3",
+        "--instance-id", f"{instance}-{settings.topic_prefix}",
+    ]  # fmt: skip
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def archived_size(store: ObjectStore, settings: Settings, p: int) -> int:
+    """The size of partition ``p``'s newest archived checkpoint (0: none)."""
+    cps = store.list(checkpoint_prefix(log_prefix(settings.topic_prefix, p)))
+    return int(cps[-1].key.rsplit("/", 1)[1]) if cps else 0

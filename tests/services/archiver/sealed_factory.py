@@ -24,6 +24,7 @@ from tracevault.archive import (
 from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
+from tracevault.index import IndexStep
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -140,7 +141,10 @@ class LogWriter:
         prefix: str = "pfx",
         until: datetime | None = None,
         generation: str = "",
+        *,
+        index: IndexStep | None = None,
     ) -> None:
+        self.index = index  # the archiver's index step, fed as the archiver feeds it
         self.origin = log_origin("tracevault", prefix, 0, generation)
         self.plog = PartitionLog.open(store, prefix, self.origin, 0, [signer.verifier])
         self.signer, self.until = signer, until
@@ -160,8 +164,11 @@ class LogWriter:
         rec, self.tree = CheckpointRecord.build(self.tree, self.pending, self.origin, self.signer)
         self.pending = []
         self.plog.note, self.plog.note_size = rec.note, self.tree.size
+        index = None if self.index is None else self.index.take(self.plog)
         with ThreadPoolExecutor(4) as pool:
-            self.plog.flush(self.until or future(), pool)
+            job = self.plog.take_flush(self.until or future())
+            job.index = index
+            job.write(pool)
 
 
 def write_log_run(

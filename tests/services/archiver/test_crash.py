@@ -9,16 +9,14 @@ signed and consistent with the next one.
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.services.archiver.helpers import SealedLog, wait_for
+from tests.services.archiver.helpers import SealedLog, archived_size, start_archiver, wait_for
 from tests.services.archiver.sealed_factory import sealed_values
 from tracevault.archive import ObjectStore, open_store
 from tracevault.archive.layout import run_prefix
@@ -51,25 +49,11 @@ KILLS = 5
 
 
 def _start(settings: Settings, vkey: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "TRACEVAULT_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TRACEVAULT_TOPIC_PREFIX": settings.topic_prefix,
-        "TRACEVAULT_ARCHIVE_URL": settings.archive_url,
-        "TRACEVAULT_LOG_VKEYS": vkey,
-    }
-    cmd = [
-        sys.executable, "-m", "tracevault", "archiver",
-        "--segment-max-events", "200", "--segment-max-age", "0.3",
-        "--instance-id", f"crash-{settings.topic_prefix}",
-    ]  # fmt: skip
-    with open(log, "ab") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return start_archiver(settings, vkey, log, "crash", 200)
 
 
 def _archived_size(store: ObjectStore, settings: Settings, p: int) -> int:
-    cps = store.list(checkpoint_prefix(log_prefix(settings.topic_prefix, p)))
-    return int(cps[-1].key.rsplit("/", 1)[1]) if cps else 0
+    return archived_size(store, settings, p)
 
 
 def test_sigkill_five_times_during_20000_events_leaves_a_complete_log(

@@ -58,6 +58,7 @@ from confluent_kafka import Message
 from tracevault.archive import ObjectStore, open_store, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
 from tracevault.errors import ConfigError, RetentionError
+from tracevault.index import IndexStep
 from tracevault.kafka import sealed_generation
 from tracevault.services.archiver._admission import CheckpointAdmission
 from tracevault.services.archiver._flusher import Flusher
@@ -148,6 +149,7 @@ class Archiver:
             clock,
             retention,
             settings.archive_segment_max_age_s,
+            index=IndexStep(self.store) if settings.archive_index else None,
         )
         refusals = Refusals(self.store, self.topic, self.stats, clock, retention)
         holes = HolePlacer(

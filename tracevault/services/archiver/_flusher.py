@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from prometheus_client import Histogram
 
+from tracevault.index import IndexStep
 from tracevault.services.archiver._logwriter import FlushJob
 from tracevault.services.archiver._state import ArchiverStats, Part
 
@@ -36,8 +37,12 @@ class Flusher:
         clock: Callable[[], datetime],
         retention: timedelta,
         max_age_s: float,
+        *,
+        index: IndexStep | None = None,
     ) -> None:
         self._stats = stats
+        # the investigator's index, written with each flush (docs/index.md, "Writing")
+        self._index = index
         self._timer = timer
         self._clock = clock
         self._retention = retention
@@ -76,7 +81,9 @@ class Flusher:
             return
         while len(part.flights) >= _BACKLOG:
             self._wait_oldest(part)
+        index = self._index.take(plog) if self._index is not None else None
         job = plog.take_flush(self._clock() + self._retention)
+        job.index = index
         before = part.flights[-1][0] if part.flights else None
         fut = self._flusher.submit(_after, before, job, self._pool, self._timer)
         part.flights.append((fut, job, part.ready_offset))

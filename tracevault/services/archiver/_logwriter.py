@@ -336,6 +336,7 @@ class FlushJob:
     size: int
     leaves: int
     finished: int
+    index: Callable[[], object] | None = None  # the index step's objects (tracevault.index)
 
     def write(self, pool: ThreadPoolExecutor) -> int:
         """Put the objects, then the checkpoint.
@@ -350,6 +351,7 @@ class FlushJob:
         flush."""
         until, store_put = self.until, self.store.put
         url = self.store.url
+        index = None if self.index is None else pool.submit(self.index)  # beside the puts
 
         def put(k: str, v: bytes) -> None:
             try:
@@ -377,6 +379,8 @@ class FlushJob:
             n = max(1, min(pool._max_workers, len(self.puts)))
             for f in [pool.submit(put_left) for _ in range(n)]:
                 f.result()
+        if index is not None:
+            index.result()  # before the checkpoint: what a checkpoint makes count is indexed
         put(*self.checkpoint)  # last: it makes the flush count
         return len(self.puts) + 1
 
