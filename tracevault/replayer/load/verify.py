@@ -19,9 +19,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from tracevault.errors import ConfigError
+from tracevault.errors import ChainError, ConfigError
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
+from tracevault.replayer.load._contested import CONTESTED_CHECK, contests
 from tracevault.replayer.load._erasure import check_writer
 from tracevault.replayer.load._nogc import gc_paused
 from tracevault.replayer.load._verify_archive import check_archive, check_archive_structure
@@ -196,11 +197,25 @@ def _verify(
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
-    i_checks, i_warnings, provenance = _check_identity(
-        run.run_id, columns, rows, summary, (agents, operators), agent_check
+    # the sequencer's records against the run, each verified under the same log policy
+    found, c_warnings = contests(
+        run, lambda rec: _verify(rec, end=EndRule(), rebuild=False, log=log)
     )
+    warnings.extend(c_warnings)
+    try:
+        i_checks, i_warnings, provenance = _check_identity(
+            run.run_id, columns, rows, summary, (agents, operators), agent_check
+        )
+    except ChainError as exc:
+        if not found or not found[0].hijacked:
+            raise
+        raise found[0].error(run, exc) from None
     checks.extend(i_checks)
     warnings.extend(i_warnings)
+    if found:
+        raise found[0].error(run)
+    if run.contested:
+        checks.append(CONTESTED_CHECK)
     if log is None:  # with the log, L3 decided this
         reason = None if summary.finished else end.reason(run, last_event(run, columns))
         if end.required or reason is not None:
