@@ -219,13 +219,12 @@ class AttestRules:
         if every is None:
             return []
         todo: list[ToSeal] = []
-        for run in list(out.touched.values()):
+        late = [r for r in out.touched.values() if r.next_seq > r.noted + every]  # rarely any
+        for run in late:
             key = run.agent_key
             if key is None or key in (UNKNOWN_KEY, CONTESTED_START) or run.finished or run.hijacked:
                 continue
             due = run.noted + every
-            if run.next_seq <= due:
-                continue
             run.noted = _PARKED
             todo += self._contest(
                 out,
