@@ -192,3 +192,32 @@ def test_a_flood_ahead_of_the_next_signature_is_named_a_hijack(
         code, out = _verify(settings, log_vkey, rid, "--from", source, "--no-agent-check")
         assert code == 1 and out["ok"] is False, (source, out)
         assert "hijacked" in out["error"] and "contested" in out["error"], (source, out)
+
+
+def test_a_flood_past_the_note_interval_is_contested_before_any_genuine_event_returns(
+    settings: Settings, log_vkey: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The notes stop covering the run: 70 unsigned events after the agent's seqs 0-2, so
+    seq 64 (agent_attest_every past seq 0's note) carries none. The live sequencer (its C path
+    seals them unasked) contests the run at seq 64 while the agent is still silent."""
+    caplog.set_level(logging.WARNING)
+    rid = "run-flood-uncovered"
+    genuine = _genuine(rid)
+    assert settings.agent_attest_every == 64
+    with sequencer_running(settings) as (_seq, errors):
+        _produce(settings, rid, genuine[:3])
+        wait_until(lambda: _sealed_seqs(settings, rid) == [0, 1, 2], timeout=60, what="0-2")
+        _produce(
+            settings,
+            rid,
+            [encode_event(_event(rid, s, EventKind.TOOL_CALL, {"x": s})) for s in range(3, 73)],
+        )
+        wait_until(lambda: bool(_contested_for(settings, rid)), timeout=60, what="contested")
+        assert not errors, errors
+    [record] = _contested_for(settings, rid)
+    assert record["seq"] == 64 and "stopped covering" in record["reason"], record
+    assert "seqs 1.." in record["reason"], record  # (to the batch's end)
+    alerts = [r.getMessage() for r in caplog.records if "ALERT" in r.getMessage()]
+    assert any("stopped covering" in m and rid in m for m in alerts), alerts
+    code, out = _verify(settings, log_vkey, rid, "--from", "topic", "--no-agent-check")
+    assert code == 1 and "stopped covering" in out["error"], out
