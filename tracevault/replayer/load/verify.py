@@ -142,25 +142,42 @@ def verify(
     return dataclasses.replace(report, chain_only=True) if chain_only else report
 
 
-def _check_identity(  # noqa: PLR0917 - the walk's state, as _verify has it
-    run_id: str,
+def _check_writers(  # noqa: PLR0917 - the walk's state, as _verify has it
+    run: LoadedRun,
     columns: SealedColumns | None,
     rows: Sequence[Any],
     summary: RecordsSummary,
     keys: tuple[AgentKeys | None, Sequence[Ed25519Verifier] | None],
     agent_check: bool,
+    log: LogPolicy | None,
 ) -> tuple[list[str], list[str], str]:
-    """Check I (or E, for an erasure record) over the walk's columns (a rebuild) or rows."""
-    return check_writer(
-        run_id,
-        columns.raws if columns is not None else [r["raw"] for r in rows],
-        columns.hashes if columns is not None else [r["hash"] for r in rows],
-        summary.kinds,
-        keys,
-        finished=summary.finished,
-        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
-        required=agent_check,
-    )
+    """Check I (or E, for an erasure record) over the walk's columns (a rebuild) or rows, and
+    check C: the sequencer's contested records naming the run (``_contested``), each verified
+    under the same log policy. A hijack is named whatever check I says (what check I found
+    from its seq on is quoted); another contest fails the run after check I."""
+    found, warnings = contests(run, lambda rec: _verify(rec, end=EndRule(), rebuild=False, log=log))
+    try:
+        checks, i_warnings, provenance = check_writer(
+            run.run_id,
+            columns.raws if columns is not None else [r["raw"] for r in rows],
+            columns.hashes if columns is not None else [r["hash"] for r in rows],
+            summary.kinds,
+            keys,
+            finished=summary.finished,
+            agent_ids=None
+            if summary.events is None
+            else [ev.agent.agent_id for ev in summary.events],
+            required=agent_check,
+        )
+    except ChainError as exc:
+        if not found or not found[0].hijacked:
+            raise
+        raise found[0].error(run, exc) from None
+    if found:
+        raise found[0].error(run)
+    if run.contested:
+        checks.append(CONTESTED_CHECK)
+    return checks, warnings + i_warnings, provenance
 
 
 def _verify(
@@ -197,25 +214,11 @@ def _verify(
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
-    # the sequencer's records against the run, each verified under the same log policy
-    found, c_warnings = contests(
-        run, lambda rec: _verify(rec, end=EndRule(), rebuild=False, log=log)
+    i_checks, i_warnings, provenance = _check_writers(
+        run, columns, rows, summary, (agents, operators), agent_check, log
     )
-    warnings.extend(c_warnings)
-    try:
-        i_checks, i_warnings, provenance = _check_identity(
-            run.run_id, columns, rows, summary, (agents, operators), agent_check
-        )
-    except ChainError as exc:
-        if not found or not found[0].hijacked:
-            raise
-        raise found[0].error(run, exc) from None
     checks.extend(i_checks)
     warnings.extend(i_warnings)
-    if found:
-        raise found[0].error(run)
-    if run.contested:
-        checks.append(CONTESTED_CHECK)
     if log is None:  # with the log, L3 decided this
         reason = None if summary.finished else end.reason(run, last_event(run, columns))
         if end.required or reason is not None:
