@@ -84,8 +84,12 @@ def session_agent_key(session_agent_signer: Ed25519Signer) -> Iterator[str]:
     """The session's agent key in TRACEVAULT_AGENT_KEY (every Recorder signs its run: a
     deployment's provenance is required, docs/identity.md) and its vkey in
     TRACEVAULT_AGENT_VKEYS for every agent id (``"*"``), so sequencers and verifiers trust it.
-    Tests of identity itself name their agent keys (``--agent-key``, ``Settings``)."""
-    vkeys = json.dumps({"*": [session_agent_signer.verifier.vkey]})
+    Tests of identity itself name their agent keys (``--agent-key``, ``Settings``). The
+    sequencer tests' hand-made raw events (``tests.consumer.sequencer.support.AGENT``,
+    agent ``unsigned-test-agent``) are unsigned on purpose: that agent id is listed with no
+    key, so the sequencer does not contest them (verify fails them as not authorised, unless
+    waived)."""
+    vkeys = json.dumps({"*": [session_agent_signer.verifier.vkey], "unsigned-test-agent": []})
     with _session_env({_AGENT_KEY_ENV: session_agent_signer.skey, _AGENT_VKEYS_ENV: vkeys}):
         yield session_agent_signer.skey
 

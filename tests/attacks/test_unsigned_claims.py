@@ -116,6 +116,10 @@ def _assert_contested_and_failing(
         assert code == 1 and out["ok"] is False and out["seq"] == 0, (source, out)
         assert "carries no agent signature" in out["error"], (source, out)
         assert "seqs 0.." in out["error"], (source, out)
+        # the auditor with only the log key: the sealed contested record fails the run
+        code, out = _verify(settings, log_vkey, run_id, "--from", source, "--no-agent-check")
+        assert code == 1 and "contested record" in out["error"], (source, out)
+        assert "an unsigned claim" in out["error"], (source, out)
 
 
 def test_a_keyless_recorder_claiming_a_keyed_agent_is_contested_and_fails_verify(

@@ -19,7 +19,7 @@ from tracevault.config import Settings
 from tracevault.content import is_envelope, open_run
 from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError
 from tracevault.replayer import LoadedRun, Trust, VerifyReport, load_run
-from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.source import load_archived
 from tracevault.schemas import SealedEvent, TraceEvent, decode_event
 from tracevault.transparency import LeafProof, RunLogEvidence
 
@@ -123,7 +123,7 @@ def gather(
         return _checked(settings, run, trust, reveal=reveal, proofs=proofs)
     store = open_store(settings.archive_url, settings, create=False)
     try:
-        run = load_from_archive(store, run_id)
+        run = load_archived(store, run_id)
         if on_loaded is not None:
             on_loaded(run)
         return _checked(settings, run, trust, reveal=reveal, proofs=proofs)

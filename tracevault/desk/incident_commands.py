@@ -19,7 +19,7 @@ from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.index import STATUSES, Filters, search
 from tracevault.replayer import LogPolicy, Trust, export_bundle
 from tracevault.replayer.erase import operator_signer
-from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.source import load_archived
 from tracevault.transparency import load_verifiers, operator_verifiers
 
 __all__ = ["incident"]
@@ -169,7 +169,7 @@ def _package_run(
     bundle = f"bundles/{safe}"
     store = open_store(settings.archive_url, settings, create=False)
     try:
-        export_bundle(load_from_archive(store, ev.run_id), writer.root / bundle, store=store,
+        export_bundle(load_archived(store, ev.run_id), writer.root / bundle, store=store,
                       log=policy)  # fmt: skip
     except TraceVaultError as exc:
         entry["bundle_skipped"] = str(exc)

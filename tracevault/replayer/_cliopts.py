@@ -18,9 +18,8 @@ from tracevault.archive import ObjectStore
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, NotFoundError
 from tracevault.replayer._results import LoadedRun
-from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.log_policy import NO_AGENT_CHECK as NO_AGENT_CHECK_SAID
-from tracevault.replayer.load.source import load_run, refuse_bad_run_id
+from tracevault.replayer.load.source import load_archived, load_run, refuse_bad_run_id
 from tracevault.replayer.load.trust import Trust
 
 __all__ = [
@@ -207,7 +206,7 @@ def load_for_export(settings: Settings, store: ObjectStore | None, run_id: str) 
     id outside the grammar that is not found is refused with the grammar."""
     try:
         if store is not None:
-            return load_from_archive(store, run_id)
+            return load_archived(store, run_id)
         return load_run(settings, run_id, source="topic", with_log=True)
     except NotFoundError as exc:
         refuse_bad_run_id(run_id, exc)

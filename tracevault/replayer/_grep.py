@@ -19,7 +19,7 @@ from tracevault.config import Settings
 from tracevault.content import open_run
 from tracevault.errors import ContentKeyError
 from tracevault.index import RunHit
-from tracevault.replayer.load.archive import load_from_archive
+from tracevault.replayer.load.source import load_archived
 from tracevault.schemas import TraceEvent, decode_event
 
 __all__ = ["GrepResult", "grep_runs"]
@@ -53,7 +53,7 @@ def grep_runs(
         raise ValueError(f"--grep {pattern!r} is not a regular expression: {exc}") from exc
     out = GrepResult()
     for hit in hits:
-        run = load_from_archive(store, hit.run_id)
+        run = load_archived(store, hit.run_id)
         events = [decode_event(r["raw"]) for r in run.records.rows]
         try:
             opened = open_run(settings, events)

@@ -175,6 +175,14 @@ class LoadedRun:
     #: states when the run finished (check A4).
     log_index_keys: tuple[str, ...] = ()
     log_head: str | None = None
+    #: The sequencer's contested records naming this run (``tracevault.contested:…``, found
+    #: by the run's id), each loaded like a run: verify checks them and fails the run on one
+    #: that holds (docs/identity.md, "A hijack is named as one").
+    contested: tuple[LoadedRun, ...] = ()
+    #: (raw record, DLQ record) of the run's refused events where the source has a DLQ (the
+    #: topic), so a hijack's record, which names the agent's events by their raw records,
+    #: says where the DLQ holds them. A hint, not evidence: the DLQ is not signed.
+    dlq_copies: tuple[tuple[str, str], ...] = ()
 
     def __len__(self) -> int:
         return len(self.records)

@@ -19,6 +19,11 @@ from tracevault.transparency._checkpoint import (
     log_origin,
     origin_generation,
 )
+from tracevault.transparency._contested import (
+    CONTESTED_PREFIX,
+    contested_ids,
+    contested_prefix,
+)
 from tracevault.transparency._cosignature import (
     ALG_COSIGNATURE_V1,
     CosignatureSigner,
@@ -131,6 +136,9 @@ __all__ = [
     "ATTEST_MARK",
     "AgentKeys",
     "AgentNote",
+    "CONTESTED_PREFIX",
+    "contested_ids",
+    "contested_prefix",
     "load_agent_signer",
     "open_agent_note",
     # the operator key: signs erasure records

@@ -153,14 +153,12 @@ class AgentKeys:
         own = self._allowed.get(agent_id)
         return key in (own if own is not None else self._allowed.get(ANY_AGENT, ()))
 
-    def named(self, agent_id: str) -> bool:
-        """Whether the list names ``agent_id`` with a key of its own (not through ``"*"``)."""
-        return bool(self._allowed.get(agent_id))
-
     def keyed(self, agent_id: str) -> bool:
-        """Whether some trusted key may record as ``agent_id``: a run claiming it must be
-        signed (docs/identity.md, "Provenance is required")."""
-        return bool(self._allowed.get(agent_id) or self._allowed.get(ANY_AGENT))
+        """Whether some trusted key may record as ``agent_id`` (as :meth:`allows` reads the
+        list: its own, else ``"*"``'s): a run claiming it must be signed (docs/identity.md,
+        "Provenance is required"). An id listed with no key is keyed by none."""
+        own = self._allowed.get(agent_id)
+        return bool(own if own is not None else self._allowed.get(ANY_AGENT))
 
     def agents_of(self, key: Ed25519Verifier) -> list[str]:
         return sorted(a for a, vs in self._allowed.items() if key in vs)

@@ -47,7 +47,9 @@ from tracevault.transparency import (
     verify_consistency,
 )
 
-AGENT = AgentInfo("test-agent", "1.0.0", "test-host", "pytest", "0.1.0")
+#: The agent of the hand-made raw events here: unsigned on purpose, so the suite's
+#: deployment lists it with no key (tests/conftest.py) and the sequencer does not contest them.
+AGENT = AgentInfo("unsigned-test-agent", "1.0.0", "test-host", "pytest", "0.1.0")
 
 
 def raw_event(

@@ -162,3 +162,78 @@ def test_a_run_whose_seq_0_carries_no_note_says_so() -> None:
     assert "an unsigned claim" in reasons[0], reasons
     assert len(reasons) > 1, reasons
     assert all(r.startswith("the run's seq 0 carried no agent note") for r in reasons[1:]), reasons
+
+
+def _forged(seq: int) -> bytes:
+    """An attacker's unsigned event at ``seq``, claiming the run's agent."""
+    return encode_event(_event(seq, 10, attrs={"refund": "approved"}))
+
+
+def _feed_seq(b: RunBook, raws: list[bytes], offset: int) -> list[BatchOutput]:
+    outs = []
+    for i, raw in enumerate(raws):
+        out = feed(b, RUN, raw, offset=offset + i)
+        b.check_coverage(out)
+        outs.append(out)
+    return outs
+
+
+def test_a_signed_conflict_behind_a_flood_names_the_hijack_and_the_agents_events(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seqs 3..9 taken by unsigned events: the agent's seq 3 is refused (no note: nothing
+    proven yet), its seq 4 too, but that one's note over its own chain contradicts the
+    sealed one, so the run is contested as hijacked at seq 3, naming the agent's 3 and 4."""
+    caplog.set_level(logging.ERROR)
+    genuine = _signed(11)  # notes at seqs 0, 4, 8 and 10
+    b = _book(AgentKeys({"bot": [KEY.verifier]}))
+    _feed_seq(b, genuine[:3], 0)
+    assert not _contested(_feed_seq(b, [_forged(s) for s in range(3, 10)], 3))
+    outs = _feed_seq(b, genuine[3:5], 10)
+    assert [d.reason for o in outs for d in o.dlq] == [DlqReason.CONFLICT] * 2
+    [record] = _contested(outs)
+    assert record["run_id"] == RUN and record["seq"] == 3 and record["hijacked"] is True
+    assert "was hijacked" in record["reason"] and "seqs 3..9" in record["reason"], record
+    assert [g["seq"] for g in record["genuine"]] == [3, 4], record
+    assert [g["raw"] for g in record["genuine"]] == [f"{RAW}[0]@10", f"{RAW}[0]@11"], record
+    assert any("ALERT" in r.getMessage() and "hijacked" in r.getMessage() for r in caplog.records)
+    # one record per hijack: the agent's later signed events add none
+    assert not _contested(_feed_seq(b, genuine[5:], 12))
+
+
+def test_a_conflict_whose_note_agrees_with_the_sealed_chain_proves_nothing() -> None:
+    """A genuine note copied into another body at a sealed seq: the chain it signs is the
+    sealed one, so no seq was forged, and the run is not named hijacked."""
+    genuine = _signed(11)
+    b = _book(AgentKeys({"bot": [KEY.verifier]}))
+    _feed_seq(b, genuine[:6], 0)
+    copy = decode_event(genuine[4])
+    altered = encode_event(dataclasses.replace(copy, request=b'{"step":"other"}'))
+    outs = _feed_seq(b, [altered], 6)
+    assert [d.reason for o in outs for d in o.dlq] == [DlqReason.CONFLICT]
+    assert not _contested(outs) and sum(o.contested for o in outs) == 0
+
+
+def test_an_unsigned_claim_on_an_agent_keyed_only_through_the_star_entry_is_contested() -> None:
+    unsigned = [encode_event(_event(s, 3)) for s in range(4)]
+    outs = _feed_all(_book(AgentKeys({"*": [KEY.verifier]})), unsigned)
+    [record] = _contested(outs)
+    assert record["seq"] == 0 and "an unsigned claim" in record["reason"], record
+
+
+def test_notes_that_stop_covering_a_run_are_contested_mid_run() -> None:
+    """agent_attest_every 4: the event at seq 4 carries no note, so the run is contested
+    when it is sealed, not at its RUN_FINISHED; a run signed as often is quiet."""
+    b = _book(AgentKeys({"bot": [KEY.verifier]}))
+    b.attest_every = 4
+    assert not _contested(_feed_seq(b, _signed(11), 0))
+    genuine = _signed(11)
+    b = _book(AgentKeys({"bot": [KEY.verifier]}))
+    b.attest_every = 4
+    _feed_seq(b, genuine[:4], 0)
+    outs = _feed_seq(b, [_forged(4)], 4)
+    [record] = _contested(outs)
+    assert record["seq"] == 4 and "stopped covering" in record["reason"], record
+    assert "seqs 1..4" in record["reason"], record
+    # once: the next unsigned events add no record until a note covers the run again
+    assert not _contested(_feed_seq(b, [_forged(s) for s in range(5, 9)], 5))

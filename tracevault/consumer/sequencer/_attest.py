@@ -10,12 +10,20 @@ What makes a run **contested**: a note by another key than the run's, by a key t
 deployment does not allow for the run's ``agent_id`` (``agent_vkeys``), one that does not
 verify, or one whose chain hash is not the sealed chain's (someone else's bytes were sealed
 in the stretch it covers); or no note where provenance requires one: a RUN_STARTED claiming
-an ``agent_id`` that ``agent_vkeys`` lists by name, a RUN_FINISHED of a run started under a key
-(``_check_unsigned``). The event is still sealed (it is the agent's, and the chain keeps
-every seq), and the sequencer logs an ALERT, counts it
-(``tracevault_sequencer_contested_total``) and seals a record of its own into the log: a
-two-event run ``tracevault.contested:<id>`` on the same partition whose RUN_STARTED request
-names the run, the seq and why. Verify (check I) then names the exact seqs.
+an ``agent_id`` some trusted key may record as (by name or through ``"*"``), a RUN_FINISHED of
+a run started under a key (``_check_unsigned``), or ``agent_attest_every`` sealed events past
+the run's last note (``_uncovered``, over each batch's runs: the C path seals unsigned events
+without asking). The event is still sealed (the chain keeps every seq), and the sequencer
+logs an ALERT, counts it (``tracevault_sequencer_contested_total``) and seals a record of its
+own into the log: a two-event run ``tracevault.contested:<id>`` on the same partition
+(``tracevault.transparency.contested_ids``) whose RUN_STARTED request names the run, the seq
+and why. Verify (checks C and I) then fails the run and names the exact seqs.
+
+**A hijack** (``_check_conflict``, ``_hijack``): an event refused as ``conflict`` whose note
+verifies under the run's key and whose own chain hashes part from the sealed chain proves that
+the sealed seqs from there were not its agent's. The record then says ``hijacked``, the first
+forged seq, and where the agent's own events went: the DLQ, and the raw records it copied
+(the run's earlier conflicts whose bytes link as the note's hashes say). Once per run.
 
 Without trusted agent vkeys the signatures cannot be checked; the chain hash and the run's
 key (by name and id) still are. A run restored from its head (after a restart) learns its key
@@ -24,38 +32,66 @@ from its next note, checked against ``agent_vkeys``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 
+from tracevault.chain import link
+from tracevault.consumer.sequencer._finished import FinishedRuns
 from tracevault.consumer.sequencer._records import sequencer_event
-from tracevault.consumer.sequencer._state import BatchOutput, _Run
+from tracevault.consumer.sequencer._state import BatchOutput, HistoryLoader, _Run
 from tracevault.errors import LogError, SchemaError
-from tracevault.heads import Head
+from tracevault.heads import Head, fingerprint
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, decode_event
-from tracevault.transparency import ATTEST_ATTRIBUTE, AgentKeys, open_agent_note
+from tracevault.transparency import (
+    ATTEST_ATTRIBUTE,
+    ATTEST_MARK,
+    CONTESTED_PREFIX,
+    AgentKeys,
+    AgentNote,
+    contested_ids,
+    open_agent_note,
+)
 
 __all__ = ["CONTESTED_PREFIX", "UNKNOWN_KEY", "AttestRules", "ToSeal"]
 
 log = logging.getLogger(__name__)
 
-#: Run ids of the sequencer's contested records; a producer's event for one is refused.
-CONTESTED_PREFIX = "tracevault.contested:"
 #: A restored run's key before its next note names it (its seq 0 was sealed earlier).
 UNKNOWN_KEY: tuple[str, bytes] = ("", b"")
 #: A run whose seq 0 carried a note that was contested: it has no key to hold later notes to.
 CONTESTED_START: tuple[str, bytes] = ("?", b"?")
 #: (run, seq, raw value, finishes) of a record the sequencer writes itself
 ToSeal = tuple[_Run, int, bytes, bool]
+#: Conflicting events remembered per run, and the bytes of them kept (as a run's held events
+#: are bounded): enough to name the agent's own events behind a hijack, while a flood of
+#: conflicts cannot grow the sequencer's memory.
+_MAX_CONFLICTS = 256
+_MAX_CONFLICT_BYTES = 256 * 1024
+#: A run's ``noted`` once a stretch no note covers is contested: quiet until its next note.
+_PARKED = 1 << 62
+
+
+def _seq_names(seqs: list[int]) -> str:
+    """``seqs 3..6`` for a run of seqs, else each named."""
+    if len(seqs) == 1:
+        return f"seq {seqs[0]}"
+    if seqs == list(range(seqs[0], seqs[-1] + 1)):
+        return f"seqs {seqs[0]}..{seqs[-1]}"
+    return "seqs " + ", ".join(str(s) for s in seqs)
 
 
 class AttestRules:
     """Checks the note an event carries as it is sealed (a base of the book's rules)."""
 
     agents: AgentKeys
+    attest_every: int | None
     partitions: int
     sequencer_id: str
+    raw_topic: str
+    dlq_topic: str
     runs: dict[str, _Run]
+    finished: FinishedRuns
+    _history: HistoryLoader
 
     def _check_note(self, out: BatchOutput, run: _Run, seq: int, raw: bytes) -> list[ToSeal]:
         """Check the note ``raw`` carries, if any, against ``run`` before it is sealed;
@@ -68,11 +104,138 @@ class AttestRules:
         if value is None:
             return []
         why = self._note_problem(run, seq, value, ev.agent.agent_id)
-        if why is None:
-            return []
+        if isinstance(why, AgentNote):
+            if why.chain_hash == run.last_hash:
+                run.noted = seq
+                return []
+            if run.hijacked:
+                return []  # named once: the agent's chain parted from the sealed one for good
+            return self._hijack(out, run, seq, why, None) or self._contest(
+                out,
+                run,
+                seq,
+                f"its note signs a chain hash at seq {seq - 1} that is not the sealed one: "
+                f"an event of seqs {why.first}..{seq - 1} was not written by its producer",
+            )
         if seq == 0 and run.agent_key is None:
             run.agent_key = CONTESTED_START
         return self._contest(out, run, seq, why)
+
+    def _check_conflict(
+        self, out: BatchOutput, run: _Run, seq: int, raw: bytes, where: tuple[int, int]
+    ) -> list[ToSeal]:
+        """An event refused as ``conflict`` (another is sealed at its seq): remembered, and
+        when it carries a note of the run's key over a chain that is not the sealed one, that
+        note proves the run was hijacked (docs/identity.md, "A hijack is named as one")."""
+        if run.conflicts is None:
+            run.conflicts = []
+        if len(run.conflicts) < _MAX_CONFLICTS:
+            kept = sum(len(c[3] or b"") for c in run.conflicts)
+            keep = raw if kept + len(raw) <= _MAX_CONFLICT_BYTES else None
+            run.conflicts.append((seq, *where, keep))
+        if run.hijacked or seq == 0 or not self.agents or ATTEST_MARK not in raw:
+            return []  # (a note in seq 0 covers only the genesis: it proves nothing here)
+        try:
+            ev = decode_event(raw, check_json=False)
+        except SchemaError:
+            return []
+        value = ev.attributes.get(ATTEST_ATTRIBUTE)
+        if value is None or run.agent_key in (None, CONTESTED_START):
+            return []
+        started = run.agent_key
+        why = self._note_problem(run, seq, value, ev.agent.agent_id)
+        if started == UNKNOWN_KEY and run.agent_key != started:
+            run.agent_key = started  # a refused event does not name a restored run's key
+        if not isinstance(why, AgentNote):
+            return []  # not the run's agent's note: the conflict proves nothing
+        return self._hijack(out, run, seq, why, where)
+
+    def _hijack(
+        self,
+        out: BatchOutput,
+        run: _Run,
+        seq: int,
+        note: AgentNote,
+        refused: tuple[int, int] | None,
+    ) -> list[ToSeal]:
+        """The contest of a run whose agent signed a chain that is not the sealed one: the
+        first seq sealed that its agent did not write, and where the agent's own events went
+        (those refused as ``conflict`` whose bytes link as its note's hashes say). Empty when
+        the note proves no forgery (the chains part at a GAP: events lost, not replaced)."""
+        first = self._first_forged(run, note)
+        if first is None:
+            return []
+        run.hijacked = True
+        genuine: dict[int, tuple[int, int]] = {}
+        for s, p, o, raw in run.conflicts or ():
+            if first <= s < seq and s not in genuine and raw is not None:
+                before, after = note.around(s)
+                if link(before, raw) == after:
+                    genuine[s] = (p, o)
+        if refused is not None:
+            genuine[seq] = refused
+        sig = run.agent_key or UNKNOWN_KEY
+        last = run.next_seq - 1  # (a sealed note's own seq is not sealed yet)
+        why = (
+            f"run {run.run_id} was hijacked: its agent's note in seq {seq} (key "
+            f"{sig[0]}+{sig[1].hex()}) signs a chain hash at seq {seq - 1} that is not the "
+            f"sealed one, and the agent's own hashes part from the sealed chain at seq "
+            f"{first}: seq {first} sealed under its id is not its agent's, and seqs "
+            f"{first}..{last} are covered by no signature of its agent"
+        )
+        where = {s: f"{self.raw_topic}[{p}]@{o}" for s, (p, o) in sorted(genuine.items())}
+        if where:
+            why += (
+                f"; the agent's own events are in {self.dlq_topic}, refused as conflict: "
+                f"{_seq_names(list(where))} (from {', '.join(where.values())})"
+            )
+        located = [{"seq": s, "raw": w} for s, w in where.items()]
+        extra = {"hijacked": True, "genuine": located, "dlq": self.dlq_topic}
+        return self._contest(out, run, first, why, extra)
+
+    def _first_forged(self, run: _Run, note: AgentNote) -> int | None:
+        """The first seq of ``note.covers`` whose sealed hash is not the agent's, unless the
+        sealed event there is a GAP marker (or the hashes cannot be read)."""
+        for i in note.covers:
+            h = run.hashes.get(i)
+            if h is None and not run.history_complete:
+                run.hashes.update(
+                    self._history(run.run_id, run.partition, run.first_offset, run.last_offset)
+                )
+                run.history_complete = True
+                h = run.hashes.get(i)
+            if h is None:
+                return None
+            if h != note.around(i)[1]:
+                return None if run.in_gap(i) else i
+        return None
+
+    def _uncovered(self, out: BatchOutput) -> list[ToSeal]:
+        """Notes that stop covering a run mid-way (docs/identity.md): a run started under a
+        key whose sealed events ran ``attest_every`` past its last note with no note of its
+        key is contested at once, not only at its RUN_FINISHED. Over the batch's runs, after
+        it is applied: the C path seals the unsigned events without asking."""
+        every = self.attest_every
+        if every is None:
+            return []
+        todo: list[ToSeal] = []
+        late = [r for r in out.touched.values() if r.next_seq > r.noted + every]  # rarely any
+        for run in late:
+            key = run.agent_key
+            if key is None or key in (UNKNOWN_KEY, CONTESTED_START) or run.finished or run.hijacked:
+                continue
+            due = run.noted + every
+            run.noted = _PARKED
+            todo += self._contest(
+                out,
+                run,
+                due,
+                f"its notes stopped covering it: seq {due} is {every} events "
+                f"(agent_attest_every) past its last note at seq {due - every} and carries "
+                f"no note of the run's key {key[0]}+{key[1].hex()}; seqs {due - every + 1}.."
+                f"{run.next_seq - 1} are covered by no signature",
+            )
+        return todo
 
     def _check_unsigned(self, out: BatchOutput, run: _Run, seq: int, raw: bytes) -> list[ToSeal]:
         """Provenance is required (docs/identity.md): a RUN_STARTED with no note claiming an
@@ -85,9 +248,9 @@ class AttestRules:
                 agent_id = decode_event(raw, check_json=False).agent.agent_id
             except SchemaError:
                 return []  # the rules read it once already; nothing to check
-            if not self.agents.named(agent_id):
-                # not listed by name (``"*"`` or none): verify fails it, as unsigned or not
-                # authorised; the sequencer contests the claims on agents it lists by name
+            if not self.agents.keyed(agent_id):
+                # no key may record as it (by name or through ``"*"``): verify fails it as
+                # not authorised; what the sequencer contests is a claim on a keyed agent
                 return []
             why = (
                 f"its RUN_STARTED claims agent_id {agent_id!r}, which agent_vkeys keys, but "
@@ -103,7 +266,9 @@ class AttestRules:
         )
         return self._contest(out, run, seq, why)
 
-    def _note_problem(self, run: _Run, seq: int, value: str, agent_id: str) -> str | None:
+    def _note_problem(self, run: _Run, seq: int, value: str, agent_id: str) -> str | AgentNote:
+        """Why the note is not the run's agent's (in words), else the note itself: the
+        caller compares its chain with the sealed one."""
         try:
             note, sig, msg = open_agent_note(value)
         except LogError as exc:
@@ -141,14 +306,16 @@ class AttestRules:
                 f"its note is signed by {named}, the run was started under "
                 f"{started[0]}+{started[1].hex()}"
             )
-        if note.chain_hash != run.last_hash:
-            return (
-                f"its note signs a chain hash at seq {seq - 1} that is not the sealed one: "
-                f"an event of seqs {note.first}..{seq - 1} was not written by its producer"
-            )
-        return None
+        return note
 
-    def _contest(self, out: BatchOutput, run: _Run, seq: int, why: str) -> list[ToSeal]:
+    def _contest(
+        self,
+        out: BatchOutput,
+        run: _Run,
+        seq: int,
+        why: str,
+        extra: dict[str, object] | None = None,
+    ) -> list[ToSeal]:
         """ALERT, count, and the contested record naming the run, to seal into the log."""
         log.error(
             "ALERT run %s is contested at seq %s (partition %s): %s",
@@ -161,7 +328,7 @@ class AttestRules:
         cid = self._contested_id(run, seq)
         rec = self.runs[cid] = _Run(Head.new(cid, run.partition))
         rec.agent_key = None
-        detail = {"run_id": run.run_id, "seq": seq, "reason": why}
+        detail = {"run_id": run.run_id, "seq": seq, "reason": why, **(extra or {})}
         sid = self.sequencer_id
         return [
             (rec, 0, sequencer_event(cid, 0, EventKind.RUN_STARTED, detail, sid), False),
@@ -169,14 +336,11 @@ class AttestRules:
         ]
 
     def _contested_id(self, run: _Run, seq: int) -> str:
-        """A fresh run id for the record, on the contested run's own partition."""
-        base = hashlib.sha256(
-            f"{run.run_id}\0{seq}\0{run.next_seq}\0{len(self.runs)}".encode()
-        ).hexdigest()[:24]
-        for n in range(100_000):
-            cid = f"{CONTESTED_PREFIX}{base}:{n}"
-            if cid not in self.runs and partition_for(cid.encode(), self.partitions) == (
-                run.partition
-            ):
+        """A fresh run id for the record, on the contested run's own partition, found from
+        the contested run's id alone (``tracevault.transparency.contested_ids``): verify looks
+        a run's records up by it."""
+        parts, here = self.partitions, run.partition
+        for cid in contested_ids(run.run_id, lambda c: partition_for(c.encode(), parts) == here):
+            if cid not in self.runs and self.finished.get(fingerprint(cid)) is None:
                 return cid
         raise AssertionError("no contested run id maps to the partition")  # pragma: no cover

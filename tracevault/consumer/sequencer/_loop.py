@@ -250,6 +250,8 @@ class Sequencer(Transactions):
             horizon_us=int(s.sequencer_finished_horizon_s * 1_000_000),
             skew_us=int(s.sequencer_clock_skew_s * 1_000_000),
             idle_close_us=int(s.sequencer_idle_close_s * 1_000_000),
+            attest_every=s.agent_attest_every,
+            dlq_topic=s.topics.dlq,
         )
         consumer.subscribe(
             [s.topics.raw],
@@ -295,6 +297,7 @@ class Sequencer(Transactions):
             if mono >= next_idle:
                 next_idle = mono + _IDLE_EVERY_S
                 self._book.close_idle(out, now_us)
+            self._book.check_coverage(out)
             if consumed or out:
                 self._transact(consumer, out)
             if mono >= next_lag:

@@ -109,8 +109,15 @@ class RunBook(GapRules):
         horizon_us: int = 172_800_000_000,
         skew_us: int = 300_000_000,
         idle_close_us: int = 86_400_000_000,
+        attest_every: int | None = None,
+        dlq_topic: str | None = None,
     ) -> None:
         self.raw_topic = raw_topic
+        # where refused events go: named in a hijack's contested record (``_attest``)
+        self.dlq_topic = dlq_topic or raw_topic.removesuffix(".raw") + ".dlq"
+        # the deployment's agent_attest_every: a keyed run's notes may not stop for longer
+        # (None: not checked)
+        self.attest_every = attest_every
         self.partitions = partitions
         self.sequencer_id = sequencer_id
         self.gap_timeout_us = gap_timeout_us
@@ -571,3 +578,11 @@ class RunBook(GapRules):
             run_id=run.run_id,
             seq=seq,
         )
+        # the agent's own event behind a hijack is refused here: its note may prove it
+        for rec, s, raw, fin in self._check_conflict(out, run, seq, value, (src[2], src[3])):
+            self._seal(out, rec, s, raw, run.partition, -1, fin)
+
+    def check_coverage(self, out: BatchOutput) -> None:
+        """After a batch's rules: contest runs whose notes stopped covering them (``_attest``)."""
+        for rec, s, raw, fin in self._uncovered(out):
+            self._seal(out, rec, s, raw, rec.partition, -1, fin)

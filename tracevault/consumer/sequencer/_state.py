@@ -22,18 +22,21 @@ class _Run:
 
     __slots__ = (
         "agent_key",
+        "conflicts",
         "enc",
         "finished",
         "first_offset",
         "gaps",
         "hashes",
         "held",
+        "hijacked",
         "history_complete",
         "key",
         "last_hash",
         "last_offset",
         "leaf",
         "next_seq",
+        "noted",
         "partition",
         "persisted",
         "run_id",
@@ -45,6 +48,16 @@ class _Run:
         # (name, key id) of the agent key that signed seq 0 (None: none did); a run restored
         # past seq 0 learns it from its next note (``_attest``, docs/identity.md)
         self.agent_key: tuple[str, bytes] | None = None if head.next_seq == 0 else ("", b"")
+        # the seq of the last event whose note held (a restored run: its last sealed seq, so
+        # the coverage check counts from there until its next note names its key; parked far
+        # ahead once a stretch no note covers is contested, until the next note)
+        self.noted = head.next_seq - 1
+        # (seq, raw partition, raw offset, bytes or None) of the run's events refused as
+        # ``conflict`` (in memory only): a later note of the run's key that proves a hijack
+        # names which of them are its agent's own (``_attest``); None until the first one
+        self.conflicts: list[tuple[int, int, int, bytes | None]] | None = None
+        # a contested record already names this run as hijacked
+        self.hijacked = False
         self.key = head.run_id.encode("utf-8")  # the Kafka key of its records
         # the writer's per-run cache of encoded pieces (opaque here; None until first use)
         self.enc: tuple[bytes, bytes] | None = None

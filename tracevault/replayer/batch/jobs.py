@@ -35,10 +35,10 @@ from tracevault.errors import ChainError, ConfigError, LogError
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import ReplayResult, VerifyReport
 from tracevault.replayer.batch._report import BatchItem, BatchReport
-from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.fresh import topic_tails
 from tracevault.replayer.load.log_policy import unverified_provenance, unverified_record
 from tracevault.replayer.load.opened import opened
+from tracevault.replayer.load.source import load_archived
 from tracevault.replayer.load.trust import Trust, unverified_freshness
 from tracevault.replayer.rerun.replay import areplay, replay
 
@@ -258,7 +258,7 @@ def _replay_one(store: ObjectStore, run_id: str, agent: Callable[..., Any],
     started = time.perf_counter()
     checks = access.checks if access.checks is not None else Trust.of(access.deployment())
     try:
-        run = load_from_archive(store, run_id)
+        run = load_archived(store, run_id)
         if checks.skip:
             events: Any = LazyEvents([r["raw"] for r in run.records.rows])
             count = len(run)

@@ -26,7 +26,13 @@ from tracevault.replayer.load.checks import fail
 from tracevault.schemas import decode_event
 from tracevault.transparency import ERASE_AGENT, AgentKeys, Ed25519Verifier
 
-__all__ = ["ERASURE_CHECK", "check_erasure_record", "check_writer", "is_erasure_record"]
+__all__ = [
+    "ERASURE_CHECK",
+    "check_erasure_record",
+    "check_writer",
+    "failure_detail",
+    "is_erasure_record",
+]
 
 ERASURE_CHECK = "E erasure: the erasure record is signed by a trusted operator key"
 _CHECK = "E erasure"
@@ -38,9 +44,9 @@ _UNSIGNED = (
 )
 
 
-def _detail(exc: ChainError) -> str:
-    """What check I found, without its own "verify failed: check I ..." frame and operator
-    action: check E's message says it once, its own wording first."""
+def failure_detail(exc: ChainError) -> str:
+    """What a check found, without its own "verify failed: check ..." frame and operator
+    action: the check quoting it (E, C) says those once, its own wording first."""
     text = _ACTION_TAIL.sub("", str(exc))
     return _FRAME.sub("", text, count=1)
 
@@ -81,7 +87,7 @@ def check_erasure_record(
             exc.seq,
             None,
             f"{forged} is not signed by a trusted operator key, so it is forged "
-            f"(check I: {_detail(exc)})",
+            f"(check I: {failure_detail(exc)})",
         ) from None
     if IDENTITY_CHECK not in checks or warnings or provenance != VERIFIED:
         raise fail(

@@ -35,6 +35,7 @@ from tracevault.schemas import EventKind, decode_event, read_long
 from tracevault.transparency import (
     ATTEST_ATTRIBUTE,
     ATTEST_MARK,
+    CONTESTED_PREFIX,
     AgentKeys,
     Ed25519Verifier,
     open_agent_note,
@@ -57,9 +58,6 @@ _GAP = EventKind.GAP.value
 #: agent's claim. The tools read no service, so the sequencer's constant is spelled here too
 #: (tests/replayer/test_identity.py pins the two equal).
 SEQUENCER_AGENT_ID = "tracevault-sequencer"
-#: Run ids of the sequencer's contested records (``consumer/sequencer/_attest.py``), which
-#: it refuses from producers (tests/replayer/test_identity.py pins the two equal).
-CONTESTED_PREFIX = "tracevault.contested:"
 _SEQUENCER_CHECK = (
     "I identity: a record the sequencer wrote itself (its run id is refused from producers)"
 )

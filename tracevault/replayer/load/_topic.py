@@ -18,12 +18,19 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
-from tracevault.heads import Head, find_head
-from tracevault.kafka import watermarks
+from tracevault.heads import Head, find_head, heads_partition_count, read_state
+from tracevault.kafka import partition_for, watermarks
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.checks import fail
@@ -32,13 +39,14 @@ from tracevault.transparency import (
     Checkpoint,
     CheckpointRecord,
     FoundCheckpoint,
+    contested_ids,
     is_checkpoint_record,
     is_partition_origin,
     log_origin,
     split_note,
 )
 
-__all__ = ["load_from_topic"]
+__all__ = ["find_contested_on_topic", "find_dlq_copies", "load_from_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +101,65 @@ def load_from_topic(
         log_origin=_origin(settings, head.partition, scan.found) if with_log else None,
         log_checkpoints=tuple(scan.found),
     )
+
+
+def find_contested_on_topic(
+    settings: Settings, run_id: str, *, with_log: bool = False, timeout: float = 30.0
+) -> tuple[LoadedRun, ...]:
+    """The sequencer's contested records naming ``run_id`` that the topic still holds: one
+    read of the run's heads partition (the records are sealed beside the run, so their heads
+    are there), the ids taken in the sequencer's order until one is unknown."""
+    n = heads_partition_count(settings, timeout=min(timeout, 10.0))
+    here = partition_for(run_id, n)
+    state = read_state(settings, [here], timeout=timeout)
+
+    def known(cid: str) -> bool:
+        return cid in state.heads or any(
+            chunk.head(cid) is not None for _p, chunk in state.finished.values()
+        )
+
+    found: list[LoadedRun] = []
+    for cid in contested_ids(run_id, lambda c: partition_for(c, n) == here):
+        if not known(cid):
+            break
+        found.append(load_from_topic(settings, cid, timeout=timeout, with_log=with_log))
+    return tuple(found)
+
+
+def find_dlq_copies(
+    settings: Settings, run_id: str, *, timeout: float = 30.0
+) -> tuple[tuple[str, str], ...]:
+    """Where ``<prefix>.dlq`` holds the run's refused events: (raw record, DLQ record) pairs,
+    from the DLQ records' source headers. The sequencer writes a refused event to the DLQ
+    partition of its raw partition (the run's). Not evidence (the DLQ is not signed): it says
+    where to look for the events a contested record names by their raw records."""
+    n = heads_partition_count(settings, timeout=min(timeout, 10.0))
+    topic, here, key = settings.topics.dlq, partition_for(run_id, n), run_id.encode("utf-8")
+    consumer = _consumer(settings)
+    out: list[tuple[str, str]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.assign([TopicPartition(topic, here, OFFSET_BEGINNING)])
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return tuple(out)
+                    continue
+                if msg.key() == key:
+                    h = _text_headers(msg.headers())
+                    src = "tracevault.source."
+                    raw = (
+                        f"{h.get(src + 'topic')}[{h.get(src + 'partition')}]"
+                        f"@{h.get(src + 'offset')}"
+                    )
+                    out.append((raw, f"{topic}[{here}]@{msg.offset()}"))
+    except KafkaException as exc:
+        log.warning("the DLQ %s was not read (%s): its copies are not located", topic, exc)
+    finally:
+        consumer.close()
+    return tuple(out)
 
 
 def _find_head(settings: Settings, run_id: str, timeout: float) -> Head:
@@ -217,6 +284,16 @@ def _origin(settings: Settings, partition: int, found: list[FoundCheckpoint]) ->
         if is_partition_origin(origin, settings.log_origin, settings.topic_prefix, partition):
             return origin
     return log_origin(settings.log_origin, settings.topic_prefix, partition)
+
+
+def _text_headers(headers: Any) -> dict[str, str]:
+    """A record's headers as text (confluent_kafka types them loosely)."""
+    if not isinstance(headers, list):
+        return {}
+    return {
+        k: v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v or "")
+        for k, v in headers
+    }
 
 
 def _is_checkpoint(headers: Any) -> bool:

@@ -41,6 +41,7 @@ from tracevault.archive.layout import (
     final_key,
     parse_segment_key,
     receipt_key,
+    run_id_of_segment,
     run_prefix,
 )
 from tracevault.archive.tlog import RunIndex, checkpoint_prefix, parse_checkpoint_key
@@ -51,6 +52,7 @@ from tracevault.replayer.load._nogc import gc_paused
 from tracevault.replayer.load.checks import fail
 from tracevault.schemas import Codec
 from tracevault.schemas.fast import sealed_columns, sealed_rows, segment_rows
+from tracevault.transparency import contested_prefix
 
 __all__ = [
     "ReadableStore",
@@ -215,6 +217,15 @@ def load_from_archive(store: ReadableStore, run_id: str) -> LoadedRun:
     """Every object of ``run_id`` in ``store``: segments in seq order, receipts, final receipt."""
     with gc_paused():
         return _load(store, run_id)
+
+
+def find_contested(store: ReadableStore, run_id: str) -> tuple[LoadedRun, ...]:
+    """The sequencer's contested records naming ``run_id``, found by one listing of the
+    ids they take (``tracevault.transparency.contested_prefix``), each loaded like a run."""
+    runs = "runs/"
+    listed = store.list(run_prefix(contested_prefix(run_id)).removesuffix("/"))
+    ids = {run_id_of_segment(i.key[len(runs) :].partition("/")[0]) for i in listed}
+    return tuple(load_from_archive(store, cid) for cid in sorted(c for c in ids if c))
 
 
 def _load_log(store: ReadableStore, run_id: str, index_keys: list[str]) -> LoadedRun:

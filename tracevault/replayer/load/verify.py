@@ -23,9 +23,10 @@ from typing import Any, Literal
 
 from tracevault.archive import ObjectStore
 from tracevault.config import Settings
-from tracevault.errors import ConfigError
+from tracevault.errors import ChainError, ConfigError
 from tracevault.replayer._records import LazyEvents
 from tracevault.replayer._results import LoadedRun, VerifyReport
+from tracevault.replayer.load._contested import CONTESTED_CHECK, contests
 from tracevault.replayer.load._erasure import check_writer
 from tracevault.replayer.load._nogc import gc_paused
 from tracevault.replayer.load._verify_archive import check_archive, check_archive_structure
@@ -169,25 +170,42 @@ def verify(
     return dataclasses.replace(report, chain_only=True) if chain_only else report
 
 
-def _check_identity(  # noqa: PLR0917 - the walk's state, as _verify has it
-    run_id: str,
+def _check_writers(  # noqa: PLR0917 - the walk's state, as _verify has it
+    run: LoadedRun,
     columns: SealedColumns | None,
     rows: Sequence[Any],
     summary: RecordsSummary,
     keys: tuple[AgentKeys | None, Sequence[Ed25519Verifier] | None],
     agent_check: bool,
+    log: LogPolicy | None,
 ) -> tuple[list[str], list[str], str]:
-    """Check I (or E, for an erasure record) over the walk's columns (a rebuild) or rows."""
-    return check_writer(
-        run_id,
-        columns.raws if columns is not None else [r["raw"] for r in rows],
-        columns.hashes if columns is not None else [r["hash"] for r in rows],
-        summary.kinds,
-        keys,
-        finished=summary.finished,
-        agent_ids=None if summary.events is None else [ev.agent.agent_id for ev in summary.events],
-        required=agent_check,
-    )
+    """Check I (or E, for an erasure record) over the walk's columns (a rebuild) or rows, and
+    check C: the sequencer's contested records naming the run (``_contested``), each verified
+    under the same log policy. A hijack is named whatever check I says (what check I found
+    from its seq on is quoted); another contest fails the run after check I."""
+    found, warnings = contests(run, lambda rec: _verify(rec, end=EndRule(), rebuild=False, log=log))
+    try:
+        checks, i_warnings, provenance = check_writer(
+            run.run_id,
+            columns.raws if columns is not None else [r["raw"] for r in rows],
+            columns.hashes if columns is not None else [r["hash"] for r in rows],
+            summary.kinds,
+            keys,
+            finished=summary.finished,
+            agent_ids=None
+            if summary.events is None
+            else [ev.agent.agent_id for ev in summary.events],
+            required=agent_check,
+        )
+    except ChainError as exc:
+        if not found or not found[0].hijacked:
+            raise
+        raise found[0].error(run, exc) from None
+    if found:
+        raise found[0].error(run)
+    if run.contested:
+        checks.append(CONTESTED_CHECK)
+    return checks, warnings + i_warnings, provenance
 
 
 def _verify(
@@ -224,8 +242,8 @@ def _verify(
         _check_log_index(run, summary, checks)
     elif run.expected_last_seq is not None or run.expected_head is not None:
         _check_topic_head(run, summary, checks)
-    i_checks, i_warnings, provenance = _check_identity(
-        run.run_id, columns, rows, summary, (agents, operators), agent_check
+    i_checks, i_warnings, provenance = _check_writers(
+        run, columns, rows, summary, (agents, operators), agent_check, log
     )
     checks.extend(i_checks)
     warnings.extend(i_warnings)
