@@ -19,7 +19,10 @@ from typing import Any
 from tracevault.replayer import areplay, replay
 from tracevault.schemas import TraceEvent
 
-__all__ = ["Offline", "replay_offline"]
+__all__ = ["OFFLINE_REPLAYS", "Offline", "replay_offline"]
+
+#: replays of one recording per integration: the issue's bar, 50/50
+OFFLINE_REPLAYS = 50
 
 _WATCHING: list[list[Any]] = []  # while a replay_offline runs: where its sockets went
 
