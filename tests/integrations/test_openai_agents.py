@@ -16,6 +16,7 @@ from agents.extensions import handoff_filters
 from tests.integrations.offline import OFFLINE_REPLAYS, replay_offline
 from tests.integrations.pipeline import Pipeline
 from tests.replayer.pipeline import wait_sealed
+from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
 from tracevault.errors import ConfigError, ReplayDivergence
@@ -102,6 +103,9 @@ def test_a_handoff_and_a_function_tool_record_and_replay_without_the_provider(
     assert json.loads(child[2].request) == {"tool": "get_weather", "args": {"city": "Paris"}}
     assert json.loads(child[2].response) == "clear over Paris, 21C"
     assert child[1].model == "gpt-4o-mini-2024-07-18"
+    # every call, the first turn's included, is sited in this file, not in the SDK's runner
+    for ev in [*parent[1:-1], *child[1:-1]]:
+        assert ev.attributes[SITE_ATTRIBUTE].startswith(f"{__name__}:"), (ev.kind, ev.attributes)
 
     async def weather_child(history: Any, edges: Edges) -> Any:
         async with openai.AsyncOpenAI(base_url=task["url"], api_key="t", max_retries=0) as client:

@@ -58,7 +58,7 @@ try:
 except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra("agents", exc) from exc
 
-from tracevault.callsite import add_harness_module
+from tracevault.callsite import add_harness_module, call_site, entered
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.integrations import openai as openai_adapter
@@ -231,13 +231,15 @@ async def run(
         raise ConfigError(f"run(..., client=) needs an openai.AsyncOpenAI, got {client!r}")
     recorded = _Run(edges, client, use_responses, run_config or RunConfig(), max_turns)
     try:
-        return await Runner.run(
-            recorded.agent(agent),
-            input,
-            context=context,
-            max_turns=max_turns,
-            run_config=recorded.config(),
-        )
+        # the runner makes the first turn's calls in tasks of its own: site them at this call
+        with entered(call_site()):
+            return await Runner.run(
+                recorded.agent(agent),
+                input,
+                context=context,
+                max_turns=max_turns,
+                run_config=recorded.config(),
+            )
     except AgentsException as exc:
         # The runner wraps what a tool raised ("Error running tool ..."): a divergence or a
         # refusal of tracevault reaches the agent, and the replay, as itself.
@@ -264,10 +266,11 @@ def run_streamed(
     if not isinstance(client, openai.AsyncOpenAI):
         raise ConfigError(f"run_streamed(..., client=) needs an openai.AsyncOpenAI, got {client!r}")
     recorded = _Run(edges, client, use_responses, run_config or RunConfig(), max_turns)
-    return Runner.run_streamed(
-        recorded.agent(agent),
-        input,
-        context=context,
-        max_turns=max_turns,
-        run_config=recorded.config(),
-    )
+    with entered(call_site()):  # the run's task, started here, keeps the entry site
+        return Runner.run_streamed(
+            recorded.agent(agent),
+            input,
+            context=context,
+            max_turns=max_turns,
+            run_config=recorded.config(),
+        )
