@@ -16,6 +16,11 @@ coroutine in a new task whose stack holds only the event loop and whatever calle
 ``asyncio.run``. :func:`sited` wraps such an edge: the caller's site is noted when the
 coroutine is made and handed to the first :func:`call_site` inside it.
 
+A framework entry point that runs the agent's work in tasks of its own (Pydantic AI's agent
+graph) is called by the agent inside :func:`entered`: a crossing whose stack reaches the event
+loop's callback runner without an agent frame is sited at the agent's line that called the
+entry point, not at whatever called ``asyncio.run``.
+
 A framework that calls an edge for the agent (LangGraph's ``ToolNode`` runs each tool call of
 a model's answer in a thread-pool worker) names the call with :func:`called`: its stable
 identity (the tool-call id), recorded under :data:`CALL_ID_ATTRIBUTE` and used by replay to
@@ -25,6 +30,7 @@ run"); and the site to record when the stack holds no agent frame (the tool's de
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import sys
 from collections.abc import Callable, Coroutine, Iterator
@@ -39,6 +45,7 @@ __all__ = [
     "add_harness_module",
     "call_site",
     "called",
+    "entered",
     "site_function",
     "sited",
     "take_call_id",
@@ -57,6 +64,11 @@ SITE_ATTRIBUTE = "tracevault.site"
 CALL_ID_ATTRIBUTE = "tracevault.call_id"
 # The identity the next crossing of this context is made under, until it takes it.
 _CALL_ID: ContextVar[str | None] = ContextVar("tracevault_call_id", default=None)
+# The agent's line that called the framework entry point running now (``entered``).
+_ENTRY: ContextVar[str | None] = ContextVar("tracevault_entry_site", default=None)
+# Where a task's stack ends: the event loop running one callback (a task step); beyond it
+# are only the loop and whatever called asyncio.run, never the agent's call.
+_LOOP_STEP = asyncio.events.Handle._run.__code__
 
 _HARNESS: list[str] = [
     "tracevault.producer",
@@ -110,6 +122,10 @@ def call_site(depth: int = 1) -> str | None:
     if pending is not None:
         _PENDING.set(None)
         return pending
+    return _walk(depth + 1, _ENTRY.get())
+
+
+def _walk(depth: int, entered_at: str | None) -> str | None:
     try:
         frame: FrameType | None = sys._getframe(depth)
     except ValueError:  # the stack is not that deep
@@ -125,8 +141,22 @@ def call_site(depth: int = 1) -> str | None:
             if site is None:
                 site = entry[3][offset] = f"{entry[2]}:{frame.f_lineno}"
             return site
+        if entered_at is not None and code is _LOOP_STEP:
+            return entered_at
         frame = frame.f_back
     return None
+
+
+@contextmanager
+def entered(site: str | None) -> Iterator[None]:
+    """The agent called a framework entry point at ``site`` (``call_site()`` there): inside,
+    a crossing made in the framework's own tasks, with no agent frame on its stack, is sited
+    at ``site``."""
+    token = _ENTRY.set(site)
+    try:
+        yield
+    finally:
+        _ENTRY.reset(token)
 
 
 @contextmanager
@@ -135,7 +165,9 @@ def called(identity: str | None, site: str | None = None) -> Iterator[None]:
     call site to record when the stack holds no agent frame (see the module docstring)."""
     token = _CALL_ID.set(identity)
     pending = None
-    if site is not None and _PENDING.get() is None and call_site(2) is None:
+    # inside an entry point, the event loop's step ends the agent's stack ("": none found)
+    stop = None if _ENTRY.get() is None else ""
+    if site is not None and _PENDING.get() is None and not _walk(3, stop):
         pending = _PENDING.set(site)
     try:
         yield

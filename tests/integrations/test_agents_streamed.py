@@ -2,11 +2,10 @@
 handoff: a triage agent hands off to a mail agent whose ``send_email`` tool changes the world.
 The real ``openai-agents`` and ``openai`` packages over HTTP to the local provider (streamed
 Chat Completions), the real Recorder, broker and sequencer; the parent and the child run
-replayed 5 times each with the provider stopped: matched, no e-mail sent again, no socket."""
+replayed 50 times each with the provider stopped: matched, no e-mail sent again, no socket."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -14,6 +13,7 @@ import openai
 from agents import Agent, function_tool, handoff
 from agents.extensions import handoff_filters
 
+from tests.integrations.offline import OFFLINE_REPLAYS, replay_offline
 from tests.integrations.pipeline import Pipeline
 from tests.replayer.pipeline import wait_sealed
 from tracevault.demo.provider import provider_server
@@ -21,9 +21,8 @@ from tracevault.edges import Edges
 from tracevault.integrations.openai_agents import run as agents_run
 from tracevault.integrations.openai_agents import run_streamed
 from tracevault.links import SUBAGENT_RUN
-from tracevault.replayer import areplay, load_run, verify
+from tracevault.replayer import load_run, verify
 
-REPLAYS = 5
 SENT: list[str] = []  # every real e-mail
 
 
@@ -88,9 +87,9 @@ def test_run_streamed_records_its_tools_and_handoff_and_replays_without_acting(
         async with openai.AsyncOpenAI(base_url=task["url"], api_key="t", max_retries=0) as c:
             return (await agents_run(mail_agent, history, edges, client=c)).final_output
 
-    matched = 0
-    for _ in range(REPLAYS):  # the provider is stopped: a socket would fail the run
-        result = asyncio.run(areplay(parent, streamed_agent))
-        again = asyncio.run(areplay(child, mail_child))
-        matched += result.matched and again.matched and result.output == run.output
-    assert (matched, SENT) == (REPLAYS, ["Paris"])
+    # the provider is stopped: each run 50 times, every connection counted
+    got = replay_offline(parent, streamed_agent, OFFLINE_REPLAYS, run.output)
+    child_output = json.loads(child[-1].response)["output"]
+    again = replay_offline(child, mail_child, OFFLINE_REPLAYS, child_output)
+    assert (got.matched, got.connects, SENT) == (OFFLINE_REPLAYS, (), ["Paris"])
+    assert (again.matched, again.connects) == (OFFLINE_REPLAYS, ())

@@ -28,6 +28,7 @@ CASES = {
     "tracevault.integrations.mcp_client": ("mcp", "mcp"),
     "tracevault.integrations.otel": ("google", "otel"),
     "tracevault.integrations.litellm": ("litellm", "litellm"),
+    "tracevault.integrations.pydantic_ai": ("pydantic_ai", "pydantic_ai"),
     "tracevault.desk.app": ("starlette", "ui"),
 }
 

@@ -5,19 +5,18 @@ socket would fail the replay): a tool loop with a side-effecting tool, sync and 
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
 from typing import Any
 
 import pytest
 
+from tests.integrations.offline import OFFLINE_REPLAYS, replay_offline
 from tests.integrations.pipeline import Pipeline
 from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
 from tracevault.errors import ConfigError
 from tracevault.integrations import litellm as tv_litellm
-from tracevault.replayer import areplay, replay
 from tracevault.schemas import EventKind
 
 SENT: list[str] = []
@@ -70,13 +69,8 @@ def test_litellm_records_and_replays_offline(pipeline: Pipeline, agent: Any) -> 
     kinds = [e.kind for e in run.events]
     assert kinds.count(EventKind.MODEL_CALL) == 2 and kinds.count(EventKind.TOOL_CALL) == 1
     assert SENT == ["Paris"]
-    for _ in range(5):  # the provider is stopped
-        if asyncio.iscoroutinefunction(agent):
-            result = asyncio.run(areplay(run.events, agent))
-        else:
-            result = replay(run.events, agent)
-        assert result.matched and result.output == run.output
-    assert SENT == ["Paris"]
+    got = replay_offline(run.events, agent, OFFLINE_REPLAYS, run.output)  # provider stopped
+    assert (got.matched, got.connects, SENT) == (OFFLINE_REPLAYS, (), ["Paris"])
     gc.collect()  # litellm's unclosed loop and sockets, reported here (ignored), not at exit
 
 

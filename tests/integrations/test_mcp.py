@@ -16,6 +16,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from tests.integrations.offline import OFFLINE_REPLAYS, replay_offline
 from tests.integrations.pipeline import Pipeline
 from tracevault.edges import Edges
 from tracevault.errors import ConfigError, ReplayDivergence
@@ -88,8 +89,8 @@ def test_mcp_calls_record_and_replay_without_the_server(pipeline: Pipeline, tmp_
 
     # No server: replay never opens the session, so no process starts and the tool never runs.
     opened.clear()
-    result = asyncio.run(areplay(run.events, agent))
-    assert result.matched and result.output == run.output
+    got = replay_offline(run.events, agent, OFFLINE_REPLAYS, run.output)
+    assert (got.matched, got.connects) == (OFFLINE_REPLAYS, ())
     assert opened == [] and calls_made(log) == ["Paris"]
 
 

@@ -20,6 +20,7 @@ from agents import Agent, function_tool
 from langchain_core.tools import tool as lc_tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
+from pydantic_ai import Agent as PydanticAgent
 
 from tests.integrations.pipeline import Pipeline
 from tracevault.demo.provider import provider_server
@@ -28,6 +29,7 @@ from tracevault.integrations import anthropic as tv_anthropic
 from tracevault.integrations import openai as tv_openai
 from tracevault.integrations.langgraph import chat_model, tools
 from tracevault.integrations.openai_agents import run as agents_run
+from tracevault.integrations.pydantic_ai import run as pydantic_run
 from tracevault.replayer import areplay, replay
 
 SERVER: dict[str, str] = {}  # the "mail server" the unwrapped side effect posts to
@@ -100,7 +102,22 @@ async def agents_sdk_agent(task: dict[str, Any], edges: Edges) -> str:
     return send_email(str(result.final_output))  # the agent's own code, after the run
 
 
-AGENTS = [langgraph_agent, openai_agent, anthropic_agent, agents_sdk_agent]
+weather = PydanticAgent("openai:gpt-4o-mini", instructions="Answer.", defer_model_check=True)
+
+
+@weather.tool_plain
+def pydantic_weather(city: str) -> str:
+    """The sky over a city."""
+    return f"clear over {city}"
+
+
+async def pydantic_ai_agent(task: dict[str, Any], edges: Edges) -> str:
+    async with openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t") as client:
+        result = await pydantic_run(weather, "weather in Paris?", edges, client=client)
+    return send_email(str(result.output))  # the agent's own code, after the run
+
+
+AGENTS = [langgraph_agent, openai_agent, anthropic_agent, agents_sdk_agent, pydantic_ai_agent]
 
 
 def test_no_integration_replays_a_side_effect_it_does_not_wrap(pipeline: Pipeline) -> None:

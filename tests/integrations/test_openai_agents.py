@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from typing import Any
 
 import openai
@@ -14,8 +13,10 @@ import pytest
 from agents import Agent, function_tool, handoff
 from agents.extensions import handoff_filters
 
+from tests.integrations.offline import OFFLINE_REPLAYS, replay_offline
 from tests.integrations.pipeline import Pipeline
 from tests.replayer.pipeline import wait_sealed
+from tracevault.callsite import SITE_ATTRIBUTE
 from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
 from tracevault.errors import ConfigError, ReplayDivergence
@@ -25,18 +26,6 @@ from tracevault.replayer import areplay, load_run, verify
 from tracevault.schemas import EventKind
 
 looked_up: list[str] = []
-connects: list[Any] = []
-watching: list[bool] = []
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    # Every socket connect of this process while a replay runs (the SDK's trace export
-    # included, which would go to OpenAI, not to the local provider).
-    if watching and event == "socket.connect":
-        connects.append(args[1])
-
-
-sys.addaudithook(_audit)
 
 
 @function_tool
@@ -114,23 +103,22 @@ def test_a_handoff_and_a_function_tool_record_and_replay_without_the_provider(
     assert json.loads(child[2].request) == {"tool": "get_weather", "args": {"city": "Paris"}}
     assert json.loads(child[2].response) == "clear over Paris, 21C"
     assert child[1].model == "gpt-4o-mini-2024-07-18"
+    # every call, the first turn's included, is sited in this file, not in the SDK's runner
+    for ev in [*parent[1:-1], *child[1:-1]]:
+        assert ev.attributes[SITE_ATTRIBUTE].startswith(f"{__name__}:"), (ev.kind, ev.attributes)
 
     async def weather_child(history: Any, edges: Edges) -> Any:
         async with openai.AsyncOpenAI(base_url=task["url"], api_key="t", max_retries=0) as client:
             got = await run(weather_agent, history, edges, client=client, use_responses=responses)
         return got.final_output
 
-    # Provider stopped: the parent and the child replay from the topic, no socket opened.
+    # Provider stopped: the parent and the child replay from the topic 50 times each, no
+    # socket opened at all (not the provider, not a trace exporter)
     looked_up.clear()
-    watching.append(True)
-    try:
-        result = asyncio.run(areplay(parent, agent))
-        again = asyncio.run(areplay(child, weather_child))
-    finally:
-        watching.clear()
-    assert result.matched and result.output == run_.output
-    assert again.matched and again.output == json.loads(sub.response)
-    assert connects == []  # no socket at all: not the provider, not a trace exporter
+    result = replay_offline(parent, agent, OFFLINE_REPLAYS, run_.output)
+    again = replay_offline(child, weather_child, OFFLINE_REPLAYS, json.loads(sub.response))
+    assert (result.matched, result.connects) == (OFFLINE_REPLAYS, ())
+    assert (again.matched, again.connects) == (OFFLINE_REPLAYS, ())
     assert looked_up == []  # the tool was served from the record
     assert (len(server.requests), server.connections) == (live_requests, live_connections)
 

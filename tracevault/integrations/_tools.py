@@ -10,13 +10,17 @@ so the variable is the one the adapter set. Under replay the callee is never cal
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from typing import Any
+
+from pydantic import BaseModel
 
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError
 
-__all__ = ["atool"]
+__all__ = ["atool", "jsonable"]
 
 Callee = Callable[[JSON], Awaitable[JSON]]
 
@@ -43,3 +47,17 @@ async def atool(edges: Edges, name: str, args: JSON, callee: Callee) -> JSON:
         return await edges.atool(name, args)
     finally:
         _CALLEE.reset(token)
+
+
+def jsonable(value: Any) -> JSON:
+    """What a framework tool's result (or an agent's output) records: JSON, as the framework
+    shows it to the model: a string or JSON value as is, a Pydantic model dumped, anything
+    else as ``str()``."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return str(value)

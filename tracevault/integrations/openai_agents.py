@@ -57,13 +57,12 @@ try:
     )
 except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra("agents", exc) from exc
-from pydantic import BaseModel
 
-from tracevault.callsite import add_harness_module
+from tracevault.callsite import add_harness_module, call_site, entered
 from tracevault.edges import JSON, Edges
 from tracevault.errors import ConfigError, TraceVaultError
 from tracevault.integrations import openai as openai_adapter
-from tracevault.integrations._tools import atool
+from tracevault.integrations._tools import atool, jsonable
 
 __all__ = ["DEFAULT_MODEL", "RecordedProvider", "run", "run_streamed"]
 
@@ -72,18 +71,6 @@ add_harness_module("agents")
 DEFAULT_MODEL = "gpt-4o-mini"
 """The model of an agent that names none (the SDK's own default may change between releases,
 and a record must name what the agent asked for)."""
-
-
-def _jsonable(value: Any) -> JSON:
-    """What a tool result or a final output records: JSON, as the SDK would show it."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError):
-        return str(value)
 
 
 class RecordedProvider(ModelProvider):
@@ -148,7 +135,7 @@ class _Run:
             args = json.loads(arguments) if arguments.strip() else {}
 
             async def live(given: JSON) -> JSON:
-                return _jsonable(await invoke(ctx, json.dumps(given)))
+                return jsonable(await invoke(ctx, json.dumps(given)))
 
             return await atool(edges, tool.name, args, live)
 
@@ -194,9 +181,9 @@ class _SubRun(Model):
                 max_turns=sub.max_turns,
                 run_config=sub.config(),
             )
-            return _jsonable(result.final_output)
+            return jsonable(result.final_output)
 
-        output = await self.run.edges.asubagent(self.target.name, child, _jsonable(input))
+        output = await self.run.edges.asubagent(self.target.name, child, jsonable(input))
         text = output if isinstance(output, str) else json.dumps(output)
         return ResponseOutputMessage(
             id="tracevault-subagent",
@@ -244,13 +231,15 @@ async def run(
         raise ConfigError(f"run(..., client=) needs an openai.AsyncOpenAI, got {client!r}")
     recorded = _Run(edges, client, use_responses, run_config or RunConfig(), max_turns)
     try:
-        return await Runner.run(
-            recorded.agent(agent),
-            input,
-            context=context,
-            max_turns=max_turns,
-            run_config=recorded.config(),
-        )
+        # the runner makes the first turn's calls in tasks of its own: site them at this call
+        with entered(call_site()):
+            return await Runner.run(
+                recorded.agent(agent),
+                input,
+                context=context,
+                max_turns=max_turns,
+                run_config=recorded.config(),
+            )
     except AgentsException as exc:
         # The runner wraps what a tool raised ("Error running tool ..."): a divergence or a
         # refusal of tracevault reaches the agent, and the replay, as itself.
@@ -277,10 +266,11 @@ def run_streamed(
     if not isinstance(client, openai.AsyncOpenAI):
         raise ConfigError(f"run_streamed(..., client=) needs an openai.AsyncOpenAI, got {client!r}")
     recorded = _Run(edges, client, use_responses, run_config or RunConfig(), max_turns)
-    return Runner.run_streamed(
-        recorded.agent(agent),
-        input,
-        context=context,
-        max_turns=max_turns,
-        run_config=recorded.config(),
-    )
+    with entered(call_site()):  # the run's task, started here, keeps the entry site
+        return Runner.run_streamed(
+            recorded.agent(agent),
+            input,
+            context=context,
+            max_turns=max_turns,
+            run_config=recorded.config(),
+        )

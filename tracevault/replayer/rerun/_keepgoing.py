@@ -36,6 +36,7 @@ from tracevault.errors import ReplayDivergence
 from tracevault.recorded_error import type_name
 from tracevault.replayer._json_diff import MISSING, json_diff, short_json
 from tracevault.replayer._results import DivergenceReport, StepSummary
+from tracevault.replayer.rerun._held import STAND_IN_KINDS, HeldReads
 from tracevault.replayer.rerun._interleave import _BRANCH, Interleaver
 from tracevault.replayer.rerun._mismatch import names_first
 from tracevault.replayer.rerun.align import Probe, RecordIndex, event_site, is_crossing
@@ -58,6 +59,7 @@ class KeepGoingCursor(ReplayCursor):
         self._lock = threading.Lock()
         # every request of a run is in one form (RFC 8785, or the older one): take it from one
         self._form = next((e.request for e in events if is_crossing(e, nested=False)), None)
+        self.held = HeldReads(self.index, events)
         super().__init__(run_id, events, None)
 
     def _interleaver(self, events: Sequence[TraceEvent]) -> Interleaver:
@@ -92,16 +94,44 @@ class KeepGoingCursor(ReplayCursor):
             self.raise_if_diverged()
             request = canonical_json_like(crossing.request, self._form, field="request")
             probe = Probe(crossing.kind, site, request, crossing.model, crossing.seed)
-            before = self.index.last
+            held = self.held
+            held.inserted(probe)
+            prior = self.index.last
             pos = self.index.take(probe)
+            stand_in = None
             if pos is None:
-                return self.extra_call(crossing, site)
-            self.pos = self.index.last + 1
-            ev = self.events[pos]
-            # recorded before a crossing already made: the agent swapped them
-            after = self.events[before] if pos < before else None
-            self.compare(ev, crossing, request, site, after=after)
-            return ev
+                stand_in = self._stand_in(crossing)
+                if stand_in is None:  # the re-run stops: what is held is judged as it stands
+                    self._settle()
+                    return self.extra_call(crossing, site)
+                held.unaligned((None, crossing, request, site), prior)
+            else:
+                prior = held.passed(pos, prior)
+                # taken over a crossing not made yet: an inserted read that aligned with a
+                # later one of the same site, or a real skip; the calls after it tell
+                hold = crossing.kind in STAND_IN_KINDS and self.index.skips(prior, pos)
+                held.made(probe, pos, (self.events[pos], crossing, request, site), prior, hold)
+                self.pos = self.index.last + 1
+            if not held.holding:
+                self._flush()
+            if stand_in is not None:
+                return stand_in
+            assert pos is not None
+            return self.events[pos]
+
+    def _settle(self) -> None:
+        """Every held crossing was what it aligned with: report what is waiting."""
+        self.held.keep_all()
+        self._flush()
+
+    def _flush(self) -> None:
+        for call, after, before in self.held.flush():
+            ev, crossing, request, site = call
+            if ev is None:
+                self.extra_call(crossing, site, before)
+            else:
+                self.compare(ev, crossing, request, site, after=after)
+        self.pos = self.index.last + 1
 
     def compare(
         self,
@@ -205,6 +235,8 @@ class KeepGoingCursor(ReplayCursor):
     # -- the end of the re-run ----------------------------------------------------------
     def missing(self) -> None:
         """Report every recorded crossing nothing aligned with (before the stop, if stopped)."""
+        with self._lock:
+            self._settle()
         stop = self.index.last if self.divergence is not None else len(self.events)
         for pos in self.index.untaken():
             if pos > stop:

@@ -22,6 +22,7 @@ that offset first: by function and ordinal, whatever the edit did to the line nu
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,12 @@ class _Queue:
             self.head += 1
         return items[self.head] if self.head < len(items) else None
 
+    def after(self, taken: list[bool], last: int) -> int | None:
+        """The first position past ``last`` not taken yet, or None."""
+        items = self.items
+        at = bisect.bisect_right(items, last, lo=self.head)
+        return next((items[i] for i in range(at, len(items)) if not taken[items[i]]), None)
+
 
 class RecordIndex:
     """The crossings of one recorded run, each taken at most once by :meth:`take`."""
@@ -88,6 +95,7 @@ class RecordIndex:
         self._content: dict[tuple[object, ...], _Queue] = {}
         self.sited = False
         self.crossings = 0
+        self._floor = 0  # ``last`` before the latest take
         # module:function -> recorded line minus re-run line, from the last same-request match
         self._offset: dict[str, int] = {}
         for pos, ev in enumerate(events):
@@ -95,15 +103,21 @@ class RecordIndex:
                 continue
             self.crossings += 1
             self.taken[pos] = False
-            site = event_site(ev)
-            self.sited = self.sited or site is not None
-            content = (ev.kind, ev.request, ev.model, _seed(ev.kind, ev.seed))
-            for table, key in (
-                (self._site, (ev.kind, site)),
-                (self._exact, (*content, site)),
-                (self._content, content),
-            ):
+            self.sited = self.sited or event_site(ev) is not None
+            for table, key in self._keys(ev):
                 table.setdefault(key, _Queue()).items.append(pos)
+
+    def _keys(
+        self, ev: TraceEvent
+    ) -> tuple[tuple[dict[tuple[object, ...], _Queue], tuple[object, ...]], ...]:
+        """Each table a recorded crossing is queued in, with its key there."""
+        site = event_site(ev)
+        content = (ev.kind, ev.request, ev.model, _seed(ev.kind, ev.seed))
+        return (
+            (self._site, (ev.kind, site)),
+            (self._exact, (*content, site)),
+            (self._content, content),
+        )
 
     def _first(
         self, table: dict[tuple[object, ...], _Queue], key: tuple[object, ...]
@@ -117,9 +131,7 @@ class RecordIndex:
         sites = self._sites(site)
         content = (probe.kind, probe.request, probe.model, _seed(probe.kind, probe.seed))
         same = True  # the same request: what the line offset is learnt from
-        pos = next(
-            (p for s in sites if (p := self._first(self._exact, (*content, s))) is not None), None
-        )
+        pos = next((p for s in sites if (p := self._identical(content, s)) is not None), None)
         if pos is None:
             same = False
             pos = next(
@@ -134,10 +146,28 @@ class RecordIndex:
             pos = self._next_in_function(probe.kind, site)
         if pos is not None:
             self.taken[pos] = True
+            self._floor = self.last
             self.last = max(self.last, pos)
             if same:
                 self._learn(site, event_site(self.events[pos]))
         return pos
+
+    def _identical(self, content: tuple[object, ...], site: str | None) -> int | None:
+        """The recorded crossing an identical call (same site, same request) aligns with.
+
+        The first one not taken, unless the re-run passed it over before its previous call:
+        a call passed over only by the previous one is a swap of the two, one passed over
+        earlier was left out, and the identical call is the next one recorded after the
+        last taken (a loop's clock read, say, once one of its reads was left out).
+        """
+        q = self._exact.get((*content, site))
+        if q is None:
+            return None
+        first = q.first(self.taken)
+        if first is None or first > self._floor:
+            return first
+        later = q.after(self.taken, self.last)
+        return first if later is None else later
 
     def _sites(self, site: str | None) -> tuple[str | None, ...]:
         """``site`` at its line moved by its function's offset, then as it is."""
@@ -166,6 +196,25 @@ class RecordIndex:
                 return pos
             return None
         return None
+
+    def skips(self, last: int, pos: int) -> bool:
+        """Whether taking ``pos`` after ``last`` passed over a crossing not taken yet."""
+        return not all(self.taken[last + 1 : pos])
+
+    def hold(self, last: int) -> None:
+        """The latest take stays taken but, until :meth:`keep`, ``last`` is as before it."""
+        self.last = last
+
+    def keep(self, pos: int) -> None:
+        """A held position counts as taken after all."""
+        self.last = max(self.last, pos)
+
+    def give_back(self, pos: int) -> None:
+        """Untake ``pos``, a held take (:meth:`hold`) that aligned wrongly."""
+        self.taken[pos] = False
+        for table, key in self._keys(self.events[pos]):
+            q = table[key]
+            q.head = min(q.head, q.items.index(pos))
 
     def untaken(self) -> list[int]:
         """Positions of the recorded crossings nothing aligned with, in seq order."""
