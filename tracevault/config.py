@@ -447,9 +447,17 @@ class KafkaLogDedup(logging.Filter):
         return True
 
 
+def kafka_log(name: str) -> logging.Logger:
+    """The logger ``name``, for a Kafka client's librdkafka lines: deduplicated by its own
+    :class:`KafkaLogDedup` (added once), as every client's must be."""
+    log = logging.getLogger(name)
+    if not any(isinstance(f, KafkaLogDedup) for f in log.filters):
+        log.addFilter(KafkaLogDedup())
+    return log
+
+
 #: The logger every Kafka client of ours hands librdkafka's lines to (kafka_config).
-KAFKA_LOG = logging.getLogger("tracevault.librdkafka")
-KAFKA_LOG.addFilter(KafkaLogDedup())
+KAFKA_LOG = kafka_log("tracevault.librdkafka")
 
 
 ENV_PREFIX = "TRACEVAULT_"

@@ -8,6 +8,10 @@ as the sequencer will (``tracevault.chain``), keeps each hash, and puts a signed
 ``k``'s attributes when ``k`` is the run's first event, its RUN_FINISHED, ``every`` events
 after the last note, or the first event ``interval_s`` after it (docs/identity.md). All of it
 runs off the agent's thread: the agent's call path gains nothing but one attribute lookup.
+
+``tracevault.transparency`` (notes, keys, Ed25519) is imported only when a run has a key:
+``import tracevault.producer`` stays light for an agent that records without identity
+(docs/design.md, "Layout").
 """
 
 from __future__ import annotations
@@ -16,21 +20,16 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracevault import native
 from tracevault.chain import EVENT_DOMAIN, genesis
 from tracevault.config import Settings
 from tracevault.producer._wire import EventFields
 from tracevault.schemas import EventKind
-from tracevault.transparency import (
-    ATTEST_ATTRIBUTE,
-    AgentNote,
-    Ed25519Signer,
-    NoteSigner,
-    load_agent_signer,
-    sign_agent_note,
-)
+
+if TYPE_CHECKING:
+    from tracevault.transparency import NoteSigner
 
 __all__ = ["Attestor", "attested", "settings_signer"]
 
@@ -66,6 +65,9 @@ _link: Callable[[bytes, bytes], bytes] = link_python if _cwire is None else _cwi
 
 @functools.lru_cache(maxsize=8)
 def _cached_signer(path: str | None, secret: str | None) -> NoteSigner:
+    # the key's module: loaded only for a deployment that gives the agent a key
+    from tracevault.transparency import Ed25519Signer, load_agent_signer  # noqa: PLC0415
+
     if path is None and secret is not None:
         return Ed25519Signer.from_skey(secret)
     return load_agent_signer(path)
@@ -161,6 +163,13 @@ class Attestor:
         return raw
 
     def _with_note(self, fields: EventFields) -> EventFields:
+        # already loaded: the signer this Attestor holds came from it (a note is ~50 µs)
+        from tracevault.transparency import (  # noqa: PLC0415
+            ATTEST_ATTRIBUTE,
+            AgentNote,
+            sign_agent_note,
+        )
+
         seq = fields[0]
         note = AgentNote(self._run_id, seq - 1, self._prev, self._first, bytes(self._chain))
         signed = sign_agent_note(self._signer, note)

@@ -7,27 +7,24 @@ goes out in clear), returns the RUN_STARTED attribute carrying the wrapped key, 
 the run's ``encode_fields`` so that request, response and error message are sealed right
 before the Avro bytes are made, off the agent's thread. Everything the Recorder checks
 (canonical JSON, sizes, model ids) it has already checked on the plaintext.
+
+``tracevault.content`` (providers, the run-key store, and through them boto3) is imported
+only for a run that encrypts or redacts: an agent recording in clear never loads it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from tracevault.config import Settings
-from tracevault.content import (
-    KEY_ATTRIBUTE,
-    REDACT_ATTRIBUTE,
-    KeyProvider,
-    Redactor,
-    RunCipher,
-    RunKeyStore,
-    open_key_store,
-    open_provider,
-)
 from tracevault.errors import ConfigError
 from tracevault.producer._wire import EventEncoder, EventFields
 from tracevault.schemas import ErrorInfo, EventKind
+
+if TYPE_CHECKING:
+    from tracevault.content import KeyProvider, Redactor, RunKeyStore
 
 __all__ = ["ContentHook", "confidential", "content_hook", "redactor"]
 
@@ -54,6 +51,8 @@ class ContentHook:
         tenant: str,
         subject: str | None,
     ) -> None:
+        from tracevault.content import KEY_ATTRIBUTE, RunCipher  # noqa: PLC0415 - see module doc
+
         self.provider, self.tenant, self.subject = provider, tenant, subject
         ref = None if subject is None else provider.subject_ref(tenant, subject)
         data_key, wrapped = provider.generate(tenant, ref, run_id)
@@ -97,7 +96,11 @@ def content_hook(
         raise ConfigError(
             f"Recorder(tenant=...) must be 1 to 64 of A-Z a-z 0-9 _ -, got {tenant!r}"
         )
-    provider = open_provider(settings)
+    provider: KeyProvider | None = None
+    if settings.key_provider != "none":  # only then is tracevault.content loaded
+        from tracevault.content import open_provider  # noqa: PLC0415
+
+        provider = open_provider(settings)
     if provider is None:
         if subject is not None or tenant is not None:
             raise ConfigError(
@@ -105,6 +108,8 @@ def content_hook(
                 "is configured: set TRACEVAULT_KEY_PROVIDER (keyring or kms)"
             )
         return None
+    from tracevault.content import open_key_store  # noqa: PLC0415
+
     store = open_key_store(settings)
     return ContentHook(provider, store, run_id, tenant or settings.tenant, subject)
 
@@ -115,6 +120,8 @@ def redactor(settings: Settings, rules: Iterable[str] | None) -> Redactor | None
         return None
     if isinstance(rules, str):
         raise ConfigError(f"Recorder(redact=...) takes a list of rules, got the string {rules!r}")
+    from tracevault.content import Redactor  # noqa: PLC0415 - see the module doc
+
     key = settings.redaction_key
     return Redactor(rules, b"" if key is None else key.get_secret_value().encode())
 
@@ -137,6 +144,8 @@ def confidential(
         attributes.update(hook.attributes)
     r = redactor(settings, redact)
     if r is not None:
+        from tracevault.content import REDACT_ATTRIBUTE  # noqa: PLC0415 - loaded by redactor
+
         attributes[REDACT_ATTRIBUTE] = r.attribute()
         encode = _redacting_errors(encode, r)  # outermost: redacted before it is sealed
     return encode, hook, r

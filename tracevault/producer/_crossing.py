@@ -20,18 +20,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tracevault.callsite import CALL_ID_ATTRIBUTE, SITE_ATTRIBUTE, call_site, take_call_id
-from tracevault.content import Redactor
 from tracevault.edges import CANCELLED_ATTRIBUTE, JSON, Crossing, reported_model
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
 from tracevault.producer._wire import EventFields
 from tracevault.schemas import ErrorInfo, EventKind, canonical_json_plain
+
+if TYPE_CHECKING:  # tracevault.content is loaded only for a run with redaction (_content)
+    from tracevault.content import Redactor
 
 __all__ = ["Crossings"]
 

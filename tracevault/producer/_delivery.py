@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
-from tracevault.config import Settings
+from tracevault.config import Settings, kafka_log
 
 __all__ = ["CloseReport", "PublisherStats", "producer_config"]
+
+#: The agent's librdkafka lines under their own name (an agent may quiet them apart from its
+#: services'), deduplicated like every client's: a broker that is away is one line a minute,
+#: not twenty a second.
+_LIBRDKAFKA_LOG = kafka_log("tracevault.producer.librdkafka")
 
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
@@ -26,7 +30,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
             # Only failures come back to Python: a success costs no callback. Acknowledged =
             # produced - failed - still inside librdkafka.
             "delivery.report.only.error": True,
-            "logger": logging.getLogger("tracevault.producer.librdkafka"),
+            "logger": _LIBRDKAFKA_LOG,
             **extra,
         }
     )

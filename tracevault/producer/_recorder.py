@@ -30,7 +30,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracevault import __version__
 from tracevault.callsite import call_site, sited
@@ -46,7 +46,9 @@ from tracevault.producer._tool import Tool
 from tracevault.producer._wire import EventEncoder, EventFields
 from tracevault.runid import check_run_id
 from tracevault.schemas import AgentInfo, EventKind
-from tracevault.transparency import NoteSigner
+
+if TYPE_CHECKING:  # the signer's module is loaded only when a run has one (_attest)
+    from tracevault.transparency import NoteSigner
 
 __all__ = ["Recorder"]
 
