@@ -27,14 +27,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
-from tracevault.consumer.archiver import Archiver
 
 from tests.attacks.test_unsigned_claims import KEY, PAIR, _contested_for
-from tests.consumer.archiver.helpers import finished_runs
-from tests.consumer.archiver.helpers import running as archiver_running
 from tests.consumer.sequencer.support import read_all, read_sealed_events, wait_until
 from tests.consumer.sequencer.support import running as sequencer_running
 from tests.replayer.recording import signed_raws
+from tests.services.archiver.helpers import finished_runs
+from tests.services.archiver.helpers import running as archiver_running
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.schemas import (
@@ -45,6 +44,7 @@ from tracevault.schemas import (
     decode_sealed,
     encode_event,
 )
+from tracevault.services.archiver import Archiver
 
 FORGED = range(3, 33)  # the attacker's thirty seqs
 GENUINE_AHEAD = range(3, 7)  # the agent's seqs that find theirs taken

@@ -182,14 +182,15 @@ def run(
         )
     follower = WitnessFollower(settings, w, group_id=group_id, archive=archive)
     health = Health("witness", settings.health_stall_s)
+    # Handled before /healthz answers: a supervisor that saw it healthy may stop it at once.
+    stop = threading.Event()
+    undo = stop_on_signals(stop.set, "witness")
     if settings.witness_metrics_port is not None:
         port = serve(settings.witness_metrics_port, w.metrics.registry, health)
         stderr.print(f"metrics on http://0.0.0.0:{port}/metrics, health on /healthz")
     if listen_port is not None:
         server = serve_add_checkpoint(w, listen_port)
         stderr.print(f"add-checkpoint on http://0.0.0.0:{server.server_port}/add-checkpoint")
-    stop = threading.Event()
-    undo = stop_on_signals(stop.set, "witness")
     what = f"following {settings.topics.sealed}" if follow else "serving add-checkpoint"
     stderr.print(f"witness {signer.name} ({signer.verifier.vkey}) {what}, store {store.url}")
     try:

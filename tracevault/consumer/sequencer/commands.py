@@ -136,11 +136,12 @@ def sequencer(ctx: click.Context, /, **options: Any) -> None:
         ctx, log_key_file=key_file, **{f"sequencer_{k}": v for k, v in options.items()}
     )
     seq = Sequencer(settings)
+    # Handled before /healthz answers: a supervisor that saw it healthy may stop it at once.
+    # SIGTERM/SIGINT: the current transaction may finish; the process is gone within 10s.
+    undo = stop_on_signals(seq.stop, f"sequencer {seq.instance_id}")
     if settings.sequencer_metrics_port is not None:
         port = serve(settings.sequencer_metrics_port, seq.metrics.registry, seq.health)
         stderr.print(f"metrics on http://0.0.0.0:{port}/metrics, health on /healthz")
-    # SIGTERM/SIGINT: the current transaction may finish; the process is gone within 10s.
-    undo = stop_on_signals(seq.stop, f"sequencer {seq.instance_id}")
     stderr.print(
         f"sequencer {seq.instance_id} on {settings.bootstrap_servers}, "
         f"topics {settings.topic_prefix}.*"

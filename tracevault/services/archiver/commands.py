@@ -103,11 +103,12 @@ def archiver(
         archive_metrics_port=metrics_port,
     )
     worker = Archiver(settings, store=store)
+    # Handled before /healthz answers: a supervisor that saw it healthy may stop it at once.
+    # SIGTERM/SIGINT: open segments are flushed; the process is gone within 10s.
+    undo = stop_on_signals(worker.stop, "archiver")
     if settings.archive_metrics_port is not None:
         port = serve(settings.archive_metrics_port, worker.registry, worker.health)
         stderr.print(f"metrics on http://0.0.0.0:{port}/metrics, health on /healthz")
-    # SIGTERM/SIGINT: open segments are flushed; the process is gone within 10s.
-    undo = stop_on_signals(worker.stop, "archiver")
     stderr.print(f"archiving {settings.topics.sealed} to {store.url} (Ctrl-C to stop)")
     try:
         stats = worker.run(until_idle=until_idle)
