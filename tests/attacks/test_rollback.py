@@ -216,6 +216,8 @@ def _roll_back(s: Sealed, name: str) -> Settings:
                 _delete(store, info.key)
                 gone += 1
     for info in store.list("index/"):
+        if info.key.endswith(".parquet"):  # the investigator's index: derived, never trusted
+            continue
         parts = info.key.rsplit("/", 1)[-1].split("-")  # <prefix>-<p>-<size>[-<generation>]
         size = int(parts[-2] if parts[-1].startswith("g") else parts[-1])
         if size > s.small:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -10,9 +11,29 @@ from contextlib import contextmanager
 
 import uvicorn
 
+from tracevault.config import Settings
+from tracevault.desk.access import AccessLog
 from tracevault.desk.app import DeskConfig, make_app
+from tracevault.replayer import EndRule, Trust
 
-__all__ = ["serving"]
+__all__ = ["desk_conf", "serving"]
+
+
+def desk_conf(
+    archive: str,
+    vkey: str | None,
+    token: str | None = None,
+    *,
+    access: AccessLog | None = None,
+) -> DeskConfig:
+    """The desk over a hand-written archive: no sealed topic proves it current, so its
+    freshness is accepted knowingly (``offline``), as ``tracevault ui --offline`` does;
+    runs still in progress are shown (``EndRule()``). ``vkey`` None: no trusted log key."""
+    settings = Settings(archive_url=archive)
+    trust = Trust.of(settings, trusted_keys=[] if vkey is None else [vkey], offline=True)
+    if vkey is None:
+        trust = dataclasses.replace(trust, policy=None)
+    return DeskConfig(settings, dataclasses.replace(trust, end=EndRule()), token, access=access)
 
 
 @contextmanager

@@ -19,22 +19,15 @@ from tests.consumer.sequencer.support import (
     wait_until,
 )
 from tests.desk.browser import Chromium
-from tests.desk.server import serving
+from tests.desk.server import desk_conf, serving
 from tests.kafka_harness import free_port
 from tracevault.config import Settings
 from tracevault.desk.access import ACCESS_AGENT, ACCESS_RUN_ATTR, AccessLog
-from tracevault.desk.app import DeskConfig
 from tracevault.producer import Publisher, drain_spool, spool_status
-from tracevault.replayer import EndRule, LogPolicy
 from tracevault.schemas import EventKind, TraceEvent, decode_event
 from tracevault.transparency import parse_vkey
 
 BOILING = {"body": "Water boils at about 93.4 °C at 2000 m.", "url": "https://example.org/boiling"}
-
-
-def _conf(archive: str, vkey: str, access: AccessLog) -> DeskConfig:
-    settings = Settings(archive_url=archive)
-    return DeskConfig(settings, LogPolicy.of(settings, [vkey]), EndRule(), access=access)
 
 
 def _accesses(settings: Settings) -> dict[str, list[TraceEvent]]:
@@ -66,7 +59,7 @@ def test_opening_a_payload_seals_an_access_event_in_the_signed_log(
     with (
         running(settings, "desk-access") as (_, errors),
         Publisher(settings) as publisher,
-        serving(_conf(signed_archive, log_vkey, AccessLog(publisher))) as desk,
+        serving(desk_conf(signed_archive, log_vkey, access=AccessLog(publisher))) as desk,
     ):
         web.open(desk + "/runs/run-a")
         web.wait_for(
@@ -111,7 +104,7 @@ def test_an_access_while_kafka_is_away_is_spooled_then_sealed(
     away = settings.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
     publisher = Publisher(away)  # no broker listens there
     try:
-        with serving(_conf(signed_archive, log_vkey, AccessLog(publisher))) as desk:
+        with serving(desk_conf(signed_archive, log_vkey, access=AccessLog(publisher))) as desk:
             req = urllib.request.Request(
                 desk + "/runs/run-a?open=5", headers={"X-Forwarded-Email": "ana@example.org"}
             )

@@ -32,7 +32,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> Result:
 @pytest.fixture(scope="module")
 def package(signed_archive: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("incident") / "pkg"
-    res = _cli("incident", "create", "run-a", "run-c", "-o", str(out),
+    res = _cli("incident", "create", "--offline", "run-a", "run-c", "-o", str(out),
                "--archive-url", signed_archive, "--json")  # fmt: skip
     assert res.exit_code == 0, res.output
     said = json.loads(res.output)
@@ -130,7 +130,7 @@ def test_runs_chosen_by_the_index_and_no_operator_key_no_package(
 ) -> None:
     rebuild(open_store(signed_archive))
     out = tmp_path / "by-search"
-    res = _cli("incident", "create", "--status", "errored", "-o", str(out),
+    res = _cli("incident", "create", "--offline", "--status", "errored", "-o", str(out),
                "--archive-url", signed_archive, "--json")  # fmt: skip
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
@@ -138,7 +138,8 @@ def test_runs_chosen_by_the_index_and_no_operator_key_no_package(
     assert manifest["selection"]["search"]["status"] == "errored"
     assert manifest["selection"]["search"]["found"] == ["run-c"]
     nokey = tmp_path / "nokey"
-    res = _cli("incident", "create", "run-a", "-o", str(nokey), "--archive-url", signed_archive,
+    res = _cli("incident", "create", "--offline", "run-a", "-o", str(nokey),
+               "--archive-url", signed_archive,
                env={"TRACEVAULT_OPERATOR_KEY": "", "TRACEVAULT_OPERATOR_KEY_FILE": ""})  # fmt: skip
     assert res.exit_code == 2 and "operator key" in res.output
     assert not nokey.exists()

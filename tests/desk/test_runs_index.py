@@ -12,14 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.desk.browser import Chromium
-from tests.desk.server import serving
+from tests.desk.server import desk_conf, serving
 from tests.replayer.conftest import write_three_runs
 from tracevault.archive import open_store
 from tracevault.config import Settings
-from tracevault.desk.app import DeskConfig
 from tracevault.desk.runs import ArchiveListing, IndexSource, RunQuery
 from tracevault.index import Filters, rebuild
-from tracevault.replayer import EndRule
 
 IDS = "[...document.querySelectorAll('a.run')].map(a => a.textContent)"
 
@@ -38,7 +36,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_the_runs_page_searches_the_index_with_filters(indexed: str, web: Chromium) -> None:
-    with serving(DeskConfig(Settings(archive_url=indexed), None, EndRule())) as desk:
+    with serving(desk_conf(indexed, None)) as desk:
         web.open(desk + "/")
         assert web.js("document.getElementById('tv-source').textContent").startswith(
             "the index: 3 runs"
@@ -87,7 +85,7 @@ def test_without_an_index_the_listing_says_filters_need_it(tmp_path: Path, web: 
     url = _archive(tmp_path, index=False)
     page = ArchiveListing(Settings(archive_url=url)).search(RunQuery(filters=Filters(tool="x")))
     assert page.total == 3 and "filters need the index" in page.notes[0]
-    with serving(DeskConfig(Settings(archive_url=url), None, EndRule())) as desk:
+    with serving(desk_conf(url, None)) as desk:
         web.open(desk + "/?tool=fetch")
         assert web.js("document.getElementById('tv-source').textContent").startswith(
             "the archive: 3 runs"

@@ -19,29 +19,20 @@ from pathlib import Path
 import pytest
 
 from tests.desk.browser import Chromium
-from tests.desk.server import serving
+from tests.desk.server import desk_conf, serving
 from tests.replayer.archiving import write_signed_run
 from tests.replayer.conftest import recorded
 from tests.replayer.recording import seal
 from tracevault.archive import open_store
 from tracevault.config import Settings
 from tracevault.desk.access import AccessLog
-from tracevault.desk.app import DeskConfig
 from tracevault.producer import Publisher
-from tracevault.replayer import EndRule, Trust
 from tracevault.transparency import AgentKeys
 
 TOKEN = "a-long-random-test-token-0123456789"
 
 
-def _conf(archive: str, vkey: str | None, token: str | None = None) -> DeskConfig:
-    """The desk over a hand-written archive: no sealed topic proves it current, so its
-    freshness is accepted knowingly (``offline``), as ``tracevault ui --offline`` does."""
-    settings = Settings(archive_url=archive)
-    trust = Trust.of(settings, trusted_keys=[] if vkey is None else [vkey], offline=True)
-    if vkey is None:
-        trust = dataclasses.replace(trust, policy=None)
-    return DeskConfig(settings, dataclasses.replace(trust, end=EndRule()), token)
+_conf = desk_conf
 
 
 @pytest.fixture(scope="module")
