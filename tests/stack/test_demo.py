@@ -110,13 +110,15 @@ def test_the_demo_records_encrypted_content_it_verifies_without_a_key(demo_run: 
     agent = "support-agent-00=@.tracevault/agent.vkey"  # the first run is agent 00's
     for args, code in (
         (["verify", one, "--trusted-key", vkey, "--agent-key", agent], 0),
-        (["show", one, "--json"], 7),
+        # show verifies first (fails closed); verified, the content is what it cannot open
+        (["show", one, "--json", "--trusted-key", vkey, "--agent-key", agent], 7),
     ):
         proc = subprocess.run([*base, *args], cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=120, check=False)  # fmt: skip
         assert proc.returncode == code, (args, proc.stdout[-800:], proc.stderr[-800:])
     keyed = {**env, "TRACEVAULT_KEY_PROVIDER": "keyring"}
-    proc = subprocess.run([*base, "show", one, "--json"], cwd=cwd, env=keyed,
+    proc = subprocess.run([*base, "show", one, "--json", "--trusted-key", vkey,
+                           "--agent-key", agent], cwd=cwd, env=keyed,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-800:]
     assert any(t in proc.stdout for t in _TICKETS)

@@ -33,16 +33,17 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tracevault.archive import archived_run, open_store
+from tracevault.archive import ObjectStore, archived_run, open_store
 from tracevault.config import Settings
 from tracevault.content import open_run
 from tracevault.demo.fleet import FleetWorld, RefundRefused, scripted_model, support_agent
 from tracevault.demo.services import LocalBroker, Service, broker_answers
-from tracevault.errors import ServiceUnavailableError
+from tracevault.errors import ServiceUnavailableError, TraceVaultError
 from tracevault.heads import fingerprint, heads_partition_count, read_state
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import LogPolicy, load_run, replay, verify
+from tracevault.replayer.load.source import load_archived
 from tracevault.transparency import AgentKeys, Ed25519Signer, load_signer, write_private_key
 
 __all__ = ["DemoOptions", "DemoSummary", "run_demo"]
@@ -241,7 +242,7 @@ def _wait_pipeline(
             progress.update(sealed_task, completed=len(finished))
             for run_id in wanted - archived.keys():
                 got = archived_run(store, run_id)  # either archive layout
-                if got is not None and got[0]:
+                if got is not None and got[0] and _readable(store, run_id, got[1]):
                     archived[run_id] = got[1]
             progress.update(archived_task, completed=len(archived))
             if len(finished) == len(wanted) and archived.keys() == wanted:
@@ -478,12 +479,22 @@ def _commands(settings: Settings, work_dir: Path, one: str) -> list[str]:
             f"{pre}"
         )
     return [
-        f"{pre} replay {arch} show {one} --from archive --metadata",
+        f"{pre} replay {arch} show {one} --from archive --metadata {key}",
         f"{pre} replay {arch} verify {one} --from archive {key}",
-        f"{reader} replay {arch} show {one} --from archive",
+        f"{reader} replay {arch} show {one} --from archive {key}",
         f"{reader} replay {arch} run {one} --agent tracevault.demo:support_agent --from archive "
         f"{key}",
         f"{pre} replay {arch} export {one} -o evidence/{one} {log_key}",
         f"{pre} replay verify --bundle evidence/{one} {key}",
         f"{_cli_name()} archive ls --archive {settings.archive_url}",
     ]
+
+
+def _readable(store: ObjectStore, run_id: str, events: int) -> bool:
+    """The run reads back whole from the archive: its objects are written before the flush's
+    checkpoint (which the index step's objects precede), and a reader counts only flushes
+    a checkpoint covers. Waiting for the objects alone raced the checkpoint (docs/log.md)."""
+    try:
+        return len(load_archived(store, run_id).records) == events
+    except TraceVaultError:
+        return False
