@@ -23,6 +23,7 @@ from tests.native import extension
 
 cseal = extension("tracevault.consumer.sequencer._cseal")
 ctake = extension("tracevault.services.archiver._ctake")
+ccolumns = extension("tracevault.index._ccolumns")
 cmerkle = extension("tracevault.transparency._cmerkle")
 cput = extension("tracevault.archive._cput")
 csign = extension("tracevault.transparency._csign")
@@ -851,6 +852,58 @@ def csealer_copy_would_clone_the_counter() -> object:
 @case
 def csealer_seal_a_large_field() -> object:
     return len(_sealer().seal(1, "response", b"x" * 100_000))
+
+
+_HDR = b"\x00" * 10  # a 10-byte Avro header that no value starts with
+
+
+@case
+def ccolumns_short_header() -> object:
+    return ccolumns.columns([], [], b"short", _HDR, 3, 1)
+
+
+@case
+def ccolumns_no_kinds() -> object:
+    return ccolumns.columns([], [], _HDR, _HDR, 0, 1)
+
+
+@case
+def ccolumns_values_not_a_list() -> object:
+    return ccolumns.columns((b"x",), [1], _HDR, _HDR, 3, 1)
+
+
+@case
+def ccolumns_counts_past_the_values() -> object:
+    return ccolumns.columns([b"x"], [2], _HDR, _HDR, 3, 1)
+
+
+@case
+def ccolumns_negative_count() -> object:
+    return ccolumns.columns([b"x"], [-1], _HDR, _HDR, 3, 1)
+
+
+@case
+def ccolumns_count_whose_index_clears_the_values() -> object:
+    """A count whose __index__ empties the list C walks: refused before it runs."""
+    values = [b"x"]
+
+    class Sly:
+        def __index__(self) -> int:
+            values.clear()
+            return 1
+
+    return ccolumns.columns(values, [Sly()], _HDR, _HDR, 3, 1)
+
+
+@case
+def ccolumns_value_cut_short() -> object:
+    """A value that is not a whole sealed record: declined (None), the Python path reads it."""
+    return ccolumns.columns([_HDR + b"\x02"], [1], _HDR, _HDR, 3, 1)
+
+
+@case
+def ccolumns_value_not_bytes() -> object:
+    return ccolumns.columns([bytearray(_HDR)], [1], _HDR, _HDR, 3, 1)
 
 
 # -- the runner ----------------------------------------------------------------------------

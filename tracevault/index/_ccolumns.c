@@ -484,7 +484,12 @@ static PyObject *columns(PyObject *self, PyObject *args) {
 
     Py_ssize_t row = 0;
     for (Py_ssize_t r = 0; r < nruns && !declined; r++) {
-        Py_ssize_t cnt = PyLong_AsSsize_t(PyList_GET_ITEM(counts, r));
+        PyObject *ci = PyList_GET_ITEM(counts, r);
+        if (!PyLong_CheckExact(ci)) { /* an __index__ could run Python and shrink ``values`` */
+            PyErr_SetString(PyExc_TypeError, "columns: a count that is not an int");
+            goto done;
+        }
+        Py_ssize_t cnt = PyLong_AsSsize_t(ci);
         if (cnt < 0) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "columns: a negative count");
