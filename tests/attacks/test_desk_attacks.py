@@ -15,7 +15,6 @@ UI say FAILED naming check I, not merely "unverified".
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.desk.browser import Chromium
-from tests.desk.server import serving
+from tests.desk.server import desk_conf, serving
 from tests.replayer import agents
 from tests.replayer.archiving import write_signed_run
 from tests.replayer.recording import record, seal, seal_raws, signed_raws
@@ -32,17 +31,8 @@ from tracevault.archive import open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.desk.access import AccessLog
-from tracevault.desk.app import DeskConfig
 from tracevault.producer import Publisher
-from tracevault.replayer import EndRule, Trust
 from tracevault.transparency import Ed25519Signer
-
-
-def _trust(settings: Settings, vkey: str) -> Trust:
-    """The log key, over a hand-written archive no sealed topic proves current (offline)."""
-    trust = Trust.of(settings, trusted_keys=[vkey], offline=True)
-    return Trust(trust.policy, EndRule(), trust.agents, operators=trust.operators, offline=True)
-
 
 HOSTILE = (
     '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -98,11 +88,8 @@ def test_a_hostile_payload_in_the_ui_is_text(
     browser: Chromium,
     settings_factory: Callable[..., Settings],
 ) -> None:
-    settings = Settings(archive_url=hostile_archive)
     with Publisher(settings_factory(partitions=1)) as publisher:  # the opening is recorded
-        conf = dataclasses.replace(
-            DeskConfig(settings, _trust(settings, log_vkey)), access=AccessLog(publisher)
-        )
+        conf = desk_conf(hostile_archive, log_vkey, access=AccessLog(publisher))
         with serving(conf) as desk:
             _opened_as_text(desk, browser)
 
@@ -165,8 +152,7 @@ def test_a_run_its_agent_did_not_write_fails_in_the_report(
 def test_a_run_its_agent_did_not_write_is_red_in_the_ui(
     impostor_archive: str, log_vkey: str, browser: Chromium, run_id: str
 ) -> None:
-    settings = Settings(archive_url=impostor_archive)
-    conf = DeskConfig(settings, _trust(settings, log_vkey))
+    conf = desk_conf(impostor_archive, log_vkey)
     with serving(conf) as desk:
         browser.open(desk + f"/runs/{run_id}")
         browser.wait_for(

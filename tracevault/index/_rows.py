@@ -23,10 +23,9 @@ from typing import Any
 from tracevault.errors import LogError, SchemaError
 from tracevault.schemas import EventKind, TraceEvent, decode_event, decode_sealed
 from tracevault.schemas.fast import sealed_columns
-from tracevault.transparency import ATTEST_ATTRIBUTE, open_agent_note
+from tracevault.transparency import ATTEST_ATTRIBUTE, CONTESTED_PREFIX, open_agent_note
 
 __all__ = [
-    "CONTESTED_PREFIX",
     "ERASE_AGENT",
     "KINDS",
     "IndexedRun",
@@ -40,8 +39,6 @@ __all__ = [
 
 KINDS = tuple(k.value for k in EventKind)
 _KIND_NAME = {k: k.value for k in EventKind}  # a dict lookup, not the enum's value property
-#: the run the sequencer seals when a run's agent note is contested (docs/identity.md)
-CONTESTED_PREFIX = "tracevault.contested:"
 #: the agent id of ``tracevault erase``'s erasure records (docs/confidentiality.md)
 ERASE_AGENT = "tracevault-erase"
 _KEY_ATTRIBUTE = "tracevault.content.key"  # the wrapped data key: its "tenant" is clear

@@ -39,7 +39,6 @@ from tracevault.archive import Hole, ObjectStore, utc_now
 from tracevault.errors import TraceVaultError
 from tracevault.index._build import _Reader, _tag_parts, hole_statuses
 from tracevault.index._rows import (
-    CONTESTED_PREFIX,
     ERASE_AGENT,
     KINDS,
     StatusRow,
@@ -59,6 +58,7 @@ from tracevault.index._tables import (
     table_of,
 )
 from tracevault.schemas.fast import armed_walks
+from tracevault.transparency import CONTESTED_PREFIX
 
 __all__ = ["IndexFlush", "IndexStep"]
 
