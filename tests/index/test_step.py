@@ -142,3 +142,13 @@ def test_the_c_walk_reads_a_tool_name_exactly_as_python_does(tmp_path: Path) -> 
         assert step.c_flushes == (0 if python else 2)  # the flush, and the call here
     assert tables[0] == tables[1]
     assert tables[0][:3] == ["a", "b", "c"]
+
+
+def test_a_time_no_date_can_hold_files_under_the_first_or_last_day() -> None:
+    """A sealed record keeps any int64 time; the archiver's index step once raised on
+    INT64_MIN (year -290308) and stopped the flush (found by the hostile-record fuzz)."""
+    from tracevault.index._tables import day_of
+
+    assert day_of(-(2**63)) == "0001-01-01"
+    assert day_of(2**63 - 1) == "9999-12-31"
+    assert day_of(86_400_000_000) == "1970-01-02"

@@ -161,7 +161,13 @@ def parse_index_key(key: str) -> IndexKey | None:
 
 
 def day_of(micros: int) -> str:
-    return datetime.fromtimestamp(micros / 1_000_000, tz=UTC).date().isoformat()
+    """The UTC day a run is filed under. A time no date can hold (a broken or hostile
+    clock: the sealed record keeps any int64) is filed under the first or last day there
+    is, so one record never stops the index step or a rebuild (docs/index.md)."""
+    try:
+        return datetime.fromtimestamp(micros / 1_000_000, tz=UTC).date().isoformat()
+    except (ValueError, OverflowError, OSError):
+        return (date.min if micros < 0 else date.max).isoformat()
 
 
 def _column(rows: Sequence[dict[str, Any]], name: str, typ: pa.DataType) -> pa.Array:
