@@ -51,6 +51,7 @@ PROMPT_PATH = "$.request.messages[0].content"
 class PipelineArchive:
     url: str
     prefix: str  # the deployment's topic prefix: its log's origin, which batch checks (L1)
+    bootstrap: str  # its brokers: the sealed topic batch holds the archive to (L5)
     ok: tuple[str, ...]
     prompt: tuple[str, ...]
     seed: tuple[str, ...]
@@ -83,7 +84,7 @@ def pipeline_archive(
                 record_live(settings, agent, agents.INPUT, rid)
         wait_all_sealed(settings, [r for rs in ids.values() for r in rs])
     Archiver(settings).run(until_idle=1.0)
-    return PipelineArchive(settings.archive_url, settings.topic_prefix, **ids)
+    return PipelineArchive(settings.archive_url, settings.topic_prefix, kafka_bootstrap, **ids)
 
 
 def _window() -> list[str]:
@@ -92,11 +93,16 @@ def _window() -> list[str]:
 
 
 def _batch(
-    url: str, *args: str, agent: str = AGENT, s3: str | None = None, prefix: str | None = None
+    url: str,
+    *args: str,
+    agent: str = AGENT,
+    s3: str | None = None,
+    pipeline: PipelineArchive | None = None,
 ) -> Any:
     flags = ["replay", "--archive-url", url]
-    if prefix is not None:  # a pipeline of its own (else the default, as write_signed_run)
-        flags = ["--prefix", prefix, *flags]
+    prefix = None if pipeline is None else pipeline.prefix
+    if pipeline is not None:  # a pipeline of its own (else the default, as write_signed_run)
+        flags = ["--bootstrap-servers", pipeline.bootstrap, "--prefix", pipeline.prefix, *flags]
     if s3 is not None:
         flags += ["--s3-endpoint-url", s3]
     # a hand-written archive has no sealed topic to prove it current: accepted knowingly
@@ -121,7 +127,7 @@ def test_dask_batch_finds_and_groups_what_the_agent_does_differently(
     junit = tmp_path / "replay.xml"
     res = _batch(arch.url, "--engine", "dask", "--address", dask_cluster.address,
                  "--chunk-size", "3", "--junit", str(junit), "--json", *_window(),
-                 prefix=arch.prefix)  # fmt: skip
+                 pipeline=arch)  # fmt: skip
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
     assert out["engine"].startswith(f"dask ({dask_cluster.address}")
@@ -155,10 +161,10 @@ def test_local_workers_and_dask_give_the_same_report(
 ) -> None:
     arch = pipeline_archive
     local = json.loads(
-        _batch(arch.url, "--workers", "2", "--json", *_window(), prefix=arch.prefix).output
+        _batch(arch.url, "--workers", "2", "--json", *_window(), pipeline=arch).output
     )
     dask = json.loads(_batch(arch.url, "--engine", "dask", "--address", dask_cluster.address,
-                             "--json", *_window(), prefix=arch.prefix).output)  # fmt: skip
+                             "--json", *_window(), pipeline=arch).output)  # fmt: skip
     assert local["engine"] == "local (2 workers)"
 
     def strip(report: dict[str, Any]) -> Any:
@@ -172,8 +178,8 @@ def test_summary_table_reads_at_80_columns(
 ) -> None:
     env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "tracevault", "--prefix", pipeline_archive.prefix,
-         "replay", "--archive-url", pipeline_archive.url,
+        [sys.executable, "-m", "tracevault", "--bootstrap-servers", pipeline_archive.bootstrap,
+         "--prefix", pipeline_archive.prefix, "replay", "--archive-url", pipeline_archive.url,
          "batch", "--agent", AGENT, "--engine", "dask", "--address", dask_cluster.address,
          *_window()],
         check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
@@ -207,7 +213,7 @@ def test_unreadable_run_and_exiting_agent_are_errors_not_crashes(
     junit = tmp_path / "broken.xml"
     addr = ["--engine", "dask", "--address", dask_cluster.address]
     res = _batch(url, *addr, "--junit", str(junit), "--json", *_window(),
-                 prefix=pipeline_archive.prefix)  # fmt: skip
+                 pipeline=pipeline_archive)  # fmt: skip
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
     by_run = {r["run_id"]: r for r in out["runs"]}
@@ -221,7 +227,7 @@ def test_unreadable_run_and_exiting_agent_are_errors_not_crashes(
     junit = tmp_path / "exits.xml"
     agent = "tests.replayer.batch_agents:exiting_agent"
     res = _batch(url, *addr, "--junit", str(junit), "--json", *_window(), agent=agent,
-                 prefix=pipeline_archive.prefix)  # fmt: skip
+                 pipeline=pipeline_archive)  # fmt: skip
     assert res.exit_code == 1, res.output
     out = json.loads(res.output)
     assert out["totals"]["runs"] == 7 and out["totals"]["ok"] == 0
@@ -237,8 +243,8 @@ def test_an_agent_the_workers_cannot_import_is_a_usage_error(
     # importable here (this directory is the client's working directory), not on the workers
     (tmp_path / "only_here.py").write_text("def agent(i, edges):\n    return None\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "tracevault", "--prefix", pipeline_archive.prefix,
-         "replay", "--archive-url", pipeline_archive.url,
+        [sys.executable, "-m", "tracevault", "--bootstrap-servers", pipeline_archive.bootstrap,
+         "--prefix", pipeline_archive.prefix, "replay", "--archive-url", pipeline_archive.url,
          "batch", "--agent", "only_here:agent", "--engine", "dask", "--address",
          dask_cluster.address, *_window()],
         check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120,

@@ -284,10 +284,14 @@ def test_keep_going_reports_changes_in_two_thread_branches_each_at_its_seq(runs:
         _expect_both_perturbations(events, result, output)
 
 
-def test_cli_keep_going_on_a_concurrent_run(runs: Runs, archive_url: str, prefix: str) -> None:
+def test_cli_keep_going_on_a_concurrent_run(
+    runs: Runs, archive_url: str, prefix: str, kafka_bootstrap: str
+) -> None:
     """``replay run --keep-going`` from the archive: both changes, then a clean re-run."""
     events, _ = runs["async"][0]
-    base = ["--prefix", prefix, "replay", "--archive-url", archive_url, "run", events[0].run_id,
+    # the pipeline's own brokers: the sealed topic that proves the archive current (L5)
+    base = ["--bootstrap-servers", kafka_bootstrap, "--prefix", prefix, "replay",
+            "--archive-url", archive_url, "run", events[0].run_id,
             "--keep-going"]  # fmt: skip
     agent = "tests.replayer.concurrent_agents:async_twice_perturbed_agent"
     res = CliRunner().invoke(tracevault, [*base, "--agent", agent, "--json"])

@@ -165,6 +165,8 @@ class ArchiveAccess:
     #: the sealed topic's archived checkpoints, read once where the job started (None:
     #: Kafka did not answer, or --offline): workers hold each run's archive to them (L5)
     tails: Mapping[int, TopicTail] | None = None
+    #: the job's brokers: a worker that must ask Kafka (no tails) asks the job's, not a default
+    bootstrap_servers: str | None = None
 
     @classmethod
     def of(
@@ -191,6 +193,7 @@ class ArchiveAccess:
             settings.topic_prefix,
             settings.log_origin,
             tails,
+            settings.bootstrap_servers,
         )
 
     def content_settings(self) -> Settings:
@@ -205,7 +208,7 @@ class ArchiveAccess:
 
     def deployment(self) -> Settings:
         """The archive's settings, as L5 and the witness stores read them in a worker."""
-        return Settings(
+        settings = Settings(
             archive_url=self.url,
             s3_endpoint_url=self.s3_endpoint_url,
             s3_region=self.s3_region,
@@ -213,6 +216,9 @@ class ArchiveAccess:
             topic_prefix=self.topic_prefix,
             log_origin=self.log_origin,
         )
+        if self.bootstrap_servers is None:
+            return settings
+        return settings.model_copy(update={"bootstrap_servers": self.bootstrap_servers})
 
     def open(self) -> ObjectStore:
         settings = self.deployment()
