@@ -185,7 +185,7 @@ def archive_once(
     stop_index.set()
     if index:
         indexer.join(600)
-    step = archiver._index
+    step = archiver.flusher.index
     if step is not None and step.events:
         INDEX_CPU_US.append(step.cpu_s / step.events * 1e6)
     stats = archiver.stats

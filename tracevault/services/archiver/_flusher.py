@@ -50,6 +50,12 @@ class Flusher:
         self._pool = ThreadPoolExecutor(_WRITERS, thread_name_prefix="archive-put")
         self._flusher = ThreadPoolExecutor(_FLUSHERS, thread_name_prefix="archive-flush")
 
+    @property
+    def index(self) -> IndexStep | None:
+        """The index step this flusher runs, if any: its CPU counters are what
+        bench/archiver_throughput.py reports as the index's write cost."""
+        return self._index
+
     def shutdown(self) -> None:
         self._flusher.shutdown(wait=True)
         self._pool.shutdown(wait=True)
