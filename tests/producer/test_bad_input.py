@@ -293,3 +293,24 @@ def test_tool_argument_mistakes_are_config_errors_that_say_what_to_pass(
 def test_a_tool_that_is_not_callable_is_named_by_its_registration(publisher: Publisher) -> None:
     with pytest.raises(ConfigError, match=re.escape("Recorder(tools={'search': ...})")):
         Recorder(publisher=publisher, agent_id="a", agent_version="1", tools={"search": 3})  # type: ignore[dict-item]
+
+
+def test_bytes_that_are_not_an_event_are_spooled_and_the_publisher_goes_on(
+    tmp_path: Any,
+) -> None:
+    """``Publisher.publish`` takes bytes it does not decode. Entering the spool used to read
+    each purged event's seq to order them, and bytes that are not an event stopped the
+    Publisher's thread there: nothing after them was kept, and close() reported nothing
+    lost. They are spooled as they came (the sequencer names them in its DLQ)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    pub = Publisher(Settings(bootstrap_servers=f"127.0.0.1:{dead}", spool_dir=str(tmp_path)))
+    pub.publish(b"run-a", b"not an event")
+    pub.publish(b"run-a", b"")
+    pub.publish(b"run-b", b"\x00\x02")
+    report = pub.close(timeout=5)
+    assert (report.delivered, report.lost, report.undelivered) == (0, 0, 3), report
+    assert report.spool_files, report

@@ -146,7 +146,7 @@ class SpoolSide:
             return
         purged, self._purged = self._purged, []
         # Per run (key) in seq order: librdkafka may report in-flight and queued separately.
-        purged.sort(key=lambda kv: (kv[0], read_run_seq(kv[1])[1]))
+        purged.sort(key=lambda kv: (kv[0], _seq_of(kv[1])))
         self._append(purged)
 
     def _append(self, records: list[tuple[bytes, bytes]]) -> None:
@@ -288,3 +288,14 @@ class SpoolSide:
                 self._offsets.pop(seg.path, None)
                 self._backlog.popleft()
         return result.delivered > 0
+
+
+def _seq_of(value: bytes) -> int:
+    """The seq an event's bytes carry, for ordering the purged events of a run; -1 for bytes
+    that are not an event (``Publisher.publish`` takes any bytes): they are spooled as they
+    came and the sequencer sends them to its DLQ, where they are named. Reading them must
+    not stop the Publisher's thread, which lost every later event when it did."""
+    try:
+        return read_run_seq(value)[1]
+    except (IndexError, UnicodeDecodeError, ValueError):
+        return -1
