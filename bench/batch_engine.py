@@ -148,16 +148,18 @@ def main() -> None:
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)  # the built archive and the cluster's logs
+    serial_side, local_side = side(serial_s, serial, 1), side(local_s, local, args.workers)
+    dask_side = {
+        **side(dask_s, on_dask, parallelism),
+        "connect_s": round(connect_s, 3),
+        "cluster_start_s": round(cluster_start_s, 3),
+    }
     out = {
         "runs": len(on_dask.items),
         "events_per_run": on_dask.items[0].count if on_dask.items else 0,
-        "serial": side(serial_s, serial, 1),
-        "local": side(local_s, local, args.workers),
-        "dask": {
-            **side(dask_s, on_dask, parallelism),
-            "connect_s": round(connect_s, 3),
-            "cluster_start_s": round(cluster_start_s, 3),
-        },
+        "serial": serial_side,
+        "local": local_side,
+        "dask": dask_side,
     }
     same = [(i.run_id, i.status, i.seq) for i in local.items] == [
         (i.run_id, i.status, i.seq) for i in on_dask.items
@@ -168,13 +170,13 @@ def main() -> None:
             {
                 "runs": out["runs"],
                 "workers": args.workers,
-                "dask_s": out["dask"]["seconds"],
-                "local_s": out["local"]["seconds"],
-                "serial_s": out["serial"]["seconds"],
-                "ratio": round(out["local"]["seconds"] / out["dask"]["seconds"], 3),
-                "dask_overhead_ms_per_run": out["dask"]["overhead_ms_per_run"],
-                "dask_cluster_start_s": out["dask"]["cluster_start_s"],
-                "local_overhead_ms_per_run": out["local"]["overhead_ms_per_run"],
+                "dask_s": dask_side["seconds"],
+                "local_s": local_side["seconds"],
+                "serial_s": serial_side["seconds"],
+                "ratio": round(local_side["seconds"] / dask_side["seconds"], 3),
+                "dask_overhead_ms_per_run": dask_side["overhead_ms_per_run"],
+                "dask_cluster_start_s": dask_side["cluster_start_s"],
+                "local_overhead_ms_per_run": local_side["overhead_ms_per_run"],
                 "same_report": same,
             }
         )
