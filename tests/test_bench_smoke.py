@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -185,18 +186,19 @@ def test_bench_prints_its_figures(
     given = {"tmp": str(tmp_path), "s3": s3_endpoint, "port": str(free_port())}
     cmd = [sys.executable, str(ROOT / "bench" / bench.script),
            *(a.format(**given) for a in bench.args)]  # fmt: skip
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{bench.name} did not finish in {TIMEOUT_S} s: {exc.stderr!r}")
+    # its own session: a bench that times out is killed with what it started (a Dask
+    # cluster, a sequencer), not only its main process
+    with subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    ) as child:  # fmt: skip
+        try:
+            stdout, stderr = child.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            stdout, stderr = child.communicate()
+            pytest.fail(f"{bench.name} did not finish in {TIMEOUT_S} s: {stderr[-4000:]}")
+    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     name = " ".join(cmd[1:])
     assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
     lines = proc.stdout.strip().splitlines()
