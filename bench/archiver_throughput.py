@@ -185,9 +185,9 @@ def archive_once(
     stop_index.set()
     if index:
         indexer.join(600)
-    step = archiver.flusher.index
-    if step is not None and step.events:
-        INDEX_CPU_US.append(step.cpu_s / step.events * 1e6)
+    index_step = archiver.flusher.index
+    if index_step is not None and index_step.events:
+        INDEX_CPU_US.append(index_step.cpu_s / index_step.events * 1e6)
     stats = archiver.stats
     if stats.events_archived != expected or stats.first_message_at is None:
         sys.exit(f"archiver archived {stats.events_archived} of {expected} events")

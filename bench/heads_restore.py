@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import threading
 import time
 import uuid
 
 from confluent_kafka import Producer
+from pydantic import SecretStr
 
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
@@ -51,30 +53,32 @@ def seal(settings: Settings, n: int) -> None:
             p.produce(settings.topics.raw, encode_event(ev), rid.encode())
             p.poll(0)
     p.flush(60)
-    seq = Sequencer(settings, instance_id="bench")
-    t = threading.Thread(target=seq.run, daemon=True)
+    sequencer = Sequencer(settings, instance_id="bench")
+    t = threading.Thread(target=sequencer.run, daemon=True)
     t.start()
     deadline = time.monotonic() + 600
     done = threading.Event()
-    while seq.metrics.snapshot().get("tracevault_sequencer_sealed_total", 0) < 3 * n:
+    while sequencer.metrics.snapshot().get("tracevault_sequencer_sealed_total", 0) < 3 * n:
         if time.monotonic() > deadline:
             raise RuntimeError("the sequencer did not seal everything in 600 s")
         done.wait(0.5)
-    seq.stop()
+    sequencer.stop()
     t.join(60)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, default=10_000)
-    ap.add_argument("--bootstrap-servers", default="127.0.0.1:9092")
+    ap.add_argument(
+        "--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    )
     args = ap.parse_args()
     signer = Ed25519Signer.generate("bench-log")
     settings = Settings(
         bootstrap_servers=args.bootstrap_servers,
         topic_prefix=f"bench-heads-{uuid.uuid4().hex[:8]}",
         partitions=PARTITIONS,
-        log_key=signer.skey,
+        log_key=SecretStr(signer.skey),
         sequencer_batch_size=2000,
     )
     ensure_topics(settings)

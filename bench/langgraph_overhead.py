@@ -30,6 +30,7 @@ from _alternate import alternate
 from confluent_kafka.admin import AdminClient
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 from tracevault.config import Settings
 from tracevault.demo.provider import provider_server
@@ -53,8 +54,9 @@ def bench(publisher: Publisher, url: str, calls: int, mode: str) -> dict[str, fl
     rec = Recorder(publisher=publisher, agent_id="bench", agent_version="1", input=None)
     with rec:
         if mode == "chat":
-            bare_model = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="b", max_retries=0)
-            inner = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="b", max_retries=0)
+            key = SecretStr("bench")
+            bare_model = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key=key, max_retries=0)
+            inner = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key=key, max_retries=0)
             model = langgraph.chat_model(inner, rec)
             out = alternate(
                 lambda: bare_model.invoke(MESSAGES), lambda: model.invoke(MESSAGES), calls

@@ -124,14 +124,18 @@ def baseline_round(settings: Settings, values: Values) -> tuple[float, list[int]
     return len(values) / (time.perf_counter() - t0), calls
 
 
-def _settings(bootstrap: str, spool: str, **extra: object) -> Settings:
-    return Settings(
+def _settings(bootstrap: str, spool: str, keyring: str | None = None) -> Settings:
+    """Fresh topics; content encrypted with the keyring provider when ``keyring`` names
+    its file, else as the environment says (in clear by default)."""
+    settings = Settings(
         bootstrap_servers=bootstrap,
         topic_prefix=f"bench-crypt-{uuid.uuid4().hex[:8]}",
         partitions=3,
         spool_dir=spool,
-        **extra,  # type: ignore[arg-type]
     )
+    if keyring is None:
+        return settings
+    return settings.model_copy(update={"key_provider": "keyring", "keyring_path": keyring})
 
 
 def main() -> None:
@@ -139,7 +143,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         keyring = str(Path(tmp) / "keyring.json")
-        enc = _settings(opts.bootstrap, f"{tmp}/s1", key_provider="keyring", keyring_path=keyring)
+        enc = _settings(opts.bootstrap, f"{tmp}/s1", keyring)
         plain = _settings(opts.bootstrap, f"{tmp}/s2")
         for s in (enc, plain):
             ensure_topics(s)

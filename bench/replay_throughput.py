@@ -29,6 +29,7 @@ import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import fastavro
 
@@ -59,6 +60,8 @@ def make_run(n: int) -> list[SealedEvent]:
     prev = genesis(RUN)
     out: list[SealedEvent] = []
     t0 = 1_790_000_000_000_000
+    req: dict[str, Any]  # the payloads as JSON values, canonical JSON on the event
+    resp: dict[str, Any] | None
     for seq in range(n):
         if seq == 0:
             kind, req, resp = EventKind.RUN_STARTED, {"input": {"task": "triage"}}, None

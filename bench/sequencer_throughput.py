@@ -42,7 +42,7 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tracevault.config import Settings
 from tracevault.consumer.sequencer import Sequencer
@@ -50,6 +50,7 @@ from tracevault.consumer.sequencer._rules import BatchOutput
 from tracevault.content import RunCipher
 from tracevault.kafka import ensure_topics
 from tracevault.producer._attest import Attestor
+from tracevault.producer._wire import EventFields
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -121,8 +122,10 @@ def signed_runs(plan: list[tuple[str, int, int]], now: int) -> dict[tuple[str, i
                 run, _fields_encoder(run), AGENT_KEY[0], every=64, interval_s=1e9
             )
         plain = decode_event(event(run, seq, last, now), check_json=False)
-        fields = (seq, plain.kind, now, plain.request, plain.response, *(None,) * 5, {}, None)
-        out[run, seq] = att.encode_fields(fields)  # type: ignore[arg-type]
+        fields: EventFields = (
+            seq, plain.kind, now, plain.request, plain.response, *(None,) * 5, {}, None
+        )  # fmt: skip
+        out[run, seq] = att.encode_fields(fields)
     return out
 
 
@@ -201,7 +204,9 @@ def passthrough(settings: Settings, out_topic: str, n: int, batch: int, wait_s: 
             prod.begin_transaction()
             for m in msgs:
                 if m.error() is None:
-                    prod.produce(out_topic, m.value(), m.key(), partition=m.partition())
+                    part = m.partition()
+                    assert part is not None  # a consumed record always has its partition
+                    prod.produce(out_topic, m.value(), m.key(), partition=part)
                     done += 1
             prod.send_offsets_to_transaction(
                 consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
@@ -307,12 +312,13 @@ def latency(settings: Settings, rate: int, seconds: float, batch_size: int) -> d
         end = time.monotonic() + seconds + 60
         while seen < total and time.monotonic() < end:
             for m in consumer.consume(1000, timeout=0.05):
-                if m.error() is not None or m.value() is None:
+                value = m.value()
+                if m.error() is not None or value is None:
                     continue
                 if is_checkpoint_record(m.headers()):
                     continue
                 now = time.time_ns() // 1000
-                at = decode_event(decode_sealed(m.value()).raw, check_json=False).at
+                at = decode_event(decode_sealed(value).raw, check_json=False).at
                 seen += 1
                 if at >= warmup_us:
                     latencies.append((now - at) / 1000.0)

@@ -102,7 +102,9 @@ def signed_run(sealed: list[SealedEvent], key: Ed25519Signer) -> list[SealedEven
     att = Attestor(RUN, encode, key, every=64, interval_s=1e9)
     prev, out = genesis(RUN), []
     for s, ev in zip(sealed, events, strict=True):
-        raw = att.encode_fields((ev.seq, ev.kind, *(None,) * 8, {}, None))  # type: ignore[arg-type]
+        raw = att.encode_fields(
+            (ev.seq, ev.kind, ev.at, ev.request, ev.response, *(None,) * 5, {}, None)
+        )
         h = link(prev, raw)
         out.append(dataclasses.replace(s, prev_hash=prev, hash=h, raw=raw))
         prev = h
