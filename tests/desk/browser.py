@@ -131,6 +131,19 @@ class Chromium:
         cond = "!window.__tvOld && document.readyState === 'complete'"
         self.wait_for(cond, what=what, seconds=seconds)
 
+    def on_every_load(self, expression: str) -> str:
+        """Run ``expression`` in every document this page loads from now on, as soon as it
+        is parsed (DOMContentLoaded), before any reload can replace it; returns the id that
+        :meth:`forget` takes. Why: a page that reloads itself (the desk's "verifying…" screen)
+        may be gone before a test could look at it, so what each load showed is recorded by
+        the page itself (in ``sessionStorage``), not by polling it."""
+        script = f"addEventListener('DOMContentLoaded', () => {{ {expression}; }});"
+        got = self.call("Page.addScriptToEvaluateOnNewDocument", session=True, source=script)
+        return str(got["identifier"])
+
+    def forget(self, identifier: str) -> None:
+        self.call("Page.removeScriptToEvaluateOnNewDocument", session=True, identifier=identifier)
+
     def click(self, selector: str) -> None:
         """Click ``selector``, which loads a new page (a link, a form's button), and wait."""
         self.js("window.__tvOld = true")

@@ -117,38 +117,55 @@ def test_one_changed_byte_of_an_event_turns_it_red_naming_the_seq(
     browser.screenshot("report-event-changed")
 
 
-def test_one_changed_byte_of_a_proof_turns_it_red_naming_the_seq(
+def _once(html: str, values: list[str]) -> str:
+    """The first of ``values`` that occurs exactly once in ``html`` (runs of one log may
+    share a subtree hash)."""
+    return next(v for v in values if html.count(v) == 1)
+
+
+def test_the_proof_is_one_per_run_not_one_per_leaf(written: Path) -> None:
+    """run-c's 11 leaves and the subtrees beside them lead to the root: the report carries
+    those few hashes, and no event carries a proof of its own."""
+    runs = _evidence(written.read_text(encoding="utf-8"))["runs"]
+    for run in runs:
+        assert 0 < len(run["proof"]) <= 8, len(run["proof"])  # log2 of the tree, at most
+        assert not any("proof" in e or "u" in e for e in run["events"])
+    assert "nodes" not in runs[0]
+
+
+def test_one_changed_byte_of_the_proof_turns_the_run_red_naming_each_seq(
     written: Path, browser: Chromium, tmp_path: Path
 ) -> None:
+    """The proof is the run's: a changed hash of it leaves no leaf of that run proven, and
+    the page names every one (it cannot tell which hash changed); the other run still holds."""
     html = written.read_text(encoding="utf-8")
     run_c = _evidence(html)["runs"][1]
-    proof = run_c["nodes"][run_c["events"][5]["proof"][0]]  # seq 4's leaf: in seq 5's alone
     bad = tmp_path / "proof.html"
-    bad.write_text(_flip(html, proof, 10), encoding="utf-8")
+    bad.write_text(_flip(html, _once(html, run_c["proof"]), 10), encoding="utf-8")
     assert _open(browser, bad) == "failed"
-    assert "run-c seq 5 log inclusion" in browser.js(f"{STATUS}.textContent")
+    assert "run-c seq 0 log inclusion: the run's leaves do not lead to the checkpoint's root" in (
+        browser.js(f"{STATUS}.textContent")
+    )
     failed = _failed(browser)
-    assert failed and all("run-c seq 5 log inclusion" in f for f in failed), failed
+    assert [f.split(":")[0] for f in failed] == [
+        f"FAIL run-c seq {e['seq']} log inclusion" for e in run_c["events"]
+    ], failed
+    mark = browser.js("document.getElementById('run-1-seq-5-mark').textContent")
+    assert mark.startswith("FAILED: log inclusion")
     browser.screenshot("report-proof-changed")
 
 
-def test_one_changed_byte_beside_a_range_turns_its_leaves_red(
+def test_a_proof_with_a_hash_too_many_is_red(
     written: Path, browser: Chromium, tmp_path: Path
 ) -> None:
-    """The top hash of seq 0's proof lies outside the run's leaves: the range proven from them
-    misses the root, no leaf's hash differs from the chain's, so each leaf is climbed alone
-    and the ones whose proofs hold that hash are named."""
     html = written.read_text(encoding="utf-8")
-    run_c = _evidence(html)["runs"][1]
-    first = run_c["events"][0]
-    assert "u" not in first  # seq 0's proof is written whole
-    bad = tmp_path / "beside.html"
-    bad.write_text(_flip(html, run_c["nodes"][first["proof"][-1]], 10), encoding="utf-8")
+    first = _once(html, _evidence(html)["runs"][1]["proof"])
+    bad = tmp_path / "longer.html"
+    bad.write_text(html.replace(f'"{first}"', f'"{first}","{first}"'), encoding="utf-8")
     assert _open(browser, bad) == "failed"
-    assert "run-c seq 0 log inclusion" in browser.js(f"{STATUS}.textContent")
     failed = _failed(browser)
     assert failed and all(re.match(r"FAIL run-c seq \d+ log inclusion: ", f) for f in failed)
-    browser.screenshot("report-range-proof-changed")
+    assert "its leaves need" in failed[0], failed[0]
 
 
 def test_one_changed_byte_of_the_signature_turns_it_red(
@@ -216,6 +233,26 @@ def test_payloads_not_revealed_are_hashes_only(
     assert _open(browser, out) == "verified"
     marks = browser.js("[...document.querySelectorAll('td.mark')].map(x => x.textContent)")
     assert marks[4].startswith("verified: chain,") and marks[5].startswith("verified: link,")
+
+
+def test_a_changed_hash_of_a_withheld_event_turns_its_run_red(
+    signed_archive: str, log_vkey: str, browser: Chromium, out: Path, tmp_path: Path
+) -> None:
+    """A withheld event's hash cannot be recomputed in the page, and the run's one proof
+    cannot say which leaf changed: every leaf of the run fails, that seq among them."""
+    code, output = _report(signed_archive, out, "run-b", "--reveal", "4", vkey=log_vkey)
+    assert code == 0, output
+    html = out.read_text(encoding="utf-8")
+    withheld = _evidence(html)["runs"][0]["events"][6]
+    assert withheld["raw"] is None
+    bad = tmp_path / "withheld.html"
+    bad.write_text(_flip(html, withheld["h"], 10), encoding="utf-8")
+    assert _open(browser, bad) == "failed"
+    failed = _failed(browser)
+    assert len(failed) == 11 and all(
+        re.match(r"FAIL run-b seq \d+ log inclusion: ", f) for f in failed
+    )
+    assert any(f.startswith("FAIL run-b seq 6 log inclusion") for f in failed)
 
 
 def test_bad_reveal_is_a_usage_error(signed_archive: str, log_vkey: str, out: Path) -> None:

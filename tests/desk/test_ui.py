@@ -136,21 +136,49 @@ def _search_run_payload_diff(desk: str, web: Chromium) -> None:
     web.screenshot("ui-diff")
 
 
-def test_the_first_screen_comes_while_the_run_is_verified(
+def _record_loads(web: Chromium, name: str) -> str:
+    """Have every page the browser loads from now on note, as soon as it is parsed, its
+    status, rows and refresh under ``sessionStorage[name]``: the "verifying…" screen
+    replaces itself within a second, so it is recorded by the page, not polled for."""
+    return web.on_every_load(
+        "const s = document.getElementById('tv-status'); "
+        "const m = document.querySelector('meta[http-equiv=refresh]'); "
+        f"const seen = JSON.parse(sessionStorage.getItem({name!r}) || '[]'); "
+        "seen.push({state: s && s.dataset.state, text: s && s.textContent, "
+        "rows: document.querySelectorAll('tr.event').length, "
+        "opened: document.querySelectorAll('details.payload pre').length, "
+        "refresh: m && m.content}); "
+        f"sessionStorage.setItem({name!r}, JSON.stringify(seen))"
+    )
+
+
+def _loads(web: Chromium, name: str) -> list[dict[str, object]]:
+    return list(web.js(f"JSON.parse(sessionStorage.getItem({name!r}) || '[]')"))
+
+
+def test_the_first_screen_comes_before_the_verdict_and_says_verifying(
     signed_archive: str, log_vkey: str, web: Chromium
 ) -> None:
-    with serving(_conf(signed_archive, log_vkey)) as desk:
-        # a new desk: the run's verification waits for its first screen to go out
-        with urllib.request.urlopen(desk + "/runs/run-a") as r:
-            body = r.read().decode()
-        top = body.index('id="tv-status"')
-        assert 'data-state="verifying"' in body[top - 60 : top]
-        assert "verifying… run-a: these rows are read from the archive but not yet proven" in body
-        assert "VERIFIED" not in body and body.count('class="event"') == 11
-        assert 'content="1; url=/runs/run-a?page=0&amp;reload=1"' in body  # meta refresh
-        web.open(desk + "/runs/run-a?page=0&reload=1")  # the page reloads itself to the verdict
-        _verdict(web)
-        assert _text(web, "#tv-status").startswith("VERIFIED: run-a")
+    """A new desk: the first screen is read from the run's first objects and answered
+    before the run is verified (the verification starts once it is out), so the first page
+    Chromium shows is "verifying…"; it reloads itself until the verdict."""
+    recording = _record_loads(web, "first")
+    try:
+        with serving(_conf(signed_archive, log_vkey)) as desk:
+            web.open(desk + "/runs/run-a")
+            _verdict(web)
+            loads = _loads(web, "first")
+    finally:
+        web.forget(recording)
+    first, last = loads[0], loads[-1]
+    assert first["state"] == "verifying" and first["rows"] == 11 and first["opened"] == 0
+    assert str(first["text"]).startswith(
+        "verifying… run-a: these rows are read from the archive but not yet proven"
+    )
+    assert first["refresh"] == "1; url=/runs/run-a?page=0&reload=1"
+    assert last["state"] == "verified" and str(last["text"]).startswith("VERIFIED: run-a")
+    assert last["refresh"] is None and last["rows"] == 11
+    assert all(x["state"] == "verifying" for x in loads[:-1]), loads
 
 
 def test_a_seq_has_a_deep_link(desk: str, web: Chromium) -> None:
@@ -183,15 +211,25 @@ def test_a_run_that_fails_verify_is_red_at_the_top(
             p.write_bytes(data[:at] + b"3000 m" + data[at + 6 :])
             changed += 1
     assert changed
-    with serving(_conf(url, log_vkey)) as desk:
-        web.open(desk + "/runs/run-x")
-        _verdict(web)
-        assert web.js("document.getElementById('tv-status').dataset.state") == "failed"
-        assert _text(web, "#tv-status").startswith("FAILED verification: run-x:")
-        assert web.js("getComputedStyle(document.getElementById('tv-status')).color") == (
-            "rgb(164, 14, 14)"
-        )
-        web.screenshot("ui-run-failed")
+    recording = _record_loads(web, "tampered")
+    try:
+        with serving(_conf(url, log_vkey)) as desk:
+            web.open(desk + "/runs/run-x")
+            _verdict(web)
+            assert web.js("document.getElementById('tv-status').dataset.state") == "failed"
+            assert _text(web, "#tv-status").startswith("FAILED verification: run-x:")
+            assert web.js("getComputedStyle(document.getElementById('tv-status')).color") == (
+                "rgb(164, 14, 14)"
+            )
+            web.screenshot("ui-run-failed")
+            loads = _loads(web, "tampered")
+    finally:
+        web.forget(recording)
+    # first the edited rows under "verifying…", never as verified, then red at the top
+    states = [x["state"] for x in loads]
+    assert states[0] == "verifying" and loads[0]["rows"] == 11 and loads[0]["opened"] == 0
+    assert states[-1] == "failed" and set(states[1:-1]) <= {"verifying"}, states
+    assert not any("VERIFIED:" in str(x["text"]) for x in loads)
 
 
 def test_a_missing_archive_is_a_message_not_a_trace(tmp_path: Path, web: Chromium) -> None:

@@ -42,7 +42,14 @@ from tracevault.archive._holes import (
     holes_prefix,
     parse_hole_key,
 )
-from tracevault.archive._logread import LogRun, read_log_run, run_index_keys, run_log_keys
+from tracevault.archive._logread import (
+    LogHead,
+    LogRun,
+    read_log_head,
+    read_log_run,
+    run_index_keys,
+    run_log_keys,
+)
 from tracevault.archive._open import open_store
 from tracevault.archive._purge import PurgeReport, purge
 from tracevault.archive._reader import (
@@ -87,7 +94,9 @@ __all__ = [
     "open_store",
     "utc_now",
     # reading runs back
+    "LogHead",
     "LogRun",
+    "read_log_head",
     "read_log_run",
     "run_index_keys",
     "run_log_keys",

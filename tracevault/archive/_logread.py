@@ -52,7 +52,7 @@ from tracevault.transparency import (
     tile_width,
 )
 
-__all__ = ["LogRun", "read_log_run", "run_index_keys", "run_log_keys"]
+__all__ = ["LogHead", "LogRun", "read_log_head", "read_log_run", "run_index_keys", "run_log_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +244,68 @@ def read_log_run(
         tuple(unindexed),
         lost,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LogHead:
+    """The first sealed values of a run and how many events its index objects list, read
+    without the log's proofs: NOT verified (the desk's first screen, while it verifies)."""
+
+    values: tuple[bytes, ...]  # seqs 0, 1, … in order, at most the number asked for
+    objects: tuple[str, ...]  # the data bundle of each value
+    total: int  # the last seq the run's last index object lists, plus one
+
+
+def read_log_head(
+    get: Callable[[str], bytes], run_id: str, index_keys: Sequence[str], n: int
+) -> LogHead:
+    """The first ``n`` sealed values of ``run_id`` from its index objects (``index_keys``).
+
+    Reads the last index object (the count, and the tree size its flush left the bundles
+    at), the others in flush order only until they place seqs 0..n-1, and the data bundles
+    of those leaves: for a 100,000-event run two or three index objects and two bundles,
+    where :func:`read_log_run` reads every bundle, tile and checkpoint that proves the run.
+    Nothing here is checked against the signed log; the values stop at the first seq the
+    indexes do not place (ArchiveError when an object is unreadable or names another run
+    or log; NotFoundError when one is missing).
+    """
+    keys = sorted(index_keys)
+    if not keys:
+        raise ArchiveError(f"run {run_id!r} has no index objects")
+    last = RunIndex.from_json(get(keys[-1]), keys[-1])
+    total = max((seq for _, seq in last.leaves), default=-1) + 1
+    want = min(n, total)
+    placed: dict[int, int] = {}  # seq -> leaf
+    for key in keys:
+        idx = last if key == keys[-1] else RunIndex.from_json(get(key), key)
+        if idx.run_id != run_id or idx.log != last.log:
+            raise ArchiveError(f"run index {key} is for run {idx.run_id!r} in log {idx.log}")
+        for leaf, seq in idx.leaves:
+            if seq < want:
+                placed.setdefault(seq, leaf)
+        if len(placed) >= want:
+            break
+    values: list[bytes] = []
+    objects: list[str] = []
+    bundles: dict[str, list[bytes]] = {}
+    for seq in range(want):
+        at = placed.get(seq)
+        if at is None:
+            break
+        leaf = at
+        if leaf >= last.size:
+            raise ArchiveError(f"run {run_id!r} seq {seq} is leaf {leaf}, past its last flush")
+        b = leaf // TILE_WIDTH
+        # the bundle as the run's last flush left it: full, or the partial one it wrote
+        dkey = data_key(last.log, b, tile_width(0, b, last.size))
+        bundle = bundles.get(dkey)
+        if bundle is None:
+            bundle = bundles[dkey] = decode_values(get(dkey), dkey)
+        if leaf % TILE_WIDTH >= len(bundle):
+            raise ArchiveError(f"data bundle {dkey} has no record for leaf {leaf}")
+        values.append(bundle[leaf % TILE_WIDTH])
+        objects.append(dkey)
+    return LogHead(tuple(values), tuple(objects), total)
 
 
 def _proofs(  # noqa: PLR0917 - the run's leaves and the tree they are proven in

@@ -2,9 +2,10 @@
 
 Why server-rendered and script-free: the page a person reads is what the server verified, and
 nothing is fetched after it (no CDN, works offline). Each run is verified once through the
-replayer (``evidence.gather``), in a thread; only its first page is shown before the verdict,
-under "verifying…" and reloading itself, and its status sits at the top of the page in words,
-a failure in red (docs/desk.md, "The UI"). Errors become a message in the page,
+replayer (``evidence.gather``), in a thread; only its first page, read from the run's first
+objects (``evidence.first_page``), is shown before the verdict, under "verifying…" and
+reloading itself, and its status sits at the top of the page in words, a failure in red
+(docs/desk.md, "The UI"). Errors become a message in the page,
 never a stack trace: an unknown run is a 404 page that links back to the runs.
 """
 
@@ -39,12 +40,12 @@ except ImportError as exc:  # the extra is not installed: say which one
 
 from tracevault.config import Settings
 from tracevault.desk.access import Access, AccessLog, Reader
-from tracevault.desk.evidence import Reveal, RunEvidence, gather, is_encrypted, preview
+from tracevault.desk.evidence import Reveal, RunEvidence, first_page, gather, is_encrypted
 from tracevault.desk.report import durations_ms, event_name, pretty_json
 from tracevault.desk.runs import IndexSource, RunQuery, RunSource, source_for
 from tracevault.errors import ConfigError, NotFoundError, TraceVaultError
 from tracevault.index import FILTERS, STATUSES, Filters
-from tracevault.replayer import LoadedRun, Trust, align_runs
+from tracevault.replayer import Trust, align_runs
 from tracevault.schemas import TraceEvent, micros_to_datetime
 
 __all__ = ["PAGE_SIZE", "DeskConfig", "make_app"]
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 500
 RUNS_PAGE = 100
 _COOKIE = "tracevault_ui_token"
+#: At most this long a run's verification waits for its first screen to go out (the request
+#: that asked for it sets ``_Job.served`` when it is answered, or fails, or is dropped).
+_SERVED_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +77,8 @@ class DeskConfig:
 
 
 class _Job:
-    """One run's verification, run once in a thread: its first page (``head``, decoded as soon
-    as the run is loaded, not verified) is ready before its verdict (``evidence``)."""
+    """One run's verification, run once in a thread: its first page (``head``, read from the
+    run's first objects, not verified) is ready before its verdict (``evidence``)."""
 
     def __init__(self) -> None:
         self.head: list[TraceEvent] | None = None
@@ -86,23 +90,23 @@ class _Job:
         self.done = threading.Event()  # evidence or error is set
 
     def run(self, conf: DeskConfig, run_id: str) -> None:
-        def loaded(run: LoadedRun) -> None:
-            try:
-                self.head, self.total = preview(run, PAGE_SIZE), len(run.records)
-            except Exception:  # no first page early: the verdict comes first
-                log.debug("desk: no early first page of %s", run_id, exc_info=True)
-            self.ready.set()
-            if self.head is not None:  # the GIL to the first screen first (at most 5 s)
-                self.served.wait(timeout=5.0)
-
         try:
+            try:
+                got = first_page(conf.settings, run_id, PAGE_SIZE)
+            except Exception:  # no first page early: the verdict (or its error) comes first
+                log.debug("desk: no early first page of %s", run_id, exc_info=True)
+                got = None
+            if got is not None:
+                self.head, self.total = got
+            self.ready.set()
+            if self.head is not None:  # the GIL to the first screen first (its request
+                self.served.wait(timeout=_SERVED_S)  # sets ``served`` however it ends)
             self.evidence = gather(
                 conf.settings,
                 run_id,
                 source="archive",
                 trust=conf.trust,
                 reveal=Reveal(every=True),
-                on_loaded=loaded,
             )
         except BaseException as exc:  # handed to the request that asks
             self.error = exc
@@ -256,15 +260,18 @@ class _Pages:
     async def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         job = self.runs.job(run_id)
+        try:
+            return await self._run_page(request, run_id, job)
+        finally:  # answered, failed or dropped: the verification need not wait any longer
+            job.served.set()
+
+    async def _run_page(self, request: Request, run_id: str, job: _Job) -> Response:
         wanted = _seqs(request.query_params.getlist("open"))
         n = _int(request.query_params.get("page"), min(wanted) // PAGE_SIZE if wanted else 0)
         await asyncio.to_thread(job.ready.wait)
         if not job.done.is_set() and job.head is not None and n == 0 and not wanted:
             again = _int(request.query_params.get("reload"), 0) + 1  # a new URL each time
-            try:
-                return self._verifying(request, run_id, job.head, job.total, again)
-            finally:
-                job.served.set()
+            return self._verifying(request, run_id, job.head, job.total, again)
         ev = await self.runs.get(run_id, job)  # its error too, not a second attempt
         total = len(ev.events)
         pages = max(1, math.ceil(total / PAGE_SIZE))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tracevault.archive import open_store
@@ -19,11 +19,12 @@ from tracevault.config import Settings
 from tracevault.content import is_envelope, open_run
 from tracevault.errors import ChainError, ConfigError, ContentKeyError, LogError
 from tracevault.replayer import LoadedRun, Trust, VerifyReport, load_run
+from tracevault.replayer.load.archive import load_head
 from tracevault.replayer.load.source import load_archived
 from tracevault.schemas import SealedEvent, TraceEvent, decode_event
 from tracevault.transparency import LeafProof, RunLogEvidence
 
-__all__ = ["NO_LOG_KEY", "Reveal", "RunEvidence", "gather", "is_encrypted", "preview"]
+__all__ = ["NO_LOG_KEY", "Reveal", "RunEvidence", "first_page", "gather", "is_encrypted"]
 
 #: Why a run is ``unverified`` when no trusted log key checked it.
 NO_LOG_KEY = "no trusted log key, nothing was proven (give --trusted-key or TRACEVAULT_LOG_VKEYS)"
@@ -104,7 +105,6 @@ def gather(
     trust: Trust,
     reveal: Reveal,
     proofs: bool = False,
-    on_loaded: Callable[[LoadedRun], None] | None = None,
 ) -> RunEvidence:
     """Load ``run_id`` and verify it as ``replay verify`` does, with ``trust`` (built as
     ``replay verify`` builds it, ``Trust.of``): freshness and the witness stores, the signed
@@ -115,8 +115,6 @@ def gather(
     failure at the top instead of nothing; NotFoundError and unreachable stores propagate.
     ``proofs``: read every event's inclusion proof now (a source's proofs are read lazily
     from its store, which is closed when this returns), as a report needs them.
-    ``on_loaded``: called with the run once it is loaded, before it is verified (the UI
-    shows its first page from it meanwhile, marked as not yet verified).
     """
     if source == "topic":
         run = load_run(settings, run_id, source="topic", with_log=True)
@@ -124,8 +122,6 @@ def gather(
     store = open_store(settings.archive_url, settings, create=False)
     try:
         run = load_archived(store, run_id)
-        if on_loaded is not None:
-            on_loaded(run)
         return _checked(settings, run, trust, reveal=reveal, proofs=proofs)
     finally:
         store.close()
@@ -225,7 +221,20 @@ def _open(
     return clear, shut, ()
 
 
-def preview(run: LoadedRun, n: int) -> list[TraceEvent]:
-    """The first ``n`` events of a loaded run, decoded but NOT verified: the UI's first screen
-    while the verification runs. Encrypted payloads stay sealed here (shown by hash)."""
-    return [decode_event(s.raw) for s in run.records.head(n)]
+def first_page(settings: Settings, run_id: str, n: int) -> tuple[list[TraceEvent], int] | None:
+    """The first ``n`` events of ``run_id`` in the archive and how many it lists, decoded but
+    NOT verified, or None when the archive has no object of the run: the UI's first screen
+    while the run is verified (``gather``).
+
+    Why apart from ``gather``: loading a 100,000-event run reads every data bundle, tile and
+    checkpoint that proves it, and the first screen needs two bundles (``load_head``). What
+    it shows is marked as not yet proven; encrypted payloads stay sealed (shown by hash)."""
+    store = open_store(settings.archive_url, settings, create=False)
+    try:
+        got = load_head(store, run_id, n)
+    finally:
+        store.close()
+    if got is None:
+        return None
+    head, total = got
+    return [decode_event(s.raw) for s in head], total

@@ -22,11 +22,14 @@ from typing import Any
 
 from tracevault import __version__
 from tracevault.desk.evidence import RunEvidence
+from tracevault.desk.rangeproof import path_ranges, run_proof
+from tracevault.errors import LogError
 from tracevault.schemas import EventKind, TraceEvent
+from tracevault.transparency import Checkpoint, split_note
 
 __all__ = ["REPORT_FORMAT", "event_name", "pretty_json", "render_report"]
 
-REPORT_FORMAT = "tracevault/report/v1"
+REPORT_FORMAT = "tracevault/report/v2"
 
 
 def _asset(name: str) -> str:
@@ -73,28 +76,28 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
     """The run's evidence as the page's verifier reads it, and what its timeline shows.
 
     Keys of an event, short as there are 10,000s: seq, h (hash), p (prev_hash, when it is not
-    the last event's hash), raw, i (leaf index, when not the last one's + 1), proof, u (how
-    many of the last event's upper proof hashes follow), o (opened), k (kind, in ``kinds``;
-    left out: the last one's), t (micros since the last event; left out: the last step),
-    n (model / tool), q / r (request / response: [offset, length] in raw, or base64 when
-    opened), qs / rs (their SHA-256 when not revealed).
+    the last event's hash), raw, i (leaf index, when not the last one's + 1; null: no proof),
+    o (opened), k (kind, in ``kinds``; left out: the last one's), t (micros since the last
+    event; left out: the last step), n (model / tool), q / r (request / response: [offset,
+    length] in raw, or base64 when opened), qs / rs (their SHA-256 when not revealed).
 
-    A run's leaves are neighbours in one tree, so their proofs share most nodes: each node is
-    written once, in ``nodes``, and a proof is the list of its nodes' positions there. The
-    timeline is drawn by the page's script from these rows (kind, time, model / tool, time
-    until the next crossing), not rendered as HTML rows: the page is a third of the size."""
+    The run's inclusion in the checkpoint is one proof for all its leaves (``proof``: the
+    subtrees beside them, ``rangeproof``), not one per leaf: the browser hashes every node
+    above the leaves itself. The timeline is drawn by the page's script from these rows
+    (kind, time, model / tool, time until the next crossing), not rendered as HTML rows."""
     proofs = ev.proofs()
-    nodes: dict[bytes, int] = {}
     kinds: dict[str, int] = {}
     rows: list[dict[str, Any]] = []
     events = list(ev.events)
     by_seq = {e.seq: e for e in events}
+    size = _tree_size(ev)
     last_at = 0
     last_kind: int | None = None
     last_step: int | None = None
     last_hash = b""
     last_index: int | None = None
-    last_proof: list[int] = []
+    proven: list[int] = []  # the leaf indexes the run's proof covers (report.js: the same rule)
+    known: dict[tuple[int, int], bytes] = {}
     for sealed in ev.records:
         p = proofs.get(sealed.seq)
         shown = sealed.seq in ev.revealed
@@ -103,15 +106,14 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         if rows == [] or sealed.prev_hash != last_hash:  # else it is the last event's hash
             row["p"] = _b64(sealed.prev_hash)
         row["raw"] = _b64(sealed.raw) if shown else None
-        proof = [] if p is None else [nodes.setdefault(h, len(nodes)) for h in p.proof]
         index = None if p is None else p.index
         if index is None or last_index is None or index != last_index + 1:
             row["i"] = index  # else the next leaf after the last event's
-        up = _shared_tail(proof, last_proof) if index is not None else 0
-        row["proof"] = proof[: len(proof) - up]
-        if up:
-            row["u"] = up  # the upper hashes: the last event's proof's last ``up``
-        last_hash, last_index, last_proof = sealed.hash, index, proof
+        if p is not None and p.index < size and (not proven or p.index > proven[-1]):
+            for where, h in zip(path_ranges(p.index, size), p.proof, strict=False):
+                known.setdefault(where, h)  # a bad proof's hashes: the browser fails it
+            proven.append(p.index)
+        last_hash, last_index = sealed.hash, index
         if sealed.seq in ev.opened:
             row["o"] = True
         if e is not None:
@@ -140,18 +142,20 @@ def _run_data(ev: RunEvidence, anchor: str) -> dict[str, Any]:
         "checkpoint": None if ev.log is None else ev.log.checkpoint,
         "origin": None if ev.log is None else ev.log.origin,
         "kinds": list(kinds),
-        "nodes": [_b64(h) for h in nodes],
+        "proof": [_b64(h) for h in run_proof(proven, size, known)] if proven else [],
         "decoded": len(events),
         "events": rows,
     }
 
 
-def _shared_tail(proof: list[int], last: list[int]) -> int:
-    """How many of ``proof``'s last hashes are ``last``'s last (neighbours share the top)."""
-    n = 0
-    while n < len(proof) - 1 and n < len(last) and proof[-1 - n] == last[-1 - n]:
-        n += 1
-    return n
+def _tree_size(ev: RunEvidence) -> int:
+    """The size of the tree the run's leaves are proven in (its checkpoint's), 0 if none."""
+    if ev.log is None:
+        return 0
+    try:
+        return Checkpoint.parse(split_note(ev.log.checkpoint)[0]).size
+    except (LogError, ValueError):
+        return 0  # no signed tree: the browser says so, and proves nothing against it
 
 
 def _e(text: object) -> str:

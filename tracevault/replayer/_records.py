@@ -89,13 +89,6 @@ class SealedRows(Sequence[SealedEvent]):
             return [sealed_of(r) for r in self.rows[i]]
         return sealed_of(self.rows[i])
 
-    def head(self, n: int) -> Sequence[SealedEvent]:
-        """The first ``n`` rows, reading only their values when the rows are not read yet
-        (so a later verify still walks the columns once: the desk's first screen)."""
-        if self._rows is not None or self._read is None:
-            return self[:n]
-        return [sealed_of(r) for r in self._read(self._values[:n])]
-
     def __iter__(self) -> Iterator[SealedEvent]:
         for r in self.rows:
             yield sealed_of(r)

@@ -29,123 +29,66 @@
     }
     return needle.length === 0;
   };
-  const bitLen = (x) => (x === 0n ? 0 : x.toString(2).length);
-  const popcount = (x) => x.toString(2).split("").filter((c) => c === "1").length;
   const H0 = new Uint8Array([0]), H1 = new Uint8Array([1]);
-  // An interior node's hash, kept by its exact input: neighbouring leaves climb the same
-  // nodes, so a run's proofs cost about one digest per node instead of one per proof step.
-  const nodeMemo = new Map();
-  const node = (left, right) => {
-    const input = cat(H1, left, right);
-    const k = String.fromCharCode.apply(null, input);
-    let got = nodeMemo.get(k);
-    if (got === undefined) { got = sha(input); nodeMemo.set(k, got); }
-    return got;
-  };
-
-  // transparency-dev/merkle's RootFromInclusionProof
-  async function rootFromProof(index, size, leaf, proof) {
-    index = BigInt(index); size = BigInt(size);
-    if (index >= size) throw new Error(`leaf index ${index} is beyond the tree size ${size}`);
-    const inner = bitLen(index ^ (size - 1n));
-    const border = popcount(index >> BigInt(inner));
-    if (proof.length !== inner + border) throw new Error(`proof has ${proof.length} hashes, want ${inner + border}`);
-    let res = leaf;
-    for (let i = 0; i < inner; i++) {
-      res = ((index >> BigInt(i)) & 1n) === 0n ? await node(res, proof[i]) : await node(proof[i], res);
-    }
-    for (let i = inner; i < proof.length; i++) res = await node(proof[i], res);
-    return res;
-  }
-
-
-  // RFC 6962 audit path of leaf m in a tree of n leaves, as the [start, end) of each sibling
-  // subtree, from the leaf up (the order of a proof's hashes).
   const pow2Below = (n) => { let k = 1; while (k * 2 < n) k *= 2; return k; };
-  function pathRanges(m, n) {
-    const out = [];
-    let s = 0, e = n;
-    while (e - s > 1) {
-      const k = pow2Below(e - s);
-      if (m < s + k) { out.push([s + k, e]); e = s + k; } else { out.push([s, s + k]); s += k; }
-    }
-    return out.reverse();
-  }
 
-  // A group of consecutive leaves [lo, hi) proven as whole subtrees: every node over the group
-  // is hashed once from the leaves, the nodes beside it come from the first and last leaves'
-  // proofs, and the root must be the checkpoint's (docs/desk.md, "What the browser checks").
-  async function rangeRoot(group, leaves, n, nodes) {
-    const lo = group[0].leaf_index, hi = lo + group.length;
-    const given = new Map(), memo = new Map();
-    for (const ev of [group[0], group[group.length - 1]]) {
-      const rs = pathRanges(ev.leaf_index, n);
-      if (rs.length !== ev.proof.length) return { ok: false, why: `seq ${ev.seq}'s proof has ${ev.proof.length} hashes, want ${rs.length}` };
-      rs.forEach(([s, e], i) => { if (e <= lo || s >= hi) given.set(`${s}:${e}`, nodes[ev.proof[i]]); });
-    }
-    const sub = async (s, e) => {
-      if (e <= lo || s >= hi) {
-        const g = given.get(`${s}:${e}`);
-        if (g === undefined) throw new Error(`no hash for the subtree ${s}..${e}`);
-        return g;
+  // The root that a run's leaf hashes (at their strictly increasing indexes, below n) and the
+  // run's proof lead to (report.py's rangeproof.py): a walk of the tree from the left takes
+  // a leaf where one lies, the proof's next hash for a subtree that holds none, and hashes
+  // every node above the leaves itself (RFC 6962). Every node of a level is hashed at once.
+  async function runRoot(indexes, leaves, n, given) {
+    let k = 0, g = 0;
+    const walk = (s, e) => {
+      if (k >= indexes.length || indexes[k] >= e) {
+        if (g >= given.length) throw new Error(`the run's proof has ${given.length} hashes: none is left for leaves ${s}..${e - 1}`);
+        return Promise.resolve(given[g++]);
       }
-      if (e - s === 1) return leaves[s - lo];
-      const k = pow2Below(e - s);
-      const [l, r] = await Promise.all([sub(s, s + k), sub(s + k, e)]);
-      const h = await sha(H1, l, r);
-      memo.set(`${s}:${e}`, h);
-      return h;
+      if (e - s === 1) return Promise.resolve(leaves[k++]);
+      const m = s + pow2Below(e - s);
+      const l = walk(s, m), r = walk(m, e);
+      return Promise.all([l, r]).then(([a, b]) => sha(H1, a, b));
     };
-    const got = await sub(0, n);
-    const at = (s, e) => (e - s === 1 && s >= lo && s < hi ? leaves[s - lo] : memo.get(`${s}:${e}`) || given.get(`${s}:${e}`));
-    return { got, at };
+    const root = walk(0, n);
+    if (g !== given.length) throw new Error(`the run's proof has ${given.length} hashes, its leaves need ${g}`);
+    return await root;
   }
 
-  // Each event's "log inclusion" verdict (true or why not). Consecutive leaves are proven as
-  // one range; each leaf's own proof must then name the very nodes the range was built from.
-  // When a range does not lead to the root, the leaf whose recomputed hash differs from the
-  // chain's is named; failing that, each leaf is proven alone.
-  async function inclusion(evs, hs, recorded, root, n, leafPrefix, nodes) {
+  // Each event's "log inclusion" verdict (true or why not). The run's leaves are proven
+  // together: with the hashes recomputed from the raw events, the root must be the signed
+  // one. When it is not, the leaves whose recomputed hash differs from the chain's recorded
+  // one are named (the root is computed again from the recorded hashes); failing that, the
+  // proof or a hash the page cannot recompute was changed, and no leaf of the run is proven.
+  async function inclusion(evs, hs, recorded, root, n, leafPrefix, given) {
     const out = evs.map(() => "no inclusion proof in this report");
-    const groups = [];
+    const idx = [];
+    let lastLeaf = -1;
     evs.forEach((ev, i) => {
-      if (ev.leaf_index === null || ev.leaf_index >= n) { if (ev.leaf_index !== null) out[i] = `leaf index ${ev.leaf_index} is beyond the tree size ${n}`; return; }
-      const g = groups[groups.length - 1];
-      if (g && evs[g[g.length - 1]].leaf_index + 1 === ev.leaf_index) g.push(i); else groups.push([i]);
+      const leaf = ev.leaf_index;
+      if (leaf === null || leaf === undefined) return;
+      if (!Number.isSafeInteger(leaf) || leaf < 0) out[i] = `leaf index ${leaf} is not a leaf index`;
+      else if (leaf >= n) out[i] = `leaf index ${leaf} is beyond the tree size ${n}`;
+      else if (leaf <= lastLeaf) out[i] = `leaf index ${leaf} does not follow the previous event's leaf ${lastLeaf}`;
+      else { idx.push(i); lastLeaf = leaf; }
     });
-    const leafOf = (i, h) => (h === null ? Promise.resolve(new Uint8Array(32)) : sha(leafPrefix, u64(evs[i].seq), h));
-    const consistent = (i, r) => {
-      const ev = evs[i], rs = pathRanges(ev.leaf_index, n);
-      if (rs.length !== ev.proof.length) return `proof has ${ev.proof.length} hashes, want ${rs.length}`;
-      for (let j = 0; j < rs.length; j++) {
-        const want = r.at(rs[j][0], rs[j][1]), have = nodes[ev.proof[j]];
-        if (want === undefined || have === undefined || !eq(want, have)) return "the proof does not lead to the checkpoint's root";
-      }
-      return true;
+    if (idx.length === 0) return out;
+    if (typeof given === "string") { for (const i of idx) out[i] = given; return out; }
+    const indexes = idx.map((i) => evs[i].leaf_index);
+    const leavesOf = (hashes) => Promise.all(idx.map((i) => (hashes[i] === null ? new Uint8Array(32) : sha(leafPrefix, u64(evs[i].seq), hashes[i]))));
+    const rootOf = async (hashes) => {
+      try { return await runRoot(indexes, await leavesOf(hashes), n, given); } catch (e) { return String(e.message || e); }
     };
-    for (const idx of groups) {
-      const group = idx.map((i) => evs[i]);
-      const leaves = await Promise.all(idx.map((i) => leafOf(i, hs[i])));
-      let r;
-      try { r = await rangeRoot(group, leaves, n, nodes); } catch (e) { r = { got: null }; }
-      if (r.got && eq(r.got, root)) { for (const i of idx) out[i] = consistent(i, r); continue; }
-      const bad = idx.filter((i) => hs[i] === null || recorded[i] === null || !eq(hs[i], recorded[i]));
-      let r2 = null;
-      if (bad.length > 0 && bad.length < idx.length) {
-        const leaves2 = await Promise.all(idx.map((i) => leafOf(i, recorded[i])));
-        try { r2 = await rangeRoot(group, leaves2, n, nodes); } catch (e) { r2 = null; }
+    const got = await rootOf(hs);
+    if (typeof got !== "string" && eq(got, root)) { for (const i of idx) out[i] = true; return out; }
+    const bad = new Set(idx.filter((i) => hs[i] === null || recorded[i] === null || !eq(hs[i], recorded[i])));
+    if (bad.size > 0) {
+      const again = await rootOf(recorded);
+      if (typeof again !== "string" && eq(again, root)) {
+        for (const i of idx) out[i] = bad.has(i) ? "the leaf of the hash recomputed from this event is not in the signed log" : true;
+        return out;
       }
-      if (r2 && r2.got && eq(r2.got, root)) {
-        for (const i of idx) out[i] = bad.includes(i) ? "the leaf of the hash recomputed from this event is not in the signed log" : consistent(i, r2);
-        continue;
-      }
-      await Promise.all(idx.map(async (i, j) => {  // each leaf alone names the ones that fail
-        try {
-          const got = await rootFromProof(evs[i].leaf_index, n, leaves[j], evs[i].proof.map((k) => nodes[k]));
-          out[i] = eq(got, root) ? true : "the proof does not lead to the checkpoint's root";
-        } catch (e) { out[i] = String(e.message || e); }
-      }));
     }
+    const why = typeof got === "string" ? got : "a hash of the run's proof, or a recorded hash the page cannot recompute, is not the one the log signed";
+    for (const i of idx) out[i] = `the run's leaves do not lead to the checkpoint's root: ${why}`;
     return out;
   }
 
@@ -182,15 +125,14 @@
 
   const data = JSON.parse(document.getElementById("tv-evidence").textContent);
   // What the writer left out because it follows from the event before (report.py's
-  // _run_data): a leaf index one past the last, a proof's upper hashes, times as steps.
+  // _run_data): a leaf index one past the last, times as steps.
   for (const run of data.runs) {
     let at = 0, last = null, kind, step;
     run.events.forEach((ev, i) => {
-      for (const [k, long] of [["h", "hash"], ["p", "prev"], ["i", "leaf_index"], ["u", "up"], ["o", "opened"], ["k", "kind"], ["t", "at"], ["n", "name"], ["q", "request"], ["r", "response"], ["qs", "request_sha"], ["rs", "response_sha"]]) {
+      for (const [k, long] of [["h", "hash"], ["p", "prev"], ["i", "leaf_index"], ["o", "opened"], ["k", "kind"], ["t", "at"], ["n", "name"], ["q", "request"], ["r", "response"], ["qs", "request_sha"], ["rs", "response_sha"]]) {
         if (k in ev) { ev[long] = ev[k]; delete ev[k]; }
       }
       if (!("leaf_index" in ev)) ev.leaf_index = last === null || last.leaf_index === null ? null : last.leaf_index + 1;
-      if (ev.up) ev.proof = ev.proof.concat(last === null ? [] : last.proof.slice(Math.max(last.proof.length - ev.up, 0)));
       if (i < run.decoded) {  // a kind or a step left out is the last event's
         kind = ev.kind = ev.kind === undefined ? kind : ev.kind;
         step = ev.at === undefined ? step : ev.at;
@@ -242,12 +184,14 @@
     const evs = run.events;
     // Every event's hash at once (its prev is the previous event's recorded hash, which the
     // previous event's own checks hold to account): WebCrypto runs the digests in parallel.
-    const prevs = evs.map((ev, i) => { try { return i === 0 ? genesis : b64(evs[i - 1].hash); } catch (e) { return new Uint8Array(32); } });
     const recorded = evs.map((ev) => { try { return b64(ev.hash); } catch (e) { return null; } });
-    const hs = await Promise.all(evs.map(async (ev, i) => {
-      try { return ev.raw !== null ? await sha(te.encode("tracevault/v1/event\0"), prevs[i], b64(ev.raw)) : recorded[i]; } catch (e) { return null; }
-    }));
-    const incl = root === null ? null : await inclusion(evs, hs, recorded, root, Number(size), leafPrefix, run.nodes.map(b64));
+    const prevs = evs.map((ev, i) => (i === 0 ? genesis : recorded[i - 1] || new Uint8Array(32)));
+    const raws = evs.map((ev) => { try { return ev.raw === null ? null : b64(ev.raw); } catch (e) { return undefined; } });
+    const eventTag = te.encode("tracevault/v1/event\0");
+    const hs = await Promise.all(evs.map((ev, i) => (raws[i] === null ? recorded[i] : raws[i] === undefined ? null : sha(eventTag, prevs[i], raws[i]))));
+    let given;
+    try { given = run.proof.map(b64); } catch (e) { given = "the run's proof is not base64"; }
+    const incl = root === null ? null : await inclusion(evs, hs, recorded, root, Number(size), leafPrefix, given);
     evs.forEach((ev, i) => {
       const put = (what, fn) => {
         try { const r = fn(); checks.push({ run: rid, seq: ev.seq, what, ok: r === true, detail: r === true ? "holds" : r }); }
@@ -266,8 +210,9 @@
         const p = ev[part];
         if (p === null || p === undefined || ev.opened) continue;
         put(part, () => {
-          if (ev.raw === null) return `the ${part} shown is not in the raw event`;
-          const raw = b64(ev.raw);
+          const raw = raws[i];
+          if (raw === null) return `the ${part} shown is not in the raw event`;
+          if (raw === undefined) return "the raw event is not base64";
           let bytes;
           if (Array.isArray(p)) {  // [offset, length] in the raw event: shown from there
             const [off, len] = p;

@@ -31,6 +31,7 @@ from tracevault.archive import (
     ObjectInfo,
     ObjectVersion,
     parse_hole_key,
+    read_log_head,
     read_log_run,
     run_index_keys,
     run_log_keys,
@@ -46,11 +47,11 @@ from tracevault.archive.layout import (
 )
 from tracevault.archive.tlog import RunIndex, checkpoint_prefix, parse_checkpoint_key
 from tracevault.errors import ArchiveError, ChainError, NotFoundError, SchemaError
-from tracevault.replayer._records import SealedRows
+from tracevault.replayer._records import SealedRows, sealed_of
 from tracevault.replayer._results import LoadedRun, SegmentInfo
 from tracevault.replayer.load._nogc import gc_paused
 from tracevault.replayer.load.checks import fail
-from tracevault.schemas import Codec
+from tracevault.schemas import Codec, SealedEvent
 from tracevault.schemas.fast import sealed_columns, sealed_rows, segment_rows
 from tracevault.transparency import contested_prefix
 
@@ -58,6 +59,7 @@ __all__ = [
     "ReadableStore",
     "VersionedStore",
     "load_from_archive",
+    "load_head",
     "read_segment_rows",
     "sealed_reader",
 ]
@@ -217,6 +219,37 @@ def load_from_archive(store: ReadableStore, run_id: str) -> LoadedRun:
     """Every object of ``run_id`` in ``store``: segments in seq order, receipts, final receipt."""
     with gc_paused():
         return _load(store, run_id)
+
+
+def load_head(store: ReadableStore, run_id: str, n: int) -> tuple[list[SealedEvent], int] | None:
+    """The first ``n`` sealed records of ``run_id`` and how many the archive lists, read from
+    the first objects only (the static log's first index objects and data bundles, or the
+    first segments), or None when the archive has no object of the run.
+
+    NOT verified, and read at each object's current version: what the desk shows under
+    "verifying…" while ``load_from_archive`` and ``verify`` read and prove the whole run
+    (docs/desk.md, "The UI"). Unreadable objects raise as the full load would.
+    """
+    keys = sorted(i.key for i in store.list(run_prefix(run_id)))
+    if not keys:
+        return None
+    index_keys = run_index_keys(keys)
+    if index_keys:
+        try:
+            head = read_log_head(store.get, run_id, index_keys, n)
+        except NotFoundError as exc:
+            raise ArchiveError(f"run {run_id!r}: {exc}") from exc
+        seqs = range(len(head.values))
+        rows = sealed_reader(run_id, seqs, head.objects)(head.values)
+        return [sealed_of(r) for r in rows], head.total
+    segs = sorted((rng, k) for k in keys if (rng := parse_segment_key(k)) is not None)
+    got: list[dict[str, Any]] = []
+    for (first, _), key in segs:
+        if len(got) >= n:
+            break
+        got.extend(read_segment_rows(store.get(key), key, first))
+    total = segs[-1][0][1] + 1 if segs else 0
+    return [sealed_of(r) for r in got[:n]], total
 
 
 def find_contested(store: ReadableStore, run_id: str) -> tuple[LoadedRun, ...]:
