@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -138,12 +139,13 @@ def runs_page(root: Path, reps: int, days: int) -> dict[str, float]:
             first = r.read()
         cold = time.perf_counter() - t
         assert _runs_total(first) > 0
+        pages: list[tuple[str, str, Callable[[], int]]] = [
+            ("newest", "/", lambda: newest_page(root, 0)),
+            ("page50", "/?page=50", lambda: newest_page(root, 50)),
+            ("filtered", filtered, lambda: baseline(root, f)),
+        ]
         for rep in range(reps):
-            for name, path, base in (
-                ("newest", "/", lambda: newest_page(root, 0)),
-                ("page50", "/?page=50", lambda: newest_page(root, 50)),
-                ("filtered", filtered, lambda: baseline(root, f)),
-            ):
+            for name, path, base in pages:
                 order = (0, 1) if rep % 2 == 0 else (1, 0)  # alternate which goes first
                 for which in order:
                     t = time.perf_counter()
