@@ -11,6 +11,9 @@ Modes, after 100 events delivered with the broker up and ``ready`` printed:
 ``flood``  wait for a line on stdin, then record as fast as possible (a long queue);
 ``steady`` record one event about every millisecond (the test stops the broker meanwhile);
 ``hang``   the same (the test SIGSTOPs the broker meanwhile).
+
+``adopt`` prints ``ready`` at once, then records as fast as possible: its Publisher adopts the
+dead agent's segments the test left in SPOOL and drains them meanwhile (the broker is up).
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def main() -> None:
         # run_started is seq 0, so decision i is seq i + 1
         os.write(side, f"{rec.run_id} {i + 1} {time.monotonic_ns()}\n".encode())
 
+    if mode == "adopt":
+        print("ready", flush=True)
+        i = 0
+        while True:
+            step(i)
+            i += 1
     for i in range(100):
         step(i)
     if not publisher.flush(60):

@@ -29,9 +29,11 @@ def _scrape(registry: object) -> dict[str, tuple[str, float]]:
 
 
 def test_counts_are_counters_and_the_backlog_follows_the_spool() -> None:
-    source = _Stats(PublisherStats(10, 4, 6, 2, 0, 0, spooling=True, lost=0))
+    source = _Stats(PublisherStats(10, 4, 6, 2, 0, 0, spooling=True, lost=0, held=3, held_s=0.25))
     registry = publisher_metrics(source)
     got = _scrape(registry)
+    assert got["tracevault_recorder_backpressure_waits_total"] == ("counter", 3)
+    assert got["tracevault_recorder_backpressure_seconds_total"] == ("counter", 0.25)
     assert got["tracevault_recorder_spooled_total"] == ("counter", 6)
     assert got["tracevault_recorder_published_total"] == ("counter", 10)
     assert got["tracevault_recorder_spool_backlog_events"] == ("gauge", 4)

@@ -43,7 +43,10 @@ class PublisherStats:
     ``published`` were handed over by recorders, ``delivered`` acknowledged by Kafka
     directly, ``spooled`` written to the local spool, ``drained`` sent from the spool and
     acknowledged (including segments adopted from dead processes), ``queued`` not yet taken
-    by the background thread, ``in_flight`` inside the Kafka client.
+    by the background thread, ``in_flight`` inside the Kafka client. ``held`` counts the
+    recorder calls that waited for the background thread to catch up (it was not getting
+    the CPU, and the queue was about to outlive the spool's bound) and ``held_s`` their
+    seconds of waiting in all (docs/design.md, "The spool").
     """
 
     published: int
@@ -54,6 +57,8 @@ class PublisherStats:
     in_flight: int
     spooling: bool
     lost: int
+    held: int = 0
+    held_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,16 @@ class _PublisherCollector(Collector):
             ("spooled", "events written to the local spool (Kafka away or slow)", st.spooled),
             ("drained", "events sent from the spool and acknowledged", st.drained),
             ("lost", "events neither delivered nor spooled (a full disk)", st.lost),
+            (
+                "backpressure_waits",
+                "recorder calls that waited for the publisher's thread to catch up",
+                st.held,
+            ),
+            (
+                "backpressure_seconds",
+                "seconds recorder calls waited for the publisher's thread in all",
+                st.held_s,
+            ),
         ):
             yield CounterMetricFamily(f"tracevault_recorder_{name}", doc, value=value)
         for name, doc, level in (

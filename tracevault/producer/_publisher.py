@@ -5,7 +5,8 @@ queue, under a lock, and never wakes anyone: the background thread takes the que
 5 ms (like ``linger.ms``), because waking it per event costs the agent GIL hand-offs that
 showed up as a 300 µs p99. That one thread owns everything else, so the states below
 change without races: it encodes the Avro bytes, produces them, tracks delivery, writes and
-drains the spool. States:
+drains the spool. Only when that thread falls behind (a saturated CPU) does the agent's call
+wait for it, on the local disk, never on Kafka (``_backpressure.py``). States:
 
 ``direct``
     events go to librdkafka (idempotent, ``acks=all``, zstd, ``murmur2_random``, key = run
@@ -25,12 +26,14 @@ drains the spool. States:
 
 Durability bound: an event the agent handed over that Kafka has not acknowledged is
 fsync'd to the spool within ``SPOOL_DURABLE_MS`` (100 ms; measured 0-62 ms), however
-long the queue. While spooling, the background thread never waits longer than 10 ms on
-anything but a spool write (the broker probe runs on its own thread; a drain serves the
-queue every 10 ms while it waits for acknowledgements), and it writes the queue oldest first
-in chunks. Before spooling starts (a broker that hangs or is shutting down), events that
-stay unacknowledged for 20 ms are copied to a shadow segment (``_shadow.py``) and deleted
-again once Kafka acknowledges them. Measured under SIGKILL in
+long the queue and however busy the CPU. While spooling, the background thread never waits
+longer than 10 ms on anything but a spool write (the broker probe runs on its own thread; a
+drain serves the queue every 10 ms while it waits for acknowledgements and every 256 records
+while it reads and produces), and it writes the queue oldest first in chunks. When the thread
+does not get the CPU in time, the agent's call waits for it (``_backpressure.py``). Before
+spooling starts (a broker that hangs or is shutting down), events that stay unacknowledged
+for 20 ms are copied to a shadow segment (``_shadow.py``) and deleted again once Kafka
+acknowledges them. Measured under SIGKILL in
 tests/producer/test_spool_kill.py; the figures are in docs/design.md, "The spool".
 
 Segments left by a process that died are adopted at start and drained the same way (their
@@ -58,6 +61,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, TraceVaultError
+from tracevault.producer._backpressure import CHECK_EACH, CHECK_EVERY, Backpressure
 from tracevault.producer._delivery import CloseReport, PublisherStats, producer_config
 from tracevault.producer._drain import rejected_sink
 from tracevault.producer._shadow import Shadow
@@ -130,6 +134,7 @@ class Publisher(SpoolSide):
         self._answered = False
         self._published = 0
         self._handled = 0
+        self._hold = Backpressure()
         self._produced = 0
         self._errored = 0
         self._spooled = 0
@@ -155,8 +160,13 @@ class Publisher(SpoolSide):
                 )
             if self._thread is None:
                 self._start_locked()
-            self._published += 1
+            self._published = n = self._published + 1
             self._queue.append((key, encode, args))
+        # Events not yet taken (queued, or in a spool chunk not yet fsync'd). The common case
+        # ends here: the thread had taken every event before this one.
+        backlog = n - self._hold.taken
+        if backlog > 1 and (backlog <= CHECK_EACH or not n % CHECK_EVERY):
+            self._hold.hold(n, backlog, self._wake, self._thread)
 
     def _start_locked(self) -> None:
         conf = producer_config(
@@ -169,6 +179,7 @@ class Publisher(SpoolSide):
         self._thread = threading.Thread(
             target=self._run, name=f"tracevault-publisher-{self.topic}", daemon=True
         )
+        self._hold.fresh(time.monotonic())  # nothing was published before
         self._thread.start()
 
     # -- librdkafka callbacks (served by poll on the background thread) ---------------------
@@ -242,6 +253,7 @@ class Publisher(SpoolSide):
         assert producer is not None
         queue, produce, topic = self._queue, producer.produce, self.topic
         remember = self._shadow.recent.append
+        hold, mark, upto = self._hold, time.monotonic(), self._published
         n = 0
         while queue and self._direct and not self._spool_requested:
             item = queue.popleft()
@@ -256,14 +268,23 @@ class Publisher(SpoolSide):
                 # this event for the spool, after whatever the purge returns.
                 self._carry.append((item[0], value))
                 self._spool_requested = True
+                hold.took(self._handled - 1)  # this one is taken once the spool has it
                 return
             self._produced += 1
             remember((item[0], value))
             n += 1
             if n % _POLL_EVERY == 0:
                 producer.poll(0)
+                if self._handled >= upto:
+                    hold.fresh(mark)
+                    mark, upto = time.monotonic(), self._published
+                hold.took(self._handled)
                 if self._stalled():
-                    return
+                    break
+        # librdkafka holds them now; the shadow and the spool keep the bound from here
+        if self._handled >= upto:
+            hold.fresh(mark)
+        hold.took(self._handled)
 
     def _stalled(self) -> bool:
         producer = self._producer
@@ -352,6 +373,8 @@ class Publisher(SpoolSide):
             in_flight=0 if producer is None else len(producer),
             spooling=not self._direct,
             lost=self._lost,
+            held=self._hold.waits,
+            held_s=self._hold.seconds,
         )
 
     def flush(self, timeout: float = 30.0) -> bool:

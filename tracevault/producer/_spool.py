@@ -30,7 +30,7 @@ import struct
 import time
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -57,6 +57,8 @@ SEGMENT_BYTES = 64 * 1024 * 1024
 _CHUNK = 1 << 20
 #: Longer than any record an append writes (an event is far below Kafka's 1 MB default).
 _MAX_RECORD = 16 << 20
+#: Records read between two calls of a torn-tail check's ``between`` (a few ms unloaded).
+_SERVE_EVERY = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,24 +309,30 @@ class SpoolSegment:
             offset,
         )
 
-    def torn_tail(self) -> SpoolCorruption | None:
-        """The torn tail after the cursor, if any (reads the segment; changes nothing)."""
+    def torn_tail(self, between: Callable[[], None] | None = None) -> SpoolCorruption | None:
+        """The torn tail after the cursor, if any (reads the segment; changes nothing).
+
+        ``between`` runs every ``_SERVE_EVERY`` records: a Publisher adopting a large
+        segment spools its agent's new events meanwhile (docs/design.md, "The spool").
+        """
         self.corruption = None
-        for _ in self.records(self.cursor()):
-            pass
+        for i, _ in enumerate(self.records(self.cursor()), 1):
+            if between is not None and not i % _SERVE_EVERY:
+                between()
         return self._tail()
 
     def _tail(self) -> SpoolCorruption | None:
         found = self.corruption
         return found if found is not None and found.tail else None
 
-    def repair_tail(self) -> int:
+    def repair_tail(self, between: Callable[[], None] | None = None) -> int:
         """Truncate a torn tail left by a writer that died mid-append; the bytes cut.
 
         Call only while holding the segment's lock (its writer is gone). The cut bytes were
         never reported as spooled; anything else wrong with the segment is left as it is.
+        ``between`` is :meth:`torn_tail`'s.
         """
-        torn = self.torn_tail()
+        torn = self.torn_tail(between)
         if torn is None:
             return 0
         size = self.path.stat().st_size

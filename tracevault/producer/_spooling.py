@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
 
+from tracevault.producer._backpressure import Backpressure
 from tracevault.producer._drain import TooOld, drain_batch
 from tracevault.producer._shadow import Shadow
 from tracevault.producer._spool import SpoolSegment, SpoolWriter, list_segments
@@ -87,6 +88,8 @@ class SpoolSide:
     _probe: _Probe | None
     _answered: bool
     _handled: int
+    _published: int
+    _hold: Backpressure
     _spooled: int
     _drained: int
     _drained_own: int
@@ -97,9 +100,16 @@ class SpoolSide:
         def _encode(self, item: Item) -> bytes | None: ...
 
     def _pump_to_spool(self) -> None:
-        """Write the queue to the spool, oldest first, one fsync per ``_SPOOL_CHUNK``."""
-        queue = self._queue
+        """Write the queue to the spool, oldest first, one fsync per ``_SPOOL_CHUNK``.
+
+        After each chunk the agents waiting for it are released, and how long a full chunk
+        took tells them how long a queue this thread keeps within the bound
+        (``_backpressure.py``).
+        """
+        queue, hold = self._queue, self._hold
+        mark, upto = time.monotonic(), self._published
         while queue:
+            began = time.monotonic()
             records: list[tuple[bytes, bytes]] = []
             while queue and len(records) < _SPOOL_CHUNK:
                 item = queue.popleft()
@@ -108,6 +118,14 @@ class SpoolSide:
                 if value is not None:
                     records.append((item[0], value))
             self._append(records)
+            if len(records) == _SPOOL_CHUNK:
+                hold.wrote(_SPOOL_CHUNK, time.monotonic() - began)
+            if self._handled >= upto:
+                hold.fresh(mark)
+                mark, upto = time.monotonic(), self._published
+            hold.took(self._handled)
+        if self._handled >= upto:
+            hold.fresh(mark)
 
     def _enter_spool(self) -> None:
         producer = self._producer
@@ -135,6 +153,8 @@ class SpoolSide:
         self._spool_purged()
         carry, self._carry = self._carry, []
         self._append(carry)
+        self._hold.took(self._handled)
+        self._hold.spooling(True)
         self._shadow.recent.clear()
         if self._lost == lost:
             self._shadow.drop()  # what it copied is in the spool now, durably
@@ -176,7 +196,14 @@ class SpoolSide:
             self._own_paths.add(path)
 
     def _adopt_orphans(self) -> None:
-        """Take over segments whose writer died, so this process delivers them."""
+        """Take over segments whose writer died, so this process delivers them.
+
+        Cutting a torn tail reads a whole segment: the agent's events queued meanwhile are
+        spooled every 1,024 records read and after each segment, so adopting a large spool
+        does not keep them in memory past the bound (this process's segment goes after the
+        adopted ones).
+        """
+        adopted: list[SpoolSegment] = []
         for seg in list_segments(self._spool_dir):
             try:
                 if not seg.try_lock():
@@ -189,16 +216,21 @@ class SpoolSide:
             if seg.topic != self.topic:
                 seg.unlock()  # another deployment's spool in the same directory
                 continue
+            if self._direct:
+                self._direct = False
+                self._hold.spooling(True)
             try:
-                seg.repair_tail()  # a writer killed mid-append; logged as a warning
+                # a writer killed mid-append; logged as a warning
+                seg.repair_tail(self._pump_to_spool)
             except OSError as exc:
                 logger.error("cannot cut the torn tail of spool segment %s: %s", seg.path, exc)
-            self._backlog.append(seg)
-            self._direct = False
-        if self._backlog:
+            adopted.append(seg)
+            self._pump_to_spool()
+        if adopted:
+            self._backlog.extendleft(reversed(adopted))
             logger.warning(
                 "found %s spool segment(s) from an earlier process; delivering them first",
-                len(self._backlog),
+                len(adopted),
             )
 
     def _spool_tick(self) -> None:
@@ -218,6 +250,7 @@ class SpoolSide:
         self._answered = progressed
         if not self._backlog and not self._queue and not self._spool_requested:
             self._direct = True
+            self._hold.spooling(False)
             self._answered = False
             logger.warning("Kafka is back: spool delivered, publishing directly again")
             return
@@ -277,9 +310,15 @@ class SpoolSide:
                     seg.corruption.offset,
                     seg.corruption.reason,
                 )
-            # The writer's segment is finished only if nothing was appended meanwhile.
-            if not own or result.offset >= self._writer.size:
-                if own:
+            # The writer's segment is finished only if nothing was appended meanwhile (by
+            # ``between``, which may also have filled it and moved the writer to a new one).
+            writing = seg.path == self._writer.path
+            if writing:
+                finished = result.offset >= self._writer.size
+            else:
+                finished = not own or result.offset >= seg.path.stat().st_size
+            if finished:
+                if writing:
                     self._writer.close()
                 if seg.corruption is None:
                     seg.remove()
