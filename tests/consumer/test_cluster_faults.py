@@ -273,3 +273,62 @@ def test_sequencer_rides_out_the_kill_of_its_transaction_coordinator(
     module_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     fault_run(module_cluster, tmp_path, "cl-seq-coord", transaction_coordinator)
+
+
+def test_a_transaction_stuck_on_a_dead_partition_is_waited_out_and_named(
+    module_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The wait issue 30 saw (``init_transactions: CONCURRENT_TRANSACTIONS; retrying`` while
+    /healthz blamed the brokers), made deterministic: an earlier producer of the sequencer's
+    ``transactional.id`` left a transaction open with a partition (replication factor 1) on a
+    node that then died. The coordinator cannot write that partition's abort marker, so every
+    ``init_transactions`` is answered CONCURRENT_TRANSACTIONS until the node is back. The
+    sequencer waits, /healthz says 503 naming that answer (never "no Kafka broker
+    reachable": two nodes answer), and sealing starts within RESUME_S of the node's return
+    (counted from the return: nothing can finish that transaction before it)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = module_cluster
+    cluster.start(keep_data=True)
+    instance = "cl-seq-stuck"
+    with sealing(cluster, tmp_path, instance) as (start, feed):
+        tid = f"{feed.settings.topic_prefix}.sequencer.{instance}"
+        earlier = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid})
+        earlier.init_transactions(60)
+        node = next(n for n in (1, 2, 3) if n != cluster.coordinator(tid))
+        single = f"{feed.settings.topic_prefix}.single"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(single, 1, replica_assignment=[[node]])])[single].result(60)
+        earlier.begin_transaction()
+        earlier.produce(single, b"left open")
+        assert earlier.flush(30) == 0  # the partition is in the transaction
+        cluster.kill(node)
+        del earlier  # a crashed sequencer: its transaction stays open
+
+        seq = start()
+
+        def diag() -> str:
+            return f"\n{cluster.status()}--- sequencer (exit {seq.proc.poll()})\n{seq.tail()}"
+
+        health = HealthLog(seq)
+        try:
+            wait_for(
+                lambda: "CONCURRENT_TRANSACTIONS" in str(seq.health()[1].get("reason")),
+                STALL_S + 20,
+                "/healthz 503 naming CONCURRENT_TRANSACTIONS",
+                diag,
+            )
+            assert seq.health()[0] == 503
+            assert not seq.metric(SEALED), "sealed while the earlier transaction was open"
+            cluster.restart(node)
+            back = time.monotonic()
+            wait_for(lambda: (seq.metric(SEALED) or 0) > 0, RESUME_S, "sealing after", diag)
+            took = time.monotonic() - back
+            wait_for(lambda: seq.health()[0] == 200, STALL_S + 1, "/healthz 200 again", diag)
+        finally:
+            health.close()
+        wrong = [r for r in health.reasons() if "no Kafka broker reachable" in r]
+        assert not wrong, f"/healthz blamed the brokers while two answered: {wrong}{diag()}"
+        assert_exactly_once(seq, feed, diag)
+    print(f"sealing {took:.1f}s after node {node} came back, load {os.getloadavg()}")
