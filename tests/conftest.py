@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.kafka_harness import LocalBroker, find_or_start_kafka
+from tests.kafka_harness import LocalBroker, LocalCluster, find_or_start_kafka
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 from tracevault.transparency import LOG_KEY_ENV, AgentKeys, Ed25519Signer
@@ -225,6 +225,21 @@ def module_broker() -> Iterator[LocalBroker]:
             broker.ensure_running()  # a SIGSTOPped one does not stop
         with contextlib.suppress(Exception):
             broker.stop()
+
+
+@pytest.fixture(scope="module")
+def module_cluster() -> Iterator[LocalCluster]:
+    """dev/kafka's three-node cluster on free ports for a module's fault tests (its start is
+    20-40 s here). Each test has topics of its own, restarts the node it killed and calls
+    ``start(keep_data=True)`` first (it starts any node a failed test left down); stopped at
+    the module's end."""
+    cluster = LocalCluster.on_free_ports()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.stop()
 
 
 @pytest.fixture(scope="session")

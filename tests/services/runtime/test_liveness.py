@@ -105,6 +105,29 @@ def test_healthz_reports_progress_not_just_liveness() -> None:
     assert code == 503 and "no Kafka broker reachable" in json.loads(body)["reason"]
 
 
+def test_healthz_names_what_a_broker_that_answers_keeps_the_service_waiting_on() -> None:
+    """Issue 30: 41 s of ``init_transactions: CONCURRENT_TRANSACTIONS`` from a broker that was
+    up, while /healthz said "no Kafka broker reachable" (the statistics that would have said
+    otherwise are not served while a call holds the main thread). A broker's answer clears
+    the outage, and the stuck reason names the wait."""
+    health = Health("sequencer", stall_s=0.5)
+    health.watch = KafkaWatch("t")
+    health.watch.down_since = time.monotonic() - 5.0  # an outage the statistics saw last
+    health.last_progress -= 5.0
+    assert "no Kafka broker reachable" in health.check()[1]["reason"]
+
+    health.watch.answered()  # then a broker answered CONCURRENT_TRANSACTIONS
+    health.waiting_on = "init_transactions: the broker answers CONCURRENT_TRANSACTIONS (for 5s)"
+    ok, doc = health.check()
+    assert not ok and health.watch.down_since is None
+    assert doc["reason"].startswith("no progress for 5s"), doc
+    assert (
+        "waiting on init_transactions: the broker answers CONCURRENT_TRANSACTIONS"
+        in (doc["reason"])
+    )
+    assert health.watch.outage_within(1.0)  # the outage that ended is remembered as one
+
+
 def _wait_until_blocked_in_the_kernel(pid: int, timeout: float = 30.0) -> None:
     """Until the process's main thread sleeps on a futex: after it printed "blocking" that is
     init_transactions waiting for librdkafka's threads (Linux /proc; a condition, not a nap)."""

@@ -30,6 +30,7 @@ from tracevault.runtime.liveness import (
     BlockingCalls,
     Broken,
     CallDeadline,
+    Health,
     KafkaWatch,
     Restart,
     Stopping,
@@ -50,12 +51,25 @@ _SLACK_S = 3.0  # how much longer than its own timeout a call may take before we
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer (_loop._REPLACE_CLOSE_S)
 
 
+# what a broker's retriable answer means, for /healthz (docs/liveness.md, "Health")
+_BROKER_WAITS = {
+    KafkaError.CONCURRENT_TRANSACTIONS: (
+        ": the transaction coordinator is still completing an earlier transaction of this "
+        "transactional.id (its markers wait on a partition without a leader, or a "
+        "coordinator that is loading)"
+    ),
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS: ": the coordinator is loading its state",
+    KafkaError.NOT_ENOUGH_REPLICAS: ": fewer in-sync replicas than min.insync.replicas",
+}
+
+
 class SessionClients:
     """The clients of one Kafka session and the calls on them (the sequencer's base)."""
 
     settings: Settings
     instance_id: str
     watch: KafkaWatch
+    health: Health
     _stop: threading.Event
     _calls: BlockingCalls
     _history: SealedHistory
@@ -103,24 +117,42 @@ class SessionClients:
         """``fn(timeout)`` in slices of at most _SLICE_S while librdkafka says the error is
         retriable, for at most ``budget_s``; each slice's deadline is enforced (``calls``:
         how many librdkafka calls ``fn`` makes, each with that timeout)."""
-        end = time.monotonic() + budget_s
+        start = time.monotonic()
+        end = start + budget_s
         attempt = 0
         while True:
             t = max(0.5, min(_SLICE_S, end - time.monotonic()))
             try:
-                return self._calls.call(what, functools.partial(fn, t), calls * t + _SLACK_S)
+                result = self._calls.call(what, functools.partial(fn, t), calls * t + _SLACK_S)
             except CallDeadline:
                 self.watch.trouble()
                 raise
             except KafkaException as exc:
                 err = exc.args[0]
+                self._note_answer(what, err, time.monotonic() - start)
                 if not err.retriable() or time.monotonic() >= end:
                     raise
                 log.info("sequencer %s: %s: %s; retrying", self.instance_id, what, err)
                 self._check_session()
+            else:
+                self.health.waiting_on = None
+                return result
             if self._stop.wait(min(backoff(attempt, base=0.1, cap=1.0), _SLICE_S)):
                 raise Stopping(f"{what} still failing after stop was asked")
             attempt += 1
+
+    def _note_answer(self, what: str, err: KafkaError, waited_s: float) -> None:
+        """A broker's own error code (not a local one, which are negative) means a broker
+        answered: the watch hears it, and ``/healthz`` names the wait instead of blaming
+        the brokers (issue 30: "no Kafka broker reachable" for 41 s of
+        ``CONCURRENT_TRANSACTIONS`` from a broker that was up)."""
+        if err.code() < 0:
+            return
+        self.watch.answered()
+        why = _BROKER_WAITS.get(err.code(), "")
+        self.health.waiting_on = (
+            f"{what}: the broker answers {err.name()} (for {waited_s:.0f}s){why}"
+        )
 
     def _new_producer(self) -> Producer:
         s = self.settings

@@ -41,6 +41,9 @@ class Health:
         self.last_progress = time.monotonic()
         self.watch: KafkaWatch | None = None
         self.restarts = 0
+        # what the service is waiting on now, when a broker answers but not as needed
+        # (``init_transactions: CONCURRENT_TRANSACTIONS ...``); named in the stuck reason
+        self.waiting_on: str | None = None
 
     def progressed(self) -> None:
         self.last_progress = time.monotonic()
@@ -66,6 +69,8 @@ class Health:
         elif since > self.stall_s:
             lag = "unknown" if self.lag is None else str(self.lag)
             doc["reason"] = f"no progress for {since:.0f}s ({self.state}; last lag seen: {lag})"
+            if self.waiting_on:
+                doc["reason"] += f"; waiting on {self.waiting_on}"
         elif self.state == "stopping":
             doc["reason"] = "stopping"
         ok = "reason" not in doc

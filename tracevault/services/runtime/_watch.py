@@ -104,6 +104,18 @@ class KafkaWatch:
         if self.down_since is None:
             self.down_since = now
 
+    def answered(self) -> None:
+        """A broker answered a request (with an error of its own, such as
+        ``CONCURRENT_TRANSACTIONS``): it is reachable, whatever the statistics last said.
+        A call that blocks the main thread also blocks the callbacks that would say so, and
+        ``/healthz`` then blamed the brokers for a wait that was the coordinator's."""
+        if self.down_since is not None:
+            now = time.monotonic()
+            self.recovered_at = now
+            self._last_outage = (self.down_since, now)
+            self.down_since = None
+        self._ever_up = True
+
     def _on_error(self, err: KafkaError) -> None:
         if err.code() in _TROUBLE_CODES:
             self.trouble()
