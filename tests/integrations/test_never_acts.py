@@ -3,7 +3,11 @@ to the framework unwrapped, a function the agent calls itself, the agent's own c
 framework's run) cannot run under replay. It opens a connection, which replay refuses before
 anything leaves the process, as a divergence naming the address and the agent's frame; the
 "mail server" (the local provider, its requests counted) sees nothing. One test per
-integration, with the frameworks' own packages; the real Recorder, broker and sequencer."""
+integration, with the frameworks' own packages; the real Recorder, broker and sequencer.
+
+Pydantic AI's streaming doors (``run_stream``, ``iter``) as well: through the integration, the
+mail tool is served from the record; the door called directly, its model over a client nothing
+wraps, diverges at its model request's connection, before the tool could run."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from langchain_core.tools import tool as lc_tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests.integrations.pipeline import Pipeline
 from tracevault.demo.provider import provider_server
@@ -29,8 +35,11 @@ from tracevault.integrations import anthropic as tv_anthropic
 from tracevault.integrations import openai as tv_openai
 from tracevault.integrations.langgraph import chat_model, tools
 from tracevault.integrations.openai_agents import run as agents_run
+from tracevault.integrations.pydantic_ai import iter as pydantic_iter
 from tracevault.integrations.pydantic_ai import run as pydantic_run
+from tracevault.integrations.pydantic_ai import run_stream as pydantic_stream
 from tracevault.replayer import areplay, replay
+from tracevault.schemas import EventKind
 
 SERVER: dict[str, str] = {}  # the "mail server" the unwrapped side effect posts to
 
@@ -138,3 +147,91 @@ def test_no_integration_replays_a_side_effect_it_does_not_wrap(pipeline: Pipelin
             div = result.divergence
             assert div.actual == "CONNECT", (agent.__name__, div)
             assert f"from {__name__}:send_email:" in div.reason, div.reason
+
+
+mailer = PydanticAgent("openai:gpt-4o-mini", instructions="Mail the user.", defer_model_check=True)
+
+
+@mailer.tool_plain
+def pydantic_mail(city: str) -> str:
+    """Mail the user about a city (changes the world)."""
+    return send_email(city)
+
+
+def _mails(server: Any) -> int:
+    return sum(r.path == "/v1/models" for r in server.requests)
+
+
+async def pydantic_stream_agent(task: dict[str, Any], edges: Edges) -> str:
+    async with (
+        openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t") as client,
+        pydantic_stream(mailer, "mail me", edges, client=client) as result,
+    ):
+        return await result.get_output()
+
+
+async def pydantic_iter_agent(task: dict[str, Any], edges: Edges) -> str:
+    async with (
+        openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t") as client,
+        pydantic_iter(mailer, "mail me", edges, client=client) as agent_run,
+    ):
+        async for _node in agent_run:
+            pass
+    assert agent_run.result is not None
+    return str(agent_run.result.output)
+
+
+def test_pydantic_ai_streaming_doors_serve_their_mail_tool_from_the_record(
+    pipeline: Pipeline,
+) -> None:
+    for agent in (pydantic_stream_agent, pydantic_iter_agent):
+        with provider_server() as server:  # up during the replay: anything sent would arrive
+            SERVER["url"] = server.url
+            run = pipeline.record(agent, {"url": server.url})
+            assert not isinstance(run.output, Exception), (agent.__name__, run.output)
+            assert _mails(server) == 1, agent.__name__  # live, the tool mailed once
+            tools = [json.loads(e.request)["tool"] for e in run.events
+                     if e.kind is EventKind.TOOL_CALL]  # fmt: skip
+            assert tools == ["pydantic_mail"], agent.__name__
+            before = len(server.requests)
+            result = asyncio.run(areplay(run.events, agent, raise_on_divergence=False))
+            assert len(server.requests) == before, agent.__name__  # nothing sent again
+            assert result.matched and result.output == run.output, (agent.__name__, result)
+
+
+async def bare_stream_agent(task: dict[str, Any], edges: Edges) -> str:
+    """``agent.run_stream`` called directly: its model over a client nothing wraps."""
+    async with openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t", max_retries=0) as c:
+        model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=c))
+        async with mailer.run_stream("mail me", model=model) as result:
+            return await result.get_output()
+
+
+async def bare_iter_agent(task: dict[str, Any], edges: Edges) -> str:
+    """``agent.iter`` called directly, as above."""
+    async with openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t", max_retries=0) as c:
+        model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=c))
+        async with mailer.iter("mail me", model=model) as agent_run:
+            async for _node in agent_run:
+                pass
+    assert agent_run.result is not None
+    return str(agent_run.result.output)
+
+
+def test_pydantic_ai_streaming_doors_called_unwrapped_diverge_before_their_tool(
+    pipeline: Pipeline,
+) -> None:
+    for agent in (bare_stream_agent, bare_iter_agent):
+        with provider_server() as server:
+            SERVER["url"] = server.url
+            run = pipeline.record(agent, {"url": server.url})
+            assert not isinstance(run.output, Exception), (agent.__name__, run.output)
+            assert _mails(server) == 1, agent.__name__  # live, unrecorded, the tool mailed
+            before = len(server.requests)
+            result = asyncio.run(areplay(run.events, agent, raise_on_divergence=False))
+            assert len(server.requests) == before, agent.__name__  # no model call, no mail
+            assert not result.matched and result.divergence is not None, agent.__name__
+            div = result.divergence
+            assert div.actual == "CONNECT", (agent.__name__, div)
+            port = int(server.url.rsplit(":", 1)[1])
+            assert f"connection to ('127.0.0.1', {port})" in div.reason, div.reason

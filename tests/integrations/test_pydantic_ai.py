@@ -11,15 +11,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import openai
 import pytest
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent
 
 from tests.integrations.offline import OFFLINE_REPLAYS, replay_offline
 from tests.integrations.pipeline import Pipeline
+from tests.integrations.pydantic_support import (
+    MAILED,
+    QUESTION,
+    SENT,
+    Mailer,
+    at_its_tool,
+    support,
+)
 from tracevault.callsite import CALL_ID_ATTRIBUTE, SITE_ATTRIBUTE
 from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
@@ -27,32 +34,6 @@ from tracevault.errors import ConfigError, ReplayDivergence
 from tracevault.integrations.pydantic_ai import run, run_sync
 from tracevault.replayer import areplay
 from tracevault.schemas import EventKind
-
-SENT: list[str] = []  # every real e-mail
-
-
-@dataclass
-class Mailer:
-    sender: str
-
-
-# defer_model_check: the model is named here, and run() gives it the recorded OpenAI client
-# (without it, Pydantic AI builds a provider at once and asks for OPENAI_API_KEY)
-support = Agent("openai:gpt-4o-mini", deps_type=Mailer, defer_model_check=True,
-                instructions="Answer the user; use the tools.")  # fmt: skip
-
-
-@support.tool_plain
-def get_weather(city: str) -> str:
-    """The sky over a city."""
-    return f"clear over {city}, 21C"
-
-
-@support.tool
-def send_email(ctx: RunContext[Mailer], city: str) -> str:
-    """E-mail the user about a city (changes the world)."""
-    SENT.append(city)
-    return f"{ctx.deps.sender} mailed about {city}"
 
 
 async def agent(task: dict[str, Any], edges: Edges) -> str:
@@ -74,9 +55,6 @@ def sync_agent(task: dict[str, Any], edges: Edges) -> str:
     return str(result.output)
 
 
-QUESTION = "[parallel] weather in Paris? and mail me"
-
-
 @pytest.fixture(scope="module")
 def recorded(pipeline: Pipeline) -> Any:
     SENT.clear()
@@ -88,7 +66,7 @@ def recorded(pipeline: Pipeline) -> Any:
 
 
 def test_an_agent_with_parallel_tools_records_its_loop(recorded: Any) -> None:
-    assert recorded.output == "echo: desk@example.org mailed about Paris", recorded.output
+    assert recorded.output == f"echo: {MAILED}", recorded.output
     kinds = [e.kind.value for e in recorded.events]
     assert kinds == ["RUN_STARTED", "MODEL_CALL", "TOOL_CALL", "TOOL_CALL", "MODEL_CALL",
                      "RUN_FINISHED"]  # fmt: skip
@@ -97,8 +75,9 @@ def test_an_agent_with_parallel_tools_records_its_loop(recorded: Any) -> None:
     # each tool call under its tool-call id, at its tool's own line (Pydantic AI's task)
     ids = sorted(e.attributes[CALL_ID_ATTRIBUTE] for e in recorded.events[2:4])
     assert ids == ["call_1", "call_2"]
-    for ev in recorded.events[1:5]:
-        assert ev.attributes[SITE_ATTRIBUTE].startswith(f"{__name__}:"), ev.attributes
+    assert all(at_its_tool(e) for e in recorded.events[2:4]), recorded.events[2:4]
+    for ev in (recorded.events[1], recorded.events[4]):  # at the agent's run() line
+        assert ev.attributes[SITE_ATTRIBUTE].startswith(f"{__name__}:agent:"), ev.attributes
     assert recorded.events[1].model == "gpt-4o-mini-2024-07-18"
 
 
@@ -113,7 +92,7 @@ def test_run_sync_records_and_replays_offline(pipeline: Pipeline) -> None:
     with provider_server() as server:
         rec = pipeline.record(sync_agent, {"url": server.url + "/v1", "question": QUESTION})
         live = server.connections
-    assert rec.output == "echo: desk@example.org mailed about Paris", rec.output
+    assert rec.output == f"echo: {MAILED}", rec.output
     got = replay_offline(rec.events, sync_agent, 5, rec.output)
     assert (got.matched, got.connects, SENT) == (5, (), ["Paris"])
     assert server.connections == live

@@ -4,14 +4,15 @@ drive the real SDKs over real sockets with it, offline and deterministically.
 
 Deterministic answers: with tools offered and no tool result yet, the model asks for the
 first tool with ``{"city": "Paris"}`` (every tool offered, in parallel, when a message says
-``[parallel]``: Chat Completions, not streamed); otherwise it answers ``"echo: <last text>"``. A
+``[parallel]``: Chat Completions, streamed or not); otherwise it answers ``"echo: <last text>"``. A
 request whose messages contain ``429`` is refused with HTTP 429 (rate limited). A requested
 model in ``BUILDS`` is answered with its dated build; any other is echoed (so a request for
 ``"x-latest"`` comes back naming the alias). Every request is kept in
 ``server.requests`` and every accepted connection counted in ``server.connections``, so a test
 can assert that replay sent none and opened none. Besides the model APIs it answers
 embeddings, ``GET /v1/models``, ``GET /v1/files`` and Anthropic token counting; a
-``response_format`` JSON schema (``.parse()``) is answered with ``{"answer": <text>}``.
+``response_format`` JSON schema (``.parse()``, streamed or not) is answered with
+``{"answer": <text>}``.
 """
 
 from __future__ import annotations
@@ -73,18 +74,28 @@ def _chat_answer(body: dict[str, Any]) -> tuple[str | None, str]:
     return None, "echo: " + _text(msgs[-1].get("content") if msgs else "")
 
 
+def _chat_text(body: dict[str, Any], tool: str | None, text: str) -> str:
+    """The answer's text: a ``response_format`` JSON schema is answered as ``{"answer": ...}``."""
+    if (body.get("response_format") or {}).get("type") == "json_schema" and not tool:
+        return json.dumps({"answer": text})
+    return text
+
+
+def _chat_tools(body: dict[str, Any], tool: str) -> list[str]:
+    """The tools asked for: the first, or every one offered when a message says [parallel]."""
+    if "[parallel]" in json.dumps(body.get("messages") or []):
+        return [t["function"]["name"] for t in body["tools"]]
+    return [tool]
+
+
 def chat(body: dict[str, Any]) -> dict[str, Any]:
     tool, text = _chat_answer(body)
-    if (body.get("response_format") or {}).get("type") == "json_schema" and not tool:
-        text = json.dumps({"answer": text})
+    text = _chat_text(body, tool, text)
     message: dict[str, Any] = {"role": "assistant", "content": None if tool else text}
     if tool:
-        names = [tool]
-        if "[parallel]" in json.dumps(body.get("messages") or []):
-            names = [t["function"]["name"] for t in body["tools"]]
         message["tool_calls"] = [
             {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": text}}
-            for i, n in enumerate(names, 1)
+            for i, n in enumerate(_chat_tools(body, tool), 1)
         ]
     n = _usage_words(text)
     return {
@@ -107,6 +118,7 @@ def chat(body: dict[str, Any]) -> dict[str, Any]:
 
 def chat_stream(body: dict[str, Any]) -> Iterator[tuple[str | None, str]]:
     tool, text = _chat_answer(body)
+    text = _chat_text(body, tool, text)
     base = {
         "id": "chatcmpl-1",
         "object": "chat.completion.chunk",
@@ -120,23 +132,16 @@ def chat_stream(body: dict[str, Any]) -> Iterator[tuple[str | None, str]]:
 
     yield None, chunk({"role": "assistant", "content": ""})
     if tool:
-        yield (
-            None,
-            chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": 0,
-                            "id": "call_1",
-                            "type": "function",
-                            "function": {"name": tool, "arguments": ""},
-                        }
-                    ]
-                }
-            ),
-        )
-        for piece in (text[:6], text[6:]):
-            yield None, chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+        for i, name in enumerate(_chat_tools(body, tool)):
+            start = {
+                "index": i,
+                "id": f"call_{i + 1}",
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
+            yield None, chunk({"tool_calls": [start]})
+            for piece in (text[:6], text[6:]):
+                yield None, chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
     else:
         for word in text.split(" "):
             yield None, chunk({"content": word + " "})

@@ -1,14 +1,19 @@
 """Record and replay a Pydantic AI agent: ``await run(agent, prompt, edges, client=client)``.
 
-``run`` is ``agent.run`` and :func:`run_sync` is ``agent.run_sync``, the same keyword
-arguments, through Pydantic AI's own agent graph, with the run's crossings recorded (live) or
-served from the record (under replay):
+One door for each of the agent's own: ``run`` is ``agent.run``, :func:`run_sync` is
+``agent.run_sync``, :func:`run_stream` is ``agent.run_stream`` (``async with run_stream(agent,
+prompt, edges, client=client) as result``, streamed text or structured output, the tools the
+model calls before its final answer run in between) and :func:`iter` is ``agent.iter`` (``async
+with iter(...) as agent_run``, node by node, each node's events streamed with
+``node.stream(agent_run.ctx)``), the same keyword arguments, through Pydantic AI's own agent
+graph, with the run's crossings recorded (live) or served from the record (under replay):
 
 - **model calls**: the run's model is Pydantic AI's own ``OpenAIChatModel`` over ``client``
-  wrapped by ``tracevault.integrations.openai.wrap``: one MODEL_CALL per request, served
-  under replay with no socket. The agent names an OpenAI chat model (``"openai:gpt-4o-mini"``,
-  ``"gpt-4o-mini"``) or holds an ``OpenAIChatModel``, whose name is kept; any other model is
-  refused, since its calls would not pass the recorded door;
+  wrapped by ``tracevault.integrations.openai.wrap``: one MODEL_CALL per request (a streamed
+  one recorded as its chunks and served as a stream), served under replay with no socket. The
+  agent names an OpenAI chat model (``"openai:gpt-4o-mini"``, ``"gpt-4o-mini"``) or holds an
+  ``OpenAIChatModel``, whose name is kept; any other model is refused, since its calls would
+  not pass the recorded door;
 - **tools**: every tool call the agent graph executes (function tools, ``@agent.tool`` and
   ``@agent.tool_plain``, toolsets) is one TOOL_CALL ``{"tool": name, "args": <the model's
   arguments>}``, made at Pydantic AI's own seam for it, a capability's ``wrap_tool_execute``,
@@ -19,24 +24,35 @@ served from the record (under replay):
   recorded as JSON: a string or JSON value as is, a Pydantic model dumped, anything else as
   ``str()``.
 
+Every door gives the run the same two things (``_options``: the recorded model, the tools'
+capability) and marks the agent's line that called it (``entered``) while the run is open (for
+``run_stream`` and ``iter``, the agent's whole ``async with`` block), so a crossing made in
+Pydantic AI's own tasks is sited at that call. A door the agent calls directly
+(``agent.run_stream`` unwrapped) has no recorded client: under replay its model request's
+connection is refused as a divergence, before any tool could run (docs/integrations.md).
+
 Not recorded, so left to the agent's code: what a tool does besides returning (give it the
-side effect through the tool, or ``edges``). Needs the ``pydantic_ai`` extra:
+side effect through the tool, or ``edges``); ``run_stream_events`` and ``run_stream_sync``
+(not wrapped yet). Needs the ``pydantic_ai`` extra:
 ``pip install 'tracevault[pydantic_ai]'``.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from tracevault.errors import missing_extra
 
 try:
     import openai
-    from pydantic_ai import Agent, RunContext
+    from pydantic_ai import Agent, AgentRun, RunContext
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.result import StreamedRunResult
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as exc:  # the extra is not installed: say which one
@@ -48,7 +64,7 @@ from tracevault.errors import ConfigError
 from tracevault.integrations import openai as openai_adapter
 from tracevault.integrations._tools import atool, jsonable
 
-__all__ = ["RecordedTools", "run", "run_sync"]
+__all__ = ["RecordedTools", "iter", "run", "run_stream", "run_sync"]
 
 add_harness_module("pydantic_ai")
 add_harness_module("pydantic_graph")
@@ -146,3 +162,29 @@ def run_sync(
     """``agent.run_sync(user_prompt, **kwargs)``, recorded live and served under replay."""
     with entered(call_site()):
         return agent.run_sync(user_prompt, **_options(agent, edges, client, kwargs))
+
+
+@asynccontextmanager
+async def run_stream(
+    agent: Agent[Any, Any], user_prompt: Any, edges: Edges, /, *, client: Any, **kwargs: Any
+) -> AsyncIterator[StreamedRunResult[Any, Any]]:
+    """``async with agent.run_stream(user_prompt, **kwargs) as result``, recorded live and
+    served under replay: each model request's stream one MODEL_CALL, the tools the model calls
+    before its final answer TOOL_CALLs, the final answer streamed from the record."""
+    with entered(call_site()):  # held while the agent reads the stream: the run is still open
+        async with agent.run_stream(
+            user_prompt, **_options(agent, edges, client, kwargs)
+        ) as result:
+            yield result
+
+
+@asynccontextmanager
+async def iter(  # named for the door it records (agent.iter), as run is for agent.run
+    agent: Agent[Any, Any], user_prompt: Any, edges: Edges, /, *, client: Any, **kwargs: Any
+) -> AsyncIterator[AgentRun[Any, Any]]:
+    """``async with agent.iter(user_prompt, **kwargs) as agent_run``, recorded live and served
+    under replay, node by node: a node the agent runs (``async for``, ``agent_run.next``) or
+    streams (``node.stream(agent_run.ctx)``) makes its crossings through the same seams."""
+    with entered(call_site()):
+        async with agent.iter(user_prompt, **_options(agent, edges, client, kwargs)) as agent_run:
+            yield agent_run
