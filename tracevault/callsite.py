@@ -46,6 +46,8 @@ __all__ = [
     "call_site",
     "called",
     "entered",
+    "is_task_boundary",
+    "entry_site",
     "site_function",
     "sited",
     "take_call_id",
@@ -145,6 +147,17 @@ def _walk(depth: int, entered_at: str | None) -> str | None:
             return entered_at
         frame = frame.f_back
     return None
+
+
+def is_task_boundary(frame: FrameType) -> bool:
+    """True for the event loop's frame that runs one task step: the frames beyond it are the
+    loop's and whatever called ``asyncio.run``, never the agent's call of this task."""
+    return frame.f_code is _LOOP_STEP
+
+
+def entry_site() -> str | None:
+    """The agent's line that called the framework entry point running now (``entered``)."""
+    return _ENTRY.get()
 
 
 @contextmanager

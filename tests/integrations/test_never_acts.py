@@ -235,3 +235,5 @@ def test_pydantic_ai_streaming_doors_called_unwrapped_diverge_before_their_tool(
             assert div.actual == "CONNECT", (agent.__name__, div)
             port = int(server.url.rsplit(":", 1)[1])
             assert f"connection to ('127.0.0.1', {port})" in div.reason, div.reason
+            # never the harness line that ran the event loop (this test's asyncio.run)
+            assert f"{__name__}:test_" not in div.reason, div.reason

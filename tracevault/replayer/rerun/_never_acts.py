@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from types import FrameType
 from typing import Any, Protocol
 
+from tracevault.callsite import entry_site, is_task_boundary
 from tracevault.errors import ReplayDivergence
 
 __all__ = ["never_acts"]
@@ -51,8 +52,14 @@ _OURS = __file__.rsplit("/tracevault/", 1)[0] + "/tracevault/"
 
 
 def _agent_frame(frame: FrameType | None) -> str:
-    """``module:function:line`` of the nearest frame outside the libraries and tracevault."""
+    """``module:function:line`` of the nearest frame outside the libraries and tracevault.
+
+    A task's stack ends at the loop step that runs it (a framework's own task, opened by
+    the agent's call of an entry point): beyond it is whoever called ``asyncio.run``, a
+    harness line, so the agent's entry point (``entered``) is named, or the task itself."""
     while frame is not None:
+        if is_task_boundary(frame):
+            return entry_site() or "an event-loop task with no agent frame on its stack"
         path = frame.f_code.co_filename
         if not path.startswith(_LIBRARY) and not path.startswith(_OURS) and "<" not in path:
             name = frame.f_globals.get("__name__", "?")
