@@ -19,7 +19,11 @@ alternates it with and without, each beside fastavro, for what the index costs.
 a tmpfs (``/dev/shm``) creating a file costs microseconds of kernel time, on a VM's ext4 it
 can cost hundreds: running both separates the filesystem's cost from the archiver's own.
 
-Last line: {"events_per_s", "baseline_events_per_s", "ratio", "objects_per_run", ...}.
+Last line: {"events_per_s", "baseline_events_per_s", "ratio", "objects_per_run", ...,
+"archiver_cpu_us_per_event", "archiver_consumer_cpu_us_per_event", "baseline_cpu_us_per_event"}:
+the CPU keys (µs of CPU per event: the archiver's whole process while it ran, its consumer
+thread alone, fastavro) are what to compare on a shared machine, where the wall ratio moves
+with the load. ``--index-step`` reports them as ``alone_...`` and ``with_index_...``.
 Target (issue 11): ratio >= 0.5 with 20-event runs.
 """
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,6 +69,18 @@ from tests.services.archiver.helpers import SealedLog
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
 INDEX_PASSES: list[float] = []  # --index-beside: the duration of each `index update` pass
 INDEX_CPU_US: list[float] = []  # the index step's CPU time per event, per archiver run
+# Per archiver run, CPU time per archived event (µs): the whole process while the archiver ran
+# (its consumer thread, flush and put threads, librdkafka's threads), and its consumer thread
+# alone. On a shared machine wall-clock ratios move with the load; CPU per event moves less.
+CPU_US: list[float] = []
+CONSUMER_CPU_US: list[float] = []
+BASELINE_CPU_US: list[float] = []  # fastavro's, per baseline write
+
+
+def _process_cpu() -> float:
+    """User + system CPU seconds of this process so far (every thread)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def make_runs(runs: int, per_run: int) -> dict[str, list[SealedEvent]]:
@@ -128,11 +145,12 @@ def produce(settings: Settings, events: list[SealedEvent]) -> str:
 def baseline(records: list[dict[str, object]], directory: Path) -> float:
     schema = fastavro.parse_schema(default_schemas().get("SealedEvent").source)
     path = directory / f"baseline-{uuid.uuid4().hex}.avro"
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _process_cpu()
     with open(path, "wb") as f:
         fastavro.writer(f, schema, records, codec="deflate")
         f.flush()
         os.fsync(f.fileno())
+    BASELINE_CPU_US.append((_process_cpu() - cpu0) / len(records) * 1e6)
     return time.perf_counter() - t0
 
 
@@ -168,11 +186,21 @@ def archive_once(
         }
     )
     archiver = Archiver(s, store=open_store(url, s))
-    worker = threading.Thread(target=archiver.run, daemon=True)
+    consumer_cpu: list[float] = []
+
+    def run() -> None:
+        started = time.thread_time()
+        try:
+            archiver.run()
+        finally:
+            consumer_cpu.append(time.thread_time() - started)
+
+    worker = threading.Thread(target=run, daemon=True)
     stop_index = threading.Event()
     indexer = threading.Thread(target=_index_beside, args=(url, stop_index, INDEX_PASSES))
     if index:
         indexer.start()
+    cpu0 = _process_cpu()
     worker.start()
     deadline = time.monotonic() + 300
     pause = threading.Event()
@@ -182,6 +210,7 @@ def archive_once(
         pause.wait(0.02)
     archiver.stop()
     worker.join(60)
+    cpu_s = _process_cpu() - cpu0
     stop_index.set()
     if index:
         indexer.join(600)
@@ -191,9 +220,30 @@ def archive_once(
     stats = archiver.stats
     if stats.events_archived != expected or stats.first_message_at is None:
         sys.exit(f"archiver archived {stats.events_archived} of {expected} events")
+    CPU_US.append(cpu_s / expected * 1e6)
+    CONSUMER_CPU_US.append(sum(consumer_cpu) / expected * 1e6)
     assert stats.last_write_at is not None
     size = sum(f.stat().st_size for f in Path(url[7:], "objects").rglob("*") if f.is_file())
     return stats.last_write_at - stats.first_message_at, size, stats.objects_written
+
+
+def _forget_warm_up() -> None:
+    """The CPU figures of the warm-up runs are not reported."""
+    for figures in (CPU_US, CONSUMER_CPU_US, BASELINE_CPU_US):
+        figures.clear()
+
+
+def _med(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 2) if xs else None
+
+
+def _cpu_keys(name: str, process: list[float], consumer: list[float]) -> dict[str, object]:
+    """The CPU per event of ``name``'s runs: each run's, and the medians."""
+    return {
+        f"{name}_cpu_us_per_event": _med(process),
+        f"{name}_cpu_us_per_event_runs": [round(x, 2) for x in process],
+        f"{name}_consumer_cpu_us_per_event": _med(consumer),
+    }
 
 
 def _fs_type(path: Path) -> str:
@@ -265,6 +315,7 @@ def main() -> None:
             d = Path(tmp)
             baseline(records, d)  # warm-up: page cache, first-use schema parsing
             archive_once(settings, d, args.runs, n)
+            _forget_warm_up()
             # Interleaved pairs: on a shared machine the load changes between reps; a ratio of
             # two figures taken moments apart survives that, a ratio of global medians not.
             base: list[float] = []
@@ -292,6 +343,10 @@ def main() -> None:
             "objects_per_run": round(arch[0][2] / args.runs, 2),
             "timing": "medians of interleaved reps after a warm-up; ratio = median of per-rep "
             "ratios; archiver from first consumed message to last object written",
+            **_cpu_keys("archiver", CPU_US, CONSUMER_CPU_US),
+            "baseline_cpu_us_per_event": _med(BASELINE_CPU_US),
+            "cpu": "us of CPU per event: the archiver process's (every thread) while it ran, "
+            "its consumer thread's, fastavro's",
         }
         print(
             json.dumps(
@@ -335,12 +390,16 @@ def index_main(args: argparse.Namespace, *, beside: bool) -> None:
             d = Path(tmp)
             baseline(records, d)  # warm-up
             archive_once(settings, d, args.runs, n, step=not beside)
+            _forget_warm_up()
+            cpu: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
             for rep in range(args.reps):
                 base.append(baseline(records, d))
                 for on in (False, True) if rep % 2 == 0 else (True, False):
                     kw = {"index": on, "step": False} if beside else {"step": on}
                     t = archive_once(settings, d, args.runs, n, **kw)[0]
                     (with_ if on else alone).append(t)
+                    cpu[on][0].append(CPU_US[-1])
+                    cpu[on][1].append(CONSUMER_CPU_US[-1])
         ratios = [a / b for a, b in zip(alone, with_, strict=True)]
         print(json.dumps({
             "bench": f"archiver_throughput --index-{'beside' if beside else 'step'}",
@@ -356,6 +415,9 @@ def index_main(args: argparse.Namespace, *, beside: bool) -> None:
             "fastavro_ratio_with_index": round(
                 statistics.median(b / a for b, a in zip(base, with_, strict=True)), 3),
             "index_step_cpu_us_per_event": [round(x, 2) for x in INDEX_CPU_US],
+            **_cpu_keys("alone", *cpu[False]),
+            **_cpu_keys("with_index", *cpu[True]),
+            "baseline_cpu_us_per_event": _med(BASELINE_CPU_US),
             "index_pass_s_median": round(statistics.median(INDEX_PASSES), 2) if INDEX_PASSES
             else None,
             "target": "ratio_with_to_alone >= 0.9 (the index costs <= 10 %); "

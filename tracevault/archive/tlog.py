@@ -110,8 +110,16 @@ def parse_run_index_key(key: str) -> tuple[int, int] | None:
 
 
 def encode_values(values: Iterable[bytes]) -> bytes:
-    """A data bundle: each sealed value as a big-endian u32 length and the bytes."""
-    return b"".join(_U32.pack(len(v)) + v for v in values)
+    """A data bundle: each sealed value as a big-endian u32 length and the bytes.
+
+    The lengths and the values are interleaved into one list and joined once: concatenating
+    each length to its value first copied every value twice (the archiver bundles every
+    event it archives on its consumer thread)."""
+    vals = list(values)
+    out: list[bytes] = [b""] * (2 * len(vals))
+    out[0::2] = map(_U32.pack, map(len, vals))
+    out[1::2] = vals
+    return b"".join(out)
 
 
 def decode_values(data: bytes, key: str) -> list[bytes]:
