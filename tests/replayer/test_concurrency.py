@@ -348,3 +348,31 @@ def test_keep_going_lets_a_branch_that_stops_early_go_as_missing(
     assert missing == never, result.divergences
     assert all("never made" in d.reason for d in result.divergences if d.actual is None)
     assert result.divergences[-1].expected == "RUN_FINISHED"  # it ran to its end
+
+
+def test_a_pool_thread_reused_live_replays_on_a_thread_of_its_own(runs: Runs) -> None:
+    """Recorded on two pool threads, replayed on three: issue 34's saturated-CPU divergence.
+
+    Live the third branch ran on a thread that had finished another branch, so its first
+    crossing's ``branch_prev`` names that branch's last crossing. Replayed on a fresh thread
+    it arrives before that crossing was served (the scheduling a saturated CPU produces, here
+    without load): it is held until the record's order reaches it, never declared "not in the
+    record" because another branch's crossing is next.
+    """
+    recorded = runs["two-workers"]
+    reused = [ev for events, _ in recorded for ev in events if _reused_live(events, ev)]
+    assert reused, "no recording ran a branch on a pool thread reused live"
+    matched = 0
+    for events, output in recorded:
+        for _ in range(REPLAYS // 5):
+            result = replay(events, ca.thread_agent)
+            matched += result.matched and result.output == output
+    assert matched == len(recorded) * (REPLAYS // 5)
+
+
+def _reused_live(events: list[TraceEvent], ev: TraceEvent) -> bool:
+    """Whether ``ev`` is a branch's plan whose ``branch_prev`` is another branch's crossing."""
+    il = ev.interleave
+    if ev.kind is not EventKind.MODEL_CALL or il is None or il.branch_prev in (None, 0):
+        return False
+    return events[il.branch_prev].kind is not EventKind.RUN_STARTED

@@ -11,7 +11,9 @@ served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
   *branch*: the one whose ``branch_prev`` is the crossing this task or thread completed last
   (a new task inherits its creator's, through its copied context), with the same kind and
   request; among several, the lowest seq. A call no branch explains (a thread-pool worker
-  reused for another branch) is matched by request among every crossing not yet served.
+  reused for another branch) is matched by request among the crossings not yet served whose
+  branch got that far; a pool thread's call for one whose branch did not is held until it
+  does (its ``branch_prev`` may be another branch's crossing that the worker ran before).
 * **Results come back in the recorded interleaving.** The crossing recorded as the k-th to
   complete is handed back only after the k-1 before it were, and only once
   ``started_at_done`` crossings have started (been matched) under replay. An async edge
@@ -140,6 +142,19 @@ class _Waiter:
         await self.fut
 
 
+class _Held:
+    """A pool thread's call held until the crossing its record names before it started."""
+
+    __slots__ = ("crossing", "data", "prev", "ready", "served")
+
+    def __init__(self, crossing: Crossing, data: bytes, prev: int | None) -> None:
+        self.crossing = crossing
+        self.data = data
+        self.prev = prev
+        self.ready = threading.Event()
+        self.served: tuple[TraceEvent, _Waiter | None] | None = None
+
+
 def _resolve(waiter: _Waiter) -> None:
     fut = waiter.fut
     if fut is not None and not fut.done():
@@ -185,6 +200,7 @@ class Interleaver:
         self._completed = [False] * len(self._order)
         self._done = 0
         self._waiters: dict[int, _Waiter] = {}
+        self._held: list[_Held] = []
         self._lock = threading.Lock()
         self._progress = time.monotonic()
         self._failed: BaseException | None = None
@@ -288,29 +304,94 @@ class Interleaver:
             seq = self._named(crossing, data, identity)
             if seq is None:
                 seq = self._match(crossing, data, prev)
-            if seq is None:
+            held = None
+            if seq is None and loop is None and wait and self._ahead(crossing, data):
+                held = _Held(crossing, data, prev)
+                self._held.append(held)
+            elif seq is None:
                 found = self._unmatched(crossing, data, prev)
                 if isinstance(found, TraceEvent):
                     return found, None  # answered outside the recorded order
                 seq = found
-            until = self._cursor.until
-            if until is not None and seq > until:
-                raise self._fail(self._stop())
-            self._take(seq, prev)
-            self._progress = time.monotonic()
-            slot = self._slot[seq]
-            # an abandoned async crossing always waits: for its turn and the agent's cancel
-            hold = loop is not None and wait and abandoned(self._events[seq])
-            turn = self._done == slot and self._cursor.pos >= self._started(seq)
-            if not hold and (not wait or turn):
-                self._complete(slot)
-                waiter = None
-            else:
-                waiter = _Waiter(loop, abandoned=hold)
-                self._waiters[seq] = waiter
-                self._advance()
-        _BRANCH.set((self._token, seq))
+            if held is None:
+                assert seq is not None
+                served = self._serve(seq, prev, loop, wait=wait)
+                self._release_held()
+        if held is not None:
+            served = self._hold(held)
+        _BRANCH.set((self._token, served[0].seq))
+        return served
+
+    def _serve(
+        self, seq: int, prev: int | None, loop: asyncio.AbstractEventLoop | None, *, wait: bool
+    ) -> tuple[TraceEvent, _Waiter | None]:
+        """Start matched crossing ``seq``: complete it now if its turn came, else a waiter."""
+        until = self._cursor.until
+        if until is not None and seq > until:
+            raise self._fail(self._stop())
+        self._take(seq, prev)
+        self._progress = time.monotonic()
+        slot = self._slot[seq]
+        # an abandoned async crossing always waits: for its turn and the agent's cancel
+        hold = loop is not None and wait and abandoned(self._events[seq])
+        turn = self._done == slot and self._cursor.pos >= self._started(seq)
+        if not hold and (not wait or turn):
+            self._complete(slot)
+            return self._events[seq], None
+        waiter = _Waiter(loop, abandoned=hold)
+        self._waiters[seq] = waiter
+        self._advance()
         return self._events[seq], waiter
+
+    # -- a pool thread's call ahead of the crossing its record names before it --------------
+    def _ahead(self, crossing: Crossing, data: bytes) -> bool:
+        """Whether an open crossing has this request but its ``branch_prev`` has not started.
+
+        In a thread pool that ``branch_prev`` may be another branch's crossing: the worker
+        that ran the branch live had run that one before (its context keeps the last seq), so
+        the record orders them although the agent does not. Under replay the branch may run
+        on another thread and arrive first; it is held (:meth:`_hold`) until the record's
+        order reaches it, as live it started only after that crossing.
+        """
+        return any(
+            not self._matched[seq] and self._same(self._events[seq], crossing, data)
+            for before, seqs in self._by_prev.items()
+            if not self._reached(before)
+            for seq in seqs
+        )
+
+    def _release_held(self) -> None:
+        """Match every held call whose crossing's ``branch_prev`` has now started."""
+        moved = True
+        while moved:
+            moved = False
+            for held in self._held:
+                seq = self._match(held.crossing, held.data, held.prev)
+                if seq is None:
+                    continue
+                self._held.remove(held)
+                try:
+                    held.served = self._serve(seq, held.prev, None, wait=True)
+                finally:
+                    held.ready.set()
+                moved = True
+                break
+
+    def _hold(self, held: _Held) -> tuple[TraceEvent, _Waiter | None]:
+        """Wait in the pool thread until :meth:`_release_held` matched the call, or a failure."""
+        while not held.ready.wait(min(self._stall, 0.5)):
+            with self._lock:
+                if held.ready.is_set():
+                    break
+                if self._stalled():
+                    break
+        with self._lock:
+            if held.served is None:
+                if held in self._held:
+                    self._held.remove(held)
+                self._raise_if_failed()
+            assert held.served is not None
+            return held.served
 
     def _named(self, crossing: Crossing, data: bytes, identity: str | None) -> int | None:
         """The open crossing recorded under the call's identity, with the same request."""
@@ -434,6 +515,8 @@ class Interleaver:
         self._failed = exc
         for waiter in self._waiters.values():
             waiter.wake()
+        for held in self._held:
+            held.ready.set()
         return exc
 
     def _stop(self) -> BaseException:
@@ -503,7 +586,23 @@ class Interleaver:
         return 0.0 if head is None else ran_for_s(head)
 
     def _on_stall(self, idle: float) -> bool:
-        """Nothing moved for ``idle`` seconds: diverge at the first crossing never started."""
+        """Nothing moved for ``idle`` seconds: diverge at the first crossing never started.
+
+        A call held because its branch never made the crossing it waits for (two calls of
+        one thread swapped) diverges as it would have at once: at its branch's next crossing.
+        """
+        swapped = next(
+            (
+                h
+                for h in self._held
+                if h.prev is not None
+                and any(not self._matched[s] for s in self._by_prev.get(h.prev, ()))
+            ),
+            None,
+        )
+        if swapped is not None:
+            self._fail(self._mismatch(swapped.crossing, swapped.prev))
+            return True
         at = self._cursor.pos
         ev = self._events[at] if at < len(self._events) else None
         if ev is not None and ev.kind is EventKind.GAP:
