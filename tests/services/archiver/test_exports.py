@@ -50,7 +50,7 @@ def test_archive_exports() -> None:
         "HoldReport",
         "archived_run",
         "purge", "retention_report", "runs_on_day",
-        "LogRun", "read_log_run", "run_index_keys", "run_log_keys",
+        "LogRun", "read_log_run", "LogHead", "read_log_head", "run_index_keys", "run_log_keys",
         "CODEC", "FinalReceipt", "SegmentReceipt", "encode_segment", "iter_segment",
         "read_segment", "sealed_body",
         "Freshness", "Rollback", "SignedSize", "TopicTail", "archive_freshness",

@@ -52,6 +52,7 @@ from tracevault.edges import Crossing
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer.rerun._cancel import abandoned, never_cancelled, ran_for_s
 from tracevault.replayer.rerun._mismatch import StopReplay, gap_reason, mismatch
+from tracevault.replayer.rerun._waiters import Held, Waiter
 from tracevault.schemas import EventKind, TraceEvent, canonical_json
 
 __all__ = ["STALL_TIMEOUT_S", "Interleaver", "interleaved"]
@@ -106,61 +107,6 @@ def interleaved(events: Sequence[TraceEvent]) -> bool:
     return overlapped
 
 
-class _Waiter:
-    """A matched call waiting for its turn to complete (``abandoned``: and for its cancel).
-
-    ``wake()`` means "look again": its turn came, or the run failed. An async waiter's
-    future may be cancelled under it (a cancel of its task cancels what the task awaits), so
-    :meth:`wait` awaits a fresh one then, and ``wake`` resolves whichever is current.
-    """
-
-    __slots__ = ("abandoned", "event", "fut", "loop", "woken")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop | None, abandoned: bool = False) -> None:
-        self.loop = loop
-        self.fut: asyncio.Future[None] | None = None if loop is None else loop.create_future()
-        self.event: threading.Event | None = threading.Event() if loop is None else None
-        self.woken = False
-        self.abandoned = abandoned
-
-    def wake(self) -> None:
-        self.woken = True
-        if self.event is not None:
-            self.event.set()
-            return
-        assert self.loop is not None
-        if asyncio.events._get_running_loop() is self.loop:
-            _resolve(self)
-        else:
-            self.loop.call_soon_threadsafe(_resolve, self)
-
-    async def wait(self) -> None:
-        """Await the next ``wake`` (the caller looks at ``woken`` and the run first)."""
-        assert self.loop is not None and self.fut is not None
-        if self.fut.done():
-            self.fut = self.loop.create_future()
-        await self.fut
-
-
-class _Held:
-    """A pool thread's call held until the crossing its record names before it started."""
-
-    __slots__ = ("crossing", "data", "prev", "ready", "served")
-
-    def __init__(self, crossing: Crossing, data: bytes, prev: int | None) -> None:
-        self.crossing = crossing
-        self.data = data
-        self.prev = prev
-        self.ready = threading.Event()
-        self.served: tuple[TraceEvent, _Waiter | None] | None = None
-
-
-def _resolve(waiter: _Waiter) -> None:
-    fut = waiter.fut
-    if fut is not None and not fut.done():
-        fut.set_result(None)
-
-
 class Interleaver:
     """Serves a run's crossings to concurrent branches in the recorded interleaving."""
 
@@ -199,8 +145,8 @@ class Interleaver:
             self._slot[seq] = k
         self._completed = [False] * len(self._order)
         self._done = 0
-        self._waiters: dict[int, _Waiter] = {}
-        self._held: list[_Held] = []
+        self._waiters: dict[int, Waiter] = {}
+        self._held: list[Held] = []
         self._lock = threading.Lock()
         self._progress = time.monotonic()
         self._failed: BaseException | None = None
@@ -241,7 +187,7 @@ class Interleaver:
             self._resume(ev.seq)
         return ev
 
-    async def _turn(self, waiter: _Waiter) -> None:
+    async def _turn(self, waiter: Waiter) -> None:
         """Await the crossing's turn; a cancel that comes first waits for it (see below).
 
         The record says this crossing completed, so live no cancellation reached it: one
@@ -255,7 +201,7 @@ class Interleaver:
             except asyncio.CancelledError:
                 continue
 
-    async def _until_cancelled(self, ev: TraceEvent, waiter: _Waiter) -> NoReturn:
+    async def _until_cancelled(self, ev: TraceEvent, waiter: Waiter) -> NoReturn:
         """An abandoned crossing: wait for the agent's cancel *and* its turn, then let it go.
 
         The cancel may come before the turn (held until then: the crossings recorded as
@@ -283,7 +229,7 @@ class Interleaver:
     # -- matching ---------------------------------------------------------------------------
     def _arrive(
         self, crossing: Crossing, loop: asyncio.AbstractEventLoop | None, *, wait: bool
-    ) -> tuple[TraceEvent, _Waiter | None]:
+    ) -> tuple[TraceEvent, Waiter | None]:
         """The recorded crossing that answers this call, and what to wait on for its turn."""
         data = canonical_json(crossing.request, field="request")
         identity = take_call_id()
@@ -306,7 +252,7 @@ class Interleaver:
                 seq = self._match(crossing, data, prev)
             held = None
             if seq is None and loop is None and wait and self._ahead(crossing, data):
-                held = _Held(crossing, data, prev)
+                held = Held(crossing, data, prev)
                 self._held.append(held)
             elif seq is None:
                 found = self._unmatched(crossing, data, prev)
@@ -324,7 +270,7 @@ class Interleaver:
 
     def _serve(
         self, seq: int, prev: int | None, loop: asyncio.AbstractEventLoop | None, *, wait: bool
-    ) -> tuple[TraceEvent, _Waiter | None]:
+    ) -> tuple[TraceEvent, Waiter | None]:
         """Start matched crossing ``seq``: complete it now if its turn came, else a waiter."""
         until = self._cursor.until
         if until is not None and seq > until:
@@ -338,7 +284,7 @@ class Interleaver:
         if not hold and (not wait or turn):
             self._complete(slot)
             return self._events[seq], None
-        waiter = _Waiter(loop, abandoned=hold)
+        waiter = Waiter(loop, abandoned=hold)
         self._waiters[seq] = waiter
         self._advance()
         return self._events[seq], waiter
@@ -377,7 +323,7 @@ class Interleaver:
                 moved = True
                 break
 
-    def _hold(self, held: _Held) -> tuple[TraceEvent, _Waiter | None]:
+    def _hold(self, held: Held) -> tuple[TraceEvent, Waiter | None]:
         """Wait in the pool thread until :meth:`_release_held` matched the call, or a failure."""
         while not held.ready.wait(min(self._stall, 0.5)):
             with self._lock:
