@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests.consumer.sequencer.support import assert_chain, sealed_by_run
-from tests.consumer.test_outage import Service, wait_for
+from tests.consumer.test_outage import Service, kill_all, wait_for
 from tests.consumer.test_outage_all import Stream
 from tests.kafka_harness import LocalCluster
 from tracevault.config import Settings
@@ -113,10 +113,7 @@ def sealing(
         yield start, feed
     finally:
         feed.stopped.set()
-        for seq in started:
-            if seq.alive():
-                seq.proc.kill()
-            seq.proc.wait(30)
+        kill_all(started)
 
 
 def kill_and_recover(

@@ -121,6 +121,25 @@ class Service:
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
+    def wait_met_broker_away(self) -> None:
+        """Started with its broker down, it met the broker away and goes on trying: a session
+        ended and was replaced (``session_restarts`` on /healthz), and the process lives."""
+        wait_for(
+            lambda: self.health()[1].get("session_restarts", 0) >= 1,
+            120,
+            f"the {self.name} to meet the broker away",
+            self.tail,
+        )
+        assert self.alive(), self.tail()
+
+
+def kill_all(started: list[Service]) -> None:
+    """SIGKILL every service still running and reap them all (a test's teardown)."""
+    for svc in started:
+        if svc.alive():
+            svc.proc.kill()
+        svc.proc.wait(30)
+
 
 @contextmanager
 def services(settings: Settings, archive: Path, logs: Path) -> Iterator[tuple[Service, Service]]:

@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.consumer.sequencer.support import assert_chain, raw_event, sealed_by_run
-from tests.consumer.test_outage import LONG_OUTAGE_S, Service, outage, wait_for
+from tests.consumer.test_outage import LONG_OUTAGE_S, Service, kill_all, outage, wait_for
 from tests.kafka_harness import LocalBroker
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
@@ -163,10 +163,7 @@ def stack(
         yield start, settings, feed
     finally:
         feed.stopped.set()
-        for svc in started:
-            if svc.alive():
-                svc.proc.kill()
-            svc.proc.wait(30)
+        kill_all(started)
 
 
 def test_three_services_ride_out_a_broker_stop_and_a_sigkill(

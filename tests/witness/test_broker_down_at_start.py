@@ -31,14 +31,7 @@ def test_a_witness_started_with_the_broker_down_cosigns_once_it_is_up(
     with stack(broker, tmp_path) as (start, _settings, feed):
         broker.stop()
         wit = start("witness")
-        # it met the broker away and goes on trying: a session ended, the process lives
-        wait_for(
-            lambda: wit.health()[1].get("session_restarts", 0) >= 1,
-            120,
-            "the witness to meet the broker away",
-            wit.tail,
-        )
-        assert wit.alive(), wit.tail()
+        wit.wait_met_broker_away()
         code, body = wit.health()
         assert code == 503 and body["state"] != "following", (code, body, wit.tail())
         broker.start(keep_data=True)

@@ -55,14 +55,7 @@ def test_an_archiver_started_with_the_broker_down_archives_once_it_is_up(
         tmp_path / "archiver.log",
     )
     try:
-        # it met the broker away and goes on trying: a session ended, the process lives
-        wait_for(
-            lambda: arc.health()[1].get("session_restarts", 0) >= 1,
-            120,
-            "the archiver to meet the broker away",
-            arc.tail,
-        )
-        assert arc.alive(), arc.tail()
+        arc.wait_met_broker_away()
         assert arc.health()[1]["state"] != "running", arc.tail()
         broker.start(keep_data=True)
         sl = SealedLog(settings, signer)
