@@ -91,3 +91,22 @@ def test_stopping_the_script_stops_ci_and_the_burners(tmp_path: Path) -> None:
     _wait(lambda: not _alive(ci), "the CI command to be stopped")
     pids = _burners(out)
     assert not [p for p in pids if _alive(p)], "a burner outlived stress-ci"
+
+
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def test_autogroup_is_off_while_ci_runs_and_restored_after() -> None:
+    # With autogroup on, setsid gives CI a scheduling group of its own and nice no longer
+    # ranks it against the burners as an equal: the script turns it off for the run
+    assert AUTOGROUP.exists(), "this kernel has no sched_autogroup: the test cannot run here"
+    assert os.geteuid() == 0, "the script turns autogroup off as root; run this as root"
+    was = AUTOGROUP.read_text().strip()
+    try:
+        AUTOGROUP.write_text("1")
+        done = _run(f'test "$(cat {AUTOGROUP})" = 0 || exit 98')
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "sched_autogroup turned off for this run" in done.stdout
+        assert AUTOGROUP.read_text().strip() == "1", "autogroup was not restored at exit"
+    finally:
+        AUTOGROUP.write_text(was)
