@@ -80,6 +80,8 @@ def test_opening_a_payload_seals_an_access_event_in_the_signed_log(
             BOILING
         )
         web.screenshot("ui-run-payload-opened")
+        web.js("window.scrollTo(0, 0)")  # the page's top: the verdict and the access note
+        web.screenshot("ui-run-top")
         said = str(web.js("document.querySelector('#tv-access code').textContent"))
 
         wait_until(lambda: bool(_accesses(settings)), timeout=60, what="the access sealed")

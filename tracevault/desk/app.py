@@ -176,7 +176,7 @@ def _rows(
                 "kind": e.kind.value,
                 "name": event_name(e),
                 "parts": parts,
-                "at": micros_to_datetime(e.at).isoformat(timespec="milliseconds"),
+                "at": micros_to_datetime(e.at).isoformat(" ", timespec="milliseconds")[:23],
                 "took": "" if durs[i] is None else f"{durs[i]:.1f} ms",
                 "error": None if e.error is None else f"{e.error.type}: {e.error.message}",
                 "openable": openable and e.seq in ev.revealed and not shown,

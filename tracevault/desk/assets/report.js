@@ -285,8 +285,11 @@
       tr.appendChild(el("td")).appendChild(a);
       const next = run.events[ev.seq + 1];
       const took = next === undefined || next.micros === undefined ? "" : `${((next.micros - ev.micros) / 1000).toFixed(1)} ms`;
-      const at = new Date(Math.floor(ev.micros / 1000)).toISOString().replace("Z", "+00:00");
-      for (const t of [run.kinds[ev.kind], at, took, ev.name || ""]) tr.appendChild(el("td", t));
+      // the column says UTC: "2026-09-21 14:13:20.005", kept on one line (class "at")
+      const at = new Date(Math.floor(ev.micros / 1000)).toISOString().replace("T", " ").replace("Z", "");
+      tr.appendChild(el("td", run.kinds[ev.kind]));
+      tr.appendChild(el("td", at, "at"));
+      for (const t of [took, ev.name || ""]) tr.appendChild(el("td", t));
       const mine = bySeq.get(`${run.run_id}\n${ev.seq}`) || [];
       const failed = mine.filter((c) => !c.ok);
       const mark = tr.appendChild(el("td", failed.length ? "FAILED: " + failed.map((c) => c.what).join(", ") : "verified: " + mine.map((c) => c.what).join(", "), "mark " + (failed.length ? "bad" : "ok")));
