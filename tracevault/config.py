@@ -113,6 +113,11 @@ class Settings(BaseSettings):
         description="the archiver writes the investigator's index (index/ in the archive) "
         "with each flush; off: run `tracevault index update` instead (docs/index.md)",
     )
+    archive_index_worker: bool = Field(
+        default=True,
+        description="the index step runs in a child process of the archiver, off its GIL; "
+        'off: on the archiver\'s own flush threads (docs/index.md, "Writing")',
+    )
     archive_group_id: str | None = Field(
         default=None, description="archiver consumer group [tracevault-archiver.<prefix>]"
     )

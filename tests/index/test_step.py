@@ -5,6 +5,7 @@ Python rows; a flush indexed again writes nothing new."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +16,16 @@ from tests.services.archiver.sealed_factory import LogWriter
 from tracevault.archive import Hole, ObjectStore, hole_key, open_store
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.index import Filters, IndexStep, index_keys, load_index, open_views, rebuild, search
+from tracevault.index import (
+    Filters,
+    IndexStep,
+    IndexWorker,
+    index_keys,
+    load_index,
+    open_views,
+    rebuild,
+    search,
+)
 from tracevault.schemas import AgentInfo, EventKind, SealedEvent, TraceEvent, encode_event
 from tracevault.transparency import load_signer
 
@@ -36,12 +46,22 @@ def store(tmp_path: Path) -> ObjectStore:
     return open_store(f"file://{tmp_path / 'archive'}", Settings())
 
 
-def _archive_in_pieces(store: ObjectStore, *, python: bool) -> tuple[LogWriter, IndexStep]:
+def _archive_in_pieces(
+    store: ObjectStore,
+    *,
+    python: bool,
+    make: Callable[[], IndexStep | IndexWorker] | None = None,
+    between: Callable[[int], None] = lambda i: None,
+) -> tuple[LogWriter, IndexStep | IndexWorker]:
     """The fleet, an erasure, a contested record and a hole, in flushes that split runs: each
     run's first half in one flush, the rest in the next; the step restarted (a new one, no
-    state) between two halves of a run."""
-    step = IndexStep(store)
+    state) between two halves of a run. ``make``: the step (default ``IndexStep``; the
+    archiver's child-process worker in test_worker.py); ``between(i)``: called between the
+    two halves of spec ``i``."""
+    make = make or (lambda: IndexStep(store))
+    step = make()
     if python:
+        assert isinstance(step, IndexStep)
         step._walks = None  # the reference path: run_rows
     until = datetime.now(UTC) + timedelta(days=366)
     w = LogWriter(store, load_signer(), Settings().topic_prefix, until=until, index=step)
@@ -57,9 +77,11 @@ def _archive_in_pieces(store: ObjectStore, *, python: bool) -> tuple[LogWriter, 
         half = max(1, len(evs) // 2)
         w.add(evs[:half], finishes=False)
         w.flush()
+        between(i)
         if i == 2:  # a restart mid-run: the new step reads the run's first half back
-            w.index = IndexStep(store)
+            w.index = make()
             if python:
+                assert isinstance(w.index, IndexStep)
                 w.index._walks = None
         w.add(evs[half:], finishes=spec.finish)
         w.flush()

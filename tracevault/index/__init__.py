@@ -38,6 +38,7 @@ from tracevault.index._tables import (
     index_keys,
     parse_index_key,
 )
+from tracevault.index._worker import IndexWorker
 
 __all__ = [
     # building
@@ -48,6 +49,7 @@ __all__ = [
     "update",
     "IndexFlush",
     "IndexStep",
+    "IndexWorker",
     "IndexedRun",
     "LogPlace",
     "StatusRow",

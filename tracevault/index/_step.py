@@ -60,7 +60,7 @@ from tracevault.index._tables import (
 from tracevault.schemas.fast import armed_walks
 from tracevault.transparency import CONTESTED_PREFIX
 
-__all__ = ["IndexFlush", "IndexStep"]
+__all__ = ["IndexFlush", "IndexStep", "held"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,16 @@ class _Part:
     statuses: list[StatusRow] = field(default_factory=list)
 
 
+def held(
+    plog: FlushingLog,
+) -> tuple[str, str, int, tuple[int, int], dict[str, Sequence[LeafLike]], dict[str, Sequence[int]],
+           list[tuple[str, bytes]]]:  # fmt: skip
+    """What a flush of ``plog`` holds, as references (log, origin, partition, the tree sizes
+    it covers, runs, leaf indexes, holes): the in-process step's and the child's."""
+    return (plog.log, plog.origin, plog.partition, (plog.archived, plog.size), dict(plog.runs),
+            dict(plog.leaf_index), [(k, v) for k, v in plog.holes])  # fmt: skip
+
+
 class IndexStep:
     """The index rows of an archiver's flushes, one ``take`` per flush."""
 
@@ -135,21 +145,14 @@ class IndexStep:
         self.c_flushes = 0  # flushes whose events the C walked (the rest: Python)
         self.events = 0  # events indexed
         self.cpu_s = 0.0  # CPU time of the flushes' threads in the step (what it costs)
+        # pyarrow imports pandas (where installed) at its first table: now, at start-up,
+        # before the service freezes what it built (ConsumerRuntime.run), not in a flush
+        pa.Table.from_arrays([pa.array([], pa.int64())], names=["warm"])
 
     def take(self, plog: FlushingLog) -> IndexFlush:
         """What ``plog``'s next flush holds, before it is taken (call on the archiver's
         thread, right before ``take_flush``, which clears it)."""
-        holes = [(k, v) for k, v in plog.holes]
-        return IndexFlush(
-            self,
-            plog.log,
-            plog.origin,
-            plog.partition,
-            (plog.archived, plog.size),
-            dict(plog.runs),
-            dict(plog.leaf_index),
-            holes,
-        )
+        return IndexFlush(self, *held(plog))
 
     # -- a run's row --------------------------------------------------------------------
 

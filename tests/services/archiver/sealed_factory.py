@@ -24,7 +24,7 @@ from tracevault.archive import (
 from tracevault.archive._s3store import S3Store
 from tracevault.archive.layout import SegmentReceipt, receipt_key, segment_key
 from tracevault.chain import genesis, link
-from tracevault.index import IndexStep
+from tracevault.index import IndexStep, IndexWorker
 from tracevault.schemas import (
     AgentInfo,
     EventKind,
@@ -142,7 +142,7 @@ class LogWriter:
         until: datetime | None = None,
         generation: str = "",
         *,
-        index: IndexStep | None = None,
+        index: IndexStep | IndexWorker | None = None,
     ) -> None:
         self.index = index  # the archiver's index step, fed as the archiver feeds it
         self.origin = log_origin("tracevault", prefix, 0, generation)

@@ -58,7 +58,7 @@ from confluent_kafka import Message
 from tracevault.archive import ObjectStore, open_store, utc_now
 from tracevault.config import MIN_RETENTION_DAYS, Settings
 from tracevault.errors import ConfigError, RetentionError
-from tracevault.index import IndexStep
+from tracevault.index import IndexStep, IndexWorker
 from tracevault.kafka import sealed_generation
 from tracevault.services.archiver._admission import CheckpointAdmission
 from tracevault.services.archiver._flusher import Flusher
@@ -89,6 +89,21 @@ def trusted_log_keys(settings: Settings) -> list[NoteVerifier]:
             "or @FILE of vkeys; it will not archive what it cannot check"
         )
     return keys
+
+
+# the stores ``open_store`` makes (not imported here: S3Store imports boto3); a store handed in
+# by a caller that wraps one (tests inject faults so) keeps the step in-process
+_OPENED_BY_URL = ("tracevault.archive._filestore", "tracevault.archive._s3store")
+
+
+def _index_step(settings: Settings, store: ObjectStore) -> IndexStep | IndexWorker | None:
+    """The archiver's index step: in a child process (``IndexWorker``) for a store the child
+    can open from its URL, else on the flush threads (docs/index.md, "Writing")."""
+    if not settings.archive_index:
+        return None
+    if settings.archive_index_worker and type(store).__module__ in _OPENED_BY_URL:
+        return IndexWorker(settings.model_dump_json(), store.url)
+    return IndexStep(store)
 
 
 class Archiver:
@@ -149,7 +164,7 @@ class Archiver:
             clock,
             retention,
             settings.archive_segment_max_age_s,
-            index=IndexStep(self.store) if settings.archive_index else None,
+            index=_index_step(settings, self.store),
         )
         refusals = Refusals(self.store, self.topic, self.stats, clock, retention)
         holes = HolePlacer(
@@ -182,6 +197,9 @@ class Archiver:
 
         A Kafka session that cannot go on is replaced by a new one (docs/liveness.md)."""
         log.info("archiving %s to %s (group %s)", self.topic, self.store.url, self.group_id)
+        index = self.flusher.index
+        if isinstance(index, IndexWorker):
+            index.wait_ready()  # its child's start-up, before the first record
         try:
             self.runtime.run(self, until_idle=until_idle)
         finally:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from prometheus_client import Histogram
 
-from tracevault.index import IndexStep
+from tracevault.index import IndexStep, IndexWorker
 from tracevault.services.archiver._logwriter import FlushJob
 from tracevault.services.archiver._state import ArchiverStats, Part
 
@@ -38,7 +38,7 @@ class Flusher:
         retention: timedelta,
         max_age_s: float,
         *,
-        index: IndexStep | None = None,
+        index: IndexStep | IndexWorker | None = None,
     ) -> None:
         self._stats = stats
         # the investigator's index, written with each flush (docs/index.md, "Writing")
@@ -51,7 +51,7 @@ class Flusher:
         self._flusher = ThreadPoolExecutor(_FLUSHERS, thread_name_prefix="archive-flush")
 
     @property
-    def index(self) -> IndexStep | None:
+    def index(self) -> IndexStep | IndexWorker | None:
         """The index step this flusher runs, if any: its CPU counters are what
         bench/archiver_throughput.py reports as the index's write cost."""
         return self._index
@@ -59,6 +59,8 @@ class Flusher:
     def shutdown(self) -> None:
         self._flusher.shutdown(wait=True)
         self._pool.shutdown(wait=True)
+        if isinstance(self._index, IndexWorker):
+            self._index.close()  # its child, once no flush can ask it anything
 
     def due(self, parts: Iterable[Part], *, caught_up: bool) -> None:
         """Flush what is old enough, or everything once a poll came back empty: the
