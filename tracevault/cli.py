@@ -61,7 +61,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("tracevault.doctor.commands:doctor", "check broker, topics, archive, lag"),
     "keys": ("tracevault.keys:keys", "make log, witness and recipient keys; print public keys"),
     "witness": (
-        "tracevault.witness.commands:witness",
+        "tracevault.services.witness.commands:witness",
         "check and cosign each partition log's checkpoints (service)",
     ),
 }

@@ -37,6 +37,7 @@ from tracevault.config import Settings
 from tracevault.heads import locate_run
 from tracevault.kafka import sealed_generation
 from tracevault.producer import Publisher, Recorder
+from tracevault.services.witness import WitnessFollower
 from tracevault.transparency import (
     CosignatureSigner,
     Ed25519Signer,
@@ -46,7 +47,6 @@ from tracevault.transparency import (
 )
 from tracevault.witness import cosigned_sizes
 from tracevault.witness._core import Witness
-from tracevault.witness._follow import WitnessFollower
 
 FIRST = ("rb-a", "rb-b")  # archived by the first pass: they survive the rollback
 SECOND = ("rb-c", "rb-d")  # archived by the second pass: the attacker removes them
@@ -126,8 +126,7 @@ def sealed(
     wstore = open_store(url, settings)
     witness = Witness(wstore, signer, [log_signer.verifier], retention=timedelta(days=1))
     follower = WitnessFollower(settings, witness, group_id=f"wit-{settings.topic_prefix}")
-    stop = threading.Event()
-    thread = threading.Thread(target=follower.run, args=(stop,), daemon=True)
+    thread = threading.Thread(target=follower.run, daemon=True)
     thread.start()
 
     def cosigned(size: int) -> bool:
@@ -157,7 +156,7 @@ def sealed(
             large = _archive_pass(settings, vkey)
             _wait(lambda: cosigned(large), f"the witness to cosign {origin}@{large}")
     finally:
-        stop.set()
+        follower.stop()
         thread.join(30)
     assert not thread.is_alive(), "the witness did not stop"
     assert small < large

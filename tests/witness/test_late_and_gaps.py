@@ -34,10 +34,10 @@ from tests.witness.topiclog import RUN, Partition, chain, post_add_checkpoint, w
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings
 from tracevault.services.archiver._logwriter import LeafRecord, PartitionLog
+from tracevault.services.witness import WitnessFollower
 from tracevault.transparency import CosignatureSigner, Ed25519Signer, leaf_data, write_private_key
 from tracevault.witness import cosigned_sizes
 from tracevault.witness._core import Witness, checkpoint_key, origin_prefix
-from tracevault.witness._follow import WitnessFollower
 from tracevault.witness._http import serve_add_checkpoint
 
 
@@ -54,13 +54,12 @@ def _refusals(store: ObjectStore, origin: str) -> list[dict[str, object]]:
 
 @contextmanager
 def _following(follower: WitnessFollower) -> Iterator[None]:
-    stop = threading.Event()
-    t = threading.Thread(target=follower.run, args=(stop,), daemon=True)
+    t = threading.Thread(target=follower.run, daemon=True)
     t.start()
     try:
         yield
     finally:
-        stop.set()
+        follower.stop()
         t.join(30)
         assert not t.is_alive(), "the follower did not stop"
 

@@ -30,6 +30,7 @@ from tracevault.replayer import LoadedRun
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer.load.log_policy import LogPolicy
 from tracevault.replayer.load.witnessed import pick_witnessed_size, witnessed
+from tracevault.services.witness import WitnessFollower
 from tracevault.transparency import (
     Checkpoint,
     CosignatureSigner,
@@ -43,7 +44,6 @@ from tracevault.transparency import (
 )
 from tracevault.witness import checkpoint_key, cosigned_sizes
 from tracevault.witness._core import Witness
-from tracevault.witness._follow import WitnessFollower
 
 
 def _cli(settings: Settings, *args: str, env: dict[str, str] | None = None) -> Any:
@@ -62,7 +62,7 @@ class _Witnesses:
     """Two witnesses following the sealed topic, each in its own thread and file store."""
 
     def __init__(self, settings: Settings, base: Path, log_signer: Ed25519Signer) -> None:
-        self.stop = threading.Event()
+        self.followers: list[WitnessFollower] = []
         self.signers = [CosignatureSigner.generate(f"w{i}.test") for i in (1, 2)]
         self.urls = [f"file://{base / f'witness{i}'}" for i in (1, 2)]
         self.stores: list[ObjectStore] = [open_store(u, settings) for u in self.urls]
@@ -70,7 +70,8 @@ class _Witnesses:
         for i, (signer, store) in enumerate(zip(self.signers, self.stores, strict=True)):
             w = Witness(store, signer, [log_signer.verifier], retention=timedelta(days=1))
             follower = WitnessFollower(settings, w, group_id=f"wit{i}-{settings.topic_prefix}")
-            t = threading.Thread(target=follower.run, args=(self.stop,), daemon=True)
+            self.followers.append(follower)
+            t = threading.Thread(target=follower.run, daemon=True)
             t.start()
             self.threads.append(t)
 
@@ -82,7 +83,8 @@ class _Witnesses:
             tick.wait(0.2)
 
     def close(self) -> None:
-        self.stop.set()
+        for follower in self.followers:
+            follower.stop()
         for t in self.threads:
             t.join(30)
             assert not t.is_alive(), "a witness did not stop"

@@ -19,6 +19,7 @@ from tracevault.archive import ObjectStore, open_store
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, LogError
+from tracevault.services.witness import CheckpointRecords
 from tracevault.transparency import (
     Checkpoint,
     CheckpointRecord,
@@ -38,7 +39,6 @@ from tracevault.witness._core import (
     checkpoint_key,
     origin_prefix,
 )
-from tracevault.witness._follow import WitnessFollower
 from tracevault.witness._known import prefix_root
 
 SETTINGS = Settings(topic_prefix="wt", log_origin="tv.test")
@@ -62,13 +62,13 @@ class Log:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> tuple[WitnessFollower, Log, ObjectStore]:
+def env(tmp_path: Path) -> tuple[CheckpointRecords, Log, ObjectStore]:
     key = Ed25519Signer.generate("tv.test/log")
     store = open_store(f"file://{tmp_path / 'witness'}", SETTINGS)
     w = Witness(
         store, CosignatureSigner.generate("w1.test"), [key.verifier], retention=timedelta(days=1)
     )
-    return WitnessFollower(SETTINGS, w), Log(key), store
+    return CheckpointRecords(SETTINGS, w), Log(key), store
 
 
 def _refusals(store: ObjectStore) -> list[dict[str, object]]:
@@ -76,7 +76,7 @@ def _refusals(store: ObjectStore) -> list[dict[str, object]]:
     return [json.loads(store.get(o.key)) for o in objs]
 
 
-def _refused(follower: WitnessFollower, kind: str) -> float:
+def _refused(follower: CheckpointRecords, kind: str) -> float:
     value = follower.witness.metrics.registry.get_sample_value(
         "tracevault_witness_refused_total", {"origin": ORIGIN, "kind": kind}
     )
@@ -84,7 +84,7 @@ def _refused(follower: WitnessFollower, kind: str) -> float:
 
 
 def test_cosigns_each_extension_and_stores_it(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     follower, log, store = env
     for n in (3, 1, 4, 8):
@@ -100,7 +100,7 @@ def test_cosigns_each_extension_and_stores_it(
 
 
 def test_a_poll_of_chained_records_costs_one_cosignature(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     follower, log, store = env
     follower.handle(0, log.batch(2))
@@ -122,7 +122,7 @@ def test_a_poll_of_chained_records_costs_one_cosignature(
 
 
 def test_a_reread_record_is_not_cosigned_again(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     follower, log, store = env
     first = log.batch(2)
@@ -138,19 +138,19 @@ def test_a_reread_record_is_not_cosigned_again(
 
 
 def test_state_survives_a_restart(
-    env: tuple[WitnessFollower, Log, ObjectStore], tmp_path: Path
+    env: tuple[CheckpointRecords, Log, ObjectStore], tmp_path: Path
 ) -> None:
     follower, log, _store = env
     follower.handle(0, log.batch(5))
     store2 = open_store(f"file://{tmp_path / 'witness'}", SETTINGS)
     w2 = Witness(store2, follower.witness.signer, [log.signer.verifier], retention=timedelta(1))
     assert w2.latest(ORIGIN) == (5, log.tree.root())
-    again = WitnessFollower(SETTINGS, w2).handle(0, log.batch(2))
+    again = CheckpointRecords(SETTINGS, w2).handle(0, log.batch(2))
     assert isinstance(again, Cosigned) and again.size == 7
 
 
 def test_fork_at_the_same_size_is_refused_and_alerted(
-    env: tuple[WitnessFollower, Log, ObjectStore], caplog: pytest.LogCaptureFixture
+    env: tuple[CheckpointRecords, Log, ObjectStore], caplog: pytest.LogCaptureFixture
 ) -> None:
     follower, log, store = env
     follower.handle(0, log.batch(4))
@@ -168,7 +168,7 @@ def test_fork_at_the_same_size_is_refused_and_alerted(
 
 
 def test_a_bigger_forked_tree_fails_the_consistency_proof(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     follower, log, store = env
     follower.handle(0, log.batch(6))
@@ -186,7 +186,7 @@ def test_a_bigger_forked_tree_fails_the_consistency_proof(
     assert isinstance(ok, Cosigned) and ok.size == 9
 
 
-def test_rollback_is_refused_and_alerted(env: tuple[WitnessFollower, Log, ObjectStore]) -> None:
+def test_rollback_is_refused_and_alerted(env: tuple[CheckpointRecords, Log, ObjectStore]) -> None:
     follower, log, store = env
     follower.handle(0, log.batch(2))
     follower.handle(0, log.batch(5))
@@ -198,7 +198,7 @@ def test_rollback_is_refused_and_alerted(env: tuple[WitnessFollower, Log, Object
 
 
 def test_records_not_of_the_log_are_skipped_not_stored(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     follower, log, store = env
     follower.handle(0, log.batch(2))
@@ -221,7 +221,7 @@ def _root_at(log: Log, size: int) -> bytes:
     return t.root()
 
 
-def test_a_gap_is_refused_without_alert(env: tuple[WitnessFollower, Log, ObjectStore]) -> None:
+def test_a_gap_is_refused_without_alert(env: tuple[CheckpointRecords, Log, ObjectStore]) -> None:
     follower, log, store = env
     follower.handle(0, log.batch(2))
     log.batch(3)  # a record the witness never saw
@@ -231,7 +231,7 @@ def test_a_gap_is_refused_without_alert(env: tuple[WitnessFollower, Log, ObjectS
 
 
 def test_a_gap_is_crossed_when_a_later_start_tree_holds_the_witness_tree(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     follower, log, store = env
     follower.handle(0, log.batch(6))
@@ -242,7 +242,7 @@ def test_a_gap_is_crossed_when_a_later_start_tree_holds_the_witness_tree(
 
 
 def test_an_old_checkpoint_it_cannot_place_is_old_not_a_rollback(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     """Over add-checkpoint only the note is known: a genuine one and another history's look
     alike below the witness's size, so both get the spec's 409, with no alert."""
@@ -266,7 +266,7 @@ def test_an_old_checkpoint_it_cannot_place_is_old_not_a_rollback(
 
 
 def test_add_checkpoint_checks_the_proof_it_is_given(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     """The tlog-witness shaped entry point: a conflict on old size, a bad proof is a fork."""
     follower, log, _store = env
@@ -299,7 +299,7 @@ def test_a_witness_needs_a_trusted_log_key(tmp_path: Path) -> None:
 
 
 def test_status_shows_sizes_and_refusals(
-    env: tuple[WitnessFollower, Log, ObjectStore], tmp_path: Path
+    env: tuple[CheckpointRecords, Log, ObjectStore], tmp_path: Path
 ) -> None:
     follower, log, _store = env
     follower.handle(0, log.batch(3))
@@ -315,7 +315,7 @@ def test_status_shows_sizes_and_refusals(
 
 
 def test_cosigned_checkpoint_finds_the_smallest_covering_size(
-    env: tuple[WitnessFollower, Log, ObjectStore],
+    env: tuple[CheckpointRecords, Log, ObjectStore],
 ) -> None:
     follower, log, store = env
     for n in (3, 4):

@@ -1,6 +1,6 @@
-"""Where the sequencer and the witness import the service runtime from until they move onto
-:mod:`tracevault.services.runtime` (issue 35: the archiver moved first; this module and its
-package go when the last of them does). Nothing is defined here."""
+"""Where the sequencer imports the service runtime from until it moves onto
+:mod:`tracevault.services.runtime` (issue 35: the archiver and the witness moved first; this
+module and its package go when the sequencer does). Nothing is defined here."""
 
 from tracevault.services.runtime import (
     BlockingCalls,

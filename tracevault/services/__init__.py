@@ -1,2 +1,2 @@
-"""The long-running services: one runtime (``runtime``) and the steps it runs (``archiver``;
-the sequencer and the witness move here next, see docs/design.md)."""
+"""The long-running services: one runtime (``runtime``) and the steps it runs (``archiver``,
+``witness``; the sequencer moves here next, see docs/design.md)."""

@@ -4,8 +4,8 @@ and the witness alive across broker outages (docs/liveness.md). It imports no se
 - :class:`ConsumerRuntime` runs a service's :class:`Step` (``take(batch)``, ``restore``,
   ``release``, ``flush_due`` ...) under one Kafka session after another: the consumer (built
   through :mod:`tracevault.kafka`), assignment and revocation, poll, commit cadence, lag,
-  idle, backoff and stop. The archiver runs on it; the sequencer and the witness still run
-  their own loops on the pieces below until they move.
+  idle, backoff and stop. The archiver and the witness run on it; the sequencer still runs
+  its own loop on the pieces below until it moves.
 
 - :class:`BlockingCalls` runs librdkafka's blocking calls in a daemon worker thread and waits
   at most a deadline. librdkafka does not always honour its own timeout (after a broker outage

@@ -1,15 +1,17 @@
-"""The witness follows the sealed topic's checkpoint records, one partition log per origin.
+"""What the witness makes of the sealed topic's checkpoint records, one partition log per origin.
 
 Why the topic and not an HTTP endpoint fed by someone else: the sequencer already writes, in
 each transaction, a checkpoint record carrying the compact tree at its start and the leaves it
 adds (docs/log.md). From that alone the witness computes the consistency proof from its own
 last cosigned size (``compact_range_source``), so it needs no copy of the log, no archive, and
 no cooperation from the operator it is watching: a log that wants cosignatures must show its
-checkpoints where the witness reads them. The decision itself is ``Witness.add_checkpoint``,
-shaped as C2SP tlog-witness ``add-checkpoint``, so an HTTP front end can be added beside this.
+checkpoints where the witness reads them. The decision itself is ``Witness.add_checkpoint``
+(:mod:`tracevault.witness`), shaped as C2SP tlog-witness ``add-checkpoint``, so an HTTP front
+end serves it beside this. Reading the topic is the service's (``_follower``, on the one
+service runtime); this part only decides what was read, and needs no Kafka.
 
-What the follower sees and does, per checkpoint record of partition ``p`` (records of one
-poll that chain are joined first, see :meth:`WitnessFollower.handle_batch`):
+What the witness sees and does, per checkpoint record of partition ``p`` (records of one
+poll that chain are joined first, see :meth:`CheckpointRecords.handle_batch`):
 
 - not decodable, not signed by a trusted log key, not for origin
   ``<log_origin>/<prefix>/[<gen>/]p``, or its leaves do not grow to the signed root: not
@@ -33,31 +35,12 @@ harmless (the second case).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import LogError, TraceVaultError
-from tracevault.runtime.liveness import (
-    BlockingCalls,
-    CallDeadline,
-    Health,
-    KafkaWatch,
-    LagReader,
-    OffsetCommits,
-    Restart,
-    Sessions,
-    Stopping,
-    close_quietly,
-    raise_for,
-)
 from tracevault.transparency import (
     Checkpoint,
     CheckpointRecord,
@@ -65,32 +48,22 @@ from tracevault.transparency import (
     NodeSource,
     compact_range_source,
     consistency_proof,
-    is_checkpoint_record,
     is_partition_origin,
     log_origin,
     origin_generation,
     split_note,
     verify_consistency,
 )
-from tracevault.witness._archive import ArchiveTiles
-from tracevault.witness._core import Cosigned, Refused, Witness
+from tracevault.witness import ArchiveTiles, Cosigned, Refused, Witness
 
-__all__ = ["WitnessFollower"]
+__all__ = ["CheckpointRecords"]
 
 log = logging.getLogger(__name__)
-
-_POLL_S = 0.5
-_LAG_EVERY_S = 1.0
-_SESSION_TIMEOUT_MS = 10_000  # as the sequencer's and the archiver's (librdkafka's: 45 s)
-_MAX_POLL_INTERVAL_MS = 60_000  # the group's rebalance timeout (librdkafka's: 5 min)
-_OUTAGE_WINDOW_S = 60.0  # how long after an outage a fencing is taken for librdkafka's
-_CLOSE_S = 3.0  # on stop; a session being replaced waits longer
-_REPLACE_CLOSE_S = 10.0
 
 
 @dataclass(slots=True)
 class _Head:
-    """The newest checked record of a partition in this session: its offset and tree."""
+    """The newest checked record of a partition in this process: its offset and tree."""
 
     offset: int | None
     tree: CompactTree
@@ -106,38 +79,22 @@ class _Range:
     offset: int | None  # of the range's last record
 
 
-class WitnessFollower:
-    """Reads ``<prefix>.sealed`` (read_committed) and hands each checkpoint to the witness.
+class CheckpointRecords:
+    """Decides the checkpoint records read from ``<prefix>.sealed`` with the witness.
 
-    ``archive``: the archive's tiles, read only to prove consistency across a gap.
+    ``archive``: the archive's tiles, read only to prove consistency across a gap. Holds, per
+    partition, the newest record seen in this process (a rollback shows against it) and, per
+    origin, the size a gap refusal is stored at (refused once, not once per record).
     """
 
     def __init__(
-        self,
-        settings: Settings,
-        witness: Witness,
-        *,
-        group_id: str | None = None,
-        archive: ArchiveTiles | None = None,
-        instance_id: str | None = None,
-    ):
+        self, settings: Settings, witness: Witness, archive: ArchiveTiles | None = None
+    ) -> None:
         self.settings = settings
         self.witness = witness
-        self.group_id = group_id or f"tracevault-witness.{settings.topic_prefix}"
-        # one witness key, one store, one member: a second process with it is fenced (exit 5)
-        self.instance_id = instance_id or f"witness.{witness.signer.name}"
         self.archive = archive
         self._heads: dict[int, _Head] = {}
         self._gaps: dict[str, int] = {}  # origin -> the size a gap refusal is stored at
-        self.watch = KafkaWatch("witness")
-        self.health = Health("witness", settings.health_stall_s)
-        self._stop = threading.Event()
-        self._live: Consumer | None = None
-        self._lost = self._assigned = False
-        self._session_started = 0.0
-        self._lag_reader = LagReader()
-        self._consumed: dict[int, int] = {}  # partition -> the next offset after what was read
-        self._committed: dict[int, int] = {}
 
     def origin(self, partition: int) -> str:
         """The partition's log as named before generations (docs/log.md)."""
@@ -314,166 +271,3 @@ class WitnessFollower:
         return self.witness.refuse(
             "gap", origin, message, rec.note, evidence=rec.encode(), detail=detail
         )
-
-    def run(self, stop: threading.Event, health: Health | None = None) -> None:
-        """Follow until ``stop`` is set; a record that fails is logged, never fatal.
-
-        Kafka sessions run under the services' supervisor (docs/liveness.md): a broker
-        outage, a coordinator moving or loading, a lost member id are ridden out with a new
-        session or a deferred commit, never a dead witness."""
-        self._stop = stop
-        self.health = health or Health("witness", self.settings.health_stall_s)
-        self.health.watch = self.watch  # /healthz says 503 while no broker is reachable
-        self._calls = BlockingCalls("witness", stop)
-        self._commits = OffsetCommits("witness", self._calls, self.watch, self._kafka_error)
-        sessions = self._sessions = Sessions("witness", stop, self.health)
-        try:
-            sessions.run(self._start_session, self._session, self._end_session)
-        finally:
-            self._calls.close()
-
-    def _consumer_config(self) -> dict[str, Any]:
-        """Static membership (``group.instance.id``): a restarted witness takes its dead
-        predecessor's place in the group at once. A dynamic member that died (or left while
-        the coordinator was away) held every partition until the group's rebalance gave up
-        on it: up to ``max.poll.interval.ms`` (5 min) while its last JoinGroup was pending.
-        A short session and poll interval bound what an instance id that does not come back
-        (a renamed witness) holds."""
-        return self.settings.kafka_config(
-            **{
-                "group.id": self.group_id,
-                "group.instance.id": self.instance_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "session.timeout.ms": _SESSION_TIMEOUT_MS,
-                "max.poll.interval.ms": _MAX_POLL_INTERVAL_MS,
-                "log_level": 3,
-                **self.watch.client_config(),
-            }
-        )
-
-    def _start_session(self) -> Consumer:
-        consumer = self._live = Consumer(self._consumer_config())
-        self._lost = self._assigned = False
-        self._lag_reader = LagReader()
-        self._consumed.clear()
-        self._committed.clear()
-        self._session_started = time.monotonic()
-        consumer.subscribe(
-            [self.settings.topics.sealed],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
-        return consumer
-
-    def _end_session(self, consumer: Consumer) -> None:
-        self._live = None
-        close_s = _CLOSE_S if self._stop.is_set() else _REPLACE_CLOSE_S
-        close_quietly(self._calls, "witness consumer close", consumer.close, close_s)
-
-    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        if consumer is self._live:
-            self._assigned = True
-            log.info("witness assigned %s", [p.partition for p in parts])
-
-    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        if consumer is self._live:  # decisions are stored: what is uncommitted is re-read
-            for p in parts:
-                self._consumed.pop(p.partition, None)
-                self._committed.pop(p.partition, None)
-
-    def _on_lost(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        if consumer is self._live:
-            self._on_revoke(consumer, parts)
-            self._lost = True  # the group session expired: a new consumer, as the others do
-            self.watch.trouble()
-
-    def _kafka_error(self, err: KafkaError) -> None:
-        raise_for(
-            err,
-            self.watch,
-            _OUTAGE_WINDOW_S,
-            f"the witness was fenced: another witness runs with group.instance.id "
-            f"{self.instance_id} in group {self.group_id}; this one stopped",
-        )
-
-    def _session(self, consumer: Consumer) -> None:
-        health = self.health
-        health.state = "joining"
-        next_lag = 0.0
-        while not self._stop.is_set():
-            try:
-                msgs = consumer.consume(500, _POLL_S)
-            except KafkaException as exc:
-                self._kafka_error(exc.args[0])
-                log.warning("witness consumer: %s", exc.args[0].str())
-                msgs = []
-            if self._lost:
-                raise Restart("the consumer lost its partitions (group session expired)")
-            self.watch.check_session(self._session_started, _SESSION_TIMEOUT_MS)
-            got = [r for r in map(self._record, msgs) if r is not None]
-            if got:
-                try:
-                    self.handle_batch([(p, v) for p, v, _ in got], [o for _, _, o in got])
-                except TraceVaultError as e:
-                    # the store failed: stop before committing past what is not recorded
-                    log.error("witness could not record its decisions: %s", e)
-                    raise
-            self._commit(consumer, final=False)
-            now = time.monotonic()
-            if now >= next_lag:
-                next_lag = now + _LAG_EVERY_S
-                self._update_lag(consumer)
-        with contextlib.suppress(Restart, CallDeadline, Stopping):
-            self._commit(consumer, final=True)  # best effort: a re-read is harmless
-
-    def _commit(self, consumer: Consumer, *, final: bool) -> None:
-        """Commit what was read and decided (the decisions are stored first)."""
-        topic = self.settings.topics.sealed
-        offsets = [
-            TopicPartition(topic, p, o)
-            for p, o in self._consumed.items()
-            if self._committed.get(p) != o
-        ]
-        if not offsets or not self._commits.commit(consumer, offsets, final=final):
-            return
-        for tp in offsets:
-            self._committed[tp.partition] = tp.offset
-        self.health.state = "following"
-        self.health.progressed()
-        self._sessions.progressed()
-
-    def _update_lag(self, consumer: Consumer) -> None:
-        """Lag 0 (nothing to do) counts as progress for ``/healthz``; a poll that merely
-        returned does not."""
-        try:
-            lag = self._lag_reader.total(consumer, self._assigned)
-        except KafkaException as exc:
-            log.debug("lag not updated: %s", exc)
-            return
-        if lag == 0:
-            self.health.state = "following"
-        self.health.set_lag(lag)
-
-    def _record(self, m: Message) -> tuple[int, bytes, int] | None:
-        """(partition, value, offset) of a checkpoint record; None for anything else."""
-        err = m.error()
-        if err is not None:
-            if err.code() != KafkaError._PARTITION_EOF:
-                self._kafka_error(err)  # a fencing or fatal error ends the session
-                log.warning("witness consumer: %s", err)
-            return None
-        partition, offset = m.partition(), m.offset()
-        if partition is not None and offset is not None:
-            self._consumed[partition] = offset + 1  # read; committed once decided
-        raw = m.headers() or []
-        pairs = raw.items() if isinstance(raw, dict) else raw
-        headers = [(k, v.encode() if isinstance(v, str) else v) for k, v in pairs]
-        if not is_checkpoint_record(headers):
-            return None
-        value = m.value()
-        if value is None or partition is None or offset is None:
-            return None
-        return partition, value, offset
