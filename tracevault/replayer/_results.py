@@ -26,6 +26,7 @@ from tracevault.transparency import FoundCheckpoint, RunLogEvidence
 
 __all__ = [
     "DivergenceReport",
+    "DlqCopy",
     "LoadedRun",
     "NextCall",
     "Record",
@@ -38,6 +39,18 @@ __all__ = [
 ]
 
 Source = Literal["topic", "archive", "bundle", "memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class DlqCopy:
+    """One of the run's records in ``<prefix>.dlq``: where it is, the raw record its headers
+    say it copies, and its value. Not evidence (the DLQ is not signed, and its headers are
+    anyone's): a hijacked run's copies are checked against its agent's notes and the
+    contested record's pins before any is called the agent's (docs/identity.md)."""
+
+    raw: str
+    dlq: str
+    value: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +192,12 @@ class LoadedRun:
     #: by the run's id), each loaded like a run: verify checks them and fails the run on one
     #: that holds (docs/identity.md, "A hijack is named as one").
     contested: tuple[LoadedRun, ...] = ()
-    #: (raw record, DLQ record) of the run's refused events where the source has a DLQ (the
-    #: topic), so a hijack's record, which names the agent's events by their raw records,
-    #: says where the DLQ holds them. A hint, not evidence: the DLQ is not signed.
-    dlq_copies: tuple[tuple[str, str], ...] = ()
+    #: The run's refused events where the source has a DLQ (the topic), read back when a
+    #: contested record names the run: a hijack's genuine events are checked against the
+    #: agent's notes there (``load._recover``). Not evidence until they check.
+    dlq_copies: tuple[DlqCopy, ...] = ()
+    #: whether the DLQ was read (False: the source has none, or it could not be read)
+    dlq_read: bool = False
 
     def __len__(self) -> int:
         return len(self.records)

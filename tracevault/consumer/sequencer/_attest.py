@@ -23,7 +23,15 @@ and why. Verify (checks C and I) then fails the run and names the exact seqs.
 verifies under the run's key and whose own chain hashes part from the sealed chain proves that
 the sealed seqs from there were not its agent's. The record then says ``hijacked``, the first
 forged seq, and where the agent's own events went: the DLQ, and the raw records it copied
-(the run's earlier conflicts whose bytes link as the note's hashes say). Once per run.
+(the run's earlier conflicts whose bytes link as the note's hashes say), each with the SHA-256
+of its bytes, so verify can tell the agent's DLQ copies from altered ones. Once per run.
+
+The same holds for a run that already left memory (``_check_dropped``): its RUN_FINISHED was
+sealed (the attacker's, or the idle close's marker) and only its offsets and last seq are
+kept (``FinishedRuns``). A refused event of it is judged on a view read back from ``sealed``:
+the hashes, seq 0's note (the run's key, checked against ``agent_vkeys`` as verify checks it)
+and the sequencer's own markers (a note that parts from the sealed chain at a GAP is no proof).
+Views of ``_MAX_DROPPED`` such runs are kept, with their conflicts, most recent first.
 
 Without trusted agent vkeys the signatures cannot be checked; the chain hash and the run's
 key (by name and id) still are. A run restored from its head (after a restart) learns its key
@@ -32,14 +40,17 @@ from its next note, checked against ``agent_vkeys``.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
+from collections import OrderedDict
 
-from tracevault.chain import link
-from tracevault.consumer.sequencer._finished import FinishedRuns
+from tracevault.chain import genesis, link
+from tracevault.consumer.sequencer._finished import FinishedRuns, Known
 from tracevault.consumer.sequencer._records import sequencer_event
-from tracevault.consumer.sequencer._state import BatchOutput, HistoryLoader, _Run
+from tracevault.consumer.sequencer._state import BatchOutput, FactsLoader, HistoryLoader, _Run
 from tracevault.errors import LogError, SchemaError
-from tracevault.heads import Head, fingerprint
+from tracevault.heads import GapRange, Head, fingerprint
 from tracevault.kafka import partition_for
 from tracevault.schemas import EventKind, decode_event
 from tracevault.transparency import (
@@ -69,6 +80,10 @@ _MAX_CONFLICTS = 256
 _MAX_CONFLICT_BYTES = 256 * 1024
 #: A run's ``noted`` once a stretch no note covers is contested: quiet until its next note.
 _PARKED = 1 << 62
+#: Runs that left memory (finished or idle-closed) kept as views while their resent events are
+#: refused: their conflicts and whether a hijack record names them already. Beyond it the
+#: least recent view is rebuilt from ``sealed`` when needed (its earlier conflicts forgotten).
+_MAX_DROPPED = 64
 
 
 def _seq_names(seqs: list[int]) -> str:
@@ -92,6 +107,8 @@ class AttestRules:
     runs: dict[str, _Run]
     finished: FinishedRuns
     _history: HistoryLoader
+    _facts: FactsLoader | None
+    _dropped: OrderedDict[str, _Run]
 
     def _check_note(self, out: BatchOutput, run: _Run, seq: int, raw: bytes) -> list[ToSeal]:
         """Check the note ``raw`` carries, if any, against ``run`` before it is sealed;
@@ -148,7 +165,78 @@ class AttestRules:
             run.agent_key = started  # a refused event does not name a restored run's key
         if not isinstance(why, AgentNote):
             return []  # not the run's agent's note: the conflict proves nothing
-        return self._hijack(out, run, seq, why, where)
+        return self._hijack(out, run, seq, why, (*where, raw))
+
+    def _check_dropped(  # noqa: PLR0917 - positional, as _check_conflict's
+        self,
+        out: BatchOutput,
+        run_id: str,
+        known: Known,
+        seq: int,
+        raw: bytes,
+        where: tuple[int, int],
+    ) -> list[ToSeal]:
+        """A ``conflict`` of a run no longer in memory: judged like a live run's on its view
+        (``_view``), so a hijack is named whether or not the run was evicted first."""
+        if not self.agents or self._facts is None:
+            return []
+        view = self._dropped.get(run_id)
+        if view is None or view.last_offset != known.last_offset:
+            view = self._view(run_id, where[0], known)
+            self._dropped[run_id] = view
+            if len(self._dropped) > _MAX_DROPPED:
+                self._dropped.popitem(last=False)
+        else:
+            self._dropped.move_to_end(run_id)
+        return self._check_conflict(out, view, seq, raw, where)
+
+    def _view(self, run_id: str, partition: int, known: Known) -> _Run:
+        """A finished run as the rules knew it, read back from ``sealed``: its hashes, its
+        key (seq 0's note, as verify's check I reads it) and its markers as gaps."""
+        assert self._facts is not None
+        first, last = known.first_offset, known.last_offset
+        hashes = self._history(run_id, partition, first, last)
+        start, own = self._facts(run_id, partition, first, last)
+        head = dataclasses.replace(
+            Head.new(run_id, partition),
+            next_seq=known.last_seq + 1,
+            last_hash=hashes.get(known.last_seq, genesis(run_id)),
+            finished=True,
+            first_offset=first,
+            last_offset=last,
+            gaps=tuple(GapRange(s, s) for s in sorted(own)),
+        )
+        view = _Run(head)
+        view.hashes.update(hashes)
+        view.history_complete = True
+        view.agent_key = self._start_key(run_id, start)
+        return view
+
+    def _start_key(self, run_id: str, raw: bytes | None) -> tuple[str, bytes] | None:
+        """The key seq 0 was signed with, when its note holds under ``agent_vkeys`` for the
+        run's ``agent_id``; None for a run started without one (no hijack can be proven)."""
+        if raw is None:
+            return CONTESTED_START  # seq 0 not read: no key to hold a note to
+        try:
+            ev = decode_event(raw, check_json=False)
+        except SchemaError:
+            return CONTESTED_START
+        value = ev.attributes.get(ATTEST_ATTRIBUTE)
+        if value is None:
+            return None
+        try:
+            note, sig, msg = open_agent_note(value)
+        except LogError:
+            return CONTESTED_START
+        key = self.agents.key(sig)
+        if (
+            key is None
+            or not key.verify(msg, sig.signature)
+            or (note.run_id, note.seq, note.chain_hash) != (run_id, -1, genesis(run_id))
+            or not self.agents.allows(ev.agent.agent_id, key)
+        ):
+            return CONTESTED_START
+        return (sig.name, sig.key_id)
 
     def _hijack(
         self,
@@ -156,7 +244,7 @@ class AttestRules:
         run: _Run,
         seq: int,
         note: AgentNote,
-        refused: tuple[int, int] | None,
+        refused: tuple[int, int, bytes] | None,
     ) -> list[ToSeal]:
         """The contest of a run whose agent signed a chain that is not the sealed one: the
         first seq sealed that its agent did not write, and where the agent's own events went
@@ -166,12 +254,12 @@ class AttestRules:
         if first is None:
             return []
         run.hijacked = True
-        genuine: dict[int, tuple[int, int]] = {}
+        genuine: dict[int, tuple[int, int, bytes]] = {}
         for s, p, o, raw in run.conflicts or ():
             if first <= s < seq and s not in genuine and raw is not None:
                 before, after = note.around(s)
                 if link(before, raw) == after:
-                    genuine[s] = (p, o)
+                    genuine[s] = (p, o, raw)
         if refused is not None:
             genuine[seq] = refused
         sig = run.agent_key or UNKNOWN_KEY
@@ -183,13 +271,18 @@ class AttestRules:
             f"{first}: seq {first} sealed under its id is not its agent's, and seqs "
             f"{first}..{last} are covered by no signature of its agent"
         )
-        where = {s: f"{self.raw_topic}[{p}]@{o}" for s, (p, o) in sorted(genuine.items())}
+        where = {s: f"{self.raw_topic}[{p}]@{o}" for s, (p, o, _r) in sorted(genuine.items())}
         if where:
             why += (
                 f"; the agent's own events are in {self.dlq_topic}, refused as conflict: "
                 f"{_seq_names(list(where))} (from {', '.join(where.values())})"
             )
-        located = [{"seq": s, "raw": w} for s, w in where.items()]
+        # the bytes' SHA-256: the signed log pins the agent's events, even the last one, whose
+        # own bytes no note covers (verify checks the DLQ copies against both)
+        located = [
+            {"seq": s, "raw": w, "sha256": hashlib.sha256(genuine[s][2]).hexdigest()}
+            for s, w in where.items()
+        ]
         extra = {"hijacked": True, "genuine": located, "dlq": self.dlq_topic}
         return self._contest(out, run, first, why, extra)
 

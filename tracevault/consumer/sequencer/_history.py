@@ -13,6 +13,10 @@ and the sequencer closes it with every Kafka session it replaces, so the next re
 fresh consumer rather than one left behind by a broker crash. A run's span read once is kept
 (``_CACHED`` spans): an agent that resends a thousand sealed events of a finished run after
 the broker returns costs one read, not one each.
+
+The same read keeps what a run that left memory (finished, or closed for idleness) needs to
+judge a hijack's evidence (docs/identity.md): its seq 0's bytes (the note that names the run's
+key) and the seqs the sequencer wrote itself (GAP and closing markers), :meth:`facts`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
+from tracevault.consumer.sequencer._state import RunFacts
 from tracevault.errors import ServiceUnavailableError
 from tracevault.schemas import decode_sealed
 from tracevault.transparency import is_checkpoint_record
@@ -52,6 +57,7 @@ class SealedHistory:
         self._abort = abort
         self._consumer: Consumer | None = None
         self._spans: OrderedDict[tuple[str, int, int, int], dict[int, bytes]] = OrderedDict()
+        self._facts: OrderedDict[tuple[str, int, int, int], RunFacts] = OrderedDict()
 
     def _client(self) -> Consumer:
         if self._consumer is None:
@@ -91,6 +97,14 @@ class SealedHistory:
             self._spans.move_to_end(span)
         return dict(got)
 
+    def facts(self, run_id: str, partition: int, first_offset: int, last_offset: int) -> RunFacts:
+        """Seq 0's bytes and the sequencer's own seqs of the run's span (read with its hashes)."""
+        span = (run_id, partition, first_offset, last_offset)
+        if span not in self._facts:
+            self._spans.pop(span, None)  # read once more: these were not kept the first time
+            self(run_id, partition, first_offset, last_offset)
+        return self._facts.get(span, (None, frozenset()))
+
     def _read(
         self, run_id: str, partition: int, first_offset: int, last_offset: int
     ) -> dict[int, bytes]:
@@ -99,6 +113,8 @@ class SealedHistory:
         consumer.assign([TopicPartition(topic, partition, first_offset)])
         key = run_id.encode("utf-8")
         hashes: dict[int, bytes] = {}
+        start: bytes | None = None
+        own: set[int] = set()
         deadline = time.monotonic() + self._timeout
         try:
             while True:
@@ -126,10 +142,18 @@ class SealedHistory:
                         if value is not None:
                             sealed = decode_sealed(value)
                             hashes[sealed.seq] = sealed.hash
+                            if sealed.seq == 0:
+                                start = sealed.raw
+                            if sealed.source_offset < 0:
+                                own.add(sealed.seq)
                     if (msg.offset() or 0) >= last_offset:
                         done = True
                         break
                 if done:
+                    span = (run_id, partition, first_offset, last_offset)
+                    self._facts[span] = (start, frozenset(own))
+                    if len(self._facts) > _CACHED:
+                        self._facts.popitem(last=False)
                     return hashes
         except KafkaException as exc:
             raise ServiceUnavailableError(f"reading {topic}: {exc}") from exc

@@ -246,6 +246,7 @@ class Sequencer(Transactions):
             gap_timeout_us=int(s.sequencer_gap_timeout_s * 1_000_000),
             max_gap=s.sequencer_max_gap,
             history=self._history,
+            facts=self._history.facts,
             agents=_agents(s),
             horizon_us=int(s.sequencer_finished_horizon_s * 1_000_000),
             skew_us=int(s.sequencer_clock_skew_s * 1_000_000),

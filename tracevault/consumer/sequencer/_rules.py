@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Collection, Iterable
 
 from tracevault.chain import genesis, link
@@ -48,6 +49,7 @@ from tracevault.consumer.sequencer._records import (
 )
 from tracevault.consumer.sequencer._state import (
     BatchOutput,
+    FactsLoader,
     HistoryLoader,
     SealOut,
     _Run,
@@ -111,6 +113,7 @@ class RunBook(GapRules):
         idle_close_us: int = 86_400_000_000,
         attest_every: int | None = None,
         dlq_topic: str | None = None,
+        facts: FactsLoader | None = None,
     ) -> None:
         self.raw_topic = raw_topic
         # where refused events go: named in a hijack's contested record (``_attest``)
@@ -123,6 +126,8 @@ class RunBook(GapRules):
         self.gap_timeout_us = gap_timeout_us
         self.max_gap = max_gap
         self._history = history
+        self._facts = facts  # what a run that left memory needs to judge a hijack (_attest)
+        self._dropped: OrderedDict[str, _Run] = OrderedDict()
         self.agents = agents if agents is not None else AgentKeys({})
         self.horizon_us = horizon_us
         self.skew_us = skew_us
@@ -178,12 +183,16 @@ class RunBook(GapRules):
             del self.runs[run_id]
             self._waiting.discard(run_id)
         self.finished.drop_partitions(gone)
+        self._dropped = OrderedDict(
+            (r, v) for r, v in self._dropped.items() if v.partition not in gone
+        )
         self._forget = [(k, p) for k, p in self._forget if p not in gone]
 
     def clear(self) -> None:
         self.runs.clear()
         self._waiting.clear()
         self.finished.clear()
+        self._dropped.clear()
         self._migrate.clear()
         self._forget.clear()
 
@@ -540,6 +549,9 @@ class RunBook(GapRules):
             run_id=run_id,
             seq=seq,
         )
+        # the run left memory, its hijack did not: the same evidence is judged the same way
+        for rec, s, raw, fin in self._check_dropped(out, run_id, known, seq, value, src[2:]):
+            self._seal(out, rec, s, raw, partition, -1, fin)
 
     def _past(
         self,

@@ -14,7 +14,7 @@ from tracevault.chain import genesis
 from tracevault.consumer.sequencer._records import DlqRecord
 from tracevault.heads import GapRange, Head, HeldEvent
 
-__all__ = ["BatchOutput", "HistoryLoader", "SealOut"]
+__all__ = ["BatchOutput", "FactsLoader", "HistoryLoader", "RunFacts", "SealOut"]
 
 
 class _Run:
@@ -107,6 +107,10 @@ _Source = tuple[bytes | None, bytes | None, int, int]
 
 #: Reads a run's sealed history: seq -> hash of every sealed event of ``run``.
 HistoryLoader = Callable[[str, int, int, int], dict[int, bytes]]
+#: What a run that left memory needs to judge a hijack's evidence, read with its history:
+#: (seq 0's raw bytes or None, the seqs the sequencer wrote itself: GAP and closing markers).
+RunFacts = tuple[bytes | None, frozenset[int]]
+FactsLoader = Callable[[str, int, int, int], RunFacts]
 
 
 class SealOut(NamedTuple):

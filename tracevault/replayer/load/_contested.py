@@ -24,8 +24,10 @@ from tracevault.errors import ChainError, LogError, SchemaError
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load._erasure import failure_detail
 from tracevault.replayer.load._identity import SEQUENCER_AGENT_ID
+from tracevault.replayer.load._recover import Genuine, recovery
 from tracevault.replayer.load.checks import fail
 from tracevault.schemas import decode_event
+from tracevault.transparency import AgentKeys
 
 __all__ = ["CONTESTED_CHECK", "Contest", "contests"]
 
@@ -41,21 +43,22 @@ class Contest:
     seq: int
     reason: str
     hijacked: bool
-    #: (seq, raw record) of the agent's own events the record names (a hijack's)
-    genuine: tuple[tuple[int, str], ...] = ()
+    #: the agent's own events the record names (a hijack's): seq, raw record, pinned bytes
+    genuine: tuple[Genuine, ...] = ()
 
-    def error(self, run: LoadedRun, also: ChainError | None = None) -> ChainError:
+    def error(
+        self, run: LoadedRun, also: ChainError | None = None, agents: AgentKeys | None = None
+    ) -> ChainError:
         """The failure naming the record; ``also``: what check I found from the seq the
         record names on (it names the agent's seqs exactly where it has the agent vkeys);
-        where the source read its DLQ, where that holds the agent's events."""
+        for a hijack, what the DLQ holds of the agent's own run, checked against its notes
+        under ``agents`` (``_recover``)."""
         what = "hijacked" if self.hijacked else "contested"
         agrees = ""
         if also is not None and also.seq is not None and also.seq >= self.seq:
             agrees = f"; check I agrees: {failure_detail(also)}"
-        copies = dict(run.dlq_copies)
-        held = [f"seq {s} at {copies[w]}" for s, w in self.genuine if w in copies]
-        if held:
-            agrees += f"; the DLQ holds the agent's events: {', '.join(held)}"
+        if self.hijacked:
+            agrees += "; " + recovery(run, self.seq, self.genuine, agents)
         return fail(
             _CHECK,
             self.seq,
@@ -92,7 +95,11 @@ def contests(
                 str(detail.get("reason", "")),
                 detail.get("hijacked") is True,
                 tuple(
-                    (g["seq"], g["raw"])
+                    Genuine(
+                        g["seq"],
+                        g["raw"],
+                        g["sha256"] if isinstance(g.get("sha256"), str) else None,
+                    )
                     for g in (genuine if isinstance(genuine, list) else ())
                     if isinstance(g, dict)
                     and isinstance(g.get("seq"), int)

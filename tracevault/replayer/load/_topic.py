@@ -32,7 +32,7 @@ from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnava
 from tracevault.heads import Head, find_head, heads_partition_count, read_state
 from tracevault.kafka import partition_for, watermarks
 from tracevault.replayer._records import SealedRows
-from tracevault.replayer._results import LoadedRun
+from tracevault.replayer._results import DlqCopy, LoadedRun
 from tracevault.replayer.load.checks import fail
 from tracevault.schemas import Codec
 from tracevault.transparency import (
@@ -49,6 +49,10 @@ from tracevault.transparency import (
 __all__ = ["find_contested_on_topic", "find_dlq_copies", "load_from_topic"]
 
 log = logging.getLogger(__name__)
+
+#: A run's DLQ records kept for checking: far more than a run's refused events, bounded so a
+#: flood of records written under its key cannot exhaust the verifier's memory.
+_MAX_DLQ_COPIES = 20_000
 
 _SEALED: Codec | None = None
 
@@ -128,15 +132,16 @@ def find_contested_on_topic(
 
 def find_dlq_copies(
     settings: Settings, run_id: str, *, timeout: float = 30.0
-) -> tuple[tuple[str, str], ...]:
-    """Where ``<prefix>.dlq`` holds the run's refused events: (raw record, DLQ record) pairs,
-    from the DLQ records' source headers. The sequencer writes a refused event to the DLQ
-    partition of its raw partition (the run's). Not evidence (the DLQ is not signed): it says
-    where to look for the events a contested record names by their raw records."""
+) -> tuple[DlqCopy, ...] | None:
+    """The run's records in ``<prefix>.dlq`` (where, the raw record their headers name, their
+    bytes), or None when the DLQ could not be read. The sequencer writes a refused event to
+    the DLQ partition of its raw partition (the run's). Not evidence (the DLQ is not signed):
+    a hijack's genuine events are checked against the agent's notes (``_recover``). At most
+    ``_MAX_DLQ_COPIES`` are kept: a flood of forged copies cannot exhaust the verifier."""
     n = heads_partition_count(settings, timeout=min(timeout, 10.0))
     topic, here, key = settings.topics.dlq, partition_for(run_id, n), run_id.encode("utf-8")
     consumer = _consumer(settings)
-    out: list[tuple[str, str]] = []
+    out: list[DlqCopy] = []
     deadline = time.monotonic() + timeout
     try:
         consumer.assign([TopicPartition(topic, here, OFFSET_BEGINNING)])
@@ -147,19 +152,21 @@ def find_dlq_copies(
                     if err.code() == KafkaError._PARTITION_EOF:
                         return tuple(out)
                     continue
-                if msg.key() == key:
+                if msg.key() == key and len(out) < _MAX_DLQ_COPIES:
                     h = _text_headers(msg.headers())
                     src = "tracevault.source."
                     raw = (
                         f"{h.get(src + 'topic')}[{h.get(src + 'partition')}]"
                         f"@{h.get(src + 'offset')}"
                     )
-                    out.append((raw, f"{topic}[{here}]@{msg.offset()}"))
+                    out.append(DlqCopy(raw, f"{topic}[{here}]@{msg.offset()}", msg.value()))
     except KafkaException as exc:
-        log.warning("the DLQ %s was not read (%s): its copies are not located", topic, exc)
+        log.warning("the DLQ %s was not read (%s): its copies are not checked", topic, exc)
+        return None
     finally:
         consumer.close()
-    return tuple(out)
+    log.warning("the DLQ %s was not read to its end in %.0fs", topic, timeout)
+    return None
 
 
 def _find_head(settings: Settings, run_id: str, timeout: float) -> Head:

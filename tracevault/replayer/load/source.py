@@ -44,7 +44,9 @@ def load_run(
         if not found:
             return run
         copies = find_dlq_copies(settings, run_id)
-        return dataclasses.replace(run, contested=found, dlq_copies=copies)
+        return dataclasses.replace(
+            run, contested=found, dlq_copies=copies or (), dlq_read=copies is not None
+        )
     if source == "archive":
         store = open_store(settings.archive_url, settings, create=False)
         try:

@@ -200,9 +200,9 @@ def _check_writers(  # noqa: PLR0917 - the walk's state, as _verify has it
     except ChainError as exc:
         if not found or not found[0].hijacked:
             raise
-        raise found[0].error(run, exc) from None
+        raise found[0].error(run, exc, keys[0]) from None
     if found:
-        raise found[0].error(run)
+        raise found[0].error(run, agents=keys[0])
     if run.contested:
         checks.append(CONTESTED_CHECK)
     return checks, warnings + i_warnings, provenance
