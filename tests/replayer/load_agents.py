@@ -10,6 +10,7 @@ gather, threads, race, ``wait_for`` and ``cancel()`` are ``concurrent_agents`` a
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.replayer import concurrent_agents as ca
@@ -75,3 +76,30 @@ async def as_completed_agent(agent_input: Any, edges: Any) -> Any:
         hits.append(found["hits"])
     answer = await edges.amodel({"prompt": "sum up", "order": order}, model=MODEL)
     return {"order": order, "hits": hits, "answer": answer["text"]}
+
+
+# -- a swap of two calls inside one thread (strict replay must name it) --------------------
+SWAPPED_BRANCH = 1
+
+
+def _steps(edges: Any, i: int, order: tuple[int, ...]) -> list[Any]:
+    return [edges.tool("search", {"branch": i, "q": f"step {n}"})["hits"] for n in order]
+
+
+def _steps_agent(agent_input: Any, edges: Any, swap: bool) -> Any:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [
+            pool.submit(_steps, edges, i, (0, 2, 1) if swap and i == SWAPPED_BRANCH else (0, 1, 2))
+            for i in range(2)
+        ]
+        return {"hits": [f.result() for f in futures]}
+
+
+def steps_agent(agent_input: Any, edges: Any) -> Any:
+    """Two threads, three searches each: ``step 0``, ``step 1``, ``step 2``."""
+    return _steps_agent(agent_input, edges, swap=False)
+
+
+def swapped_steps_agent(agent_input: Any, edges: Any) -> Any:
+    """Thread ``SWAPPED_BRANCH`` makes its second and third searches the other way round."""
+    return _steps_agent(agent_input, edges, swap=True)

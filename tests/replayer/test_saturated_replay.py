@@ -11,6 +11,7 @@ the race matched 6 of 15 replays on a saturated CPU (15 of 15 on a quiet one).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,10 +22,12 @@ from tests.conftest import burning_cpus
 from tests.replayer import cancel_agents, load_agents
 from tests.replayer import concurrent_agents as conc
 from tests.replayer.pipeline import fresh_settings, load_all, sequencer_running, wait_all_sealed
+from tracevault.errors import ReplayDivergence
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import areplay, replay, verify
+from tracevault.replayer.rerun import _interleave
 from tracevault.replayer.rerun._interleave import interleaved
-from tracevault.schemas import TraceEvent
+from tracevault.schemas import EventKind, TraceEvent
 
 REPLAYS = 20
 BURNERS = 2
@@ -41,6 +44,7 @@ PATTERNS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Any, Any, Any]
     "threads": (conc.thread_agent, conc.thread_agent, *_T),
     # recorded on two pool threads (one reused for the third branch), replayed on three
     "threads-reused": (conc.thread_agent_two_workers, conc.thread_agent, *_T),
+    "steps": (load_agents.steps_agent, load_agents.steps_agent, *_T),
     "race": (cancel_agents.race_agent, cancel_agents.race_agent, *_C),
     "wait_for": (cancel_agents.timeout_agent, cancel_agents.timeout_agent, *_C),
     "cancel": (cancel_agents.cancel_agent, cancel_agents.cancel_agent, *_C),
@@ -110,3 +114,25 @@ def test_every_pattern_replays_every_time_with_the_cpu_saturated(
     took = time.monotonic() - t0
     print(f"{name}: {REPLAYS - len(wrong)}/{REPLAYS} matched in {took:.1f}s")
     assert wrong == [], f"{name}: {len(wrong)}/{REPLAYS} did not match; first: {wrong[0]}"
+
+
+def test_a_swap_of_two_calls_in_one_thread_diverges_at_the_first_of_them(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thread 1 makes ``step 2`` before ``step 1``: a real swap, not a pool thread held
+    until its recorded ``branch_prev`` starts. The held call is named at ``step 1``'s seq
+    once the run stalls (``STALL_TIMEOUT_S``, shortened here), with the request's change."""
+    monkeypatch.setattr(_interleave, "STALL_TIMEOUT_S", 2.0)
+    events, _ = recorded["steps"]
+    (at,) = [
+        ev.seq
+        for ev in events
+        if ev.kind is EventKind.TOOL_CALL
+        and json.loads(ev.request)["args"] == {"branch": load_agents.SWAPPED_BRANCH, "q": "step 1"}
+    ]
+    with pytest.raises(ReplayDivergence) as info:
+        replay(events, load_agents.swapped_steps_agent)
+    assert info.value.seq == at
+    assert info.value.expected == info.value.actual == "TOOL_CALL"
+    want = '$.request.args.q: expected "step 1", got "step 2"'
+    assert info.value.diff == (want,), info.value.diff
