@@ -17,7 +17,8 @@ served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
 * **Results come back in the recorded interleaving.** The crossing recorded as the k-th to
   complete is handed back only after the k-1 before it were, and only once
   ``started_at_done`` crossings have started (been matched) under replay. An async edge
-  awaits a future, a sync edge in a thread waits on an event; a sync edge on an event loop's
+  awaits a future (consecutive ones whose turn came are woken together, in that order:
+  ``_advance``), a sync edge in a thread waits on an event; a sync edge on an event loop's
   thread cannot wait without blocking the loop, so it is answered at once.
 * **An abandoned crossing is not answered** (a timeout that fired, ``task.cancel()``, a
   race's loser: ``_cancel``). It waits for the agent's own cancel and for its recorded turn,
