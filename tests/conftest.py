@@ -6,6 +6,8 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -262,3 +264,26 @@ def s3_endpoint() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def burning_cpus(count: int = 2, *, nice: int | None = None) -> Iterator[None]:
+    """``count`` processes spinning ``while True: pass`` beside the test (a saturated CPU);
+    killed on exit, however the test ends.
+
+    ``nice``: the burners' niceness (``0``: ahead of a suite run under ``nice -n 19``, as
+    other work on a busy machine is; lowering it needs root, so where it cannot be set they
+    keep the suite's). ``None``: the suite's own.
+    """
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    if nice is not None:
+        for proc in burners:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+    try:
+        yield
+    finally:
+        for proc in burners:
+            proc.kill()
+        for proc in burners:
+            proc.wait(timeout=30)

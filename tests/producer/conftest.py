@@ -1,14 +1,12 @@
-"""Helpers for the producer tests: read events back from a real broker, burn the CPU."""
+"""Helpers for the producer tests: read events back from a real broker, spawn an agent."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -81,17 +79,3 @@ def spawn_agent(*args: str, stdin: bool = False) -> subprocess.Popen[str]:
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-
-
-@contextlib.contextmanager
-def burning_cpus(count: int = 2) -> Iterator[None]:
-    """``count`` processes spinning ``while True: pass`` beside the test (a saturated CPU, as
-    the spool's bound promises to hold under: docs/design.md, "The spool"); killed on exit."""
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in burners:
-            proc.kill()
-        for proc in burners:
-            proc.wait(timeout=30)

@@ -17,7 +17,8 @@ served by an :class:`Interleaver` (docs/design.md, "Concurrency inside a run"):
 * **Results come back in the recorded interleaving.** The crossing recorded as the k-th to
   complete is handed back only after the k-1 before it were, and only once
   ``started_at_done`` crossings have started (been matched) under replay. An async edge
-  awaits a future, a sync edge in a thread waits on an event; a sync edge on an event loop's
+  awaits a future (consecutive ones whose turn came are woken together, in that order:
+  ``_advance``), a sync edge in a thread waits on an event; a sync edge on an event loop's
   thread cannot wait without blocking the loop, so it is answered at once.
 * **An abandoned crossing is not answered** (a timeout that fired, ``task.cancel()``, a
   race's loser: ``_cancel``). It waits for the agent's own cancel and for its recorded turn,
@@ -413,20 +414,44 @@ class Interleaver:
         self._advance()
 
     def _advance(self) -> None:
-        """Wake the next crossing to complete, or complete the nested ones nobody calls."""
+        """Wake the next crossings to complete, or complete the nested ones nobody calls.
+
+        The head of the recorded completions is woken; so are the async crossings recorded
+        right after it, on its event loop, whose turn came too (matched, their
+        ``started_at_done`` reached). Live they completed in one loop iteration, before any
+        task they let go ran (a nested gather's new tasks); woken in one go their futures
+        resolve in the recorded order and the loop resumes their tasks in it, first. Woken
+        one per iteration, a task resumed first would run ahead of the others' results.
+        A thread's waiter, or an abandoned one, is only woken at the head; so is one whose
+        task has not parked on it yet (the task calling now: it would go on at once, ahead of
+        those woken before it), which a later ``_advance`` wakes in its place.
+        """
         pos = self._cursor.pos
-        while self._done < len(self._order):
-            seq = self._order[self._done]
+        loop: asyncio.AbstractEventLoop | None = None
+        k = self._done
+        while k < len(self._order):
+            seq = self._order[k]
             if not self._matched[seq] or pos < self._started(seq):
                 return
             if seq in self._virtual:
-                self._completed[self._done] = True
+                if k != self._done:
+                    return
+                self._completed[k] = True
                 self._done += 1
+                k += 1
+                continue
+            if self._completed[k]:
+                k += 1
                 continue
             waiter = self._waiters.get(seq)
-            if waiter is not None and not waiter.woken:
+            if waiter is None or (k != self._done and not (waiter.loop is loop and waiter.parked)):
+                return  # not yet parked: the calling task, woken now, would run ahead
+            if not waiter.woken:
                 waiter.wake()
-            return
+            if waiter.loop is None or waiter.abandoned:
+                return
+            loop = waiter.loop
+            k += 1
 
     def _resume(self, seq: int) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ class Waiter:
     :meth:`wait` awaits a fresh one then, and ``wake`` resolves whichever is current.
     """
 
-    __slots__ = ("abandoned", "event", "fut", "loop", "woken")
+    __slots__ = ("abandoned", "event", "fut", "loop", "parked", "woken")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None, abandoned: bool = False) -> None:
         self.loop = loop
@@ -30,6 +30,7 @@ class Waiter:
         self.event: threading.Event | None = threading.Event() if loop is None else None
         self.woken = False
         self.abandoned = abandoned
+        self.parked = False  # its task awaits ``fut``: a wake resumes it in wake order
 
     def wake(self) -> None:
         self.woken = True
@@ -47,6 +48,7 @@ class Waiter:
         assert self.loop is not None and self.fut is not None
         if self.fut.done():
             self.fut = self.loop.create_future()
+        self.parked = True
         await self.fut
 
 
