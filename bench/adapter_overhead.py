@@ -21,12 +21,11 @@ import argparse
 import json
 import os
 import tempfile
-import uuid
 from typing import Any
 
 import openai
 from _alternate import alternate
-from confluent_kafka.admin import AdminClient
+from _topics import bench_prefix, delete_topics
 
 from tracevault.config import Settings
 from tracevault.demo.provider import provider_server
@@ -72,7 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as spool:
         settings = Settings(
             bootstrap_servers=opts.bootstrap,
-            topic_prefix=f"bench-adapter-{uuid.uuid4().hex[:8]}",
+            topic_prefix=bench_prefix("adapter"),
             partitions=1,
             spool_dir=spool,
         )
@@ -85,12 +84,7 @@ def main() -> None:
                     print(json.dumps({"mode": mode, **results[mode]}), flush=True)
             publisher.close(timeout=30)
         finally:
-            admin = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0})
-            for fut in admin.delete_topics(list(settings.topics.all())).values():
-                try:
-                    fut.result(timeout=30)
-                except Exception as exc:
-                    print(json.dumps({"cleanup_error": str(exc)}))
+            delete_topics(opts.bootstrap, settings.topics.all())
     print(json.dumps({"calls": opts.calls, **results}))
 
 

@@ -43,7 +43,7 @@ import uuid
 from pathlib import Path
 
 import fastavro
-from confluent_kafka.admin import AdminClient
+from _topics import bench_prefix, delete_topics
 
 from tracevault.archive import open_store
 from tracevault.chain import genesis, link
@@ -303,7 +303,7 @@ def main() -> None:
     n = per_run * args.runs
     settings = Settings(
         bootstrap_servers=args.bootstrap_servers,
-        topic_prefix=f"bench-archiver-{uuid.uuid4().hex[:8]}",
+        topic_prefix=bench_prefix("archiver"),
         partitions=3,
         archive_segment_max_events=5000,
         archive_segment_max_age_s=0.25,
@@ -361,9 +361,7 @@ def main() -> None:
         )
         print(json.dumps(result))
     finally:
-        AdminClient({"bootstrap.servers": settings.bootstrap_servers}).delete_topics(
-            list(settings.topics.all())
-        )
+        delete_topics(settings.bootstrap_servers, settings.topics.all())
 
 
 def index_main(args: argparse.Namespace, *, beside: bool) -> None:
@@ -376,7 +374,7 @@ def index_main(args: argparse.Namespace, *, beside: bool) -> None:
     n = per_run * args.runs
     settings = Settings(
         bootstrap_servers=args.bootstrap_servers,
-        topic_prefix=f"bench-archiver-{uuid.uuid4().hex[:8]}",
+        topic_prefix=bench_prefix("archiver"),
         partitions=3,
         archive_segment_max_events=5000,
         archive_segment_max_age_s=0.25,
@@ -427,9 +425,7 @@ def index_main(args: argparse.Namespace, *, beside: bool) -> None:
             "fastavro_ratio_with_index >= 0.5",
         }))  # fmt: skip
     finally:
-        AdminClient({"bootstrap.servers": settings.bootstrap_servers}).delete_topics(
-            list(settings.topics.all())
-        )
+        delete_topics(settings.bootstrap_servers, settings.topics.all())
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
@@ -37,9 +38,9 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 from typing import Any
 
+from _topics import bench_prefix, delete_topics
 from confluent_kafka import Producer
 
 from tracevault.config import Settings
@@ -185,9 +186,10 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=19_464)
     args = ap.parse_args()
     boot = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-    prefix = f"bench-fleet-{uuid.uuid4().hex[:6]}"
+    prefix = bench_prefix("fleet")
     settings = Settings(bootstrap_servers=boot, topic_prefix=prefix, partitions=args.partitions)
     ensure_topics(settings)
+    atexit.register(delete_topics, boot, settings.topics.all())
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVAULT_")}
     env["TRACEVAULT_LOG_KEY"] = Ed25519Signer.generate("bench").skey
     n_open = int(args.open * args.scale) if args.scale < 1 else args.open

@@ -17,13 +17,14 @@ The last output line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import statistics
 import threading
 import time
-import uuid
 
+from _topics import bench_prefix, delete_topics
 from confluent_kafka import Producer
 from pydantic import SecretStr
 
@@ -76,12 +77,13 @@ def main() -> None:
     signer = Ed25519Signer.generate("bench-log")
     settings = Settings(
         bootstrap_servers=args.bootstrap_servers,
-        topic_prefix=f"bench-heads-{uuid.uuid4().hex[:8]}",
+        topic_prefix=bench_prefix("heads"),
         partitions=PARTITIONS,
         log_key=SecretStr(signer.skey),
         sequencer_batch_size=2000,
     )
     ensure_topics(settings)
+    atexit.register(delete_topics, settings.bootstrap_servers, settings.topics.all())
     seal(settings, args.heads)
     parts = list(range(PARTITIONS))
     reads, proofs = [], []

@@ -43,11 +43,10 @@ import statistics
 import string
 import tempfile
 import time
-import uuid
 from typing import Any
 
+from _topics import bench_prefix, delete_topics
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
@@ -283,7 +282,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as spool:
         settings = Settings(
             bootstrap_servers=opts.bootstrap,
-            topic_prefix=f"bench-producer-{uuid.uuid4().hex[:8]}",
+            topic_prefix=bench_prefix("producer"),
             partitions=3,
             spool_dir=spool,
             agent_attest_every=opts.attest_every,
@@ -316,12 +315,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
             report = publisher.close(timeout=30)
         finally:
-            admin = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0})
-            for fut in admin.delete_topics(list(settings.topics.all())).values():
-                try:
-                    fut.result(timeout=30)
-                except Exception as exc:
-                    print(json.dumps({"cleanup_error": str(exc)}))
+            delete_topics(opts.bootstrap, settings.topics.all())
     events_per_s = statistics.median(rec_rates)
     baseline = statistics.median(base_rates)
     print(

@@ -25,11 +25,10 @@ import json
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
+from _topics import bench_prefix, delete_topics
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 from producer_overhead import ARGS, VARIANTS, options, paired_calls, quantile, tool
 
 from tracevault.config import Settings
@@ -129,7 +128,7 @@ def _settings(bootstrap: str, spool: str, keyring: str | None = None) -> Setting
     its file, else as the environment says (in clear by default)."""
     settings = Settings(
         bootstrap_servers=bootstrap,
-        topic_prefix=f"bench-crypt-{uuid.uuid4().hex[:8]}",
+        topic_prefix=bench_prefix("crypt"),
         partitions=3,
         spool_dir=spool,
     )
@@ -168,13 +167,7 @@ def main() -> None:
             undelivered = pub_enc.close(timeout=30).undelivered
             undelivered += pub_plain.close(timeout=30).undelivered
         finally:
-            admin = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0})
-            for s in (enc, plain):
-                for fut in admin.delete_topics(list(s.topics.all())).values():
-                    try:
-                        fut.result(timeout=30)
-                    except Exception as exc:
-                        print(json.dumps({"cleanup_error": str(exc)}))
+            delete_topics(opts.bootstrap, [*enc.topics.all(), *plain.topics.all()])
     eps, base = statistics.median(rates["enc"]), statistics.median(rates["base"])
     produce_us = quantile(produce_ns, 0.5)
     print(

@@ -23,6 +23,7 @@ The last output line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ import time
 import uuid
 from typing import Any
 
+from _topics import bench_prefix, delete_topics
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -144,9 +146,10 @@ def main() -> None:
     base = [sys.executable, "-m", "tracevault", "--bootstrap-servers", boot]
     out: dict[str, Any] = {"events": args.events, "partitions": args.partitions}
     for n in (1, 2):
-        prefix = f"bench-scale-{n}-{uuid.uuid4().hex[:6]}"
+        prefix = bench_prefix(f"scale-{n}")
         s = Settings(bootstrap_servers=boot, topic_prefix=prefix, partitions=args.partitions)
         ensure_topics(s)
+        atexit.register(delete_topics, boot, s.topics.all())
         produce(s, args.events)
         seq_cmds = [
             [*base, "--prefix", prefix, "sequencer", "--instance-id", f"s{i}",

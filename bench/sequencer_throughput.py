@@ -41,6 +41,7 @@ import time
 import uuid
 from typing import Any
 
+from _topics import bench_prefix, delete_topics
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -341,7 +342,7 @@ def latency(settings: Settings, rate: int, seconds: float, batch_size: int) -> d
 
 
 def _fresh(args: argparse.Namespace, admin: AdminClient) -> tuple[Settings, str]:
-    prefix = f"bench-seq-{uuid.uuid4().hex[:8]}"
+    prefix = bench_prefix("seq")
     settings = Settings(
         bootstrap_servers=args.bootstrap_servers,
         topic_prefix=prefix,
@@ -354,14 +355,6 @@ def _fresh(args: argparse.Namespace, admin: AdminClient) -> tuple[Settings, str]
     out_topic = f"{prefix}.passthrough"
     admin.create_topics([NewTopic(out_topic, args.partitions, 1)])[out_topic].result(30)
     return settings, out_topic
-
-
-def _cleanup(admin: AdminClient, topics: list[str]) -> None:
-    for fut in admin.delete_topics(topics, request_timeout=30).values():
-        try:
-            fut.result(30)
-        except Exception as exc:
-            print(f"cleanup: {exc}", file=sys.stderr)
 
 
 def main() -> None:
@@ -435,7 +428,7 @@ def main() -> None:
             }
         )
     finally:
-        _cleanup(admin, made)
+        delete_topics(args.bootstrap_servers, made)
 
 
 if __name__ == "__main__":

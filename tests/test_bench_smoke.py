@@ -8,6 +8,10 @@ rep. Its last line must be one JSON object carrying, as finite numbers, the keys
 ("Benchmarks") and bench/README.md read their figures from. The figures' values are not
 checked: at these sizes they mean nothing, and this machine's load moves them anyway.
 
+Every topic a bench makes starts with ``BENCH_TOPIC_PREFIX`` (bench/_topics.py), unique per run
+here: none may be left on the broker after the bench (they were, run after run, while the
+benches sent the delete without waiting for its answer).
+
 Left out: ``bench/ui.py`` (it drives a headless Chromium, and the desk's API it calls is being
 changed; tests/desk runs the same pages in a browser).
 """
@@ -20,11 +24,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from tests.kafka_harness import free_port
 
@@ -167,11 +174,40 @@ BENCHES = [
 ]  # fmt: skip
 
 
+#: the benches that make topics: each must say it deleted them (bench/_topics.py), so the check
+#: below cannot pass because a bench named its topics some other way
+MAKE_TOPICS = {
+    "archiver_throughput.py", "sequencer_throughput.py", "producer_overhead.py",
+    "recorder_encrypted.py", "heads_restore.py", "adapter_overhead.py",
+    "langgraph_overhead.py", "fleet_state.py", "scaleout.py",
+}  # fmt: skip
+
+
 def _get(obj: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         assert isinstance(obj, dict) and part in obj, f"no {dotted!r} in the last line: {obj}"
         obj = obj[part]
     return obj
+
+
+def _topics_under(admin: AdminClient, prefix: str) -> list[str]:
+    return sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix))
+
+
+def _topics_left(bootstrap: str, prefix: str) -> list[str]:
+    """Topics under ``prefix`` still on the broker once their deletion had 30 s to show in
+    the metadata (a delete the broker answered can take a moment to leave it); what is left
+    is deleted here, so a failing bench does not leave it either, and returned."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + 30
+    left = _topics_under(admin, prefix)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)  # a deadline-bounded poll of the broker's metadata
+        left = _topics_under(admin, prefix)
+    if left:
+        for fut in admin.delete_topics(left, request_timeout=30).values():
+            fut.result(timeout=60)
+    return left
 
 
 @pytest.mark.parametrize("bench", BENCHES, ids=lambda b: b.name)
@@ -181,8 +217,9 @@ def test_bench_prints_its_figures(
     # as a developer's shell runs a bench: none of the suite's TRACEVAULT_* keys (a bench makes
     # its own), the shared broker, this checkout first on the import path
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVAULT_")}
+    prefix = f"smoke-{uuid.uuid4().hex[:10]}"  # every topic the bench makes starts so
     env |= {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PYTHONPATH": str(ROOT),
-            "TMPDIR": str(tmp_path)}  # fmt: skip
+            "TMPDIR": str(tmp_path), "BENCH_TOPIC_PREFIX": prefix}  # fmt: skip
     given = {"tmp": str(tmp_path), "s3": s3_endpoint, "port": str(free_port())}
     cmd = [sys.executable, str(ROOT / "bench" / bench.script),
            *(a.format(**given) for a in bench.args)]  # fmt: skip
@@ -200,7 +237,11 @@ def test_bench_prints_its_figures(
             pytest.fail(f"{bench.name} did not finish in {TIMEOUT_S} s: {stderr[-4000:]}")
     proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     name = " ".join(cmd[1:])
+    left = _topics_left(kafka_bootstrap, prefix)
     assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    assert not left, f"{name} left {len(left)} topics on the broker: {left}\n{proc.stderr[-2000:]}"
+    if bench.script in MAKE_TOPICS:
+        assert "bench: deleted " in proc.stderr, f"{name} did not delete its topics:\n{stderr}"
     lines = proc.stdout.strip().splitlines()
     assert lines, f"{name} printed nothing:\n{proc.stderr[-4000:]}"
     last = json.loads(lines[-1])

@@ -10,12 +10,18 @@ A segment starts with ``TVSPOOL1``, a 2-byte topic length and the topic; then re
 it). Records are appended in the order the Publisher took them, so a run's events stay in
 seq order, and each write is ``fsync``-ed before the events count as spooled.
 
-Ownership: a writer holds ``flock(LOCK_EX)`` on its segment for as long as it lives, so a
-drainer (a later Publisher, or ``tracevault spool drain``) only touches segments whose
-writer is gone. A crash mid-append leaves a torn tail: a last record cut short, or zero
-bytes a file system left after a power loss. It was never reported as spooled, so the
-drainer that takes the segment over truncates it (:meth:`SpoolSegment.repair_tail`), logs a
-warning and reports the bytes cut; ``spool status`` shows it without changing the file.
+Ownership: the process that writes a segment holds ``flock(LOCK_EX)`` on it until it has
+drained the segment or it exits, so a drainer (a later Publisher, or ``tracevault spool
+drain``) only touches segments whose owner is gone, and each record reaches Kafka from one
+owner. A segment the writer closes because it is full stays its owner's: the owner's backlog
+holds the lock through a duplicate of the writer's descriptor (:meth:`SpoolWriter.segment`),
+and a lock taken on a segment its owner deleted meanwhile is refused
+(:meth:`SpoolSegment.try_lock`).
+
+A crash mid-append leaves a torn tail: a last record cut short, or zero bytes a file system
+left after a power loss. It was never reported as spooled, so the drainer that takes the
+segment over truncates it (:meth:`SpoolSegment.repair_tail`), logs a warning and reports the
+bytes cut; ``spool status`` shows it without changing the file.
 Damage anywhere else (a crc mismatch with intact records after it, or a whole last record
 whose bytes changed) is corruption: readers stop there and leave the file for a person.
 """
@@ -151,6 +157,19 @@ class SpoolWriter:
             raise
         self.size += len(data)
 
+    def segment(self) -> SpoolSegment:
+        """The reading side of the segment being written, holding its lock as well.
+
+        The lock is a duplicate of the writer's descriptor, so it outlives :meth:`close`:
+        the owner drains a segment it closed because it was full, and no other drainer may
+        claim it meanwhile (that sent it twice). Released by the segment's ``remove`` or
+        ``unlock``.
+        """
+        assert self._fd is not None and self.path is not None
+        seg = SpoolSegment(self.path, lock_fd=os.dup(self._fd))
+        seg.read_header()
+        return seg
+
     @property
     def full(self) -> bool:
         return self.size >= SEGMENT_BYTES
@@ -165,22 +184,31 @@ class SpoolWriter:
 class SpoolSegment:
     """Reading side of one segment: records after the delivered cursor, and the cursor."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, lock_fd: int | None = None) -> None:
         self.path = path
         self.cursor_path = path.with_name(path.name + ".cursor")
         self.topic = ""
         self.header_end = 0
-        self._lock_fd: int | None = None
+        #: a descriptor holding the segment's flock (``lock_fd``: handed over by its writer)
+        self._lock_fd = lock_fd
         self.corruption: SpoolCorruption | None = None
 
     def try_lock(self) -> bool:
-        """Take the segment from a writer that is gone; False while its writer lives."""
+        """Take the segment from an owner that is gone; False while its owner lives.
+
+        Raises ``FileNotFoundError`` when the segment is gone: its owner delivered and
+        deleted it, before this opened it or between the open and the lock (then the lock
+        is on a deleted file, and taking it would send the segment a second time).
+        """
         fd = os.open(self.path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
+        if os.fstat(fd).st_nlink == 0:
+            os.close(fd)
+            raise FileNotFoundError(f"{self.path} was delivered and deleted by its owner")
         self._lock_fd = fd
         return True
 

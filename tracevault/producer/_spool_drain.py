@@ -1,9 +1,11 @@
 """Draining a spool directory from outside the agent: ``tracevault spool drain`` / ``status``.
 
-Segments still held by a live Publisher (its ``flock``) are reported as ``in use`` and left
-alone: that process drains them itself. Everything else is sent oldest first, each segment
-in file order, with the cursor committed after every acknowledged batch, so an interrupted
-drain resumes where it stopped and never reorders a run.
+Segments still held by a live Publisher (its ``flock``, held until it has drained them,
+closed segments included) are reported as ``in use`` and left alone: that process drains
+them itself, and a segment sent by two owners would reach Kafka twice. A segment its owner
+deletes while this looks at it was delivered, and is left out of the report. Everything
+else is sent oldest first, each segment in file order, with the cursor committed after every
+acknowledged batch, so an interrupted drain resumes where it stopped and never reorders a run.
 
 A torn tail (a writer killed mid-append) is not a problem: ``status`` reports its bytes in
 ``torn_bytes`` and says it is cut when drained; ``drain`` cuts it, logs a warning, reports the
@@ -81,12 +83,16 @@ def _count(seg: SpoolSegment, start: int) -> int:
     return sum(1 for _ in seg.records(start))
 
 
-def _open(seg: SpoolSegment) -> SegmentReport | None:
-    """Lock and read ``seg``'s header, or say why it cannot be drained now."""
+def _open(seg: SpoolSegment) -> SegmentReport | Literal["gone"] | None:
+    """Lock and read ``seg``'s header, or say why it cannot be drained now (``gone``: its
+    owner delivered and deleted it meanwhile)."""
     try:
         if not seg.try_lock():
             return SegmentReport(str(seg.path), "", "in use", detail="held by a live Publisher")
         seg.read_header()
+    except FileNotFoundError:
+        seg.unlock()
+        return "gone"
     except (OSError, ValueError) as exc:
         seg.unlock()
         return SegmentReport(str(seg.path), "", "unreadable", detail=str(exc))
@@ -117,6 +123,8 @@ def spool_status(settings: Settings) -> DrainReport:
     reports = []
     for seg in list_segments(Path(settings.spool_dir)):
         blocked = _open(seg)
+        if isinstance(blocked, str):  # gone
+            continue
         if blocked is not None:
             reports.append(blocked)
             continue
@@ -147,6 +155,8 @@ def drain_spool(
     reports: list[SegmentReport] = []
     for seg in segments:
         blocked = _open(seg)
+        if isinstance(blocked, str):  # gone
+            continue
         if blocked is not None:
             reports.append(blocked)
             continue

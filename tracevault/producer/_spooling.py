@@ -190,9 +190,8 @@ class SpoolSide:
         path = self._writer.path
         assert path is not None
         if not self._backlog or self._backlog[-1].path != path:
-            seg = SpoolSegment(path)
-            seg.read_header()
-            self._backlog.append(seg)
+            # holds the segment's lock until drained, past the writer closing it when full
+            self._backlog.append(self._writer.segment())
             self._own_paths.add(path)
 
     def _adopt_orphans(self) -> None:
@@ -209,6 +208,8 @@ class SpoolSide:
                 if not seg.try_lock():
                     continue
                 seg.read_header()
+            except FileNotFoundError:
+                continue  # delivered and deleted by its owner meanwhile
             except (OSError, ValueError) as exc:
                 logger.error("cannot adopt spool segment %s: %s", seg.path, exc)
                 seg.unlock()
