@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -277,6 +278,29 @@ class LocalCluster:
         if proc.returncode != 0 or head is None or head + 1 >= len(lines):
             raise RuntimeError(f"kafka-transactions describe failed:\n{proc.stdout}{proc.stderr}")
         return int(lines[head + 1][0])
+
+    def active_controller(self) -> int | None:
+        """The KRaft quorum's leader as the running nodes' logs last named it ("Recorded new
+        KRaft controller ... (id: N"), or None. The Python client has no DescribeQuorum and
+        Kafka's own tool is a JVM start; this is for timings and diagnostics: a node that
+        is also the active controller takes the quorum's failover with it."""
+        pat = re.compile(r"^\[([^\]]+)\] .*Recorded new KRaft controller.*\(id: (\d+)")
+        latest: tuple[str, int] | None = None
+        status = self.status()
+        for node in (1, 2, 3):
+            log_file = Path(self._run("logs", str(node)).strip())
+            if f"node {node} running" not in status or not log_file.exists():
+                continue
+            with log_file.open("rb") as f:
+                f.seek(max(0, log_file.stat().st_size - 256_000))
+                lines = f.read().decode(errors="replace").splitlines()
+            for line in reversed(lines):
+                m = pat.match(line)
+                if m:
+                    if latest is None or m.group(1) > latest[0]:
+                        latest = (m.group(1), int(m.group(2)))
+                    break
+        return None if latest is None else latest[1]
 
     def group_coordinator(self, group: str, timeout: float = 10.0) -> int:
         """The node coordinating consumer group ``group``."""
