@@ -29,6 +29,7 @@ CASES = {
     "tracevault.integrations.otel": ("google", "otel"),
     "tracevault.integrations.litellm": ("litellm", "litellm"),
     "tracevault.integrations.pydantic_ai": ("pydantic_ai", "pydantic_ai"),
+    "tracevault.integrations.adk": ("google.adk", "adk"),
     "tracevault.desk.app": ("starlette", "ui"),
 }
 
