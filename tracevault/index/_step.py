@@ -146,7 +146,7 @@ class IndexStep:
         self.events = 0  # events indexed
         self.cpu_s = 0.0  # CPU time of the flushes' threads in the step (what it costs)
         # pyarrow imports pandas (where installed) at its first table: now, at start-up,
-        # before the service freezes what it built (ConsumerRuntime.run), not in a flush
+        # before the index child freezes what it built (_worker.serve), not in a flush
         pa.Table.from_arrays([pa.array([], pa.int64())], names=["warm"])
 
     def take(self, plog: FlushingLog) -> IndexFlush:

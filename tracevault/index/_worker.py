@@ -287,7 +287,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     settings_json, url, writer = _receive(inp)
     settings = Settings.model_validate_json(settings_json)
     step = IndexStep(open_store(url, settings, create=False), writer=writer)
-    gc.freeze()  # what start-up built lives as long as the child (ConsumerRuntime.run)
+    gc.freeze()  # what start-up built lives as long as the child: no full collection walks it
     _send(out, "ready")
     while True:
         try:

@@ -23,7 +23,6 @@ A session, numbered as it runs:
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -135,15 +134,8 @@ class ConsumerRuntime:
         self.stopping.set()
 
     def run(self, step: Step, *, until_idle: float | None = None) -> None:
-        """Run ``step`` until ``stop()`` (or ``until_idle`` seconds without a record).
-
-        What the process built before its first session (imported modules, settings,
-        clients, the step's parts) lives as long as the service: it is moved out of the
-        garbage collector's generations (``gc.freeze``), so a full collection, triggered by
-        the records' short-lived objects, no longer walks it (docs/design.md, "Service
-        boundaries and errors")."""
+        """Run ``step`` until ``stop()`` (or ``until_idle`` seconds without a record)."""
         self._step = step
-        gc.freeze()
 
         def restart() -> None:  # the new consumer resumes from the committed offsets
             step.release(None)
