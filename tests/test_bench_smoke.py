@@ -18,13 +18,13 @@ changed; tests/desk runs the same pages in a browser).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.kafka_harness import free_port
+from tests.producer.test_fault import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A bench that hangs fails here with its output, well before pytest-timeout's 600 s.
@@ -199,11 +200,9 @@ def _topics_left(bootstrap: str, prefix: str) -> list[str]:
     the metadata (a delete the broker answered can take a moment to leave it); what is left
     is deleted here, so a failing bench does not leave it either, and returned."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    deadline = time.monotonic() + 30
+    with contextlib.suppress(AssertionError):  # what is still there is deleted below
+        wait_until(lambda: not _topics_under(admin, prefix), 30, f"topics under {prefix} to go")
     left = _topics_under(admin, prefix)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)  # a deadline-bounded poll of the broker's metadata
-        left = _topics_under(admin, prefix)
     if left:
         for fut in admin.delete_topics(left, request_timeout=30).values():
             fut.result(timeout=60)
