@@ -474,6 +474,7 @@ OTHER_VARIABLES = frozenset(
         "TRACEVAULT_KAFKA_HOME",  # dev/kafka: where the broker's jars and run dirs live
         "TRACEVAULT_ARTEFACTS",  # tests/desk: where the browser tests keep their screenshots
         "TRACEVAULT_CHROMIUM",  # tests/desk: the chromium binary (default: chromium on PATH)
+        "TRACEVAULT_CI_REPORTS",  # .ci/run: the folder its pytest processes' JUnit reports go to
     }
 )
 
