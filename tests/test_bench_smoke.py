@@ -157,6 +157,11 @@ BENCHES = [
         ("chat.ratio", "chat.median_overhead_us", "tool.ratio"),
     ),
     Bench(
+        "framework_overhead.py",
+        ("--runs", "3", "--warmup", "1"),
+        ("pydantic_ai.ratio", "adk.ratio", "openai_agents.ratio", "adk.median_overhead_us"),
+    ),
+    Bench(
         "batch_engine.py",
         ("--runs", "20", "--workers", "1", "--reps", "1"),
         ("dask_s", "local_s", "ratio", "dask_overhead_ms_per_run"),
@@ -180,7 +185,7 @@ BENCHES = [
 MAKE_TOPICS = {
     "archiver_throughput.py", "sequencer_throughput.py", "producer_overhead.py",
     "recorder_encrypted.py", "heads_restore.py", "adapter_overhead.py",
-    "langgraph_overhead.py", "fleet_state.py", "scaleout.py",
+    "langgraph_overhead.py", "fleet_state.py", "scaleout.py", "framework_overhead.py",
 }  # fmt: skip
 
 

@@ -260,3 +260,30 @@ def test_an_sdk_error_is_raised_again_as_the_sdk_class_under_replay(pipeline: Pi
     result = replay(run.events, retrying_agent)
     assert result.matched and result.output == run.output
     assert len(server.requests) == 2
+
+
+def test_wrapping_a_client_builds_no_ssl_context_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wrapped client sends through the SDK's own client, so the door builds no transport:
+    httpx's default one loads the CA bundle (~45 ms), which was paid once per recorded run
+    (bench/framework_overhead.py)."""
+    import httpcore2
+
+    sync_client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="t", max_retries=0)
+    async_client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="t")
+    built: list[object] = []
+    real = httpcore2.default_ssl_context
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(httpcore2, "default_ssl_context", counted)
+    openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="t")
+    assert len(built) == 1, "the count sees a client's SSL context being built"
+    built.clear()
+    edges: Any = object()  # wrapping records nothing: no call is made here
+    wrap(sync_client, edges)
+    wrap(async_client, edges)
+    assert built == [], f"wrap built {len(built)} SSL context(s)"

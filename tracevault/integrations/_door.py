@@ -254,6 +254,23 @@ def _offsets(recorded: JSON) -> list[float] | None:
     return offsets if all(isinstance(o, int | float) for o in offsets) else None
 
 
+class _Unused(httpx2.BaseTransport):
+    """A door's own transport, which nothing sends through: every request goes through the
+    SDK's client (``inner``). Given one, httpx builds no default transport, whose SSL context
+    (the CA bundle loaded) cost ~45 ms per wrapped client, so per recorded run; and reads no
+    proxy settings, which are the inner client's to honour."""
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        raise ConfigError(f"{request.url}: a recorded door sends through its SDK's own client")
+
+
+class _AsyncUnused(httpx2.AsyncBaseTransport):
+    """:class:`_Unused` for the async doors."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        raise ConfigError(f"{request.url}: a recorded door sends through its SDK's own client")
+
+
 class _Base:
     """What the sync and async doors share: classify, record, rebuild, carry errors."""
 
@@ -373,7 +390,7 @@ class Door(_Base, httpx2.Client):
         status_error: Callable[..., Any],
         stream_timing: bool = False,
     ) -> None:
-        super().__init__(timeout=_timeout(inner.timeout))
+        super().__init__(timeout=_timeout(inner.timeout), transport=_Unused())
         self._setup(sdk, edges, inner, status_error, stream_timing)
 
     def _paced(self, events: list[JSON], offsets: list[float]) -> Iterator[bytes]:
@@ -434,7 +451,7 @@ class AsyncDoor(_Base, httpx2.AsyncClient):
         status_error: Callable[..., Any],
         stream_timing: bool = False,
     ) -> None:
-        super().__init__(timeout=_timeout(inner.timeout))
+        super().__init__(timeout=_timeout(inner.timeout), transport=_AsyncUnused())
         self._setup(sdk, edges, inner, status_error, stream_timing)
 
     async def _paced(self, events: list[JSON], offsets: list[float]) -> AsyncIterator[bytes]:
