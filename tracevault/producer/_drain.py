@@ -5,13 +5,22 @@ processes) and by ``tracevault spool drain``. Protocol for one batch:
 
 1. read up to ``batch`` intact records after the segment's cursor;
 2. produce them in file order (idempotent producer, so Kafka keeps that order);
-3. serve delivery reports until all are acknowledged, or ``timeout`` passes with none
-   arriving (each acknowledgement restarts the wait);
-4. on such a timeout purge what is left, so nothing of this batch can land later, out of
-   order;
+3. serve delivery reports until all are acknowledged, or the drainer gives up: ``timeout``
+   passes with none arriving (each acknowledgement restarts the wait), or, with
+   ``timeout=None`` (the Publisher's own drain), only when ``give_up()`` says so (it closes);
+4. on giving up purge what is left, so nothing of this batch can land later, out of order;
 5. commit the cursor past the longest acknowledged prefix (a purged record after an
-   acknowledged one is simply sent again next time; the sequencer drops the same bytes
-   arriving twice, so a resend can duplicate on ``raw`` but never reorder or lose).
+   acknowledged one is sent again next time).
+
+A purged record may have been written by the broker all the same (its request sent, the
+acknowledgement not yet back: librdkafka calls it "possibly persisted"), and sending it
+again puts it on ``raw`` twice. So the Publisher never purges a batch while it lives: its
+idempotent producer retries without a deadline and delivers each record exactly once, in
+order, when the broker comes back (a broker away for hours only keeps the batch in memory,
+the records are in the segment anyway). Only ``tracevault spool drain``, which must end,
+purges after ``timeout`` without progress, and a Publisher that closes before its batch is
+acknowledged; then a record can reach ``raw`` twice, the same bytes, which the sequencer
+drops (docs/design.md, "The spool").
 
 ``between`` (the Publisher's spooling of the agent's new events) runs every ``SERVE_EVERY``
 records in steps 1 and 2 and every 10 ms in step 3: on a saturated CPU, reading and producing
@@ -108,24 +117,34 @@ def rejected_sink(settings: Settings, topic: str) -> TooOld:
     return TooOld(int(settings.spool_max_age_s * 1_000_000), writer)
 
 
-def _settle(producer: Producer, timeout: float, between: Callable[[], None]) -> bool:
+def _never() -> bool:
+    return False
+
+
+def _settle(
+    producer: Producer,
+    timeout: float | None,
+    between: Callable[[], None],
+    give_up: Callable[[], bool] = _never,
+) -> bool:
     """Wait for the batch's delivery reports; purge what stays unacknowledged ``timeout``
-    after the last progress. True when every report is in (the queue is empty).
+    after the last progress, or (``timeout=None``) once ``give_up()``. True when every
+    report is in (the queue is empty).
 
     The producer holds nothing but this batch (the Publisher drains only while spooling,
-    when it has purged everything else), so an empty queue means every report is in.
-    ``timeout`` is patience without progress, not a budget for the batch: a purge of a
-    record Kafka wrote but had not acknowledged yet is what makes a resend a duplicate, so
-    never purge while acknowledgements are still arriving (a broker that has just come back
-    can take seconds for the first ones).
+    once everything it produced directly is acknowledged), so an empty queue means every
+    report is in. ``timeout`` is patience without progress, not a budget for the batch: a
+    purge of a record Kafka wrote but had not acknowledged yet is what makes a resend a
+    duplicate, so never purge while acknowledgements are still arriving (a broker that has
+    just come back can take seconds for the first ones).
     """
-    deadline = time.monotonic() + timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     left = len(producer)
-    while left > 0 and time.monotonic() < deadline:
+    while left > 0 and not give_up() and (deadline is None or time.monotonic() < deadline):
         producer.poll(0.01)  # and serve ``between`` (the Publisher's spool) every 10 ms
         between()
         now_left = len(producer)
-        if now_left < left:
+        if now_left < left and timeout is not None:
             deadline = time.monotonic() + timeout
         left = now_left
     if len(producer) > 0:
@@ -145,9 +164,10 @@ def drain_batch(
     start: int,
     end: int | None = None,
     batch: int = 5000,
-    timeout: float = 5.0,
+    timeout: float | None = 5.0,
     between: Callable[[], None] = _nothing,
     too_old: TooOld | None = None,
+    give_up: Callable[[], bool] = _never,
 ) -> BatchResult:
     """Send one batch of ``segment`` from byte ``start``; see the module docstring."""
     records: list[SpoolRecord] = []
@@ -192,7 +212,7 @@ def drain_batch(
         produced += 1
         if produced % SERVE_EVERY == 0:
             between()
-    settled = _settle(producer, timeout, between)
+    settled = _settle(producer, timeout, between, give_up)
     prefix = 0
     while settled and prefix < produced and not failed[prefix]:
         prefix += 1
@@ -204,7 +224,8 @@ def drain_batch(
         segment.commit(offset)
     error = None
     if not complete:
-        error = last_error[0] if last_error else f"no acknowledgement within {timeout:g}s"
+        waited = "before the drainer gave up" if timeout is None else f"within {timeout:g}s"
+        error = last_error[0] if last_error else f"no acknowledgement {waited}"
         logger.info(
             "spool %s: %s of %s records delivered (%s)", segment.path, prefix, len(records), error
         )

@@ -17,12 +17,16 @@ wait for it, on the local disk, never on Kafka (``_backpressure.py``). States:
     refuses connections at once), when nothing was acknowledged for ``spool_after_ms``
     while events were outstanding (a broker that hangs without closing its connections),
     or when librdkafka's queue is full. In this order, so a run's events stay in seq order:
-    (1) stop producing; (2) purge everything inside librdkafka and write it to the spool
-    sorted by (run, seq); (3) every later event goes straight to the spool, fsync'd in
-    batches of at most ``_SPOOL_CHUNK``. About every second a metadata request on a
-    short-lived thread asks whether the broker answers; once it does, the oldest spooled
-    events are sent again (``_drain_once``), and when the spool and the queue are empty the
-    state is ``direct`` again.
+    (1) stop producing; (2) purge librdkafka's queue (events never sent) and write it to the
+    spool sorted by (run, seq); the requests in flight are left to librdkafka, with their
+    shadow copy written to disk at once (never purged while the process lives: a request
+    sent may have been written by the broker, and sent again it would reach raw twice);
+    (3) every later event goes straight to the spool, fsync'd in batches of at most
+    ``_SPOOL_CHUNK``; (4) once librdkafka holds nothing (its idempotent producer delivered
+    what was in flight exactly once), the shadow is deleted and, about every second, a
+    metadata request on a short-lived thread asks whether the broker answers; once it
+    does, the oldest spooled events are sent again (``_drain_once``, never purged either),
+    and when the spool and the queue are empty the state is ``direct`` again.
 
 Durability bound: an event the agent handed over that Kafka has not acknowledged is
 fsync'd to the spool within ``SPOOL_DURABLE_MS`` (100 ms; measured 0-62 ms), however
@@ -49,6 +53,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import threading
 import time
 import weakref
@@ -118,6 +123,8 @@ class Publisher(SpoolSide):
         self._thread: threading.Thread | None = None
         # Owned by the background thread from here on.
         self._direct = True
+        # events produced directly that the client still holds after spooling started
+        self._held = False
         self._spool_requested = False
         self._purged: list[tuple[bytes, bytes]] = []
         self._carry: list[tuple[bytes, bytes]] = []
@@ -143,6 +150,7 @@ class Publisher(SpoolSide):
         self._lost = 0
         self._report: CloseReport | None = None
         self._close_timeout = 10.0
+        self._close_by = math.inf
         _LIVE.add(self)
 
     # -- agent threads ----------------------------------------------------------------------
@@ -312,15 +320,22 @@ class Publisher(SpoolSide):
         self._shadow.tick(self._produced, len(producer), idle)
 
     def _delivered(self) -> int:
-        """Direct events Kafka acknowledged (inexact only while entering the spool)."""
+        """Direct events Kafka acknowledged (the client holds only those while it holds any:
+        the spool is drained after them)."""
         producer = self._producer
-        inside = len(producer) if producer is not None and self._direct else 0
+        inside = len(producer) if producer is not None and (self._direct or self._held) else 0
         return max(0, self._produced - self._errored - inside)
+
+    def _closing_late(self) -> bool:
+        """Whether close's deadline has passed: a drain waiting for acknowledgements gives up."""
+        return time.monotonic() >= self._close_by  # infinite until closing
 
     def _shutdown(self) -> None:
         producer = self._producer
         assert producer is not None
-        deadline = time.monotonic() + self._close_timeout
+        if self._close_by == math.inf:  # the thread failed: no close() set the deadline
+            self._close_by = time.monotonic() + self._close_timeout
+        deadline = self._close_by
         if self._direct and not self._spool_requested:
             self._pump_direct()
             while len(producer) > 0 and time.monotonic() < deadline and not self._stalled():
@@ -330,16 +345,20 @@ class Publisher(SpoolSide):
         if not self._direct or self._spool_requested or len(producer) > 0 or self._queue:
             self._enter_spool()
             self._pump_to_spool()
-        while self._backlog and time.monotonic() < deadline:
-            remaining = deadline - time.monotonic()
+        while not self._held_done() and time.monotonic() < deadline:
+            producer.poll(0.01)
+        while self._backlog and not self._held and time.monotonic() < deadline:
             if not self._broker_answers(wait=True):
                 break
-            if not self._drain_once(timeout=max(0.1, min(remaining, self._spool_after))):
+            if not self._drain_once(self._closing_late):
                 break
             self._answered = True
         self._pump_to_spool()
+        self._spool_held()
         self._spool_purged()
         files = tuple(str(s.path) for s in self._backlog)
+        if self._shadow.path is not None:  # events not acknowledged before spooling started
+            files = (str(self._shadow.path), *files)
         self._writer.close()
         self._shadow.close()
         self._too_old.writer.close()
@@ -408,6 +427,7 @@ class Publisher(SpoolSide):
             thread = self._thread
         if not already:
             self._close_timeout = timeout
+            self._close_by = time.monotonic() + timeout
             self._stop.set()
             self._wake.set()
         if thread is not None:

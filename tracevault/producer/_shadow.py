@@ -11,8 +11,13 @@ appends the unacknowledged ones to a *shadow* segment of the spool (the ordinary
 - Kafka acknowledges again: once every outstanding event is newer than the shadow, the
   shadow is deleted (under its ``flock``, so no drainer takes it meanwhile). Nothing of it
   is ever sent by this process: librdkafka delivers the originals, exactly once.
-- The Publisher starts spooling: the purge returns the exact outstanding set, which goes to
-  the real spool; the shadow is deleted after that write is durable.
+- The Publisher starts spooling: what librdkafka never sent is purged into the spool; the
+  requests in flight stay with librdkafka, not purged (they may be written already; sent
+  again from the spool they would reach ``raw`` twice). The shadow is written at once,
+  kept while librdkafka delivers them, and deleted once it holds none; the spool is
+  drained only after that. If the Publisher closes before (Kafka still away) they are
+  purged, and the shadow, older than any spool segment, is left for a drainer (a purged
+  event it lacks is spooled).
 - The process dies: the shadow is an ordinary orphan segment, older than any spool segment
   after it, and is drained first by ``tracevault spool drain`` or the next Publisher. It can
   hold events Kafka did write (acknowledged just before the stall, or written without the
@@ -86,6 +91,32 @@ class Shadow:
         except OSError as exc:
             logger.warning("could not delete the shadow spool segment %s: %s", path, exc)
         self._writer.close()
+
+    @property
+    def path(self) -> Path | None:
+        """The shadow segment, while there is one."""
+        return self._writer.path
+
+    def holding(self, records: list[tuple[bytes, bytes]]) -> set[tuple[bytes, bytes]]:
+        """Which of ``records`` (key, value) the shadow segment holds on disk.
+
+        Read back from the file rather than assumed: the shadow takes the most recently
+        produced events, which covers what Kafka left unacknowledged when every partition
+        stalls at once, not when one partition stalled long before the others.
+        """
+        path = self._writer.path
+        if path is None or not records:
+            return set()
+        wanted = set(records)
+        seg = SpoolSegment(path)
+        try:
+            seg.read_header()
+            return {
+                (r.key, r.value) for r in seg.records(seg.header_end) if (r.key, r.value) in wanted
+            }
+        except (OSError, ValueError) as exc:
+            logger.warning("could not read back the shadow spool segment %s: %s", path, exc)
+            return set()
 
     def close(self) -> None:
         """At shutdown: keep an undelivered shadow for a drainer, release it."""

@@ -6,6 +6,9 @@ them itself, and a segment sent by two owners would reach Kafka twice. A segment
 deletes while this looks at it was delivered, and is left out of the report. Everything
 else is sent oldest first, each segment in file order, with the cursor committed after every
 acknowledged batch, so an interrupted drain resumes where it stopped and never reorders a run.
+Unlike the Publisher's own drain, this command must end: a batch unacknowledged for
+``timeout`` is purged, and a purged record the broker wrote all the same reaches ``raw``
+twice when sent again (the same bytes, which the sequencer drops; ``_drain.py``).
 
 A torn tail (a writer killed mid-append) is not a problem: ``status`` reports its bytes in
 ``torn_bytes`` and says it is cut when drained; ``drain`` cuts it, logs a warning, reports the

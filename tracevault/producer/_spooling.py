@@ -12,6 +12,7 @@ whole, and run only on its background thread.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -75,6 +76,7 @@ class SpoolSide:
     _queue: deque[Item]
     _producer: Producer | None
     _direct: bool
+    _held: bool
     _spool_requested: bool
     _purged: list[tuple[bytes, bytes]]
     _carry: list[tuple[bytes, bytes]]
@@ -88,6 +90,7 @@ class SpoolSide:
     _probe: _Probe | None
     _answered: bool
     _handled: int
+    _produced: int
     _published: int
     _hold: Backpressure
     _spooled: int
@@ -95,9 +98,11 @@ class SpoolSide:
     _drained_own: int
     _lost: int
 
-    if TYPE_CHECKING:  # the Publisher's: one encoder for both states
+    if TYPE_CHECKING:  # the Publisher's
 
         def _encode(self, item: Item) -> bytes | None: ...
+
+        def _closing_late(self) -> bool: ...
 
     def _pump_to_spool(self) -> None:
         """Write the queue to the spool, oldest first, one fsync per ``_SPOOL_CHUNK``.
@@ -138,28 +143,80 @@ class SpoolSide:
                 self._spool_after,
                 self._spool_dir,
             )
+            # Only what was never sent is taken back. A request in flight may be written
+            # already (its acknowledgement not back: "possibly persisted"), and a purged
+            # event sent again from the spool would reach raw twice; the idempotent producer
+            # delivers those exactly once, in order, when Kafka answers, and until then the
+            # shadow keeps them on disk. They are older than anything spooled now.
+            producer.purge(in_queue=True, in_flight=False)
+            left = -1
+            while left != len(producer):  # serve the purge's reports
+                left = len(producer)
+                producer.poll(0)
+            if left > 0:
+                self._held = True
+                self._shadow.tick(self._produced, left, math.inf)
         self._direct = False
-        producer.purge(in_queue=True, in_flight=True)
-        deadline = time.monotonic() + 5.0
-        while len(producer) > 0 and time.monotonic() < deadline:
-            producer.poll(0.01)
-        if len(producer) > 0:
-            logger.warning(
-                "%s events were still inside the Kafka client 5s after the purge; if they are "
-                "reported later they are spooled after newer ones (the sequencer reorders)",
-                len(producer),
-            )
         lost = self._lost
         self._spool_purged()
         carry, self._carry = self._carry, []
         self._append(carry)
         self._hold.took(self._handled)
         self._hold.spooling(True)
-        self._shadow.recent.clear()
-        if self._lost == lost:
-            self._shadow.drop()  # what it copied is in the spool now, durably
+        if not self._held:
+            self._shadow.recent.clear()
+            if self._lost == lost:
+                self._shadow.drop()  # what it copied is delivered or in the spool, durably
         self._busy_since = None
         self._next_drain = time.monotonic() + _RETRY_S
+
+    def _held_done(self) -> bool:
+        """Whether the client holds nothing produced before spooling started any more.
+
+        The spool is drained only then: its events are newer than those, and a run's events
+        must reach Kafka in seq order. Once they are all acknowledged (or failed, and
+        spooled), the shadow copy of them is deleted.
+        """
+        if not self._held:
+            return True
+        producer = self._producer
+        assert producer is not None
+        producer.poll(0)
+        if len(producer) > 0:
+            return False
+        self._held = False
+        lost = self._lost
+        self._spool_purged()  # refused by Kafka (not purged): in the spool now
+        self._shadow.recent.clear()
+        if self._lost == lost:
+            self._shadow.drop()
+        logger.info("the events the Kafka client held when spooling started are delivered")
+        return True
+
+    def _spool_held(self) -> None:
+        """At close, with Kafka still away: take back what the client holds.
+
+        These are purged (the process is ending) and may have been written all the same.
+        The shadow segment, older than every spool segment, holds them in order already; a
+        drainer sends it first. Only a purged event the shadow lacks is spooled (after newer
+        ones: the sequencer holds a run's later events until the gap fills). Either way the
+        event can reach raw twice, the same bytes, which the sequencer drops.
+        """
+        producer = self._producer
+        assert producer is not None
+        if not self._held:
+            return
+        self._held = False
+        producer.purge(in_queue=True, in_flight=True)
+        deadline = time.monotonic() + 5.0
+        while len(producer) > 0 and time.monotonic() < deadline:
+            producer.poll(0.01)
+        purged, self._purged = self._purged, []
+        kept = self._shadow.holding(purged)
+        missing = [kv for kv in purged if kv not in kept]
+        self._spooled += len(purged) - len(missing)
+        self._purged = missing
+        self._spool_purged()
 
     def _spool_purged(self) -> None:
         if not self._purged:
@@ -237,6 +294,8 @@ class SpoolSide:
     def _spool_tick(self) -> None:
         self._spool_purged()
         self._pump_to_spool()
+        if not self._held_done():
+            return
         now = time.monotonic()
         if now < self._next_drain:
             return
@@ -246,7 +305,7 @@ class SpoolSide:
         if not answered:
             self._next_drain = time.monotonic() + _RETRY_S
             return
-        progressed = self._drain_once(timeout=max(self._spool_after, 5.0))
+        progressed = self._drain_once(self._closing_late)
         # Trust the broker for the next batch only while batches are acknowledged.
         self._answered = progressed
         if not self._backlog and not self._queue and not self._spool_requested:
@@ -277,8 +336,13 @@ class SpoolSide:
         ok, self._probe = self._probe.ok, None
         return ok
 
-    def _drain_once(self, timeout: float) -> bool:
-        """Send one batch of the oldest spooled events; True if any were delivered."""
+    def _drain_once(self, give_up: Callable[[], bool]) -> bool:
+        """Send one batch of the oldest spooled events; True if any were delivered.
+
+        The batch is never purged while this process lives (``_drain.py``): the wait for its
+        acknowledgements ends only when they are all in, or at ``give_up()`` (close's
+        deadline passed).
+        """
         producer = self._producer
         assert producer is not None
         if not self._backlog:
@@ -294,9 +358,10 @@ class SpoolSide:
             start=start,
             end=self._writer.size if own else None,
             batch=_DRAIN_BATCH,
-            timeout=timeout,
+            timeout=None,
             between=self._pump_to_spool,
             too_old=self._too_old,
+            give_up=give_up,
         )
         self._offsets[seg.path] = result.offset
         self._drained += result.delivered
