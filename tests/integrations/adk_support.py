@@ -5,6 +5,9 @@ response."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import openai
@@ -16,8 +19,10 @@ from google.genai import types
 
 from tracevault.edges import Edges
 from tracevault.integrations.adk import recorded
+from tracevault.replayer import areplay
+from tracevault.schemas import EventKind, TraceEvent
 
-__all__ = ["MAILED", "QUESTION", "SENT", "agent", "support"]
+__all__ = ["MAILED", "QUESTION", "SENT", "agent", "bounced", "diverged", "support"]
 
 SENT: list[str] = []  # every real e-mail
 #: the local provider asks for both tools at once, then echoes the last tool result
@@ -57,3 +62,26 @@ async def agent(task: dict[str, Any], edges: Edges) -> str:
                 final = "".join(p.text or "" for p in event.content.parts)
         await runner.close()
     return final
+
+
+def bounced(events: Sequence[TraceEvent]) -> list[TraceEvent]:
+    """The run with its e-mail tool's recorded result edited to ``"bounced"``."""
+    edited = list(events)
+    mail = next(i for i, e in enumerate(edited)
+                if e.kind is EventKind.TOOL_CALL and b"send_email" in e.request)  # fmt: skip
+    edited[mail] = dataclasses.replace(edited[mail], response=b'"bounced"')
+    return edited
+
+
+def diverged(events: Sequence[TraceEvent], agent: Callable[..., Any], nth: int, site: str) -> Any:
+    """Replay ``events`` with ``agent``: it must diverge at the run's ``nth`` MODEL_CALL (0,
+    the first), naming ``site`` (``module:function:``), with no e-mail sent. The divergence."""
+    SENT.clear()
+    result = asyncio.run(areplay(list(events), agent, raise_on_divergence=False))
+    at = [e for e in events if e.kind is EventKind.MODEL_CALL][nth]
+    div = result.divergence
+    assert not result.matched and div is not None
+    assert div.seq == at.seq, div
+    assert site in str(div), div
+    assert SENT == []
+    return div

@@ -5,7 +5,8 @@ anything leaves the process, as a divergence naming the address and the agent's 
 "mail server" (the local provider, its requests counted) sees nothing. One test per
 integration, with the frameworks' own packages; the real Recorder, broker and sequencer.
 
-Pydantic AI's streaming doors (``run_stream``, ``iter``) as well: through the integration, the
+Pydantic AI's streaming doors (``run_stream``, ``run_stream_sync``, ``run_stream_events``,
+``iter``) as well: through the integration, the
 mail tool is served from the record; the door called directly, its model over a client nothing
 wraps, diverges at its model request's connection, before the tool could run."""
 
@@ -38,6 +39,8 @@ from tracevault.integrations.openai_agents import run as agents_run
 from tracevault.integrations.pydantic_ai import iter as pydantic_iter
 from tracevault.integrations.pydantic_ai import run as pydantic_run
 from tracevault.integrations.pydantic_ai import run_stream as pydantic_stream
+from tracevault.integrations.pydantic_ai import run_stream_events as pydantic_events
+from tracevault.integrations.pydantic_ai import run_stream_sync as pydantic_stream_sync
 from tracevault.replayer import areplay, replay
 from tracevault.schemas import EventKind
 
@@ -181,10 +184,47 @@ async def pydantic_iter_agent(task: dict[str, Any], edges: Edges) -> str:
     return str(agent_run.result.output)
 
 
+def _close_sync_loop(client: openai.AsyncOpenAI) -> None:
+    """``run_stream_sync`` ran on an event loop Pydantic AI made for this thread and left
+    open: close the client there, then the loop."""
+    loop = asyncio.get_event_loop()
+    loop.run_until_complete(client.close())
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+def pydantic_stream_sync_agent(task: dict[str, Any], edges: Edges) -> str:
+    client = openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t")
+    try:
+        with pydantic_stream_sync(mailer, "mail me", edges, client=client) as result:
+            return str(result.get_output())
+    finally:
+        _close_sync_loop(client)
+
+
+async def pydantic_events_agent(task: dict[str, Any], edges: Edges) -> str:
+    async with (
+        openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t") as client,
+        pydantic_events(mailer, "mail me", edges, client=client) as events,
+    ):
+        kinds = [type(event).__name__ async for event in events]
+    return ",".join(sorted(set(kinds)))
+
+
+def _replay(events: Any, agent: Any) -> Any:
+    if inspect.iscoroutinefunction(agent):
+        return asyncio.run(areplay(events, agent, raise_on_divergence=False))
+    return replay(events, agent, raise_on_divergence=False)
+
+
+STREAMED = (pydantic_stream_agent, pydantic_stream_sync_agent, pydantic_events_agent,
+            pydantic_iter_agent)  # fmt: skip
+
+
 def test_pydantic_ai_streaming_doors_serve_their_mail_tool_from_the_record(
     pipeline: Pipeline,
 ) -> None:
-    for agent in (pydantic_stream_agent, pydantic_iter_agent):
+    for agent in STREAMED:
         with provider_server() as server:  # up during the replay: anything sent would arrive
             SERVER["url"] = server.url
             run = pipeline.record(agent, {"url": server.url})
@@ -194,7 +234,7 @@ def test_pydantic_ai_streaming_doors_serve_their_mail_tool_from_the_record(
                      if e.kind is EventKind.TOOL_CALL]  # fmt: skip
             assert tools == ["pydantic_mail"], agent.__name__
             before = len(server.requests)
-            result = asyncio.run(areplay(run.events, agent, raise_on_divergence=False))
+            result = _replay(run.events, agent)
             assert len(server.requests) == before, agent.__name__  # nothing sent again
             assert result.matched and result.output == run.output, (agent.__name__, result)
 
@@ -218,17 +258,37 @@ async def bare_iter_agent(task: dict[str, Any], edges: Edges) -> str:
     return str(agent_run.result.output)
 
 
+def bare_stream_sync_agent(task: dict[str, Any], edges: Edges) -> str:
+    """``agent.run_stream_sync`` called directly, as above."""
+    c = openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t", max_retries=0)
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=c))
+    try:
+        with mailer.run_stream_sync("mail me", model=model) as result:
+            return str(result.get_output())
+    finally:
+        _close_sync_loop(c)
+
+
+async def bare_events_agent(task: dict[str, Any], edges: Edges) -> str:
+    """``agent.run_stream_events`` called directly, as above."""
+    async with openai.AsyncOpenAI(base_url=task["url"] + "/v1", api_key="t", max_retries=0) as c:
+        model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=c))
+        async with mailer.run_stream_events("mail me", model=model) as events:
+            kinds = [type(event).__name__ async for event in events]
+    return ",".join(sorted(set(kinds)))
+
+
 def test_pydantic_ai_streaming_doors_called_unwrapped_diverge_before_their_tool(
     pipeline: Pipeline,
 ) -> None:
-    for agent in (bare_stream_agent, bare_iter_agent):
+    for agent in (bare_stream_agent, bare_stream_sync_agent, bare_events_agent, bare_iter_agent):
         with provider_server() as server:
             SERVER["url"] = server.url
             run = pipeline.record(agent, {"url": server.url})
             assert not isinstance(run.output, Exception), (agent.__name__, run.output)
             assert _mails(server) == 1, agent.__name__  # live, unrecorded, the tool mailed
             before = len(server.requests)
-            result = asyncio.run(areplay(run.events, agent, raise_on_divergence=False))
+            result = _replay(run.events, agent)
             assert len(server.requests) == before, agent.__name__  # no model call, no mail
             assert not result.matched and result.divergence is not None, agent.__name__
             div = result.divergence

@@ -1,26 +1,37 @@
 """Pydantic AI's streaming doors recorded with one changed line each: ``async with
-agent.run_stream(...)`` becomes ``async with run_stream(agent, ..., edges, client=...)`` and
-``async with agent.iter(...)`` becomes ``async with iter(agent, ...)``. Agents as Pydantic AI's
-docs write them (streamed text, streamed structured output, node by node with each node's
-events streamed), the model asking for two tools at once (one of them sends e-mail) before it
-streams its answer; the real ``pydantic-ai`` and ``openai`` packages over HTTP to the local
-provider (streamed Chat Completions), the real Recorder, broker and sequencer. Each door is
-recorded once and replayed 50 times with the provider stopped: matched, no socket, no e-mail
-sent again. A changed prompt and a changed tool result diverge at the model call that saw them,
-with the JSON path, at a line of this file."""
+agent.run_stream(...)`` becomes ``async with run_stream(agent, ..., edges, client=...)``, and so
+for ``run_stream_sync``, ``run_stream_events`` and ``iter``. Agents as Pydantic AI's docs write
+them (streamed text, read with or without ``await``, streamed structured output, every event of
+the run, node by node with each node's events streamed), the model asking for two tools at once
+(one of them sends e-mail) before it streams its answer; the real ``pydantic-ai`` and ``openai``
+packages over HTTP to the local provider (streamed Chat Completions), the real Recorder, broker
+and sequencer. Each door is recorded once and replayed 50 times with the provider stopped:
+matched, no socket, no e-mail sent again. A changed prompt and a changed tool result diverge at
+the model call that saw them, with the JSON path, at a line of this file."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
 import pytest
 from pydantic import BaseModel
-from pydantic_ai import Agent, FunctionToolCallEvent, FunctionToolResultEvent, NativeOutput
+from pydantic_ai import (
+    Agent,
+    AgentRunResultEvent,
+    FunctionToolCallEvent,
+    FunctionToolResultEvent,
+    NativeOutput,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+)
 
 from tests.integrations.offline import OFFLINE_REPLAYS, replay_offline
 from tests.integrations.pipeline import Pipeline, Recorded
@@ -37,8 +48,8 @@ from tracevault.demo.provider import provider_server
 from tracevault.edges import Edges
 from tracevault.errors import ReplayDivergence
 from tracevault.integrations import pydantic_ai as tv
-from tracevault.replayer import areplay
-from tracevault.schemas import EventKind
+from tracevault.replayer import areplay, replay
+from tracevault.schemas import EventKind, TraceEvent
 
 
 class Reply(BaseModel):
@@ -73,6 +84,19 @@ async def structured_agent(task: dict[str, Any], edges: Edges) -> dict[str, Any]
     return {"partial": partial, "output": output.model_dump()}
 
 
+def _step(event: Any) -> list[str] | None:
+    """What the agent notes of an event: a text piece, a tool call or a tool result."""
+    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+        return ["text", event.part.content]
+    if isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+        return ["text", event.delta.content_delta]
+    if isinstance(event, FunctionToolCallEvent):
+        return ["call", event.part.tool_name]
+    if isinstance(event, FunctionToolResultEvent):
+        return ["result", str(event.part.content)]
+    return None
+
+
 async def iter_agent(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
     """Node by node, each model request's and tool turn's events streamed."""
     seen: list[list[str]] = []
@@ -90,23 +114,80 @@ async def iter_agent(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
                 seen.append(["model", *sorted(kinds)])
             elif Agent.is_call_tools_node(node):
                 async with node.stream(agent_run.ctx) as handle_stream:
-                    async for event in handle_stream:
-                        if isinstance(event, FunctionToolCallEvent):
-                            seen.append(["call", event.part.tool_name])
-                        elif isinstance(event, FunctionToolResultEvent):
-                            seen.append(["result", str(event.part.content)])
+                    seen += [step async for e in handle_stream if (step := _step(e))]
             else:
                 seen.append([type(node).__name__])
     assert agent_run.result is not None
     return {"nodes": seen, "output": agent_run.result.output}
 
 
-Door = Callable[[dict[str, Any], Edges], Coroutine[Any, Any, dict[str, Any]]]
+def stream_sync_agent(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
+    """Streamed text read without ``await`` (``run_stream_sync``), in a plain function."""
+    client = _client(task)
+    try:
+        with tv.run_stream_sync(support, task["question"], edges, client=client,
+                                deps=Mailer("desk@example.org")) as result:  # fmt: skip
+            pieces = list(result.stream_text(delta=True, debounce_by=None))
+            output = result.get_output()
+    finally:  # a divergence too: the stream ran on the event loop Pydantic AI made for this
+        # thread, and leaves it open: close the client there, then the loop (as
+        # test_pydantic_ai's run_sync agent does)
+        loop = asyncio.get_event_loop()
+        loop.run_until_complete(client.close())
+        loop.close()
+        asyncio.set_event_loop(None)
+    return {"pieces": pieces, "output": output}
+
+
+async def events_agent(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
+    """Every event of the run as it comes (``run_stream_events``): the answer's text pieces,
+    the tool calls and their results, then the run's result."""
+    seen: list[list[str]] = []
+    output = None
+    async with (
+        _client(task) as client,
+        tv.run_stream_events(support, task["question"], edges, client=client,
+                             deps=Mailer("desk@example.org")) as events,
+    ):  # fmt: skip
+        async for event in events:
+            if isinstance(event, AgentRunResultEvent):
+                output = event.result.output
+            elif step := _step(event):
+                seen.append(step)
+    return {"events": seen, "output": output}
+
+
+Door = Callable[[dict[str, Any], Edges], Any]  # a coroutine function, or a plain one
 DOORS: dict[str, Door] = {
     "run_stream": stream_agent,
     "run_stream structured": structured_agent,
+    "run_stream_sync": stream_sync_agent,
+    "run_stream_events": events_agent,
     "iter": iter_agent,
 }
+
+
+def _replay(events: list[TraceEvent], agent: Door) -> Any:
+    if inspect.iscoroutinefunction(agent):
+        return asyncio.run(areplay(events, agent))
+    return replay(events, agent)
+
+
+def _instructed_otherwise(agent: Door) -> Door:
+    """The same door, its agent's instructions changed (the prompt the model first sees)."""
+    if inspect.iscoroutinefunction(agent):
+
+        async def changed(task: dict[str, Any], edges: Edges) -> Any:
+            with support.override(instructions="Answer tersely; use the tools."):
+                return await agent(task, edges)
+
+        return changed
+
+    def changed_sync(task: dict[str, Any], edges: Edges) -> Any:
+        with support.override(instructions="Answer tersely; use the tools."):
+            return agent(task, edges)
+
+    return changed_sync
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +232,15 @@ def test_what_each_door_streamed(recorded: dict[str, tuple[Recorded, int]]) -> N
     structured = recorded["run_stream structured"][0].output
     assert structured["output"] == {"answer": f"echo: {MAILED}"}, structured
     assert structured["partial"][-1] == f"echo: {MAILED}", structured
+    synced = recorded["run_stream_sync"][0].output
+    assert synced == text, synced  # the same stream, read without await
+    events = recorded["run_stream_events"][0].output
+    assert events["output"] == text["output"], events
+    steps = events["events"]
+    assert [s[0] for s in steps][:2] == ["call", "call"], steps  # both tools asked at once
+    assert [s[1] for s in steps if s[0] == "result" and "mailed" in s[1]] == [MAILED], steps
+    texts = [s[1] for s in steps if s[0] == "text"]
+    assert len(texts) > 1 and "".join(texts) == text["output"], steps  # as the chunks came
     nodes = recorded["iter"][0].output
     assert nodes["output"].strip() == f"echo: {MAILED}", nodes
     steps = nodes["nodes"]
@@ -176,14 +266,9 @@ def test_a_changed_prompt_diverges_at_the_first_model_call(
 ) -> None:
     rec, _ = recorded[door]
     agent = DOORS[door]
-
-    async def changed(task: dict[str, Any], edges: Edges) -> dict[str, Any]:
-        with support.override(instructions="Answer tersely; use the tools."):
-            return await agent(task, edges)
-
     SENT.clear()
     with pytest.raises(ReplayDivergence) as info:
-        asyncio.run(areplay(rec.events, changed))
+        _replay(rec.events, _instructed_otherwise(agent))
     first = next(e for e in rec.events if e.kind is EventKind.MODEL_CALL)
     assert info.value.seq == first.seq, door
     assert any(d.startswith("$.request.params.messages[0].content: expected")
@@ -204,7 +289,7 @@ def test_a_changed_tool_result_diverges_at_the_model_call_that_saw_it(
     events[mail] = dataclasses.replace(events[mail], response=b'"bounced"')
     SENT.clear()
     with pytest.raises(ReplayDivergence) as info:
-        asyncio.run(areplay(events, DOORS[door]))
+        _replay(events, DOORS[door])
     answer = [e for e in events if e.kind is EventKind.MODEL_CALL][1]
     assert info.value.seq == answer.seq, door
     assert any('got "bounced"' in d and d.startswith("$.request.params.messages[")

@@ -4,7 +4,9 @@ drive the real SDKs over real sockets with it, offline and deterministically.
 
 Deterministic answers: with tools offered and no tool result yet, the model asks for the
 first tool with ``{"city": "Paris"}`` (every tool offered, in parallel, when a message says
-``[parallel]``: Chat Completions, streamed or not); otherwise it answers ``"echo: <last text>"``. A
+``[parallel]``: Chat Completions, streamed or not; a Chat Completions tool that takes an
+``agent_name`` from a list, a framework's transfer to a sub-agent, is asked for the first
+agent listed); otherwise it answers ``"echo: <last text>"``. A
 request whose messages contain ``429`` is refused with HTTP 429 (rate limited). A requested
 model in ``BUILDS`` is answered with its dated build; any other is echoed (so a request for
 ``"x-latest"`` comes back naming the alias). Every request is kept in
@@ -67,10 +69,17 @@ def _usage_words(text: str) -> int:
 
 
 # -- OpenAI Chat Completions -----------------------------------------------------------------
+def _chat_args(tool: dict[str, Any]) -> str:
+    """``ARGS``, or for a transfer tool (an ``agent_name`` from a list) the first agent."""
+    props = ((tool.get("function") or {}).get("parameters") or {}).get("properties") or {}
+    agents = (props.get("agent_name") or {}).get("enum")
+    return json.dumps({"agent_name": agents[0]}) if agents else ARGS
+
+
 def _chat_answer(body: dict[str, Any]) -> tuple[str | None, str]:
     msgs = body.get("messages") or []
     if body.get("tools") and not any(m.get("role") == "tool" for m in msgs):
-        return body["tools"][0]["function"]["name"], ARGS
+        return body["tools"][0]["function"]["name"], _chat_args(body["tools"][0])
     return None, "echo: " + _text(msgs[-1].get("content") if msgs else "")
 
 

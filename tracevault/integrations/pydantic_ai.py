@@ -3,14 +3,21 @@
 One door for each of the agent's own: ``run`` is ``agent.run``, :func:`run_sync` is
 ``agent.run_sync``, :func:`run_stream` is ``agent.run_stream`` (``async with run_stream(agent,
 prompt, edges, client=client) as result``, streamed text or structured output, the tools the
-model calls before its final answer run in between) and :func:`iter` is ``agent.iter`` (``async
-with iter(...) as agent_run``, node by node, each node's events streamed with
-``node.stream(agent_run.ctx)``), the same keyword arguments, through Pydantic AI's own agent
-graph, with the run's crossings recorded (live) or served from the record (under replay):
+model calls before its final answer run in between), :func:`run_stream_sync` is
+``agent.run_stream_sync`` (``with run_stream_sync(...) as result``, the same, read without
+``await``), :func:`run_stream_events` is ``agent.run_stream_events`` (``async with
+run_stream_events(...) as events``, every event of the run, model deltas and tool calls, then
+the result) and :func:`iter` is ``agent.iter`` (``async with iter(...) as agent_run``, node by
+node, each node's events streamed with ``node.stream(agent_run.ctx)``), the same keyword
+arguments, through Pydantic AI's own agent graph, with the run's crossings recorded (live) or
+served from the record (under replay):
 
 - **model calls**: the run's model is Pydantic AI's own ``OpenAIChatModel`` over ``client``
-  wrapped by ``tracevault.integrations.openai.wrap``: one MODEL_CALL per request (a streamed
-  one recorded as its chunks and served as a stream), served under replay with no socket. The
+  wrapped by ``tracevault.integrations.openai.wrap``: one MODEL_CALL per request, served
+  under replay with no socket. A streamed request is recorded as the chunks the provider sent
+  and served as the same stream, not reassembled into one answer: Pydantic AI turns each chunk
+  into the deltas the agent sees (``stream_text``, a ``PartDeltaEvent`` of
+  ``run_stream_events``), so only the provider's own chunking replays those alike. The
   agent names an OpenAI chat model (``"openai:gpt-4o-mini"``, ``"gpt-4o-mini"``) or holds an
   ``OpenAIChatModel``, whose name is kept; any other model is refused, since its calls would
   not pass the recorded door;
@@ -26,14 +33,17 @@ graph, with the run's crossings recorded (live) or served from the record (under
 
 Every door gives the run the same two things (``_options``: the recorded model, the tools'
 capability) and marks the agent's line that called it (``entered``) while the run is open (for
-``run_stream`` and ``iter``, the agent's whole ``async with`` block), so a crossing made in
-Pydantic AI's own tasks is sited at that call. A door the agent calls directly
+``run_stream``, ``run_stream_events`` and ``iter``, the agent's whole ``async with`` block; for
+``run_stream_sync``, the call, whose event loop task runs the graph up to the final answer's
+stream and keeps that mark), so a crossing made in Pydantic AI's own tasks is sited at that
+call. A door the agent calls directly
 (``agent.run_stream`` unwrapped) has no recorded client: under replay its model request's
 connection is refused as a divergence, before any tool could run (docs/integrations.md).
 
 Not recorded, so left to the agent's code: what a tool does besides returning (give it the
-side effect through the tool, or ``edges``); ``run_stream_events`` and ``run_stream_sync``
-(not wrapped yet). Needs the ``pydantic_ai`` extra:
+side effect through the tool, or ``edges``); the timing of a stream's chunks (served at
+once, as the OpenAI adapter serves a stream recorded without ``stream_timing``). Needs the
+``pydantic_ai`` extra:
 ``pip install 'tracevault[pydantic_ai]'``.
 """
 
@@ -48,11 +58,12 @@ from tracevault.errors import missing_extra
 try:
     import openai
     from pydantic_ai import Agent, AgentRun, RunContext
+    from pydantic_ai.agent import AgentRunEvents
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
-    from pydantic_ai.result import StreamedRunResult
+    from pydantic_ai.result import StreamedRunResult, StreamedRunResultSync
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as exc:  # the extra is not installed: say which one
@@ -64,7 +75,15 @@ from tracevault.errors import ConfigError
 from tracevault.integrations import openai as openai_adapter
 from tracevault.integrations._tools import atool, jsonable
 
-__all__ = ["RecordedTools", "iter", "run", "run_stream", "run_sync"]
+__all__ = [
+    "RecordedTools",
+    "iter",
+    "run",
+    "run_stream",
+    "run_stream_events",
+    "run_stream_sync",
+    "run_sync",
+]
 
 add_harness_module("pydantic_ai")
 add_harness_module("pydantic_graph")
@@ -176,6 +195,31 @@ async def run_stream(
             user_prompt, **_options(agent, edges, client, kwargs)
         ) as result:
             yield result
+
+
+def run_stream_sync(
+    agent: Agent[Any, Any], user_prompt: Any, edges: Edges, /, *, client: Any, **kwargs: Any
+) -> StreamedRunResultSync[Any, Any]:
+    """``with agent.run_stream_sync(user_prompt, **kwargs) as result``, recorded live and
+    served under replay, as :func:`run_stream`. Pydantic AI enters the stream here, in an
+    event loop task that copies this call's context (and so its ``entered`` mark): the model
+    requests and tools up to the final answer's stream are made, and sited, at this call."""
+    with entered(call_site()):
+        return agent.run_stream_sync(user_prompt, **_options(agent, edges, client, kwargs))
+
+
+@asynccontextmanager
+async def run_stream_events(
+    agent: Agent[Any, Any], user_prompt: Any, edges: Edges, /, *, client: Any, **kwargs: Any
+) -> AsyncIterator[AgentRunEvents[Any]]:
+    """``async with agent.run_stream_events(user_prompt, **kwargs) as events``, recorded live
+    and served under replay: the run starts in a task of its own at the first ``async for``,
+    inside this block, so its crossings are sited at this call."""
+    with entered(call_site()):
+        async with agent.run_stream_events(
+            user_prompt, **_options(agent, edges, client, kwargs)
+        ) as events:
+            yield events
 
 
 @asynccontextmanager
