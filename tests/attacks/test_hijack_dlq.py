@@ -179,7 +179,7 @@ def test_a_hijack_of_a_run_dropped_from_memory_is_named_hijacked(
             return head is not None and head.finished
 
         def evicted() -> bool:
-            book = seq._book  # the eviction is what the test forces
+            book = seq.step.book  # the eviction is what the test forces
             return book is not None and rid not in book.runs and finished()
 
         wait_until(evicted, timeout=90, what="the run finished and evicted from the book")

@@ -1,9 +1,9 @@
 """Transaction failures: an abortable error rewinds, a fatal one recreates the producer.
 
-One failure is injected into the commit step (a patched ``Sequencer._call`` with autospec
-raises librdkafka's own error type once); the rest is the real broker. Afterwards every event is
-sealed exactly once: the aborted batch was re-read from the committed offsets and the run
-book restored from the heads topic.
+One failure is injected into the commit step (the service runtime's ``Transactions.call``,
+patched with autospec, raises librdkafka's own error type once); the rest is the real
+broker. Afterwards every event is sealed exactly once: the aborted batch was re-read from the
+committed offsets and the run book restored from the heads topic.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.consumer.sequencer.support import (
     wait_until,
 )
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import _loop
+from tracevault.services.runtime import Transactions
 from tracevault.transparency import Ed25519Signer
 
 
@@ -43,21 +43,19 @@ def test_failed_commit_is_redone_without_duplicates(
 ) -> None:
     settings = seq_settings(partitions=2, sequencer_batch_size=50)
     items = interleaved_runs(8, 25, seed=13, stem="abort")
-    real = _loop.Sequencer._call
+    real = Transactions.call
     injected: list[bool] = []
 
     def flaky(
-        seq: _loop.Sequencer, what: str, fn: Callable[[float], Any], budget: float, **kw: Any
+        txns: Transactions, what: str, fn: Callable[[float], Any], budget: float, **kw: Any
     ) -> Any:
         # fail the first commit_transaction; every other call goes to the real producer
         if not injected and what == "commit_transaction":
             injected.append(True)
             raise KafkaException(error)
-        return real(seq, what, fn, budget, **kw)
+        return real(txns, what, fn, budget, **kw)
 
-    with mock.patch.object(
-        _loop.Sequencer, "_call", autospec=True, spec_set=True, side_effect=flaky
-    ):
+    with mock.patch.object(Transactions, "call", autospec=True, spec_set=True, side_effect=flaky):
         produce_raw(settings, items)
         with running(settings, "ab") as (seq, errors):
             wait_until(lambda: sealed_count(settings) >= len(items), timeout=60, what="sealed")

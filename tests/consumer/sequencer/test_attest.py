@@ -109,9 +109,9 @@ def test_the_c_path_leaves_an_event_carrying_a_note_to_these_rules() -> None:
         signer=Ed25519Signer.generate("t"),
         instance_id="attest-1",
     )
-    assert s._native is not None, "the sequencer does not use its C path"
+    assert s.step.native is not None, "the sequencer does not use its C path"
     raws = _signed(11)  # notes at 0, 4, 8 and 10
-    book = s._book = _book(AgentKeys({"bot": [KEY.verifier]}))
+    book = s.step.book = _book(AgentKeys({"bot": [KEY.verifier]}))
     _feed_all(book, raws[:3])  # the run is open, its next seq is 3
     part = partition_for(RUN.encode(), PARTS)
 
@@ -119,7 +119,7 @@ def test_the_c_path_leaves_an_event_carrying_a_note_to_these_rules() -> None:
         return Message(topic=RAW, partition=part, offset=seq, key=RUN.encode(), value=raws[seq])
 
     out = BatchOutput()
-    ctx = (book.runs, out.sealed, out.touched, NOW_US, *s._native)
+    ctx = (book.runs, out.sealed, out.touched, NOW_US, *s.step.native)
     assert cseal.take([msg(3), msg(4)], 0, ctx) == 1  # seq 3 sealed in C, seq 4 declined
     assert [r.seq for r in out.sealed] == [3]
 

@@ -33,7 +33,7 @@ from tests.native import examples, extension
 from tests.schemas import fast_values as fv
 from tracevault.chain import genesis, link
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _encode, _loop
+from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _encode, _step
 from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.consumer.sequencer._records import avro_str, sealed_v1, sealed_v1_header
 from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut, _Run
@@ -533,11 +533,11 @@ def _sequencer(*, native: bool) -> Sequencer:
     s = Sequencer(
         Settings(topic_prefix="cseal", partitions=PARTS), signer=SIGNER, instance_id="cseal-1"
     )
-    s._book = _book()
+    s.step.book = _book()
     if native:
-        assert s._native is not None, "the sequencer does not use its C path"
+        assert s.step.native is not None, "the sequencer does not use its C path"
     else:
-        s._native = None
+        s.step.native = None
     return s
 
 
@@ -635,12 +635,12 @@ def _out(book: RunBook, out: BatchOutput) -> tuple[Any, ...]:
 
 
 def _apply(s: Sequencer, msgs: list[Message], split: int) -> list[tuple[Any, ...]]:
-    book = s._book
+    book = s.step.book
     assert book is not None
     outs = []
     for n, i in enumerate(range(0, len(msgs), split)):
         out = BatchOutput()
-        consumed = s._apply_all(msgs[i : i + split], out, NOW + n)
+        consumed = s.step.apply_all(msgs[i : i + split], out, NOW + n)
         outs.append((consumed, _out(book, out)))
     return outs
 
@@ -651,9 +651,9 @@ def test_a_batch_leaves_the_same_book_and_output_by_either_path(split: int) -> N
     native, python = _sequencer(native=True), _sequencer(native=False)
     got, want = _apply(native, msgs, split), _apply(python, msgs, split)
     assert got == want
-    assert native._book is not None and python._book is not None
-    assert _runs(native._book) == _runs(python._book)
-    assert native._book._waiting == python._book._waiting
+    assert native.step.book is not None and python.step.book is not None
+    assert _runs(native.step.book) == _runs(python.step.book)
+    assert native.step.book._waiting == python.step.book._waiting
     # what the batch holds was really exercised
     dlq = [d for _consumed, out in want for d in out[1]]
     reasons = sorted(d.reason.value for d in dlq)
@@ -663,7 +663,7 @@ def test_a_batch_leaves_the_same_book_and_output_by_either_path(split: int) -> N
     )  # fmt: skip
     assert sum(out[4] for _consumed, out in want) == 2  # the two duplicates
     assert sum(consumed for consumed, _out in want) == len(msgs) - 1  # all but the error
-    book = python._book
+    book = python.step.book
     assert (book.runs["run-a"].next_seq, book.runs["run-b"].next_seq) == (12, 5)
     assert book.runs["run-c"].finished and book.runs["run-é"].finished
     assert book.runs["run-d"].held.keys() == {1}
@@ -676,7 +676,7 @@ def test_only_what_is_not_the_common_case_reaches_the_rules(
     everything fails here), and hands everything else to ``RunBook.apply``."""
     msgs, common = _batch()
     s = _sequencer(native=True)
-    book = s._book
+    book = s.step.book
     assert book is not None
     seen: list[int] = []
     apply = book.apply
@@ -689,7 +689,7 @@ def test_only_what_is_not_the_common_case_reaches_the_rules(
 
     monkeypatch.setattr(book, "apply", counted)
     out = BatchOutput()
-    s._apply_all(msgs, out, NOW)
+    s.step.apply_all(msgs, out, NOW)
     rest = {m.offset() for m in msgs if m.error() is None} - common
     assert sorted(seen) == sorted(rest)
     assert len(common) == 10
@@ -700,10 +700,10 @@ def test_only_what_is_not_the_common_case_reaches_the_rules(
 def test_take_stops_at_the_first_message_it_leaves() -> None:
     msgs, _ = _batch()
     s = _sequencer(native=True)
-    book = s._book
-    assert book is not None and s._native is not None
+    book = s.step.book
+    assert book is not None and s.step.native is not None
     out = BatchOutput()
-    ctx = (book.runs, out.sealed, out.touched, NOW, *s._native)
+    ctx = (book.runs, out.sealed, out.touched, NOW, *s.step.native)
     assert _cseal.take(msgs, 0, ctx) == 2  # run-a 3 and 4, then run-c's first event
     assert [(r.run.run_id, r.seq) for r in out.sealed] == [("run-a", 3), ("run-a", 4)]
     assert out.sealed[1].prev_hash == out.sealed[0].hash == link(A_HASHES[-1], msgs[0].value())
@@ -737,8 +737,8 @@ def _applied_both() -> tuple[Sequencer, Sequencer, BatchOutput, BatchOutput]:
     msgs, _ = _batch()
     native, python = _sequencer(native=True), _sequencer(native=False)
     c_out, py_out = BatchOutput(), BatchOutput()
-    native._apply_all(msgs, c_out, NOW)
-    python._apply_all(msgs, py_out, NOW)
+    native.step.apply_all(msgs, c_out, NOW)
+    python.step.apply_all(msgs, py_out, NOW)
     return native, python, c_out, py_out
 
 
@@ -749,18 +749,18 @@ def test_encode_gives_the_same_bytes_with_and_without_c(monkeypatch: pytest.Monk
     calls = []
     values = _cseal.values
     monkeypatch.setattr(_cseal, "values", lambda *a: (calls.append(1), values(*a))[1])
-    got = native._encode(c_out, sealed_at)
+    got = native.step._encode(c_out, sealed_at)
     assert calls, "the C encoder was not used"
-    monkeypatch.setattr(_loop, "_cseal", None)
-    want = python._encode(py_out, sealed_at)
+    monkeypatch.setattr(_step, "_cseal", None)
+    want = python.step._encode(py_out, sealed_at)
     assert got == want == _reference(py_out, sealed_at, "cseal-1")
     assert len(got[0]) == len(c_out.sealed) > 20 and len(got[1]) == PARTS
     # the fill callables ran, and their results are cached on each run as Python caches them
     for c_rec, py_rec in zip(c_out.sealed, py_out.sealed, strict=True):
         assert c_rec.run.enc == py_rec.run.enc is not None
         assert c_rec.run.leaf == py_rec.run.leaf is not None
-    monkeypatch.setattr(_loop, "_cseal", _cseal)
-    assert native._encode(c_out, sealed_at) == want  # again, from the caches
+    monkeypatch.setattr(_step, "_cseal", _cseal)
+    assert native.step._encode(c_out, sealed_at) == want  # again, from the caches
 
 
 def _records(run_ids: list[str], rng: random.Random) -> BatchOutput:
@@ -819,9 +819,9 @@ def test_a_record_values_does_not_take_falls_back_to_python(
     out.sealed[4] = bad._replace(hash=bad.hash[:31])
     with pytest.raises(ValueError, match="32 bytes"):
         _cseal.values(out.sealed, b"\x00", b"\x00", lambda r: (b"", b""), lambda r: b"")
-    got = s._encode(out, NOW_US)
-    monkeypatch.setattr(_loop, "_cseal", None)
-    assert got == s._encode(out, NOW_US)
+    got = s.step._encode(out, NOW_US)
+    monkeypatch.setattr(_step, "_cseal", None)
+    assert got == s.step._encode(out, NOW_US)
     assert got[0][4].count(bad.hash[:31]) == 1  # written as given, as Python writes it
 
 
@@ -853,10 +853,10 @@ def test_heads_gives_the_same_bytes_as_python_and_leaves_other_shapes(
     calls = []
     heads = _cseal.heads
     monkeypatch.setattr(_cseal, "heads", lambda *a: (calls.append(1), heads(*a))[1])
-    got = native._head_values(c_runs, suffix)
+    got = native.step._heads(c_runs, suffix)
     assert calls, "the C heads were not used"
-    monkeypatch.setattr(_loop, "_cseal", None)
-    want = python._head_values(py_runs, suffix)
+    monkeypatch.setattr(_step, "_cseal", None)
+    want = python.step._heads(py_runs, suffix)
     assert got == want
     plain = [r for r, v in zip(c_runs, got, strict=True) if v is not None]
     other = [r for r, v in zip(c_runs, got, strict=True) if v is None]

@@ -196,7 +196,8 @@ def test_a_record_of_another_producer_inside_a_transaction_is_seen_and_the_batch
 
     def sign_after_an_intrusion(leaves: dict[int, list[bytes]]) -> SignedBatch:
         if not injected:  # once: our events of this transaction are placed, then a stranger's
-            assert seq._producer is not None and seq._producer.flush(10) == 0
+            producer = seq.runtime.txn.producer if seq.runtime.txn else None
+            assert producer is not None and producer.flush(10) == 0
             part = next(iter(leaves))
             intruder.produce(settings.topics.sealed, forged, b"intruder", part)
             assert intruder.flush(10) == 0
@@ -214,7 +215,7 @@ def test_a_record_of_another_producer_inside_a_transaction_is_seen_and_the_batch
             seq.stop()
             thread.join(60)
     assert not errors, errors
-    assert injected and seq._per_record
+    assert injected and seq.step.writer.per_record
     assert "another producer wrote to it" in caplog.text
     sealed = sealed_by_run(settings)
     assert [ev.seq for _rec, ev in sealed["intruder"]] == [0]  # only the stranger's record

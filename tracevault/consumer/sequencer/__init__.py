@@ -2,8 +2,9 @@
 
 ``tracevault sequencer`` runs it as a service; embedders use :class:`Sequencer` directly.
 Rules per run are in ``_rules`` and ``_gaps`` (and listed in ``tracevault sequencer --help``),
-the loop in ``_loop`` (its session in ``_clients``, its restore in ``_rebalance``), the
-transaction protocol in ``_transaction`` (with ``_produce``, ``_encode``, ``_offsets``), the GAP
+the service in ``_loop`` (the one service runtime, ``tracevault.services.runtime``, in its
+transactional commit mode, and the step it runs, ``_step``), its restore in ``_rebalance``,
+what a transaction holds in ``_transaction`` (with ``_produce``, ``_encode``, ``_offsets``), the GAP
 marker rule in ``_records``: a gap of missing seqs
 ``a..b`` is sealed as one GAP event per missing seq, each carrying
 ``{"missing_from": a, "missing_to": b}``, so a run's sealed seqs are always ``0, 1, 2, ...``.

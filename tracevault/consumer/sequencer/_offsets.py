@@ -27,9 +27,10 @@ __all__ = [
 
 
 class _Reports(Protocol):
-    """Where a delivery callback leaves the transaction's first failure."""
+    """Where a delivery callback leaves the transaction's first failure (the runtime's
+    :class:`~tracevault.services.runtime.Transaction`)."""
 
-    _delivery_error: KafkaError | None
+    def failed(self, err: KafkaError) -> None: ...
 
 
 def _off(msg: Message) -> int:
@@ -64,13 +65,12 @@ def first_per_partition(out: BatchOutput) -> set[int]:
     return first
 
 
-def bound_recorder(seq: _Reports, bounds: dict[int, list[int]], slot: int) -> Any:
+def bound_recorder(txn: _Reports, bounds: dict[int, list[int]], slot: int) -> Any:
     """The delivery callback of each partition's first event (slot 0) or checkpoint (1)."""
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            if seq._delivery_error is None:
-                seq._delivery_error = err
+            txn.failed(err)
             return
         part = msg.partition()
         pair = bounds.get(part)  # type: ignore[arg-type]  # a delivered record has one
@@ -81,13 +81,12 @@ def bound_recorder(seq: _Reports, bounds: dict[int, list[int]], slot: int) -> An
     return on_delivery
 
 
-def delivery_recorder(seq: _Reports, delivered: dict[bytes, list[int]]) -> Any:
+def delivery_recorder(txn: _Reports, delivered: dict[bytes, list[int]]) -> Any:
     """The delivery callback of a batch's tracked records: each offset under its run key."""
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            if seq._delivery_error is None:
-                seq._delivery_error = err
+            txn.failed(err)
             return
         key = msg.key()
         offs = delivered.get(key)  # type: ignore[arg-type]  # ours: always a run key

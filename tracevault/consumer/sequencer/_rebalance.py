@@ -1,42 +1,46 @@
-"""Rebalance: which partitions' runs and trees this instance holds, restored from heads.
+"""Restore: the runs and trees of the partitions this instance holds, read back from heads.
 
-Split from ``_loop``: on assignment the book and the log's trees of exactly the new
-partitions are read back from the heads topic and proven against ``sealed`` (heads/_proof.py,
-docs/design.md "Sequencer rules"); on revoke or loss they are dropped (a loss also ends the
-session, docs/liveness.md). librdkafka calls these from ``consume``, between batches, so no
-transaction is open when they run.
+On assignment (and after a rewind) the book and the log's trees of exactly those partitions
+are read back from the heads topic and proven against ``sealed`` (heads/_proof.py,
+docs/design.md "Sequencer rules"); on revoke or loss the step drops them (a loss also ends
+the session, docs/liveness.md). librdkafka calls the runtime's callbacks from ``consume``,
+between batches, so no transaction is open when a restore runs. A part of the sequencer's
+step (``_step``), holding what a restore needs.
 """
 
 from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Consumer, TopicPartition
-
-from tracevault.consumer._memory import trim_heap
-from tracevault.consumer.sequencer._clients import SessionClients
+from tracevault.config import Settings
 from tracevault.consumer.sequencer._log import PartitionLogs
 from tracevault.consumer.sequencer._metrics import SequencerMetrics
 from tracevault.consumer.sequencer._records import now_micros
 from tracevault.consumer.sequencer._rules import RunBook
 from tracevault.heads import prove_state, read_state
+from tracevault.services.runtime import trim_heap
 from tracevault.transparency import NoteVerifier, load_verifiers
 
-__all__ = ["Rebalance"]
+__all__ = ["Restorer"]
 
 # the sequencer logs under one name wherever its code sits (log filters, tests)
 log = logging.getLogger("tracevault.consumer.sequencer._loop")
 
 
-class Rebalance(SessionClients):
-    """The rebalance callbacks and the restore they (and a rewind) run."""
+class Restorer:
+    """Reads a book's partitions back from the heads topic, each piece proven first."""
 
-    logs: PartitionLogs
-    metrics: SequencerMetrics
-    partitions: int
-    _book: RunBook | None
-    _assigned: bool  # an assignment (maybe empty) came in this session
-    _lost: bool
+    def __init__(
+        self, settings: Settings, instance_id: str, logs: PartitionLogs, metrics: SequencerMetrics
+    ) -> None:
+        self.settings = settings
+        self.instance_id = instance_id
+        self.logs = logs
+        self.metrics = metrics
+
+    @property
+    def _txn_timeout_s(self) -> float:
+        return self.settings.sequencer_transaction_timeout_ms / 1000.0
 
     def _restore_verifiers(self) -> list[NoteVerifier]:
         """The keys a checkpoint in ``sealed`` may be signed by to be this log's: the
@@ -54,11 +58,10 @@ class Rebalance(SessionClients):
                 out.append(v)
         return out
 
-    def _restore(self, partitions: list[int]) -> None:
+    def restore(self, book: RunBook, partitions: list[int], partition_count: int) -> None:
         """The book and trees of ``partitions`` from the heads topic, each piece proven
         against ``sealed`` first (heads/_proof.py); what fails is an ALERT, counted, and
         rebuilt from ``sealed`` (docs/design.md, "Sequencer rules")."""
-        assert self._book is not None
         s = self.settings
         state = read_state(
             s,
@@ -71,7 +74,7 @@ class Rebalance(SessionClients):
             s,
             state,
             partitions,
-            partition_count=self.partitions,
+            partition_count=partition_count,
             verifiers=self._restore_verifiers(),
             horizon_us=int((s.sequencer_finished_horizon_s + s.sequencer_clock_skew_s) * 1e6),
             now_us=now_micros(),
@@ -90,8 +93,8 @@ class Rebalance(SessionClients):
                 s.topics.sealed,
                 s.topics.heads,
             )
-        self._book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
-        self._book.restore(proven.heads, rewrite=proven.rebuilt, forget=proven.forget)
+        book.restore_finished((k, p, c) for k, (p, c) in state.finished.items())
+        book.restore(proven.heads, rewrite=proven.rebuilt, forget=proven.forget)
         self.logs.restore(partitions, proven.trees)
         n_open = len(proven.heads)
         del state, proven
@@ -101,37 +104,7 @@ class Rebalance(SessionClients):
             "(log sizes %s)",
             self.instance_id,
             n_open,
-            len(self._book.finished),
+            len(book.finished),
             partitions,
             {p: self.logs.trees[p].size for p in partitions},
         )
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return  # a dropped session's consumer, closing late: its book is gone
-        self._assigned = True
-        self.metrics.rebalances.inc()
-        self._restore([tp.partition for tp in partitions])
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Every batch commits before the next poll, so no transaction is open here.
-        if consumer is not self._consumer:
-            return
-        self.metrics.rebalances.inc()
-        assert self._book is not None
-        self._book.drop_partitions(tp.partition for tp in partitions)
-        self.logs.drop(tp.partition for tp in partitions)
-        log.info("sequencer %s revoked %s", self.instance_id, [tp.partition for tp in partitions])
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return
-        self.metrics.rebalances.inc()
-        assert self._book is not None
-        self._book.drop_partitions(tp.partition for tp in partitions)
-        self.logs.drop(tp.partition for tp in partitions)
-        log.warning("sequencer %s lost %s", self.instance_id, [tp.partition for tp in partitions])
-        # The group session expired (a broker outage): this static member would come back
-        # fenced, and a transaction with its metadata was seen to block; start afresh.
-        self._lost = True
-        self.watch.trouble()

@@ -11,7 +11,7 @@ import click
 
 from tracevault._clitools import settings_from, stderr
 from tracevault.consumer.sequencer._loop import Sequencer
-from tracevault.runtime.liveness import serve, stop_on_signals
+from tracevault.services.runtime import serve, stop_on_signals
 
 __all__ = ["JsonLogFormatter", "sequencer"]
 

@@ -31,12 +31,14 @@ and the witness alive across broker outages (docs/liveness.md). It imports no se
 
 This module is the services' one import: each piece lives in its own private module beside
 it (``_consumer``, ``_step``, ``_transactions``, ``_calls``, ``_watch``, ``_signals``,
-``_supervisor``, ``_health``).
+``_supervisor``, ``_health``, ``_memory``: :func:`trim_heap`, freed heap
+given back to the OS so resident memory follows live state).
 """
 
 from tracevault.services.runtime._calls import BlockingCalls, CallDeadline, Stopping, close_quietly
 from tracevault.services.runtime._consumer import ConsumerRuntime
 from tracevault.services.runtime._health import Health, serve
+from tracevault.services.runtime._memory import trim_heap
 from tracevault.services.runtime._signals import stop_on_signals
 from tracevault.services.runtime._step import (
     AbortBatch,
@@ -88,4 +90,5 @@ __all__ = [
     "raise_for",
     "serve",
     "stop_on_signals",
+    "trim_heap",
 ]
