@@ -46,7 +46,6 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import Sequencer
 from tracevault.content import RunCipher
 from tracevault.kafka import ensure_topics
 from tracevault.producer._attest import Attestor
@@ -61,6 +60,7 @@ from tracevault.schemas import (
     encode_event,
 )
 from tracevault.services.runtime import Transaction
+from tracevault.services.sequencer import Sequencer
 from tracevault.transparency import LOG_KEY_ENV, Ed25519Signer, is_checkpoint_record
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")

@@ -36,8 +36,8 @@ from tests.attacks.test_hijack_flood import (
 )
 from tests.attacks.test_hijack_flood import settings as flood_settings
 from tests.attacks.test_unsigned_claims import KEY, PAIR, _contested_for
-from tests.consumer.sequencer.support import running as sequencer_running
-from tests.consumer.sequencer.support import wait_until
+from tests.services.sequencer.support import running as sequencer_running
+from tests.services.sequencer.support import wait_until
 from tracevault.config import Settings
 from tracevault.heads import find_head
 from tracevault.schemas import EventKind, canonical_json, decode_event, encode_event

@@ -51,8 +51,6 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.chain import link
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _step
-from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.errors import ChainError, LogError, SchemaError
 from tracevault.kafka import partition_for
 from tracevault.replayer.load.archive import load_from_archive
@@ -62,6 +60,8 @@ from tracevault.schemas.fast import sealed_fields as walk_sealed
 from tracevault.services.archiver import Archiver, _intake
 from tracevault.services.archiver._quarantine import Quarantined, unarchivable
 from tracevault.services.archiver._sealed import parse_sealed
+from tracevault.services.sequencer import BatchOutput, DlqReason, RunBook, _step
+from tracevault.services.sequencer._loop import Sequencer
 from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,

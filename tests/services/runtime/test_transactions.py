@@ -18,7 +18,7 @@ from unittest import mock
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
-from tests.consumer.sequencer.support import wait_until
+from tests.services.sequencer.support import wait_until
 from tracevault.config import Settings
 from tracevault.errors import FencedError
 from tracevault.services.runtime import (
