@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tracevault.config import Settings
 from tracevault.errors import ServiceUnavailableError
+from tracevault.kafka import new_consumer
 from tracevault.schemas import decode_sealed
 from tracevault.services.sequencer._state import RunFacts
 from tracevault.transparency import is_checkpoint_record
@@ -61,19 +62,18 @@ class SealedHistory:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(
-                self._settings.kafka_config(
-                    **{
-                        "group.id": f"tracevault-sealed-history-{uuid.uuid4().hex[:8]}",
-                        "enable.auto.commit": False,
-                        "isolation.level": "read_committed",
-                        # a position reset (after a broker crash) must not park it at the end,
-                        # waiting for records only the blocked sequencer could write
-                        "auto.offset.reset": "earliest",
-                        "log_level": 0,
-                        **self._extra,
-                    }
-                )
+            self._consumer = new_consumer(
+                self._settings,
+                **{
+                    "group.id": f"tracevault-sealed-history-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    # a position reset (after a broker crash) must not park it at the end,
+                    # waiting for records only the blocked sequencer could write
+                    "auto.offset.reset": "earliest",
+                    "log_level": 0,
+                    **self._extra,
+                },
             )
         return self._consumer
 
