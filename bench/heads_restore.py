@@ -29,10 +29,10 @@ from confluent_kafka import Producer
 from pydantic import SecretStr
 
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import Sequencer
 from tracevault.heads import prove_state, read_state
 from tracevault.kafka import ensure_topics
 from tracevault.schemas import AgentInfo, EventKind, TraceEvent, canonical_json, encode_event
+from tracevault.services.sequencer import Sequencer
 from tracevault.transparency import Ed25519Signer
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")

@@ -46,8 +46,6 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import Sequencer
-from tracevault.consumer.sequencer._rules import BatchOutput
 from tracevault.content import RunCipher
 from tracevault.kafka import ensure_topics
 from tracevault.producer._attest import Attestor
@@ -61,6 +59,8 @@ from tracevault.schemas import (
     decode_sealed,
     encode_event,
 )
+from tracevault.services.runtime import Transaction
+from tracevault.services.sequencer import Sequencer
 from tracevault.transparency import LOG_KEY_ENV, Ed25519Signer, is_checkpoint_record
 
 AGENT = AgentInfo("bench-agent", "1.0.0", "bench-host", "bench", "0.1.0")
@@ -218,28 +218,30 @@ def passthrough(settings: Settings, out_topic: str, n: int, batch: int, wait_s: 
         consumer.close()
 
 
-class _TimedSequencer(Sequencer):
-    """The real sequencer, timed from its first batch to the commit that reaches ``n``."""
-
-    target = 0
-    t0 = 0.0
-    t1 = 0.0
-
-    def _transact(self, consumer: Any, out: BatchOutput) -> None:
-        if not self.t0:
-            self.t0 = time.perf_counter()
-        super()._transact(consumer, out)
-        # the counter itself, not a registry snapshot: the bench must not time its own probe
-        if self.metrics.sealed._value.get() >= self.target:
-            self.t1 = time.perf_counter()
-            self.stop()
-
-
 def sequencer_rate(settings: Settings, n: int) -> float:
-    seq = _TimedSequencer(settings, instance_id="bench", signer=SIGNER)
-    seq.target = n
+    """The real sequencer, timed from its first transaction to the commit that reaches ``n``
+    (its step's ``write`` and ``committed`` wrapped on this one instance)."""
+    seq = Sequencer(settings, instance_id="bench", signer=SIGNER)
+    step = seq.step
+    write, committed = step.write, step.committed
+    times = [0.0, 0.0]
+
+    def timed_write(txn: Transaction) -> None:
+        if not times[0]:
+            times[0] = time.perf_counter()
+        write(txn)
+
+    def timed_committed() -> None:
+        committed()
+        # the counter itself, not a registry snapshot: the bench must not time its own probe
+        if seq.metrics.sealed._value.get() >= n:
+            times[1] = time.perf_counter()
+            seq.stop()
+
+    step.write = timed_write  # type: ignore[method-assign]
+    step.committed = timed_committed  # type: ignore[method-assign]
     seq.run()
-    return n / (seq.t1 - seq.t0)
+    return n / (times[1] - times[0])
 
 
 def latency(settings: Settings, rate: int, seconds: float, batch_size: int) -> dict[str, Any]:

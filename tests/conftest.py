@@ -87,7 +87,7 @@ def session_agent_key(session_agent_signer: Ed25519Signer) -> Iterator[str]:
     deployment's provenance is required, docs/identity.md) and its vkey in
     TRACEVAULT_AGENT_VKEYS for every agent id (``"*"``), so sequencers and verifiers trust it.
     Tests of identity itself name their agent keys (``--agent-key``, ``Settings``). The
-    sequencer tests' hand-made raw events (``tests.consumer.sequencer.support.AGENT``,
+    sequencer tests' hand-made raw events (``tests.services.sequencer.support.AGENT``,
     agent ``unsigned-test-agent``) are unsigned on purpose: that agent id is listed with no
     key, so the sequencer does not contest them (verify fails them as not authorised, unless
     waived)."""

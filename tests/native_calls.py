@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from tests.native import extension
 
-cseal = extension("tracevault.consumer.sequencer._cseal")
+cseal = extension("tracevault.services.sequencer._cseal")
 ctake = extension("tracevault.services.archiver._ctake")
 ccolumns = extension("tracevault.index._ccolumns")
 cmerkle = extension("tracevault.transparency._cmerkle")
@@ -215,9 +215,9 @@ def ctake_batch_dropped_while_walked() -> object:
 
 
 def _seal_ctx() -> tuple[object, ...]:
-    from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut
     from tracevault.schemas import EventKind
     from tracevault.schemas.fast import armed_walks
+    from tracevault.services.sequencer._rules import MAX_RAW_BYTES, SealOut
 
     walks = armed_walks()
     assert walks is not None

@@ -9,8 +9,8 @@ import pytest
 
 from tracevault.archive.layout import FinalReceipt, SegmentReceipt
 from tracevault.config import Settings
-from tracevault.consumer.sequencer._metrics import SequencerMetrics
-from tracevault.consumer.sequencer._records import DlqReason
+from tracevault.services.sequencer._metrics import SequencerMetrics
+from tracevault.services.sequencer._records import DlqReason
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -117,7 +117,7 @@ def test_shared_layers_import_no_service() -> None:
         "tracevault.services.runtime",
     )
     above = (
-        "tracevault.consumer",
+        "tracevault.services.sequencer",
         "tracevault.replayer",
         "tracevault.witness",
         "tracevault.services.archiver",

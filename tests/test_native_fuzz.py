@@ -1,7 +1,7 @@
 """Generated and mutated arguments at every C entry point, against its Python reference.
 
 The C pinning tests (tests/transparency/test_cmerkle.py, tests/services/archiver/test_ctake.py,
-tests/consumer/sequencer/test_cseal.py) feed the walks generated and corrupted values; these
+tests/services/sequencer/test_cseal.py) feed the walks generated and corrupted values; these
 tests fuzz the arguments around them: tree states that are not compact trees, starts outside
 the batch, batches of hostile messages, file modes and flags out of range. The oracle is the
 Python twin where the arguments are valid (the same result), and a ``ValueError`` or
@@ -22,17 +22,17 @@ from hypothesis import strategies as st
 from tests.consumer.hostile import event_fields, join, sealed_fields, sealed_header, trace_header
 from tests.consumer.test_hostile_records import mutated
 from tests.native import examples, extension
-from tracevault.consumer.sequencer._rules import MAX_RAW_BYTES, SealOut
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks, peek_event
 from tracevault.services.archiver._logwriter import LeafRecord
 from tracevault.services.archiver._state import Pending
+from tracevault.services.sequencer._rules import MAX_RAW_BYTES, SealOut
 from tracevault.transparency import leaf_prefix
 from tracevault.transparency._merkle import CompactTree, list_source, tree_root
 
 _cmerkle = extension("tracevault.transparency._cmerkle")
 _ctake = extension("tracevault.services.archiver._ctake")
-_cseal = extension("tracevault.consumer.sequencer._cseal")
+_cseal = extension("tracevault.services.sequencer._cseal")
 _cput = extension("tracevault.archive._cput")
 
 FUZZ = settings(

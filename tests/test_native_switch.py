@@ -20,7 +20,7 @@ from tracevault.config import Settings
 from tracevault.doctor._checks import _native
 
 _USERS = (
-    "tracevault.consumer.sequencer._loop",
+    "tracevault.services.sequencer._step",
     "tracevault.services.archiver._intake",
     "tracevault.archive._filestore",
     "tracevault.transparency._merkle",

@@ -6,7 +6,7 @@
  * with only the escapes every canonical form writes, object keys without escapes or
  * characters past U+FFFF in strictly increasing byte order (the UTF-16 order of such keys).
  * ``canonical`` says 1 only for bytes ``check_canonical`` accepts; 0 means "let Python
- * decide", never "not canonical". tests/consumer/sequencer/test_cseal.py and
+ * decide", never "not canonical". tests/services/sequencer/test_cseal.py and
  * tests/content/test_cfields.py pin it to ``check_canonical``.
  */
 #ifndef TRACEVAULT_CANON_H

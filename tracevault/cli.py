@@ -30,7 +30,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "see and drain events spooled while Kafka was away",
     ),
     "sequencer": (
-        "tracevault.consumer.sequencer.commands:sequencer",
+        "tracevault.services.sequencer.commands:sequencer",
         "seal raw events into per-run hash chains, exactly once (service)",
     ),
     "archiver": ("tracevault.services.archiver.commands:archiver", "archive sealed runs (service)"),

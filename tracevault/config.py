@@ -252,7 +252,7 @@ class Settings(BaseSettings):
         description="witness stores replay verify/export read cosignatures from, comma-separated",
     )
 
-    # Sequencer (tracevault.consumer.sequencer): one Kafka transaction per batch.
+    # Sequencer (tracevault.services.sequencer): one Kafka transaction per batch.
     sequencer_instance_id: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9._-]+$",

@@ -23,7 +23,7 @@ NO_C_ENV = "TRACEVAULT_NO_C"
 
 #: Every C extension, by what it does.
 EXTENSIONS = {
-    "tracevault.consumer.sequencer._cseal": "the sequencer's per-event path",
+    "tracevault.services.sequencer._cseal": "the sequencer's per-event path",
     "tracevault.services.archiver._ctake": "the archiver's per-event path",
     "tracevault.archive._cput": "the file store's put without the GIL",
     "tracevault.transparency._cmerkle": "the log's tree hashing",

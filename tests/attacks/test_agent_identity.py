@@ -20,11 +20,11 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from tests.consumer.sequencer.support import read_sealed_events, wait_until
-from tests.consumer.sequencer.support import running as sequencer_running
 from tests.replayer.pipeline import wait_sealed
 from tests.services.archiver.helpers import finished_runs
 from tests.services.archiver.helpers import running as archiver_running
+from tests.services.sequencer.support import read_sealed_events, wait_until
+from tests.services.sequencer.support import running as sequencer_running
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.producer import Publisher, Recorder

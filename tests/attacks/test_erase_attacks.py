@@ -32,10 +32,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.consumer.sequencer.support import produce_raw, read_all
 from tests.content import agents
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
 from tests.replayer.recording import signed_raws
+from tests.services.sequencer.support import produce_raw, read_all
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE, WrappedKey, wrapped_key_of

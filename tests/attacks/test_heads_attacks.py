@@ -23,7 +23,9 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from tests.consumer.sequencer.support import (
+from tests.services.archiver.helpers import running as archiving
+from tests.services.archiver.helpers import wait_for
+from tests.services.sequencer.support import (
     assert_chain,
     assert_signed_log,
     produce_raw,
@@ -33,8 +35,6 @@ from tests.consumer.sequencer.support import (
     sealed_by_run,
     wait_until,
 )
-from tests.services.archiver.helpers import running as archiving
-from tests.services.archiver.helpers import wait_for
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.heads import FINISHED_KEY_PREFIX, Head, HeldEvent, encode_head, find_head
@@ -175,7 +175,7 @@ def test_a_forged_heads_record_is_an_alert_and_the_genuine_runs_go_on(
     key, value, headers = forge(settings, runs)
     _forge(settings, key, value, headers, part)
 
-    caplog.set_level(logging.ERROR, logger="tracevault.consumer.sequencer._loop")
+    caplog.set_level(logging.ERROR, logger="tracevault.services.sequencer._loop")
     with running(settings) as (seq, errors):
         # the genuine tails, and a resend of the finished run (duplicates)
         rest = _wave((victim, 3, 6), (other, 5, 7), (done, 0, 3), raws=raws)

@@ -36,8 +36,8 @@ from tests.attacks.test_hijack_flood import (
 )
 from tests.attacks.test_hijack_flood import settings as flood_settings
 from tests.attacks.test_unsigned_claims import KEY, PAIR, _contested_for
-from tests.consumer.sequencer.support import running as sequencer_running
-from tests.consumer.sequencer.support import wait_until
+from tests.services.sequencer.support import running as sequencer_running
+from tests.services.sequencer.support import wait_until
 from tracevault.config import Settings
 from tracevault.heads import find_head
 from tracevault.schemas import EventKind, canonical_json, decode_event, encode_event
@@ -179,7 +179,7 @@ def test_a_hijack_of_a_run_dropped_from_memory_is_named_hijacked(
             return head is not None and head.finished
 
         def evicted() -> bool:
-            book = seq._book  # the eviction is what the test forces
+            book = seq.step.book  # the eviction is what the test forces
             return book is not None and rid not in book.runs and finished()
 
         wait_until(evicted, timeout=90, what="the run finished and evicted from the book")

@@ -29,11 +29,11 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from tests.attacks.test_unsigned_claims import KEY, PAIR, _contested_for
-from tests.consumer.sequencer.support import read_all, read_sealed_events, wait_until
-from tests.consumer.sequencer.support import running as sequencer_running
 from tests.replayer.recording import signed_raws
 from tests.services.archiver.helpers import finished_runs
 from tests.services.archiver.helpers import running as archiver_running
+from tests.services.sequencer.support import read_all, read_sealed_events, wait_until
+from tests.services.sequencer.support import running as sequencer_running
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.schemas import (

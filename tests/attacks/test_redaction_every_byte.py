@@ -30,10 +30,10 @@ import pytest
 from click.testing import CliRunner
 from pydantic import SecretStr
 
-from tests.consumer.sequencer.support import produce_raw, read_all
 from tests.consumer.test_outage import wait_for
 from tests.kafka_harness import free_port
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
+from tests.services.sequencer.support import produce_raw, read_all
 from tracevault.cli import tracevault
 from tracevault.producer import Publisher, Recorder
 from tracevault.schemas import decode_event, encode_event

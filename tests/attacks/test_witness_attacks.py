@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
+from tests.services.sequencer.support import wait_until
 from tests.witness.topiclog import RUN, Partition, witness_process
 from tests.witness.topiclog import chain as _chain
 from tracevault.archive import ObjectStore, open_store

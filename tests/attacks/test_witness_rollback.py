@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
 from tests.services.archiver.sealed_factory import sealed_run
+from tests.services.sequencer.support import wait_until
 from tests.transparency.signed_sealed import SignedSealedWriter, fresh_settings, inject
 from tests.witness.topiclog import Partition, witness_process
 from tracevault.archive import ObjectStore, open_store

@@ -32,10 +32,10 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tests.consumer.sequencer.support import assert_chain, sealed_by_run
 from tests.consumer.test_outage import Service, kill_all, wait_for
 from tests.consumer.test_outage_all import Stream
 from tests.kafka_harness import LocalCluster, transaction_state_partition
+from tests.services.sequencer.support import assert_chain, sealed_by_run
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 

@@ -17,7 +17,7 @@ nested past the recursion limit stopped the sequencer, and a sealed record whose
 
 The values are TraceEvent v2, as producers write them, so they reach the paths production
 runs: ``peek_event`` and the other armed walks, the sequencer's C take (``_cseal.c``, through
-``Sequencer._apply_all``, pinned to the rules applied one record at a time) and the
+``SequencerStep.apply_all``, pinned to the rules applied one record at a time) and the
 archiver's (``_ctake.c``, through ``Archiver.take``). Each test counts what reached those
 paths and fails if none did (values of another version would only ever reach fastavro).
 """
@@ -51,8 +51,6 @@ from tracevault.archive._filestore import FileStore
 from tracevault.archive.layout import run_prefix
 from tracevault.chain import link
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import BatchOutput, DlqReason, RunBook, _loop
-from tracevault.consumer.sequencer._loop import Sequencer
 from tracevault.errors import ChainError, LogError, SchemaError
 from tracevault.kafka import partition_for
 from tracevault.replayer.load.archive import load_from_archive
@@ -62,6 +60,8 @@ from tracevault.schemas.fast import sealed_fields as walk_sealed
 from tracevault.services.archiver import Archiver, _intake
 from tracevault.services.archiver._quarantine import Quarantined, unarchivable
 from tracevault.services.archiver._sealed import parse_sealed
+from tracevault.services.sequencer import BatchOutput, DlqReason, RunBook, _step
+from tracevault.services.sequencer._loop import Sequencer
 from tracevault.transparency import (
     CHECKPOINT_KEY,
     RECORD_HEADER,
@@ -264,8 +264,8 @@ class _Counted:
 
 def _sequencer(book: RunBook) -> Sequencer:
     s = Sequencer(Settings(topic_prefix="p", partitions=PARTS), signer=_SIGNER, instance_id="p")
-    assert s._native is not None, "the sequencer's C path is not built or not armed"
-    s._book = book
+    assert s.step.native is not None, "the sequencer's C path is not built or not armed"
+    s.step.book = book
     return s
 
 
@@ -293,13 +293,13 @@ def test_no_raw_record_raises_and_every_one_is_accounted_for() -> None:
         ]
         counts["peeked"] += sum(v is not None and peek_event(v) is not None for _, v, _ in records)
         book, out = _book(), BatchOutput()
-        real = _loop._cseal
+        real = _step._cseal
         assert real is not None
-        _loop._cseal = _Counted(real, counts, "c_sealed")  # type: ignore[assignment]
+        _step._cseal = _Counted(real, counts, "c_sealed")  # type: ignore[assignment]
         try:
-            _sequencer(book)._apply_all(msgs, out, NOW_US)
+            _sequencer(book).step.apply_all(msgs, out, NOW_US)
         finally:
-            _loop._cseal = real
+            _step._cseal = real
         alone, alone_out = _book(), BatchOutput()
         for offset, (key, value, part) in enumerate(records):
             alone.apply(alone_out, key, value, part, offset, now_us=NOW_US)

@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.sequencer.support import (
+from tests.kafka_harness import LocalBroker, free_port
+from tests.services.sequencer.support import (
     assert_chain,
     interleaved_runs,
     sealed_by_run,
 )
-from tests.kafka_harness import LocalBroker, free_port
 from tracevault.archive import archived_run, open_store
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.sequencer.support import assert_chain, raw_event, sealed_by_run
 from tests.consumer.test_outage import LONG_OUTAGE_S, Service, kill_all, outage, wait_for
 from tests.kafka_harness import LocalBroker
+from tests.services.sequencer.support import assert_chain, raw_event, sealed_by_run
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 from tracevault.transparency import CosignatureSigner

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.consumer.sequencer.test_canonical import _accepted
 from tests.native import examples, extension
+from tests.services.sequencer.test_canonical import _accepted
 from tracevault.content import RunCipher, opened_with
 from tracevault.content import _events as events_module
 from tracevault.errors import ContentKeyError, NonCanonicalJSONError

@@ -20,10 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import unique_name
-from tests.consumer.sequencer.support import read_all
 from tests.content import agents
 from tests.content.stack import archive_bytes, bucket_of, kms_s3_settings, record_secret_run
 from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tests.services.sequencer.support import read_all
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.content import KEY_ATTRIBUTE

@@ -22,7 +22,7 @@ from tracevault.schemas import (
     check_canonical,
 )
 
-_cseal = extension("tracevault.consumer.sequencer._cseal")
+_cseal = extension("tracevault.services.sequencer._cseal")
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),

@@ -30,7 +30,6 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import unique_name
-from tests.consumer.sequencer.support import produce_raw, read_all
 from tests.content import agents
 from tests.content.stack import (
     archive_bytes,
@@ -41,6 +40,7 @@ from tests.content.stack import (
 )
 from tests.replayer.pipeline import sequencer_running, wait_sealed
 from tests.replayer.recording import signed_raws
+from tests.services.sequencer.support import produce_raw, read_all
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.content import (

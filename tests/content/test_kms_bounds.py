@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import boto3
 import pytest
 
-from tests.consumer.sequencer.support import read_all
+from tests.services.sequencer.support import read_all
 from tracevault.config import Settings
 from tracevault.content import KmsProvider, open_provider
 from tracevault.errors import ServiceUnavailableError

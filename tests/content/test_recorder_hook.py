@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.sequencer.support import read_all
+from tests.services.sequencer.support import read_all
 from tracevault.config import Settings
 from tracevault.errors import ConfigError, ServiceUnavailableError
 from tracevault.producer import Publisher, Recorder

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.consumer.sequencer.support import read_all
 from tests.content import agents
 from tests.content.stack import record_secret_run
 from tests.replayer.pipeline import sequencer_running, wait_sealed
+from tests.services.sequencer.support import read_all
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.content import REDACT_ATTRIBUTE, Redactor

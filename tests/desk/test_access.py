@@ -12,15 +12,15 @@ import json
 import urllib.request
 from collections.abc import Callable
 
-from tests.consumer.sequencer.support import (
+from tests.desk.browser import Chromium
+from tests.desk.server import desk_conf, serving
+from tests.kafka_harness import free_port
+from tests.services.sequencer.support import (
     assert_signed_log,
     running,
     sealed_by_run,
     wait_until,
 )
-from tests.desk.browser import Chromium
-from tests.desk.server import desk_conf, serving
-from tests.kafka_harness import free_port
 from tracevault.config import Settings
 from tracevault.desk.access import ACCESS_AGENT, ACCESS_RUN_ATTR, AccessLog
 from tracevault.producer import Publisher, drain_spool, spool_status

@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from tests.consumer.sequencer.support import raw_event, read_all, wait_until
-from tests.consumer.sequencer.support import running as sequencing
 from tests.kafka.conftest import ROLES, Deployment, grant, sasl_env
 from tests.services.archiver.helpers import finished_runs
 from tests.services.archiver.helpers import running as archiving
+from tests.services.sequencer.support import raw_event, read_all, wait_until
+from tests.services.sequencer.support import running as sequencing
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.producer import Publisher, Recorder

@@ -10,9 +10,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from tests.consumer.sequencer.support import raw_event
 from tests.kafka_harness import free_port
 from tests.producer.conftest import read_partition
+from tests.services.sequencer.support import raw_event
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.edges import JSON

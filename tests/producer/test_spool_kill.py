@@ -40,10 +40,10 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import burning_cpus
-from tests.consumer.sequencer.support import assert_chain, running, sealed_by_run, wait_until
 from tests.kafka_harness import LocalBroker
 from tests.producer.conftest import read_partition, spawn_agent
 from tests.producer.test_spool import _spool_a_run
+from tests.services.sequencer.support import assert_chain, running, sealed_by_run, wait_until
 from tracevault.cli import tracevault
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics, partition_for

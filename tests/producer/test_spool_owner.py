@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import ROOT, free_port
 from tests.producer.conftest import read_partition, spawn_agent
+from tests.services.sequencer.support import wait_until
 from tracevault.config import Settings
 from tracevault.producer._spool import list_segments
 

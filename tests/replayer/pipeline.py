@@ -22,11 +22,11 @@ from tests.conftest import unique_name
 from tests.replayer import agents
 from tracevault.cli import tracevault
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import Sequencer
 from tracevault.heads import heads_partition_count, locate_run, read_state
 from tracevault.kafka import ensure_topics
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import LoadedRun, load_run
+from tracevault.services.sequencer import Sequencer
 
 
 def fresh_settings(bootstrap: str, base: Path, stem: str, *, partitions: int = 1) -> Settings:

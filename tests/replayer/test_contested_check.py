@@ -9,11 +9,11 @@ import pytest
 
 from tests.replayer.recording import seal_raws
 from tests.replayer.test_identity import RUN, _signed
-from tracevault.consumer.sequencer._records import sequencer_event
 from tracevault.errors import ChainError
 from tracevault.replayer._results import LoadedRun
 from tracevault.replayer.load.verify import verify
 from tracevault.schemas import EventKind
+from tracevault.services.sequencer._records import sequencer_event
 from tracevault.transparency import contested_prefix
 
 CID = contested_prefix(RUN) + "0"

@@ -6,10 +6,10 @@ import pytest
 
 from tests.replayer import agents
 from tests.replayer.recording import seal_raws
-from tracevault.consumer.sequencer import gap_event
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer import LoadedRun, replay, verify
 from tracevault.schemas import encode_event
+from tracevault.services.sequencer import gap_event
 
 
 def _with_gap(events):

@@ -158,7 +158,7 @@ def _columns(raws: list[bytes]) -> tuple[list[bytes], list[bytes], list[str]]:
 
 
 def test_a_chain_that_differs_where_no_digest_does_fails_and_the_sequencer_id_is_pinned() -> None:
-    from tracevault.consumer.sequencer import GAP_AGENT_ID
+    from tracevault.services.sequencer import GAP_AGENT_ID
 
     assert SEQUENCER_AGENT_ID == GAP_AGENT_ID
     raws = _signed(11)

@@ -11,9 +11,9 @@ import dataclasses
 import pytest
 
 from tests.conftest import NOW_US, trusted_agents
-from tests.consumer.sequencer.support import AGENT as UNSIGNED
 from tests.replayer import agents
 from tests.replayer.pipeline import record_live, sequencer_running, wait_sealed
+from tests.services.sequencer.support import AGENT as UNSIGNED
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer import LogPolicy, load_run, replay, verify
 from tracevault.services.archiver import Archiver

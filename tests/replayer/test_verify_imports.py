@@ -31,7 +31,7 @@ run = load_from_archive(open_store(sys.argv[1]), "run-a")
 archived = verify(run)
 bundled = verify_bundle(Path(sys.argv[2]))
 kafka = sorted(m for m in sys.modules if m.split(".")[0] in ("confluent_kafka", "kafka"))
-above = ("tracevault.consumer", "tracevault.witness", "tracevault.producer", "tracevault.heads")
+above = ("tracevault.services", "tracevault.witness", "tracevault.producer", "tracevault.heads")
 services = sorted(m for m in sys.modules if m.startswith(above))
 print(json.dumps({"archive": archived.count, "bundle": bundled.count, "kafka": kafka,
                   "services": services}))

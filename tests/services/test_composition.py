@@ -32,6 +32,7 @@ def test_no_service_class_inherits_from_a_project_class() -> None:
     names = {c.__qualname__ for c in classes}
     assert {"Archiver", "ConsumerRuntime", "Intake", "CheckpointAdmission", "Flusher"} <= names
     assert {"WitnessFollower", "CheckpointRecords"} <= names
+    assert {"Sequencer", "SequencerStep", "RunBook", "GapRules", "AttestRules"} <= names
     towers = [
         f"{c.__module__}.{c.__qualname__}({b.__module__}.{b.__qualname__})"
         for c in classes

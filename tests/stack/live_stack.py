@@ -29,8 +29,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import unique_name
-from tests.consumer.sequencer.support import raw_event
 from tests.kafka_harness import free_port
+from tests.services.sequencer.support import raw_event
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics
 from tracevault.transparency import CosignatureSigner, write_private_key

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.consumer.sequencer.support import assert_signed_log
+from tests.services.sequencer.support import assert_signed_log
 from tests.stack.conftest import DemoRun
 from tracevault.archive import list_runs, open_store
 from tracevault.config import Settings

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import unique_name
-from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import set_topic_config
 from tests.services.archiver.sealed_factory import sealed_run
+from tests.services.sequencer.support import wait_until
 from tests.stack.conftest import DemoRun
 from tests.transparency.signed_sealed import SignedSealedWriter
 from tests.transparency.signed_sealed import fresh_settings as signed_settings

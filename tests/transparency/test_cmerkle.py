@@ -49,7 +49,7 @@ def test_sha256_is_hashlibs_at_every_length_and_node() -> None:
 def test_the_sha256_of_every_c_path_is_openssls() -> None:
     """Not a compression of our own: each extension names the library it hashes with, and
     it is the OpenSSL that Python's own ssl and hashlib modules link."""
-    cseal = extension("tracevault.consumer.sequencer._cseal")
+    cseal = extension("tracevault.services.sequencer._cseal")
     libs = {m.sha256_impl for m in (_ctake, _cmerkle, cseal)}
     assert libs == {ssl.OPENSSL_VERSION}, libs
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
+from tests.services.sequencer.support import wait_until
 from tests.witness.topiclog import post_add_checkpoint as _post
 from tests.witness.topiclog import witness_process
 from tracevault.archive import open_store

@@ -28,8 +28,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import free_port
+from tests.services.sequencer.support import wait_until
 from tests.witness.topiclog import RUN, Partition, chain, post_add_checkpoint, witness_process
 from tracevault.archive import ObjectStore, open_store
 from tracevault.config import Settings

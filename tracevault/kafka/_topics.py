@@ -104,6 +104,21 @@ def _metadata(admin: AdminClient, settings: Settings, timeout: float) -> Any:
         raise _unreachable(settings, exc) from exc
 
 
+def partition_counts(
+    settings: Settings, names: list[str], timeout: float = 15.0, **conf: Any
+) -> dict[str, int | None]:
+    """Each topic's partition count, None where it is missing (one metadata request; a
+    broker that does not answer within ``timeout`` is :class:`ServiceUnavailableError`).
+    ``conf``: more client settings (a service's error and stats callbacks)."""
+    admin = AdminClient(settings.kafka_config(**{"log_level": 0, **conf}))
+    md = _metadata(admin, settings, timeout)
+    out: dict[str, int | None] = {}
+    for name in names:
+        t = md.topics.get(name)
+        out[name] = None if t is None or t.error is not None else len(t.partitions)
+    return out
+
+
 def describe_topics(
     settings: Settings, partitions: int | None = None, timeout: float = 15.0
 ) -> list[TopicReport]:

@@ -18,19 +18,19 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.consumer.sequencer import support
 from tests.services.archiver.helpers import SealedLog, finished_runs, running, wait_for
 from tests.services.archiver.sealed_factory import sealed_values
+from tests.services.sequencer import support
 from tracevault.archive import ObjectStore, list_runs, open_store
 from tracevault.archive._retention import retention_report
 from tracevault.archive.layout import run_prefix
 from tracevault.config import Settings
-from tracevault.consumer.sequencer import _loop
 from tracevault.replayer.load.archive import load_from_archive
 from tracevault.replayer.load.verify import verify
 from tracevault.runid import RUN_ID_RULE
 from tracevault.services.archiver import Archiver, ArchiverStats
 from tracevault.services.archiver._quarantine import Quarantined
+from tracevault.services.sequencer import _loop
 from tracevault.transparency import NoteVerifier, parse_vkey
 
 BAD = [".", "..", "中" * 85, "x" * 255]

@@ -20,9 +20,9 @@ from typing import Any
 from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.consumer.sequencer.support import produce_raw, raw_event, running, wait_until
 from tests.kafka_harness import LocalBroker, set_topic_config
 from tests.replayer.pipeline import fresh_settings
+from tests.services.sequencer.support import produce_raw, raw_event, running, wait_until
 from tests.transparency.signed_sealed import cli_env
 from tracevault.archive import hold_run, open_store
 from tracevault.archive._holes import Hole

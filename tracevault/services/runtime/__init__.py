@@ -4,8 +4,10 @@ and the witness alive across broker outages (docs/liveness.md). It imports no se
 - :class:`ConsumerRuntime` runs a service's :class:`Step` (``take(batch)``, ``restore``,
   ``release``, ``flush_due`` ...) under one Kafka session after another: the consumer (built
   through :mod:`tracevault.kafka`), assignment and revocation, poll, commit cadence, lag,
-  idle, backoff and stop. The archiver and the witness run on it; the sequencer still runs
-  its own loop on the pieces below until it moves.
+  idle, backoff and stop. The archiver and the witness run on it with offset commits at a
+  cadence; the sequencer in its transactional commit mode (:class:`Transactions`, with a
+  ``transactional_id`` in its :class:`Subscription`): a :class:`TransactionalStep`'s output
+  and the consumed offsets commit in one transaction, aborted and rewound on failure.
 
 - :class:`BlockingCalls` runs librdkafka's blocking calls in a daemon worker thread and waits
   at most a deadline. librdkafka does not always honour its own timeout (after a broker outage
@@ -28,13 +30,23 @@ and the witness alive across broker outages (docs/liveness.md). It imports no se
   service makes progress or has nothing to do, 503 with a JSON reason when it is stuck.
 
 This module is the services' one import: each piece lives in its own private module beside
-it (``_consumer``, ``_calls``, ``_watch``, ``_signals``, ``_supervisor``, ``_health``).
+it (``_consumer``, ``_step``, ``_transactions``, ``_calls``, ``_watch``, ``_signals``,
+``_supervisor``, ``_health``, ``_memory``: :func:`trim_heap`, freed heap
+given back to the OS so resident memory follows live state).
 """
 
 from tracevault.services.runtime._calls import BlockingCalls, CallDeadline, Stopping, close_quietly
-from tracevault.services.runtime._consumer import ConsumerRuntime, Step, Subscription
+from tracevault.services.runtime._consumer import ConsumerRuntime
 from tracevault.services.runtime._health import Health, serve
+from tracevault.services.runtime._memory import trim_heap
 from tracevault.services.runtime._signals import stop_on_signals
+from tracevault.services.runtime._step import (
+    AbortBatch,
+    Step,
+    Subscription,
+    Transaction,
+    TransactionalStep,
+)
 from tracevault.services.runtime._supervisor import (
     LagReader,
     OffsetCommits,
@@ -42,6 +54,7 @@ from tracevault.services.runtime._supervisor import (
     backoff,
     consumer_lag,
 )
+from tracevault.services.runtime._transactions import Transactions
 from tracevault.services.runtime._watch import (
     Broken,
     KafkaWatch,
@@ -52,6 +65,7 @@ from tracevault.services.runtime._watch import (
 )
 
 __all__ = [
+    "AbortBatch",
     "BlockingCalls",
     "Broken",
     "CallDeadline",
@@ -65,6 +79,9 @@ __all__ = [
     "Step",
     "Stopping",
     "Subscription",
+    "Transaction",
+    "TransactionalStep",
+    "Transactions",
     "backoff",
     "close_quietly",
     "consumer_lag",
@@ -73,4 +90,5 @@ __all__ = [
     "raise_for",
     "serve",
     "stop_on_signals",
+    "trim_heap",
 ]

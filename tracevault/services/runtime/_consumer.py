@@ -26,8 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -36,67 +35,18 @@ from tracevault.errors import ServiceUnavailableError
 from tracevault.kafka import new_consumer
 from tracevault.services.runtime._calls import BlockingCalls, close_quietly
 from tracevault.services.runtime._health import Health
+from tracevault.services.runtime._step import Step, Subscription, TransactionalStep
 from tracevault.services.runtime._supervisor import LagReader, OffsetCommits, Sessions
+from tracevault.services.runtime._transactions import Transactions
 from tracevault.services.runtime._watch import KafkaWatch, Restart, raise_for
 
-__all__ = ["ConsumerRuntime", "Step", "Subscription"]
+__all__ = ["ConsumerRuntime"]
 
 log = logging.getLogger(__name__)
 
-_REPORT_EVERY_S = 60.0  # an INFO line with the step's counters, for operators tailing the log
 _CLOSE_S = 3.0  # on stop; a session being replaced waits longer
 _REPLACE_CLOSE_S = 10.0  # a consumer still alive after this may rejoin and fence the new one
 _LAG_EVERY_S = 1.0
-_BATCH = 1000
-
-
-class Step(Protocol):
-    """What a service does with what its consumer reads; the runtime does the rest."""
-
-    def restore(self, timeout: float) -> None:
-        """At a session's start, before any record: read what the step needs from the
-        cluster (``ServiceUnavailableError`` when it does not answer within ``timeout``)."""
-
-    def take(self, batch: list[Message]) -> None:
-        """One consumed batch, in offset order per partition (error events included)."""
-
-    def flush_due(self, *, caught_up: bool) -> None:
-        """Write what is due (all of it when ``caught_up``: a poll came back empty)."""
-
-    def committable(self) -> dict[int, int]:
-        """Per partition, the offset up to which everything read is durably handled."""
-
-    def release(self, partitions: set[int] | None) -> None:
-        """Partitions revoked or lost (None: all, the session ends): finish what is being
-        written of them and forget the rest; nothing of theirs is written after this."""
-
-    def drain(self) -> None:
-        """On stop: write everything held and wait for it."""
-
-    def busy(self) -> bool:
-        """Whether anything read is still to be written (idle waits for it)."""
-
-    def poll_s(self) -> float:
-        """How long an empty poll may wait now."""
-
-    def report(self, state: str) -> None:
-        """Log the step's counters (``state``: archiving, stopped ...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """What the runtime's consumer is: its group, topic and the step's own settings."""
-
-    name: str  # the service, in log lines and errors
-    topic: str
-    group_id: str
-    session_timeout_ms: int
-    instance_id: str | None = None  # a static member (fast restarts)
-    fenced: str = ""  # what to tell the operator when another member has our instance id
-    restore_timeout_s: float = 30.0
-    commit_deadline_s: float = 15.0  # a commit taking longer ends the session
-    commit_every_s: float = 0.5  # a crash re-reads at most this much more
-    config: dict[str, Any] = field(default_factory=dict)  # more librdkafka settings
 
 
 class ConsumerRuntime:
@@ -127,6 +77,27 @@ class ConsumerRuntime:
         self._lost = False
         self._started = 0.0
         self._lag = LagReader()
+        # the transactional commit mode (``_transactions``): with a transactional.id
+        self.txn: Transactions | None = None
+        if sub.transactional_id is not None:
+            self.txn = Transactions(
+                settings,
+                name=sub.name,
+                transactional_id=sub.transactional_id,
+                timeout_ms=sub.transaction_timeout_ms,
+                producer_config=sub.producer_config,
+                calls=self.calls,
+                watch=self.watch,
+                health=self.health,
+                sessions=self.sessions,
+                stopping=self.stopping,
+                on_error=self.kafka_error,
+                check_session=self.check_session,
+            )
+
+    def check_session(self) -> None:
+        """:class:`Restart` once the brokers were away past the session timeout."""
+        self.watch.check_session(self._started, self.sub.session_timeout_ms)
 
     def stop(self) -> None:
         """Ask ``run()`` to drain, commit and return (safe from a signal handler)."""
@@ -190,6 +161,8 @@ class ConsumerRuntime:
 
     def _end(self, consumer: Consumer) -> None:
         self._live = None
+        if self.txn is not None:
+            self.txn.drop()
         close_s = _CLOSE_S if self.stopping.is_set() else _REPLACE_CLOSE_S
         close_quietly(self.calls, f"{self.sub.name} consumer close", consumer.close, close_s)
 
@@ -197,6 +170,9 @@ class ConsumerRuntime:
         self._assigned_at = time.monotonic()
         self._assigned = consumer is self._live
         log.info("%s assigned %s", self.sub.name, [p.partition for p in parts])
+        if self.txn is not None and consumer is self._live:
+            # between batches (librdkafka calls this from consume): no transaction is open
+            cast(TransactionalStep, self._step).assigned([p.partition for p in parts])
 
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         if consumer is not self._live:
@@ -226,42 +202,56 @@ class ConsumerRuntime:
             # and a SIGTERM must still stop the service within its bound (docs/liveness.md)
             self.calls.call(f"restoring the {self.sub.name}", lambda: step.restore(timeout),
                             timeout + 5.0)  # fmt: skip
+            if self.txn is not None:
+                self.txn.start()
         except ServiceUnavailableError as exc:
             raise Restart(str(exc)) from exc
         self.health.state = "running"
         last: float | None = None
-        next_report = time.monotonic() + _REPORT_EVERY_S
+        next_report = time.monotonic() + self.sub.report_every_s
         next_lag = 0.0
         while not self.stopping.is_set():
-            batch = self._consume(consumer, step)
+            try:
+                batch = self._consume(consumer, step)
+            except ServiceUnavailableError as exc:  # a restore on assignment did not finish
+                self.watch.trouble()
+                raise Restart(str(exc)) from exc
             if self._lost:
                 raise Restart("the consumer lost its partitions (group session expired)")
-            self.watch.check_session(self._started, self.sub.session_timeout_ms)
+            self.check_session()
             if batch:
                 step.take(batch)
                 last = time.monotonic()
                 self.health.progressed()
                 self.sessions.progressed()
             step.flush_due(caught_up=not batch)
-            self._commit(consumer, step)
+            if self.txn is not None:
+                tstep = cast(TransactionalStep, step)
+                if tstep.pending():
+                    self.txn.commit(consumer, tstep)
+            else:
+                self._commit(consumer, step)
             now = time.monotonic()
             if now >= next_lag:
                 next_lag = now + _LAG_EVERY_S
-                self._update_lag(consumer)
+                self._update_lag(consumer, step)
             if now >= next_report:
-                next_report = now + _REPORT_EVERY_S
+                next_report = now + self.sub.report_every_s
                 step.report("running")
             if until_idle is not None and self._idle(consumer, step, last, until_idle):
                 break
         step.drain()
-        self._commit(consumer, step, final=True)
+        if self.txn is None:
+            self._commit(consumer, step, final=True)
 
     def _consume(self, consumer: Consumer, step: Step) -> list[Message]:
         """What is queued, at once; only when nothing is, wait (up to the step's poll time)
         for the first record: a batch short of ``_BATCH`` does not wait out the timeout, and
         a poll is empty only after that long without any record."""
         try:
-            batch: list[Message] = consumer.consume(num_messages=_BATCH, timeout=0)
+            if self.sub.fill:  # a full batch, or what came within the step's wait
+                return list(consumer.consume(num_messages=self.sub.batch, timeout=step.poll_s()))
+            batch: list[Message] = consumer.consume(num_messages=self.sub.batch, timeout=0)
             if not batch:
                 batch = consumer.consume(num_messages=1, timeout=step.poll_s())
         except KafkaException as exc:
@@ -270,8 +260,14 @@ class ConsumerRuntime:
             return []
         return batch
 
-    def _update_lag(self, consumer: Consumer) -> None:
+    def _update_lag(self, consumer: Consumer, step: Step) -> None:
         try:
+            if self.txn is not None:
+                lag = self._lag.partitions(consumer)
+                cast(TransactionalStep, step).lag(lag)
+                idle = not consumer.assignment() and self._assigned
+                self.health.set_lag(sum(lag.values()) if lag or idle else None)
+                return
             self.health.set_lag(self._lag.total(consumer, self._assigned))
         except KafkaException as exc:
             log.debug("lag not updated: %s", exc)
