@@ -10,8 +10,9 @@
  *
  * What it may do, and nothing more: read SealedEvent v1 values wrapping TraceEvent v2 values
  * (the headers the Python walks are armed with), each exactly to its end, with every string
- * the row holds valid UTF-8. Anything else, it declines (returns None) and the caller builds
- * the rows in Python (``run_rows``), the reference that tests/index/test_step.py pins this
+ * valid UTF-8 (those the row does not hold too: the Python reader refuses such a value).
+ * Anything else, it declines (returns None) and the caller builds the rows in Python
+ * (``run_rows``), the reference that tests/index/test_step.py and test_cwalk.py pin this
  * walk to. It never decides what is malformed.
  *
  * ``columns(data, ends, counts, sealed_header, trace_header, nkinds, tool_kind)``: the
@@ -193,6 +194,9 @@ static int walk(const uint8_t *b, Py_ssize_t end, const uint8_t *sh, const uint8
     if (read_span(b, end, &p, &raw) < 0 || read_long(b, end, &p, &sealed_at) < 0 ||
         read_long(b, end, &p, &part) < 0 || read_long(b, end, &p, &off) < 0 ||
         read_span(b, end, &p, &sid) < 0 || p != end)
+        return 0;
+    /* strings the row does not hold, but that the Python reader decodes (and refuses) */
+    if (!utf8_valid(rid.p, rid.n) || !utf8_valid(sid.p, sid.n))
         return 0;
     /* the TraceEvent v2 value */
     const uint8_t *r = raw.p;
