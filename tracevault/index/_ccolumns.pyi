@@ -3,7 +3,8 @@
 from typing import Any
 
 def columns(
-    values: list[bytes],
+    data: bytes,
+    ends: bytes,
     counts: list[int],
     sealed_header: bytes,
     trace_header: bytes,
