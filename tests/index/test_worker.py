@@ -98,3 +98,40 @@ def test_a_store_error_in_the_child_is_raised_to_the_flush(tmp_path: Path) -> No
         assert worker.restarts == 0  # the child said so; it did not die
     finally:
         worker.close()
+
+
+def test_a_child_of_another_version_refuses_at_once_instead_of_waiting(tmp_path: Path) -> None:
+    """An archiver whose files were replaced under it (an upgrade in place) starts children
+    from the new files: their frames differ, and before the hello said which version each
+    side is, parent and child waited on each other for ever (seen when a merge landed under a
+    running test). Now the child says what it is and exits; the flush's error names it."""
+    import subprocess
+    import sys
+
+    from tracevault.errors import ArchiveError
+
+    worker = _worker(f"file://{tmp_path / 'archive'}")
+    worker._hello = ("0" * 16, *worker._hello[1:])  # what an older parent sends
+    with pytest.raises(ArchiveError, match="another version of tracevault"):
+        worker.wait_ready()
+    assert worker._child is None, "the refusing child is not kept"
+    # and an older parent's three-field hello is refused the same way, by a real child
+    child = subprocess.run(
+        [sys.executable, "-c", "from tracevault.index._worker import main; main()"],
+        input=_hello_frame(("{}", "file:///nowhere", None)),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == 0
+    assert b"another version of tracevault" in child.stdout
+
+
+def _hello_frame(hello: tuple[object, ...]) -> bytes:
+    import io
+
+    from tracevault.index._worker import _send
+
+    buf = io.BytesIO()
+    _send(buf, hello)
+    return buf.getvalue()

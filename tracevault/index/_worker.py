@@ -47,11 +47,25 @@ log = logging.getLogger(__name__)
 _LEN = struct.Struct("<Q")
 
 
+def _protocol() -> str:
+    """What both sides of the pipe must share: a digest of this module's and the step's
+    source. A child started from files replaced under a running archiver (an upgrade in
+    place) would read frames of another layout and both would wait on each other for ever;
+    with this in the hello it refuses at once and the archiver's flush fails naming it."""
+    import hashlib  # noqa: PLC0415 - once per process
+
+    from tracevault.index import _step  # noqa: PLC0415
+
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(Path(_step.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 class IndexWorker:
     """The index step, run by a child process: ``take`` as ``IndexStep.take``."""
 
     def __init__(self, settings_json: str, archive_url: str, *, writer: str = "archiver") -> None:
-        self._hello = (settings_json, archive_url, writer)
+        self._hello = (_protocol(), settings_json, archive_url, writer)
         self._lock = threading.Lock()  # one flush at a time through the pipe
         self._child: subprocess.Popen[bytes] | None = None
         self.events = 0  # events indexed
@@ -116,6 +130,8 @@ class IndexWorker:
                 self._child = None
                 raise ArchiveError(f"the index worker did not start: {exc}") from exc
             if said != "ready":
+                _stop(child)
+                self._child = None
                 raise ArchiveError(f"the index worker said {said!r} at start, not 'ready'")
             self._ready = True
             self._cpu_at_ready = _cpu_of(child.pid)
@@ -258,7 +274,12 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     from tracevault.config import Settings  # noqa: PLC0415
     from tracevault.index._step import IndexStep  # noqa: PLC0415
 
-    settings_json, url, writer = _receive(inp)
+    hello = _receive(inp)
+    if not (isinstance(hello, tuple) and len(hello) == 4 and hello[0] == _protocol()):
+        # not "ready": the archiver raises what this says, and the child exits
+        _send(out, f"another version of tracevault (index worker protocol {_protocol()})")
+        return
+    _, settings_json, url, writer = hello
     settings = Settings.model_validate_json(settings_json)
     step = IndexStep(open_store(url, settings, create=False), writer=writer)
     gc.freeze()  # what start-up built lives as long as the child: no full collection walks it
