@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tests.consumer.sequencer.support import wait_until
 from tests.kafka_harness import LocalBroker, free_port
 from tests.producer.conftest import read_partition
+from tests.services.sequencer.support import wait_until
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics, partition_for
 from tracevault.producer import Publisher, Recorder
