@@ -30,7 +30,7 @@ from tracevault.replayer.load.verify import verify
 from tracevault.runid import RUN_ID_RULE
 from tracevault.services.archiver import Archiver, ArchiverStats
 from tracevault.services.archiver._quarantine import Quarantined
-from tracevault.services.sequencer import _loop
+from tracevault.services.sequencer import _step
 from tracevault.transparency import NoteVerifier, parse_vkey
 
 BAD = [".", "..", "中" * 85, "x" * 255]
@@ -75,7 +75,7 @@ def test_bad_ids_from_a_plain_producer_go_to_the_dlq_and_every_later_run_archive
     store_of: Callable[[Settings], ObjectStore],
     log_vkey: str,
 ) -> None:
-    assert _loop._cseal is not None, "the C path is built: this test is about it too"
+    assert _step._cseal is not None, "the C path is built: this test is about it too"
     settings = make_settings(
         sequencer_batch_wait_ms=20, sequencer_gap_timeout_s=30.0, log_vkeys=log_vkey
     )

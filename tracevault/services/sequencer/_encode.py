@@ -3,7 +3,7 @@
 Each goes through the C path (``_cseal.values``, ``_cseal.heads``) when the caller passes
 the built module and the current layouts are the v1 ones it writes; else Python writes the
 same bytes (tests/services/sequencer/test_cseal.py). The caller passes the module so that
-one switch (``_loop._cseal``) turns the C path off for both.
+one switch (``_step._cseal``) turns the C path off for both.
 """
 
 from __future__ import annotations
