@@ -81,5 +81,5 @@ def test_replayer_and_archive_import_no_kafka_client() -> None:
         loaded = _modules_after(statement)
         kafka = sorted(m for m in loaded if m.startswith("confluent_kafka"))
         assert not kafka, f"{statement!r} loaded {kafka}"
-        consumer = sorted(m for m in loaded if m.startswith("tracevault.consumer"))
-        assert not consumer, f"{statement!r} loaded {consumer}"
+        services = sorted(m for m in loaded if m.startswith("tracevault.services"))
+        assert not services, f"{statement!r} loaded {services}"
