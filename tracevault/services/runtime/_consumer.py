@@ -207,6 +207,7 @@ class ConsumerRuntime:
         except ServiceUnavailableError as exc:
             raise Restart(str(exc)) from exc
         self.health.state = "running"
+        log.info("%s started", self.sub.name)  # restored and, if transactional, initialised
         last: float | None = None
         next_report = time.monotonic() + self.sub.report_every_s
         next_lag = 0.0

@@ -164,4 +164,5 @@ class Sequencer:
         try:
             self.runtime.run(self.step)
         finally:
+            self.step.report("stopped")  # its last counters, as the archiver and witness do
             log.info("sequencer %s stopped", self.instance_id)
