@@ -58,7 +58,7 @@ class ConsumerRuntime:
         self.stopping = threading.Event()
         self.calls = BlockingCalls(sub.name, self.stopping)
         self.watch = KafkaWatch(sub.name)
-        self.health = Health(sub.name, settings.health_stall_s)
+        self.health = Health(sub.service, settings.health_stall_s)
         self.health.watch = self.watch
         self.sessions = Sessions(sub.name, self.stopping, self.health)
         self.commits = OffsetCommits(

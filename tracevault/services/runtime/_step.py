@@ -80,6 +80,12 @@ class Subscription:
     fill: bool = False
     report_every_s: float = 60.0  # an INFO line with the step's counters
 
+    @property
+    def service(self) -> str:
+        """The service's one word (``name``'s first: "sequencer <instance id>" is the
+        sequencer), as metrics (``tracevault_<service>_healthy``) and ``/healthz`` name it."""
+        return self.name.split(" ", 1)[0]
+
 
 class TransactionalStep(Protocol):
     """What a step whose output and consumed offsets commit in one transaction has besides
