@@ -10,16 +10,12 @@
  *
  * What it may do, and nothing more: read SealedEvent v1 values wrapping TraceEvent v2 values
  * (the headers the Python walks are armed with), each exactly to its end, with every string
- * valid UTF-8 (those the row does not hold too: the Python reader refuses such a value).
- * Anything else, it declines (returns None) and the caller builds the rows in Python
- * (``run_rows``), the reference that tests/index/test_step.py and test_cwalk.py pin this
+ * the row holds valid UTF-8. Anything else, it declines (returns None) and the caller builds
+ * the rows in Python (``run_rows``), the reference that tests/index/test_step.py pins this
  * walk to. It never decides what is malformed.
  *
- * ``columns(data, ends, counts, sealed_header, trace_header, nkinds, tool_kind)``: the
- * flush's sealed values, run after run (``counts`` values each, in seq order), packed: ``data``
- * their bytes end to end, ``ends`` each value's end offset in ``data`` (int64, native order),
- * so a flush is two objects, not one per event (the index child receives them so: docs/
- * index.md, "Writing"). Offsets that go backwards or past ``data`` are refused. Returns
+ * ``columns(values, counts, sealed_header, trace_header, nkinds, tool_kind)``: ``values`` the
+ * flush's sealed values, run after run (``counts`` values each, in seq order). Returns
  * ``(n, buffers, tool_requests, runs)``: ``buffers`` a dict of column name to the Arrow
  * buffers (validity bitmap or None, then offsets and data, or the values), ``tool_requests``
  * ``[(row, request bytes)]`` of the TOOL_CALLs whose tool name this walk leaves to Python
@@ -194,9 +190,6 @@ static int walk(const uint8_t *b, Py_ssize_t end, const uint8_t *sh, const uint8
     if (read_span(b, end, &p, &raw) < 0 || read_long(b, end, &p, &sealed_at) < 0 ||
         read_long(b, end, &p, &part) < 0 || read_long(b, end, &p, &off) < 0 ||
         read_span(b, end, &p, &sid) < 0 || p != end)
-        return 0;
-    /* strings the row does not hold, but that the Python reader decodes (and refuses) */
-    if (!utf8_valid(rid.p, rid.n) || !utf8_valid(sid.p, sid.n))
         return 0;
     /* the TraceEvent v2 value */
     const uint8_t *r = raw.p;
@@ -445,45 +438,21 @@ static PyObject *spans_list(const Spans *a) {
 
 static const char HEX[] = "0123456789abcdef";
 
-/* The end offset of value ``i`` (``ends`` may be unaligned: read by memcpy). */
-static int64_t end_at(const uint8_t *ends, Py_ssize_t i) {
-    int64_t e;
-    memcpy(&e, ends + 8 * i, 8);
-    return e;
-}
-
 static PyObject *columns(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *data, *ends_obj, *counts, *sh, *th;
+    PyObject *values, *counts, *sh, *th;
     Py_ssize_t nkinds, tool_kind;
-    /* bytes, not any buffer: immutable, so nothing can change them while they are walked */
-    if (!PyArg_ParseTuple(args, "SSO!SSnn", &data, &ends_obj, &PyList_Type, &counts, &sh, &th,
-                          &nkinds, &tool_kind))
+    if (!PyArg_ParseTuple(args, "O!O!SSnn", &PyList_Type, &values, &PyList_Type, &counts, &sh,
+                          &th, &nkinds, &tool_kind))
         return NULL;
     if (PyBytes_GET_SIZE(sh) != 10 || PyBytes_GET_SIZE(th) != 10 || nkinds < 1 ||
         nkinds > MAX_KINDS) {
         PyErr_SetString(PyExc_ValueError, "columns: bad headers or kinds");
         return NULL;
     }
-    if (PyBytes_GET_SIZE(ends_obj) % 8 != 0) {
-        PyErr_SetString(PyExc_ValueError, "columns: ends is not whole int64 offsets");
-        return NULL;
-    }
     const uint8_t *shp = (const uint8_t *)PyBytes_AS_STRING(sh);
     const uint8_t *thp = (const uint8_t *)PyBytes_AS_STRING(th);
-    const uint8_t *dp = (const uint8_t *)PyBytes_AS_STRING(data);
-    const uint8_t *ends = (const uint8_t *)PyBytes_AS_STRING(ends_obj);
-    Py_ssize_t dn = PyBytes_GET_SIZE(data);
-    Py_ssize_t n = PyBytes_GET_SIZE(ends_obj) / 8, nruns = PyList_GET_SIZE(counts);
-    /* every offset checked before any is used: 0 <= end[i-1] <= end[i] <= len(data) */
-    for (Py_ssize_t i = 0, prev = 0; i < n; i++) {
-        int64_t e = end_at(ends, i);
-        if (e < prev || e > dn) {
-            PyErr_SetString(PyExc_ValueError, "columns: an end offset backwards or past data");
-            return NULL;
-        }
-        prev = (Py_ssize_t)e;
-    }
+    Py_ssize_t n = PyList_GET_SIZE(values), nruns = PyList_GET_SIZE(counts);
     Py_ssize_t nbits = (n + 7) / 8;
     PyObject *ret = NULL, *tools = NULL, *runs = NULL, *bufs = NULL;
     Buf seq = {0}, kind = {0}, at = {0}, dur = {0}, durv = {0}, req = {0}, resp = {0};
@@ -516,7 +485,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     Py_ssize_t row = 0;
     for (Py_ssize_t r = 0; r < nruns && !declined; r++) {
         PyObject *ci = PyList_GET_ITEM(counts, r);
-        if (!PyLong_CheckExact(ci)) { /* an __index__ could run Python (and change ``counts``) */
+        if (!PyLong_CheckExact(ci)) { /* an __index__ could run Python and shrink ``values`` */
             PyErr_SetString(PyExc_TypeError, "columns: a count that is not an int");
             goto done;
         }
@@ -536,10 +505,12 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         Ev first = {0};
         models.n = errs.n = tls.n = 0;
         for (Py_ssize_t i = 0; i < cnt; i++, row++) {
-            Py_ssize_t from = row ? (Py_ssize_t)end_at(ends, row - 1) : 0;
-            Py_ssize_t to = (Py_ssize_t)end_at(ends, row);
+            PyObject *v = PyList_GET_ITEM(values, row);
             Ev e;
-            if (!walk(dp + from, to - from, shp, thp, nkinds, &e) || e.seq <= last_seq) {
+            if (!PyBytes_CheckExact(v) ||
+                !walk((const uint8_t *)PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), shp, thp,
+                      nkinds, &e) ||
+                e.seq <= last_seq) {
                 declined = 1; /* not this walk's shape, or not in seq order: Python */
                 break;
             }

@@ -3,8 +3,7 @@
 from typing import Any
 
 def columns(
-    data: bytes,
-    ends: bytes,
+    values: list[bytes],
     counts: list[int],
     sealed_header: bytes,
     trace_header: bytes,

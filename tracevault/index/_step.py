@@ -26,10 +26,8 @@ import hashlib
 import logging
 import threading
 import time
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -62,7 +60,7 @@ from tracevault.index._tables import (
 from tracevault.schemas.fast import armed_walks
 from tracevault.transparency import CONTESTED_PREFIX
 
-__all__ = ["FlushSlices", "IndexFlush", "IndexStep", "RunSlice", "held", "pack", "unpack"]
+__all__ = ["IndexFlush", "IndexStep", "held"]
 
 log = logging.getLogger(__name__)
 
@@ -83,33 +81,6 @@ class LeafLike(Protocol):
     def finishes(self) -> bool: ...
     @property
     def value(self) -> bytes: ...
-
-
-# One run's part of a flush, as the step reads it: (the first seq, whether the last value
-# finishes the run, the last value's chain hash, how many values). The values themselves are
-# the flush's, packed (``pack``): no leaf object, no bytes object per event, which is what the
-# index child's frames cost most (docs/index.md, "Writing").
-RunSlice = tuple[int, bool, bytes, int]
-
-
-def pack(runs: Mapping[str, Sequence[LeafLike]]) -> tuple[dict[str, RunSlice], bytes, bytes]:
-    """A flush's runs (those with leaves) as slices, and their values packed run after run:
-    the values' bytes end to end and each one's end offset (int64, native order)."""
-    out: dict[str, RunSlice] = {}
-    values: list[bytes] = []
-    for run_id, recs in runs.items():
-        if recs:
-            last = recs[-1]
-            out[run_id] = (recs[0].seq, last.finishes, last.chain_hash, len(recs))
-            values += [r.value for r in recs]
-    ends = array("q", accumulate(map(len, values)))
-    return out, b"".join(values), ends.tobytes()
-
-
-def unpack(data: bytes, ends: bytes) -> list[bytes]:
-    """The values ``pack`` packed (the Python path's; the C walks them packed)."""
-    offsets = memoryview(ends).cast("q").tolist()
-    return [data[a:b] for a, b in zip([0, *offsets], offsets, strict=False)]
 
 
 class FlushingLog(Protocol):
@@ -183,17 +154,6 @@ class IndexStep:
         thread, right before ``take_flush``, which clears it)."""
         return IndexFlush(self, *held(plog))
 
-    def write(self, flush: FlushSlices) -> list[str]:
-        """Build and put ``flush``'s index objects (unlocked: derived, rebuildable) on this
-        thread; the keys written."""
-        started = time.thread_time()
-        try:
-            return _Flush(self, flush).index()
-        finally:
-            with self._lock:
-                self.cpu_s += time.thread_time() - started
-                self.events += sum(sl[3] for sl in flush.runs.values())
-
     # -- a run's row --------------------------------------------------------------------
 
     def _prior(self, run_id: str, first_seq: int) -> dict[str, Any] | None:
@@ -222,14 +182,14 @@ def _merge(  # noqa: PLR0917 - a row's inputs, as the flush holds them
     prior: dict[str, Any] | None,
     run_id: str,
     part: _Part,
-    sl: RunSlice,
+    recs: Sequence[LeafLike],
     leaves: Sequence[int],
     place: dict[str, Any],
 ) -> dict[str, Any]:
     """The run's row after this flush: its prior row (None: the run starts here) plus
     ``part``; the same row ``run_rows`` gives for the run read whole (a rebuild's).
     ``place``: the flush's log columns (partition, generation, origin, log, checkpoint size)."""
-    _, finishes, last_hash, count = sl
+    last = recs[-1]
     if prior is None:
         counts = dict(part.counts)
         tools, models, errors = part.tools, part.models, part.errors
@@ -240,7 +200,7 @@ def _merge(  # noqa: PLR0917 - a row's inputs, as the flush holds them
             "agent_version": part.agent_version,
             "started": part.first_at,
             "ended": part.max_at,
-            "events": count,
+            "events": len(recs),
             "first_leaf": min(leaves),
             "last_leaf": max(leaves),
         }
@@ -257,15 +217,15 @@ def _merge(  # noqa: PLR0917 - a row's inputs, as the flush holds them
             "agent_version": prior["agent_version"],
             "started": prior["started"],
             "ended": max(prior["ended"], part.max_at),
-            "events": prior["events"] + count,
+            "events": prior["events"] + len(recs),
             "first_leaf": min(prior["first_leaf"], *leaves),
             "last_leaf": max(prior["last_leaf"], *leaves),
         }
         finished = prior["status"] != "unfinished"
         head = prior["head"]
-    if finishes and not finished:
-        finished, head = True, last_hash.hex()
-    errored = finishes and part.last_error
+    if last.finishes and not finished:
+        finished, head = True, last.chain_hash.hex()
+    errored = last.finishes and part.last_error
     status = "errored" if errored else ("finished" if finished else "unfinished")
     return {
         "run_id": run_id,
@@ -296,80 +256,56 @@ class IndexFlush:
     def __call__(self) -> list[str]:
         """Build and put this flush's index objects (unlocked: derived, rebuildable); the
         keys written."""
-        return self.step.write(self.packed())
+        started = time.thread_time()
+        try:
+            return self._index()
+        finally:
+            with self.step._lock:
+                self.step.cpu_s += time.thread_time() - started
+                self.step.events += sum(len(r) for r in self.runs.values())
 
-    def packed(self) -> FlushSlices:
-        """This flush as the step indexes it: the values packed (``pack``)."""
-        runs, data, ends = pack(self.runs)
-        return FlushSlices(self.log, self.origin, self.partition, self.sizes, runs,
-                           self.leaf_index, self.holes, data, ends)  # fmt: skip
-
-
-@dataclass(slots=True)
-class FlushSlices:
-    """One flush as the step indexes it: its log, the tree sizes it covers (archived, new
-    size), each run's slice (runs with values only), leaf indexes, holes, and the values
-    packed (``pack``). What the index child gets from each frame (``_worker``)."""
-
-    log: str
-    origin: str
-    partition: int
-    sizes: tuple[int, int]
-    runs: dict[str, RunSlice]
-    leaf_index: Mapping[str, Sequence[int]]
-    holes: Sequence[tuple[str, bytes]]
-    data: bytes
-    ends: bytes
-
-
-@dataclass(slots=True)
-class _Flush:
-    """One flush's rows and objects, built on the calling thread (``IndexStep.write``)."""
-
-    step: IndexStep
-    f: FlushSlices
-
-    def index(self) -> list[str]:
-        runs = self.f.runs
+    def _index(self) -> list[str]:
+        runs = {r: recs for r, recs in self.runs.items() if recs}
         parts, events = self._columns(runs)
-        step, size = self.step, self.f.sizes[1]
-        _, generation, partition = _tag_parts(self.f.log)
-        place = {"partition": partition, "generation": generation, "origin": self.f.origin,
-                 "log": self.f.log, "checkpoint_size": size}  # fmt: skip
+        step, size = self.step, self.sizes[1]
+        _, generation, partition = _tag_parts(self.log)
+        place = {"partition": partition, "generation": generation, "origin": self.origin,
+                 "log": self.log, "checkpoint_size": size}  # fmt: skip
         rows: list[dict[str, Any]] = []
         statuses: list[StatusRow] = []
         days: list[str] = []
-        for run_id, sl in runs.items():
+        for run_id, recs in runs.items():
             part = parts.get(run_id)
             if part is None:  # unreadable: warned, left to `index rebuild`
                 continue
             row = _merge(
-                step._prior(run_id, sl[0]),
+                step._prior(run_id, recs[0].seq),
                 run_id,
                 part,
-                sl,
-                self.f.leaf_index[run_id],
+                recs,
+                self.leaf_index[run_id],
                 place,
             )
             step._remember(run_id, row)
             rows.append(row)
             days.append(day_of(row["started"]))
             statuses += part.statuses
-        for key, data in self.f.holes:
+        for key, data in self.holes:
             statuses += hole_statuses(Hole.from_json(data, key), key)
         return self._write(rows, days, events, statuses)
 
-    def _columns(self, runs: dict[str, RunSlice]) -> tuple[dict[str, _Part], pa.Table | None]:
+    def _columns(
+        self, runs: dict[str, Sequence[LeafLike]]
+    ) -> tuple[dict[str, _Part], pa.Table | None]:
         """Each run's part and the flush's events table (rows run after run), in C when it
         reads every value, else in Python."""
         walks = self.step._walks
         if walks is not None and _ccolumns is not None and runs:
             sealed, trace, kinds = walks
-            counts = [sl[3] for sl in runs.values()]
+            values = [r.value for recs in runs.values() for r in recs]
+            counts = [len(recs) for recs in runs.values()]
             tool_kind = [k.value for k in kinds].index("TOOL_CALL")
-            got = _ccolumns.columns(
-                self.f.data, self.f.ends, counts, sealed, trace, len(kinds), tool_kind
-            )
+            got = _ccolumns.columns(values, counts, sealed, trace, len(kinds), tool_kind)
             if got is not None:
                 self.step.c_flushes += 1
                 return self._from_c(runs, got, [k.value for k in kinds])
@@ -377,7 +313,7 @@ class _Flush:
 
     def _from_c(
         self,
-        runs: dict[str, RunSlice],
+        runs: dict[str, Sequence[LeafLike]],
         got: tuple[int, dict[str, Any], list[tuple[int, bytes]], list[tuple[Any, ...]]],
         kind_names: list[str],
     ) -> tuple[dict[str, _Part], pa.Table]:
@@ -392,10 +328,10 @@ class _Flush:
         parts: dict[str, _Part] = {}
         run_ids: list[str] = []
         start = 0
-        for (run_id, sl), info in zip(runs.items(), per_run, strict=True):
+        for (run_id, recs), info in zip(runs.items(), per_run, strict=True):
             kc, first_at, max_at, models, errors, names, agent_id, version, key, note, err = info
-            end = start + sl[3]
-            first_seq0 = sl[0] == 0
+            end = start + len(recs)
+            first_seq0 = recs[0].seq == 0
             tool_set = set(names)
             if fixed:
                 tool_set |= {t for r, t in fixed.items() if start <= r < end and t is not None}
@@ -411,12 +347,12 @@ class _Flush:
                 tenant_of(key) if first_seq0 else None,
                 agent_key_of(note) if first_seq0 else None,
                 err,
-                self._implied(run_id, agent_id, start) if first_seq0 else [],
+                self._implied(run_id, agent_id, recs) if first_seq0 else [],
             )
             parts[run_id] = part
-            run_ids += [run_id] * sl[3]
+            run_ids += [run_id] * len(recs)
             start = end
-        leaves = [x for r in runs for x in self.f.leaf_index[r]]
+        leaves = [x for r in runs for x in self.leaf_index[r]]
         kinds = pc.take(pa.array(kind_names), _fixed(pa.uint8(), n, bufs["kind"]))
         arrays = {
             "run_id": pa.array(run_ids, pa.string()),
@@ -436,39 +372,33 @@ class _Flush:
         table = pa.Table.from_arrays([arrays[f.name] for f in EVENT_SCHEMA], schema=EVENT_SCHEMA)
         return parts, table
 
-    def _implied(self, run_id: str, agent_id: str, row: int) -> list[StatusRow]:
+    def _implied(self, run_id: str, agent_id: str, recs: Sequence[LeafLike]) -> list[StatusRow]:
         """The status rows an erasure or contested record's first value says of another
         run (read in Python: such records are few)."""
         if not run_id.startswith(CONTESTED_PREFIX) and agent_id != ERASE_AGENT:
             return []
-        leaf = self.f.leaf_index[run_id][0]
+        leaf = self.leaf_index[run_id][0]
         try:
-            first = self._value(row)
-            got = run_rows(run_id, [first], [leaf], None, finished=False, head="")
+            got = run_rows(run_id, [recs[0].value], [leaf], None, finished=False, head="")
         except TraceVaultError as exc:
             log.warning("index: the first record of run %r not read: %s", run_id, exc)
             return []
         return got.statuses
 
-    def _value(self, row: int) -> bytes:
-        """The flush's value ``row`` (one of the packed values)."""
-        ends = memoryview(self.f.ends).cast("q")
-        return self.f.data[ends[row - 1] if row else 0 : ends[row]]
-
-    def _from_python(self, runs: dict[str, RunSlice]) -> tuple[dict[str, _Part], pa.Table | None]:
+    def _from_python(
+        self, runs: dict[str, Sequence[LeafLike]]
+    ) -> tuple[dict[str, _Part], pa.Table | None]:
         parts: dict[str, _Part] = {}
         cols = []
-        values, start = unpack(self.f.data, self.f.ends), 0
-        for run_id, sl in runs.items():
-            leaves = list(self.f.leaf_index[run_id])
-            mine, start = values[start : start + sl[3]], start + sl[3]
+        for run_id, recs in runs.items():
+            leaves = list(self.leaf_index[run_id])
             try:
-                got = run_rows(run_id, mine, leaves, None,
+                got = run_rows(run_id, [r.value for r in recs], leaves, None,
                                finished=False, head="")  # fmt: skip
             except TraceVaultError as exc:
                 log.warning("index: run %r not indexed at this flush: %s", run_id, exc)
                 continue
-            row, first_seq0 = got.run, sl[0] == 0
+            row, first_seq0 = got.run, recs[0].seq == 0
             parts[run_id] = _Part(
                 {k: row[f"n_{k.lower()}"] for k in KINDS},
                 row["started"],
@@ -495,7 +425,7 @@ class _Flush:
         events: pa.Table | None,
         statuses: list[StatusRow],
     ) -> list[str]:
-        tag = log_tag(*_tag_parts(self.f.log))
+        tag = log_tag(*_tag_parts(self.log))
         objects: list[tuple[str, str, pa.Table]] = []
         for day in sorted(set(days)):
             run_rows_ = [r for r, d in zip(rows, days, strict=True) if d == day]
@@ -517,7 +447,7 @@ class _Flush:
         for table, day, data in objects:
             body = parquet_bytes(data)
             writer = f"{self.step.writer}.{hashlib.sha256(body).hexdigest()[:12]}"
-            key = index_key(table, day, writer, tag, self.f.sizes)
+            key = index_key(table, day, writer, tag, self.sizes)
             self.step.store.put(key, body, retain_until=now)
             written.append(key)
         return written

@@ -4,8 +4,7 @@ The index step's work (the C walk, each run's row, two Parquet files and their p
 a third of the archiver's own CPU per event. Run on the archiver's threads, most of it holds
 the GIL the archiver's consumer thread needs, so the archiver lost that third of its
 throughput. Here it runs in a child process: the archiver's flush thread hands the child
-the flush's values packed (``pack``: their bytes end to end and their end offsets, two raw
-blocks after a small pickled head, no object per event on either side) and waits, the GIL
+the flush's values (references joined into one frame, no decoding) and waits, the GIL
 released, for the keys the child wrote; the archiver's consumer thread goes on meanwhile.
 
 What a flush writes and when is unchanged: the flush's thread waits for its index objects
@@ -16,8 +15,8 @@ rows between flushes as the step in-process does.
 
 A child that dies is started again and the flush's index is asked again, once; an error the
 step raises in the child (the store refused a put) is raised in the flush's thread as the
-same error class, so the archiver handles it as it always did. Frame heads are pickles of
-plain tuples between this process and a child it started itself from the same installation.
+same error class, so the archiver handles it as it always did. Frames are pickles of plain
+tuples between this process and a child it started itself from the same installation.
 """
 
 from __future__ import annotations
@@ -38,13 +37,15 @@ from typing import IO, Any
 
 from tracevault import errors
 from tracevault.errors import ArchiveError, TraceVaultError
-from tracevault.index._step import FlushingLog, FlushSlices, held, pack
+from tracevault.index._step import FlushingLog, held
 
 __all__ = ["IndexWorker"]
 
 log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("<Q")
+# what a flush sends, per run: (first seq, last finishes, last chain hash, values)
+_Run = tuple[int, bool, bytes, list[bytes]]
 
 
 def _protocol() -> str:
@@ -143,14 +144,14 @@ class IndexWorker:
         _stop(child)
         self._child = None
 
-    def ask(self, frame: tuple[Any, ...], data: bytes, ends: bytes) -> list[str]:
-        """The keys the child wrote for ``frame`` and its packed values (``pack``); a child
-        that died is started again and asked again, once."""
+    def ask(self, frame: tuple[Any, ...]) -> list[str]:
+        """The keys the child wrote for ``frame``; a child that died is started again and
+        asked again, once."""
         with self._lock:
             for attempt in (1, 2):
                 child = self._ready_child()
                 try:
-                    _send(_stdin(child), frame, data, ends)
+                    _send(_stdin(child), frame)
                     got = _receive(_stdout(child))
                 except (OSError, EOFError) as exc:
                     self._retire(child)
@@ -167,7 +168,7 @@ class IndexWorker:
         self.cpu_s += cpu_s
         if not ok:
             raise _error_class(what)(str(keys))
-        self.events += sum(r[3] for r in frame[4].values())
+        self.events += sum(len(r[3]) for r in frame[4].values())
         self.c_flushes += int(c_flush)
         return list(keys)
 
@@ -186,10 +187,15 @@ class _RemoteFlush:
     holes: list[tuple[str, bytes]]
 
     def __call__(self) -> list[str]:
-        runs, data, ends = pack(self.runs)
-        head = (self.log, self.origin, self.partition, self.sizes, runs, self.leaf_index,
-                self.holes)  # fmt: skip
-        return self.worker.ask(head, data, ends)
+        runs: dict[str, _Run] = {}
+        for run_id, recs in self.runs.items():
+            if recs:
+                last = recs[-1]
+                runs[run_id] = (recs[0].seq, last.finishes, last.chain_hash,
+                                [r.value for r in recs])  # fmt: skip
+        frame = (self.log, self.origin, self.partition, self.sizes, runs, self.leaf_index,
+                 self.holes)  # fmt: skip
+        return self.worker.ask(frame)
 
 
 # -- the wire -------------------------------------------------------------------------------
@@ -205,22 +211,13 @@ def _stdout(child: subprocess.Popen[bytes]) -> IO[bytes]:
     return child.stdout
 
 
-def _send(out: IO[bytes], obj: object, *raw: bytes) -> None:
-    """``obj`` pickled, then each of ``raw`` as it is (a flush's packed values: one write
-    each, never a pickle of them)."""
+def _send(out: IO[bytes], obj: object) -> None:
     body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(_LEN.pack(len(body)) + body)
-    for block in raw:
-        out.write(_LEN.pack(len(block)))
-        out.write(block)
     out.flush()
 
 
 def _receive(inp: IO[bytes]) -> Any:
-    return pickle.loads(_receive_raw(inp))  # noqa: S301 - our own child's frames
-
-
-def _receive_raw(inp: IO[bytes]) -> bytes:
     head = inp.read(_LEN.size)
     if len(head) < _LEN.size:
         raise EOFError("the index worker closed its output")
@@ -228,7 +225,7 @@ def _receive_raw(inp: IO[bytes]) -> bytes:
     body = inp.read(n)
     if len(body) < n:
         raise EOFError("the index worker's frame was cut short")
-    return body
+    return pickle.loads(body)  # noqa: S301 - our own child's frames
 
 
 def _error_class(name: str) -> type[TraceVaultError]:
@@ -264,6 +261,35 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
 # -- the child's side -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Leaf:
+    seq: int
+    chain_hash: bytes
+    finishes: bool
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Plog:
+    log: str
+    origin: str
+    partition: int
+    archived: int
+    size: int
+    runs: Mapping[str, Sequence[_Leaf]]
+    leaf_index: Mapping[str, Sequence[int]]
+    holes: Sequence[tuple[str, bytes]]
+
+
+def _leaves(first_seq: int, finishes: bool, head: bytes, values: list[bytes]) -> list[_Leaf]:
+    """The leaves the step reads: every value; the first's seq, the last's end and hash."""
+    n = len(values)
+    return [
+        _Leaf(first_seq + i, head if i == n - 1 else b"", finishes and i == n - 1, v)
+        for i, v in enumerate(values)
+    ]
+
+
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The child: one ``IndexStep`` over the archive, a flush per frame, until its input
     ends."""
@@ -287,15 +313,16 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     while True:
         try:
             frame = _receive(inp)
-            data, ends = _receive_raw(inp), _receive_raw(inp)
         except EOFError:
             return
+        log_key, origin, partition, sizes, runs, leaf_index, holes = frame
+        plog = _Plog(
+            log_key, origin, partition, sizes[0], sizes[1],
+            {r: _leaves(*v) for r, v in runs.items()}, leaf_index, holes,
+        )  # fmt: skip
         before, started = step.c_flushes, time.thread_time()
         try:
-            log_key, origin, partition, sizes, runs, leaf_index, holes = frame
-            flush = FlushSlices(log_key, origin, partition, sizes, runs, leaf_index, holes,
-                                data, ends)  # fmt: skip
-            keys = step.write(flush)
+            keys = step.take(plog)()
             reply: tuple[Any, ...] = (True, keys, 0.0, step.c_flushes > before, "")
         except TraceVaultError as exc:
             reply = (False, str(exc), 0.0, False, type(exc).__name__)
