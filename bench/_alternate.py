@@ -31,12 +31,18 @@ def alternate(bare: Callable[[], Any], wrapped: Callable[[], Any], calls: int) -
         t2 = clock()
         b.append(t1 - t0)
         w.append(t2 - t1)
+    return summary(b, w)
+
+
+def summary(b: list[int], w: list[int], side: str = "wrapped") -> dict[str, float]:
+    """Medians and p99s in µs of bare (``b``) and ``side`` (``w``) nanosecond samples, the
+    median overhead and the ratio ``side``/bare."""
     b50, w50 = quantile(b, 0.5), quantile(w, 0.5)
     return {
         "bare_median_us": b50,
-        "wrapped_median_us": w50,
+        f"{side}_median_us": w50,
         "bare_p99_us": quantile(b, 0.99),
-        "wrapped_p99_us": quantile(w, 0.99),
+        f"{side}_p99_us": quantile(w, 0.99),
         "median_overhead_us": round(w50 - b50, 1),
         "ratio": round(w50 / b50, 3),
     }

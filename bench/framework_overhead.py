@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
-from _alternate import quantile
+from _alternate import summary
 from _topics import bench_prefix, delete_topics
 
 from tracevault.config import Settings
@@ -162,15 +162,7 @@ def bench(publisher: Publisher, setup: Setup, runs: int, warmup: int) -> dict[st
         loop.run_until_complete(close())
         loop.close()
     publisher.flush(60)
-    b50, w50 = quantile(b, 0.5), quantile(w, 0.5)
-    return {
-        "bare_median_us": b50,
-        "recorded_median_us": w50,
-        "bare_p99_us": quantile(b, 0.99),
-        "recorded_p99_us": quantile(w, 0.99),
-        "median_overhead_us": round(w50 - b50, 1),
-        "ratio": round(w50 / b50, 3),
-    }
+    return summary(b, w, "recorded")
 
 
 def main() -> None:

@@ -184,7 +184,7 @@ def test_a_failed_transaction_is_redone_and_every_record_lands_once(
         return real(txns, what, fn, budget, **kw)
 
     errors: list[BaseException] = []
-    with mock.patch.object(Transactions, "call", autospec=True, side_effect=flaky):
+    with mock.patch.object(Transactions, "call", autospec=True, spec_set=True, side_effect=flaky):
         thread = threading.Thread(target=_run, args=(runtime, step, errors), daemon=True)
         thread.start()
         thread.join(120)
