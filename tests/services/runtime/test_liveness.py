@@ -176,6 +176,69 @@ def test_sigterm_ends_a_process_blocked_in_a_kafka_call_within_the_bound() -> No
     assert "did not stop within 2s of the signal" in err
 
 
+def _signalled(script: str) -> tuple[int, str, str, float]:
+    """Run ``script`` until it prints "ready", SIGTERM it; its exit code, output and seconds."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    proc.terminate()
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err, time.monotonic() - t0
+
+
+def test_a_stop_that_blocks_is_still_bounded_by_the_hard_exit() -> None:
+    # stop() never returns (a lock the service never lets go): the timer is armed first, so
+    # the process still exits 3 at the bound. Armed after stop(), it was never armed (a
+    # sequencer's SIGTERM went unanswered for 30 s in CI, stop 40).
+    code, _, err, took = _signalled(
+        """
+        import logging, threading
+        from tracevault.services.runtime import stop_on_signals
+        logging.basicConfig(level=logging.INFO)
+        stop_on_signals(threading.Event().wait, "stuck", hard_limit_s=2.0)
+        print("ready", flush=True)
+        threading.Event().wait(60)
+        """
+    )
+    assert (code, took < 15) == (3, True), (took, err)
+    assert "did not stop within 2s of the signal" in err
+
+
+def test_stop_runs_off_the_main_thread_so_a_lock_the_main_thread_holds_cannot_deadlock_it() -> None:
+    # The interrupted main thread holds a lock stop() needs (as an Event.wait holds its
+    # Event's lock between checks). Called in the main thread, stop() would wait for itself.
+    code, out, err, _ = _signalled(
+        """
+        import threading, time
+        from tracevault.services.runtime import stop_on_signals
+        lock, stopped, ran_in = threading.Lock(), threading.Event(), []
+        def stop():
+            ran_in.append(threading.current_thread() is threading.main_thread())
+            with lock:
+                stopped.set()
+        stop_on_signals(stop, "holding", hard_limit_s=20.0)
+        with lock:
+            print("ready", flush=True)
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                time.sleep(0.05)  # interrupted here, with the lock held
+        print("stopped" if stopped.wait(10) else "hung", ran_in, flush=True)
+        """
+    )
+    assert (code, out.split()) == (0, ["stopped", "[False]"]), err
+
+
 def test_the_supervisor_starts_a_new_session_until_one_returns() -> None:
     stop = threading.Event()
     health = Health("witness", stall_s=60)

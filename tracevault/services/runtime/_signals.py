@@ -2,7 +2,10 @@
 
 Python's handlers run only between bytecodes of the main thread, and a main thread blocked in
 a C call (librdkafka) never gets there: the wakeup fd is written at once, and a thread of
-ours reads it. Its own module: process-wide signal state, apart from any Kafka client.
+ours reads it and does all the work. The Python-level handler does nothing: run in the main
+thread, ``stop()`` could deadlock on a lock the interrupted code holds (``Event.set`` takes the
+non-reentrant lock an ``Event.wait`` in the main thread may hold), and the hard exit would
+never be armed. Its own module: process-wide signal state, apart from any Kafka client.
 """
 
 from __future__ import annotations
@@ -33,8 +36,6 @@ def stop_on_signals(
         if fired.is_set():
             return
         fired.set()
-        log.info("%s: signal %s: stopping (at most %.0fs)", name, signum, hard_limit_s)
-        stop()
 
         def hard_exit() -> None:
             log.error(
@@ -49,7 +50,9 @@ def stop_on_signals(
 
         timer = threading.Timer(hard_limit_s, hard_exit)
         timer.daemon = True
-        timer.start()
+        timer.start()  # armed before stop(): a stop() that blocks is still bounded
+        log.info("%s: signal %s: stopping (at most %.0fs)", name, signum, hard_limit_s)
+        stop()
 
     def watch(keep: socket.socket) -> None:
         # ``keep``: the write end stays open as long as this thread runs, even when the caller
@@ -67,7 +70,7 @@ def stop_on_signals(
                         on_signal(signum)
 
     def handler(signum: int, frame: Any) -> None:
-        on_signal(signum)  # the main thread got control back first: no need to wait
+        """Installed so the default action does not kill; the watch thread acts."""
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
