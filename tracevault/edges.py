@@ -53,6 +53,7 @@ from tracevault.errors import PayloadError
 from tracevault.schemas import EventKind
 
 __all__ = [
+    "APART_ATTRIBUTE",
     "CANCELLED_ATTRIBUTE",
     "JSON",
     "Crossing",
@@ -73,6 +74,12 @@ JSON = Any
 
 CANCELLED_ATTRIBUTE = "tracevault.cancelled"
 """Attribute of a crossing recorded with ``CancelledError``: ``"caller"`` or ``"callee"``."""
+
+APART_ATTRIBUTE = "tracevault.apart"
+"""Attribute (``"1"``) of an async crossing that was in flight when the run's previous
+crossing completed, yet completed in a later event-loop iteration than it: replay hands its
+result back only once the loop has run idle, not with the one before (docs/design.md,
+"Concurrency inside a run"). Without it, overlapping completions are woken together."""
 
 
 def validate_model_id(model: object, *, path: str = "$.model") -> str:

@@ -103,3 +103,58 @@ def steps_agent(agent_input: Any, edges: Any) -> Any:
 def swapped_steps_agent(agent_input: Any, edges: Any) -> Any:
     """Thread ``SWAPPED_BRANCH`` makes its second and third searches the other way round."""
     return _steps_agent(agent_input, edges, swap=True)
+
+
+# -- results that came back apart, and together (a framework's asyncio.wait sees them so) --
+_GATES: dict[int, dict[str, asyncio.Event]] = {}
+
+
+def _gate(name: str) -> asyncio.Event:
+    gates = _GATES.setdefault(id(asyncio.get_running_loop()), {})
+    return gates.setdefault(name, asyncio.Event())
+
+
+async def arrive(args: Any) -> Any:
+    """The live callee: ``fast`` answers at once and lets ``slow`` go, which answers 10 ms
+    later (apart); ``x`` and ``y`` both answer when ``open`` is set (in one loop iteration),
+    ``y`` having waited first."""
+    name = args["name"]
+    if name == "slow":
+        await _gate("fast").wait()
+        await asyncio.sleep(0.01)
+    elif name in ("x", "y"):
+        if name == "x":
+            await asyncio.sleep(0)  # y waits on the gate first: y completes first
+        await _gate("open").wait()
+    result = {"name": name}
+    if name == "fast":
+        _gate("fast").set()
+    return result
+
+
+ARRIVE_TOOLS = {"arrive": arrive}
+
+
+async def _as_a_framework_sees_them(edges: Any, names: list[str]) -> list[str]:
+    """Tasks yielded as ``asyncio.wait`` reports them done; those done in one wakeup in task
+    order (Pydantic AI's parallel tool calls, ``_iter_completed_or_buffered``)."""
+    tasks = [asyncio.create_task(edges.atool("arrive", {"name": n})) for n in names]
+    seen: list[str] = []
+    pending: set[asyncio.Task[Any]] = set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        seen += [t.result()["name"] for t in sorted(done, key=tasks.index)]
+    return seen
+
+
+async def arrivals_agent(agent_input: Any, edges: Any) -> Any:
+    """Round 1: ``slow`` (asked first) comes back apart from, and after, ``fast``: live the
+    framework yields ``fast, slow``. Round 2: ``x`` and ``y`` come back in one iteration,
+    ``y`` first: live it yields them in task order, ``x, y``."""
+    loop = asyncio.get_running_loop()
+    _GATES.pop(id(loop), None)  # a loop of an earlier run may have had this id
+    apart = await _as_a_framework_sees_them(edges, ["slow", "fast"])
+    # not a crossing: live it lets x and y go; under replay nobody waits on it
+    loop.call_later(0.01, _gate("open").set)
+    together = await _as_a_framework_sees_them(edges, ["x", "y"])
+    return {"apart": apart, "together": together}

@@ -22,6 +22,7 @@ from tests.conftest import burning_cpus
 from tests.replayer import cancel_agents, load_agents
 from tests.replayer import concurrent_agents as conc
 from tests.replayer.pipeline import fresh_settings, load_all, sequencer_running, wait_all_sealed
+from tracevault.edges import APART_ATTRIBUTE
 from tracevault.errors import ReplayDivergence
 from tracevault.producer import Publisher, Recorder
 from tracevault.replayer import areplay, replay, verify
@@ -36,11 +37,14 @@ BURNERS = 2
 _C = (cancel_agents.model_fn, cancel_agents.TOOLS, cancel_agents.INPUT)
 _A = (conc.amodel_fn, conc.ASYNC_TOOLS, conc.INPUT)
 _T = (conc.model_fn, conc.THREAD_TOOLS, conc.INPUT)
+_R = (conc.amodel_fn, load_agents.ARRIVE_TOOLS, conc.INPUT)
 PATTERNS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Any, Any, Any]] = {
     "gather": (conc.async_agent, conc.async_agent, *_A),
     "nested": (load_agents.nested_agent, load_agents.nested_agent, *_A),
     "taskgroup": (load_agents.taskgroup_agent, load_agents.taskgroup_agent, *_A),
     "as_completed": (load_agents.as_completed_agent, load_agents.as_completed_agent, *_A),
+    # results back apart and together, as a framework's asyncio.wait groups them
+    "arrivals": (load_agents.arrivals_agent, load_agents.arrivals_agent, *_R),
     "threads": (conc.thread_agent, conc.thread_agent, *_T),
     # recorded on two pool threads (one reused for the third branch), replayed on three
     "threads-reused": (conc.thread_agent_two_workers, conc.thread_agent, *_T),
@@ -136,3 +140,21 @@ def test_a_swap_of_two_calls_in_one_thread_diverges_at_the_first_of_them(
     assert info.value.expected == info.value.actual == "TOOL_CALL"
     want = '$.request.args.q: expected "step 1", got "step 2"'
     assert info.value.diff == (want,), info.value.diff
+
+
+def test_results_that_came_back_apart_are_marked_and_replay_apart(recorded: Recorded) -> None:
+    """Live, ``slow`` came back 10 ms after ``fast`` and the framework yielded them one by
+    one; ``x`` and ``y`` came back in one loop iteration and it yielded both at once, in task
+    order. Only ``slow`` is marked apart, and replay gives both rounds as live: waking every
+    overlapping result together gave ``slow, fast`` (Pydantic AI's parallel tools, 0/50 in
+    the stop-40 CI); waking all apart would give ``y, x``."""
+    events, output = recorded["arrivals"]
+    assert output == {"apart": ["fast", "slow"], "together": ["x", "y"]}, output
+    apart = {
+        json.loads(ev.request)["args"]["name"]
+        for ev in events
+        if ev.attributes.get(APART_ATTRIBUTE) == "1"
+    }
+    assert apart == {"slow"}, events
+    result = asyncio.run(areplay(events, load_agents.arrivals_agent, raise_on_divergence=False))
+    assert (result.matched, result.output) == (True, output), result.divergence

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tracevault.callsite import CALL_ID_ATTRIBUTE, SITE_ATTRIBUTE, call_site, take_call_id
-from tracevault.edges import CANCELLED_ATTRIBUTE, JSON, Crossing, reported_model
+from tracevault.edges import APART_ATTRIBUTE, CANCELLED_ATTRIBUTE, JSON, Crossing, reported_model
 from tracevault.errors import ConfigError, PayloadError, TraceVaultError
 from tracevault.model_ids import check_model_id
 from tracevault.producer._publisher import Publisher
@@ -101,6 +101,8 @@ class Crossings:
     _started: bool
     _finished: bool
     _attrs: dict[int, dict[str, str]]
+    _last_started: int  # crossings started when the last one completed
+    _tick: asyncio.AbstractEventLoop | None  # a loop iteration with a completion in it
 
     def _payload(self, value: JSON, field: str) -> bytes:
         return self._encoded(value, field)[0]
@@ -148,6 +150,7 @@ class Crossings:
         _BRANCH.set((self._ident, seq))
         with self._lock:
             fields = (*fields, (prev, self._next_seq, self._done))
+            self._last_started = self._next_seq
             self._done += 1
             if seq != self._next_emit:
                 self._waiting[seq] = fields
@@ -261,11 +264,35 @@ class Crossings:
             if type(result) not in _PLAIN and inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
+            self._apart(op.seq)
             self._record(op, _NULL, self._abandoned(op, exc))
             raise
         finally:
             _CURRENT.reset(token)
+        self._apart(op.seq)
         return self._respond(op, result)
+
+    def _apart(self, seq: int) -> None:
+        """Mark an async crossing that overlapped the previous completion yet completed in a
+        later loop iteration (``APART_ATTRIBUTE``): live, whatever its task's completion let
+        go had run before this result came. Replay needs it to tell two results that arrived
+        together (one iteration: a framework sees both done at once) from two that did not.
+
+        An iteration is open from a completion until a ``call_soon`` callback runs, which is
+        in the next one. Opened only while other crossings are in flight: a sequential agent
+        pays one check.
+        """
+        loop = _running_loop()
+        if loop is None or self._tick is loop:
+            return
+        if seq < self._last_started:
+            self._attrs.setdefault(seq, {})[APART_ATTRIBUTE] = "1"
+        if self._next_seq > self._done + 1:
+            self._tick = loop
+            loop.call_soon(self._tick_over)
+
+    def _tick_over(self) -> None:
+        self._tick = None
 
     def note_current(self, key: str, value: str) -> None:
         """Add an attribute to the crossing whose callee is running (on its task or thread).
@@ -329,6 +356,9 @@ def _with_duration(attrs: dict[str, str] | None, duration: int) -> dict[str, str
         return duration  # encoded as {"duration_us": ...} off the agent's thread
     attrs["duration_us"] = str(duration)
     return attrs
+
+
+_running_loop = asyncio.events._get_running_loop  # the C accessor: no error when none runs
 
 
 def _now_us() -> int:

@@ -198,6 +198,8 @@ class Recorder(LiveEdges):
         self._lock = threading.Lock()
         self._next_seq = 0
         self._done = 0  # crossings completed: the next one's interleave.done_order
+        self._last_started = 0
+        self._tick = None
         self._next_emit = 0
         self._waiting: dict[int, EventFields] = {}
         self._started = False

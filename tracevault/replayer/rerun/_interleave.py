@@ -49,11 +49,11 @@ from contextvars import ContextVar
 from typing import Any, NoReturn, Protocol
 
 from tracevault.callsite import CALL_ID_ATTRIBUTE, take_call_id
-from tracevault.edges import Crossing
+from tracevault.edges import APART_ATTRIBUTE, Crossing
 from tracevault.errors import ReplayDivergence
 from tracevault.replayer.rerun._cancel import abandoned, never_cancelled, ran_for_s
 from tracevault.replayer.rerun._mismatch import StopReplay, gap_reason, mismatch
-from tracevault.replayer.rerun._waiters import Held, Waiter
+from tracevault.replayer.rerun._waiters import Held, Waiter, wake_when_idle
 from tracevault.schemas import EventKind, TraceEvent, canonical_json
 
 __all__ = ["STALL_TIMEOUT_S", "Interleaver", "interleaved"]
@@ -130,8 +130,11 @@ class Interleaver:
         self._by_prev: dict[int | None, list[int]] = {}
         self._children: dict[int, list[int]] = {}
         self._by_id: dict[str, list[int]] = {}
+        self._apart: set[int] = set()
         for ev in events:
             identity = ev.attributes.get(CALL_ID_ATTRIBUTE)
+            if APART_ATTRIBUTE in ev.attributes:
+                self._apart.add(ev.seq)
             if identity is not None:
                 self._by_id.setdefault(identity, []).append(ev.seq)
             il = ev.interleave
@@ -424,7 +427,8 @@ class Interleaver:
         one per iteration, a task resumed first would run ahead of the others' results.
         A thread's waiter, or an abandoned one, is only woken at the head; so is one whose
         task has not parked on it yet (the task calling now: it would go on at once, ahead of
-        those woken before it), which a later ``_advance`` wakes in its place.
+        those woken before it), which a later ``_advance`` wakes in its place. One recorded
+        apart (``APART_ATTRIBUTE``) is woken alone, once its loop runs idle (``wake_when_idle``).
         """
         pos = self._cursor.pos
         loop: asyncio.AbstractEventLoop | None = None
@@ -444,8 +448,16 @@ class Interleaver:
                 k += 1
                 continue
             waiter = self._waiters.get(seq)
-            if waiter is None or (k != self._done and not (waiter.loop is loop and waiter.parked)):
+            apart = seq in self._apart
+            if waiter is None or (
+                k != self._done and (apart or not (waiter.loop is loop and waiter.parked))
+            ):
                 return  # not yet parked: the calling task, woken now, would run ahead
+            if apart and waiter.loop is not None and not waiter.woken:
+                if not waiter.deferred:
+                    waiter.deferred = True
+                    waiter.loop.call_soon_threadsafe(wake_when_idle, waiter, self._lock, 0)
+                return
             if not waiter.woken:
                 waiter.wake()
             if waiter.loop is None or waiter.abandoned:

@@ -11,7 +11,10 @@ import threading
 from tracevault.edges import Crossing
 from tracevault.schemas import TraceEvent
 
-__all__ = ["Held", "Waiter", "resolve"]
+__all__ = ["Held", "Waiter", "resolve", "wake_when_idle"]
+
+_IDLE_HOPS = 1000  # loop iterations a crossing recorded apart waits for its loop to go idle
+_OTHER_LOOP_HOPS = 8  # a loop without asyncio's ready queue: iterations instead
 
 
 class Waiter:
@@ -22,7 +25,7 @@ class Waiter:
     :meth:`wait` awaits a fresh one then, and ``wake`` resolves whichever is current.
     """
 
-    __slots__ = ("abandoned", "event", "fut", "loop", "parked", "woken")
+    __slots__ = ("abandoned", "deferred", "event", "fut", "loop", "parked", "woken")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None, abandoned: bool = False) -> None:
         self.loop = loop
@@ -31,6 +34,7 @@ class Waiter:
         self.woken = False
         self.abandoned = abandoned
         self.parked = False  # its task awaits ``fut``: a wake resumes it in wake order
+        self.deferred = False  # a wake waits for its loop to run idle (recorded apart)
 
     def wake(self) -> None:
         self.woken = True
@@ -69,3 +73,25 @@ def resolve(waiter: Waiter) -> None:
     fut = waiter.fut
     if fut is not None and not fut.done():
         fut.set_result(None)
+
+
+def wake_when_idle(waiter: Waiter, lock: threading.Lock, hops: int = 0) -> None:
+    """Wake a crossing recorded as coming back apart from the one before, once its loop has
+    nothing left to run: live, what that one's completion let go (a framework's
+    ``asyncio.wait`` seeing it done, its consumer) ran before this result arrived.
+
+    Idle is an empty ready queue (asyncio's ``_ready``; another loop gets a few hops); a loop
+    that never runs idle (a task spinning on ``sleep(0)``) is given up on after
+    ``_IDLE_HOPS`` iterations and the crossing woken anyway. ``lock``: the interleaver's.
+    """
+    loop = waiter.loop
+    assert loop is not None
+    ready = getattr(loop, "_ready", None)
+    busy = len(ready) > 0 if ready is not None else hops < _OTHER_LOOP_HOPS
+    if busy and hops < _IDLE_HOPS:
+        loop.call_soon(wake_when_idle, waiter, lock, hops + 1)
+        return
+    with lock:
+        waiter.deferred = False
+        if not waiter.woken:
+            waiter.wake()
