@@ -191,6 +191,10 @@ static int walk(const uint8_t *b, Py_ssize_t end, const uint8_t *sh, const uint8
         read_long(b, end, &p, &part) < 0 || read_long(b, end, &p, &off) < 0 ||
         read_span(b, end, &p, &sid) < 0 || p != end)
         return 0;
+    /* the envelope's strings too: fastavro refuses one that is not UTF-8, so Python's rows
+       refuse the run, and the C must not index it (tests/index/test_cwalk.py) */
+    if (!utf8_valid(rid.p, rid.n) || !utf8_valid(sid.p, sid.n))
+        return 0;
     /* the TraceEvent v2 value */
     const uint8_t *r = raw.p;
     Py_ssize_t rend = raw.n, q = 10;
