@@ -10,8 +10,10 @@ dependency of one command cannot break the others. Errors: the CLI catches only
 from __future__ import annotations
 
 import difflib
+import faulthandler
 import importlib
 import logging
+import signal
 import sys
 from typing import Any, NoReturn
 
@@ -189,6 +191,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     and every TraceVaultError mapped in ``_LazyGroup.invoke``) instead of exiting; a caller that
     dropped the return value, as ``python -m tracevault`` did, exited 0 on every failure.
     """
+    # SIGUSR1 prints every thread's stack to stderr, from C, even with the GIL held: how an
+    # operator (or a test) sees where a service that does not stop is waiting
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         rv = tracevault.main(args=argv, prog_name="tracevault", standalone_mode=False)
     except TraceVaultError as exc:

@@ -12,6 +12,7 @@ vkey, and ``restart: unless-stopped`` looped them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -259,7 +260,14 @@ def test_each_service_starts_with_the_shared_keys(host: _Host, name: str) -> Non
     try:
         _healthy(f"http://127.0.0.1:{port}/healthz", proc, log, time.monotonic() + 90)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack into the log (cli.main)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=3)
+            pytest.fail(f"{name} still running 30 s after SIGTERM:\n{log.read_text()[-6000:]}")
+        assert code == 0, log.read_text()[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
