@@ -131,13 +131,13 @@ class Msg:
 
 
 def _sealed_value(raw: bytes, *, seq: int = 1) -> bytes:
-    from tests.consumer.hostile import join, sealed_fields, sealed_header
+    from tests.faults.hostile import join, sealed_fields, sealed_header
 
     return join(sealed_header(), sealed_fields("r", seq, raw))
 
 
 def _take_ctx() -> tuple[object, ...]:
-    from tests.consumer.hostile import sealed_header, trace_header
+    from tests.faults.hostile import sealed_header, trace_header
     from tracevault.schemas import EventKind
     from tracevault.schemas.fast import armed_walks
     from tracevault.services.archiver._logwriter import LeafRecord
@@ -153,7 +153,7 @@ def _take_ctx() -> tuple[object, ...]:
 
 
 def _good_raw() -> bytes:
-    from tests.consumer.hostile import event_value
+    from tests.faults.hostile import event_value
 
     return event_value("r", 1)
 
@@ -193,7 +193,7 @@ def ctake_takes_a_good_record() -> object:
 def ctake_run_id_length_past_int64() -> object:
     """A sealed record whose raw event claims a run id of INT64_MAX bytes: the kind walk
     declines it (the signed ``p + n`` this once was is undefined behaviour)."""
-    from tests.consumer.hostile import trace_header, varint
+    from tests.faults.hostile import trace_header, varint
 
     raw = trace_header() + varint(I64_MAX) + b"\x00" * 40
     return ctake.leaf_fields(_sealed_value(raw), _take_ctx())

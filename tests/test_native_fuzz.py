@@ -19,8 +19,8 @@ from confluent_kafka import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.consumer.hostile import event_fields, join, sealed_fields, sealed_header, trace_header
-from tests.consumer.test_hostile_records import mutated
+from tests.faults.hostile import event_fields, join, sealed_fields, sealed_header, trace_header
+from tests.faults.test_hostile_records import mutated
 from tests.native import examples, extension
 from tracevault.schemas import EventKind
 from tracevault.schemas.fast import armed_walks, peek_event

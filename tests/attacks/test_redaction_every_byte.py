@@ -30,7 +30,7 @@ import pytest
 from click.testing import CliRunner
 from pydantic import SecretStr
 
-from tests.consumer.test_outage import wait_for
+from tests.faults.test_outage import wait_for
 from tests.kafka_harness import free_port
 from tests.replayer.pipeline import fresh_settings, record_live, sequencer_running, wait_sealed
 from tests.services.sequencer.support import produce_raw, read_all

@@ -2,7 +2,7 @@
 exits 0 on SIGTERM (docs/liveness.md), as the sequencer and the archiver do.
 
 One private broker (never the shared one), stopped before the witness starts; the real
-witness and sequencer as subprocesses (tests/consumer/test_outage_all.py's stack). The
+witness and sequencer as subprocesses (tests/faults/test_outage_all.py's stack). The
 witness must have met the broker away (a session ended and was replaced:
 ``session_restarts`` on /healthz) before the broker comes back; then a sequencer seals a
 stream and the witness must cosign its checkpoints.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.test_outage import STOP_BOUND_S, wait_for
-from tests.consumer.test_outage_all import has_cosigned, stack
+from tests.faults.test_outage import STOP_BOUND_S, wait_for
+from tests.faults.test_outage_all import has_cosigned, stack
 from tests.kafka_harness import LocalBroker
 
 pytestmark = pytest.mark.slow

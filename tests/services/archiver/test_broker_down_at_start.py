@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import unique_name
-from tests.consumer.test_outage import STOP_BOUND_S, Service, wait_for
+from tests.faults.test_outage import STOP_BOUND_S, Service, wait_for
 from tests.kafka_harness import LocalBroker
 from tests.services.archiver.helpers import SealedLog, finished_runs
 from tests.services.archiver.sealed_factory import sealed_values

@@ -73,8 +73,8 @@ def test_a_value_that_is_not_a_sealed_event_is_refused_by_the_codec() -> None:
 
 def test_a_sequencer_id_that_is_not_utf8_is_refused() -> None:
     # The archiver copies the body into the segment: a bad string there made the archived
-    # segment unreadable (found by tests/consumer/test_hostile_records.py).
-    from tests.consumer.hostile import event_value, join, sealed_fields, sealed_header, with_field
+    # segment unreadable (found by tests/faults/test_hostile_records.py).
+    from tests.faults.hostile import event_value, join, sealed_fields, sealed_header, with_field
 
     fields = sealed_fields("r", 0, event_value("r", 0, kind="RUN_STARTED"))
     assert parse_sealed(join(sealed_header(), fields)).run_id == "r"
@@ -84,7 +84,7 @@ def test_a_sequencer_id_that_is_not_utf8_is_refused() -> None:
 
 
 def test_a_negative_raw_length_is_refused() -> None:
-    from tests.consumer.hostile import event_value, join, sealed_fields, sealed_header, varint
+    from tests.faults.hostile import event_value, join, sealed_fields, sealed_header, varint
 
     fields = sealed_fields("r", 0, event_value("r", 0, kind="RUN_STARTED"))
     raw = next(f for f in fields if f.name == "raw")

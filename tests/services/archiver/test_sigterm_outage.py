@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import unique_name
-from tests.consumer.test_outage import STOP_BOUND_S, Service, outage, wait_for
+from tests.faults.test_outage import STOP_BOUND_S, Service, outage, wait_for
 from tests.kafka_harness import LocalBroker
 from tracevault.config import Settings
 from tracevault.kafka import ensure_topics

@@ -1,7 +1,7 @@
 """The liveness parts on their own: call deadlines, stop during a call, /healthz, signals,
 the session supervisor.
 
-The broker-outage behaviour of the real services is in ``tests/consumer/test_outage.py`` and
+The broker-outage behaviour of the real services is in ``tests/faults/test_outage.py`` and
 ``test_outage_all.py``; these pin the pieces they rely on, quickly and without a broker.
 """
 

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import NOW_US
-from tests.consumer.hostile import event_value
+from tests.faults.hostile import event_value
 from tests.native import examples, extension
 from tests.schemas import fast_values as fv
 from tests.services.sequencer.support import AGENT

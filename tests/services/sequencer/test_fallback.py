@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import NOW_US
-from tests.consumer.hostile import (
+from tests.faults.hostile import (
     event_fields,
     event_value,
     join,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from tests.consumer.hostile import (
+from tests.faults.hostile import (
     event_fields,
     event_value,
     join,

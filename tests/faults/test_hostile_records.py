@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import NOW_US
-from tests.consumer.hostile import (
+from tests.faults.hostile import (
     Field,
     blob,
     event_fields,

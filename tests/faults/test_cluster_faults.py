@@ -32,8 +32,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tests.consumer.test_outage import Service, kill_all, wait_for
-from tests.consumer.test_outage_all import Stream
+from tests.faults.test_outage import Service, kill_all, wait_for
+from tests.faults.test_outage_all import Stream
 from tests.kafka_harness import LocalCluster, transaction_state_partition
 from tests.services.sequencer.support import assert_chain, sealed_by_run
 from tracevault.config import Settings

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.consumer.test_outage import LONG_OUTAGE_S, Service, kill_all, outage, wait_for
+from tests.faults.test_outage import LONG_OUTAGE_S, Service, kill_all, outage, wait_for
 from tests.kafka_harness import LocalBroker
 from tests.services.sequencer.support import assert_chain, raw_event, sealed_by_run
 from tracevault.config import Settings
