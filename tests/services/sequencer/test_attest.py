@@ -15,7 +15,9 @@ from tests.conftest import NOW_US
 from tests.native import extension
 from tests.replayer.test_identity import EVIL, KEY, RUN, _event, _signed
 from tests.services.sequencer.test_rules import PARTS, RAW, feed
+from tracevault.chain import genesis, link
 from tracevault.config import Settings
+from tracevault.heads import Head
 from tracevault.kafka import partition_for
 from tracevault.producer._attest import Attestor
 from tracevault.schemas import decode_event, encode_event
@@ -237,3 +239,55 @@ def test_notes_that_stop_covering_a_run_are_contested_mid_run() -> None:
     assert "seqs 1..4" in record["reason"], record
     # once: the next unsigned events add no record until a note covers the run again
     assert not _contested(_feed_seq(b, [_forged(s) for s in range(5, 9)], 5))
+
+
+def _restored(agents: AgentKeys, raws: list[bytes], upto: int) -> RunBook:
+    """A sequencer restarted after sealing ``raws[:upto]`` at offsets 0..: it knows the run
+    from its head only, and reads its sealed history (hashes, seq 0) when it needs it."""
+    hashes, prev = {}, genesis(RUN)
+    for s, raw in enumerate(raws[:upto]):
+        hashes[s] = prev = link(prev, raw)
+    read: list[tuple[int, int]] = []
+
+    def history(run_id: str, partition: int, first: int, last: int) -> dict[int, bytes]:
+        return dict(hashes)
+
+    def facts(run_id: str, partition: int, first: int, last: int) -> Any:
+        read.append((first, last))
+        return (raws[0] if (run_id, first) == (RUN, 0) else None, frozenset())
+
+    b = RunBook(raw_topic=RAW, partitions=PARTS, sequencer_id="t", gap_timeout_us=1_000,
+                max_gap=100, history=history, agents=agents, facts=facts)  # fmt: skip
+    b.restore([Head(RUN, upto, prev, False, partition_for(RUN, PARTS), 0, upto - 1)])
+    b.facts_read = read  # type: ignore[attr-defined]
+    return b
+
+
+@pytest.mark.parametrize("then", ["its own key", "another key for the agent"])
+def test_a_restored_run_holds_its_notes_to_the_key_of_its_sealed_seq_0(then: str) -> None:
+    """After a restart a live run is known from its head only. Its next note is held to the
+    key that signed its sealed seq 0 (read once, at the head's first offset), as in a
+    sequencer that never restarted. Another key that agent_vkeys lets record as 'bot',
+    carrying the run on over the genuine chain, is contested; the first note after the
+    restart used to name the run's key, and it was sealed without a word."""
+    agents = AgentKeys({"bot": [KEY.verifier, EVIL.verifier]})
+
+    def encode(f: Any) -> bytes:
+        return encode_event(_event(f[0], 10, attrs=dict(f[10] or {})))
+
+    att = Attestor(RUN, encode, KEY, every=4, interval_s=1e9)
+    fields: list[Any] = [(s, _event(s, 10).kind, *(None,) * 8, {}, None) for s in range(11)]
+    raws = [att.encode_fields(f) for f in fields[:4]]
+    if then != "its own key":
+        att._signer = EVIL  # the same chain, signed from seq 4 on by another key
+    raws += [att.encode_fields(f) for f in fields[4:]]
+    b = _restored(agents, raws, 4)
+    outs = _feed_seq(b, raws[4:], 4)
+    assert not [d for o in outs for d in o.dlq]
+    assert b.facts_read == [(0, 0)]  # type: ignore[attr-defined]
+    contested = _contested(outs)
+    if then == "its own key":
+        assert contested == [] and sum(o.contested for o in outs) == 0
+        return
+    assert contested and contested[0]["run_id"] == RUN and contested[0]["seq"] == 4, contested
+    assert "the run was started under bot.agents.example+" in contested[0]["reason"], contested

@@ -67,7 +67,8 @@ __all__ = ["CONTESTED_PREFIX", "UNKNOWN_KEY", "AttestRules", "ToSeal"]
 
 log = logging.getLogger(__name__)
 
-#: A restored run's key before its next note names it (its seq 0 was sealed earlier).
+#: A restored run's key until read from its sealed seq 0 (``_restored_key``) or, a head
+#: without offsets, named by its next note.
 UNKNOWN_KEY: tuple[str, bytes] = ("", b"")
 #: A run whose seq 0 carried a note that was contested: it has no key to hold later notes to.
 CONTESTED_START: tuple[str, bytes] = ("?", b"?")
@@ -173,7 +174,7 @@ class AttestRules:
         except SchemaError:
             return []
         value = ev.attributes.get(ATTEST_ATTRIBUTE)
-        if value is None or run.agent_key in (None, CONTESTED_START):
+        if value is None or self._restored_key(run) in (None, CONTESTED_START):
             return []
         started = run.agent_key
         why = self._note_problem(run, seq, value, ev.agent.agent_id)
@@ -253,6 +254,22 @@ class AttestRules:
         ):
             return CONTESTED_START
         return (sig.name, sig.key_id)
+
+    def _restored_key(self, run: _Run) -> tuple[str, bytes] | None:
+        """The run's key; for a run restored past seq 0 (``UNKNOWN_KEY``), read once from its
+        sealed seq 0's note, as verify's check I reads it (``_start_key``).
+
+        Taken instead from the first note after a restart, any key ``agent_vkeys`` lets
+        record as the run's agent could carry the run on, signing the sealed chain, and no
+        contest would name it. Unknown it stays only when the head has no offsets to read
+        (the first note then names it, as before).
+        """
+        key = run.agent_key
+        if key != UNKNOWN_KEY or self._facts is None or not self.agents or run.first_offset < 0:
+            return key
+        start, _ = self._facts(run.run_id, run.partition, run.first_offset, run.first_offset)
+        run.agent_key = key = self._start_key(run.run_id, start)
+        return key
 
     def _hijack(
         self,
@@ -366,7 +383,7 @@ class AttestRules:
                 "carries no agent note: an unsigned claim"
             )
             return self._contest(out, run, seq, why)
-        started = run.agent_key
+        started = self._restored_key(run)
         if started is None or started == UNKNOWN_KEY:
             return []
         why = (
@@ -394,7 +411,7 @@ class AttestRules:
             return f"its note is for another run, {note.run_id!r} (seq {note.seq})"
         if note.seq != seq - 1:
             return f"its note covers seq {note.seq}, not seq {seq - 1} (the seq before it)"
-        started = run.agent_key
+        started = run.agent_key if seq == 0 else self._restored_key(run)
         if seq == 0 or started == UNKNOWN_KEY:
             if (
                 self.agents

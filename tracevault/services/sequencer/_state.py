@@ -46,7 +46,8 @@ class _Run:
     def __init__(self, head: Head) -> None:
         self.run_id = head.run_id
         # (name, key id) of the agent key that signed seq 0 (None: none did); a run restored
-        # past seq 0 learns it from its next note (``_attest``, docs/identity.md)
+        # past seq 0 reads it from its sealed seq 0 when a note needs it (``_attest``,
+        # docs/identity.md)
         self.agent_key: tuple[str, bytes] | None = None if head.next_seq == 0 else ("", b"")
         # the seq of the last event whose note held (a restored run: its last sealed seq, so
         # the coverage check counts from there until its next note names its key; parked far
