@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tracevault import native
@@ -33,7 +33,7 @@ from tracevault.archive import LOST, ObjectStore, open_store, parse_hole_key, re
 from tracevault.config import MIN_RETENTION_DAYS, Settings, load_settings
 from tracevault.errors import ConfigError, NotFoundError, TraceVaultError
 from tracevault.index import index_keys, index_lag
-from tracevault.kafka import TopicReport, describe_topics, watermarks
+from tracevault.kafka import TopicReport, describe_topics, new_reader, watermarks
 from tracevault.transparency import is_checkpoint_record
 
 __all__ = ["Check", "run_checks"]
@@ -211,12 +211,10 @@ def _lag(settings: Settings, name: str, group: str, topic: str, partitions: int)
     Offsets alone overstate lag on a transactional topic: every commit leaves a marker that
     takes an offset but is never delivered, so a caught-up archiver would look behind.
     """
-    consumer = Consumer(
-        settings.kafka_config(
-            **{"group.id": group, "enable.auto.commit": False, "log_level": 0,
-               "isolation.level": "read_committed", "enable.partition.eof": True,
-               "client.id": f"tracevault-doctor-{uuid.uuid4().hex[:6]}"}
-        )
+    # the group's own id: its committed offsets are what is read (it commits nothing)
+    consumer = new_reader(
+        settings, "doctor", **{"group.id": group,
+                               "client.id": f"tracevault-doctor-{uuid.uuid4().hex[:6]}"}
     )  # fmt: skip
     never = 0
     lag = 0

@@ -2,7 +2,12 @@
 watermarks."""
 
 from tracevault.kafka._archived_tail import ArchivedTail, archived_tails
-from tracevault.kafka._clients import new_consumer, new_producer, new_transactional_producer
+from tracevault.kafka._clients import (
+    new_consumer,
+    new_producer,
+    new_reader,
+    new_transactional_producer,
+)
 from tracevault.kafka._generation import sealed_generation
 from tracevault.kafka._partitioner import murmur2, partition_for
 from tracevault.kafka._topics import (
@@ -24,6 +29,7 @@ __all__ = [
     "murmur2",
     "new_consumer",
     "new_producer",
+    "new_reader",
     "new_transactional_producer",
     "partition_counts",
     "partition_for",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +29,7 @@ from confluent_kafka import (
 from tracevault.config import Settings
 from tracevault.errors import LogError, NotFoundError, SchemaError, ServiceUnavailableError
 from tracevault.heads import Head, find_head, heads_partition_count, read_state
-from tracevault.kafka import partition_for, watermarks
+from tracevault.kafka import new_reader, partition_for, watermarks
 from tracevault.replayer._records import SealedRows
 from tracevault.replayer._results import DlqCopy, LoadedRun
 from tracevault.replayer.load.checks import fail
@@ -184,18 +183,7 @@ def _find_head(settings: Settings, run_id: str, timeout: float) -> Head:
 
 def _consumer(settings: Settings) -> Consumer:
     """A consumer of its own group that commits nothing and sees committed records only."""
-    return Consumer(
-        settings.kafka_config(
-            **{
-                "group.id": f"tracevault-replayer-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "log_level": 0,
-            }
-        )
-    )
+    return new_reader(settings, "replayer")
 
 
 def _check_kept(consumer: Consumer, topic: str, head: Head, run_id: str, timeout: float) -> None:
