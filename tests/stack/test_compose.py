@@ -248,6 +248,20 @@ def _healthy(url: str, proc: subprocess.Popen[bytes], log: Path, deadline: float
         pause.wait(0.2)  # a deadline-bounded poll of a condition
 
 
+def _native_stacks(pid: int) -> str:
+    """Every thread's C stack (gdb, where installed): which call holds the GIL or a lock
+    when Python's own stacks show every thread waiting."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return "(no gdb here)"
+    got = subprocess.run(
+        [gdb, "-batch", "-p", str(pid), "-ex", "thread apply all bt 12"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [ln[:160] for ln in got.stdout.splitlines() if ln.startswith(("Thread ", "#"))]
+    return "\n".join(lines)[:30000] or got.stderr[-2000:]
+
+
 @pytest.mark.parametrize("name", SERVICES)
 def test_each_service_starts_with_the_shared_keys(host: _Host, name: str) -> None:
     port = free_port()
@@ -263,10 +277,14 @@ def test_each_service_starts_with_the_shared_keys(host: _Host, name: str) -> Non
         try:
             code = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            native = _native_stacks(proc.pid)
             proc.send_signal(signal.SIGUSR1)  # every thread's stack into the log (cli.main)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=3)
-            pytest.fail(f"{name} still running 30 s after SIGTERM:\n{log.read_text()[-6000:]}")
+            pytest.fail(
+                f"{name} still running 30 s after SIGTERM:\n{log.read_text()[-6000:]}\n"
+                f"native stacks:\n{native}"
+            )
         assert code == 0, log.read_text()[-2000:]
     finally:
         if proc.poll() is None:
