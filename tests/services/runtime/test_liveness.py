@@ -230,9 +230,9 @@ def test_stop_runs_off_the_main_thread_so_a_lock_the_main_thread_holds_cannot_de
         stop_on_signals(stop, "holding", hard_limit_s=20.0)
         with lock:
             print("ready", flush=True)
-            deadline = time.monotonic() + 2
-            while time.monotonic() < deadline:
-                time.sleep(0.05)  # interrupted here, with the lock held
+            deadline = time.monotonic() + 20
+            while not ran_in and time.monotonic() < deadline:
+                threading.Event().wait(0.01)  # until stop() ran, with the lock held
         print("stopped" if stopped.wait(10) else "hung", ran_in, flush=True)
         """
     )
